@@ -1,0 +1,104 @@
+//===- LowerControlFlow.cpp - Loops and branches carrying tiles -------------===//
+//
+// scf.for and scf.if keep their structure; every carried tile becomes as many carried
+// scalars as the thread has registers for it. Upstream scf-to-cf lowers them later.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+SmallVector<Value> flatten(TileLowering &t, ValueRange values) {
+  SmallVector<Value> flat;
+  for (Value v : values)
+    for (Value r : t.regs(v))
+      flat.push_back(r);
+  return flat;
+}
+
+/// Maps each of `values` to its slice of `flat` (same register counts as `like`).
+void unflatten(TileLowering &t, ValueRange values, ValueRange like, ValueRange flat) {
+  size_t pos = 0;
+  for (auto [value, model] : llvm::zip(values, like)) {
+    size_t n = t.regs(model).size();
+    t.setRegs(value, Registers(flat.begin() + pos, flat.begin() + pos + n));
+    pos += n;
+  }
+}
+
+/// Lowers `from`'s operations (not its terminator) at the end of `to`, then yields.
+LogicalResult lowerRegionBody(TileLowering &t, Block &from, Block &to) {
+  OpBuilder &b = t.builder();
+  OpBuilder::InsertionGuard guard(b);
+  if (!to.empty() && to.back().hasTrait<OpTrait::IsTerminator>())
+    to.back().erase();
+  b.setInsertionPointToEnd(&to);
+  for (Operation &op : from.without_terminator())
+    if (failed(t.lowerOp(&op)))
+      return failure();
+  b.create<scf::YieldOp>(from.getTerminator()->getLoc(),
+                         flatten(t, from.getTerminator()->getOperands()));
+  return success();
+}
+
+} // namespace
+
+LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) {
+  OpBuilder &b = t.builder();
+  handled = true;
+  if (auto loop = dyn_cast<scf::ForOp>(op)) {
+    SmallVector<Value> inits = flatten(t, loop.getInitArgs());
+    auto lowered = b.create<scf::ForOp>(loop.getLoc(), t.regs(loop.getLowerBound())[0],
+                                        t.regs(loop.getUpperBound())[0],
+                                        t.regs(loop.getStep())[0], inits);
+    t.mapScalar(loop.getInductionVar(), lowered.getInductionVar());
+    unflatten(t, loop.getRegionIterArgs(), loop.getInitArgs(), lowered.getRegionIterArgs());
+    if (failed(lowerRegionBody(t, *loop.getBody(), *lowered.getBody())))
+      return failure();
+    unflatten(t, loop.getResults(), loop.getInitArgs(), lowered.getResults());
+    return success();
+  }
+  if (auto branch = dyn_cast<scf::IfOp>(op)) {
+    // Result register counts follow the then-branch's yielded values.
+    Block &thenBlock = branch.getThenRegion().front();
+    bool hasElse = !branch.getElseRegion().empty();
+    // Types are only known after lowering the branch: lower into a scratch if first.
+    SmallVector<Type> types;
+    for (Value v : branch.getResults())
+      for (int64_t i = 0, n = isa<RankedTensorType>(v.getType())
+                                 ? getDistribution(cast<RankedTensorType>(v.getType())).num_registers()
+                                 : 1;
+           i < n; ++i)
+        types.push_back(t.registerType(getElementTypeOrSelf(v.getType())));
+    auto lowered = b.create<scf::IfOp>(branch.getLoc(), types, t.regs(branch.getCondition())[0],
+                                       hasElse);
+    if (failed(lowerRegionBody(t, thenBlock, lowered.getThenRegion().front())))
+      return failure();
+    if (hasElse &&
+        failed(lowerRegionBody(t, branch.getElseRegion().front(), lowered.getElseRegion().front())))
+      return failure();
+    size_t pos = 0;
+    for (Value v : branch.getResults()) {
+      size_t n = isa<RankedTensorType>(v.getType())
+                     ? getDistribution(cast<RankedTensorType>(v.getType())).num_registers()
+                     : 1;
+      t.setRegs(v, Registers(lowered.getResults().begin() + pos, lowered.getResults().begin() + pos + n));
+      pos += n;
+    }
+    return success();
+  }
+  if (isa<func::ReturnOp>(op)) {
+    b.create<LLVM::ReturnOp>(op->getLoc(), ValueRange());
+    return success();
+  }
+  handled = false;
+  return success();
+}
+
+} // namespace tokamax::tile

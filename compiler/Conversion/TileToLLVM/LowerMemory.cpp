@@ -1,0 +1,279 @@
+//===- LowerMemory.cpp - Global memory accesses and atomics -----------------===//
+//
+// Block accesses compute each register's coordinates, mask them against the tensor's
+// dims and access `vector` contiguous elements at once when the layout, the strides and
+// the known alignment of the block offset allow (16 bytes per thread for the default
+// layouts). Pointer-tile accesses are per element. Accesses are predicated inline PTX.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+/// Elements per access for a block access of `type` (1 when not provably safe).
+unsigned blockVectorWidth(RankedTensorType type, ArrayRef<int64_t> dims,
+                          ArrayRef<int64_t> strides, Value lastOffset) {
+  compiler::Distribution dist = getDistribution(type);
+  size_t last = dims.size() - 1;
+  // The layout's fastest dimension must be the tensor's unit-stride last dimension.
+  if (dist.parent().order.front() != dist.kept()[last] || strides[last] != 1)
+    return 1;
+  unsigned bytes = elementBytes(type.getElementType());
+  unsigned vec = std::min<unsigned>(dist.contiguous_registers(), 16 / bytes);
+  auto divides = [&](int64_t v) { return v % vec == 0; };
+  while (vec > 1 && !(divides(dims[last]) && divides(knownMultipleOf(lastOffset)) &&
+                      llvm::all_of(strides.drop_back(), divides)))
+    vec /= 2;
+  return std::max(1u, vec);
+}
+
+struct BlockAddress {
+  Value ptr;
+  Value inBounds;
+};
+
+BlockAddress blockAddress(TileLowering &t, Location loc, RankedTensorType type, int64_t r,
+                          Value base, Type elem, ValueRange offsets, ArrayRef<int64_t> dims,
+                          ArrayRef<int64_t> strides) {
+  OpBuilder &b = t.builder();
+  Registers coords = t.coords(type, r);
+  Value inBounds = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
+  Value linear = t.i64(0);
+  for (size_t d = 0; d < dims.size(); ++d) {
+    Value idx = b.create<arith::AddIOp>(loc, coords[d], t.regs(offsets[d])[0]);
+    // Unsigned compare also rejects negative offsets.
+    inBounds = b.create<arith::AndIOp>(
+        loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, idx, t.i32(dims[d])));
+    Value wide = b.create<arith::ExtSIOp>(loc, b.getI64Type(), idx);
+    linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(strides[d])));
+  }
+  Value ptr = b.create<LLVM::GEPOp>(loc, base.getType(), elem, base, ValueRange{linear});
+  return {ptr, inBounds};
+}
+
+/// Packs `values` (one element type) into `words` integers of `wordBits`.
+SmallVector<Value> packWords(OpBuilder &b, Location loc, ArrayRef<Value> values, unsigned wordBits) {
+  Type elem = values.front().getType();
+  unsigned elemBits = elem.getIntOrFloatBitWidth();
+  if (elemBits == wordBits && elem.isInteger(wordBits))
+    return SmallVector<Value>(values);
+  auto vecType = VectorType::get({int64_t(values.size())}, elem);
+  Value vec = b.create<LLVM::UndefOp>(loc, vecType);
+  for (auto [i, v] : llvm::enumerate(values))
+    vec = b.create<LLVM::InsertElementOp>(loc, vec, v,
+                                          b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i)));
+  unsigned words = values.size() * elemBits / wordBits;
+  auto wordType = b.getIntegerType(wordBits);
+  Value cast = b.create<LLVM::BitcastOp>(loc, VectorType::get({int64_t(words)}, wordType), vec);
+  SmallVector<Value> result;
+  for (unsigned i = 0; i < words; ++i)
+    result.push_back(b.create<LLVM::ExtractElementOp>(
+        loc, cast, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i))));
+  return result;
+}
+
+SmallVector<Value> unpackWords(OpBuilder &b, Location loc, ArrayRef<Value> words, Type elem,
+                               unsigned count) {
+  if (words.size() == count && words.front().getType() == elem)
+    return SmallVector<Value>(words);
+  Type wordType = words.front().getType();
+  auto wordsVec = VectorType::get({int64_t(words.size())}, wordType);
+  Value vec = b.create<LLVM::UndefOp>(loc, wordsVec);
+  for (auto [i, w] : llvm::enumerate(words))
+    vec = b.create<LLVM::InsertElementOp>(loc, vec, w,
+                                          b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i)));
+  Value cast = b.create<LLVM::BitcastOp>(loc, VectorType::get({int64_t(count)}, elem), vec);
+  SmallVector<Value> result;
+  for (unsigned i = 0; i < count; ++i)
+    result.push_back(b.create<LLVM::ExtractElementOp>(
+        loc, cast, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i))));
+  return result;
+}
+
+unsigned wordBitsFor(unsigned totalBits) { return totalBits >= 32 ? 32 : totalBits; }
+
+/// Loads `count` elements of `elem` at `ptr` under `pred`; masked lanes read as zero.
+SmallVector<Value> loadElements(TileLowering &t, Location loc, Value ptr, Value pred, Type elem,
+                                unsigned count) {
+  unsigned total = count * elem.getIntOrFloatBitWidth();
+  unsigned wordBits = elem.isF64() || elem.isInteger(64) ? 64 : wordBitsFor(total);
+  SmallVector<Value> words = t.ptx(loc).predicatedLoad(ptr, pred, total / wordBits, wordBits);
+  return unpackWords(t.builder(), loc, words, elem, count);
+}
+
+void storeElements(TileLowering &t, Location loc, Value ptr, Value pred, ArrayRef<Value> values) {
+  Type elem = values.front().getType();
+  unsigned total = values.size() * elem.getIntOrFloatBitWidth();
+  unsigned wordBits = elem.isF64() || elem.isInteger(64) ? 64 : wordBitsFor(total);
+  t.ptx(loc).predicatedStore(ptr, pred, packWords(t.builder(), loc, values, wordBits));
+}
+
+/// i1 is stored as a byte.
+Value toMemory(OpBuilder &b, Location loc, Value v) {
+  return v.getType().isInteger(1) ? b.create<arith::ExtUIOp>(loc, b.getI8Type(), v).getResult() : v;
+}
+Value fromMemory(OpBuilder &b, Location loc, Value v, Type elem) {
+  if (!elem.isInteger(1))
+    return v;
+  return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, v,
+                                 b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(0)));
+}
+
+Value withPadding(TileLowering &t, Location loc, Value loaded, Value inBounds, double padding) {
+  if (padding == 0.0)
+    return loaded;
+  return t.builder().create<arith::SelectOp>(loc, inBounds, loaded, t.constant(loaded.getType(), padding));
+}
+
+LogicalResult lowerBlockLoad(TileLowering &t, BlockLoadOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto type = op.getResult().getType();
+  Type tileElem = type.getElementType();
+  Type elem = t.registerType(tileElem);
+  Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
+  unsigned vec = blockVectorWidth(type, op.getDims(), op.getStrides(), op.getOffsets().back());
+  int64_t n = getDistribution(type).num_registers();
+  Registers result;
+  for (int64_t r = 0; r < n; r += vec) {
+    BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], memElem,
+                                     op.getOffsets(), op.getDims(), op.getStrides());
+    for (Value v : loadElements(t, loc, addr.ptr, addr.inBounds, memElem, vec))
+      result.push_back(withPadding(t, loc, fromMemory(b, loc, v, tileElem), addr.inBounds,
+                                   op.getPadding().convertToDouble()));
+  }
+  t.setRegs(op, std::move(result));
+  return success();
+}
+
+LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto type = op.getValue().getType();
+  Type elem = t.registerType(type.getElementType());
+  Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
+  unsigned vec = blockVectorWidth(type, op.getDims(), op.getStrides(), op.getOffsets().back());
+  const Registers &values = t.regs(op.getValue());
+  // Replicated threads store the same values; only the canonical copy writes.
+  Value owns = t.threadOwns(type);
+  compiler::Distribution dist = getDistribution(type);
+  for (int64_t r = 0; r < dist.num_registers(); r += vec) {
+    if (!dist.register_owns(r))
+      continue;
+    BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], memElem,
+                                     op.getOffsets(), op.getDims(), op.getStrides());
+    SmallVector<Value> chunk;
+    for (unsigned i = 0; i < vec; ++i)
+      chunk.push_back(toMemory(b, loc, values[r + i]));
+    storeElements(t, loc, addr.ptr, b.create<arith::AndIOp>(loc, addr.inBounds, owns), chunk);
+  }
+  return success();
+}
+
+Value maskAt(TileLowering &t, Value mask, size_t i) {
+  if (!mask)
+    return t.builder().create<arith::ConstantOp>(t.builder().getUnknownLoc(),
+                                                 t.builder().getBoolAttr(true));
+  return t.regs(mask)[i];
+}
+
+LogicalResult lowerAtomic(TileLowering &t, Operation *op, Value ptrs, Value mask,
+                          ValueRange args) {
+  OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
+  auto type = cast<RankedTensorType>(ptrs.getType());
+  Type elem = getElementTypeOrSelf(op->getResult(0).getType());
+  compiler::Distribution dist = getDistribution(type);
+  Value owns = t.threadOwns(type);
+  std::string ty = elem.isF32() ? "f32" : elem.isF64() ? "f64" : elem.isInteger(32) ? "s32" : "s64";
+  Registers result;
+  for (int64_t r = 0; r < dist.num_registers(); ++r) {
+    Value pred = b.create<arith::AndIOp>(loc, maskAt(t, mask, r), owns);
+    if (!dist.register_owns(r))
+      pred = b.create<arith::ConstantOp>(loc, b.getBoolAttr(false));
+    Value ptr = t.regs(ptrs)[r];
+    SmallVector<Value> operands;
+    for (Value a : args)
+      operands.push_back(t.regs(a)[r]);
+    PtxBuilder ptx = t.ptx(loc);
+    Value old;
+    if (auto cas = dyn_cast<AtomicCASOp>(op)) {
+      old = ptx.atomic("cas", elem.isInteger(32) ? "b32" : "b64", ptr, pred, operands, elem);
+    } else if (cast<AtomicRMWOp>(op).getKind() == AtomicKind::Add) {
+      old = ptx.atomic("add", elem.isInteger(32) ? "u32" : elem.isInteger(64) ? "u64" : ty, ptr,
+                       pred, operands, elem);
+    } else if (elem.isF32()) {
+      // Float max through integer atomics: non-negative floats order like signed ints,
+      // negative ones in reverse like unsigned ints.
+      Value bits = b.create<arith::BitcastOp>(loc, b.getI32Type(), operands[0]);
+      Value nonNegative = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, bits, t.i32(0));
+      Value oldPos = ptx.atomic("max", "s32", ptr, b.create<arith::AndIOp>(loc, pred, nonNegative),
+                                bits, b.getI32Type());
+      Value notNonNegative = b.create<arith::XOrIOp>(loc, nonNegative, b.create<arith::ConstantOp>(loc, b.getBoolAttr(true)));
+      Value oldNeg = ptx.atomic("min", "u32", ptr, b.create<arith::AndIOp>(loc, pred, notNonNegative),
+                                bits, b.getI32Type());
+      old = b.create<arith::BitcastOp>(loc, elem,
+                                       b.create<arith::SelectOp>(loc, nonNegative, oldPos, oldNeg));
+    } else {
+      old = ptx.atomic("max", ty, ptr, pred, operands, elem);
+    }
+    result.push_back(old);
+  }
+  t.setRegs(op->getResult(0), std::move(result));
+  return success();
+}
+
+} // namespace
+
+LogicalResult lowerMemoryOp(TileLowering &t, Operation *op, bool &handled) {
+  handled = true;
+  OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
+  if (auto load = dyn_cast<BlockLoadOp>(op))
+    return lowerBlockLoad(t, load);
+  if (auto store = dyn_cast<BlockStoreOp>(op))
+    return lowerBlockStore(t, store);
+  if (auto load = dyn_cast<LoadOp>(op)) {
+    Type tileElem = load.getResult().getType().getElementType();
+    Type elem = t.registerType(tileElem);
+    Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
+    Registers result;
+    const Registers &ptrs = t.regs(load.getPtrs());
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      Value pred = maskAt(t, load.getMask(), i);
+      Value v = fromMemory(b, loc, loadElements(t, loc, ptrs[i], pred, memElem, 1)[0], tileElem);
+      if (load.getOther())
+        v = b.create<arith::SelectOp>(loc, pred, v, t.regs(load.getOther())[i]);
+      result.push_back(v);
+    }
+    t.setRegs(load, std::move(result));
+    return success();
+  }
+  if (auto store = dyn_cast<StoreOp>(op)) {
+    auto type = store.getPtrs().getType();
+    Value owns = t.threadOwns(type);
+    compiler::Distribution dist = getDistribution(type);
+    const Registers &ptrs = t.regs(store.getPtrs());
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      if (!dist.register_owns(i))
+        continue;
+      Value pred = b.create<arith::AndIOp>(loc, maskAt(t, store.getMask(), i), owns);
+      storeElements(t, loc, ptrs[i], pred, {toMemory(b, loc, t.regs(store.getValue())[i])});
+    }
+    return success();
+  }
+  if (auto rmw = dyn_cast<AtomicRMWOp>(op))
+    return lowerAtomic(t, op, rmw.getPtrs(), rmw.getMask(), ValueRange{rmw.getValue()});
+  if (auto cas = dyn_cast<AtomicCASOp>(op))
+    return lowerAtomic(t, op, cas.getPtrs(), Value(), ValueRange{cas.getCompare(), cas.getValue()});
+  handled = false;
+  return success();
+}
+
+} // namespace tokamax::tile

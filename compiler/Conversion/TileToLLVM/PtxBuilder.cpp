@@ -1,0 +1,140 @@
+//===- PtxBuilder.cpp - The one place that writes inline PTX ----------------===//
+#include "compiler/Conversion/TileToLLVM/PtxBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+char constraintFor(unsigned bits) {
+  switch (bits) {
+  case 8:
+  case 16:
+    return 'h';
+  case 32:
+    return 'r';
+  default:
+    return 'l';
+  }
+}
+
+/// PTX has no 8-bit registers: 8-bit accesses use 16-bit ones.
+unsigned registerBits(unsigned bits) { return bits == 8 ? 16 : bits; }
+} // namespace
+
+Value PtxBuilder::asmCall(Type resultType, ValueRange operands, StringRef text,
+                          StringRef constraints, bool sideEffects) {
+  auto op = b.create<LLVM::InlineAsmOp>(
+      loc, resultType ? TypeRange(resultType) : TypeRange(), operands, text, constraints,
+      sideEffects, /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT), ArrayAttr());
+  return resultType ? op.getResult(0) : Value();
+}
+
+SmallVector<Value> PtxBuilder::predicatedLoad(Value ptr, Value pred, unsigned words,
+                                              unsigned wordBits) {
+  unsigned regBits = registerBits(wordBits);
+  Type regType = b.getIntegerType(regBits);
+  SmallVector<Type> fields(words, regType);
+  Type resultType = words == 1 ? regType : LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+  // Operands: $0..$(words-1) results, then the address, then the predicate.
+  std::string outs, text = "{\n .reg .pred p;\n";
+  text += llvm::formatv(" setp.ne.b32 p, ${0}, 0;\n", words + 1).str();
+  for (unsigned i = 0; i < words; ++i) {
+    text += llvm::formatv(" mov.b{0} ${1}, 0;\n", regBits, i).str();
+    outs += (i ? ", $" : "$") + std::to_string(i);
+  }
+  std::string type = wordBits == 8 ? "u8" : "b" + std::to_string(wordBits);
+  std::string vec = words == 1 ? "" : ".v" + std::to_string(words);
+  std::string dst = words == 1 ? outs : "{" + outs + "}";
+  text += llvm::formatv(" @p ld.global{0}.{1} {2}, [${3}];\n}", vec, type, dst, words).str();
+  std::string constraints;
+  for (unsigned i = 0; i < words; ++i)
+    constraints += std::string("=") + constraintFor(regBits) + ",";
+  constraints += "l,r";
+  Value predWord = b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred);
+  Value result = asmCall(resultType, ValueRange{ptr, predWord}, text, constraints, true);
+  SmallVector<Value> values;
+  for (unsigned i = 0; i < words; ++i) {
+    Value word = words == 1 ? result : b.create<LLVM::ExtractValueOp>(loc, result, i).getResult();
+    if (wordBits == 8)
+      word = b.create<LLVM::TruncOp>(loc, b.getI8Type(), word);
+    values.push_back(word);
+  }
+  return values;
+}
+
+void PtxBuilder::predicatedStore(Value ptr, Value pred, ValueRange values) {
+  unsigned wordBits = values.front().getType().getIntOrFloatBitWidth();
+  unsigned regBits = registerBits(wordBits);
+  unsigned words = values.size();
+  std::string list;
+  SmallVector<Value> operands{b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred), ptr};
+  std::string constraints = "r,l";
+  for (unsigned i = 0; i < words; ++i) {
+    list += (i ? ", $" : "$") + std::to_string(i + 2);
+    Value v = values[i];
+    if (wordBits == 8)
+      v = b.create<LLVM::ZExtOp>(loc, b.getI16Type(), v);
+    operands.push_back(v);
+    constraints += std::string(",") + constraintFor(regBits);
+  }
+  std::string type = wordBits == 8 ? "u8" : "b" + std::to_string(wordBits);
+  std::string vec = words == 1 ? "" : ".v" + std::to_string(words);
+  std::string src = words == 1 ? list : "{" + list + "}";
+  std::string text = llvm::formatv("{{\n .reg .pred p;\n setp.ne.b32 p, $0, 0;\n @p "
+                                   "st.global{0}.{1} [$1], {2};\n}",
+                                   vec, type, src)
+                         .str();
+  asmCall(Type(), operands, text, constraints, true);
+}
+
+Value PtxBuilder::unaryF32(StringRef instruction, Value x) {
+  return asmCall(b.getF32Type(), ValueRange{x}, (instruction + " $0, $1;").str(), "=f,f",
+                 false);
+}
+
+Value PtxBuilder::f32ToF8(Value x, bool e4m3) {
+  // The instruction packs two values; the unused half converts 0.
+  Value zero = b.create<LLVM::ConstantOp>(loc, b.getF32Type(), b.getF32FloatAttr(0.0f));
+  std::string text = llvm::formatv("cvt.rn.satfinite.{0}x2.f32 $0, $2, $1;",
+                                   e4m3 ? "e4m3" : "e5m2")
+                         .str();
+  Value pair = asmCall(b.getI16Type(), ValueRange{x, zero}, text, "=h,f,f", false);
+  return b.create<LLVM::TruncOp>(loc, b.getI8Type(), pair);
+}
+
+Value PtxBuilder::f8ToF32(Value bits, bool e4m3) {
+  Value wide = b.create<LLVM::ZExtOp>(loc, b.getI16Type(), bits);
+  std::string text = llvm::formatv("{{\n .reg .b32 h2;\n .reg .b16 lo, hi;\n cvt.rn.f16x2.{0}x2 "
+                                   "h2, $1;\n mov.b32 {{lo, hi}, h2;\n cvt.f32.f16 $0, lo;\n}",
+                                   e4m3 ? "e4m3" : "e5m2")
+                         .str();
+  return asmCall(b.getF32Type(), ValueRange{wide}, text, "=f,h", false);
+}
+
+Value PtxBuilder::atomic(StringRef op, StringRef type, Value ptr, Value pred, ValueRange args,
+                         Type resultType) {
+  unsigned bits = resultType.getIntOrFloatBitWidth();
+  char c = resultType.isF32() ? 'f' : resultType.isF64() ? 'd' : constraintFor(bits);
+  std::string argList;
+  std::string constraints = std::string("=") + c + ",l,r";
+  for (unsigned i = 0; i < args.size(); ++i) {
+    argList += llvm::formatv(", ${0}", i + 3).str();
+    constraints += std::string(",") + c;
+  }
+  std::string zero = resultType.isF32() ? "0f00000000" : resultType.isF64() ? "0d0000000000000000" : "0";
+  std::string text = llvm::formatv("{{\n .reg .pred p;\n setp.ne.b32 p, $2, 0;\n mov.b{0} $0, {1};\n"
+                                   " @p atom.global.{2}.{3} $0, [$1]{4};\n}",
+                                   bits, zero, op, type, argList)
+                         .str();
+  SmallVector<Value> operands{ptr, b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred)};
+  operands.append(args.begin(), args.end());
+  return asmCall(resultType, operands, text, constraints, true);
+}
+
+} // namespace tokamax::tile

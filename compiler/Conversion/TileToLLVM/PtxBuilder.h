@@ -1,0 +1,45 @@
+//===- PtxBuilder.h - The one place that writes inline PTX --------*- C++ -*-===//
+//
+// Everything the NVVM dialect does not offer directly (predicated vector accesses with
+// a fallback value, approximate special functions, fp8 conversions, atomics with a
+// predicate) is emitted here as LLVM inline assembly.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+
+namespace tokamax::tile {
+
+class PtxBuilder {
+public:
+  PtxBuilder(mlir::OpBuilder &builder, mlir::Location loc) : b(builder), loc(loc) {}
+
+  /// Loads `words` registers of `wordBits` (8, 16, 32 or 64) from a global address if
+  /// `pred` (i1) holds; else the registers are zero.
+  llvm::SmallVector<mlir::Value> predicatedLoad(mlir::Value ptr, mlir::Value pred,
+                                                unsigned words, unsigned wordBits);
+  /// Stores `values` (all of one integer width) to a global address if `pred` holds.
+  void predicatedStore(mlir::Value ptr, mlir::Value pred, mlir::ValueRange values);
+
+  /// A unary f32 instruction such as "ex2.approx.ftz.f32".
+  mlir::Value unaryF32(llvm::StringRef instruction, mlir::Value x);
+
+  /// f32 -> fp8 (e4m3 or e5m2) bits as i8, round to nearest, saturating (sm_89+).
+  mlir::Value f32ToF8(mlir::Value x, bool e4m3);
+  /// fp8 bits (i8) -> f32 (sm_89+).
+  mlir::Value f8ToF32(mlir::Value bits, bool e4m3);
+
+  /// `atom.global.<op>.<type>` if `pred` holds; returns the old value (zero otherwise).
+  mlir::Value atomic(llvm::StringRef op, llvm::StringRef type, mlir::Value ptr,
+                     mlir::Value pred, mlir::ValueRange args, mlir::Type resultType);
+
+private:
+  mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,
+                      llvm::StringRef constraints, bool sideEffects);
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+};
+
+} // namespace tokamax::tile

@@ -1,0 +1,86 @@
+//===- TileLowering.h - Per-thread lowering of tile kernels -------*- C++ -*-===//
+//
+// A tile value becomes the list of this thread's registers (one scalar SSA value per
+// element the thread holds under the tile's layout); a scalar becomes a list of one.
+// Each family of tile operations has a lowering function in its own file; the pass walks
+// a kernel in program order and dispatches each operation to its family.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/Conversion/TileToLLVM/PtxBuilder.h"
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <map>
+
+namespace tokamax::tile {
+
+using Registers = llvm::SmallVector<mlir::Value, 8>;
+
+class TileLowering {
+public:
+  TileLowering(mlir::OpBuilder &builder, std::string arch, mlir::Block *entry,
+               mlir::Value sharedBase);
+
+  mlir::OpBuilder &builder() { return b; }
+  const std::string &arch() const { return arch_; }
+  bool hasFp8Conversions() const;
+
+  /// Lowers every operation of `block` in order at the builder's insertion point.
+  mlir::LogicalResult lowerBlock(mlir::Block &block);
+  mlir::LogicalResult lowerOp(mlir::Operation *op);
+
+  const Registers &regs(mlir::Value value) const;
+  void setRegs(mlir::Value value, Registers registers);
+  void mapScalar(mlir::Value value, mlir::Value lowered) { setRegs(value, Registers{lowered}); }
+
+  /// Register element type of a tile element type (fp8 is i8, pointers are global ptrs).
+  mlir::Type registerType(mlir::Type elementType);
+
+  mlir::Value i32(int64_t v);
+  mlir::Value i64(int64_t v);
+  mlir::Value constant(mlir::Type type, double v);
+  mlir::Value laneId() const { return lane; }
+  mlir::Value warpId() const { return warp; }
+  mlir::Value sharedBase() const { return shared; }
+
+  /// This thread's base coordinate per tile dimension (i32, computed once per kernel).
+  const Registers &threadBase(mlir::RankedTensorType type);
+  /// Coordinates (i32) of register r of a tile of `type`.
+  Registers coords(mlir::RankedTensorType type, int64_t r);
+  /// i1: whether this thread's copy of its elements of `type` is the canonical one.
+  mlir::Value threadOwns(mlir::RankedTensorType type);
+
+  /// Combines two values of a reduction or an atomic.
+  mlir::Value combine(ReduceKind kind, mlir::Value a, mlir::Value b);
+  /// Block-wide barrier.
+  void barrier();
+
+  PtxBuilder ptx(mlir::Location loc) { return PtxBuilder(b, loc); }
+
+private:
+  mlir::OpBuilder &b;
+  std::string arch_;
+  mlir::Block *entry;
+  mlir::Value lane, warp, shared;
+  llvm::DenseMap<mlir::Value, Registers> values;
+  std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
+};
+
+// Families of lowerings; each returns failure() with a diagnostic, or success().
+// `handled` is set when the operation belongs to the family.
+mlir::LogicalResult lowerMemoryOp(TileLowering &t, mlir::Operation *op, bool &handled);
+mlir::LogicalResult lowerElementwiseOp(TileLowering &t, mlir::Operation *op, bool &handled);
+mlir::LogicalResult lowerReduceOp(TileLowering &t, mlir::Operation *op, bool &handled);
+mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &handled);
+mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);
+
+/// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).
+int64_t knownMultipleOf(mlir::Value value);
+
+} // namespace tokamax::tile

@@ -1,0 +1,261 @@
+//===- TileOps.cpp - Verifiers and folds of tile operations -----------------===//
+#include "compiler/Dialect/Tile/IR/TileDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+
+using namespace mlir;
+using namespace tokamax::tile;
+
+#define GET_OP_CLASSES
+#include "compiler/Dialect/Tile/IR/TileOps.cpp.inc"
+
+namespace {
+
+bool isPowerOfTwo(int64_t value) { return value > 0 && !(value & (value - 1)); }
+
+LogicalResult verifyTileShape(Operation *op, Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return success();
+  for (int64_t dim : tensor.getShape())
+    if (!isPowerOfTwo(dim))
+      return op->emitOpError("tile dimensions must be static powers of two, got ") << type;
+  return success();
+}
+
+Type pointee(Type ptrLike) {
+  return cast<PointerType>(getElementTypeOrSelf(ptrLike)).getPointeeType();
+}
+
+LogicalResult verifySameShape(Operation *op, Type a, Type b, StringRef what) {
+  auto ta = cast<RankedTensorType>(a), tb = cast<RankedTensorType>(b);
+  if (ta.getShape() != tb.getShape())
+    return op->emitOpError() << what << " shape " << tb << " does not match " << ta;
+  return success();
+}
+
+LogicalResult verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
+                                ArrayRef<int64_t> dims, ArrayRef<int64_t> strides,
+                                RankedTensorType tile) {
+  if (dims.size() != strides.size())
+    return op->emitOpError("has ") << dims.size() << " dims but " << strides.size()
+                                   << " strides";
+  if (numOffsets != dims.size())
+    return op->emitOpError("needs one offset per tensor dimension (") << dims.size()
+                                                                     << "), got " << numOffsets;
+  if (tile.getRank() != static_cast<int64_t>(dims.size()))
+    return op->emitOpError("block ") << tile << " must have the tensor's rank " << dims.size();
+  for (int64_t d : dims)
+    if (d < 0)
+      return op->emitOpError("tensor dims must be non-negative");
+  if (pointee(base) != tile.getElementType())
+    return op->emitOpError("element type ") << tile.getElementType()
+                                            << " does not match the pointer's " << pointee(base);
+  return verifyTileShape(op, tile);
+}
+
+} // namespace
+
+LogicalResult ArangeOp::verify() {
+  auto type = getResult().getType();
+  if (type.getRank() != 1 || type.getDimSize(0) != getEnd() - getStart())
+    return emitOpError("result must be a 1-D tile of end - start = ")
+           << getEnd() - getStart() << " elements, got " << type;
+  return verifyTileShape(*this, type);
+}
+
+LogicalResult SplatOp::verify() {
+  if (getValue().getType() != getResult().getType().getElementType())
+    return emitOpError("scalar type ") << getValue().getType()
+                                       << " does not match the tile's element type";
+  return verifyTileShape(*this, getResult().getType());
+}
+
+LogicalResult LoadOp::verify() {
+  auto ptrs = getPtrs().getType();
+  if (pointee(ptrs) != getResult().getType().getElementType())
+    return emitOpError("result element type does not match the pointee type ") << pointee(ptrs);
+  if (failed(verifySameShape(*this, ptrs, getResult().getType(), "result")))
+    return failure();
+  if (getMask() && failed(verifySameShape(*this, ptrs, getMask().getType(), "mask")))
+    return failure();
+  if (getOther() && getOther().getType() != getResult().getType())
+    return emitOpError("other must have the result type ") << getResult().getType();
+  return verifyTileShape(*this, ptrs);
+}
+
+LogicalResult StoreOp::verify() {
+  auto ptrs = getPtrs().getType();
+  if (pointee(ptrs) != getValue().getType().getElementType())
+    return emitOpError("value element type does not match the pointee type ") << pointee(ptrs);
+  if (failed(verifySameShape(*this, ptrs, getValue().getType(), "value")))
+    return failure();
+  if (getMask() && failed(verifySameShape(*this, ptrs, getMask().getType(), "mask")))
+    return failure();
+  return verifyTileShape(*this, ptrs);
+}
+
+LogicalResult BlockLoadOp::verify() {
+  return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(),
+                           getStrides(), getResult().getType());
+}
+
+LogicalResult BlockStoreOp::verify() {
+  return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(),
+                           getStrides(), getValue().getType());
+}
+
+LogicalResult AtomicRMWOp::verify() {
+  Type elem = getValue().getType().getElementType();
+  if (pointee(getPtrs().getType()) != elem)
+    return emitOpError("value element type does not match the pointee type");
+  if (!elem.isF32() && !elem.isInteger(32) && !elem.isInteger(64) && !elem.isF64())
+    return emitOpError("supports f32, f64, i32 and i64 elements, got ") << elem;
+  if (getKind() == AtomicKind::Max && elem.isF64())
+    return emitOpError("max is not supported on f64");
+  if (getMask() && failed(verifySameShape(*this, getPtrs().getType(), getMask().getType(), "mask")))
+    return failure();
+  return verifySameShape(*this, getPtrs().getType(), getValue().getType(), "value");
+}
+
+LogicalResult AtomicCASOp::verify() {
+  Type elem = getValue().getType().getElementType();
+  if (!elem.isInteger(32) && !elem.isInteger(64))
+    return emitOpError("supports i32 and i64 elements, got ") << elem;
+  if (pointee(getPtrs().getType()) != elem || getCompare().getType() != getValue().getType())
+    return emitOpError("compare, value and pointee types must agree");
+  return verifySameShape(*this, getPtrs().getType(), getValue().getType(), "value");
+}
+
+LogicalResult ReduceOp::verify() {
+  auto source = getSource().getType();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= source.getRank())
+    return emitOpError("axis ") << axis << " is out of range for " << source;
+  Type expectedElem = getKind() == ReduceKind::Argmax
+                          ? Type(IntegerType::get(getContext(), 32))
+                          : source.getElementType();
+  Type result = getResult().getType();
+  if (source.getRank() == 1) {
+    if (result != expectedElem)
+      return emitOpError("reducing a 1-D tile gives a scalar of type ") << expectedElem;
+    return success();
+  }
+  auto resultTensor = dyn_cast<RankedTensorType>(result);
+  SmallVector<int64_t> shape(source.getShape());
+  shape.erase(shape.begin() + axis);
+  if (!resultTensor || resultTensor.getShape() != ArrayRef<int64_t>(shape) ||
+      resultTensor.getElementType() != expectedElem)
+    return emitOpError("result must drop axis ") << axis << " with element type "
+                                                 << expectedElem << ", got " << result;
+  return success();
+}
+
+LogicalResult ExpandDimsOp::verify() {
+  auto source = getSource().getType();
+  auto result = getResult().getType();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis > source.getRank())
+    return emitOpError("axis ") << axis << " is out of range for " << source;
+  SmallVector<int64_t> shape(source.getShape());
+  shape.insert(shape.begin() + axis, 1);
+  if (result.getShape() != ArrayRef<int64_t>(shape) ||
+      result.getElementType() != source.getElementType())
+    return emitOpError("result must insert a unit dimension at ") << axis << ", got " << result;
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  auto source = getSource().getType();
+  auto result = getResult().getType();
+  if (source.getRank() != result.getRank() || source.getElementType() != result.getElementType())
+    return emitOpError("source ") << source << " and result " << result
+                                  << " must have the same rank and element type";
+  for (int64_t d = 0; d < source.getRank(); ++d)
+    if (source.getDimSize(d) != 1 && source.getDimSize(d) != result.getDimSize(d))
+      return emitOpError("cannot broadcast dimension ") << d << " of " << source << " to "
+                                                        << result;
+  return verifyTileShape(*this, result);
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto source = getSource().getType();
+  auto result = getResult().getType();
+  if (source.getNumElements() != result.getNumElements() ||
+      source.getElementType() != result.getElementType())
+    return emitOpError("cannot reshape ") << source << " to " << result;
+  return verifyTileShape(*this, result);
+}
+
+LogicalResult TransOp::verify() {
+  auto source = getSource().getType();
+  auto result = getResult().getType();
+  ArrayRef<int32_t> order = getOrder();
+  if (static_cast<int64_t>(order.size()) != source.getRank())
+    return emitOpError("order must have one entry per dimension of ") << source;
+  SmallVector<bool> seen(order.size(), false);
+  for (auto [i, d] : llvm::enumerate(order)) {
+    if (d < 0 || d >= source.getRank() || seen[d])
+      return emitOpError("order must be a permutation");
+    seen[d] = true;
+    if (result.getDimSize(i) != source.getDimSize(d))
+      return emitOpError("result ") << result << " is not " << source << " permuted";
+  }
+  return success();
+}
+
+LogicalResult DotOp::verify() {
+  auto a = getA().getType(), b = getB().getType(), acc = getAcc().getType();
+  if (a.getRank() != 2 || b.getRank() != 2 || acc.getRank() != 2)
+    return emitOpError("operands must be 2-D tiles");
+  if (a.getDimSize(1) != b.getDimSize(0))
+    return emitOpError("inner dimensions differ: ") << a << " @ " << b;
+  if (acc.getDimSize(0) != a.getDimSize(0) || acc.getDimSize(1) != b.getDimSize(1))
+    return emitOpError("accumulator ") << acc << " does not match " << a << " @ " << b;
+  if (a.getElementType() != b.getElementType())
+    return emitOpError("a and b must have one element type");
+  if (!acc.getElementType().isF32() && !acc.getElementType().isF64())
+    return emitOpError("accumulates in f32 (or f64 on the interpreter), got ")
+           << acc.getElementType();
+  if (getResult().getType() != acc)
+    return emitOpError("result type must equal the accumulator type");
+  return success();
+}
+
+OpFoldResult ConvertLayoutOp::fold(FoldAdaptor) {
+  if (getSource().getType() == getResult().getType())
+    return getSource();
+  return {};
+}
+
+namespace {
+/// convert(convert(x)) -> convert(x); convert(splat) -> splat; convert(arange) -> arange.
+struct FoldConvertOfProducer : OpRewritePattern<ConvertLayoutOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConvertLayoutOp op, PatternRewriter &rewriter) const override {
+    Operation *producer = op.getSource().getDefiningOp();
+    if (!producer)
+      return failure();
+    Type type = op.getResult().getType();
+    if (auto inner = dyn_cast<ConvertLayoutOp>(producer)) {
+      rewriter.replaceOpWithNewOp<ConvertLayoutOp>(op, type, inner.getSource());
+      return success();
+    }
+    if (auto splat = dyn_cast<SplatOp>(producer)) {
+      rewriter.replaceOpWithNewOp<SplatOp>(op, type, splat.getValue());
+      return success();
+    }
+    if (auto arange = dyn_cast<ArangeOp>(producer)) {
+      rewriter.replaceOpWithNewOp<ArangeOp>(op, type, arange.getStartAttr(), arange.getEndAttr());
+      return success();
+    }
+    return failure();
+  }
+};
+} // namespace
+
+void ConvertLayoutOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *ctx) {
+  results.add<FoldConvertOfProducer>(ctx);
+}

@@ -1,0 +1,227 @@
+//===- TileOps.td - Operations of the tile dialect -------------*- tablegen -*-===//
+#ifndef TOKAMAX_TILE_OPS
+#define TOKAMAX_TILE_OPS
+
+include "TileTypes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Program instance
+//===----------------------------------------------------------------------===//
+
+def Tile_ProgramIdOp : Tile_Op<"program_id", [Pure]> {
+  let summary = "index of this program instance along a grid axis";
+  let arguments = (ins ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<2>]>:$axis);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$axis attr-dict `:` type($result)";
+}
+
+def Tile_NumProgramsOp : Tile_Op<"num_programs", [Pure]> {
+  let summary = "number of program instances along a grid axis";
+  let arguments = (ins ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<2>]>:$axis);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$axis attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Tile construction
+//===----------------------------------------------------------------------===//
+
+def Tile_ArangeOp : Tile_Op<"arange", [Pure]> {
+  let summary = "the 1-D tile [start, start + 1, ..., end - 1]";
+  let arguments = (ins I32Attr:$start, I32Attr:$end);
+  let results = (outs RankedTensorOf<[I32]>:$result);
+  let assemblyFormat = "$start `to` $end attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_SplatOp : Tile_Op<"splat", [Pure]> {
+  let summary = "a tile with every element equal to a scalar";
+  let arguments = (ins AnyTypeOf<[Tile_Scalar, Tile_PtrType]>:$value);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($value) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+def Tile_AddPtrOp : Tile_Op<"addptr", [Pure, Elementwise, SameOperandsAndResultShape,
+                                       AllTypesMatch<["ptr", "result"]>]> {
+  let summary = "pointer + element offset, elementwise";
+  let arguments = (ins Tile_Ptrs:$ptr, AnyTypeOf<[I32, I64, RankedTensorOf<[I32, I64]>]>:$offset);
+  let results = (outs Tile_Ptrs:$result);
+  let assemblyFormat = "$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset)";
+}
+
+def Tile_LoadOp : Tile_Op<"load", [AttrSizedOperandSegments,
+                                   MemoryEffects<[MemRead]>]> {
+  let summary = "gather: load each element through a tile of pointers";
+  let description = [{
+    Lanes whose mask is false read nothing and produce `other` (zero when absent).
+  }];
+  let arguments = (ins Tile_PtrTensor:$ptrs, Optional<Tile_BoolTensor>:$mask,
+                       Optional<Tile_ScalarTensor>:$other);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $ptrs (`,` $mask^)? (`,` `other` $other^)? attr-dict `:` type($ptrs)
+    (`,` type($mask)^)? (`,` type($other)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
+  let summary = "scatter: store each element through a tile of pointers";
+  let arguments = (ins Tile_PtrTensor:$ptrs, Tile_ScalarTensor:$value,
+                       Optional<Tile_BoolTensor>:$mask);
+  let assemblyFormat = [{
+    $ptrs `,` $value (`,` $mask^)? attr-dict `:` type($ptrs) `,` type($value) (`,` type($mask)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+class Tile_BlockAccess<string mnemonic, list<Trait> traits>
+    : Tile_Op<mnemonic, traits> {
+  // `dims` and `strides` (in elements) describe the whole tensor behind `base`; the block
+  // starts at `offsets` (one index per dimension). Elements outside `dims` are masked.
+  code blockAccessDecls = [{
+    int64_t getRank() { return getDims().size(); }
+  }];
+}
+
+def Tile_BlockLoadOp : Tile_BlockAccess<"block_load", [MemoryEffects<[MemRead]>]> {
+  let summary = "load a rectangular block of a strided tensor, padding out-of-bounds elements";
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides,
+                       DefaultValuedAttr<F64Attr, "0.0">:$padding);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` attr-dict `:` type($base) `->` type($result)
+  }];
+  let extraClassDeclaration = blockAccessDecls;
+  let hasVerifier = 1;
+}
+
+def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite]>]> {
+  let summary = "store a rectangular block of a strided tensor, dropping out-of-bounds elements";
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
+  }];
+  let extraClassDeclaration = blockAccessDecls;
+  let hasVerifier = 1;
+}
+
+def Tile_AtomicRMWOp : Tile_Op<"atomic_rmw", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "atomic read-modify-write through a tile of pointers; returns the old values";
+  let arguments = (ins Tile_AtomicKindAttr:$kind, Tile_PtrTensor:$ptrs,
+                       Tile_ScalarTensor:$value, Optional<Tile_BoolTensor>:$mask);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $kind $ptrs `,` $value (`,` $mask^)? attr-dict `:` type($ptrs) `,` type($value)
+    (`,` type($mask)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_AtomicCASOp : Tile_Op<"atomic_cas", [MemoryEffects<[MemRead, MemWrite]>,
+                                              AllTypesMatch<["compare", "value", "result"]>]> {
+  let summary = "atomic compare-and-swap through a tile of pointers; returns the old values";
+  let arguments = (ins Tile_PtrTensor:$ptrs, Tile_IntTensor:$compare, Tile_IntTensor:$value);
+  let results = (outs Tile_IntTensor:$result);
+  let assemblyFormat = [{
+    $ptrs `,` $compare `,` $value attr-dict `:` type($ptrs) `,` type($value)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Conversion, reduction and shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Tile_CastOp : Tile_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "convert between element types (round to nearest even, saturating fp8)";
+  let description = [{
+    Float to float rounds to nearest even; fp8 e4m3 saturates to +-448. Float to int
+    truncates toward zero; anything to i1 is `!= 0`; i1 to anything is 0 or 1.
+  }];
+  let arguments = (ins Tile_Numeric:$source);
+  let results = (outs Tile_Numeric:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+}
+
+def Tile_ReduceOp : Tile_Op<"reduce", [Pure]> {
+  let summary = "reduce a tile along one axis (sum, max, min or argmax)";
+  let description = [{
+    The result drops `axis`; reducing a 1-D tile gives a scalar. argmax gives i32 indices
+    (the first maximum).
+  }];
+  let arguments = (ins Tile_ReduceKindAttr:$kind, Tile_ScalarTensor:$source, I32Attr:$axis);
+  let results = (outs AnyTypeOf<[Tile_Scalar, Tile_ScalarTensor]>:$result);
+  let assemblyFormat = "$kind $source `axis` `=` $axis attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_ExpandDimsOp : Tile_Op<"expand_dims", [Pure]> {
+  let summary = "insert a dimension of size 1";
+  let arguments = (ins Tile_AnyTensor:$source, I32Attr:$axis);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$source `axis` `=` $axis attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_BroadcastOp : Tile_Op<"broadcast", [Pure]> {
+  let summary = "repeat dimensions of size 1 up to the result shape";
+  let arguments = (ins Tile_AnyTensor:$source);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_ReshapeOp : Tile_Op<"reshape", [Pure]> {
+  let summary = "reinterpret a tile's shape in row-major order";
+  let arguments = (ins Tile_AnyTensor:$source);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_TransOp : Tile_Op<"trans", [Pure]> {
+  let summary = "permute the dimensions of a tile";
+  let arguments = (ins Tile_AnyTensor:$source, DenseI32ArrayAttr:$order);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$source $order attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
+  let summary = "matrix product accumulated in f32: acc + a @ b";
+  let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `->` type($acc)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Compiler-inserted operations
+//===----------------------------------------------------------------------===//
+
+def Tile_ConvertLayoutOp : Tile_Op<"convert_layout", [Pure, SameOperandsAndResultShape,
+                                                        SameOperandsAndResultElementType]> {
+  let summary = "move a tile between distributed layouts (through shared memory)";
+  let arguments = (ins Tile_AnyTensor:$source);
+  let results = (outs Tile_AnyTensor:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `->` type($result)";
+  let hasCanonicalizer = 1;
+  let hasFolder = 1;
+}
+
+def Tile_BarrierOp : Tile_Op<"barrier", []> {
+  let summary = "block-wide barrier ordering shared-memory scratch accesses";
+  let assemblyFormat = "attr-dict";
+}
+
+#endif // TOKAMAX_TILE_OPS

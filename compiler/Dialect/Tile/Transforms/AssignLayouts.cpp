@@ -1,0 +1,205 @@
+//===- AssignLayouts.cpp - Give every tile a distributed layout -------------===//
+//
+// 1. Anchors: block loads, splats and aranges take the default blocked layout of their
+//    tile (16-byte vectors along the fastest dimension).
+// 2. Forward propagation in program order: elementwise ops take the layout of their
+//    first operand not produced by a splat/arange (those can be rebuilt in any layout);
+//    reductions give slice layouts; expand_dims of a slice gives its parent back;
+//    broadcast keeps its operand's layout; trans permutes it; reshape re-anchors.
+// 3. Loops and ifs: carried tiles keep their initial layout, yields are converted to it.
+// 4. Disagreeing operands get tile.convert_layout; canonicalization later folds the ones
+//    whose producer is a splat or an arange.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+#include "compiler/Dialect/Tile/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace tokamax::tile {
+#define GEN_PASS_DEF_TILEASSIGNLAYOUTS
+#include "compiler/Dialect/Tile/Transforms/Passes.h.inc"
+} // namespace tokamax::tile
+
+using namespace mlir;
+using namespace tokamax::tile;
+
+namespace {
+
+bool isFreeProducer(Value value) {
+  Operation *def = value.getDefiningOp();
+  return def && isa<SplatOp, ArangeOp, arith::ConstantOp>(def);
+}
+
+class LayoutAssigner {
+public:
+  explicit LayoutAssigner(unsigned numWarps) : numWarps(numWarps) {}
+
+  void run(Block &block) {
+    for (Operation &op : llvm::make_early_inc_range(block))
+      visit(&op);
+  }
+
+private:
+  unsigned numWarps;
+
+  void setLayout(Value value, Attribute layout) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (type)
+      value.setType(withLayout(type, layout));
+  }
+
+  Attribute defaultFor(Type type) {
+    return getDefaultLayout(cast<RankedTensorType>(type), numWarps);
+  }
+
+  /// Makes `operand` of `op` carry `layout`, inserting a conversion before `op`.
+  void convertOperand(Operation *op, OpOperand &operand, Attribute layout) {
+    auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+    if (!type || type.getEncoding() == layout)
+      return;
+    OpBuilder builder(op);
+    auto convert = builder.create<ConvertLayoutOp>(op->getLoc(), withLayout(type, layout),
+                                                   operand.get());
+    operand.set(convert);
+  }
+
+  void assignElementwise(Operation *op) {
+    Attribute chosen;
+    for (Value operand : op->getOperands())
+      if (auto layout = getLayout(operand.getType()); layout && !isFreeProducer(operand)) {
+        chosen = layout;
+        break;
+      }
+    if (!chosen)
+      for (Value operand : op->getOperands())
+        if ((chosen = getLayout(operand.getType())))
+          break;
+    if (!chosen) {
+      for (Value result : op->getResults())
+        if (isa<RankedTensorType>(result.getType()))
+          setLayout(result, defaultFor(result.getType()));
+      return;
+    }
+    for (OpOperand &operand : op->getOpOperands())
+      convertOperand(op, operand, chosen);
+    for (Value result : op->getResults())
+      setLayout(result, chosen);
+  }
+
+  void visit(Operation *op) {
+    if (auto loop = dyn_cast<scf::ForOp>(op))
+      return visitFor(loop);
+    if (auto branch = dyn_cast<scf::IfOp>(op))
+      return visitIf(branch);
+    if (isa<scf::YieldOp>(op))
+      return; // handled by the parent
+    if (isa<ConvertLayoutOp>(op))
+      return;
+    if (isa<BlockLoadOp, SplatOp, ArangeOp, ReshapeOp, DotOp, arith::ConstantOp>(op)) {
+      for (Value result : op->getResults())
+        if (isa<RankedTensorType>(result.getType()))
+          setLayout(result, defaultFor(result.getType()));
+      if (auto dot = dyn_cast<DotOp>(op))
+        for (OpOperand &operand : op->getOpOperands())
+          convertOperand(op, operand, defaultFor(operand.get().getType()));
+      return;
+    }
+    if (auto store = dyn_cast<BlockStoreOp>(op))
+      return; // any layout can be stored
+    if (isa<StoreOp, LoadOp, AtomicRMWOp, AtomicCASOp>(op))
+      return assignElementwise(op);
+    if (auto reduce = dyn_cast<ReduceOp>(op)) {
+      Attribute source = getLayout(reduce.getSource().getType());
+      if (isa<RankedTensorType>(reduce.getResult().getType()))
+        setLayout(reduce.getResult(),
+                  SliceLayoutAttr::get(op->getContext(), reduce.getAxis(), source));
+      return;
+    }
+    if (auto expand = dyn_cast<ExpandDimsOp>(op)) {
+      auto slice = dyn_cast<SliceLayoutAttr>(getLayout(expand.getSource().getType()));
+      if (slice && slice.getDim() == static_cast<unsigned>(expand.getAxis())) {
+        setLayout(expand.getResult(), slice.getParent());
+        return;
+      }
+      Attribute parent = defaultFor(expand.getResult().getType());
+      convertOperand(op, op->getOpOperand(0),
+                     SliceLayoutAttr::get(op->getContext(), expand.getAxis(), parent));
+      setLayout(expand.getResult(), parent);
+      return;
+    }
+    if (auto broadcast = dyn_cast<BroadcastOp>(op)) {
+      setLayout(broadcast.getResult(), getLayout(broadcast.getSource().getType()));
+      return;
+    }
+    if (auto trans = dyn_cast<TransOp>(op)) {
+      auto blocked = dyn_cast<BlockedLayoutAttr>(getLayout(trans.getSource().getType()));
+      if (!blocked) {
+        blocked = cast<BlockedLayoutAttr>(defaultFor(trans.getSource().getType()));
+        convertOperand(op, op->getOpOperand(0), blocked);
+      }
+      tokamax::compiler::BlockedLayout source = toBlockedLayout(blocked), result = source;
+      ArrayRef<int32_t> perm = trans.getOrder();
+      for (size_t i = 0; i < perm.size(); ++i) {
+        result.size_per_thread[i] = source.size_per_thread[perm[i]];
+        result.threads_per_warp[i] = source.threads_per_warp[perm[i]];
+        result.warps_per_cta[i] = source.warps_per_cta[perm[i]];
+      }
+      for (unsigned &d : result.order)
+        d = static_cast<unsigned>(llvm::find(perm, static_cast<int32_t>(d)) - perm.begin());
+      setLayout(trans.getResult(), toAttr(op->getContext(), result));
+      return;
+    }
+    // Elementwise: arith, math, tile.cast, tile.addptr.
+    bool hasTensor = llvm::any_of(op->getResultTypes(),
+                                  [](Type t) { return isa<RankedTensorType>(t); });
+    if (hasTensor)
+      assignElementwise(op);
+  }
+
+  void visitFor(scf::ForOp loop) {
+    for (auto [init, arg, result] :
+         llvm::zip(loop.getInitArgs(), loop.getRegionIterArgs(), loop.getResults())) {
+      arg.setType(init.getType());
+      result.setType(init.getType());
+    }
+    run(*loop.getBody());
+    auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+    for (auto [operand, arg] : llvm::zip(yield->getOpOperands(), loop.getRegionIterArgs()))
+      if (auto layout = getLayout(arg.getType()))
+        convertOperand(yield, operand, layout);
+  }
+
+  void visitIf(scf::IfOp branch) {
+    run(branch.getThenRegion().front());
+    if (!branch.getElseRegion().empty())
+      run(branch.getElseRegion().front());
+    auto thenYield = branch.thenYield();
+    for (auto [value, result] : llvm::zip(thenYield.getOperands(), branch.getResults()))
+      result.setType(value.getType());
+    if (branch.getElseRegion().empty())
+      return;
+    auto elseYield = branch.elseYield();
+    for (auto [operand, result] : llvm::zip(elseYield->getOpOperands(), branch.getResults()))
+      if (auto layout = getLayout(result.getType()))
+        convertOperand(elseYield, operand, layout);
+  }
+};
+
+struct AssignLayoutsPass : tokamax::tile::impl::TileAssignLayoutsBase<AssignLayoutsPass> {
+  using TileAssignLayoutsBase::TileAssignLayoutsBase;
+  void runOnOperation() override {
+    getOperation().walk([&](func::FuncOp func) {
+      unsigned warps = numWarps;
+      if (auto attr = func->getAttrOfType<IntegerAttr>(kNumWarpsAttr))
+        warps = static_cast<unsigned>(attr.getInt());
+      else
+        func->setAttr(kNumWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), warps));
+      if (!func.isExternal())
+        LayoutAssigner(warps).run(func.getBody().front());
+    });
+  }
+};
+
+} // namespace

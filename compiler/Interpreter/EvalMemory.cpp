@@ -1,0 +1,175 @@
+//===- EvalMemory.cpp - Pointers, gathers/scatters, block accesses, atomics ----===//
+//
+// Pointers are (argument, element offset) pairs. Gathers, scatters and atomics honour
+// their masks and throw on an unmasked access outside the parameter; block accesses mask
+// every element whose coordinates fall outside `dims` (loads read `padding`), and throw if
+// an in-bounds coordinate still lands outside the parameter (inconsistent dims/strides).
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Interpreter/HostTile.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace tokamax::interp {
+
+using namespace mlir;
+
+namespace {
+
+bool maskOn(const HostTile *mask, size_t k) { return !mask || mask->truth(mask->at(k)); }
+
+const HostTile *optional(Interpreter &in, Value v) { return v ? &in.get(v) : nullptr; }
+
+/// Visits every element of a block: fn(k, inBounds, elementOffset).
+template <typename F>
+void forEachBlockElement(Interpreter &in, Value base, ValueRange offsets,
+                         ArrayRef<int64_t> dims, ArrayRef<int64_t> strides,
+                         const std::vector<int64_t> &shape, F fn) {
+  const HostTile &b = in.get(base);
+  int64_t origin = b.i[0];
+  size_t rank = dims.size();
+  std::vector<int64_t> start(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const HostTile &o = in.get(offsets[d]);
+    start[d] = asSigned(o.bits(), o.i[0]);
+  }
+  std::vector<int64_t> idx(rank, 0);
+  size_t n = 1;
+  for (int64_t s : shape)
+    n *= static_cast<size_t>(s);
+  for (size_t k = 0; k < n; ++k) {
+    bool inBounds = true;
+    int64_t offset = origin;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t c = start[d] + idx[d];
+      inBounds = inBounds && c >= 0 && c < dims[d];
+      offset += c * strides[d];
+    }
+    fn(k, inBounds, offset);
+    for (size_t d = rank; d-- > 0;) { // next row-major index
+      if (++idx[d] < shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void evalAtomicRMW(Interpreter &in, tile::AtomicRMWOp op) {
+  const HostTile &ptrs = in.get(op.getPtrs()), &val = in.get(op.getValue());
+  const HostTile *mask = optional(in, op.getMask());
+  HostTile old = HostTile::of(op.getType()); // masked-off lanes return 0
+  HostTile updated = HostTile::make(old.elem, {});
+  bool isAdd = op.getKind() == tile::AtomicKind::Add;
+  for (size_t k = 0; k < old.numel(); ++k) {
+    if (!maskOn(mask, k))
+      continue;
+    int32_t arg = ptrs.arg[k];
+    int64_t offset = ptrs.i[k];
+    in.checkAccess("tile.atomic_rmw", arg, offset);
+    in.readElem(arg, offset, old, k);
+    if (old.kind == Kind::Float) {
+      double a = old.f[k], v = val.f[k];
+      updated.f[0] = isAdd ? roundFloat(old.elem, a + v) : (v > a || std::isnan(a) ? v : a);
+    } else {
+      unsigned bits = old.bits();
+      int64_t a = old.i[k], v = val.i[k];
+      updated.i[0] = isAdd ? wrapInt(bits, static_cast<int64_t>(uint64_t(a) + uint64_t(v)))
+                           : std::max(a, v);
+    }
+    in.writeElem(arg, offset, updated, 0);
+  }
+  in.set(op.getResult(), std::move(old));
+}
+
+void evalAtomicCAS(Interpreter &in, tile::AtomicCASOp op) {
+  const HostTile &ptrs = in.get(op.getPtrs()), &cmp = in.get(op.getCompare()),
+                 &val = in.get(op.getValue());
+  HostTile old = HostTile::of(op.getType());
+  for (size_t k = 0; k < old.numel(); ++k) {
+    int32_t arg = ptrs.arg[k];
+    int64_t offset = ptrs.i[k];
+    in.checkAccess("tile.atomic_cas", arg, offset);
+    in.readElem(arg, offset, old, k);
+    if (old.i[k] == cmp.i[k])
+      in.writeElem(arg, offset, val, k);
+  }
+  in.set(op.getResult(), std::move(old));
+}
+
+} // namespace
+
+bool evalMemory(Interpreter &in, Operation *op) {
+  if (auto addptr = dyn_cast<tile::AddPtrOp>(op)) {
+    const HostTile &p = in.get(addptr.getPtr()), &off = in.get(addptr.getOffset());
+    HostTile r = HostTile::of(addptr.getType());
+    unsigned bits = off.bits();
+    for (size_t k = 0; k < r.numel(); ++k) {
+      r.arg[k] = p.arg[p.at(k)];
+      r.i[k] = p.i[p.at(k)] + asSigned(bits, off.i[off.at(k)]);
+    }
+    in.set(addptr.getResult(), std::move(r));
+    return true;
+  }
+  if (auto load = dyn_cast<tile::LoadOp>(op)) {
+    const HostTile &ptrs = in.get(load.getPtrs());
+    const HostTile *mask = optional(in, load.getMask()), *other = optional(in, load.getOther());
+    HostTile r = HostTile::of(load.getType());
+    for (size_t k = 0; k < r.numel(); ++k) {
+      if (!maskOn(mask, k)) {
+        if (other)
+          r.copyElem(k, *other, other->at(k));
+        continue;
+      }
+      in.checkAccess("tile.load", ptrs.arg[k], ptrs.i[k]);
+      in.readElem(ptrs.arg[k], ptrs.i[k], r, k);
+    }
+    in.set(load.getResult(), std::move(r));
+    return true;
+  }
+  if (auto store = dyn_cast<tile::StoreOp>(op)) {
+    const HostTile &ptrs = in.get(store.getPtrs()), &val = in.get(store.getValue());
+    const HostTile *mask = optional(in, store.getMask());
+    for (size_t k = 0; k < ptrs.numel(); ++k) {
+      if (!maskOn(mask, k))
+        continue;
+      in.checkAccess("tile.store", ptrs.arg[k], ptrs.i[k]);
+      in.writeElem(ptrs.arg[k], ptrs.i[k], val, val.at(k));
+    }
+    return true;
+  }
+  if (auto load = dyn_cast<tile::BlockLoadOp>(op)) {
+    HostTile r = HostTile::of(load.getType());
+    int32_t arg = in.get(load.getBase()).arg[0];
+    double padding = load.getPadding().convertToDouble();
+    forEachBlockElement(in, load.getBase(), load.getOffsets(), load.getDims(), load.getStrides(),
+                        r.shape, [&](size_t k, bool inBounds, int64_t offset) {
+                          if (!inBounds)
+                            return r.setFromDouble(k, padding);
+                          in.checkAccess("tile.block_load", arg, offset);
+                          in.readElem(arg, offset, r, k);
+                        });
+    in.set(load.getResult(), std::move(r));
+    return true;
+  }
+  if (auto store = dyn_cast<tile::BlockStoreOp>(op)) {
+    const HostTile &val = in.get(store.getValue());
+    int32_t arg = in.get(store.getBase()).arg[0];
+    forEachBlockElement(in, store.getBase(), store.getOffsets(), store.getDims(),
+                        store.getStrides(), val.shape, [&](size_t k, bool inBounds, int64_t offset) {
+                          if (!inBounds)
+                            return;
+                          in.checkAccess("tile.block_store", arg, offset);
+                          in.writeElem(arg, offset, val, k);
+                        });
+    return true;
+  }
+  if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
+    return evalAtomicRMW(in, rmw), true;
+  if (auto cas = dyn_cast<tile::AtomicCASOp>(op))
+    return evalAtomicCAS(in, cas), true;
+  return false;
+}
+
+} // namespace tokamax::interp

@@ -1,0 +1,86 @@
+//===- Compiler.h - Tile IR -> PTX -> cubin -----------------------*- C++ -*-===//
+#pragma once
+
+#include <tokamax/runtime/DType.h>
+#include <tokamax/runtime/Export.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tokamax {
+
+namespace dsl {
+class Kernel;
+}
+
+/// Knobs that change generated code; all of them are part of the kernel cache key.
+struct TOKAMAX_API CompileOptions {
+  std::string arch = "sm_90a";  ///< sm_80 or sm_90a (or another sm_XY)
+  int opt_level = 3;            ///< LLVM optimisation level
+  bool assemble = true;         ///< produce a cubin, not only PTX
+  std::string dump_dir;         ///< when set: every stage written under <dump_dir>/<kernel>/
+
+  /// Printable form for cache keys, e.g. "opt=3".
+  std::string key() const;
+};
+
+/// One kernel parameter as the launcher packs it.
+struct TOKAMAX_API KernelParam {
+  std::string name;
+  bool is_tensor = true;  ///< a pointer to a tensor, else a scalar passed by value
+  bool is_output = false;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  ///< tensors only
+};
+
+struct TOKAMAX_API LaunchInfo {
+  std::string kernel_name;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block_threads = 128;
+  uint32_t shared_bytes = 0;
+  std::vector<KernelParam> params;
+
+  std::string to_json() const;
+  static LaunchInfo from_json(const std::string &text);
+};
+
+struct TOKAMAX_API StageTime {
+  std::string stage;
+  double ms = 0;
+};
+
+struct TOKAMAX_API CompiledKernel {
+  std::string canonical_ir;  ///< the tile IR the kernel was compiled from
+  std::string arch;
+  std::string ptx;
+  std::vector<uint8_t> cubin;  ///< empty when not assembled
+  LaunchInfo launch;
+  std::vector<StageTime> stages;
+};
+
+/// PTX ISA version every kernel is emitted for (pinned so that cached PTX and cubins
+/// do not depend on LLVM's default).
+TOKAMAX_API const char *ptx_isa_version();
+/// "LLVM 22.1.8".
+TOKAMAX_API std::string llvm_version();
+
+/// Runs the whole pipeline: tile IR -> layouts -> LLVM/NVVM -> PTX -> cubin.
+/// Throws tokamax::Error with the compiler's diagnostics when a stage fails.
+TOKAMAX_API CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options = {});
+/// The same from tile IR text (as printed by dsl::Kernel::ir()).
+TOKAMAX_API CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options = {});
+
+/// The stages of the pipeline, in order, as one line each (for documentation and tools).
+TOKAMAX_API std::vector<std::string> pipeline_stages();
+
+/// The assembler used for PTX -> cubin: "nvJitLink <version>", "ptxas <version>" or "none".
+TOKAMAX_API std::string assembler_identity();
+/// Assembles PTX for `arch` into a cubin (nvJitLink in process, else a ptxas process).
+TOKAMAX_API std::vector<uint8_t> assemble_ptx(const std::string &ptx, const std::string &arch);
+
+/// Runs mlir-opt-like command-line processing with the tile dialect and passes registered
+/// (the body of tokamax-opt).
+TOKAMAX_API int run_opt_main(int argc, char **argv);
+
+} // namespace tokamax

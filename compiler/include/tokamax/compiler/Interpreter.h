@@ -1,0 +1,39 @@
+//===- Interpreter.h - Run tile kernels on the CPU ----------------*- C++ -*-===//
+//
+// Runs a kernel's tile IR on host arrays, one program instance at a time, in grid order.
+// It is the ops author's debugger and lets tests check numerics without a GPU.
+// Out-of-bounds accesses that the GPU would not mask throw tokamax::Error.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/runtime/Export.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace tokamax {
+
+namespace dsl {
+class Kernel;
+}
+
+/// One kernel argument on the host, in the order the kernel declared its parameters.
+struct TOKAMAX_API HostArg {
+  void *data = nullptr;  ///< tensors: row-major elements of the parameter's dtype
+  size_t bytes = 0;
+  double scalar = 0;  ///< scalars: the value (converted to the parameter's dtype)
+
+  static HostArg tensor(void *data, size_t bytes) { return {data, bytes, 0}; }
+  static HostArg value(double v) { return {nullptr, 0, v}; }
+};
+
+/// Runs every program instance of the kernel's grid on the host.
+TOKAMAX_API void interpret(const dsl::Kernel &kernel, std::span<HostArg> args);
+TOKAMAX_API void interpret_ir(const std::string &ir, std::span<HostArg> args);
+
+/// True when TOKAMAX_INTERPRET=1 asks launches to run on the interpreter.
+TOKAMAX_API bool interpreter_requested();
+
+} // namespace tokamax

@@ -1,0 +1,98 @@
+//===- Jit.h - Compile on first use, cache in memory and on disk --*- C++ -*-===//
+//
+// The first call of a kernel specialisation builds its DSL kernel, looks its IR up in
+// the on-disk cache (or compiles it), loads the cubin and keeps it in memory. Later
+// calls cost one hash lookup under a shared lock and one launch.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/runtime/Module.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+namespace tokamax {
+
+class Device;
+class Stream;
+
+/// One launch argument: a tensor or a scalar, in the kernel's parameter order.
+struct TOKAMAX_API KernelArg {
+  const TensorView *tensor = nullptr;
+  double scalar = 0;
+
+  KernelArg(const TensorView &t) : tensor(&t) {}
+  KernelArg(double v) : scalar(v) {}
+  KernelArg(int v) : scalar(v) {}
+  KernelArg(int64_t v) : scalar(static_cast<double>(v)) {}
+};
+
+/// A compiled kernel loaded on one device.
+class TOKAMAX_API LoadedKernel {
+public:
+  LoadedKernel(Module module, LaunchInfo info, std::string digest);
+
+  const LaunchInfo &info() const { return info_; }
+  const std::string &digest() const { return digest_; }
+
+  /// Checks the arguments against the kernel's parameters (count, dtype, shape,
+  /// 16-byte alignment) and launches. No allocation.
+  void launch(std::span<const KernelArg> args, CUstream stream) const;
+  void launch(std::initializer_list<KernelArg> args, CUstream stream) const {
+    launch(std::span<const KernelArg>(args.begin(), args.size()), stream);
+  }
+
+private:
+  Module module_;
+  KernelFunction function_;
+  LaunchInfo info_;
+  std::string digest_;
+};
+
+/// Where the kernel of a call came from (for logs, tests and benchmarks).
+enum class KernelSource { Memory, Disk, Compiled };
+
+struct TOKAMAX_API JitStats {
+  uint64_t memory_hits = 0, disk_hits = 0, compiles = 0;
+};
+
+class TOKAMAX_API Jit {
+public:
+  static Jit &instance();
+
+  /// Hot path: the kernel already loaded for (key, device), or null.
+  const LoadedKernel *find(uint64_t key, const Device &device) const;
+  /// Cold path: builds, compiles (or reads from disk) and loads the kernel, once even when
+  /// many threads ask at the same time. Throws tokamax::Error on failure (and the next call
+  /// tries again).
+  const LoadedKernel &get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
+                          KernelSource *source = nullptr);
+
+  JitStats stats() const;
+  /// Drops every loaded kernel (tests and benchmarks of cold paths).
+  void clear();
+
+  Jit();
+  ~Jit();
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Compiles (or reads from `cache_dir`'s disk cache) a kernel without a GPU: the work of
+/// `tokamax-compile precompile`. Returns the cache entry digest and whether it was a hit.
+struct TOKAMAX_API PrecompileResult {
+  std::string digest;
+  bool cache_hit = false;
+  CompiledKernel kernel;  ///< empty PTX/cubin on a hit
+};
+TOKAMAX_API PrecompileResult precompile(const dsl::Kernel &kernel, const CompileOptions &options,
+                                        const std::string &cache_dir);
+
+} // namespace tokamax

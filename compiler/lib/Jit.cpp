@@ -1,0 +1,242 @@
+//===- Jit.cpp - Compile on first use, cache in memory and on disk ----------===//
+#include <tokamax/compiler/Jit.h>
+
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/DiskCache.h>
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <future>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace tokamax {
+
+namespace {
+
+CacheKey makeKey(const std::string &name, const std::string &ir, const CompileOptions &options) {
+  CacheKey key;
+  key.kernel_name = name;
+  key.canonical_ir = ir;
+  key.target_arch = options.arch;
+  key.ptx_isa = ptx_isa_version();
+  key.compile_options = options.key();
+  key.tokamax_version = TOKAMAX_VERSION_STRING;
+  key.llvm_version = llvm_version();
+  key.assembler = assembler_identity();
+  return key;
+}
+
+CacheEntry toEntry(const CompiledKernel &kernel) {
+  return CacheEntry{kernel.launch.kernel_name, kernel.ptx, kernel.cubin, kernel.launch.to_json()};
+}
+
+} // namespace
+
+LoadedKernel::LoadedKernel(Module module, LaunchInfo info, std::string digest)
+    : module_(std::move(module)), info_(std::move(info)), digest_(std::move(digest)) {
+  function_ = module_.function(info_.kernel_name);
+}
+
+void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) const {
+  constexpr size_t kMaxParams = 32;
+  const auto &params = info_.params;
+  if (args.size() != params.size())
+    throw Error(fmt::format("{}: expected {} arguments, got {}", info_.kernel_name, params.size(),
+                            args.size()));
+  if (params.size() > kMaxParams)
+    throw Error(fmt::format("{}: more than {} parameters", info_.kernel_name, kMaxParams));
+  // Scalars and pointers are packed into fixed storage: no allocation on this path.
+  alignas(8) uint64_t storage[kMaxParams];
+  void *pointers[kMaxParams];
+  for (size_t i = 0; i < params.size(); ++i) {
+    const KernelParam &p = params[i];
+    const KernelArg &a = args[i];
+    if (p.is_tensor) {
+      if (!a.tensor)
+        throw Error(fmt::format("{}: argument '{}' must be a tensor", info_.kernel_name, p.name));
+      const TensorView &t = *a.tensor;
+      if (t.dtype() != p.dtype)
+        throw Error(fmt::format("{}: argument '{}' has dtype {}, expected {}", info_.kernel_name,
+                                p.name, dtype_name(t.dtype()), dtype_name(p.dtype)));
+      if (!std::equal(t.shape().begin(), t.shape().end(), p.shape.begin(), p.shape.end()))
+        throw Error(fmt::format("{}: argument '{}' has shape [{}], expected [{}]", info_.kernel_name,
+                                p.name, fmt::join(t.shape(), ", "), fmt::join(p.shape, ", ")));
+      if (!t.is_contiguous())
+        throw Error(fmt::format("{}: argument '{}' must be contiguous (row-major)", info_.kernel_name, p.name));
+      if (t.data() % 16 != 0)
+        throw Error(fmt::format("{}: argument '{}' must be 16-byte aligned (address {:#x})",
+                                info_.kernel_name, p.name, t.data()));
+      storage[i] = t.data();
+    } else {
+      if (a.tensor)
+        throw Error(fmt::format("{}: argument '{}' must be a scalar", info_.kernel_name, p.name));
+      switch (p.dtype) {
+      case DType::F32: {
+        float f = static_cast<float>(a.scalar);
+        std::memcpy(&storage[i], &f, sizeof f);
+        break;
+      }
+      case DType::F64:
+        std::memcpy(&storage[i], &a.scalar, sizeof a.scalar);
+        break;
+      case DType::I32: {
+        int32_t v = static_cast<int32_t>(a.scalar);
+        std::memcpy(&storage[i], &v, sizeof v);
+        break;
+      }
+      case DType::I64: {
+        int64_t v = static_cast<int64_t>(a.scalar);
+        std::memcpy(&storage[i], &v, sizeof v);
+        break;
+      }
+      default:
+        throw Error(fmt::format("{}: scalar '{}' of dtype {} cannot be passed", info_.kernel_name,
+                                p.name, dtype_name(p.dtype)));
+      }
+    }
+    pointers[i] = &storage[i];
+  }
+  function_.launch({info_.grid[0], info_.grid[1], info_.grid[2]}, {info_.block_threads, 1, 1}, 0,
+                   stream, pointers);
+}
+
+struct Jit::State {
+  struct Slot {
+    std::shared_future<std::shared_ptr<LoadedKernel>> future;
+    const LoadedKernel *ready = nullptr;
+  };
+  mutable std::shared_mutex mutex;
+  std::unordered_map<uint64_t, Slot> kernels;  // key mixed with the device ordinal
+  std::mutex statsMutex;
+  JitStats stats;
+  std::unique_ptr<DiskCache> disk;
+};
+
+Jit::Jit() : state_(std::make_unique<State>()) {
+  if (!DiskCache::disabled_by_environment())
+    state_->disk = std::make_unique<DiskCache>(DiskCache::default_directory());
+}
+Jit::~Jit() = default;
+
+Jit &Jit::instance() {
+  static Jit jit;
+  return jit;
+}
+
+static uint64_t slotKey(uint64_t key, int ordinal) {
+  return key ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ordinal + 1));
+}
+
+const LoadedKernel *Jit::find(uint64_t key, const Device &device) const {
+  std::shared_lock lock(state_->mutex);
+  auto it = state_->kernels.find(slotKey(key, device.ordinal()));
+  return it == state_->kernels.end() ? nullptr : it->second.ready;
+}
+
+const LoadedKernel &Jit::get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
+                             KernelSource *source) {
+  uint64_t slot = slotKey(key, device.ordinal());
+  std::promise<std::shared_ptr<LoadedKernel>> promise;
+  std::shared_future<std::shared_ptr<LoadedKernel>> future;
+  bool owner = false;
+  {
+    std::unique_lock lock(state_->mutex);
+    auto it = state_->kernels.find(slot);
+    if (it != state_->kernels.end()) {
+      if (it->second.ready) {
+        if (source)
+          *source = KernelSource::Memory;
+        std::lock_guard s(state_->statsMutex);
+        ++state_->stats.memory_hits;
+        return *it->second.ready;
+      }
+      future = it->second.future;
+    } else {
+      future = promise.get_future().share();
+      state_->kernels[slot].future = future;
+      owner = true;
+    }
+  }
+  if (!owner) {
+    if (source)
+      *source = KernelSource::Memory;
+    return *future.get(); // rethrows the owner's error
+  }
+  try {
+    dsl::Kernel kernel = build();
+    std::string ir = kernel.ir();
+    CompileOptions options;
+    options.arch = device.arch();
+    CacheKey cacheKey = makeKey(kernel.name(), ir, options);
+    std::string digest = cacheKey.digest();
+    std::optional<CacheEntry> entry;
+    if (state_->disk)
+      entry = state_->disk->load(cacheKey);
+    KernelSource from = KernelSource::Disk;
+    if (!entry) {
+      if (DiskCache::must_hit_by_environment())
+        throw Error(fmt::format("kernel {} ({}) is not in the kernel cache and "
+                                "TOKAMAX_CACHE_MUST_HIT=1 forbids compiling it; precompile it with "
+                                "tokamax-compile",
+                                kernel.name(), digest.substr(0, 16)));
+      CompiledKernel compiled = compile_ir(ir, options);
+      entry = toEntry(compiled);
+      if (state_->disk)
+        state_->disk->store(cacheKey, *entry);
+      from = KernelSource::Compiled;
+    }
+    LaunchInfo info = LaunchInfo::from_json(entry->metadata_json);
+    Module module = Module::load_cubin(entry->cubin, device);
+    auto loaded = std::make_shared<LoadedKernel>(std::move(module), std::move(info), digest);
+    promise.set_value(loaded);
+    {
+      std::unique_lock lock(state_->mutex);
+      state_->kernels[slot].ready = loaded.get();
+    }
+    {
+      std::lock_guard s(state_->statsMutex);
+      ++(from == KernelSource::Disk ? state_->stats.disk_hits : state_->stats.compiles);
+    }
+    if (source)
+      *source = from;
+    return *loaded;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::unique_lock lock(state_->mutex);
+    state_->kernels.erase(slot);
+    throw;
+  }
+}
+
+JitStats Jit::stats() const {
+  std::lock_guard s(state_->statsMutex);
+  return state_->stats;
+}
+
+void Jit::clear() {
+  std::unique_lock lock(state_->mutex);
+  state_->kernels.clear();
+}
+
+PrecompileResult precompile(const dsl::Kernel &kernel, const CompileOptions &options,
+                            const std::string &cacheDir) {
+  std::string ir = kernel.ir();
+  CacheKey key = makeKey(kernel.name(), ir, options);
+  DiskCache disk(cacheDir);
+  PrecompileResult result;
+  result.digest = key.digest();
+  if (disk.load(key)) {
+    result.cache_hit = true;
+    return result;
+  }
+  result.kernel = compile_ir(ir, options);
+  disk.store(key, toEntry(result.kernel));
+  return result;
+}
+
+} // namespace tokamax

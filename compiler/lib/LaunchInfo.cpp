@@ -1,0 +1,50 @@
+//===- LaunchInfo.cpp - Launch metadata as JSON (stored in cache entries) ---===//
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/runtime/Error.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tokamax {
+
+std::string LaunchInfo::to_json() const {
+  nlohmann::json j;
+  j["kernel"] = kernel_name;
+  j["grid"] = {grid[0], grid[1], grid[2]};
+  j["block_threads"] = block_threads;
+  j["shared_bytes"] = shared_bytes;
+  nlohmann::json ps = nlohmann::json::array();
+  for (const KernelParam &p : params)
+    ps.push_back({{"name", p.name},
+                  {"tensor", p.is_tensor},
+                  {"output", p.is_output},
+                  {"dtype", std::string(dtype_name(p.dtype))},
+                  {"shape", p.shape}});
+  j["params"] = ps;
+  return j.dump();
+}
+
+LaunchInfo LaunchInfo::from_json(const std::string &text) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    LaunchInfo info;
+    info.kernel_name = j.at("kernel").get<std::string>();
+    for (int i = 0; i < 3; ++i)
+      info.grid[i] = j.at("grid").at(i).get<uint32_t>();
+    info.block_threads = j.at("block_threads").get<uint32_t>();
+    info.shared_bytes = j.at("shared_bytes").get<uint32_t>();
+    for (const auto &p : j.at("params")) {
+      KernelParam param;
+      param.name = p.at("name").get<std::string>();
+      param.is_tensor = p.at("tensor").get<bool>();
+      param.is_output = p.at("output").get<bool>();
+      param.dtype = parse_dtype(p.at("dtype").get<std::string>());
+      param.shape = p.at("shape").get<std::vector<int64_t>>();
+      info.params.push_back(std::move(param));
+    }
+    return info;
+  } catch (const nlohmann::json::exception &e) {
+    throw Error(std::string("invalid kernel launch metadata: ") + e.what());
+  }
+}
+
+} // namespace tokamax

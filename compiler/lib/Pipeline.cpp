@@ -1,0 +1,240 @@
+//===- Pipeline.cpp - The compilation pipeline, as one list ------------------===//
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/runtime/Error.h>
+
+#include "compiler/Dialect/Tile/IR/DTypes.h"
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+#include "compiler/Dialect/Tile/Transforms/Passes.h"
+#include "compiler/Target/PtxEmitter.h"
+#include "compiler/lib/Context.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+namespace tokamax {
+
+using namespace mlir;
+
+const char *ptx_isa_version() { return "8.0"; }
+
+std::string llvm_version() { return "LLVM " LLVM_VERSION_STRING; }
+
+std::string CompileOptions::key() const { return fmt::format("opt={};assemble={}", opt_level, assemble); }
+
+namespace {
+
+using Passes = std::function<void(OpPassManager &)>;
+
+/// One stage: a name (also its dump file) and the passes it runs.
+struct Stage {
+  const char *name;
+  Passes passes;
+};
+
+std::vector<Stage> tileStages(const std::string &arch) {
+  return {
+      {"canonical", [](OpPassManager &pm) {
+         pm.addPass(createCanonicalizerPass());
+         pm.addPass(createCSEPass());
+       }},
+      {"layouts", [](OpPassManager &pm) {
+         pm.addPass(tile::createTileAssignLayouts());
+         pm.addPass(createCanonicalizerPass());
+         pm.addPass(createCSEPass());
+       }},
+      {"shared", [](OpPassManager &pm) {
+         pm.addPass(tile::createTileAllocateShared());
+         pm.addPass(tile::createTileInsertBarriers());
+       }},
+      {"tile-to-llvm", [arch](OpPassManager &pm) {
+         pm.addPass(tile::createConvertTileToLLVM(tile::ConvertTileToLLVMOptions{arch}));
+       }},
+      {"llvm-dialect", [](OpPassManager &pm) {
+         pm.addPass(createSCFToControlFlowPass());
+         pm.addPass(createArithToLLVMConversionPass());
+         pm.addPass(createConvertMathToLLVMPass());
+         pm.addPass(createConvertControlFlowToLLVMPass());
+         pm.addPass(createConvertIndexToLLVMPass());
+         pm.addPass(createConvertNVVMToLLVMPass());
+         pm.addPass(createReconcileUnrealizedCastsPass());
+         pm.addPass(createCanonicalizerPass());
+         pm.addPass(createCSEPass());
+       }},
+  };
+}
+
+class Timer {
+public:
+  double lap() {
+    auto now = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+    return ms;
+  }
+
+private:
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+};
+
+class Dumper {
+public:
+  Dumper(const std::string &root, const std::string &kernel) {
+    if (root.empty())
+      return;
+    dir = std::filesystem::path(root) / kernel;
+    std::filesystem::create_directories(dir);
+  }
+  void write(int index, const std::string &name, const std::string &text) {
+    if (dir.empty())
+      return;
+    std::ofstream(dir / fmt::format("{:02}-{}", index, name), std::ios::binary) << text;
+  }
+
+private:
+  std::filesystem::path dir;
+};
+
+std::string print(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+LaunchInfo launchInfo(ModuleOp module) {
+  LaunchInfo info;
+  auto funcs = module.getOps<LLVM::LLVMFuncOp>();
+  for (LLVM::LLVMFuncOp func : funcs) {
+    if (!func->hasAttr(NVVM::NVVMDialect::getKernelFuncAttrName()))
+      continue;
+    info.kernel_name = func.getName().str();
+    if (auto grid = func->getAttrOfType<DenseI64ArrayAttr>(tile::kGridAttr))
+      for (size_t i = 0; i < grid.size() && i < 3; ++i)
+        info.grid[i] = static_cast<uint32_t>(grid[i]);
+    info.block_threads = 32 * tile::getNumWarps(func);
+    if (auto warps = func->getAttrOfType<IntegerAttr>(tile::kNumWarpsAttr))
+      info.block_threads = 32 * static_cast<uint32_t>(warps.getInt());
+    if (auto shared = func->getAttrOfType<IntegerAttr>(tile::kSharedBytesAttr))
+      info.shared_bytes = static_cast<uint32_t>(shared.getInt());
+  }
+  return info;
+}
+
+/// Parameter metadata comes from the tile-level kernel (argument attributes).
+std::vector<KernelParam> kernelParams(ModuleOp module) {
+  std::vector<KernelParam> params;
+  for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      KernelParam p;
+      Type type = func.getArgument(i).getType();
+      p.is_tensor = isa<tile::PointerType>(type);
+      Type elem = p.is_tensor ? cast<tile::PointerType>(type).getPointeeType() : type;
+      if (auto dtype = tile::fromMlirType(elem))
+        p.dtype = *dtype;
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, "tile.name"))
+        p.name = name.str();
+      p.is_output = func.getArgAttr(i, "tile.output") != nullptr;
+      if (auto shape = func.getArgAttrOfType<DenseI64ArrayAttr>(i, "tile.shape"))
+        p.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+      params.push_back(std::move(p));
+    }
+  }
+  return params;
+}
+
+} // namespace
+
+std::vector<std::string> pipeline_stages() {
+  std::vector<std::string> names{"parse + verify the tile IR"};
+  for (const Stage &stage : tileStages("sm_90a"))
+    names.emplace_back(stage.name);
+  names.emplace_back("llvm-ir (translate to LLVM IR)");
+  names.emplace_back("ptx (LLVM -O3 + NVPTX)");
+  names.emplace_back("cubin (nvJitLink or ptxas)");
+  return names;
+}
+
+CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) {
+  Timer timer;
+  CompiledKernel result;
+  result.canonical_ir = ir;
+  result.arch = options.arch;
+  auto ctx = compiler_detail::makeContext();
+  compiler_detail::DiagnosticCollector diagnostics(*ctx);
+
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir, ctx.get());
+  if (!module || failed(verify(*module)))
+    throw Error("tile IR does not parse or verify:\n" + diagnostics.text());
+  std::vector<KernelParam> params = kernelParams(*module);
+  std::string name = "kernel";
+  for (func::FuncOp func : module->getOps<func::FuncOp>())
+    name = func.getName().str();
+  Dumper dump(options.dump_dir, name);
+  int index = 0;
+  dump.write(index++, "tile.mlir", ir);
+  result.stages.push_back({"parse", timer.lap()});
+
+  for (const Stage &stage : tileStages(options.arch)) {
+    PassManager pm(ctx.get());
+    stage.passes(pm);
+    if (failed(pm.run(*module)))
+      throw Error(fmt::format("kernel {}: stage '{}' failed for {}:\n{}", name, stage.name,
+                              options.arch, diagnostics.text()));
+    dump.write(index++, std::string(stage.name) + ".mlir", print(module->getOperation()));
+    result.stages.push_back({stage.name, timer.lap()});
+  }
+  result.launch = launchInfo(*module);
+  result.launch.params = std::move(params);
+
+  llvm::LLVMContext llvmContext;
+  std::string error;
+  auto llvmModule = target::translateToLLVMIR(*module, llvmContext, options.arch, error);
+  if (!llvmModule)
+    throw Error(fmt::format("kernel {}: {}\n{}", name, error, diagnostics.text()));
+  {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    llvmModule->print(os, nullptr);
+    dump.write(index++, "kernel.ll", text);
+  }
+  result.stages.push_back({"llvm-ir", timer.lap()});
+
+  if (!target::emitPtx(*llvmModule, options.arch, options.opt_level, result.ptx, error))
+    throw Error(fmt::format("kernel {}: {}", name, error));
+  dump.write(index++, "kernel.ptx", result.ptx);
+  result.stages.push_back({"ptx", timer.lap()});
+
+  if (options.assemble) {
+    result.cubin = assemble_ptx(result.ptx, options.arch);
+    dump.write(index++, "kernel.cubin", std::string(result.cubin.begin(), result.cubin.end()));
+    result.stages.push_back({"cubin", timer.lap()});
+  }
+  return result;
+}
+
+CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options) {
+  return compile_ir(kernel.ir(), options);
+}
+
+} // namespace tokamax

@@ -1,0 +1,191 @@
+//===- Kernel.h - The embedded C++ tile DSL -----------------------*- C++ -*-===//
+//
+// An ops author builds a kernel by calling these functions; each call adds operations of
+// the tile dialect. Values are SSA tiles (static shapes) or scalars; misuse throws
+// tokamax::Error naming the operation and the offending shapes or dtypes as soon as the
+// offending call is made. A kernel's IR is a pure function of what was called.
+//
+//   Kernel k("scale");
+//   auto x = k.input("x", DType::BF16, {rows, cols});
+//   auto y = k.output("y", DType::BF16, {rows, cols});
+//   k.grid(rows);
+//   Value row = k.program_id(0);
+//   Value t = x.load({row, 0}, {1, 1024}).to(DType::F32);
+//   y.store({row, 0}, (t * 2.0).to(DType::BF16));
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/runtime/DType.h>
+#include <tokamax/runtime/Export.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tokamax::dsl {
+
+class KernelBuilder;
+class Kernel;
+
+/// A scalar or a tile inside a kernel being built, or a number literal that takes the
+/// dtype of whatever it is combined with.
+class TOKAMAX_API Value {
+public:
+  Value() = default;
+  Value(int v) : literal_(v), literal_is_int_(true) {}
+  Value(int64_t v) : literal_(static_cast<double>(v)), literal_is_int_(true) {}
+  Value(double v) : literal_(v) {}
+
+  bool valid() const { return handle_ != nullptr || literal_.has_value(); }
+  bool is_literal() const { return handle_ == nullptr && literal_.has_value(); }
+  bool is_tile() const;
+  bool is_pointer() const;  ///< a pointer or a tile of pointers
+  std::vector<int64_t> shape() const;  ///< empty for scalars
+  int64_t rank() const { return static_cast<int64_t>(shape().size()); }
+  DType dtype() const;  ///< element dtype (the pointee's for pointers)
+
+  Value to(DType dtype) const;
+  Value sum(int axis) const;
+  Value max(int axis) const;
+  Value min(int axis) const;
+  Value argmax(int axis) const;
+  Value expand(int axis) const;  ///< insert a unit dimension
+  Value broadcast_to(std::vector<int64_t> shape) const;
+  Value reshape(std::vector<int64_t> shape) const;
+  Value trans(std::vector<int> order = {1, 0}) const;
+
+  // Internal: the builder and the MLIR value behind this handle.
+  Value(KernelBuilder *builder, void *handle) : builder_(builder), handle_(handle) {}
+  KernelBuilder *builder() const { return builder_; }
+  void *handle() const { return handle_; }
+  std::optional<double> literal() const { return literal_; }
+  bool literal_is_int() const { return literal_is_int_; }
+
+private:
+  KernelBuilder *builder_ = nullptr;
+  void *handle_ = nullptr;
+  std::optional<double> literal_;
+  bool literal_is_int_ = false;
+};
+
+using Tile = Value;
+
+// Arithmetic broadcasts scalars and unit dimensions (numpy rules); both sides must have
+// one dtype (cast with .to()); literals take the other side's dtype.
+TOKAMAX_API Value operator+(const Value &a, const Value &b);
+TOKAMAX_API Value operator-(const Value &a, const Value &b);
+TOKAMAX_API Value operator*(const Value &a, const Value &b);
+TOKAMAX_API Value operator/(const Value &a, const Value &b);
+TOKAMAX_API Value operator%(const Value &a, const Value &b);
+TOKAMAX_API Value operator-(const Value &a);
+TOKAMAX_API Value operator<(const Value &a, const Value &b);
+TOKAMAX_API Value operator<=(const Value &a, const Value &b);
+TOKAMAX_API Value operator>(const Value &a, const Value &b);
+TOKAMAX_API Value operator>=(const Value &a, const Value &b);
+TOKAMAX_API Value operator==(const Value &a, const Value &b);
+TOKAMAX_API Value operator!=(const Value &a, const Value &b);
+TOKAMAX_API Value operator&(const Value &a, const Value &b);  ///< bool and / integer and
+TOKAMAX_API Value operator|(const Value &a, const Value &b);
+
+TOKAMAX_API Value exp(const Value &x);
+TOKAMAX_API Value exp2(const Value &x);
+TOKAMAX_API Value log(const Value &x);
+TOKAMAX_API Value sqrt(const Value &x);
+TOKAMAX_API Value rsqrt(const Value &x);
+TOKAMAX_API Value tanh(const Value &x);
+TOKAMAX_API Value erf(const Value &x);
+TOKAMAX_API Value abs(const Value &x);
+TOKAMAX_API Value maximum(const Value &a, const Value &b);
+TOKAMAX_API Value minimum(const Value &a, const Value &b);
+/// Elementwise select: cond ? a : b.
+TOKAMAX_API Value where(const Value &cond, const Value &a, const Value &b);
+/// acc + a @ b with f32 accumulation.
+TOKAMAX_API Value dot(const Value &a, const Value &b, const Value &acc);
+
+/// Gather through a tile of pointers; masked-off lanes give `other` (0 when absent).
+TOKAMAX_API Value load(const Value &ptrs, const Value &mask = {}, const Value &other = {});
+/// Scatter through a tile of pointers; masked-off lanes write nothing.
+TOKAMAX_API void store(const Value &ptrs, const Value &value, const Value &mask = {});
+/// Atomic read-modify-write through pointer tiles; return the old values.
+TOKAMAX_API Value atomic_add(const Value &ptrs, const Value &value, const Value &mask = {});
+TOKAMAX_API Value atomic_max(const Value &ptrs, const Value &value, const Value &mask = {});
+TOKAMAX_API Value atomic_cas(const Value &ptrs, const Value &compare, const Value &value);
+
+constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// A tensor parameter of the kernel: a pointer plus the static shape and strides.
+class TOKAMAX_API TensorArg {
+public:
+  const std::string &name() const { return name_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t> &shape() const { return shape_; }
+  const std::vector<int64_t> &strides() const { return strides_; }
+
+  /// Loads the block of `block` elements starting at `offsets` (one per dimension);
+  /// elements outside the tensor read as `padding`.
+  Value load(std::vector<Value> offsets, std::vector<int64_t> block, double padding = 0.0) const;
+  /// Stores a tile at `offsets`; elements outside the tensor are dropped.
+  void store(std::vector<Value> offsets, const Value &tile) const;
+  /// The base pointer, for pointer arithmetic (`x.ptr() + offsets`).
+  Value ptr() const;
+
+private:
+  friend class Kernel;
+  KernelBuilder *builder_ = nullptr;
+  unsigned index_ = 0;
+  std::string name_;
+  DType dtype_ = DType::F32;
+  std::vector<int64_t> shape_, strides_;
+};
+
+struct TOKAMAX_API KernelOptions {
+  int num_warps = 4;
+};
+
+class TOKAMAX_API Kernel {
+public:
+  explicit Kernel(std::string name, KernelOptions options = {});
+  ~Kernel();
+  Kernel(Kernel &&) noexcept;
+  Kernel &operator=(Kernel &&) noexcept;
+
+  TensorArg input(std::string name, DType dtype, std::vector<int64_t> shape);
+  TensorArg output(std::string name, DType dtype, std::vector<int64_t> shape);
+  /// A scalar parameter passed by value at launch.
+  Value scalar(std::string name, DType dtype);
+
+  void grid(int64_t x, int64_t y = 1, int64_t z = 1);
+  Value program_id(int axis = 0);
+  Value num_programs(int axis = 0);
+
+  Value constant(double value, DType dtype);
+  /// The 1-D i32 tile [start, end); end - start must be a power of two.
+  Value arange(int64_t start, int64_t end);
+  Value full(std::vector<int64_t> shape, double value, DType dtype);
+
+  /// for (i = lo; i < hi; i += step) carried = body(i, carried); returns the final values.
+  std::vector<Value> loop(const Value &lo, const Value &hi, const Value &step,
+                          std::vector<Value> carried,
+                          const std::function<std::vector<Value>(Value, std::vector<Value>)> &body);
+  /// cond ? then_branch() : else_branch(); both return values of the same types.
+  std::vector<Value> if_else(const Value &cond, const std::function<std::vector<Value>()> &then_branch,
+                             const std::function<std::vector<Value>()> &else_branch);
+  /// if (cond) body(); for side effects only.
+  void when(const Value &cond, const std::function<void()> &body);
+
+  const std::string &name() const;
+  const std::vector<int64_t> &grid_size() const;
+  int num_warps() const;
+  /// The kernel's tile IR (verified). Throws tokamax::Error if it does not verify.
+  std::string ir() const;
+
+private:
+  TensorArg tensorParameter(std::string name, DType dtype, std::vector<int64_t> shape, bool isOutput);
+  std::unique_ptr<KernelBuilder> builder_;
+};
+
+} // namespace tokamax::dsl

@@ -1,0 +1,32 @@
+//===- Dispatch.h - From an op call to a launched kernel ----------*- C++ -*-===//
+#pragma once
+
+#include <tokamax/compiler/Jit.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Hash.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <cstring>
+
+namespace tokamax::ops_detail {
+
+/// Hashes the fields of a spec and config together with the op name.
+inline uint64_t specializationKey(const char *op, std::initializer_list<int64_t> fields) {
+  uint64_t h = hash64(op);
+  for (int64_t f : fields)
+    h = hash_combine(h, static_cast<uint64_t>(f));
+  return h;
+}
+
+/// The loaded kernel for `key` (one hash lookup once compiled).
+template <class Build>
+const LoadedKernel &kernelFor(uint64_t key, Device &device, Build &&build) {
+  if (const LoadedKernel *k = Jit::instance().find(key, device))
+    return *k;
+  return Jit::instance().get(key, device, std::function<dsl::Kernel()>(std::forward<Build>(build)));
+}
+
+/// Validates that x and out agree and are contiguous; returns the element count.
+int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out);
+
+} // namespace tokamax::ops_detail

@@ -1,0 +1,73 @@
+//===- Softmax.cpp - Row softmax in one pass over registers -----------------===//
+#include <tokamax/ops/Softmax.h>
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace tokamax {
+
+using namespace dsl;
+
+namespace {
+int64_t nextPowerOfTwo(int64_t v) {
+  int64_t p = 1;
+  while (p < v)
+    p *= 2;
+  return p;
+}
+} // namespace
+
+SoftmaxConfig default_config(const SoftmaxSpec &spec) {
+  SoftmaxConfig config;
+  int64_t cols = nextPowerOfTwo(spec.cols);
+  // About 16 elements per thread: several 16-byte loads in flight, no spills.
+  int64_t perProgram = std::max<int64_t>(2048, cols);
+  config.block_rows = std::clamp<int64_t>(perProgram / cols, 1, nextPowerOfTwo(spec.rows));
+  int64_t elements = config.block_rows * cols;
+  config.num_warps = static_cast<int>(std::clamp<int64_t>(elements / (32 * 16), 1, 16));
+  return config;
+}
+
+Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
+  if (spec.rows < 1 || spec.cols < 1)
+    throw Error(fmt::format("softmax: needs a non-empty [rows, cols] tensor, got [{}, {}]", spec.rows, spec.cols));
+  if (spec.cols > kSoftmaxMaxCols)
+    throw NotSupported(fmt::format("softmax: rows of {} elements exceed the {} a program holds in registers",
+                                   spec.cols, kSoftmaxMaxCols));
+  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && spec.dtype != DType::F32 && spec.dtype != DType::F64)
+    throw Error(fmt::format("softmax: dtype must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
+  DType f = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  int64_t cols = nextPowerOfTwo(spec.cols);
+  Kernel k("softmax", {config.num_warps});
+  TensorArg x = k.input("x", spec.dtype, {spec.rows, spec.cols});
+  TensorArg y = k.output("y", spec.dtype, {spec.rows, spec.cols});
+  k.grid(cdiv(spec.rows, config.block_rows));
+  Value row = k.program_id(0) * Value(config.block_rows);
+  // Padding with -inf makes masked columns vanish from the max and the sum.
+  Value xs = x.load({row, 0}, {config.block_rows, cols}, -std::numeric_limits<double>::infinity()).to(f);
+  Value e = exp(xs - xs.max(1).expand(1));
+  y.store({row, 0}, (e / e.sum(1).expand(1)).to(spec.dtype));
+  return k;
+}
+
+void softmax(const TensorView &x, const TensorView &y, Stream &stream) {
+  ops_detail::checkSameTensors("softmax", x, y);
+  if (x.rank() < 1)
+    throw Error("softmax: x must have at least one dimension");
+  SoftmaxSpec spec{x.numel() / std::max<int64_t>(1, x.dim(-1)), x.dim(-1), x.dtype()};
+  SoftmaxConfig config = default_config(spec);
+  Device &device = Device::get(x.device());
+  uint64_t key = ops_detail::specializationKey(
+      "softmax", {spec.rows, spec.cols, int64_t(spec.dtype), config.block_rows, config.num_warps});
+  int64_t shape[2] = {spec.rows, spec.cols};
+  TensorView x2(x.data(), x.dtype(), shape), y2(y.data(), y.dtype(), shape);
+  ops_detail::kernelFor(key, device, [&] { return softmax_kernel(spec, config); })
+      .launch({x2, y2}, stream.handle());
+}
+
+} // namespace tokamax

@@ -1,0 +1,138 @@
+//===- Device.cpp - CUDA devices and their primary contexts ---------------===//
+#include "tokamax/runtime/Device.h"
+
+#include "tokamax/runtime/Error.h"
+#include "tokamax/runtime/detail/DriverApi.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace tokamax {
+namespace {
+
+// Created once; one once_flag per ordinal so concurrent get() calls for
+// different devices do not serialise and the fast path is lock-free.
+struct Registry {
+  int count;
+  std::vector<std::once_flag> flags;
+  std::vector<std::unique_ptr<Device>> devices;
+
+  explicit Registry(int n)
+      : count(n), flags(static_cast<size_t>(n)), devices(static_cast<size_t>(n)) {}
+};
+
+Registry& registry() {
+  static Registry instance(Device::count());
+  return instance;
+}
+
+int attribute(const detail::DriverApi& api, CUdevice_attribute attr, CUdevice dev) {
+  int value = 0;
+  check(api.cuDeviceGetAttribute(&value, attr, dev), "cuDeviceGetAttribute");
+  return value;
+}
+
+// For attributes newer drivers may retire; a missing clock is not worth failing on.
+int attribute_or_zero(const detail::DriverApi& api, CUdevice_attribute attr, CUdevice dev) {
+  int value = 0;
+  return api.cuDeviceGetAttribute(&value, attr, dev) == CUDA_SUCCESS ? value : 0;
+}
+
+} // namespace
+
+int Device::count() {
+  const detail::DriverApi& api = detail::driver();
+  if (detail::driver_init_result() == CUDA_ERROR_NO_DEVICE)
+    return 0;
+  int n = 0;
+  CUresult r = api.cuDeviceGetCount(&n);
+  if (r == CUDA_ERROR_NO_DEVICE)
+    return 0;
+  check(r, "cuDeviceGetCount");
+  return n;
+}
+
+Device& Device::get(int ordinal) {
+  Registry& reg = registry();
+  if (reg.count == 0)
+    throw NoDeviceError("no CUDA device found: the NVIDIA driver is installed but reports "
+                        "no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+  if (ordinal < 0 || ordinal >= reg.count)
+    throw Error(fmt::format("device ordinal {} out of range: {} CUDA device(s) present",
+                            ordinal, reg.count));
+  const auto index = static_cast<size_t>(ordinal);
+  // If construction throws, the flag stays unset and a later call retries.
+  std::call_once(reg.flags[index],
+                 [&] { reg.devices[index] = std::make_unique<Device>(Key{}, ordinal); });
+  return *reg.devices[index];
+}
+
+Device::Device(Key, int ordinal) : ordinal_(ordinal) {
+  const detail::DriverApi& api = detail::driver();
+  CUdevice dev = 0;
+  check(api.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  handle_ = dev;
+
+  std::array<char, 256> name{};
+  check(api.cuDeviceGetName(name.data(), static_cast<int>(name.size()), dev),
+        "cuDeviceGetName");
+  name_ = name.data();
+  cc_major_ = attribute(api, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  cc_minor_ = attribute(api, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  sm_count_ = attribute(api, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  clock_khz_ = attribute_or_zero(api, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev);
+  memory_clock_khz_ = attribute_or_zero(api, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev);
+  memory_bus_width_ = attribute_or_zero(api, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev);
+  l2_cache_bytes_ = attribute(api, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
+  max_smem_optin_ = static_cast<size_t>(
+      attribute(api, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  size_t total = 0;
+  check(api.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem");
+  total_memory_ = total;
+
+  // Retained last so a failure above leaks no context reference.
+  CUcontext ctx = nullptr;
+  check(api.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  context_ = ctx;
+  make_current();
+}
+
+std::string Device::arch() const {
+  // The "a" variants unlock wgmma/TMA (Hopper) and tcgen05 (Blackwell).
+  if (cc_major_ == 9 && cc_minor_ == 0)
+    return "sm_90a";
+  if (cc_major_ == 10 && cc_minor_ == 0)
+    return "sm_100a";
+  return fmt::format("sm_{}{}", cc_major_, cc_minor_);
+}
+
+void Device::make_current() const {
+  check(detail::driver().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+std::string describe(const Device& device) {
+  return fmt::format("device {}: {} ({}, cc {}.{}, {} SMs @ {} MHz, {:.1f} GiB @ {}-bit "
+                     "{} MHz, L2 {} MiB, smem/block {} KiB)",
+                     device.ordinal(), device.name(), device.arch(), device.cc_major(),
+                     device.cc_minor(), device.sm_count(), device.clock_khz() / 1000,
+                     double(device.total_memory()) / double(1ull << 30),
+                     device.memory_bus_width(), device.memory_clock_khz() / 1000,
+                     device.l2_cache_bytes() >> 20,
+                     device.max_shared_memory_per_block_optin() >> 10);
+}
+
+namespace detail {
+
+void ensure_current_context() {
+  CUcontext ctx = nullptr;
+  check(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (!ctx)
+    Device::get(0).make_current();
+}
+
+} // namespace detail
+} // namespace tokamax

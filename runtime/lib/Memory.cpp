@@ -1,0 +1,101 @@
+//===- Memory.cpp - Device memory and copies ------------------------------===//
+#include "tokamax/runtime/Memory.h"
+
+#include "tokamax/runtime/Device.h"
+#include "tokamax/runtime/Error.h"
+#include "tokamax/runtime/detail/DriverApi.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace tokamax {
+
+DeviceBuffer::DeviceBuffer(size_t bytes, Device& device) : size_(bytes), device_(&device) {
+  if (bytes == 0) // cuMemAlloc rejects zero sizes; an empty tensor is legal.
+    return;
+  device.make_current();
+  CUdeviceptr ptr = 0;
+  CUresult r = detail::driver().cuMemAlloc(&ptr, bytes);
+  if (r != CUDA_SUCCESS)
+    detail::throw_driver_error(
+        r, "cuMemAlloc",
+        fmt::format("while allocating {} bytes on device {} ({})", bytes, device.ordinal(),
+                    device.name()));
+  ptr_ = ptr;
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)),
+      device_(std::exchange(other.device_, nullptr)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    ptr_ = std::exchange(other.ptr_, 0);
+    size_ = std::exchange(other.size_, 0);
+    device_ = std::exchange(other.device_, nullptr);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+void DeviceBuffer::reset() noexcept {
+  if (ptr_) {
+    // Destructors cannot throw: a failed free (e.g. after a sticky kernel
+    // fault) only leaks device memory that the dying context reclaims anyway.
+    const detail::DriverApi& api = detail::driver();
+    (void)api.cuCtxSetCurrent(device_->context());
+    (void)api.cuMemFree(ptr_);
+  }
+  ptr_ = 0;
+  size_ = 0;
+  device_ = nullptr;
+}
+
+void copy_host_to_device(uint64_t dst, const void* src, size_t bytes, CUstream stream) {
+  if (bytes == 0)
+    return;
+  detail::ensure_current_context();
+  const detail::DriverApi& api = detail::driver();
+  if (stream)
+    check(api.cuMemcpyHtoDAsync(dst, src, bytes, stream), "cuMemcpyHtoDAsync");
+  else
+    check(api.cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void copy_device_to_host(void* dst, uint64_t src, size_t bytes, CUstream stream) {
+  if (bytes == 0)
+    return;
+  detail::ensure_current_context();
+  const detail::DriverApi& api = detail::driver();
+  if (stream)
+    check(api.cuMemcpyDtoHAsync(dst, src, bytes, stream), "cuMemcpyDtoHAsync");
+  else
+    check(api.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, CUstream stream) {
+  if (bytes == 0)
+    return;
+  detail::ensure_current_context();
+  const detail::DriverApi& api = detail::driver();
+  if (stream)
+    check(api.cuMemcpyDtoDAsync(dst, src, bytes, stream), "cuMemcpyDtoDAsync");
+  else
+    check(api.cuMemcpyDtoD(dst, src, bytes), "cuMemcpyDtoD");
+}
+
+void memset_d8(uint64_t dst, uint8_t value, size_t bytes, CUstream stream) {
+  if (bytes == 0)
+    return;
+  detail::ensure_current_context();
+  const detail::DriverApi& api = detail::driver();
+  if (stream)
+    check(api.cuMemsetD8Async(dst, value, bytes, stream), "cuMemsetD8Async");
+  else
+    check(api.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+
+} // namespace tokamax

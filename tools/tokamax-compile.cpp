@@ -1,0 +1,129 @@
+// tokamax-compile: fills and maintains kernel caches ahead of time, with no GPU needed.
+//
+//   tokamax-compile precompile --arch sm_90a --cache-dir DIR [--dump-dir DIR] [--filter S]
+//   tokamax-compile ls [--cache-dir DIR]
+//   tokamax-compile verify [--cache-dir DIR] [--remove-bad]
+//   tokamax-compile prune --max-size 1G [--cache-dir DIR]
+#include <tokamax/compiler/Jit.h>
+#include <tokamax/ops/Registry.h>
+#include <tokamax/runtime/DiskCache.h>
+#include <tokamax/runtime/Error.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <unistd.h>
+
+namespace {
+
+uint64_t parseSize(const std::string &text) {
+  size_t pos = 0;
+  double value = std::stod(text, &pos);
+  std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit == "K" || unit == "KB") scale = 1e3;
+  else if (unit == "M" || unit == "MB") scale = 1e6;
+  else if (unit == "G" || unit == "GB") scale = 1e9;
+  else if (!unit.empty()) throw tokamax::Error("--max-size: unknown unit '" + unit + "' (use K, M or G)");
+  return static_cast<uint64_t>(value * scale);
+}
+
+std::string human(uint64_t bytes) {
+  if (bytes >= 1000000) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1000) return fmt::format("{:.1f} KB", bytes / 1e3);
+  return fmt::format("{} B", bytes);
+}
+
+int precompile(const std::string &arch, const std::string &cacheDir, const std::string &dumpDir,
+               const std::string &filter) {
+  if (arch.rfind("sm_", 0) != 0)
+    throw tokamax::Error("--arch must look like sm_80 or sm_90a, got '" + arch + "'");
+  tokamax::CompileOptions options;
+  options.arch = arch;
+  options.dump_dir = dumpDir;
+  auto kernels = tokamax::registered_kernels();
+  bool tty = isatty(STDERR_FILENO);
+  size_t done = 0, hits = 0, selected = 0;
+  for (const auto &k : kernels)
+    selected += k.name.find(filter) != std::string::npos;
+  auto start = std::chrono::steady_clock::now();
+  for (const auto &k : kernels) {
+    if (k.name.find(filter) == std::string::npos)
+      continue;
+    if (tty)
+      fmt::print(stderr, "\r[{}/{}] {:<40}", done + 1, selected, k.name);
+    auto t0 = std::chrono::steady_clock::now();
+    tokamax::PrecompileResult r = tokamax::precompile(k.build(), options, cacheDir);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++done;
+    hits += r.cache_hit;
+    if (tty)
+      fmt::print(stderr, "\r{:<60}\r", "");
+    if (r.cache_hit)
+      fmt::print("{:<36} {}  cached ({})\n", k.name, arch, r.digest.substr(0, 12));
+    else
+      fmt::print("{:<36} {}  compiled in {:.1f} ms: {} B PTX, {} B cubin ({})\n", k.name, arch, ms,
+                 r.kernel.ptx.size(), r.kernel.cubin.size(), r.digest.substr(0, 12));
+  }
+  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("precompiled {} kernels for {} into {} ({} already cached) in {:.2f} s\n", done, arch,
+             cacheDir, hits, total);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"tokamax-compile: precompile and maintain Tokamax kernel caches (no GPU needed)"};
+  app.require_subcommand(1);
+  std::string cacheDir = tokamax::DiskCache::default_directory().string();
+
+  auto *pre = app.add_subcommand("precompile", "compile the registered kernels into a cache");
+  std::string arch = "sm_90a", dumpDir, filter;
+  pre->add_option("--arch", arch, "target GPU architecture (sm_80, sm_90a, ...)");
+  pre->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
+  pre->add_option("--dump-dir", dumpDir, "write every pipeline stage of every kernel here");
+  pre->add_option("--filter", filter, "only kernels whose name contains this");
+
+  auto *ls = app.add_subcommand("ls", "list cache entries");
+  ls->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
+
+  auto *verify = app.add_subcommand("verify", "check every cache entry's checksum");
+  bool removeBad = false;
+  verify->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
+  verify->add_flag("--remove-bad", removeBad, "delete entries that fail");
+
+  auto *prune = app.add_subcommand("prune", "delete least recently used entries above a size");
+  std::string maxSize;
+  prune->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
+  prune->add_option("--max-size", maxSize, "e.g. 500M, 2G")->required();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*pre)
+      return precompile(arch, cacheDir, dumpDir, filter);
+    tokamax::DiskCache cache(cacheDir);
+    if (*ls) {
+      auto entries = cache.list();
+      for (const auto &e : entries)
+        fmt::print("{}  {:<8} {:>10}  {}{}\n", e.digest.substr(0, 16), e.target_arch, human(e.bytes),
+                   e.kernel_name, e.valid ? "" : "  INVALID: " + e.problem);
+      fmt::print("{} entries, {} in {}\n", entries.size(), human(cache.total_bytes()), cacheDir);
+      return 0;
+    }
+    if (*verify) {
+      auto bad = cache.verify(removeBad);
+      for (const auto &e : bad)
+        fmt::print("bad: {} ({}){}\n", e.path.string(), e.problem, removeBad ? " removed" : "");
+      fmt::print("{} bad entries in {}\n", bad.size(), cacheDir);
+      return bad.empty() ? 0 : 1;
+    }
+    auto r = cache.prune(parseSize(maxSize));
+    fmt::print("removed {} entries ({}), {} kept\n", r.removed, human(r.bytes_freed), human(r.bytes_kept));
+    return 0;
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "tokamax-compile: error: {}\n", e.what());
+    return 1;
+  }
+}
