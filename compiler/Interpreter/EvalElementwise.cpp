@@ -392,6 +392,20 @@ bool evalArith(Interpreter &in, Operation *op) {
 
 } // namespace
 
+bool supportsElementwise(Operation *op) {
+  return isa<tile::ProgramIdOp, tile::NumProgramsOp, tile::ArangeOp, tile::SplatOp, tile::CastOp,
+             arith::ConstantOp, arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
+             arith::RemFOp, arith::MaximumFOp, arith::MinimumFOp, arith::MaxNumFOp,
+             arith::MinNumFOp, arith::NegFOp, arith::AddIOp, arith::SubIOp, arith::MulIOp,
+             arith::DivSIOp, arith::RemSIOp, arith::DivUIOp, arith::RemUIOp, arith::FloorDivSIOp,
+             arith::CeilDivSIOp, arith::AndIOp, arith::OrIOp, arith::XOrIOp, arith::ShLIOp,
+             arith::ShRSIOp, arith::ShRUIOp, arith::MaxSIOp, arith::MinSIOp, arith::MaxUIOp,
+             arith::MinUIOp, arith::CmpFOp, arith::CmpIOp, arith::SelectOp, arith::ExtFOp,
+             arith::TruncFOp, arith::SIToFPOp, arith::UIToFPOp, arith::FPToSIOp, arith::FPToUIOp,
+             arith::ExtSIOp, arith::IndexCastOp, arith::ExtUIOp, arith::TruncIOp,
+             arith::IndexCastUIOp, arith::BitcastOp>(op);
+}
+
 bool evalElementwise(Interpreter &in, Operation *op) {
   if (auto pid = dyn_cast<tile::ProgramIdOp>(op)) {
     HostTile r = HostTile::of(pid.getType());

@@ -65,6 +65,11 @@ Unary unaryFn(Operation *op) {
 
 } // namespace
 
+bool supportsMath(Operation *op) {
+  return unaryFn(op) ||
+         isa<math::Atan2Op, math::PowFOp, math::CopySignOp, math::FmaOp, math::AbsIOp>(op);
+}
+
 bool evalMath(Interpreter &in, Operation *op) {
   if (!op->getDialect() || !isa<math::MathDialect>(op->getDialect()))
     return false;

@@ -134,5 +134,8 @@ bool evalElementwise(Interpreter &in, mlir::Operation *op);
 bool evalMath(Interpreter &in, mlir::Operation *op);
 bool evalMemory(Interpreter &in, mlir::Operation *op);
 bool evalShape(Interpreter &in, mlir::Operation *op);
+/// Whether the evaluators above handle `op` (checked for the whole kernel before running).
+bool supportsElementwise(mlir::Operation *op);
+bool supportsMath(mlir::Operation *op);
 
 } // namespace tokamax::interp

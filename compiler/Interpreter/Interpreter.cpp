@@ -98,7 +98,26 @@ Interpreter::Interpreter(func::FuncOp func, std::span<HostArg> hostArgs) : func(
   }
 }
 
+/// The first operation of the kernel that the interpreter cannot run, or null.
+static Operation *firstUnsupported(func::FuncOp func) {
+  Operation *bad = nullptr;
+  func.walk([&](Operation *op) {
+    if (bad || op == func.getOperation())
+      return;
+    bool ok = (op->getDialect() && isa<tile::TileDialect>(op->getDialect())) ||
+              isa<scf::ForOp, scf::IfOp, scf::WhileOp, scf::YieldOp, scf::ConditionOp,
+                  func::ReturnOp>(op) ||
+              supportsElementwise(op) || supportsMath(op);
+    if (!ok)
+      bad = op;
+  });
+  return bad;
+}
+
 void Interpreter::run() {
+  // Reject unsupported operations up front, even in branches that never run.
+  if (Operation *bad = firstUnsupported(func))
+    throw Error("interpreter: unsupported operation " + bad->getName().getStringRef().str());
   Block &body = func.getBody().front();
   for (pid[2] = 0; pid[2] < grid[2]; ++pid[2])
     for (pid[1] = 0; pid[1] < grid[1]; ++pid[1])

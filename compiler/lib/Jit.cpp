@@ -5,6 +5,8 @@
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Hash.h>
+#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -140,6 +142,20 @@ const LoadedKernel *Jit::find(uint64_t key, const Device &device) const {
 
 const LoadedKernel &Jit::get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
                              KernelSource *source) {
+  return get_ir(key, device, [&] { return build().ir(); }, source);
+}
+
+/// The kernel's name in its IR ("func.func @name(").
+static std::string kernelName(const std::string &ir) {
+  size_t at = ir.find("func.func @");
+  if (at == std::string::npos)
+    throw Error("tile IR without a kernel function");
+  at += 11;
+  return ir.substr(at, ir.find('(', at) - at);
+}
+
+const LoadedKernel &Jit::get_ir(uint64_t key, Device &device, const std::function<std::string()> &irSource,
+                                KernelSource *source) {
   uint64_t slot = slotKey(key, device.ordinal());
   std::promise<std::shared_ptr<LoadedKernel>> promise;
   std::shared_future<std::shared_ptr<LoadedKernel>> future;
@@ -168,11 +184,11 @@ const LoadedKernel &Jit::get(uint64_t key, Device &device, const std::function<d
     return *future.get(); // rethrows the owner's error
   }
   try {
-    dsl::Kernel kernel = build();
-    std::string ir = kernel.ir();
+    std::string ir = irSource();
+    std::string name = kernelName(ir);
     CompileOptions options;
     options.arch = device.arch();
-    CacheKey cacheKey = makeKey(kernel.name(), ir, options);
+    CacheKey cacheKey = makeKey(name, ir, options);
     std::string digest = cacheKey.digest();
     std::optional<CacheEntry> entry;
     if (state_->disk)
@@ -183,7 +199,7 @@ const LoadedKernel &Jit::get(uint64_t key, Device &device, const std::function<d
         throw Error(fmt::format("kernel {} ({}) is not in the kernel cache and "
                                 "TOKAMAX_CACHE_MUST_HIT=1 forbids compiling it; precompile it with "
                                 "tokamax-compile",
-                                kernel.name(), digest.substr(0, 16)));
+                                name, digest.substr(0, 16)));
       CompiledKernel compiled = compile_ir(ir, options);
       entry = toEntry(compiled);
       if (state_->disk)
@@ -221,6 +237,38 @@ JitStats Jit::stats() const {
 void Jit::clear() {
   std::unique_lock lock(state_->mutex);
   state_->kernels.clear();
+}
+
+void run_on_device(const dsl::Kernel &kernel, std::span<HostArg> args, Device &device) {
+  std::string ir = kernel.ir();
+  const LoadedKernel &loaded = Jit::instance().get_ir(hash64(ir), device, [&] { return ir; });
+  const auto &params = loaded.info().params;
+  if (args.size() != params.size())
+    throw Error(fmt::format("{}: expected {} arguments, got {}", kernel.name(), params.size(), args.size()));
+  std::vector<Tensor> tensors;
+  std::vector<KernelArg> launchArgs;
+  tensors.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const KernelParam &p = params[i];
+    if (!p.is_tensor) {
+      launchArgs.emplace_back(args[i].scalar);
+      continue;
+    }
+    tensors.push_back(Tensor::empty(p.shape, p.dtype, device));
+    if (args[i].bytes != tensors.back().nbytes())
+      throw Error(fmt::format("{}: argument '{}' has {} bytes, expected {}", kernel.name(), p.name,
+                              args[i].bytes, tensors.back().nbytes()));
+    tensors.back().copy_from_host(args[i].data, args[i].bytes);
+    launchArgs.emplace_back(tensors.back().view());
+  }
+  Stream stream = Stream::create(device);
+  loaded.launch(launchArgs, stream.handle());
+  stream.synchronize();
+  for (size_t i = 0, t = 0; i < params.size(); ++i)
+    if (params[i].is_tensor) {
+      tensors[t].copy_to_host(args[i].data, args[i].bytes);
+      ++t;
+    }
 }
 
 PrecompileResult precompile(const dsl::Kernel &kernel, const CompileOptions &options,

@@ -51,7 +51,9 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
   // Padding with -inf makes masked columns vanish from the max and the sum.
   Value xs = x.load({row, 0}, {config.block_rows, cols}, -std::numeric_limits<double>::infinity()).to(f);
   Value e = exp(xs - xs.max(1).expand(1));
-  y.store({row, 0}, (e / e.sum(1).expand(1)).to(spec.dtype));
+  // One division per row, then multiplies.
+  Value inverse = Value(1.0) / e.sum(1);
+  y.store({row, 0}, (e * inverse.expand(1)).to(spec.dtype));
   return k;
 }
 

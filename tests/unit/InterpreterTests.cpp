@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/DType.h>
 #include <tokamax/runtime/Error.h>
 
@@ -417,8 +418,8 @@ TEST_CASE("interpreter: select, constants, splat and scalar parameters", "[inter
     %scaled = arith.mulf %a0, %s : tensor<@B@xf32>
     %four = arith.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
     %c4 = tile.expand_dims %four axis = 0 : tensor<4xf32> -> tensor<1x4xf32>
-    %cb = tile.broadcast %c4 : tensor<1x4xf32> -> tensor<@Q@x4xf32>
-    %cr = tile.reshape %cb : tensor<@Q@x4xf32> -> tensor<@B@xf32>
+    %c4b = tile.broadcast %c4 : tensor<1x4xf32> -> tensor<@Q@x4xf32>
+    %cr = tile.reshape %c4b : tensor<@Q@x4xf32> -> tensor<@B@xf32>
     %shift = arith.addf %a0, %cr : tensor<@B@xf32>
     %r = arith.select %pos, %scaled, %shift : tensor<@B@xi1>, tensor<@B@xf32>)");
   ir = subst(ir, {{"Q", "64"}});
@@ -628,7 +629,9 @@ TEST_CASE("interpreter: block access offsets outside the tensor read the padding
 module {
   func.func @pad(%x: !tile.ptr<f16> {tile.name = "x", tile.shape = array<i64: 5>},
       %out: !tile.ptr<f16> {tile.name = "out", tile.output, tile.shape = array<i64: 16>},
-      %back: !tile.ptr<f16> {tile.name = "back", tile.output, tile.shape = array<i64: 5>}) attributes {tile.kernel, tile.grid = array<i64: 1, 1, 1>} {
+      %back: !tile.ptr<f16> {tile.name = "back", tile.output, tile.shape = array<i64: 5>},
+      %flags: !tile.ptr<i1> {tile.name = "flags", tile.shape = array<i64: 3, 3>},
+      %fout: !tile.ptr<i1> {tile.name = "fout", tile.output, tile.shape = array<i64: 4, 4>}) attributes {tile.kernel, tile.grid = array<i64: 1, 1, 1>} {
     %cm3 = arith.constant -3 : i32
     %c2 = arith.constant 2 : i32
     %c0 = arith.constant 0 : i32
@@ -638,6 +641,8 @@ module {
     tile.block_store %out[%c0], %a {dims = array<i64: 16>, strides = array<i64: 1>} : !tile.ptr<f16>, tensor<8xf16>
     tile.block_store %out[%c8], %b {dims = array<i64: 16>, strides = array<i64: 1>} : !tile.ptr<f16>, tensor<8xf16>
     tile.block_store %back[%cm3], %a {dims = array<i64: 5>, strides = array<i64: 1>} : !tile.ptr<f16>, tensor<8xf16>
+    %f = tile.block_load %flags[%c0, %c0] {dims = array<i64: 3, 3>, strides = array<i64: 3, 1>, padding = 1.0 : f64} : !tile.ptr<i1> -> tensor<4x4xi1>
+    tile.block_store %fout[%c0, %c0], %f {dims = array<i64: 4, 4>, strides = array<i64: 4, 1>} : !tile.ptr<i1>, tensor<4x4xi1>
     return
   }
 }
@@ -645,7 +650,13 @@ module {
   std::mt19937 rng(9);
   Buf x(DType::F16, 5), out(DType::F16, 16), back(DType::F16, 5);
   fill(x, rng, -3, 3);
-  run(ir, {x.arg(), out.arg(), back.arg()});
+  Buf flags(DType::Bool, 9), fout(DType::Bool, 16);
+  for (int64_t i = 0; i < 9; ++i)
+    flags.seti(i, rng() & 1);
+  run(ir, {x.arg(), out.arg(), back.arg(), flags.arg(), fout.arg()});
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 4; ++c)
+      REQUIRE(fout.geti(r * 4 + c) == (r < 3 && c < 3 ? flags.geti(r * 3 + c) : 1));
   for (int64_t i = 0; i < 8; ++i) {
     int64_t ia = i - 3, ib = i + 2;
     REQUIRE(out.get(i) == (ia >= 0 && ia < 5 ? x.get(ia) : 7.5));
@@ -763,10 +774,530 @@ module {
         {a.arg(), b.arg(), c.arg()});
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        double s = c0.get(i * n + j);
-        for (int64_t q = 0; q < k; ++q)
+        double s = c0.get(i * n + j), mag = std::fabs(s);
+        for (int64_t q = 0; q < k; ++q) {
           s += a.get(i * k + q) * b.get(q * n + j);
-        REQUIRE(close(acc, c.get(i * n + j), roundTo(acc, s)));
+          mag += std::fabs(a.get(i * k + q) * b.get(q * n + j));
+        }
+        // One rounding to the accumulator type, up to double summation-order error.
+        double got = c.get(i * n + j), ref = roundTo(acc, s);
+        REQUIRE(std::fabs(got - ref) <= relTol(acc) * std::fabs(ref) + 1e-15 * mag);
       }
   }
+}
+
+TEST_CASE("interpreter: scf.for with iter_args, scf.if with results, scf.while",
+          "[interpreter]") {
+  std::mt19937 rng(13);
+  SECTION("row sums over column blocks in an scf.for") {
+    const char *ir = R"(
+module {
+  func.func @rows(%x: !tile.ptr<bf16> {tile.name = "x", tile.shape = array<i64: @R@, @C@>},
+      %y: !tile.ptr<f32> {tile.name = "y", tile.output, tile.shape = array<i64: @R@>}) attributes {tile.kernel, tile.grid = array<i64: @R@, 1, 1>} {
+    %pid = tile.program_id 0 : i32
+    %c0 = arith.constant 0 : i32
+    %cc = arith.constant @C@ : i32
+    %step = arith.constant 256 : i32
+    %zero = arith.constant dense<0.0> : tensor<1x256xf32>
+    %acc = scf.for %k = %c0 to %cc step %step iter_args(%a = %zero) -> (tensor<1x256xf32>) : i32 {
+      %t = tile.block_load %x[%pid, %k] {dims = array<i64: @R@, @C@>, strides = array<i64: @C@, 1>, padding = 0.0 : f64} : !tile.ptr<bf16> -> tensor<1x256xbf16>
+      %tf = tile.cast %t : tensor<1x256xbf16> to tensor<1x256xf32>
+      %n = arith.addf %a, %tf : tensor<1x256xf32>
+      scf.yield %n : tensor<1x256xf32>
+    }
+    %s = tile.reduce sum %acc axis = 1 : tensor<1x256xf32> -> tensor<1xf32>
+    tile.block_store %y[%pid], %s {dims = array<i64: @R@>, strides = array<i64: 1>} : !tile.ptr<f32>, tensor<1xf32>
+    return
+  }
+}
+)";
+    for (int64_t cols : {int64_t(1), int64_t(17), int64_t(1000), int64_t(4097)}) {
+      const int64_t rows = 3;
+      Buf x(DType::BF16, rows * cols), y(DType::F32, rows);
+      fill(x, rng, -4, 4);
+      run(subst(ir, {{"R", std::to_string(rows)}, {"C", std::to_string(cols)}}),
+          {x.arg(), y.arg()});
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> lanes(256, 0.0f);
+        for (int64_t c = 0; c < cols; ++c)
+          lanes[c % 256] = float(double(lanes[c % 256]) + x.get(r * cols + c));
+        double s = 0;
+        for (float l : lanes)
+          s += l;
+        REQUIRE(y.get(r) == double(float(s)));
+      }
+    }
+  }
+  SECTION("scf.if picks a branch per program instance") {
+    const int64_t n = 1000;
+    Buf x(DType::F32, n), out(DType::F32, n);
+    fill(x, rng, -4, 4);
+    run(elementwiseKernel({DType::F32}, DType::F32, n, R"(
+    %c2 = arith.constant 2 : i32
+    %c0i = arith.constant 0 : i32
+    %rem = arith.remsi %pid, %c2 : i32
+    %even = arith.cmpi eq, %rem, %c0i : i32
+    %r = scf.if %even -> (tensor<@B@xf32>) {
+      %two = arith.constant dense<2.0> : tensor<@B@xf32>
+      %d = arith.mulf %a0, %two : tensor<@B@xf32>
+      scf.yield %d : tensor<@B@xf32>
+    } else {
+      %one = arith.constant dense<1.0> : tensor<@B@xf32>
+      %e = arith.addf %a0, %one : tensor<@B@xf32>
+      scf.yield %e : tensor<@B@xf32>
+    })"),
+        {x.arg(), out.arg()});
+    for (int64_t i = 0; i < n; ++i) {
+      bool even = (i / 256) % 2 == 0;
+      REQUIRE(out.get(i) == double(float(even ? x.get(i) * 2 : x.get(i) + 1)));
+    }
+  }
+  SECTION("scf.while") {
+    const char *ir = R"(
+module {
+  func.func @w(%out: !tile.ptr<i32> {tile.name = "out", tile.output, tile.shape = array<i64: 1>}) attributes {tile.kernel, tile.grid = array<i64: 1, 1, 1>} {
+    %c1 = arith.constant 1 : i32
+    %c3 = arith.constant 3 : i32
+    %lim = arith.constant 1000 : i32
+    %res = scf.while (%i = %c1) : (i32) -> i32 {
+      %cond = arith.cmpi slt, %i, %lim : i32
+      scf.condition(%cond) %i : i32
+    } do {
+    ^bb0(%j: i32):
+      %n = arith.muli %j, %c3 : i32
+      scf.yield %n : i32
+    }
+    %t = tile.splat %res : i32 -> tensor<1xi32>
+    %c0 = arith.constant 0 : i32
+    tile.block_store %out[%c0], %t {dims = array<i64: 1>, strides = array<i64: 1>} : !tile.ptr<i32>, tensor<1xi32>
+    return
+  }
+}
+)";
+    Buf out(DType::I32, 1);
+    run(ir, {out.arg()});
+    REQUIRE(out.geti(0) == 2187);
+  }
+}
+
+TEST_CASE("interpreter: program ids and counts over a 3-D grid, in grid order",
+          "[interpreter]") {
+  const char *ir = R"(
+module {
+  func.func @g(%ids: !tile.ptr<i32> {tile.name = "ids", tile.output, tile.shape = array<i64: 24>},
+      %order: !tile.ptr<i64> {tile.name = "order", tile.output, tile.shape = array<i64: 24>},
+      %counter: !tile.ptr<i64> {tile.name = "counter", tile.output, tile.shape = array<i64: 1>},
+      %facc: !tile.ptr<f64> {tile.name = "facc", tile.output, tile.shape = array<i64: 1>},
+      %bias: i32 {tile.name = "bias"}, %step: f64 {tile.name = "step"}) attributes {tile.kernel, tile.grid = array<i64: 3, 2, 4>} {
+    %x = tile.program_id 0 : i32
+    %y = tile.program_id 1 : i32
+    %z = tile.program_id 2 : i32
+    %nx = tile.num_programs 0 : i32
+    %ny = tile.num_programs 1 : i32
+    %nz = tile.num_programs 2 : i32
+    %c10 = arith.constant 10 : i32
+    %c100 = arith.constant 100 : i32
+    %c1000 = arith.constant 1000 : i32
+    %y10 = arith.muli %y, %c10 : i32
+    %z100 = arith.muli %z, %c100 : i32
+    %n0 = arith.muli %nx, %c1000 : i32
+    %c10000 = arith.constant 10000 : i32
+    %n1 = arith.muli %ny, %c10000 : i32
+    %c100000 = arith.constant 100000 : i32
+    %n2 = arith.muli %nz, %c100000 : i32
+    %n01 = arith.addi %n0, %n1 : i32
+    %n = arith.addi %n01, %n2 : i32
+    %v0 = arith.addi %x, %y10 : i32
+    %v1 = arith.addi %v0, %z100 : i32
+    %v3 = arith.addi %v1, %n : i32
+    %v2 = arith.addi %v3, %bias : i32
+    %zy = arith.muli %z, %ny : i32
+    %zyy = arith.addi %zy, %y : i32
+    %zyx = arith.muli %zyy, %nx : i32
+    %idx = arith.addi %zyx, %x : i32
+    %vt = tile.splat %v2 : i32 -> tensor<1xi32>
+    tile.block_store %ids[%idx], %vt {dims = array<i64: 24>, strides = array<i64: 1>} : !tile.ptr<i32>, tensor<1xi32>
+    %one = arith.constant dense<1> : tensor<1xi64>
+    %pc = tile.splat %counter : !tile.ptr<i64> -> tensor<1x!tile.ptr<i64>>
+    %ticket = tile.atomic_rmw add %pc, %one : tensor<1x!tile.ptr<i64>>, tensor<1xi64> -> tensor<1xi64>
+    tile.block_store %order[%idx], %ticket {dims = array<i64: 24>, strides = array<i64: 1>} : !tile.ptr<i64>, tensor<1xi64>
+    %idxf = arith.sitofp %idx : i32 to f64
+    %inc = arith.mulf %idxf, %step : f64
+    %inct = tile.splat %inc : f64 -> tensor<1xf64>
+    %pf = tile.splat %facc : !tile.ptr<f64> -> tensor<1x!tile.ptr<f64>>
+    %fold = tile.atomic_rmw add %pf, %inct : tensor<1x!tile.ptr<f64>>, tensor<1xf64> -> tensor<1xf64>
+    return
+  }
+}
+)";
+  std::string text = ir;
+  Buf ids(DType::I32, 24), order(DType::I64, 24), counter(DType::I64, 1), facc(DType::F64, 1);
+  run(text, {ids.arg(), order.arg(), counter.arg(), facc.arg(), HostArg::value(-7),
+             HostArg::value(0.1)});
+  double fref = 0;
+  for (int64_t i = 0; i < 24; ++i)
+    fref += i * 0.1; // sequential, in program order
+  REQUIRE(facc.get(0) == fref);
+  for (int64_t z = 0; z < 4; ++z)
+    for (int64_t y = 0; y < 2; ++y)
+      for (int64_t x = 0; x < 3; ++x) {
+        int64_t idx = (z * 2 + y) * 3 + x;
+        REQUIRE(ids.geti(idx) == x + 10 * y + 100 * z + 423000 - 7);
+        REQUIRE(order.geti(idx) == idx); // x fastest, then y, then z
+      }
+  REQUIRE(counter.geti(0) == 24);
+}
+
+TEST_CASE("interpreter: atomic max and compare-and-swap across program instances",
+          "[interpreter]") {
+  const char *ir = R"(
+module {
+  func.func @am(%x: !tile.ptr<@T@> {tile.name = "x", tile.shape = array<i64: @G@, @C@>},
+      %m: !tile.ptr<@T@> {tile.name = "m", tile.output, tile.shape = array<i64: @C@>},
+      %lock: !tile.ptr<i32> {tile.name = "lock", tile.output, tile.shape = array<i64: 1>},
+      %olds: !tile.ptr<i32> {tile.name = "olds", tile.output, tile.shape = array<i64: @G@>}) attributes {tile.kernel, tile.grid = array<i64: @G@, 1, 1>} {
+    %pid = tile.program_id 0 : i32
+    %c0 = arith.constant 0 : i32
+    %t = tile.block_load %x[%pid, %c0] {dims = array<i64: @G@, @C@>, strides = array<i64: @C@, 1>} : !tile.ptr<@T@> -> tensor<1x128x@T@>
+    %v = tile.reshape %t : tensor<1x128x@T@> -> tensor<128x@T@>
+    %cols = tile.arange 0 to 128 : tensor<128xi32>
+    %cc = arith.constant @C@ : i32
+    %ccs = tile.splat %cc : i32 -> tensor<128xi32>
+    %inb = arith.cmpi slt, %cols, %ccs : tensor<128xi32>
+    %pm = tile.splat %m : !tile.ptr<@T@> -> tensor<128x!tile.ptr<@T@>>
+    %pms = tile.addptr %pm, %cols : tensor<128x!tile.ptr<@T@>>, tensor<128xi32>
+    %old = tile.atomic_rmw max %pms, %v, %inb : tensor<128x!tile.ptr<@T@>>, tensor<128x@T@>, tensor<128xi1> -> tensor<128x@T@>
+    %pl = tile.splat %lock : !tile.ptr<i32> -> tensor<1x!tile.ptr<i32>>
+    %cmp = tile.splat %pid : i32 -> tensor<1xi32>
+    %c1 = arith.constant dense<1> : tensor<1xi32>
+    %next = arith.addi %cmp, %c1 : tensor<1xi32>
+    %got = tile.atomic_cas %pl, %cmp, %next : tensor<1x!tile.ptr<i32>>, tensor<1xi32>
+    %bad = arith.constant dense<-5> : tensor<1xi32>
+    %never = arith.constant dense<77> : tensor<1xi32>
+    %got2 = tile.atomic_cas %pl, %bad, %never : tensor<1x!tile.ptr<i32>>, tensor<1xi32>
+    %diff = arith.subi %got2, %got : tensor<1xi32>
+    %sum = arith.addi %got, %diff : tensor<1xi32>
+    %sum2 = arith.subi %sum, %c1 : tensor<1xi32>
+    tile.block_store %olds[%pid], %sum2 {dims = array<i64: @G@>, strides = array<i64: 1>} : !tile.ptr<i32>, tensor<1xi32>
+    return
+  }
+}
+)";
+  std::mt19937 rng(14);
+  for (DType d : {DType::F32, DType::I32, DType::I64}) {
+    const int64_t g = 37, c = 100;
+    INFO(mlirType(d));
+    Buf x(d, g * c), m(d, c), lock(DType::I32, 1), olds(DType::I32, g);
+    if (is_floating(d))
+      fill(x, rng, -100, 100);
+    else
+      fillInt(x, rng, -1000000, 1000000);
+    for (int64_t i = 0; i < c; ++i)
+      m.seti(i, -2000000);
+    run(subst(ir, {{"T", mlirType(d)}, {"G", std::to_string(g)}, {"C", std::to_string(c)}}),
+        {x.arg(), m.arg(), lock.arg(), olds.arg()});
+    for (int64_t j = 0; j < c; ++j) {
+      double best = -2000000;
+      for (int64_t p = 0; p < g; ++p)
+        best = std::max(best, is_floating(d) ? x.get(p * c + j) : double(x.geti(p * c + j)));
+      REQUIRE((is_floating(d) ? m.get(j) : double(m.geti(j))) == best);
+    }
+    // Program p finds the lock at p (set by p - 1) and advances it; the failing CAS
+    // returns p + 1 without writing, so olds[p] = (p + 1) - 1.
+    REQUIRE(lock.geti(0) == g);
+    for (int64_t p = 0; p < g; ++p)
+      REQUIRE(olds.geti(p) == p);
+  }
+}
+
+TEST_CASE("interpreter: argument checks and out-of-bounds accesses throw tokamax::Error",
+          "[interpreter]") {
+  const int64_t n = 17;
+  std::string ir = elementwiseKernel({DType::BF16}, DType::BF16, n,
+                                     "%r = arith.addf %a0, %a0 : tensor<@B@xbf16>");
+  Buf x(DType::BF16, n), out(DType::BF16, n), small(DType::BF16, n - 1);
+  std::mt19937 rng(15);
+  fill(x, rng, -1, 1);
+  SECTION("a tensor of the wrong size names the parameter and both sizes") {
+    try {
+      run(ir, {x.arg(), small.arg()});
+      FAIL("no error");
+    } catch (const Error &e) {
+      std::string msg = e.what();
+      INFO(msg);
+      REQUIRE(msg.find("'out'") != std::string::npos);
+      REQUIRE(msg.find("34 bytes") != std::string::npos);
+      REQUIRE(msg.find("32") != std::string::npos);
+    }
+  }
+  SECTION("the wrong number of arguments") {
+    REQUIRE_THROWS_AS(run(ir, {x.arg()}), Error);
+  }
+  SECTION("an unmasked out-of-bounds gather") {
+    std::string bad = ir;
+    bad.replace(bad.find("%qx0, %mask : tensor<32x!tile.ptr<bf16>>, tensor<32xi1>"),
+                std::string("%qx0, %mask : tensor<32x!tile.ptr<bf16>>, tensor<32xi1>").size(),
+                "%qx0 : tensor<32x!tile.ptr<bf16>>");
+    try {
+      run(bad, {x.arg(), out.arg()});
+      FAIL("no error");
+    } catch (const Error &e) {
+      std::string msg = e.what();
+      INFO(msg);
+      REQUIRE(msg.find("tile.load") != std::string::npos);
+      REQUIRE(msg.find("'x0'") != std::string::npos);
+      REQUIRE(msg.find("offset 17") != std::string::npos);
+      REQUIRE(msg.find("17 elements") != std::string::npos);
+    }
+  }
+  SECTION("an unmasked out-of-bounds scatter") {
+    std::string bad = ir;
+    bad.replace(bad.find(", %mask : tensor<32x!tile.ptr<bf16>>, tensor<32xbf16>, tensor<32xi1>"),
+                std::string(", %mask : tensor<32x!tile.ptr<bf16>>, tensor<32xbf16>, tensor<32xi1>").size(),
+                " : tensor<32x!tile.ptr<bf16>>, tensor<32xbf16>");
+    REQUIRE_THROWS_WITH(run(bad, {x.arg(), out.arg()}),
+                        Catch::Contains("tile.store") && Catch::Contains("'out'"));
+  }
+  SECTION("an unsupported operation") {
+    std::string bad = elementwiseKernel({DType::I32}, DType::I32, n,
+                                        "%r = math.ctpop %a0 : tensor<@B@xi32>");
+    Buf xi(DType::I32, n), oi(DType::I32, n);
+    REQUIRE_THROWS_WITH(run(bad, {xi.arg(), oi.arg()}),
+                        Catch::Contains("interpreter: unsupported operation math.ctpop"));
+  }
+  SECTION("an unsupported operation in a branch that never runs") {
+    std::string bad = elementwiseKernel({DType::I32}, DType::I32, n, R"(
+    %never = arith.constant false
+    %r = scf.if %never -> (tensor<@B@xi32>) {
+      %p = math.ctpop %a0 : tensor<@B@xi32>
+      scf.yield %p : tensor<@B@xi32>
+    } else {
+      scf.yield %a0 : tensor<@B@xi32>
+    })");
+    Buf xi(DType::I32, n), oi(DType::I32, n);
+    REQUIRE_THROWS_WITH(run(bad, {xi.arg(), oi.arg()}),
+                        Catch::Contains("interpreter: unsupported operation math.ctpop"));
+  }
+  SECTION("IR that does not parse") {
+    REQUIRE_THROWS_AS(run("module { func.func @k( }", {}), Error);
+  }
+}
+
+TEST_CASE("interpreter: TOKAMAX_INTERPRET=1 requests the interpreter", "[interpreter]") {
+  const char *saved = std::getenv("TOKAMAX_INTERPRET");
+  std::string keep = saved ? saved : "";
+  setenv("TOKAMAX_INTERPRET", "1", 1);
+  REQUIRE(interpreter_requested());
+  setenv("TOKAMAX_INTERPRET", "0", 1);
+  REQUIRE_FALSE(interpreter_requested());
+  unsetenv("TOKAMAX_INTERPRET");
+  REQUIRE_FALSE(interpreter_requested());
+  if (saved)
+    setenv("TOKAMAX_INTERPRET", keep.c_str(), 1);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels built with the DSL
+//===----------------------------------------------------------------------===//
+
+namespace dsl = tokamax::dsl;
+
+TEST_CASE("interpreter: DSL row scale with block loads (the Kernel.h example)", "[interpreter]") {
+  std::mt19937 rng(20);
+  for (int64_t cols : {int64_t(1), int64_t(17), int64_t(1000)}) {
+    const int64_t rows = 17;
+    dsl::Kernel k("scale");
+    auto x = k.input("x", DType::BF16, {rows, cols});
+    auto y = k.output("y", DType::BF16, {rows, cols});
+    k.grid(rows);
+    dsl::Value row = k.program_id(0);
+    dsl::Value t = x.load({row, 0}, {1, 1024}).to(DType::F32);
+    y.store({row, 0}, (t * 2.0).to(DType::BF16));
+    Buf xb(DType::BF16, rows * cols), yb(DType::BF16, rows * cols);
+    fill(xb, rng, -100, 100);
+    std::vector<HostArg> args{xb.arg(), yb.arg()};
+    interpret(k, args);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      REQUIRE(yb.get(i) == roundTo(DType::BF16, xb.get(i) * 2));
+  }
+}
+
+TEST_CASE("interpreter: DSL softmax over rows", "[interpreter]") {
+  std::mt19937 rng(21);
+  const int64_t rows = 9, cols = 100;
+  dsl::Kernel k("softmax");
+  auto x = k.input("x", DType::F32, {rows, cols});
+  auto y = k.output("y", DType::F32, {rows, cols});
+  k.grid(rows);
+  dsl::Value row = k.program_id(0);
+  dsl::Value t = x.load({row, 0}, {1, 128}, -INFINITY);
+  dsl::Value m = t.max(1).expand(1);
+  dsl::Value e = dsl::exp(t - m);
+  dsl::Value s = e.sum(1).expand(1);
+  y.store({row, 0}, e / s);
+  Buf xb(DType::F32, rows * cols), yb(DType::F32, rows * cols);
+  fill(xb, rng, -5, 5);
+  std::vector<HostArg> args{xb.arg(), yb.arg()};
+  interpret(k, args);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      mx = std::max(mx, xb.get(r * cols + c));
+    for (int64_t c = 0; c < cols; ++c)
+      sum += std::exp(xb.get(r * cols + c) - mx);
+    for (int64_t c = 0; c < cols; ++c) {
+      double ref = std::exp(xb.get(r * cols + c) - mx) / sum;
+      REQUIRE(std::fabs(yb.get(r * cols + c) - ref) <= 1e-6 * ref);
+    }
+  }
+}
+
+TEST_CASE("interpreter: DSL gathers and scatters through pointer arithmetic", "[interpreter]") {
+  std::mt19937 rng(22);
+  for (int64_t n : kSizes) {
+    INFO("n=" << n);
+    const int64_t block = 256;
+    dsl::Kernel k("gather");
+    auto x = k.input("x", DType::F16, {n});
+    auto idx = k.input("idx", DType::I32, {n});
+    auto y = k.output("y", DType::F16, {n});
+    k.grid(dsl::cdiv(n, block));
+    dsl::Value offs = k.program_id(0) * int64_t(block) + k.arange(0, block);
+    dsl::Value mask = offs < n;
+    // y[i] = f(x[idx[i]]) with f(v) = v > 0 ? sqrt(v) : -v
+    dsl::Value src = dsl::load(idx.ptr() + offs, mask);
+    dsl::Value v = dsl::load(x.ptr() + src, mask, 1.0);
+    dsl::store(y.ptr() + offs, dsl::where(v > 0.0, dsl::sqrt(v), -v), mask);
+    Buf xb(DType::F16, n), ib(DType::I32, n), yb(DType::F16, n);
+    fill(xb, rng, -10, 10);
+    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    for (int64_t i = 0; i < n; ++i)
+      ib.seti(i, pick(rng));
+    std::vector<HostArg> args{xb.arg(), ib.arg(), yb.arg()};
+    interpret(k, args);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = xb.get(ib.geti(i));
+      REQUIRE(close(DType::F16, yb.get(i), roundTo(DType::F16, v > 0 ? std::sqrt(v) : -v)));
+    }
+  }
+}
+
+TEST_CASE("interpreter: DSL loop, if_else, when and a scalar parameter", "[interpreter]") {
+  std::mt19937 rng(23);
+  const int64_t rows = 6, cols = 1000;
+  dsl::Kernel k("rowsum");
+  auto x = k.input("x", DType::F32, {rows, cols});
+  auto y = k.output("y", DType::F32, {rows});
+  auto flag = k.output("flag", DType::I32, {1});
+  dsl::Value scale = k.scalar("scale", DType::F32);
+  k.grid(rows);
+  dsl::Value row = k.program_id(0);
+  auto acc = k.loop(0, int64_t(cols), 128, {k.full({1, 128}, 0.0, DType::F32)},
+                    [&](dsl::Value c, std::vector<dsl::Value> carried) {
+                      return std::vector<dsl::Value>{carried[0] + x.load({row, c}, {1, 128})};
+                    });
+  dsl::Value total = acc[0].sum(1);
+  auto scaled = k.if_else(row % 2 == 0, [&] { return std::vector<dsl::Value>{total * scale}; },
+                          [&] { return std::vector<dsl::Value>{total}; });
+  y.store({row}, scaled[0]);
+  k.when(row == int64_t(rows - 1), [&] { flag.store({0}, k.full({1}, 42, DType::I32)); });
+  Buf xb(DType::F32, rows * cols), yb(DType::F32, rows), fb(DType::I32, 1);
+  fill(xb, rng, -1, 1);
+  std::vector<HostArg> args{xb.arg(), yb.arg(), fb.arg(), HostArg::value(0.5)};
+  interpret(k, args);
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0, mag = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      s += xb.get(r * cols + c);
+      mag += std::fabs(xb.get(r * cols + c));
+    }
+    double ref = r % 2 == 0 ? s * 0.5 : s;
+    REQUIRE(std::fabs(yb.get(r) - ref) <= 1e-6 * mag);
+  }
+  REQUIRE(fb.geti(0) == 42);
+}
+
+TEST_CASE("interpreter: DSL atomics: histogram, maximum, tickets", "[interpreter]") {
+  std::mt19937 rng(24);
+  const int64_t n = 1000, bins = 16, block = 128;
+  const int64_t grid = dsl::cdiv(n, block);
+  dsl::Kernel k("hist");
+  auto x = k.input("x", DType::I32, {n});
+  auto hist = k.output("hist", DType::I32, {bins});
+  auto best = k.output("best", DType::I32, {1});
+  auto counter = k.output("counter", DType::I32, {1});
+  auto tickets = k.output("tickets", DType::I32, {grid});
+  k.grid(grid);
+  dsl::Value pid = k.program_id(0);
+  dsl::Value offs = pid * int64_t(block) + k.arange(0, block);
+  dsl::Value mask = offs < n;
+  dsl::Value v = dsl::load(x.ptr() + offs, mask);
+  dsl::atomic_add(hist.ptr() + v % int64_t(bins), 1, mask);
+  dsl::atomic_max(best.ptr() + k.full({block}, 0, DType::I32), v, mask);
+  dsl::Value ticket = dsl::atomic_cas(counter.ptr() + k.full({1}, 0, DType::I32),
+                                      pid.to(DType::I32), pid + 1);
+  tickets.store({pid}, ticket);
+  Buf xb(DType::I32, n), hb(DType::I32, bins), bb(DType::I32, 1), cb(DType::I32, 1),
+      tb(DType::I32, grid);
+  fillInt(xb, rng, 1, 100000);
+  std::vector<HostArg> args{xb.arg(), hb.arg(), bb.arg(), cb.arg(), tb.arg()};
+  interpret(k, args);
+  std::vector<int64_t> ref(bins, 0);
+  int64_t mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ++ref[xb.geti(i) % bins];
+    mx = std::max(mx, xb.geti(i));
+  }
+  for (int64_t b = 0; b < bins; ++b)
+    REQUIRE(hb.geti(b) == ref[b]);
+  REQUIRE(bb.geti(0) == mx);
+  REQUIRE(cb.geti(0) == grid);
+  for (int64_t p = 0; p < grid; ++p)
+    REQUIRE(tb.geti(p) == p);
+}
+
+TEST_CASE("interpreter: DSL dot with a transposed operand, argmax and reshape", "[interpreter]") {
+  std::mt19937 rng(25);
+  const int64_t m = 13, kk = 30, n = 11;
+  dsl::Kernel k("mm");
+  auto a = k.input("a", DType::BF16, {m, kk});
+  auto b = k.input("b", DType::BF16, {n, kk});
+  auto c = k.output("c", DType::F32, {m, n});
+  auto am = k.output("am", DType::I32, {m});
+  dsl::Value ta = a.load({0, 0}, {16, 32});
+  dsl::Value tb = b.load({0, 0}, {16, 32});
+  dsl::Value prod = dsl::dot(ta, tb.trans(), k.full({16, 16}, 0.0, DType::F32));
+  c.store({0, 0}, prod);
+  // Columns beyond n are 0; make them lose the argmax by subtracting a large value there.
+  dsl::Value cols = k.arange(0, 16).expand(0).broadcast_to({16, 16});
+  dsl::Value masked = dsl::where(cols < n, prod, -1e30);
+  am.store({0}, masked.argmax(1).reshape({16}));
+  Buf ab(DType::BF16, m * kk), bb(DType::BF16, n * kk), cb(DType::F32, m * n), amb(DType::I32, m);
+  fill(ab, rng, -1, 1);
+  fill(bb, rng, -1, 1);
+  std::vector<HostArg> args{ab.arg(), bb.arg(), cb.arg(), amb.arg()};
+  interpret(k, args);
+  for (int64_t i = 0; i < m; ++i) {
+    int64_t arg = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < kk; ++q)
+        s += ab.get(i * kk + q) * bb.get(j * kk + q);
+      REQUIRE(cb.get(i * n + j) == double(float(s)));
+      if (cb.get(i * n + j) > cb.get(i * n + arg))
+        arg = j;
+    }
+    REQUIRE(amb.geti(i) == arg);
+  }
+}
+
+TEST_CASE("interpreter: DSL kernels report bad arguments by parameter name", "[interpreter]") {
+  dsl::Kernel k("copy");
+  auto x = k.input("source", DType::F64, {10});
+  auto y = k.output("dest", DType::F64, {10});
+  y.store({0}, x.load({0}, {16}));
+  Buf xb(DType::F64, 10), small(DType::F64, 9);
+  std::vector<HostArg> args{xb.arg(), small.arg()};
+  REQUIRE_THROWS_WITH(interpret(k, args), Catch::Contains("'dest'") && Catch::Contains("80 bytes") &&
+                                              Catch::Contains("72"));
 }

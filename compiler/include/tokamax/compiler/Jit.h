@@ -8,6 +8,7 @@
 #pragma once
 
 #include <tokamax/compiler/Compiler.h>
+#include <tokamax/compiler/Interpreter.h>
 #include <tokamax/runtime/Module.h>
 #include <tokamax/runtime/Tensor.h>
 
@@ -72,6 +73,9 @@ public:
   /// tries again).
   const LoadedKernel &get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
                           KernelSource *source = nullptr);
+  /// The same from the kernel's tile IR text.
+  const LoadedKernel &get_ir(uint64_t key, Device &device, const std::function<std::string()> &ir,
+                             KernelSource *source = nullptr);
 
   JitStats stats() const;
   /// Drops every loaded kernel (tests and benchmarks of cold paths).
@@ -84,6 +88,10 @@ private:
   struct State;
   std::unique_ptr<State> state_;
 };
+
+/// Runs `kernel` once on `device` with host buffers (tensors copied in, outputs copied
+/// back), through the JIT and its caches: the device counterpart of interpret().
+TOKAMAX_API void run_on_device(const dsl::Kernel &kernel, std::span<struct HostArg> args, Device &device);
 
 /// Compiles (or reads from `cache_dir`'s disk cache) a kernel without a GPU: the work of
 /// `tokamax-compile precompile`. Returns the cache entry digest and whether it was a hit.

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On a GPU machine: unpack the package, run the GPU tests, the unit tests, the examples
+# and the benchmark; logs go to $OUT (or ./gpu-logs).
+#   scripts/gpu-check.sh .gpu/tokamax.tar.xz
+set -uo pipefail
+pkg=${1:-.gpu/tokamax.tar.xz}
+out=${OUT:-$PWD/gpu-logs}
+mkdir -p "$out"
+work=$(mktemp -d)
+tar -C "$work" -xJf "$pkg"
+bin=$work/tokamax/bin
+export TOKAMAX_CACHE_DIR=$work/cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+status=0
+run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; local rc=$?; tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1; }
+run gpu-tests "$bin/tokamax-gpu-tests" --durations yes
+TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
+for e in vector_add softmax gelu; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
+TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
+exit $status
