@@ -179,6 +179,8 @@ std::vector<uint8_t> assembleWithPtxas(const std::string &ptx, const std::string
 
 } // namespace
 
+std::string assembler_key() { return "cuda-13"; }
+
 std::string assembler_identity() {
   const NvJitLink &api = nvJitLink();
   if (api.loaded)

@@ -29,12 +29,17 @@ CacheKey makeKey(const std::string &name, const std::string &ir, const CompileOp
   key.compile_options = options.key();
   key.tokamax_version = TOKAMAX_VERSION_STRING;
   key.llvm_version = llvm_version();
-  key.assembler = assembler_identity();
+  // The toolkit generation, not the exact assembler found here: a cache precompiled on a
+  // build machine must be found on a production machine without the toolkit. The exact
+  // assembler is recorded in the entry's metadata.
+  key.assembler = assembler_key();
   return key;
 }
 
 CacheEntry toEntry(const CompiledKernel &kernel) {
-  return CacheEntry{kernel.launch.kernel_name, kernel.ptx, kernel.cubin, kernel.launch.to_json()};
+  LaunchInfo info = kernel.launch;
+  info.assembler = kernel.cubin.empty() ? "" : assembler_identity();
+  return CacheEntry{kernel.launch.kernel_name, kernel.ptx, kernel.cubin, info.to_json()};
 }
 
 } // namespace

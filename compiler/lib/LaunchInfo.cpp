@@ -12,6 +12,7 @@ std::string LaunchInfo::to_json() const {
   j["grid"] = {grid[0], grid[1], grid[2]};
   j["block_threads"] = block_threads;
   j["shared_bytes"] = shared_bytes;
+  j["assembler"] = assembler;
   nlohmann::json ps = nlohmann::json::array();
   for (const KernelParam &p : params)
     ps.push_back({{"name", p.name},
@@ -32,6 +33,7 @@ LaunchInfo LaunchInfo::from_json(const std::string &text) {
       info.grid[i] = j.at("grid").at(i).get<uint32_t>();
     info.block_threads = j.at("block_threads").get<uint32_t>();
     info.shared_bytes = j.at("shared_bytes").get<uint32_t>();
+    info.assembler = j.value("assembler", "");
     for (const auto &p : j.at("params")) {
       KernelParam param;
       param.name = p.at("name").get<std::string>();

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -190,7 +191,8 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
   std::string name = "kernel";
   for (func::FuncOp func : module->getOps<func::FuncOp>())
     name = func.getName().str();
-  Dumper dump(options.dump_dir, name);
+  const char *envDump = std::getenv("TOKAMAX_DUMP_DIR");
+  Dumper dump(!options.dump_dir.empty() ? options.dump_dir : envDump ? envDump : "", name);
   int index = 0;
   dump.write(index++, "tile.mlir", ir);
   result.stages.push_back({"parse", timer.lap()});

