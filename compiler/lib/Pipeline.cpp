@@ -188,9 +188,11 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
   if (!module || failed(verify(*module)))
     throw Error("tile IR does not parse or verify:\n" + diagnostics.text());
   std::vector<KernelParam> params = kernelParams(*module);
-  std::string name = "kernel";
+  std::string name;
   for (func::FuncOp func : module->getOps<func::FuncOp>())
     name = func.getName().str();
+  if (name.empty())
+    throw Error("tile IR has no kernel (func.func) to compile");
   const char *envDump = std::getenv("TOKAMAX_DUMP_DIR");
   Dumper dump(!options.dump_dir.empty() ? options.dump_dir : envDump ? envDump : "", name);
   int index = 0;

@@ -297,24 +297,31 @@ std::vector<Value> Kernel::loop(const Value &lo, const Value &hi, const Value &s
     b.setInsertionPoint(bodyBlock->getTerminator());
   else
     b.setInsertionPointToEnd(bodyBlock);
-  std::vector<Value> args;
-  for (mlir::Value a : forOp.getRegionIterArgs())
-    args.push_back(kb.wrap(a));
-  std::vector<Value> results = body(kb.wrap(forOp.getInductionVar()), args);
-  if (results.size() != inits.size())
-    kb.fail(fmt::format("loop: the body returned {} values for {} carried values", results.size(),
-                        inits.size()));
-  SmallVector<mlir::Value> yields;
-  for (size_t i = 0; i < results.size(); ++i) {
-    mlir::Value v = kb.materialize(results[i], elementType(inits[i]), shapeOf(inits[i]));
-    if (v.getType() != inits[i].getType())
-      kb.fail(fmt::format("loop: carried value {} enters as {} {} but the body returns {} {}", i,
-                          typeString(inits[i].getType()), shapeString(inits[i].getType()),
-                          typeString(v.getType()), shapeString(v.getType())));
-    yields.push_back(v);
+  // A misuse inside the body must leave the kernel as it was before the loop.
+  try {
+    std::vector<Value> args;
+    for (mlir::Value a : forOp.getRegionIterArgs())
+      args.push_back(kb.wrap(a));
+    std::vector<Value> results = body(kb.wrap(forOp.getInductionVar()), args);
+    if (results.size() != inits.size())
+      kb.fail(fmt::format("loop: the body returned {} values for {} carried values", results.size(),
+                          inits.size()));
+    SmallVector<mlir::Value> yields;
+    for (size_t i = 0; i < results.size(); ++i) {
+      mlir::Value v = kb.materialize(results[i], elementType(inits[i]), shapeOf(inits[i]));
+      if (v.getType() != inits[i].getType())
+        kb.fail(fmt::format("loop: carried value {} enters as {} {} but the body returns {} {}", i,
+                            typeString(inits[i].getType()), shapeString(inits[i].getType()),
+                            typeString(v.getType()), shapeString(v.getType())));
+      yields.push_back(v);
+    }
+    if (!inits.empty())
+      b.create<scf::YieldOp>(kb.loc(), yields);
+  } catch (...) {
+    b.restoreInsertionPoint(saved);
+    forOp.erase();
+    throw;
   }
-  if (!inits.empty())
-    b.create<scf::YieldOp>(kb.loc(), yields);
   b.restoreInsertionPoint(saved);
   std::vector<Value> out;
   for (mlir::Value r : forOp.getResults())
@@ -347,17 +354,23 @@ std::vector<Value> Kernel::if_else(const Value &cond, const std::function<std::v
     b.create<scf::YieldOp>(kb.loc(), values);
     return values;
   };
-  auto thenValues = build(draft.getThenRegion().front(), then_branch);
-  auto elseValues = build(draft.getElseRegion().front(), else_branch);
-  if (thenValues.size() != elseValues.size())
-    kb.fail("if_else: the branches return different numbers of values");
   SmallVector<Type> types;
-  for (size_t i = 0; i < thenValues.size(); ++i) {
-    if (thenValues[i].getType() != elseValues[i].getType())
-      kb.fail(fmt::format("if_else: value {} is {} {} in one branch and {} {} in the other", i,
-                          typeString(thenValues[i].getType()), shapeString(thenValues[i].getType()),
-                          typeString(elseValues[i].getType()), shapeString(elseValues[i].getType())));
-    types.push_back(thenValues[i].getType());
+  try {
+    auto thenValues = build(draft.getThenRegion().front(), then_branch);
+    auto elseValues = build(draft.getElseRegion().front(), else_branch);
+    if (thenValues.size() != elseValues.size())
+      kb.fail("if_else: the branches return different numbers of values");
+    for (size_t i = 0; i < thenValues.size(); ++i) {
+      if (thenValues[i].getType() != elseValues[i].getType())
+        kb.fail(fmt::format("if_else: value {} is {} {} in one branch and {} {} in the other", i,
+                            typeString(thenValues[i].getType()), shapeString(thenValues[i].getType()),
+                            typeString(elseValues[i].getType()), shapeString(elseValues[i].getType())));
+      types.push_back(thenValues[i].getType());
+    }
+  } catch (...) {
+    b.restoreInsertionPoint(saved);
+    draft.erase();
+    throw;
   }
   b.restoreInsertionPoint(saved);
   auto final = b.create<scf::IfOp>(kb.loc(), types, c, /*withElseRegion=*/true);

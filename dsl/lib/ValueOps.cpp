@@ -56,10 +56,11 @@ Value reduce(const Value &x, int axis, tile::ReduceKind kind, const char *op) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type)
     kb.fail(fmt::format("{}: needs a tile, got a scalar", op));
+  int given = axis;
   if (axis < 0)
     axis += type.getRank();
   if (axis < 0 || axis >= type.getRank())
-    kb.fail(fmt::format("{}: axis {} is out of range for shape {}", op, axis, shapeString(type)));
+    kb.fail(fmt::format("{}: axis {} is out of range for shape {}", op, given, shapeString(type)));
   Type elem = kind == tile::ReduceKind::Argmax ? Type(kb.b().getI32Type()) : type.getElementType();
   Type result = elem;
   if (type.getRank() > 1) {
@@ -146,10 +147,11 @@ Value Value::expand(int axis) const {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type)
     kb.fail("expand: needs a tile, got a scalar");
+  int given = axis;
   if (axis < 0)
     axis += type.getRank() + 1;
   if (axis < 0 || axis > type.getRank())
-    kb.fail(fmt::format("expand: axis {} is out of range for shape {}", axis, shapeString(type)));
+    kb.fail(fmt::format("expand: axis {} is out of range for shape {}", given, shapeString(type)));
   SmallVector<int64_t> shape(type.getShape());
   shape.insert(shape.begin() + axis, 1);
   return kb.wrap(kb.b().create<tile::ExpandDimsOp>(

@@ -131,7 +131,7 @@ LogicalResult AtomicCASOp::verify() {
 
 LogicalResult ReduceOp::verify() {
   auto source = getSource().getType();
-  int64_t axis = getAxis();
+  int64_t axis = static_cast<int32_t>(getAxis());
   if (axis < 0 || axis >= source.getRank())
     return emitOpError("axis ") << axis << " is out of range for " << source;
   Type expectedElem = getKind() == ReduceKind::Argmax
@@ -156,7 +156,7 @@ LogicalResult ReduceOp::verify() {
 LogicalResult ExpandDimsOp::verify() {
   auto source = getSource().getType();
   auto result = getResult().getType();
-  int64_t axis = getAxis();
+  int64_t axis = static_cast<int32_t>(getAxis());
   if (axis < 0 || axis > source.getRank())
     return emitOpError("axis ") << axis << " is out of range for " << source;
   SmallVector<int64_t> shape(source.getShape());

@@ -39,7 +39,10 @@ def Tile_BlockedLayoutAttr : Tile_Attr<"BlockedLayout", "blocked"> {
                         ArrayRefParameter<"unsigned">:$threadsPerWarp,
                         ArrayRefParameter<"unsigned">:$warpsPerCTA,
                         ArrayRefParameter<"unsigned">:$order);
-  let assemblyFormat = "`<` `{` struct(params) `}` `>`";
+  let assemblyFormat = [{
+    `<` `{` `sizePerThread` `=` `[` $sizePerThread `]` `,` `threadsPerWarp` `=` `[` $threadsPerWarp `]`
+    `,` `warpsPerCTA` `=` `[` $warpsPerCTA `]` `,` `order` `=` `[` $order `]` `}` `>`
+  }];
   let genVerifyDecl = 1;
 }
 
