@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <functional>
+#include <atomic>
 #include <random>
+#include <thread>
 
 using namespace tokamax;
 using namespace tokamax::dsl;
@@ -272,4 +274,39 @@ TEST_CASE("the JIT compiles once and then hits memory", "[gpu]") {
   // Bad input is a clear error, not a launch.
   Tensor wrong = Tensor::empty({334}, DType::F32);
   CHECK_THROWS_WITH(gelu(x, wrong, stream), Catch::Contains("shape"));
+}
+
+TEST_CASE("many threads asking for one new kernel compile it once", "[gpu]") {
+  Device &device = Device::get();
+  Tensor x = Tensor::empty({4099}, DType::F32), y = Tensor::empty({4099}, DType::F32);
+  JitStats before = Jit::instance().stats();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&] {
+      try {
+        Stream stream = Stream::create(device);
+        gelu(x, y, stream);
+        stream.synchronize();
+      } catch (...) {
+        ++failures;
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  JitStats after = Jit::instance().stats();
+  CHECK(failures == 0);
+  CHECK(after.compiles + after.disk_hits - before.compiles - before.disk_hits == 1);
+}
+
+TEST_CASE("must-hit mode refuses to compile", "[gpu]") {
+  Stream stream = Stream::create(Device::get());
+  // A shape no earlier run has put in the disk cache.
+  int64_t cols = 10001 + 2 * int64_t(std::random_device{}() % 10000);
+  Tensor x = Tensor::empty({cols}, DType::F32), y = Tensor::empty({cols}, DType::F32);
+  setenv("TOKAMAX_CACHE_MUST_HIT", "1", 1);
+  CHECK_THROWS_WITH(softmax(x, y, stream), Catch::Contains("TOKAMAX_CACHE_MUST_HIT"));
+  unsetenv("TOKAMAX_CACHE_MUST_HIT");
+  softmax(x, y, stream); // compiles now
+  stream.synchronize();
 }
