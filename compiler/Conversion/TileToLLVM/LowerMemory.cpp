@@ -16,21 +16,31 @@ namespace tokamax::tile {
 
 namespace {
 
-/// Elements per access for a block access of `type` (1 when not provably safe).
-unsigned blockVectorWidth(RankedTensorType type, ArrayRef<int64_t> dims,
-                          ArrayRef<int64_t> strides, Value lastOffset) {
+/// How a block access reaches memory: `vector` contiguous elements at once, and whether
+/// the last dimension's extent is not a multiple of it (so the vector that straddles the
+/// end must fall back to element accesses).
+struct Vectorization {
+  unsigned vector = 1;
+  bool ragged = false;
+};
+
+Vectorization blockVectorization(RankedTensorType type, ArrayRef<int64_t> dims,
+                                 ArrayRef<int64_t> strides, Value lastOffset) {
   compiler::Distribution dist = getDistribution(type);
   size_t last = dims.size() - 1;
   // The layout's fastest dimension must be the tensor's unit-stride last dimension.
   if (dist.parent().order.front() != dist.kept()[last] || strides[last] != 1)
-    return 1;
+    return {};
   unsigned bytes = elementBytes(type.getElementType());
   unsigned vec = std::min<unsigned>(dist.contiguous_registers(), 16 / bytes);
+  // Every vector must start 16-byte aligned: the block offset and the row strides must be
+  // multiples of it (the base pointer is checked at launch).
   auto divides = [&](int64_t v) { return v % vec == 0; };
-  while (vec > 1 && !(divides(dims[last]) && divides(knownMultipleOf(lastOffset)) &&
-                      llvm::all_of(strides.drop_back(), divides)))
+  while (vec > 1 && !(divides(knownMultipleOf(lastOffset)) && llvm::all_of(strides.drop_back(), divides)))
     vec /= 2;
-  return std::max(1u, vec);
+  if (vec <= 1)
+    return {};
+  return {vec, dims[last] % vec != 0};
 }
 
 struct BlockAddress {
@@ -131,6 +141,16 @@ Value withPadding(TileLowering &t, Location loc, Value loaded, Value inBounds, d
   return t.builder().create<arith::SelectOp>(loc, inBounds, loaded, t.constant(loaded.getType(), padding));
 }
 
+/// Whether the `vec` elements from the last coordinate of `addr` are all inside.
+Value wholeVectorInside(TileLowering &t, Location loc, RankedTensorType type, int64_t r,
+                        ValueRange offsets, ArrayRef<int64_t> dims, Value inBounds, unsigned vec) {
+  OpBuilder &b = t.builder();
+  Value last = b.create<arith::AddIOp>(loc, t.coords(type, r).back(), t.regs(offsets.back())[0]);
+  Value end = b.create<arith::AddIOp>(loc, last, t.i32(vec));
+  return b.create<arith::AndIOp>(
+      loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sle, end, t.i32(dims.back())));
+}
+
 LogicalResult lowerBlockLoad(TileLowering &t, BlockLoadOp op) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
@@ -138,15 +158,43 @@ LogicalResult lowerBlockLoad(TileLowering &t, BlockLoadOp op) {
   Type tileElem = type.getElementType();
   Type elem = t.registerType(tileElem);
   Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
-  unsigned vec = blockVectorWidth(type, op.getDims(), op.getStrides(), op.getOffsets().back());
+  Vectorization v = blockVectorization(type, op.getDims(), op.getStrides(), op.getOffsets().back());
   int64_t n = getDistribution(type).num_registers();
+  double padding = op.getPadding().convertToDouble();
   Registers result;
-  for (int64_t r = 0; r < n; r += vec) {
+  for (int64_t r = 0; r < n; r += v.vector) {
     BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], memElem,
                                      op.getOffsets(), op.getDims(), op.getStrides());
-    for (Value v : loadElements(t, loc, addr.ptr, addr.inBounds, memElem, vec))
-      result.push_back(withPadding(t, loc, fromMemory(b, loc, v, tileElem), addr.inBounds,
-                                   op.getPadding().convertToDouble()));
+    SmallVector<Value> values;
+    if (!v.ragged) {
+      values = loadElements(t, loc, addr.ptr, addr.inBounds, memElem, v.vector);
+    } else {
+      // Whole vectors load at once; the one straddling the end of the row loads element
+      // by element (a branch taken only there).
+      Value whole = wholeVectorInside(t, loc, type, r, op.getOffsets(), op.getDims(), addr.inBounds, v.vector);
+      auto branch = b.create<scf::IfOp>(loc, SmallVector<Type>(v.vector, memElem), whole, true);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(&branch.getThenRegion().front());
+        b.create<scf::YieldOp>(loc, loadElements(t, loc, addr.ptr, whole, memElem, v.vector));
+        b.setInsertionPointToStart(&branch.getElseRegion().front());
+        SmallVector<Value> parts;
+        for (unsigned i = 0; i < v.vector; ++i) {
+          BlockAddress one = blockAddress(t, loc, type, r + i, t.regs(op.getBase())[0], memElem,
+                                          op.getOffsets(), op.getDims(), op.getStrides());
+          parts.push_back(loadElements(t, loc, one.ptr, one.inBounds, memElem, 1)[0]);
+        }
+        b.create<scf::YieldOp>(loc, parts);
+      }
+      values.assign(branch.getResults().begin(), branch.getResults().end());
+    }
+    for (auto [i, value] : llvm::enumerate(values)) {
+      Value inside = addr.inBounds;
+      if (v.ragged && padding != 0.0)
+        inside = blockAddress(t, loc, type, r + i, t.regs(op.getBase())[0], memElem, op.getOffsets(),
+                              op.getDims(), op.getStrides()).inBounds;
+      result.push_back(withPadding(t, loc, fromMemory(b, loc, value, tileElem), inside, padding));
+    }
   }
   t.setRegs(op, std::move(result));
   return success();
@@ -158,20 +206,35 @@ LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
   auto type = op.getValue().getType();
   Type elem = t.registerType(type.getElementType());
   Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
-  unsigned vec = blockVectorWidth(type, op.getDims(), op.getStrides(), op.getOffsets().back());
+  Vectorization v = blockVectorization(type, op.getDims(), op.getStrides(), op.getOffsets().back());
   const Registers &values = t.regs(op.getValue());
   // Replicated threads store the same values; only the canonical copy writes.
   Value owns = t.threadOwns(type);
   compiler::Distribution dist = getDistribution(type);
-  for (int64_t r = 0; r < dist.num_registers(); r += vec) {
+  for (int64_t r = 0; r < dist.num_registers(); r += v.vector) {
     if (!dist.register_owns(r))
       continue;
     BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], memElem,
                                      op.getOffsets(), op.getDims(), op.getStrides());
     SmallVector<Value> chunk;
-    for (unsigned i = 0; i < vec; ++i)
+    for (unsigned i = 0; i < v.vector; ++i)
       chunk.push_back(toMemory(b, loc, values[r + i]));
-    storeElements(t, loc, addr.ptr, b.create<arith::AndIOp>(loc, addr.inBounds, owns), chunk);
+    Value pred = b.create<arith::AndIOp>(loc, addr.inBounds, owns);
+    if (!v.ragged) {
+      storeElements(t, loc, addr.ptr, pred, chunk);
+      continue;
+    }
+    Value whole = wholeVectorInside(t, loc, type, r, op.getOffsets(), op.getDims(), pred, v.vector);
+    auto branch = b.create<scf::IfOp>(loc, TypeRange{}, whole, true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(branch.getThenRegion().front().getTerminator());
+    storeElements(t, loc, addr.ptr, whole, chunk);
+    b.setInsertionPoint(branch.getElseRegion().front().getTerminator());
+    for (unsigned i = 0; i < v.vector; ++i) {
+      BlockAddress one = blockAddress(t, loc, type, r + i, t.regs(op.getBase())[0], memElem,
+                                      op.getOffsets(), op.getDims(), op.getStrides());
+      storeElements(t, loc, one.ptr, b.create<arith::AndIOp>(loc, one.inBounds, owns), {chunk[i]});
+    }
   }
   return success();
 }

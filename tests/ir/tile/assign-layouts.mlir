@@ -54,7 +54,7 @@ func.func @block_load_1d(%x: !tile.ptr<f64>, %y: !tile.ptr<i8>) {
 // CHECK: -> tensor<8x256xbf16, #tile.blocked<{sizePerThread = [1, 8], threadsPerWarp = [1, 32], warpsPerCTA = [2, 1], order = [1, 0]}>>
 // W8-LABEL: func.func @kernel_num_warps
 // W8-SAME: tile.num_warps = 2 : i32
-// W8: warpsPerCTA = 2, 1
+// W8: warpsPerCTA = [2, 1]
 func.func @kernel_num_warps(%x: !tile.ptr<bf16>) attributes {tile.num_warps = 2 : i32} {
   %c0 = arith.constant 0 : i32
   %t = tile.block_load %x[%c0, %c0] {dims = array<i64: 8, 256>, strides = array<i64: 256, 1>} : <bf16> -> tensor<8x256xbf16>
@@ -68,7 +68,7 @@ func.func @kernel_num_warps(%x: !tile.ptr<bf16>) attributes {tile.num_warps = 2 
 // reduced dimension returns the parent; broadcast keeps the layout.
 
 // CHECK-LABEL: func.func @row_softmax
-// CHECK: %[[X:.*]] = tile.block_load {{.*}} -> tensor<4x256xbf16, #[[B:tile.blocked<{sizePerThread = [1, 8], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>]]>
+// CHECK: %[[X:.*]] = tile.block_load {{.*}} -> tensor<4x256xbf16, #[[B:tile.blocked<{sizePerThread = \[1, 8\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]>
 // CHECK: %[[F:.*]] = tile.cast %[[X]] : {{.*}} to tensor<4x256xf32, #[[B]]>
 // CHECK: %[[M:.*]] = tile.reduce max %[[F]] axis = 1 : tensor<4x256xf32, #[[B]]> -> tensor<4xf32, #tile.slice<{dim = 1, parent = #[[B]]}>>
 // CHECK: %[[E:.*]] = tile.expand_dims %[[M]] axis = 1 : {{.*}} -> tensor<4x1xf32, #[[B]]>
@@ -101,7 +101,7 @@ func.func @row_softmax(%x: !tile.ptr<bf16>, %y: !tile.ptr<bf16>) {
 // A column reduction slices dimension 0; reducing a 1-D tile gives a scalar.
 
 // CHECK-LABEL: func.func @column_reduce
-// CHECK: tile.reduce sum %{{.*}} axis = 0 : tensor<32x64xf32, #[[B:tile.blocked<{sizePerThread = [1, 4], threadsPerWarp = [2, 16], warpsPerCTA = [4, 1], order = [1, 0]}>]]> -> tensor<64xf32, #tile.slice<{dim = 0, parent = #[[B]]}>>
+// CHECK: tile.reduce sum %{{.*}} axis = 0 : tensor<32x64xf32, #[[B:tile.blocked<{sizePerThread = \[1, 4\], threadsPerWarp = \[2, 16\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]> -> tensor<64xf32, #tile.slice<{dim = 0, parent = #[[B]]}>>
 // CHECK: tile.reduce max %{{.*}} axis = 0 : tensor<64xf32, #tile.slice<{dim = 0, parent = #[[B]]}>> -> f32
 func.func @column_reduce(%x: !tile.ptr<f32>) -> f32 {
   %c0 = arith.constant 0 : i32
@@ -118,7 +118,7 @@ func.func @column_reduce(%x: !tile.ptr<f32>) -> f32 {
 
 // CHECK-LABEL: func.func @expand_non_slice
 // CHECK: %[[L:.*]] = tile.block_load {{.*}} -> tensor<256xf32, #tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [2], order = [0]}>>
-// CHECK: %[[C:.*]] = tile.convert_layout %[[L]] : {{.*}} -> tensor<256xf32, #tile.slice<{dim = 0, parent = #[[P:tile.blocked<{sizePerThread = [1, 4], threadsPerWarp = [1, 32], warpsPerCTA = [1, 2], order = [1, 0]}>]]}>>
+// CHECK: %[[C:.*]] = tile.convert_layout %[[L]] : {{.*}} -> tensor<256xf32, #tile.slice<{dim = 0, parent = #[[P:tile.blocked<{sizePerThread = \[1, 4\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[1, 2\], order = \[1, 0\]}>]]}>>
 // CHECK: tile.expand_dims %[[C]] axis = 0 : {{.*}} -> tensor<1x256xf32, #[[P]]>
 func.func @expand_non_slice(%x: !tile.ptr<f32>) attributes {tile.num_warps = 2 : i32} {
   %c0 = arith.constant 0 : i32
@@ -135,12 +135,12 @@ func.func @expand_non_slice(%x: !tile.ptr<f32>) attributes {tile.num_warps = 2 :
 
 // CHECK-LABEL: func.func @splat_operand
 // CHECK: %[[S:.*]] = tile.splat %{{.*}} : f32 -> tensor<4x256xf32, #tile.blocked<{sizePerThread = [1, 4], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>>
-// CHECK: %[[F:.*]] = tile.cast {{.*}} to tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = [1, 8], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>]]>
+// CHECK: %[[F:.*]] = tile.cast {{.*}} to tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = \[1, 8\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]>
 // CHECK: %[[C:.*]] = tile.convert_layout %[[S]] : {{.*}} -> tensor<4x256xf32, #[[B]]>
 // CHECK: arith.mulf %[[F]], %[[C]] : tensor<4x256xf32, #[[B]]>
 // CANON-LABEL: func.func @splat_operand
 // CANON-NOT: tile.convert_layout
-// CANON: %[[S:.*]] = tile.splat %{{.*}} : f32 -> tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = [1, 8], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>]]>
+// CANON: %[[S:.*]] = tile.splat %{{.*}} : f32 -> tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = \[1, 8\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]>
 // CANON-NOT: tile.convert_layout
 // CANON: arith.mulf %{{.*}}, %[[S]] : tensor<4x256xf32, #[[B]]>
 // CANON-NOT: tile.convert_layout
@@ -162,14 +162,14 @@ func.func @splat_operand(%x: !tile.ptr<bf16>, %s: f32) {
 // does, and the free producer is converted (canonicalization then rebuilds it in place).
 
 // CHECK-LABEL: func.func @free_producers_arange
-// CHECK: %[[A:.*]] = tile.arange 0 to 512 : tensor<512xi32, #[[I32:tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
-// CHECK: %[[L:.*]] = tile.block_load {{.*}} -> tensor<512xi8, #[[I8:tile.blocked<{sizePerThread = [16], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
+// CHECK: %[[A:.*]] = tile.arange 0 to 512 : tensor<512xi32, #[[I32:tile.blocked<{sizePerThread = \[4\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
+// CHECK: %[[L:.*]] = tile.block_load {{.*}} -> tensor<512xi8, #[[I8:tile.blocked<{sizePerThread = \[16\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
 // CHECK: %[[E:.*]] = arith.extsi %[[L]] : tensor<512xi8, #[[I8]]> to tensor<512xi32, #[[I8]]>
 // CHECK: %[[C:.*]] = tile.convert_layout %[[A]] : tensor<512xi32, #[[I32]]> -> tensor<512xi32, #[[I8]]>
 // CHECK: arith.addi %[[C]], %[[E]] : tensor<512xi32, #[[I8]]>
 // CANON-LABEL: func.func @free_producers_arange
 // CANON-NOT: tile.convert_layout
-// CANON: %[[A:.*]] = tile.arange 0 to 512 : tensor<512xi32, #[[I8:tile.blocked<{sizePerThread = [16], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
+// CANON: %[[A:.*]] = tile.arange 0 to 512 : tensor<512xi32, #[[I8:tile.blocked<{sizePerThread = \[16\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
 // CANON-NOT: tile.convert_layout
 // CANON: arith.addi %[[A]], %{{.*}} : tensor<512xi32, #[[I8]]>
 // CANON-NOT: tile.convert_layout
@@ -188,8 +188,8 @@ func.func @free_producers_arange(%x: !tile.ptr<i8>) {
 // -----
 
 // CHECK-LABEL: func.func @free_producers_splat
-// CHECK: %[[F:.*]] = tile.cast %{{.*}} : {{.*}} to tensor<512xf16, #[[B16:tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
-// CHECK: %[[S:.*]] = tile.splat %{{.*}} : f16 -> tensor<512xf16, #[[D:tile.blocked<{sizePerThread = [8], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
+// CHECK: %[[F:.*]] = tile.cast %{{.*}} : {{.*}} to tensor<512xf16, #[[B16:tile.blocked<{sizePerThread = \[4\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
+// CHECK: %[[S:.*]] = tile.splat %{{.*}} : f16 -> tensor<512xf16, #[[D:tile.blocked<{sizePerThread = \[8\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
 // CHECK: %[[C:.*]] = tile.convert_layout %[[S]] : tensor<512xf16, #[[D]]> -> tensor<512xf16, #[[B16]]>
 // CHECK: arith.addf %[[C]], %[[F]] : tensor<512xf16, #[[B16]]>
 // CANON-LABEL: func.func @free_producers_splat
@@ -214,9 +214,9 @@ func.func @free_producers_splat(%x: !tile.ptr<i32>, %h: f16) {
 // converted to it, and so is a yielded tile of another layout. Results carry it too.
 
 // CHECK-LABEL: func.func @loop_carried
-// CHECK: %[[INIT:.*]] = tile.cast {{.*}} to tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = [1, 8], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>]]>
+// CHECK: %[[INIT:.*]] = tile.cast {{.*}} to tensor<4x256xf32, #[[B:tile.blocked<{sizePerThread = \[1, 8\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]>
 // CHECK: %[[R:.*]]:2 = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %[[INIT]], %[[LAST:.*]] = %[[INIT]]) -> (tensor<4x256xf32, #[[B]]>, tensor<4x256xf32, #[[B]]>) : i32 {
-// CHECK: %[[L:.*]] = tile.block_load {{.*}} -> tensor<4x256xf32, #[[F:tile.blocked<{sizePerThread = [1, 4], threadsPerWarp = [1, 32], warpsPerCTA = [4, 1], order = [1, 0]}>]]>
+// CHECK: %[[L:.*]] = tile.block_load {{.*}} -> tensor<4x256xf32, #[[F:tile.blocked<{sizePerThread = \[1, 4\], threadsPerWarp = \[1, 32\], warpsPerCTA = \[4, 1\], order = \[1, 0\]}>]]>
 // CHECK: %[[C:.*]] = tile.convert_layout %[[L]] : tensor<4x256xf32, #[[F]]> -> tensor<4x256xf32, #[[B]]>
 // CHECK: %[[SUM:.*]] = arith.addf %[[ACC]], %[[C]] : tensor<4x256xf32, #[[B]]>
 // CHECK: %[[Y:.*]] = tile.convert_layout %[[L]] : tensor<4x256xf32, #[[F]]> -> tensor<4x256xf32, #[[B]]>
@@ -241,10 +241,10 @@ func.func @loop_carried(%x: !tile.ptr<bf16>, %y: !tile.ptr<f32>, %n: i32) {
 // scf.if: results take the then-branch's layouts; the else branch is converted to them.
 
 // CHECK-LABEL: func.func @if_results
-// CHECK: %[[R:.*]] = scf.if %{{.*}} -> (tensor<1024xf32, #[[B:tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>) {
+// CHECK: %[[R:.*]] = scf.if %{{.*}} -> (tensor<1024xf32, #[[B:tile.blocked<{sizePerThread = \[4\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>) {
 // CHECK: scf.yield %{{.*}} : tensor<1024xf32, #[[B]]>
 // CHECK: } else {
-// CHECK: %[[L:.*]] = tile.cast {{.*}} to tensor<1024xf32, #[[H:tile.blocked<{sizePerThread = [8], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>]]>
+// CHECK: %[[L:.*]] = tile.cast {{.*}} to tensor<1024xf32, #[[H:tile.blocked<{sizePerThread = \[8\], threadsPerWarp = \[32\], warpsPerCTA = \[4\], order = \[0\]}>]]>
 // CHECK: %[[C:.*]] = tile.convert_layout %[[L]] : tensor<1024xf32, #[[H]]> -> tensor<1024xf32, #[[B]]>
 // CHECK: scf.yield %[[C]] : tensor<1024xf32, #[[B]]>
 func.func @if_results(%x: !tile.ptr<f32>, %y: !tile.ptr<bf16>, %c: i1) {
