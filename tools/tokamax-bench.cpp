@@ -9,6 +9,7 @@
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Elementwise.h>
+#include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Softmax.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -153,6 +154,26 @@ int main(int argc, char **argv) try {
     fmt::print("{:<36} {:>9.3f} ms {:>8.0f} GB/s  {:5.1f}% of copy\n", "softmax " + shape, ts.median, sg, 100 * sg / copyGbs);
     report.add("copy_kernel_gbs_" + std::to_string(rows) + "x" + std::to_string(cols), cg);
     report.add("softmax_gbs_" + std::to_string(rows) + "x" + std::to_string(cols), sg);
+  }
+
+  // 2b. layer_norm and rms_norm, forward and VJP, bf16 x with an f32 scale.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1048576, 64}, {16384, 4096}, {16384, 8192}}) {
+    Tensor x = randomTensor({rows, cols}, DType::BF16, 7), dy = randomTensor({rows, cols}, DType::BF16, 8);
+    Tensor scale = randomTensor({cols}, DType::F32, 9), offset = randomTensor({cols}, DType::F32, 10);
+    Tensor y = Tensor::empty({rows, cols}, DType::BF16), dx = Tensor::empty({rows, cols}, DType::BF16);
+    Tensor mean = Tensor::empty({rows}, DType::F32), rstd = Tensor::empty({rows}, DType::F32);
+    Tensor dscale = Tensor::empty({cols}, DType::F32), doffset = Tensor::empty({cols}, DType::F32);
+    std::string shape = fmt::format("{}x{}", rows, cols);
+    auto line = [&](const std::string &what, const Timings &t, double bytes) {
+      double gbs = bytes / t.median / 1e6;
+      fmt::print("{:<36} {:>9.3f} ms {:>8.0f} GB/s  {:5.1f}% of copy\n", what + " " + shape, t.median, gbs, 100 * gbs / copyGbs);
+      report.add(what + "_gbs_" + shape, gbs);
+    };
+    double n = double(x.nbytes());
+    line("layer_norm fwd", time_on_stream(stream, [&] { layer_norm(x, &scale.view(), &offset.view(), y, stream, {}, &mean.view(), &rstd.view()); }, 3, 20), 2 * n);
+    line("layer_norm vjp", time_on_stream(stream, [&] { layer_norm_vjp(dy, x, &scale.view(), mean, rstd, dx, &dscale.view(), &doffset.view(), stream); }, 3, 20), 3 * n);
+    line("rms_norm fwd", time_on_stream(stream, [&] { rms_norm(x, &scale.view(), y, stream, {}, &rstd.view()); }, 3, 20), 2 * n);
+    line("rms_norm vjp", time_on_stream(stream, [&] { rms_norm_vjp(dy, x, &scale.view(), rstd, dx, &dscale.view(), stream); }, 3, 20), 3 * n);
   }
 
   // 3. Dispatch: a cached tiny kernel, 10,000 calls; CPU time per call.

@@ -86,6 +86,10 @@ inline int report(const char *what, double error, double tolerance) {
 }
 
 inline void print_timing(const char *what, const tokamax::Timings &t, double bytes) {
+  if (bytes <= 0) {
+    fmt::print("{}: median {:.3f} ms (min {:.3f})\n", what, t.median, t.min);
+    return;
+  }
   fmt::print("{}: median {:.3f} ms (min {:.3f}), {:.0f} GB/s\n", what, t.median, t.min, bytes / t.median / 1e6);
 }
 

@@ -2,6 +2,7 @@
 #include <tokamax/ops/Registry.h>
 
 #include <tokamax/ops/Elementwise.h>
+#include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Softmax.h>
 
 #include <fmt/format.h>
@@ -29,6 +30,22 @@ std::vector<RegisteredKernel> registered_kernels() {
   elementwise("copy", copy_kernel, int64_t(16384) * 4096, DType::BF16);
   softmax(16384, 4096, DType::BF16);
   softmax(1048576, 64, DType::BF16);
+  // Ops of the framework: every kernel of the implementation auto picks on sm_90a.
+  auto op = [&](const Op &o, const BoundArgs &args) {
+    const Implementation &impl = o.select(args, std::nullopt, "sm_90a");
+    Config config = o.resolve_config(impl, args, std::nullopt);
+    size_t count = impl.kernels(args, config).size();
+    for (size_t i = 0; i < count; ++i)
+      kernels.push_back({fmt::format("{}[{}] {}#{}", args.op, impl.name(), args.arg(0).to_json(), i),
+                         [&o, args, i] {
+                           const Implementation &im = o.select(args, std::nullopt, "sm_90a");
+                           return std::move(im.kernels(args, o.resolve_config(im, args, std::nullopt))[i]);
+                         }});
+  };
+  // The headline example: (32, 2048, 16, 64) bf16 normalised over the last axis, f32 scale.
+  ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};
+  op(layer_norm_op(), bind_layer_norm(x, scale, std::nullopt, x, stat, stat, -1, 1e-5));
+  op(layer_norm_vjp_op(), bind_layer_norm_vjp(x, x, scale, stat, stat, x, scale, std::nullopt, -1));
   return kernels;
 }
 

@@ -1,0 +1,118 @@
+//===- Function.h - Traced functions of ops, their gradients ------*- C++ -*-===//
+//
+// A Function is a C++ callable traced once over symbolic values of given specs: every op
+// call is recorded with its BoundArgs. grad() appends the VJP ops in reverse order, fed
+// by the residuals the forward ops produce, plus small glue ops (sum, add for fan-out,
+// fill, cast). A Function runs on device tensors (intermediates are allocated once per
+// Function and reused) or on host arrays through the interpreter.
+//
+//   Function loss = Function::trace({x_spec, scale_spec}, [](Tracer &t, auto in) {
+//     auto y = t.layer_norm(t.layer_norm(in[0], in[1]), in[1]);
+//     return std::vector{t.sum(y)};
+//   });
+//   Function dloss = grad(loss, {0, 1});  // d/dx, d/dscale
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/ops/Norm.h>
+#include <tokamax/ops/Op.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace tokamax {
+
+class Stream;
+class Function;
+
+/// A symbolic tensor of a Function being traced.
+struct TOKAMAX_API Sym {
+  int id = -1;
+};
+
+/// What a traced callable calls: the ops a Function can record.
+class TOKAMAX_API Tracer {
+public:
+  explicit Tracer(Function &f) : f_(f) {}
+
+  Sym layer_norm(Sym x, std::optional<Sym> scale = std::nullopt, std::optional<Sym> offset = std::nullopt,
+                 int axis = -1, double epsilon = 1e-5);
+  Sym rms_norm(Sym x, std::optional<Sym> scale = std::nullopt, int axis = -1, double epsilon = 1e-5);
+  /// Sum of every element, as an f32 tensor of shape [1].
+  Sym sum(Sym x);
+  Sym add(Sym a, Sym b);
+  Sym cast(Sym x, DType dtype);
+  /// A tensor of `spec` with every element equal to g[0] (g: f32 [1]), or to `value`
+  /// when there is no g.
+  Sym fill(std::optional<Sym> g, const ArgSpec &spec, double value = 0.0);
+
+  const ArgSpec &spec(Sym s) const;
+
+private:
+  Function &f_;
+};
+
+class TOKAMAX_API Function {
+public:
+  /// One recorded op call: `slots[i]` is the value bound to the op's argument i (-1: absent).
+  struct Call {
+    const Op *op = nullptr;
+    BoundArgs args;
+    std::vector<int> slots;
+  };
+
+  static Function trace(std::vector<ArgSpec> inputs,
+                        const std::function<std::vector<Sym>(Tracer &, std::span<const Sym>)> &fn);
+
+  const std::vector<ArgSpec> &values() const { return values_; }
+  std::vector<ArgSpec> input_specs() const;
+  std::vector<ArgSpec> output_specs() const;
+  const std::vector<Call> &calls() const { return calls_; }
+  const std::vector<int> &inputs() const { return inputs_; }
+  const std::vector<int> &outputs() const { return outputs_; }
+
+  /// Runs every call on the device, in order, on `stream`.
+  void run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream) const;
+  /// Runs every call on the host through the interpreter (host views: see host_view()).
+  void interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const;
+
+  /// The recorded calls as JSON (what `tokamax-compile` can precompile, or an export lists).
+  std::string to_json() const;
+
+  Function() = default;
+  Function(const Function &other);
+  Function &operator=(const Function &other);
+  Function(Function &&) noexcept;
+  Function &operator=(Function &&) noexcept;
+  ~Function();
+
+private:
+  friend class Tracer;
+  friend Function grad(const Function &, std::vector<int>);
+  int newValue(const ArgSpec &spec);
+  std::vector<Sym> record(const Op &op, BoundArgs args, std::vector<int> slots);
+  template <class Runner>
+  void execute(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+               const std::function<TensorView(int)> &intermediate, Runner &&runner) const;
+
+  std::vector<ArgSpec> values_;
+  std::vector<int> inputs_, outputs_;
+  std::vector<Call> calls_;
+  struct Buffers;
+  mutable std::unique_ptr<Buffers> buffers_;  // device intermediates, reused across runs
+};
+
+/// The gradient of a Function with one output of one element (a loss) with respect to
+/// the inputs listed in `wrt`: a Function of the same inputs whose outputs are the
+/// gradients, in `wrt` order (f32 for f32 scales, the input's dtype otherwise).
+TOKAMAX_API Function grad(const Function &f, std::vector<int> wrt);
+
+/// Glue ops used by Functions (each has one `reference` implementation).
+TOKAMAX_API const Op &sum_op();
+TOKAMAX_API const Op &add_op();
+TOKAMAX_API const Op &cast_op();
+TOKAMAX_API const Op &fill_op();
+
+} // namespace tokamax

@@ -1,0 +1,292 @@
+//===- Function.cpp - Traced functions of ops and their gradients -----------===//
+#include <tokamax/ops/Function.h>
+
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace tokamax {
+
+struct Function::Buffers {
+  std::mutex mutex;
+  std::map<int, Tensor> tensors;  // value id -> device intermediate
+};
+
+Function::Function(const Function &other)
+    : values_(other.values_), inputs_(other.inputs_), outputs_(other.outputs_), calls_(other.calls_) {}
+Function &Function::operator=(const Function &other) {
+  values_ = other.values_;
+  inputs_ = other.inputs_;
+  outputs_ = other.outputs_;
+  calls_ = other.calls_;
+  buffers_.reset();
+  return *this;
+}
+Function::Function(Function &&) noexcept = default;
+Function &Function::operator=(Function &&) noexcept = default;
+Function::~Function() = default;
+
+int Function::newValue(const ArgSpec &spec) {
+  values_.push_back(spec);
+  return static_cast<int>(values_.size() - 1);
+}
+
+std::vector<Sym> Function::record(const Op &op, BoundArgs args, std::vector<int> slots) {
+  op.validate(args);
+  std::vector<Sym> outs;
+  for (size_t i = op.num_inputs(); i < slots.size(); ++i)
+    if (slots[i] == -2) { // an output to create
+      slots[i] = newValue(args.arg(i));
+      outs.push_back({slots[i]});
+    } else {
+      outs.push_back({slots[i]});
+    }
+  calls_.push_back({&op, std::move(args), std::move(slots)});
+  return outs;
+}
+
+std::vector<ArgSpec> Function::input_specs() const {
+  std::vector<ArgSpec> s;
+  for (int v : inputs_)
+    s.push_back(values_[v]);
+  return s;
+}
+
+std::vector<ArgSpec> Function::output_specs() const {
+  std::vector<ArgSpec> s;
+  for (int v : outputs_)
+    s.push_back(values_[v]);
+  return s;
+}
+
+Function Function::trace(std::vector<ArgSpec> inputs,
+                         const std::function<std::vector<Sym>(Tracer &, std::span<const Sym>)> &fn) {
+  Function f;
+  std::vector<Sym> syms;
+  for (const ArgSpec &spec : inputs) {
+    int v = f.newValue(spec);
+    f.inputs_.push_back(v);
+    syms.push_back({v});
+  }
+  Tracer tracer(f);
+  for (Sym s : fn(tracer, syms)) {
+    if (s.id < 0 || s.id >= static_cast<int>(f.values_.size()))
+      throw Error("Function::trace: the callable returned a value that is not of this function");
+    f.outputs_.push_back(s.id);
+  }
+  return f;
+}
+
+//===----------------------------------------------------------------------===//
+// Tracer
+//===----------------------------------------------------------------------===//
+
+const ArgSpec &Tracer::spec(Sym s) const {
+  if (s.id < 0 || s.id >= static_cast<int>(f_.values_.size()))
+    throw Error("Tracer: unknown value");
+  return f_.values_[s.id];
+}
+
+/// The residual (mean, rstd) spec of a norm over `axis` of x: one value per row, in the
+/// compute dtype.
+static ArgSpec statsOf(const ArgSpec &x, int axis) {
+  int64_t cols = x.shape.empty() ? 1 : x.shape[(axis + x.shape.size()) % x.shape.size()];
+  return {{std::max<int64_t>(1, x.numel() / std::max<int64_t>(1, cols))},
+          x.dtype == DType::F64 ? DType::F64 : DType::F32};
+}
+
+Sym Tracer::layer_norm(Sym x, std::optional<Sym> scale, std::optional<Sym> offset, int axis, double epsilon) {
+  const ArgSpec &xs = spec(x);
+  // Residuals (mean, rstd) are always produced: a later grad() needs them.
+  ArgSpec stat = statsOf(xs, axis);
+  BoundArgs b = bind_layer_norm(xs, scale ? std::optional(spec(*scale)) : std::nullopt,
+                                offset ? std::optional(spec(*offset)) : std::nullopt, xs, stat, stat, axis, epsilon);
+  return f_.record(layer_norm_op(), b, {x.id, scale ? scale->id : -1, offset ? offset->id : -1, -2, -2, -2})[0];
+}
+
+Sym Tracer::rms_norm(Sym x, std::optional<Sym> scale, int axis, double epsilon) {
+  const ArgSpec &xs = spec(x);
+  ArgSpec stat = statsOf(xs, axis);
+  BoundArgs b = bind_rms_norm(xs, scale ? std::optional(spec(*scale)) : std::nullopt, xs, stat, axis, epsilon);
+  return f_.record(rms_norm_op(), b, {x.id, scale ? scale->id : -1, -2, -2})[0];
+}
+
+Sym Tracer::sum(Sym x) {
+  BoundArgs b{"sum", {spec(x), ArgSpec{{1}, DType::F32}}, {}};
+  return f_.record(sum_op(), b, {x.id, -2})[0];
+}
+
+Sym Tracer::add(Sym a, Sym b) {
+  BoundArgs args{"add", {spec(a), spec(b), spec(a)}, {}};
+  return f_.record(add_op(), args, {a.id, b.id, -2})[0];
+}
+
+Sym Tracer::cast(Sym x, DType dtype) {
+  if (spec(x).dtype == dtype)
+    return x;
+  BoundArgs b{"cast", {spec(x), ArgSpec{spec(x).shape, dtype}}, {}};
+  return f_.record(cast_op(), b, {x.id, -2})[0];
+}
+
+Sym Tracer::fill(std::optional<Sym> g, const ArgSpec &target, double value) {
+  BoundArgs b{"fill", {g ? std::optional(spec(*g)) : std::nullopt, target}, {{"value", fmt::format("{}", value)}}};
+  return f_.record(fill_op(), b, {g ? g->id : -1, -2})[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+template <class Runner>
+void Function::execute(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+                       const std::function<TensorView(int)> &intermediate, Runner &&runner) const {
+  if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
+    throw Error(fmt::format("Function: expected {} inputs and {} outputs, got {} and {}", inputs_.size(),
+                            outputs_.size(), inputs.size(), outputs.size()));
+  std::map<int, TensorView> bound;
+  auto bind = [&](int v, const TensorView &t, const char *what, size_t i) {
+    if (!(ArgSpec::of(t) == values_[v]))
+      throw Error(fmt::format("Function: {} {} has shape/dtype {} but the function was traced for {}", what, i,
+                              ArgSpec::of(t).to_json(), values_[v].to_json()));
+    bound[v] = t;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    bind(inputs_[i], inputs[i], "input", i);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    bind(outputs_[i], outputs[i], "output", i);
+  auto view = [&](int v) -> TensorView {
+    if (v < 0)
+      return TensorView();
+    auto it = bound.find(v);
+    if (it != bound.end())
+      return it->second;
+    return bound[v] = intermediate(v);
+  };
+  for (const Call &call : calls_) {
+    std::vector<TensorView> in, out;
+    for (size_t i = 0; i < call.slots.size(); ++i)
+      (i < call.op->num_inputs() ? in : out).push_back(view(call.slots[i]));
+    runner(call, in, out);
+  }
+}
+
+void Function::run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream) const {
+  if (!buffers_)
+    buffers_ = std::make_unique<Buffers>();
+  std::lock_guard lock(buffers_->mutex);
+  int device = inputs.empty() ? 0 : inputs[0].device();
+  execute(inputs, outputs, [&](int v) -> TensorView {
+    auto it = buffers_->tensors.find(v);
+    if (it == buffers_->tensors.end())
+      it = buffers_->tensors.emplace(v, Tensor::empty(values_[v].shape, values_[v].dtype, Device::get(device))).first;
+    return it->second.view();
+  }, [&](const Call &call, std::vector<TensorView> &in, std::vector<TensorView> &out) {
+    call.op->run(call.args, in, out, stream);
+  });
+}
+
+void Function::interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const {
+  std::vector<std::vector<uint8_t>> storage;
+  execute(inputs, outputs, [&](int v) -> TensorView {
+    storage.emplace_back(size_t(values_[v].numel()) * dtype_size(values_[v].dtype));
+    return host_view(storage.back().data(), values_[v].dtype, values_[v].shape);
+  }, [&](const Call &call, std::vector<TensorView> &in, std::vector<TensorView> &out) {
+    call.op->interpret(call.args, in, out);
+  });
+}
+
+std::string Function::to_json() const {
+  std::string s = "{\"format\": \"tokamax-function\", \"version\": 1, \"calls\": [";
+  for (size_t i = 0; i < calls_.size(); ++i)
+    s += (i ? ", " : "") + calls_[i].args.to_json();
+  return s + "]}";
+}
+
+//===----------------------------------------------------------------------===//
+// grad
+//===----------------------------------------------------------------------===//
+
+Function grad(const Function &f, std::vector<int> wrt) {
+  if (f.outputs_.size() != 1 || f.values_[f.outputs_[0]].numel() != 1)
+    throw Error("grad: the function must have one output of one element (a loss)");
+  Function g = f; // the forward calls, residuals included
+  Tracer t(g);
+  std::map<int, Sym> cotangent;
+  auto accumulate = [&](int v, Sym d) {
+    if (v < 0)
+      return;
+    auto it = cotangent.find(v);
+    if (it == cotangent.end())
+      cotangent[v] = d;
+    else
+      it->second = t.add(it->second, t.cast(d, t.spec(it->second).dtype));
+  };
+  // d loss / d loss = 1.
+  cotangent[f.outputs_[0]] = t.fill(std::nullopt, ArgSpec{{1}, DType::F32}, 1.0);
+
+  for (auto it = f.calls_.rbegin(); it != f.calls_.rend(); ++it) {
+    const Function::Call &call = *it;
+    const std::string &op = call.op->name();
+    auto cot = [&](size_t slot) -> std::optional<Sym> {
+      auto c = cotangent.find(call.slots[slot]);
+      return c == cotangent.end() ? std::nullopt : std::optional<Sym>(c->second);
+    };
+    if (op == "sum") {
+      if (auto d = cot(1))
+        accumulate(call.slots[0], t.fill(*d, t.spec(Sym{call.slots[0]})));
+    } else if (op == "add") {
+      if (auto d = cot(2)) {
+        accumulate(call.slots[0], *d);
+        accumulate(call.slots[1], *d);
+      }
+    } else if (op == "cast") {
+      if (auto d = cot(1))
+        accumulate(call.slots[0], t.cast(*d, t.spec(Sym{call.slots[0]}).dtype));
+    } else if (op == "fill") {
+      if (auto d = cot(1); d && call.slots[0] >= 0)
+        accumulate(call.slots[0], t.sum(t.cast(*d, DType::F32)));
+    } else if (op == "layer_norm" || op == "rms_norm") {
+      bool layer = op == "layer_norm";
+      auto dy = cot(layer ? 3 : 2);
+      if (!dy)
+        continue;
+      Sym x{call.slots[0]};
+      int scale = call.slots[1], offset = layer ? call.slots[2] : -1;
+      int mean = layer ? call.slots[4] : -1, rstd = layer ? call.slots[5] : call.slots[3];
+      Sym dyCast = t.cast(*dy, t.spec(x).dtype);
+      auto specOf = [&](int v) { return v < 0 ? std::nullopt : std::optional<ArgSpec>(t.spec(Sym{v})); };
+      int axis = static_cast<int>(call.args.int_attribute("axis"));
+      BoundArgs b = layer ? bind_layer_norm_vjp(t.spec(dyCast), t.spec(x), specOf(scale), t.spec(Sym{mean}),
+                                                t.spec(Sym{rstd}), t.spec(x), specOf(scale), specOf(offset), axis)
+                          : bind_rms_norm_vjp(t.spec(dyCast), t.spec(x), specOf(scale), t.spec(Sym{rstd}), t.spec(x),
+                                              specOf(scale), axis);
+      std::vector<int> slots = layer ? std::vector<int>{dyCast.id, x.id, scale, mean, rstd, -2, scale < 0 ? -1 : -2,
+                                                        offset < 0 ? -1 : -2}
+                                     : std::vector<int>{dyCast.id, x.id, scale, rstd, -2, scale < 0 ? -1 : -2};
+      std::vector<Sym> outs = g.record(layer ? layer_norm_vjp_op() : rms_norm_vjp_op(), b, slots);
+      accumulate(x.id, outs[0]);
+      if (scale >= 0)
+        accumulate(scale, outs[1]);
+      if (offset >= 0)
+        accumulate(offset, outs[2]);
+    } else {
+      throw Error("grad: op '" + op + "' has no VJP");
+    }
+  }
+  g.outputs_.clear();
+  for (int i : wrt) {
+    if (i < 0 || i >= static_cast<int>(f.inputs_.size()))
+      throw Error(fmt::format("grad: wrt index {} is not an input (the function has {})", i, f.inputs_.size()));
+    int v = f.inputs_[i];
+    auto it = cotangent.find(v);
+    Sym d = it != cotangent.end() ? it->second : t.fill(std::nullopt, f.values_[v], 0.0);
+    g.outputs_.push_back(t.cast(d, f.values_[v].dtype).id);
+  }
+  return g;
+}
+
+} // namespace tokamax

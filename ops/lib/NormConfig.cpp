@@ -1,0 +1,229 @@
+//===- NormConfig.cpp - Norm implementations: applicability and configs -----===//
+//
+// Config keys: "block_rows" (rows per program; in the strided case, positions of the
+// inner axes), "num_warps", "block_cols" (column block of looping kernels: always for the
+// reference, for the tile implementation only when rows do not fit in registers) and,
+// for VJPs, "programs" (programs of the persistent dx kernel, each writing one row of
+// partial column sums).
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/NormKernels.h"
+
+#include <tokamax/ops/Norm.h>
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tokamax::norm_detail {
+
+namespace {
+
+/// The GPU the heuristics size grids for (H200: 132 SMs).
+constexpr int64_t kTargetSms = 132;
+
+bool isPow2(int64_t v) { return v > 0 && !(v & (v - 1)); }
+
+int64_t fusedLimit(const NormProblem &p) { return p.vjp ? kNormTileMaxFusedVjpCols : kNormTileMaxFusedCols; }
+
+/// Row groups of a config (what the programs of a forward grid cover).
+int64_t groupsOf(const NormProblem &p, int64_t blockRows) {
+  return p.inner > 1 ? p.outer * dsl::cdiv(p.inner, blockRows) : dsl::cdiv(p.outer, blockRows);
+}
+
+/// Programs of a VJP's persistent dx kernel: as many as fit on the GPU at once, from an
+/// estimate of their registers (ptxas: ~30 + 6 per element a thread holds of a tile; 64K
+/// registers and 64 warps per SM).
+int64_t vjpPrograms(const NormProblem &p, int64_t blockRows, int64_t blockCols, int numWarps) {
+  int64_t perThread = std::max<int64_t>(1, blockRows * blockCols / (32 * numWarps));
+  int64_t registers = (30 + 6 * perThread + 7) / 8 * 8;
+  int64_t perSm = std::clamp<int64_t>(std::min<int64_t>(64 / numWarps, 65536 / (32 * numWarps * registers)), 1, 32);
+  // Looping kernels have one program per column block too (a 2-D grid).
+  int64_t columnBlocks = blockCols >= p.n ? 1 : dsl::cdiv(p.n, blockCols);
+  return std::max<int64_t>(1, std::min(kTargetSms * perSm / columnBlocks, groupsOf(p, blockRows)));
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Problem, applicability, configs
+//===----------------------------------------------------------------------===//
+
+NormProblem problem_of(const BoundArgs &args, NormKind kind, bool vjp) {
+  NormProblem p;
+  p.kind = kind;
+  p.vjp = vjp;
+  const bool layer = kind == NormKind::Layer;
+  size_t xIndex = vjp ? 1 : 0;
+  const ArgSpec &x = args.arg(xIndex);
+  int axis = static_cast<int>(args.int_attribute("axis"));
+  p.x = x.dtype;
+  p.compute = x.dtype == DType::F64 ? DType::F64 : DType::F32;
+  p.outer = 1;
+  p.inner = 1;
+  for (int d = 0; d < axis; ++d)
+    p.outer *= x.shape[d];
+  p.n = x.shape[axis];
+  for (size_t d = axis + 1; d < x.shape.size(); ++d)
+    p.inner *= x.shape[d];
+  p.residual = p.compute;
+  if (!vjp) {
+    p.epsilon = args.float_attribute("epsilon");
+    for (size_t i : {layer ? size_t(4) : size_t(3), layer ? size_t(5) : size_t(3)})
+      if (args.has(i))
+        p.residual = args.arg(i).dtype;
+    if (args.has(1))
+      p.scale = args.arg(1).dtype;
+    size_t out = layer ? 3 : 2;  // y
+    if (layer && args.has(2))
+      p.offset = args.arg(2).dtype;
+    if (layer)
+      p.mean_out = args.has(out + 1);
+    p.rstd_out = args.has(layer ? out + 2 : out + 1);
+  } else {
+    p.residual = args.arg(layer ? 4 : 3).dtype;  // rstd
+    if (args.has(2))
+      p.scale = args.arg(2).dtype;
+    size_t dx = layer ? 5 : 4;
+    if (args.has(dx + 1))
+      p.dscale = args.arg(dx + 1).dtype;
+    if (layer && args.has(dx + 2))
+      p.doffset = args.arg(dx + 2).dtype;
+  }
+  return p;
+}
+
+std::optional<std::string> why_not(const NormProblem &p, ImplKind impl) {
+  if (p.rows() > (int64_t(1) << 31) - 1)
+    return fmt::format("{} rows exceed the 2^31 - 1 a kernel grid addresses", p.rows());
+  if (impl == ImplKind::Reference)
+    return std::nullopt;
+  if (p.x == DType::F64)
+    return std::string("f64 math is not supported by the tile implementation");
+  if (p.inner > 1)
+    return fmt::format("the tile implementation normalises the last axis only (here {} elements follow the "
+                       "normalised axis)",
+                       p.inner);
+  if (p.n > kNormTileMaxCols)
+    return fmt::format("rows of {} columns exceed the {} the tile implementation serves", p.n, kNormTileMaxCols);
+  return std::nullopt;
+}
+
+Config heuristic(const NormProblem &p, ImplKind impl) {
+  Config c;
+  if (impl == ImplKind::Tile) {
+    if (p.n <= fusedLimit(p)) {
+      int64_t cols = next_pow2(p.n);
+      // About 2048+ elements per program and 16 per thread (8 for the VJP, which keeps
+      // x, dy and two partial sums live): several 16-byte loads in flight, no spills.
+      int64_t rows = std::clamp<int64_t>(std::max<int64_t>(2048, cols) / cols, 1, next_pow2(p.rows()));
+      int64_t perThread = p.vjp ? 8 : 16;
+      int warps = static_cast<int>(std::clamp<int64_t>(rows * cols / (32 * perThread), 1, 16));
+      c = Config{{"block_rows", rows}, {"num_warps", warps}};
+      if (p.vjp)
+        c.set("programs", vjpPrograms(p, rows, cols, warps));
+    } else {
+      c = Config{{"block_rows", 1}, {"block_cols", 4096}, {"num_warps", 8}};
+      if (p.vjp)
+        c.set("programs", vjpPrograms(p, 1, 4096, 8));
+    }
+    return c;
+  }
+  // Reference: blocks of ~2048 elements, 4 warps.
+  int64_t rows, cols;
+  if (p.inner > 1) {
+    rows = std::min<int64_t>(next_pow2(p.inner), 128);  // contiguous inner positions
+    cols = std::clamp<int64_t>(2048 / rows, 1, next_pow2(p.n));
+  } else {
+    cols = std::min<int64_t>(next_pow2(p.n), 1024);
+    rows = std::clamp<int64_t>(2048 / cols, 1, next_pow2(p.outer));
+  }
+  int warps = static_cast<int>(std::clamp<int64_t>(rows * cols / (32 * 16), 1, 4));
+  c = Config{{"block_rows", rows}, {"block_cols", cols}, {"num_warps", warps}};
+  if (p.vjp)
+    c.set("programs", vjpPrograms(p, rows, cols, warps));
+  return c;
+}
+
+std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c) {
+  for (const auto &[key, value] : c.values) {
+    bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || (key == "programs" && p.vjp);
+    if (!known)
+      return fmt::format("unknown key \"{}\"", key);
+  }
+  for (const char *key : {"block_rows", "num_warps"})
+    if (!c.has(key))
+      return fmt::format("missing \"{}\"", key);
+  if (p.vjp && !c.has("programs"))
+    return std::string("missing \"programs\"");
+  int64_t rows = c.get("block_rows"), warps = c.get("num_warps");
+  if (!isPow2(rows) || rows > 65536)
+    return fmt::format("block_rows must be a power of two up to 65536, got {}", rows);
+  if (!isPow2(warps) || warps > 32)
+    return fmt::format("num_warps must be a power of two up to 32, got {}", warps);
+  if (p.vjp && c.get("programs") < 1)
+    return fmt::format("programs must be positive, got {}", c.get("programs"));
+  int64_t cols;
+  if (c.has("block_cols")) {
+    cols = c.get("block_cols");
+    if (!isPow2(cols) || cols > kNormTileMaxCols)
+      return fmt::format("block_cols must be a power of two up to {}, got {}", kNormTileMaxCols, cols);
+  } else {
+    if (impl == ImplKind::Reference)
+      return std::string("missing \"block_cols\"");
+    if (p.n > fusedLimit(p))
+      return fmt::format("rows of {} columns do not fit in registers (fused up to {}); set block_cols", p.n,
+                         fusedLimit(p));
+    cols = next_pow2(p.n);
+  }
+  if (rows * cols > 65536)
+    return fmt::format("a block of {} x {} elements is too large for one program", rows, cols);
+  if (impl == ImplKind::Tile && c.has("block_cols") && rows != 1)
+    return std::string("the looping tile kernels take block_rows = 1");
+  return std::nullopt;
+}
+
+std::vector<Config> search_space(const NormProblem &p, ImplKind impl) {
+  std::vector<Config> out{heuristic(p, impl)};
+  auto add = [&](Config c) {
+    if (!check_config(p, impl, c) && std::find(out.begin(), out.end(), c) == out.end())
+      out.push_back(std::move(c));
+  };
+  const bool fused = impl == ImplKind::Tile && p.n <= fusedLimit(p);
+  if (fused) {
+    int64_t cols = next_pow2(p.n);
+    for (int64_t rows = 1; rows <= next_pow2(p.rows()) && rows * cols <= 16384; rows *= 2)
+      for (int warps = 1; warps <= 32; warps *= 2) {
+        int64_t perThread = rows * cols / (32 * warps);
+        if (perThread < 2 || perThread > 64)
+          continue;
+        Config c{{"block_rows", rows}, {"num_warps", warps}};
+        if (p.vjp) {
+          int64_t h = vjpPrograms(p, rows, cols, warps), groups = groupsOf(p, rows);
+          for (int64_t programs : {h, h * 2})
+            add(Config(c).set("programs", std::max<int64_t>(1, std::min(programs, groups))));
+        } else {
+          add(c);
+        }
+      }
+  }
+  // Looping configs: the reference's, the tile's long rows, and for rows of a few thousand
+  // columns an alternative to the fused tile kernels (two passes, but fewer registers).
+  if (!fused || p.n > 2048) {
+    int64_t rows = impl == ImplKind::Tile ? 1 : heuristic(p, impl).get("block_rows");
+    for (int64_t cols = 512; cols <= 8192 && (!fused || cols < p.n); cols *= 2)
+      for (int warps = 4; warps <= 16; warps *= 2) {
+        int64_t perThread = rows * cols / (32 * warps);
+        if (perThread < 4 || perThread > 64)
+          continue;
+        Config c{{"block_rows", rows}, {"block_cols", cols}, {"num_warps", warps}};
+        if (p.vjp)
+          c.set("programs", vjpPrograms(p, rows, cols, warps));
+        add(c);
+      }
+  }
+  return out;
+}
+
+} // namespace tokamax::norm_detail

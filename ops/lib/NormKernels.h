@@ -1,0 +1,135 @@
+//===- NormKernels.h - The DSL kernels of layer_norm / rms_norm ---*- C++ -*-===//
+//
+// Internal to ops/lib. Every norm kernel is built from one NormKernelSpec; its IR is a
+// pure function of the spec, and key() hashes every field, so (key, device) names the
+// loaded kernel in the JIT.
+//
+// Geometry: x is viewed as [outer, n, inner] and normalised over n. inner == 1 is the
+// "row" case (2-D tensors [rows = outer, n], tiles [block_rows, block_cols]); inner > 1 is
+// the strided case (3-D tensors, tiles [1, block_cols, block_rows] read in place: the
+// block_rows positions of the inner axes are contiguous in memory). Row vectors (mean,
+// rstd, VJP coefficients) are [outer] or [outer, inner].
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Op.h>
+#include <tokamax/runtime/DType.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tokamax {
+class Stream;
+}
+
+namespace tokamax::norm_detail {
+
+enum class NormKind : uint8_t { Layer, Rms };
+
+enum class KernelKind : uint8_t {
+  Fwd,      ///< y (+ mean, rstd)
+  VjpCoef,  ///< per row: c1 = mean(wdy * xhat), c2 = mean(wdy) (layer) into row workspaces
+  VjpDx,    ///< dx, and per-program partial column sums of dy * xhat and dy
+  Reduce,   ///< partial column sums [programs, n] -> dscale / doffset, in a fixed order
+};
+
+enum class Mode : uint8_t {
+  Fused,    ///< the whole row in one tile (block_cols >= n): x read once
+  Looping,  ///< loops over column blocks (Fwd: exact mean then variance, then y)
+  Shifted,  ///< Fwd, looping: sums of (x - shift) and their squares in one pass, then y (shift:
+            ///< the mean of the row's first column block)
+};
+
+struct NormKernelSpec {
+  KernelKind kernel = KernelKind::Fwd;
+  Mode mode = Mode::Fused;
+  NormKind kind = NormKind::Layer;
+  int64_t outer = 1, n = 1, inner = 1;
+  DType x = DType::F32;
+  DType compute = DType::F32;   ///< f32, f64 for f64 x; also the partial sums' dtype
+  DType residual = DType::F32;  ///< mean / rstd as stored (f32, or f64 for f64 x)
+  std::optional<DType> scale, offset;  ///< Fwd: parameters; VjpCoef / VjpDx: scale
+  bool mean_out = false, rstd_out = false;  ///< Fwd residual outputs
+  std::optional<DType> dscale, doffset;     ///< VjpDx: partials wanted; Reduce: outputs
+  int64_t block_rows = 1, block_cols = 1;
+  int num_warps = 4;
+  int64_t programs = 1;  ///< VjpDx: programs along the rows; Reduce: partial rows
+
+  int64_t rows() const { return outer * inner; }
+  bool strided() const { return inner > 1; }
+  /// Row groups (programs of a Fwd / VjpCoef grid; iterations of VjpDx).
+  int64_t groups() const;
+  uint64_t key() const;
+  std::string describe() const;
+};
+
+/// Builds the kernel (throws tokamax::Error on an inconsistent spec).
+dsl::Kernel build_norm_kernel(const NormKernelSpec &spec);
+
+/// Scalar parameters a kernel takes, after its tensors: Fwd takes "epsilon".
+bool takes_epsilon(const NormKernelSpec &spec);
+
+int64_t next_pow2(int64_t v);
+
+//===----------------------------------------------------------------------===//
+// From a bound call to launched kernels (NormImpl.cpp)
+//===----------------------------------------------------------------------===//
+
+enum class ImplKind : uint8_t { Reference, Tile };
+
+/// A norm call as the implementations see it.
+struct NormProblem {
+  NormKind kind = NormKind::Layer;
+  bool vjp = false;
+  int64_t outer = 1, n = 1, inner = 1;
+  DType x = DType::F32, compute = DType::F32;
+  DType residual = DType::F32;                ///< mean / rstd dtype (f32 or compute)
+  std::optional<DType> scale, offset;         ///< forward: parameters; VJP: scale
+  bool mean_out = false, rstd_out = false;    ///< forward residual outputs
+  std::optional<DType> dscale, doffset;       ///< VJP outputs
+  double epsilon = 1e-5;
+
+  int64_t rows() const { return outer * inner; }
+};
+
+/// Reads a BoundArgs of layer_norm / rms_norm / their VJPs (already validated).
+NormProblem problem_of(const BoundArgs &args, NormKind kind, bool vjp);
+
+std::optional<std::string> why_not(const NormProblem &p, ImplKind impl);
+Config heuristic(const NormProblem &p, ImplKind impl);
+std::vector<Config> search_space(const NormProblem &p, ImplKind impl);
+std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c);
+
+/// Where a call's kernels go: the device (JIT + launch on a stream), the interpreter, or
+/// a list (for precompilation).
+class Executor {
+public:
+  struct Arg {
+    TensorView view;
+    double scalar = 0;
+    bool is_scalar = false;
+  };
+  virtual ~Executor() = default;
+  /// A zero-initialised-not-guaranteed scratch buffer for this call.
+  virtual uint64_t scratch(size_t bytes) = 0;
+  virtual void launch(const NormKernelSpec &spec, const std::vector<Arg> &args) = 0;
+  /// Fills `t` with zeros.
+  virtual void zero(const TensorView &t) = 0;
+};
+
+std::unique_ptr<Executor> device_executor(Stream &stream, int device);
+std::unique_ptr<Executor> host_executor();
+/// Records the kernels' specs instead of running them.
+std::unique_ptr<Executor> recording_executor(std::vector<NormKernelSpec> &specs);
+
+/// Runs the call; tensors in the op's argument order (inputs, then outputs).
+void execute(const NormProblem &p, ImplKind impl, const Config &config, std::span<const TensorView> inputs,
+             std::span<const TensorView> outputs, Executor &executor);
+
+} // namespace tokamax::norm_detail
