@@ -65,10 +65,21 @@ public:
       workspace = TensorView(stream_workspace(device, stream, plan.workspace_bytes), DType::F32,
                              std::span<const int64_t>(&n, 1));
     }
+    // Glue kernels see every tensor flat.
+    std::vector<int64_t> sizes;
+    std::vector<TensorView> flat;
+    for (const Launch &l : plan.launches)
+      for (int p : l.params)
+        sizes.push_back(slot(p, inputs, outputs, workspace).numel());
+    flat.reserve(sizes.size());
+    size_t next = 0;
     for (const Launch &l : plan.launches) {
       std::vector<KernelArg> kargs;
-      for (int p : l.params)
-        kargs.emplace_back(slot(p, inputs, outputs, workspace));
+      for (int p : l.params) {
+        const TensorView &t = slot(p, inputs, outputs, workspace);
+        flat.emplace_back(t.data(), t.dtype(), std::span<const int64_t>(&sizes[next++], 1), t.device());
+        kargs.emplace_back(flat.back());
+      }
       ops_detail::kernelFor(l.key, device, l.build).launch(kargs, stream.handle());
     }
   }
@@ -263,5 +274,15 @@ const Op &fill_op() {
       });
   return op;
 }
+
+namespace {
+// Registered at load so that find_op (autotuning a Function's calls, reading recorded
+// calls) knows them.
+[[maybe_unused]] const bool kRegistered = [] {
+  for (const Op *op : {&sum_op(), &add_op(), &cast_op(), &fill_op()})
+    register_op(*op);
+  return true;
+}();
+} // namespace
 
 } // namespace tokamax

@@ -46,6 +46,9 @@ TEST_CASE("a traced function records its op calls", "[function]") {
   CHECK(std::count(names.begin(), names.end(), "add") == 1);
   CHECK(g.output_specs().size() == 2);
   CHECK_THROWS_WITH(grad(f, {2}), Catch::Contains("not an input"));
+  // Every op a gradient records can be found by name (autotuning a Function needs it).
+  for (const auto &c : g.calls())
+    CHECK(find_op(c.op->name()) == c.op);
 }
 
 TEST_CASE("grad of layer_norm -> layer_norm -> sum matches finite differences in f64", "[function]") {

@@ -58,9 +58,12 @@ LogicalResult moveThroughScratch(TileLowering &t, Operation *op, Value source, V
   auto outType = cast<RankedTensorType>(result.getType());
   Type elem = t.registerType(inType.getElementType());
   Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
+  if (!t.sharedBase())
+    return op->emitOpError("needs shared-memory scratch but the kernel has none (run tile-allocate-shared first)");
   auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  Value base = t.scratchBase(op);
   auto slot = [&](Value index) {
-    return b.create<LLVM::GEPOp>(loc, ptrType, memElem, t.sharedBase(), ValueRange{index});
+    return b.create<LLVM::GEPOp>(loc, ptrType, memElem, base, ValueRange{index});
   };
   compiler::Distribution in = getDistribution(inType);
   const Registers &regs = t.regs(source);
@@ -123,9 +126,6 @@ LogicalResult lowerShapeOp(TileLowering &t, Operation *op, bool &handled) {
     t.barrier();
     return success();
   }
-  if (isa<DotOp>(op))
-    return op->emitOpError("runs on the CPU interpreter only in this release: its tensor-core "
-                           "GPU lowering is not available yet");
   handled = false;
   return success();
 }

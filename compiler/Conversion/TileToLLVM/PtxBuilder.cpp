@@ -137,4 +137,58 @@ Value PtxBuilder::atomic(StringRef op, StringRef type, Value ptr, Value pred, Va
   return asmCall(resultType, operands, text, constraints, true);
 }
 
+SmallVector<Value> PtxBuilder::ldmatrix(Value addr, unsigned count, bool trans) {
+  std::string outs, constraints;
+  for (unsigned i = 0; i < count; ++i) {
+    outs += (i ? ", $" : "$") + std::to_string(i);
+    constraints += "=r,";
+  }
+  constraints += "r";
+  std::string text = llvm::formatv("ldmatrix.sync.aligned.m8n8.x{0}{1}.shared.b16 {{{2}}, [${3}];",
+                                   count, trans ? ".trans" : "", outs, count)
+                         .str();
+  SmallVector<Type> fields(count, b.getI32Type());
+  Type resultType = count == 1 ? Type(b.getI32Type()) : Type(LLVM::LLVMStructType::getLiteral(b.getContext(), fields));
+  // Reads shared memory written before the preceding barrier: not speculatable.
+  Value result = asmCall(resultType, ValueRange{addr}, text, constraints, true);
+  SmallVector<Value> values;
+  for (unsigned i = 0; i < count; ++i)
+    values.push_back(count == 1 ? result : b.create<LLVM::ExtractValueOp>(loc, result, i).getResult());
+  return values;
+}
+
+SmallVector<Value> PtxBuilder::mma(StringRef shape, StringRef ab, ValueRange a, ValueRange bs,
+                                   ValueRange c) {
+  auto list = [](unsigned first, unsigned n) {
+    std::string text;
+    for (unsigned i = 0; i < n; ++i)
+      text += (i ? ", $" : "$") + std::to_string(first + i);
+    return "{" + text + "}";
+  };
+  unsigned na = a.size(), nb = bs.size();
+  std::string text = llvm::formatv("mma.sync.aligned.{0}.row.col.f32.{1}.{1}.f32 {2}, {3}, {4}, {5};",
+                                   shape, ab, list(0, 4), list(4, na), list(4 + na, nb),
+                                   list(4 + na + nb, 4))
+                         .str();
+  // d is tied to c so the accumulator stays in its registers.
+  std::string constraints = "=f,=f,=f,=f";
+  for (unsigned i = 0; i < na + nb; ++i)
+    constraints += ",r";
+  constraints += ",0,1,2,3";
+  SmallVector<Value> operands(a.begin(), a.end());
+  operands.append(bs.begin(), bs.end());
+  operands.append(c.begin(), c.end());
+  SmallVector<Type> fields(4, b.getF32Type());
+  Value result = asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), operands, text,
+                         constraints, false);
+  SmallVector<Value> d;
+  for (unsigned i = 0; i < 4; ++i)
+    d.push_back(b.create<LLVM::ExtractValueOp>(loc, result, i));
+  return d;
+}
+
+Value PtxBuilder::f32ToTf32(Value x) {
+  return asmCall(b.getI32Type(), ValueRange{x}, "cvt.rna.tf32.f32 $0, $1;", "=r,f", false);
+}
+
 } // namespace tokamax::tile

@@ -2,7 +2,7 @@
 //
 // Everything the NVVM dialect does not offer directly (predicated vector accesses with
 // a fallback value, approximate special functions, fp8 conversions, atomics with a
-// predicate) is emitted here as LLVM inline assembly.
+// predicate, ldmatrix and mma.sync for tile.dot) is emitted here as LLVM inline assembly.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -34,6 +34,16 @@ public:
   /// `atom.global.<op>.<type>` if `pred` holds; returns the old value (zero otherwise).
   mlir::Value atomic(llvm::StringRef op, llvm::StringRef type, mlir::Value ptr,
                      mlir::Value pred, mlir::ValueRange args, mlir::Type resultType);
+
+  /// `ldmatrix.sync.aligned.m8n8.x<count>[.trans].shared.b16` from the 32-bit shared
+  /// address `addr` (this lane's row); returns `count` i32 registers.
+  llvm::SmallVector<mlir::Value> ldmatrix(mlir::Value addr, unsigned count, bool trans);
+  /// `mma.sync.aligned.<shape>.row.col.f32.<ab>.<ab>.f32` (e.g. shape "m16n8k16", ab
+  /// "bf16"): a and b are i32 fragments, c four f32; returns d (four f32).
+  llvm::SmallVector<mlir::Value> mma(llvm::StringRef shape, llvm::StringRef ab,
+                                     mlir::ValueRange a, mlir::ValueRange b, mlir::ValueRange c);
+  /// f32 -> tf32 bits (i32), round to nearest, ties away from zero.
+  mlir::Value f32ToTf32(mlir::Value x);
 
 private:
   mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,

@@ -33,7 +33,7 @@ LogicalResult TileLowering::lowerBlock(Block &block) {
 LogicalResult TileLowering::lowerOp(Operation *op) {
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
-                                          lowerShapeOp, lowerElementwiseOp};
+                                          lowerDotOp, lowerShapeOp, lowerElementwiseOp};
   for (Lowering lower : families) {
     bool handled = false;
     LogicalResult result = lower(*this, op, handled);
@@ -42,6 +42,8 @@ LogicalResult TileLowering::lowerOp(Operation *op) {
   }
   return op->emitOpError("has no GPU lowering");
 }
+
+bool TileLowering::hasRegs(Value value) const { return values.count(value) != 0; }
 
 const Registers &TileLowering::regs(Value value) const {
   auto it = values.find(value);
@@ -76,6 +78,25 @@ Value TileLowering::constant(Type type, double v) {
   return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(type, static_cast<int64_t>(v)));
 }
 
+Value TileLowering::scratchBase(Operation *op) {
+  int64_t offset = getScratchOffset(op), stride = getScratchStride(op);
+  auto loop = dyn_cast<scf::ForOp>(op->getParentOp());
+  if (offset == 0 && (stride == 0 || !loop))
+    return shared;
+  Location loc = op->getLoc();
+  Value bytes = i32(offset);
+  if (stride > 0 && loop) {
+    // Even iterations use the first buffer, odd ones the second.
+    Value iv = regs(loop.getInductionVar())[0];
+    Value trip = b.create<arith::DivSIOp>(loc, b.create<arith::SubIOp>(loc, iv, regs(loop.getLowerBound())[0]),
+                                          regs(loop.getStep())[0]);
+    Value parity = b.create<arith::AndIOp>(loc, trip, i32(1));
+    bytes = b.create<arith::AddIOp>(loc, bytes, b.create<arith::MulIOp>(loc, parity, i32(stride)));
+  }
+  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  return b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), shared, ValueRange{bytes});
+}
+
 const Registers &TileLowering::threadBase(RankedTensorType type) {
   compiler::Distribution dist = getDistribution(type);
   auto key = std::make_pair(type.getEncoding().getAsOpaquePointer(),
@@ -93,9 +114,8 @@ const Registers &TileLowering::threadBase(RankedTensorType type) {
         loc, b.create<arith::DivUIOp>(loc, lane, i32(dim.lane_stride)), i32(dim.lanes));
     Value warpIdx = b.create<arith::RemUIOp>(
         loc, b.create<arith::DivUIOp>(loc, warp, i32(dim.warp_stride)), i32(dim.warps));
-    Value v = b.create<arith::AddIOp>(
-        loc, b.create<arith::MulIOp>(loc, laneIdx, i32(dim.per_thread)),
-        b.create<arith::MulIOp>(loc, warpIdx, i32(int64_t(dim.per_thread) * dim.lanes)));
+    Value v = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, laneIdx, i32(dim.lane_scale)),
+                                      b.create<arith::MulIOp>(loc, warpIdx, i32(dim.warp_scale)));
     v = b.create<arith::RemUIOp>(loc, v, i32(dim.size));
     base.push_back(v);
   }
@@ -126,9 +146,8 @@ Value TileLowering::threadOwns(RankedTensorType type) {
   };
   for (const auto &dim : dist.dims()) {
     Value start = b.create<arith::AddIOp>(
-        loc, b.create<arith::MulIOp>(loc, index(lane, dim.lane_stride, dim.lanes), i32(dim.per_thread)),
-        b.create<arith::MulIOp>(loc, index(warp, dim.warp_stride, dim.warps),
-                                i32(int64_t(dim.per_thread) * dim.lanes)));
+        loc, b.create<arith::MulIOp>(loc, index(lane, dim.lane_stride, dim.lanes), i32(dim.lane_scale)),
+        b.create<arith::MulIOp>(loc, index(warp, dim.warp_stride, dim.warps), i32(dim.warp_scale)));
     owns = b.create<arith::AndIOp>(
         loc, owns, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, start, i32(dim.size)));
   }

@@ -36,6 +36,7 @@ public:
   mlir::LogicalResult lowerOp(mlir::Operation *op);
 
   const Registers &regs(mlir::Value value) const;
+  bool hasRegs(mlir::Value value) const;
   void setRegs(mlir::Value value, Registers registers);
   void mapScalar(mlir::Value value, mlir::Value lowered) { setRegs(value, Registers{lowered}); }
 
@@ -48,6 +49,9 @@ public:
   mlir::Value laneId() const { return lane; }
   mlir::Value warpId() const { return warp; }
   mlir::Value sharedBase() const { return shared; }
+  /// Start of `op`'s scratch region: sharedBase plus its tile.scratch_offset, plus its
+  /// tile.scratch_stride on odd iterations of the enclosing loop.
+  mlir::Value scratchBase(mlir::Operation *op);
 
   /// This thread's base coordinate per tile dimension (i32, computed once per kernel).
   const Registers &threadBase(mlir::RankedTensorType type);
@@ -78,6 +82,8 @@ mlir::LogicalResult lowerMemoryOp(TileLowering &t, mlir::Operation *op, bool &ha
 mlir::LogicalResult lowerElementwiseOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerReduceOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// tile.dot on tensor cores, and conversions into dot-operand layouts (before lowerShapeOp).
+mlir::LogicalResult lowerDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);
 
 /// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).

@@ -2,14 +2,14 @@
 
 // Operations the GPU lowering rejects, with the diagnostic naming the reason.
 
-func.func @dot(%a: !tile.ptr<bf16>, %y: !tile.ptr<f32>) {
+func.func @dot(%a: !tile.ptr<f64>, %y: !tile.ptr<f64>) {
   %c0 = arith.constant 0 : i32
-  %z = arith.constant 0.0 : f32
-  %0 = tile.block_load %a[%c0, %c0] {dims = array<i64: 16, 16>, strides = array<i64: 16, 1>} : <bf16> -> tensor<16x16xbf16>
-  %1 = tile.splat %z : f32 -> tensor<16x16xf32>
-  // expected-error @+1 {{'tile.dot' op runs on the CPU interpreter only in this release}}
-  %2 = tile.dot %0, %0, %1 : tensor<16x16xbf16>, tensor<16x16xbf16> -> tensor<16x16xf32>
-  tile.block_store %y[%c0, %c0], %2 {dims = array<i64: 16, 16>, strides = array<i64: 16, 1>} : <f32>, tensor<16x16xf32>
+  %z = arith.constant 0.0 : f64
+  %0 = tile.block_load %a[%c0, %c0] {dims = array<i64: 16, 16>, strides = array<i64: 16, 1>} : <f64> -> tensor<16x16xf64>
+  %1 = tile.splat %z : f64 -> tensor<16x16xf64>
+  // expected-error @+1 {{'tile.dot' op runs on the CPU interpreter only for 'f64' operands with 'f64' accumulation}}
+  %2 = tile.dot %0, %0, %1 : tensor<16x16xf64>, tensor<16x16xf64> -> tensor<16x16xf64>
+  tile.block_store %y[%c0, %c0], %2 {dims = array<i64: 16, 16>, strides = array<i64: 16, 1>} : <f64>, tensor<16x16xf64>
   return
 }
 

@@ -36,25 +36,59 @@ BlockedLayoutAttr getDefaultLayout(RankedTensorType type, unsigned numWarps) {
                                                  elementBytes(type.getElementType()), numWarps));
 }
 
-static void collectKept(Attribute layout, BlockedLayoutAttr &root, std::vector<unsigned> &kept) {
-  if (auto blocked = dyn_cast<BlockedLayoutAttr>(layout)) {
-    root = blocked;
-    kept.clear();
-    for (unsigned d = 0; d < blocked.getSizePerThread().size(); ++d)
-      kept.push_back(d);
+compiler::MmaLayout toMmaLayout(MmaLayoutAttr attr) {
+  return compiler::MmaLayout{{attr.getWarpsPerCTA().begin(), attr.getWarpsPerCTA().end()}};
+}
+
+compiler::DotOperandLayout toDotOperandLayout(DotOperandLayoutAttr attr) {
+  return compiler::DotOperandLayout{attr.getOpIdx(), toMmaLayout(cast<MmaLayoutAttr>(attr.getParent())),
+                                    attr.getKWidth()};
+}
+
+unsigned mmaKWidth(Type elem) {
+  if (elem.isBF16() || elem.isF16())
+    return 2;
+  if (elem.isF32())
+    return 1;
+  return 0;
+}
+
+MmaLayoutAttr getMmaLayout(RankedTensorType accType, unsigned numWarps) {
+  compiler::MmaLayout layout =
+      compiler::default_mma_layout(accType.getDimSize(0), accType.getDimSize(1), numWarps);
+  return MmaLayoutAttr::get(accType.getContext(), layout.warps_per_cta);
+}
+
+DotOperandLayoutAttr getDotOperandLayout(unsigned opIdx, MmaLayoutAttr parent, Type elem) {
+  return DotOperandLayoutAttr::get(parent.getContext(), opIdx, parent, mmaKWidth(elem));
+}
+
+/// The root layout of a (possibly sliced) encoding and the parent dimensions it keeps.
+static void collectKept(Attribute layout, Attribute &root, std::vector<unsigned> &kept) {
+  if (auto slice = dyn_cast<SliceLayoutAttr>(layout)) {
+    collectKept(slice.getParent(), root, kept);
+    kept.erase(kept.begin() + slice.getDim());
     return;
   }
-  auto slice = cast<SliceLayoutAttr>(layout);
-  collectKept(slice.getParent(), root, kept);
-  kept.erase(kept.begin() + slice.getDim());
+  root = layout;
+  kept.clear();
+  unsigned rank = 2;
+  if (auto blocked = dyn_cast<BlockedLayoutAttr>(layout))
+    rank = blocked.getSizePerThread().size();
+  for (unsigned d = 0; d < rank; ++d)
+    kept.push_back(d);
 }
 
 compiler::Distribution getDistribution(RankedTensorType type) {
-  BlockedLayoutAttr root;
+  Attribute root;
   std::vector<unsigned> kept;
   collectKept(type.getEncoding(), root, kept);
-  return compiler::Distribution(toBlockedLayout(root),
-                                std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
+  std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+  if (auto mma = dyn_cast<MmaLayoutAttr>(root))
+    return compiler::Distribution::mma(toMmaLayout(mma), std::move(shape), std::move(kept));
+  if (auto operand = dyn_cast<DotOperandLayoutAttr>(root))
+    return compiler::Distribution::dot_operand(toDotOperandLayout(operand), std::move(shape));
+  return compiler::Distribution(toBlockedLayout(cast<BlockedLayoutAttr>(root)), std::move(shape),
                                 std::move(kept));
 }
 
@@ -82,10 +116,41 @@ int64_t getScratchBytes(Operation *op) {
       valueBytes += 4;
     return warps * others * valueBytes;
   }
+  // tile.dot reads its operands from registers: their staging through shared memory
+  // (ldmatrix from a swizzled copy) is the convert_layout into the dot-operand layout
+  // that tile-assign-layouts puts before it, sized below like any conversion.
   if (isa<ConvertLayoutOp, ReshapeOp>(op)) {
     auto type = cast<RankedTensorType>(op->getResult(0).getType());
     return type.getNumElements() * elementBytes(type.getElementType());
   }
+  return 0;
+}
+
+int64_t getScratchStride(Operation *op) {
+  if (auto attr = op->getAttrOfType<IntegerAttr>(kScratchStrideAttr))
+    return attr.getInt();
+  return 0;
+}
+
+int stagedDotOperandDim(ConvertLayoutOp op) {
+  auto src = cast<RankedTensorType>(op.getSource().getType());
+  auto dst = cast<RankedTensorType>(op.getResult().getType());
+  if (!isa_and_nonnull<DotOperandLayoutAttr>(dst.getEncoding()) || src.getRank() != 2 || !src.getEncoding())
+    return -1;
+  unsigned bytes = elementBytes(src.getElementType());
+  if (bytes != 2 && bytes != 4)
+    return -1;
+  compiler::Distribution in = getDistribution(src);
+  for (unsigned d : in.parent().order)
+    for (size_t i = 0; i < in.kept().size(); ++i)
+      if (in.kept()[i] == d)
+        return src.getDimSize(i) * bytes >= 16 ? static_cast<int>(i) : -1;
+  return -1;
+}
+
+int64_t getScratchOffset(Operation *op) {
+  if (auto attr = op->getAttrOfType<IntegerAttr>(kScratchOffsetAttr))
+    return attr.getInt();
   return 0;
 }
 

@@ -18,13 +18,24 @@ inline constexpr llvm::StringLiteral kGridAttr = "tile.grid";
 compiler::BlockedLayout toBlockedLayout(BlockedLayoutAttr attr);
 BlockedLayoutAttr toAttr(mlir::MLIRContext *ctx, const compiler::BlockedLayout &layout);
 
+compiler::MmaLayout toMmaLayout(MmaLayoutAttr attr);
+compiler::DotOperandLayout toDotOperandLayout(DotOperandLayoutAttr attr);
+
+/// Elements along K per 32-bit mma.sync operand register: 2 (bf16, f16), 1 (f32 as
+/// tf32), 0 when tensor cores cannot take the type.
+unsigned mmaKWidth(mlir::Type elem);
+/// The accumulator layout of a tile.dot result of `accType` on `numWarps` warps.
+MmaLayoutAttr getMmaLayout(mlir::RankedTensorType accType, unsigned numWarps);
+/// The layout operand `opIdx` (0: A, 1: B) of elements `elem` must have for `parent`.
+DotOperandLayoutAttr getDotOperandLayout(unsigned opIdx, MmaLayoutAttr parent, mlir::Type elem);
+
 /// Bytes of one element as stored in registers and memory (pointers: 8, i1: 1).
 unsigned elementBytes(mlir::Type type);
 
 /// The default (anchor) layout of a tile type for a kernel of `numWarps` warps.
 BlockedLayoutAttr getDefaultLayout(mlir::RankedTensorType type, unsigned numWarps);
 
-/// Distribution of a tensor whose type carries a blocked or slice layout.
+/// Distribution of a tensor whose type carries a blocked, mma, dot-operand or slice layout.
 compiler::Distribution getDistribution(mlir::RankedTensorType type);
 
 /// Warps per program of the kernel enclosing `op`.
@@ -32,5 +43,22 @@ unsigned getNumWarps(mlir::Operation *op);
 
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
+
+/// Attribute name on scratch users placed away from offset 0 (tile-allocate-shared).
+inline constexpr llvm::StringLiteral kScratchOffsetAttr = "tile.scratch_offset";
+/// Unit attribute on a dot's B operand conversion staged together with the A operand's
+/// conversion just before it: both write, one barrier, both read.
+inline constexpr llvm::StringLiteral kScratchWithPreviousAttr = "tile.scratch_with_previous";
+/// Attribute name on scratch users in a loop body that alternate between two buffers
+/// `stride` bytes apart on even and odd iterations.
+inline constexpr llvm::StringLiteral kScratchStrideAttr = "tile.scratch_stride";
+/// Byte offset of `op`'s scratch region (0 unless tile-allocate-shared moved it).
+int64_t getScratchOffset(mlir::Operation *op);
+/// Second-buffer distance of a double-buffered scratch user, else 0.
+int64_t getScratchStride(mlir::Operation *op);
+/// Index of the tile dimension a 2-D conversion's source holds contiguously when the
+/// conversion into a dot-operand layout can go through a swizzled shared tile (16-bit or
+/// 32-bit elements, rows of at least 16 bytes); -1 otherwise.
+int stagedDotOperandDim(ConvertLayoutOp op);
 
 } // namespace tokamax::tile

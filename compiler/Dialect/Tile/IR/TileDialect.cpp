@@ -81,5 +81,32 @@ LogicalResult SliceLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   }
   if (auto slice = dyn_cast<SliceLayoutAttr>(parent))
     return success();
-  return emitError() << "slice parent must be a blocked or slice layout";
+  if (isa<MmaLayoutAttr>(parent)) {
+    if (dim >= 2)
+      return emitError() << "slice dim " << dim << " out of range of the parent layout";
+    return success();
+  }
+  return emitError() << "slice parent must be a blocked or slice layout (or an mma layout)";
+}
+
+LogicalResult MmaLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    ArrayRef<unsigned> warpsPerCTA) {
+  if (warpsPerCTA.size() != 2)
+    return emitError() << "mma layout needs warpsPerCTA = [WM, WN], got " << warpsPerCTA.size()
+                       << " entries";
+  for (unsigned w : warpsPerCTA)
+    if (!isPowerOfTwo(w))
+      return emitError() << "mma layout warps must be powers of two";
+  return success();
+}
+
+LogicalResult DotOperandLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                           unsigned opIdx, Attribute parent, unsigned kWidth) {
+  if (opIdx > 1)
+    return emitError() << "dot operand index must be 0 (A) or 1 (B), got " << opIdx;
+  if (!isa<MmaLayoutAttr>(parent))
+    return emitError() << "dot operand parent must be an mma layout";
+  if (kWidth != 1 && kWidth != 2)
+    return emitError() << "dot operand kWidth must be 1 (tf32) or 2 (16-bit), got " << kWidth;
+  return success();
 }

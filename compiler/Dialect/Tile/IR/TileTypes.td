@@ -55,6 +55,70 @@ def Tile_SliceLayoutAttr : Tile_Attr<"SliceLayout", "slice"> {
   let genVerifyDecl = 1;
 }
 
+// The accumulator layout of the warp-level tensor-core instructions mma.sync.m16n8k16
+// (bf16, f16) and mma.sync.m16n8k8 (tf32), sm_80 and newer: the result of tile.dot.
+def Tile_MmaLayoutAttr : Tile_Attr<"MmaLayout", "mma"> {
+  let summary = "mma.sync accumulator layout: 16x8 tiles per warp, warps tiled over the block";
+  let description = [{
+    One instruction computes a 16x8 f32 tile per warp. Lane l = 4 * g + t (g = groupID =
+    l / 4, t = threadID_in_group = l % 4) holds four registers (PTX ISA, "Matrix
+    Fragments for mma.m16n8k16"):
+
+        cols:    0 1   2 3   4 5   6 7
+        row 0  [ T0  | T1  | T2  | T3  ]     c0 c1 at (g,     2t + {0, 1})
+        row 1  [ T4  | T5  | T6  | T7  ]     c2 c3 at (g + 8, 2t + {0, 1})
+         ...
+        row 7  [ T28 | T29 | T30 | T31 ]
+        row 8  [ T0  | T1  | T2  | T3  ]     <- c2, c3 of the same lanes
+         ...
+        row 15 [ T28 | T29 | T30 | T31 ]
+
+    `warpsPerCTA = [WM, WN]` places warp w at block (w / WN, w % WN) of a 16*WM x 8*WN
+    grid, which then repeats over the tile. A 64x32 tile with warpsPerCTA = [2, 2]:
+
+              cols 0..7   8..15   16..23  24..31
+        rows  0..15  [ W0 | W1 |  W0 |  W1 ]    each warp: 2 x 2 instruction tiles,
+        rows 16..31  [ W2 | W3 |  W2 |  W3 ]    16 f32 registers per thread
+        rows 32..47  [ W0 | W1 |  W0 |  W1 ]
+        rows 48..63  [ W2 | W3 |  W2 |  W3 ]
+
+    Registers: repeats (N fastest) outer, then c0..c3. Tiles smaller than the warp grid
+    wrap around (the extra threads hold replicas), like blocked layouts.
+  }];
+  let parameters = (ins ArrayRefParameter<"unsigned">:$warpsPerCTA);
+  let assemblyFormat = "`<` `{` `warpsPerCTA` `=` `[` $warpsPerCTA `]` `}` `>`";
+  let genVerifyDecl = 1;
+}
+
+// An operand of tile.dot as the mma.sync instructions read it from registers.
+def Tile_DotOperandLayoutAttr : Tile_Attr<"DotOperandLayout", "dot_op"> {
+  let summary = "operand A (opIdx 0) or B (opIdx 1) of mma.sync with accumulator layout `parent`";
+  let description = [{
+    `kWidth` consecutive K elements share a 32-bit register: 2 for bf16/f16 (m16n8k16),
+    1 for f32 read as tf32 (m16n8k8). For kWidth = 2, one instruction's A (16x16) and
+    B (16x8), lane l = 4 * g + t:
+
+        A (M x K):   k: 0..7                     8..15
+        rows 0..7    a0 a1 at (g, 2t + {0, 1})   a4 a5 at (g, 2t + 8 + {0, 1})
+        rows 8..15   a2 a3 at (g + 8, 2t + ..)   a6 a7 at (g + 8, 2t + 8 + ..)
+
+        B (K x N):   n: 0..7
+        k 0..7       b0 b1 at (2t + {0, 1}, g)
+        k 8..15      b2 b3 at (2t + 8 + {0, 1}, g)
+
+    For kWidth = 1 (tf32, K = 8 per instruction): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4),
+    a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g).
+
+    A is split over the parent's WM warps along M and replicated over its WN warps; B
+    over WN along N, replicated over WM. Instruction tiles repeat along M (N) as in the
+    parent and along K to cover the tile. The lowering fills these registers with
+    ldmatrix from a swizzled shared-memory copy of the operand when it can.
+  }];
+  let parameters = (ins "unsigned":$opIdx, "::mlir::Attribute":$parent, "unsigned":$kWidth);
+  let assemblyFormat = "`<` `{` struct(params) `}` `>`";
+  let genVerifyDecl = 1;
+}
+
 def Tile_ReduceKind : I32EnumAttr<"ReduceKind", "reduction combiner", [
     I32EnumAttrCase<"Sum", 0, "sum">, I32EnumAttrCase<"Max", 1, "max">,
     I32EnumAttrCase<"Min", 2, "min">, I32EnumAttrCase<"Argmax", 3, "argmax">]> {

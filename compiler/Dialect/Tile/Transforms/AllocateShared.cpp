@@ -1,4 +1,13 @@
 //===- AllocateShared.cpp - Size the kernel's shared-memory scratch ---------===//
+//
+// Scratch is transient: each user needs it only while it runs, so users share it at
+// offset 0. The two operand conversions of a tile.dot that go through swizzled tiles
+// (LowerDot.cpp) are staged together instead: A at 0, B after it (tile.scratch_offset,
+// tile.scratch_with_previous), written before one barrier and read after it. In a loop
+// body they also alternate between two such buffers (tile.scratch_stride), so a k-loop
+// needs one barrier per iteration: the next iteration writes the other buffer.
+//
+//===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
@@ -16,8 +25,29 @@ namespace {
 struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<AllocateSharedPass> {
   void runOnOperation() override {
     getOperation().walk([&](func::FuncOp func) {
+      auto i64 = [&](int64_t v) { return IntegerAttr::get(IntegerType::get(func.getContext(), 64), v); };
+      func.walk([&](DotOp dot) {
+        auto a = dot.getA().getDefiningOp<ConvertLayoutOp>();
+        auto b = dot.getB().getDefiningOp<ConvertLayoutOp>();
+        if (!a || !b || a->getNextNode() != b || stagedDotOperandDim(a) < 0 || stagedDotOperandDim(b) < 0 ||
+            b->hasAttr(kScratchWithPreviousAttr))
+          return;
+        auto round = [](int64_t v) { return (v + 127) / 128 * 128; };
+        int64_t offset = round(getScratchBytes(a));
+        b->setAttr(kScratchOffsetAttr, i64(offset));
+        b->setAttr(kScratchWithPreviousAttr, UnitAttr::get(func.getContext()));
+        int64_t stride = round(offset + getScratchBytes(b));
+        // Static shared memory is limited to 48 KiB.
+        if (isa<scf::ForOp>(a->getParentOp()) && 2 * stride <= 48 * 1024) {
+          a->setAttr(kScratchStrideAttr, i64(stride));
+          b->setAttr(kScratchStrideAttr, i64(stride));
+        }
+      });
       int64_t bytes = 0;
-      func.walk([&](Operation *op) { bytes = std::max(bytes, getScratchBytes(op)); });
+      func.walk([&](Operation *op) {
+        if (int64_t need = getScratchBytes(op))
+          bytes = std::max(bytes, getScratchOffset(op) + getScratchStride(op) + need);
+      });
       // Round up so vector accesses to scratch stay aligned.
       bytes = (bytes + 15) / 16 * 16;
       func->setAttr(kSharedBytesAttr,

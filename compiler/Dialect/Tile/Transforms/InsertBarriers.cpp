@@ -1,9 +1,23 @@
 //===- InsertBarriers.cpp - Separate shared-memory scratch users ------------===//
+//
+// Every scratch user writes its region of scratch, passes its own internal barrier and
+// then reads the region. The next user must not overwrite bytes that some thread may
+// still be reading, so a barrier goes before a user whose region overlaps one read since
+// the last barrier on some path to it. The two operand conversions of a tile.dot are
+// staged together (see tile-allocate-shared) and, double-buffered in a k-loop, need no
+// barrier at the back edge: one barrier per iteration remains, their own. Loops iterate
+// to a fixed point; branches join.
+//
+//===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
+
+#include <set>
+#include <tuple>
 
 namespace tokamax::tile {
 #define GEN_PASS_DEF_TILEINSERTBARRIERS
@@ -14,24 +28,127 @@ using namespace mlir;
 using namespace tokamax::tile;
 
 namespace {
+
+/// A byte range of scratch that threads may still read. Double-buffered users (stride
+/// > 0) are tracked in the buffer of the current iteration: `second` flips at a loop's
+/// back edge.
+struct Range {
+  int64_t begin, end, stride = 0;
+  bool second = false;
+  int64_t lo() const { return begin + (second ? stride : 0); }
+  int64_t hi() const { return end + (second ? stride : 0); }
+  auto key() const { return std::make_tuple(begin, end, stride, second); }
+  bool operator<(const Range &o) const { return key() < o.key(); }
+  bool operator==(const Range &o) const { return key() == o.key(); }
+};
+using Dirty = std::set<Range>;
+
+bool overlaps(const Dirty &dirty, const Dirty &ranges) {
+  for (const Range &a : dirty)
+    for (const Range &b : ranges)
+      if (a.lo() < b.hi() && b.lo() < a.hi())
+        return true;
+  return false;
+}
+
+Dirty join(Dirty a, const Dirty &b) {
+  a.insert(b.begin(), b.end());
+  return a;
+}
+
+/// The next iteration's view of double-buffered ranges (`both`: either buffer).
+Dirty flip(const Dirty &dirty, bool both) {
+  Dirty out;
+  for (Range r : dirty) {
+    if (r.stride > 0) {
+      r.second = !r.second;
+      if (both)
+        out.insert(Range{r.begin, r.end, r.stride, !r.second});
+    }
+    out.insert(r);
+  }
+  return out;
+}
+
+Range rangeOf(Operation *op) {
+  int64_t offset = getScratchOffset(op);
+  return Range{offset, offset + getScratchBytes(op), getScratchStride(op)};
+}
+
+void insertBarrierBefore(Operation *op) {
+  Operation *prev = op->getPrevNode();
+  if (prev && isa<BarrierOp>(prev))
+    return;
+  OpBuilder builder(op);
+  builder.create<BarrierOp>(op->getLoc());
+}
+
+/// The scratch ranges still being read after `block` runs from `dirty`; barriers are
+/// inserted when `insert` is set.
+Dirty walk(Block &block, Dirty dirty, bool insert) {
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (isa<BarrierOp>(op)) {
+      dirty.clear();
+      continue;
+    }
+    if (op.getNumRegions() > 0) {
+      bool loop = isa<LoopLikeOpInterface>(op);
+      auto walkRegions = [&](const Dirty &entry, bool doInsert) {
+        Dirty exit = entry, out;
+        for (Region &region : op.getRegions()) {
+          if (region.empty())
+            continue;
+          // A loop's regions run in sequence; a branch's regions are alternatives.
+          Dirty after = walk(region.front(), loop ? exit : entry, doInsert);
+          if (loop)
+            exit = after;
+          else
+            out = join(out, after);
+        }
+        return loop ? exit : out;
+      };
+      if (loop) {
+        // Double-buffered users want no barrier inside the loop for what came before it.
+        bool doubleBuffered = false;
+        op.walk([&](Operation *inner) { doubleBuffered |= getScratchStride(inner) > 0; });
+        if (doubleBuffered && !dirty.empty()) {
+          if (insert)
+            insertBarrierBefore(&op);
+          dirty.clear();
+        }
+        Dirty entry = dirty;
+        for (int i = 0; i < 8; ++i) {
+          Dirty next = join(dirty, flip(walkRegions(entry, false), false));
+          if (next == entry)
+            break;
+          entry = next;
+        }
+        // The loop may run zero times; after it either buffer may be being read.
+        dirty = join(dirty, flip(walkRegions(entry, insert), true));
+      } else {
+        dirty = join(dirty, walkRegions(dirty, insert));
+      }
+      continue;
+    }
+    if (getScratchBytes(&op) == 0 || op.hasAttr(kScratchWithPreviousAttr))
+      continue; // not a user, or staged with the user before it
+    Dirty ranges{rangeOf(&op)};
+    Operation *next = op.getNextNode();
+    if (next && next->hasAttr(kScratchWithPreviousAttr) && getScratchBytes(next) > 0)
+      ranges.insert(rangeOf(next));
+    if (overlaps(dirty, ranges) && insert)
+      insertBarrierBefore(&op);
+    // The users' own barrier orders everything before it; then they read their ranges.
+    dirty = ranges;
+  }
+  return dirty;
+}
+
 struct InsertBarriersPass : tokamax::tile::impl::TileInsertBarriersBase<InsertBarriersPass> {
   void runOnOperation() override {
     getOperation().walk([&](func::FuncOp func) {
-      bool seenUser = false;
-      func.walk([&](Operation *op) {
-        if (getScratchBytes(op) == 0)
-          return;
-        // Inside a loop the previous iteration's user may still be reading.
-        bool inLoop = op->getParentOfType<scf::ForOp>() != nullptr;
-        if (seenUser || inLoop) {
-          Operation *prev = op->getPrevNode();
-          if (!prev || !isa<BarrierOp>(prev)) {
-            OpBuilder builder(op);
-            builder.create<BarrierOp>(op->getLoc());
-          }
-        }
-        seenUser = true;
-      });
+      if (!func.isExternal())
+        walk(func.getBody().front(), {}, true);
     });
   }
 };

@@ -22,9 +22,11 @@ def TileAssignLayouts : Pass<"tile-assign-layouts", "mlir::ModuleOp"> {
 def TileAllocateShared : Pass<"tile-allocate-shared", "mlir::ModuleOp"> {
   let summary = "Size the shared-memory scratch of cross-warp reductions and layout conversions";
   let description = [{
-    Scratch is transient (live only inside one operation), so every user shares offset 0
-    and the kernel's static shared memory is the largest single need, recorded as
-    `tile.shared_bytes` on the kernel. Barriers keep the users apart.
+    Scratch is transient (live only inside one operation), so users share offset 0 and
+    the kernel's static shared memory is the largest single need, recorded as
+    `tile.shared_bytes` on the kernel. Barriers keep the users apart. The B operand
+    conversion of a tile.dot goes after the A operand's (`tile.scratch_offset`), so both
+    operands of a dot are staged together.
   }];
 }
 
@@ -33,8 +35,9 @@ def TileInsertBarriers : Pass<"tile-insert-barriers", "mlir::ModuleOp"> {
   let description = [{
     Every operation that uses scratch reads it after its own internal barrier; the next
     user must not overwrite it before all threads have read, so a tile.barrier goes before
-    every scratch user that may follow another (conservatively: every user but the first
-    in straight-line code, and every user inside a loop).
+    every scratch user whose region overlaps one that may still be read on some path to it
+    (in practice: every user but the first in straight-line code, every user inside a
+    loop, except users at disjoint offsets such as a dot's two operand conversions).
   }];
 }
 

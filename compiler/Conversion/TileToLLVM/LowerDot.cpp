@@ -1,0 +1,375 @@
+//===- LowerDot.cpp - tile.dot on tensor cores (mma.sync) -------------------===//
+//
+// tile-assign-layouts gives a dot's result the mma accumulator layout and converts its
+// operands into dot-operand layouts (#tile.mma, #tile.dot_op in TileTypes.td):
+//
+// - A conversion into a dot-operand layout writes the source tile to shared memory in
+//   its own fastest dimension, 16-byte chunks XOR-swizzled by row so that both the
+//   vector stores and the 8-row ldmatrix reads avoid bank conflicts, then a barrier, then
+//   ldmatrix (.trans when the stored rows run along the wrong dimension) fills exactly
+//   the registers the mma.sync fragments need. 32-bit transposed reads and K smaller
+//   than one instruction read single elements from the swizzled tile instead; rows
+//   narrower than 16 bytes take the generic conversion through scratch (LowerShape.cpp).
+//   The B operand's region follows A's (tile-allocate-shared): one barrier per dot.
+// - The dot itself issues one mma.sync per 16x8 accumulator tile and K step:
+//   m16n8k16 for bf16/f16, m16n8k8 on tf32 (cvt.rna) for f32. K below one instruction is
+//   zero-padded in registers. Other element types (f64, integers, fp8) stay on the CPU
+//   interpreter and are rejected here with a clear error.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+#include <cstdio>
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+int smVersion(const std::string &arch) {
+  int major = 0, minor = 0;
+  if (std::sscanf(arch.c_str(), "sm_%1d%1d", &major, &minor) != 2)
+    return 0;
+  return major * 10 + minor;
+}
+
+std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
+  std::map<std::vector<int64_t>, int64_t> map;
+  for (int64_t r = 0; r < dist.num_registers(); ++r)
+    map.emplace(dist.register_offset(r), r);
+  return map;
+}
+
+/// Small i32 arithmetic on values and constants.
+struct I32 {
+  TileLowering &t;
+  Location loc;
+  OpBuilder &b() { return t.builder(); }
+  Value c(int64_t v) { return t.i32(v); }
+  Value add(Value x, Value y) { return b().create<arith::AddIOp>(loc, x, y); }
+  Value mul(Value x, int64_t k) { return b().create<arith::MulIOp>(loc, x, c(k)); }
+  Value div(Value x, int64_t k) { return b().create<arith::DivUIOp>(loc, x, c(k)); }
+  Value rem(Value x, int64_t k) { return b().create<arith::RemUIOp>(loc, x, c(k)); }
+  Value xor_(Value x, Value y) { return b().create<arith::XOrIOp>(loc, x, y); }
+};
+
+/// Two 16-bit elements in one 32-bit register (the first in the low half).
+Value packPair(OpBuilder &b, Location loc, Value lo, Value hi) {
+  auto vecType = VectorType::get({2}, lo.getType());
+  Value vec = b.create<LLVM::UndefOp>(loc, vecType);
+  vec = b.create<LLVM::InsertElementOp>(loc, vec, lo, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 0));
+  vec = b.create<LLVM::InsertElementOp>(loc, vec, hi, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1));
+  return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), vec);
+}
+
+/// The kWidth elements of type `elem` held by one 32-bit register.
+SmallVector<Value> unpackWord(OpBuilder &b, Location loc, Value word, Type elem, unsigned kWidth) {
+  if (kWidth == 1)
+    return {b.create<LLVM::BitcastOp>(loc, elem, word)};
+  Value vec = b.create<LLVM::BitcastOp>(loc, VectorType::get({2}, elem), word);
+  return {b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 0)),
+          b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1))};
+}
+
+/// A 2-D tile in shared memory: `rows` x `cols` elements, cols contiguous, 16-byte chunks
+/// of each row XOR-swizzled with the row's phase. Eight consecutive rows of one chunk
+/// column (an ldmatrix) land in eight distinct 16-byte bank groups.
+struct Staging {
+  int64_t rows, cols, chunk, perPhase, maxPhase;
+
+  Staging(int64_t rows, int64_t cols, unsigned bytes) : rows(rows), cols(cols) {
+    chunk = 16 / bytes;
+    int64_t chunks = cols / chunk;
+    perPhase = std::max<int64_t>(1, 8 / chunks);
+    maxPhase = std::min<int64_t>(chunks, 8);
+  }
+
+  /// Element index of (row, col) (both already inside the tile).
+  Value index(I32 &m, Value row, Value col) {
+    Value phase = m.rem(m.div(row, perPhase), maxPhase);
+    Value chunkIdx = m.xor_(m.div(col, chunk), phase);
+    return m.add(m.add(m.mul(row, cols), m.mul(chunkIdx, chunk)), m.rem(col, chunk));
+  }
+};
+
+/// A convert_layout into a dot-operand layout through a swizzled tile: store() writes
+/// this thread's source elements, load() (after a barrier) fills the result registers.
+struct StagedOperand {
+  TileLowering &t;
+  ConvertLayoutOp op;
+  RankedTensorType srcType, dstType;
+  compiler::Distribution in, out;
+  Type elem;
+  unsigned bytes, opIdx, kw, kpi, kDim, nd;
+  int cd;  ///< tile dimension stored contiguously
+  int64_t shape[2];
+  bool trans, useLdmatrix;
+  Staging staging;
+  Location loc;
+  Value base;
+
+  StagedOperand(TileLowering &t, ConvertLayoutOp op, int cd)
+      : t(t), op(op), srcType(cast<RankedTensorType>(op.getSource().getType())),
+        dstType(cast<RankedTensorType>(op.getResult().getType())), in(getDistribution(srcType)),
+        out(getDistribution(dstType)), elem(t.registerType(srcType.getElementType())),
+        bytes(elementBytes(elem)), cd(cd), shape{srcType.getDimSize(0), srcType.getDimSize(1)},
+        staging(shape[1 - cd], shape[cd], bytes), loc(op.getLoc()) {
+    auto layout = cast<DotOperandLayoutAttr>(dstType.getEncoding());
+    opIdx = layout.getOpIdx(), kw = layout.getKWidth(), kpi = 8 * kw;
+    kDim = opIdx == 0 ? 1 : 0, nd = 1 - kDim;
+    // ldmatrix.trans moves 16-bit elements only; K must cover one instruction.
+    trans = (opIdx == 0) == (cd == 0);
+    useLdmatrix = bytes * kw == 4 && shape[kDim] >= kpi && !(trans && bytes != 2);
+    base = t.scratchBase(op);
+  }
+
+  Value storageIndex(I32 &m, const Registers &coords) { return staging.index(m, coords[1 - cd], coords[cd]); }
+  LLVM::LLVMPointerType ptrType() { return LLVM::LLVMPointerType::get(t.builder().getContext(), 3); }
+
+  /// Every thread writes its elements, `vec` contiguous ones per store.
+  void store() {
+    OpBuilder &b = t.builder();
+    I32 m{t, loc};
+    const Registers &regs = t.regs(op.getSource());
+    unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
+    for (int64_t r = 0; r < in.num_registers(); r += vec) {
+      if (!in.register_owns(r))
+        continue;
+      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType(), elem, base, ValueRange{storageIndex(m, t.coords(srcType, r))});
+      Value value = regs[r];
+      if (vec > 1) {
+        value = b.create<LLVM::UndefOp>(loc, VectorType::get({int64_t(vec)}, elem));
+        for (unsigned i = 0; i < vec; ++i)
+          value = b.create<LLVM::InsertElementOp>(loc, value, regs[r + i],
+                                                  b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i)));
+      }
+      b.create<LLVM::StoreOp>(loc, value, ptr, vec * bytes);
+    }
+  }
+
+  LogicalResult load();
+};
+
+LogicalResult StagedOperand::load() {
+  OpBuilder &b = t.builder();
+  I32 m{t, loc};
+  // Without ldmatrix (32-bit elements read across the stored rows, K shorter than an
+  // instruction): each register from its swizzled address.
+  if (!useLdmatrix) {
+    Registers result;
+    for (int64_t r = 0; r < out.num_registers(); ++r) {
+      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType(), elem, base, ValueRange{storageIndex(m, t.coords(dstType, r))});
+      result.push_back(b.create<LLVM::LoadOp>(loc, elem, ptr));
+    }
+    t.setRegs(op.getResult(), std::move(result));
+    return success();
+  }
+
+  // ldmatrix: lane l gives row l % 8 of matrix l / 8. Matrix mi = 2 * b1 + b0 covers,
+  // for A, rows +8*b0 and K +kpi/2*b1 of one instruction; for B, K +kpi/2*b0 and the
+  // next N repeat for b1 (x4 only when there is one).
+  const auto &ndDim = out.dims()[nd], &kDimInfo = out.dims()[kDim];
+  Value lane = t.laneId();
+  Value r8 = m.rem(lane, 8), b0 = m.rem(m.div(lane, 8), 2), b1 = m.rem(m.div(lane, 16), 2);
+  Value warpBase = m.mul(m.rem(m.div(t.warpId(), ndDim.warp_stride), ndDim.warps), ndDim.warp_scale);
+  Value sharedAddr = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), base);
+  auto byOffset = registersByOffset(out);
+  Registers result(out.num_registers());
+  unsigned ndRepeats = ndDim.repeats;
+  unsigned ndStep = opIdx == 0 ? 1 : (ndRepeats >= 2 ? 2 : 1);
+  unsigned count = opIdx == 0 || ndRepeats >= 2 ? 4 : 2;
+  for (unsigned rn = 0; rn < ndRepeats; rn += ndStep)
+    for (unsigned rk = 0; rk < kDimInfo.repeats; ++rk) {
+      int64_t ndOrigin = int64_t(rn) * ndDim.coverage, kOrigin = int64_t(rk) * kpi;
+      // This lane's row start in tile coordinates.
+      Value ndStart, kStart;
+      if (opIdx == 0) {
+        ndStart = m.add(m.add(warpBase, m.c(ndOrigin)), m.mul(b0, 8));
+        kStart = m.add(m.c(kOrigin), m.mul(b1, kpi / 2));
+      } else {
+        kStart = m.add(m.c(kOrigin), m.mul(b0, kpi / 2));
+        Value next = count == 4 ? m.mul(b1, ndDim.coverage) : m.c(0);
+        ndStart = m.add(m.add(warpBase, m.c(ndOrigin)), next);
+      }
+      Registers coords(2);
+      coords[nd] = ndStart;
+      coords[kDim] = kStart;
+      coords[1 - cd] = m.add(coords[1 - cd], r8);
+      coords[0] = m.rem(coords[0], shape[0]);
+      coords[1] = m.rem(coords[1], shape[1]);
+      Value addr = m.add(sharedAddr, m.mul(storageIndex(m, coords), bytes));
+      SmallVector<Value> words = t.ptx(loc).ldmatrix(addr, count, trans);
+      for (unsigned mi = 0; mi < count; ++mi) {
+        unsigned bit0 = mi % 2, bit1 = mi / 2;
+        int64_t ndOff = opIdx == 0 ? ndOrigin + 8 * bit0 : ndOrigin + bit1 * ndDim.coverage;
+        int64_t kOff = kOrigin + (kpi / 2) * (opIdx == 0 ? bit1 : bit0);
+        SmallVector<Value> elems = unpackWord(b, loc, words[mi], elem, kw);
+        for (unsigned e = 0; e < kw; ++e) {
+          std::vector<int64_t> offset(2);
+          offset[nd] = ndOff;
+          offset[kDim] = kOff + e;
+          auto it = byOffset.find(offset);
+          if (it == byOffset.end())
+            return op.emitOpError("internal error: ldmatrix result without a dot-operand register");
+          result[it->second] = elems[e];
+        }
+      }
+    }
+  for (Value v : result)
+    if (!v)
+      return op.emitOpError("internal error: dot-operand register not loaded by ldmatrix");
+  t.setRegs(op.getResult(), std::move(result));
+  return success();
+}
+
+/// convert_layout into a dot-operand layout through swizzled tiles; a dot's B operand
+/// conversion marked tile.scratch_with_previous is staged together with A's. Leaves
+/// `handled` false when the generic conversion must do it.
+LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handled) {
+  int cd = stagedDotOperandDim(op);
+  if (cd < 0 || smVersion(t.arch()) < 80)
+    return success();
+  handled = true;
+  if (op->hasAttr(kScratchWithPreviousAttr) && t.hasRegs(op.getResult()))
+    return success();  // staged with the A operand
+  if (!t.sharedBase())
+    return op.emitOpError("needs shared-memory scratch but the kernel has none (run tile-allocate-shared first)");
+  std::vector<StagedOperand> operands;
+  operands.emplace_back(t, op, cd);
+  auto next = dyn_cast_or_null<ConvertLayoutOp>(op->getNextNode());
+  if (next && next->hasAttr(kScratchWithPreviousAttr) && stagedDotOperandDim(next) >= 0)
+    operands.emplace_back(t, next, stagedDotOperandDim(next));
+  for (StagedOperand &operand : operands)
+    operand.store();
+  t.barrier();
+  for (StagedOperand &operand : operands)
+    if (failed(operand.load()))
+      return failure();
+  return success();
+}
+
+LogicalResult lowerDot(TileLowering &t, DotOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto accType = op.getAcc().getType();
+  auto aType = op.getA().getType(), bType = op.getB().getType();
+  Type elem = aType.getElementType();
+  auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());
+  auto aLayout = dyn_cast_or_null<DotOperandLayoutAttr>(aType.getEncoding());
+  auto bLayout = dyn_cast_or_null<DotOperandLayoutAttr>(bType.getEncoding());
+  if (!mma || !aLayout || !bLayout)
+    return op.emitOpError("runs on the CPU interpreter only for ")
+           << elem << " operands with " << accType.getElementType()
+           << " accumulation: tensor cores take bf16 and f16 operands (and f32 as tf32) with "
+              "f32 accumulation";
+  if (smVersion(t.arch()) < 80)
+    return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
+  unsigned kw = aLayout.getKWidth(), kpi = 8 * kw;
+  std::string shape = kw == 2 ? "m16n8k16" : "m16n8k8";
+  std::string ab = kw == 1 ? "tf32" : elem.isBF16() ? "bf16" : "f16";
+  int64_t kSize = aType.getDimSize(1);
+
+  compiler::Distribution da = getDistribution(aType), db = getDistribution(bType),
+                         dc = getDistribution(accType);
+  auto aRegs = registersByOffset(da), bRegs = registersByOffset(db), cRegs = registersByOffset(dc);
+  const Registers &av = t.regs(op.getA()), &bv = t.regs(op.getB()), &cv = t.regs(op.getAcc());
+  I32 m{t, loc};
+  Value laneK = m.mul(m.rem(t.laneId(), 4), kw);
+  // One operand element, zero where K is shorter than one instruction.
+  auto element = [&](const Registers &regs, const std::map<std::vector<int64_t>, int64_t> &map,
+                     std::vector<int64_t> offset, unsigned kDim) -> FailureOr<Value> {
+    auto it = map.find(offset);
+    if (it == map.end()) {
+      op.emitOpError("internal error: no operand register for an mma fragment");
+      return failure();
+    }
+    Value v = regs[it->second];
+    if (kSize < kpi) {
+      Value k = m.add(laneK, m.c(offset[kDim]));
+      Value inside = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, k, m.c(kSize));
+      v = b.create<arith::SelectOp>(loc, inside, v, t.constant(v.getType(), 0.0));
+    }
+    return v;
+  };
+  auto word = [&](SmallVector<Value> elems) -> Value {
+    if (kw == 2)
+      return packPair(b, loc, elems[0], elems[1]);
+    return t.ptx(loc).f32ToTf32(elems[0]);
+  };
+
+  const auto &cm = dc.dims()[0], &cn = dc.dims()[1];
+  unsigned repK = std::max<int64_t>(1, kSize / kpi);
+  // Fragments, built once per (m or n repeat, k step).
+  std::map<std::pair<unsigned, unsigned>, SmallVector<Value>> aFrags, bFrags;
+  for (unsigned rm = 0; rm < cm.repeats; ++rm)
+    for (unsigned rk = 0; rk < repK; ++rk) {
+      SmallVector<Value> frag;
+      for (unsigned kh = 0; kh < 2; ++kh)
+        for (unsigned i = 0; i < 2; ++i) {
+          SmallVector<Value> elems;
+          for (unsigned e = 0; e < kw; ++e) {
+            auto v = element(av, aRegs, {rm * cm.coverage + 8 * i, int64_t(rk) * kpi + kh * kpi / 2 + e}, 1);
+            if (failed(v))
+              return failure();
+            elems.push_back(*v);
+          }
+          frag.push_back(word(elems));
+        }
+      aFrags[{rm, rk}] = frag;
+    }
+  for (unsigned rn = 0; rn < cn.repeats; ++rn)
+    for (unsigned rk = 0; rk < repK; ++rk) {
+      SmallVector<Value> frag;
+      for (unsigned kh = 0; kh < 2; ++kh) {
+        SmallVector<Value> elems;
+        for (unsigned e = 0; e < kw; ++e) {
+          auto v = element(bv, bRegs, {int64_t(rk) * kpi + kh * kpi / 2 + e, rn * cn.coverage}, 0);
+          if (failed(v))
+            return failure();
+          elems.push_back(*v);
+        }
+        frag.push_back(word(elems));
+      }
+      bFrags[{rn, rk}] = frag;
+    }
+
+  Registers result(cv.begin(), cv.end());
+  for (unsigned rk = 0; rk < repK; ++rk)
+    for (unsigned rm = 0; rm < cm.repeats; ++rm)
+      for (unsigned rn = 0; rn < cn.repeats; ++rn) {
+        SmallVector<int64_t> idx;
+        for (unsigned i = 0; i < 2; ++i)
+          for (unsigned j = 0; j < 2; ++j) {
+            auto it = cRegs.find({rm * cm.coverage + 8 * i, rn * cn.coverage + j});
+            if (it == cRegs.end())
+              return op.emitOpError("internal error: no accumulator register for an mma tile");
+            idx.push_back(it->second);
+          }
+        SmallVector<Value> c;
+        for (int64_t r : idx)
+          c.push_back(result[r]);
+        SmallVector<Value> d = t.ptx(loc).mma(shape, ab, aFrags[{rm, rk}], bFrags[{rn, rk}], c);
+        for (unsigned i = 0; i < 4; ++i)
+          result[idx[i]] = d[i];
+      }
+  t.setRegs(op.getResult(), std::move(result));
+  return success();
+}
+
+} // namespace
+
+LogicalResult lowerDotOp(TileLowering &t, Operation *op, bool &handled) {
+  handled = false;
+  if (auto dot = dyn_cast<DotOp>(op)) {
+    handled = true;
+    return lowerDot(t, dot);
+  }
+  if (auto convert = dyn_cast<ConvertLayoutOp>(op))
+    return lowerToDotOperand(t, convert, handled);
+  return success();
+}
+
+} // namespace tokamax::tile

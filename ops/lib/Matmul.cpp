@@ -1,0 +1,186 @@
+//===- Matmul.cpp - Matrix multiplication: tile and reference kernels -------===//
+#include <tokamax/ops/Matmul.h>
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace tokamax {
+
+using namespace dsl;
+
+namespace {
+
+int64_t nextPowerOfTwo(int64_t v) {
+  int64_t p = 1;
+  while (p < v)
+    p *= 2;
+  return p;
+}
+
+bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
+
+void checkSpec(const MatmulSpec &spec, bool reference) {
+  if (spec.m < 1 || spec.n < 1 || spec.k < 1)
+    throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
+  if (!isFloat(spec.dtype))
+    throw Error(fmt::format("matmul: dtype must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
+  if (spec.dtype == DType::F64 && !reference)
+    throw NotSupported("matmul: f64 has no tensor-core path; use matmul_reference_kernel "
+                       "(the CUDA cores, or the CPU interpreter)");
+  DType wide = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  if (spec.out_dtype != spec.dtype && spec.out_dtype != wide)
+    throw Error(fmt::format("matmul: c must be {} or {} for {} inputs, got {}", dtype_name(spec.dtype),
+                            dtype_name(wide), dtype_name(spec.dtype), dtype_name(spec.out_dtype)));
+}
+
+struct Params {
+  TensorArg a, b, bias, c;
+  Value alpha;
+};
+
+Params declare(Kernel &k, const MatmulSpec &spec, DType scalar) {
+  Params p;
+  p.a = k.input("a", spec.dtype, spec.trans_a ? std::vector<int64_t>{spec.k, spec.m} : std::vector<int64_t>{spec.m, spec.k});
+  p.b = k.input("b", spec.dtype, spec.trans_b ? std::vector<int64_t>{spec.n, spec.k} : std::vector<int64_t>{spec.k, spec.n});
+  if (spec.has_bias)
+    p.bias = k.input("bias", spec.out_dtype, {spec.n});
+  p.c = k.output("c", spec.out_dtype, {spec.m, spec.n});
+  p.alpha = k.scalar("alpha", scalar);
+  return p;
+}
+
+Value cast(const Value &v, DType dtype) { return v.dtype() == dtype ? v : v.to(dtype); }
+
+/// [bm, bk] block of op(a) and [bk, bn] block of op(b) at (m0, k0) and (k0, n0).
+Value blockA(const MatmulSpec &spec, const Params &p, Value m0, Value k0, int64_t bm, int64_t bk) {
+  return spec.trans_a ? p.a.load({k0, m0}, {bk, bm}).trans() : p.a.load({m0, k0}, {bm, bk});
+}
+Value blockB(const MatmulSpec &spec, const Params &p, Value k0, Value n0, int64_t bk, int64_t bn) {
+  return spec.trans_b ? p.b.load({n0, k0}, {bn, bk}).trans() : p.b.load({k0, n0}, {bk, bn});
+}
+
+/// alpha * acc (+ bias), stored to c at (m0, n0).
+void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Value n0, int64_t bn) {
+  Value out = acc * cast(p.alpha, acc.dtype());
+  if (spec.has_bias)
+    out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
+  p.c.store({m0, n0}, cast(out, spec.out_dtype));
+}
+
+} // namespace
+
+MatmulConfig default_config(const MatmulSpec &spec) {
+  MatmulConfig config;
+  config.block_m = std::clamp<int64_t>(nextPowerOfTwo(spec.m), 16, 128);
+  config.block_n = std::clamp<int64_t>(nextPowerOfTwo(spec.n), 16, 128);
+  // One K block: two mma K steps (16-bit: k16 each, tf32: k8 each), so that both
+  // operands' staging tiles fit twice in 48 KiB (double-buffered: one barrier per block).
+  int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
+  config.block_k = std::clamp<int64_t>(nextPowerOfTwo(spec.k), minK, 2 * minK);
+  // About a 32x64 warp tile: 8 warps for 128x128 blocks, fewer for small blocks.
+  config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 2048, 1, 8));
+  return config;
+}
+
+Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
+  checkSpec(spec, false);
+  int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k;
+  Kernel k("matmul", {config.num_warps});
+  Params p = declare(k, spec, DType::F32);
+  int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
+  k.grid(gridM * gridN);
+  // Grouped order: group_m consecutive programs walk down M before moving along N, so
+  // the B blocks they share stay in L2.
+  int64_t groupM = std::max<int64_t>(1, config.group_m);
+  Value pid = k.program_id(0);
+  Value inGroup = Value(groupM * gridN);
+  Value firstM = (pid / inGroup) * Value(groupM);
+  Value sizeM = minimum(Value(gridM) - firstM, Value(groupM));
+  Value local = pid % inGroup;
+  Value m0 = (firstM + local % sizeM) * Value(bm);
+  Value n0 = (local / sizeM) * Value(bn);
+
+  // The k-loop carries the accumulator and the next blocks: each iteration issues the
+  // loads of block k + bk before the dot of block k (past K they are masked off).
+  Value acc = k.full({bm, bn}, 0.0, DType::F32);
+  std::vector<Value> out = k.loop(
+      0, spec.k, bk, {acc, blockA(spec, p, m0, 0, bm, bk), blockB(spec, p, 0, n0, bk, bn)},
+      [&](Value k0, std::vector<Value> carried) -> std::vector<Value> {
+        Value next = k0 + Value(bk);
+        Value a = blockA(spec, p, m0, next, bm, bk), b = blockB(spec, p, next, n0, bk, bn);
+        return {dot(carried[1], carried[2], carried[0]), a, b};
+      });
+  epilogue(spec, p, out[0], m0, n0, bn);
+  return k;
+}
+
+Kernel matmul_reference_kernel(const MatmulSpec &spec) {
+  checkSpec(spec, true);
+  constexpr int64_t bm = 16, bn = 16, bk = 8;
+  DType accType = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  Kernel k("matmul_reference", {4});
+  Params p = declare(k, spec, accType);
+  k.grid(cdiv(spec.m, bm), cdiv(spec.n, bn));
+  Value m0 = k.program_id(0) * Value(bm), n0 = k.program_id(1) * Value(bn);
+  Value acc = k.full({bm, bn}, 0.0, accType);
+  std::vector<Value> out = k.loop(0, spec.k, bk, {acc}, [&](Value k0, std::vector<Value> carried) {
+    Value a = cast(blockA(spec, p, m0, k0, bm, bk), accType);
+    Value b = cast(blockB(spec, p, k0, n0, bk, bn), accType);
+    // [bm, bk, 1] * [1, bk, bn], summed over k.
+    return std::vector<Value>{carried[0] + (a.expand(2) * b.expand(0)).sum(1)};
+  });
+  epilogue(spec, p, out[0], m0, n0, bn);
+  return k;
+}
+
+void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
+            const MatmulOptions &options) {
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
+    throw Error(fmt::format("matmul: a, b and c must be 2-D, got ranks {}, {}, {}", a.rank(), b.rank(), c.rank()));
+  if (!a.is_contiguous() || !b.is_contiguous() || !c.is_contiguous())
+    throw Error("matmul: a, b and c must be contiguous (use trans_a / trans_b for transposes)");
+  if (a.dtype() != b.dtype())
+    throw Error(fmt::format("matmul: a is {} but b is {}", dtype_name(a.dtype()), dtype_name(b.dtype())));
+  MatmulSpec spec;
+  spec.trans_a = options.trans_a;
+  spec.trans_b = options.trans_b;
+  spec.m = options.trans_a ? a.dim(1) : a.dim(0);
+  spec.k = options.trans_a ? a.dim(0) : a.dim(1);
+  int64_t kb = options.trans_b ? b.dim(1) : b.dim(0);
+  spec.n = options.trans_b ? b.dim(0) : b.dim(1);
+  if (kb != spec.k || c.dim(0) != spec.m || c.dim(1) != spec.n)
+    throw Error(fmt::format("matmul: op(a) is [{}, {}], op(b) is [{}, {}] and c is [{}]", spec.m, spec.k, kb,
+                            spec.n, fmt::join(c.shape(), ", ")));
+  spec.dtype = a.dtype();
+  spec.out_dtype = c.dtype();
+  spec.has_bias = options.bias.has_value();
+  if (spec.has_bias) {
+    const TensorView &bias = *options.bias;
+    if (bias.rank() != 1 || bias.dim(0) != spec.n || bias.dtype() != c.dtype() || !bias.is_contiguous())
+      throw Error(fmt::format("matmul: bias must be a contiguous [{}] {} tensor, got {} [{}]", spec.n,
+                              dtype_name(c.dtype()), dtype_name(bias.dtype()), fmt::join(bias.shape(), ", ")));
+  }
+  bool reference = spec.dtype == DType::F64;
+  checkSpec(spec, reference);
+  MatmulConfig config = default_config(spec);
+  Device &device = Device::get(a.device());
+  uint64_t key = ops_detail::specializationKey(
+      reference ? "matmul_reference" : "matmul",
+      {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
+       spec.has_bias, config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps});
+  const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] {
+    return reference ? matmul_reference_kernel(spec) : matmul_kernel(spec, config);
+  });
+  if (spec.has_bias)
+    kernel.launch({a, b, *options.bias, c, options.alpha}, stream.handle());
+  else
+    kernel.launch({a, b, c, options.alpha}, stream.handle());
+}
+
+} // namespace tokamax

@@ -1,0 +1,245 @@
+// matmul on the device (tensor cores through tile.dot -> mma.sync) against float64 host
+// references: M, N, K from {1, 17, 127, 1000, 4097}, all four transposes, bf16, f16 and
+// f32 (tf32) inputs, bias and alpha, and f64 through the reference kernel. Also a DSL
+// kernel chaining two dots through reductions and elementwise math on the accumulator
+// layout (attention-like), which exercises slices of mma layouts and mma -> operand
+// conversions.
+#include <catch2/catch.hpp>
+
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/compiler/Jit.h>
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+using namespace tokamax;
+
+namespace {
+
+std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  std::vector<double> v(n);
+  uint8_t one[8];
+  for (double &x : v) {
+    store_from_double(dtype, one, dist(rng));
+    x = load_as_double(dtype, one);
+  }
+  return v;
+}
+
+Tensor upload(const std::vector<double> &values, std::vector<int64_t> shape, DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
+  for (size_t i = 0; i < values.size(); ++i)
+    store_from_double(dtype, bytes.data() + i * dtype_size(dtype), values[i]);
+  Tensor t = Tensor::empty(shape, dtype);
+  t.copy_from_host(bytes.data(), bytes.size());
+  return t;
+}
+
+double relError(const std::vector<double> &got, const std::vector<double> &ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  double e = std::sqrt(num / std::max(den, 1e-300));
+  return std::isnan(e) ? INFINITY : e;
+}
+
+/// Tolerance on the relative (Frobenius) error of c, by input and output dtype.
+/// tf32 keeps 10 mantissa bits of each f32 operand: one product is off by up to ~1e-3
+/// relative, and with K that small nothing averages out (a bias can also cancel part
+/// of the result), so very short K gets a looser bound.
+double tolerance(DType in, DType out, int64_t k = 1 << 20) {
+  if (in == DType::F32 && out == DType::F32 && k < 16)
+    return 1e-2;
+  if (out == DType::F64)
+    return 1e-12;
+  if (out == DType::BF16)
+    return 1e-2;
+  if (out == DType::F16)
+    return 2e-3;
+  return in == DType::F32 ? 2e-3 : 1e-5;  // f32 inputs run as tf32
+}
+
+struct Case {
+  int64_t m, n, k;
+  DType dtype, out;
+  bool ta, tb, bias;
+  double alpha = 1.0;
+};
+
+/// Runs matmul on the device; returns the relative error against float64.
+double runCase(const Case &c, Stream &stream) {
+  uint32_t seed = static_cast<uint32_t>(c.m * 7919 + c.n * 131 + c.k);
+  std::vector<double> a = randomValues(c.m * c.k, c.dtype, seed), b = randomValues(c.k * c.n, c.dtype, seed + 1);
+  std::vector<double> bias = randomValues(c.n, c.out, seed + 2);
+  std::vector<double> as = a, bs = b;
+  if (c.ta)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t k = 0; k < c.k; ++k)
+        as[k * c.m + i] = a[i * c.k + k];
+  if (c.tb)
+    for (int64_t k = 0; k < c.k; ++k)
+      for (int64_t j = 0; j < c.n; ++j)
+        bs[j * c.k + k] = b[k * c.n + j];
+  Tensor ta = upload(as, c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, c.dtype);
+  Tensor tb = upload(bs, c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, c.dtype);
+  Tensor tbias = upload(bias, {c.n}, c.out);
+  Tensor tc = upload(std::vector<double>(c.m * c.n, NAN), {c.m, c.n}, c.out);  // poisoned
+  MatmulOptions options;
+  options.trans_a = c.ta;
+  options.trans_b = c.tb;
+  options.alpha = c.alpha;
+  if (c.bias)
+    options.bias = tbias.view();
+  matmul(ta, tb, tc, stream, options);
+  stream.synchronize();
+  std::vector<double> got = tc.to_host_doubles();
+  // Reference: i-k-j order, float64.
+  std::vector<double> ref(c.m * c.n, 0.0);
+  for (int64_t i = 0; i < c.m; ++i) {
+    double *row = ref.data() + i * c.n;
+    for (int64_t k = 0; k < c.k; ++k) {
+      double x = a[i * c.k + k];
+      const double *brow = b.data() + k * c.n;
+      for (int64_t j = 0; j < c.n; ++j)
+        row[j] += x * brow[j];
+    }
+    for (int64_t j = 0; j < c.n; ++j)
+      row[j] = c.alpha * row[j] + (c.bias ? bias[j] : 0.0);
+  }
+  return relError(got, ref);
+}
+
+std::string describe(const Case &c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " +
+         std::string(dtype_name(c.dtype)) + "->" + std::string(dtype_name(c.out)) + (c.ta ? " a^T" : "") +
+         (c.tb ? " b^T" : "") + (c.bias ? " +bias" : "");
+}
+
+using Shape = std::tuple<int64_t, int64_t, int64_t>;
+
+} // namespace
+
+TEST_CASE("matmul on the device: odd shapes, all transposes, bf16/f16/f32", "[gpu][matmul]") {
+  Stream stream = Stream::create(Device::get());
+  // Host references stay below ~3e8 multiply-adds per case.
+  std::vector<Shape> shapes{{1, 1, 1},       {17, 127, 1},   {127, 17, 17},  {1, 127, 127},
+                            {127, 127, 127}, {4097, 127, 17}, {17, 4097, 127}, {127, 17, 4097},
+                            {1, 4097, 1000}, {1000, 1, 4097}, {1000, 1000, 17}, {4097, 17, 1000}};
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (int t = 0; t < 4; ++t)
+      for (auto [m, n, k] : shapes) {
+        Case c{m, n, k, dtype, dtype, bool(t & 1), bool(t & 2), (m + n + k + t) % 3 == 0};
+        double err = runCase(c, stream);
+        INFO(describe(c) << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
+}
+
+TEST_CASE("matmul on the device: 1000^3, f32 output, alpha and bias", "[gpu][matmul]") {
+  Stream stream = Stream::create(Device::get());
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (DType out : {dtype, DType::F32}) {
+      if (dtype == DType::F32 && out != dtype)
+        continue;
+      Case c{1000, 1000, 1000, dtype, out, out == DType::F32, false, true, 0.5};
+      double err = runCase(c, stream);
+      INFO(describe(c) << ": relative error " << err);
+      CHECK(err < tolerance(c.dtype, c.out, c.k));
+    }
+  // Large N and M tiles with a long K loop and every transpose.
+  for (int t = 0; t < 4; ++t) {
+    Case c{4097, 129, 4097, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 2, -2.0};
+    double err = runCase(c, stream);
+    INFO(describe(c) << ": relative error " << err);
+    CHECK(err < tolerance(c.dtype, c.out, c.k));
+  }
+}
+
+TEST_CASE("matmul on the device: f64 through the reference kernel", "[gpu][matmul]") {
+  Stream stream = Stream::create(Device::get());
+  for (auto [m, n, k] : std::vector<Shape>{{1, 1, 1}, {17, 127, 1000}, {127, 17, 17}})
+    for (int t = 0; t < 4; ++t) {
+      Case c{m, n, k, DType::F64, DType::F64, bool(t & 1), bool(t & 2), t == 1, 1.25};
+      double err = runCase(c, stream);
+      INFO(describe(c) << ": relative error " << err);
+      CHECK(err < tolerance(c.dtype, c.out, c.k));
+    }
+}
+
+TEST_CASE("dot results feed reductions, elementwise math and a second dot on the device", "[gpu][matmul]") {
+  using namespace tokamax::dsl;
+  for (auto [m, n, d, warps] : std::vector<std::tuple<int64_t, int64_t, int64_t, int>>{
+           {64, 64, 32, 4}, {16, 32, 16, 1}, {32, 16, 64, 2}, {128, 64, 64, 8}}) {
+    // o = softmax(q k^T) v, cs = column sums of q k^T.
+    Kernel k("attention_block", {warps});
+    auto q = k.input("q", DType::BF16, {m, d});
+    auto kt = k.input("k", DType::BF16, {n, d});
+    auto v = k.input("v", DType::BF16, {n, d});
+    auto o = k.output("o", DType::F32, {m, d});
+    auto cs = k.output("cs", DType::F32, {n});
+    Value s = dot(q.load({0, 0}, {m, d}), kt.load({0, 0}, {n, d}).trans(), 0.0);
+    Value p = exp(s - s.max(1).expand(1));
+    cs.store({0}, s.sum(0));
+    o.store({0, 0}, dot(p.to(DType::BF16), v.load({0, 0}, {n, d}), 0.0) / p.sum(1).expand(1));
+
+    std::vector<double> qv = randomValues(m * d, DType::BF16, 1), kv = randomValues(n * d, DType::BF16, 2),
+                        vv = randomValues(n * d, DType::BF16, 3);
+    auto bytes = [](const std::vector<double> &x, DType t) {
+      std::vector<uint8_t> b(x.size() * dtype_size(t));
+      for (size_t i = 0; i < x.size(); ++i)
+        store_from_double(t, b.data() + i * dtype_size(t), x[i]);
+      return b;
+    };
+    std::vector<uint8_t> qb = bytes(qv, DType::BF16), kb = bytes(kv, DType::BF16), vb = bytes(vv, DType::BF16),
+                         ob(m * d * 4), cb(n * 4);
+    std::vector<HostArg> args{HostArg::tensor(qb.data(), qb.size()), HostArg::tensor(kb.data(), kb.size()),
+                              HostArg::tensor(vb.data(), vb.size()), HostArg::tensor(ob.data(), ob.size()),
+                              HostArg::tensor(cb.data(), cb.size())};
+    run_on_device(k, args, Device::get());
+
+    std::vector<double> sref(m * n), pref(m * n), oref(m * d, 0.0), csref(n, 0.0), rowsum(m, 0.0);
+    for (int64_t i = 0; i < m; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < d; ++c)
+          acc += qv[i * d + c] * kv[j * d + c];
+        sref[i * n + j] = acc;
+        mx = std::max(mx, acc);
+        csref[j] += acc;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        double e = std::exp(sref[i * n + j] - mx);
+        rowsum[i] += e;
+        uint8_t one[2];
+        store_from_double(DType::BF16, one, e);  // p is rounded to bf16 before the second dot
+        pref[i * n + j] = load_as_double(DType::BF16, one);
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < n; ++j)
+          acc += pref[i * n + j] * vv[j * d + c];
+        oref[i * d + c] = acc / rowsum[i];
+      }
+    }
+    std::vector<double> og(m * d), cg(n);
+    for (int64_t i = 0; i < m * d; ++i)
+      og[i] = load_as_double(DType::F32, ob.data() + 4 * i);
+    for (int64_t j = 0; j < n; ++j)
+      cg[j] = load_as_double(DType::F32, cb.data() + 4 * j);
+    INFO(m << "x" << n << "x" << d << " on " << warps << " warps");
+    CHECK(relError(og, oref) < 2e-3);  // exp is approximate; p is bf16
+    CHECK(relError(cg, csref) < 1e-5);
+  }
+}

@@ -1,0 +1,287 @@
+//===- MatmulTests.cpp - matmul kernels: numerics on the interpreter, PTX -===//
+//
+// The tile and reference matmul kernels on the CPU interpreter against float64
+// references (odd M, N, K in {1, 17, 127}, transposes, bias, every dtype); the tile
+// kernel's PTX for sm_80 and sm_90a uses ldmatrix and mma.sync and passes ptxas without
+// spills and with one barrier per k-loop iteration; layout assignment gives the dot mma
+// layouts and keeps the k-loop accumulator in them; f64 dots are rejected on the GPU with
+// a clear error.
+//
+//===----------------------------------------------------------------------===//
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Error.h>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace tokamax;
+using Catch::Contains;
+
+namespace {
+
+/// Values exactly representable in `dtype`, row-major.
+std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  std::vector<double> v(n);
+  uint8_t one[8];
+  for (double &x : v) {
+    store_from_double(dtype, one, dist(rng));
+    x = load_as_double(dtype, one);
+  }
+  return v;
+}
+
+std::vector<uint8_t> toBytes(const std::vector<double> &values, DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
+  for (size_t i = 0; i < values.size(); ++i)
+    store_from_double(dtype, bytes.data() + i * dtype_size(dtype), values[i]);
+  return bytes;
+}
+
+std::vector<double> fromBytes(const std::vector<uint8_t> &bytes, DType dtype) {
+  std::vector<double> v(bytes.size() / dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = load_as_double(dtype, bytes.data() + i * dtype_size(dtype));
+  return v;
+}
+
+double relError(const std::vector<double> &got, const std::vector<double> &ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  double e = std::sqrt(num / std::max(den, 1e-300));
+  return std::isnan(e) ? INFINITY : e;
+}
+
+double tolerance(DType out) {
+  switch (out) {
+  case DType::BF16: return 8e-3;
+  case DType::F16: return 1e-3;
+  case DType::F64: return 1e-12;
+  default: return 1e-5;
+  }
+}
+
+/// Runs one matmul kernel on the interpreter; returns {result, float64 reference}.
+std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const MatmulSpec &spec, bool reference,
+                                                                    double alpha = 1.0) {
+  uint32_t seed = static_cast<uint32_t>(spec.m * 131 + spec.n * 17 + spec.k);
+  std::vector<double> a = randomValues(spec.m * spec.k, spec.dtype, seed);       // [M, K]
+  std::vector<double> b = randomValues(spec.k * spec.n, spec.dtype, seed + 1);   // [K, N]
+  std::vector<double> bias = randomValues(spec.n, spec.out_dtype, seed + 2);
+  std::vector<double> aStored = a, bStored = b;
+  if (spec.trans_a)
+    for (int64_t i = 0; i < spec.m; ++i)
+      for (int64_t k = 0; k < spec.k; ++k)
+        aStored[k * spec.m + i] = a[i * spec.k + k];
+  if (spec.trans_b)
+    for (int64_t k = 0; k < spec.k; ++k)
+      for (int64_t j = 0; j < spec.n; ++j)
+        bStored[j * spec.k + k] = b[k * spec.n + j];
+  std::vector<uint8_t> ab = toBytes(aStored, spec.dtype), bb = toBytes(bStored, spec.dtype),
+                       biasb = toBytes(bias, spec.out_dtype),
+                       cb(spec.m * spec.n * dtype_size(spec.out_dtype), 0xA5);
+  std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size())};
+  if (spec.has_bias)
+    args.push_back(HostArg::tensor(biasb.data(), biasb.size()));
+  args.push_back(HostArg::tensor(cb.data(), cb.size()));
+  args.push_back(HostArg::value(alpha));
+  dsl::Kernel kernel = reference ? matmul_reference_kernel(spec) : matmul_kernel(spec, default_config(spec));
+  interpret(kernel, args);
+  std::vector<double> ref(spec.m * spec.n);
+  for (int64_t i = 0; i < spec.m; ++i)
+    for (int64_t j = 0; j < spec.n; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < spec.k; ++k)
+        s += a[i * spec.k + k] * b[k * spec.n + j];
+      ref[i * spec.n + j] = alpha * s + (spec.has_bias ? bias[j] : 0.0);
+    }
+  return {fromBytes(cb, spec.out_dtype), ref};
+}
+
+std::string describe(const MatmulSpec &s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
+         std::string(dtype_name(s.dtype)) + "->" + std::string(dtype_name(s.out_dtype)) + (s.trans_a ? " a^T" : "") +
+         (s.trans_b ? " b^T" : "") + (s.has_bias ? " +bias" : "");
+}
+
+std::string ptxasPath() {
+#ifdef TOKAMAX_PTXAS
+  if (std::filesystem::is_regular_file(TOKAMAX_PTXAS))
+    return TOKAMAX_PTXAS;
+#endif
+  return std::filesystem::is_regular_file("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas" : "";
+}
+
+/// `ptxas -v`: {exit status, log}.
+std::pair<int, std::string> runPtxas(const std::string &ptxas, const std::string &ptx, const std::string &arch) {
+  static std::atomic<int> counter{0};
+  auto base = std::filesystem::temp_directory_path() /
+              ("tokamax-matmul-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::string src = base.string() + ".ptx", log = base.string() + ".log";
+  std::ofstream(src, std::ios::binary) << ptx;
+  std::string command = "'" + ptxas + "' -v -arch=" + arch + " '" + src + "' -o /dev/null > '" + log + "' 2>&1";
+  int status = std::system(command.c_str());
+  std::ifstream in(log, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove(src);
+  std::filesystem::remove(log);
+  return {status, text};
+}
+
+bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("matmul tile kernel on the interpreter: odd M, N, K", "[matmul][interpreter]") {
+  for (int64_t m : {1, 17, 127})
+    for (int64_t n : {1, 17, 127})
+      for (int64_t k : {1, 17, 127}) {
+        MatmulSpec spec{m, n, k, DType::BF16, DType::F32};
+        spec.has_bias = (m + n + k) % 2 == 1;
+        auto [got, ref] = interpretMatmul(spec, false, 0.5);
+        INFO(describe(spec));
+        CHECK(relError(got, ref) < tolerance(spec.out_dtype));
+      }
+}
+
+TEST_CASE("matmul tile kernel on the interpreter: transposes and dtypes", "[matmul][interpreter]") {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (bool out32 : {false, true})
+      for (int t = 0; t < 4; ++t)
+        for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 127, 17}, {127, 17, 127}}) {
+          MatmulSpec spec{m, n, k, dtype, out32 ? DType::F32 : dtype, bool(t & 1), bool(t & 2), t == 3};
+          auto [got, ref] = interpretMatmul(spec, false);
+          INFO(describe(spec));
+          CHECK(relError(got, ref) < tolerance(spec.out_dtype));
+        }
+}
+
+TEST_CASE("matmul reference kernel on the interpreter: every dtype, f64 included", "[matmul][interpreter]") {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (int t = 0; t < 4; ++t)
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 127}, {127, 1, 17}, {17, 17, 1}}) {
+        DType out = dtype == DType::F64 ? DType::F64 : DType::F32;
+        MatmulSpec spec{m, n, k, dtype, out, bool(t & 1), bool(t & 2), t != 0};
+        auto [got, ref] = interpretMatmul(spec, true, -1.5);
+        INFO(describe(spec));
+        CHECK(relError(got, ref) < tolerance(out));
+      }
+}
+
+TEST_CASE("matmul specs are validated", "[matmul]") {
+  MatmulSpec spec{16, 16, 16, DType::F64, DType::F64};
+  CHECK_THROWS_AS(matmul_kernel(spec, default_config(spec)), NotSupported);
+  CHECK_NOTHROW(matmul_reference_kernel(spec));
+  spec = {0, 16, 16, DType::BF16, DType::BF16};
+  CHECK_THROWS_WITH(matmul_reference_kernel(spec), Contains("needs M, N, K >= 1"));
+  spec = {16, 16, 16, DType::BF16, DType::F16};
+  CHECK_THROWS_WITH(matmul_kernel(spec, default_config(spec)), Contains("c must be bf16 or f32"));
+  spec = {16, 16, 16, DType::I32, DType::I32};
+  CHECK_THROWS_WITH(matmul_reference_kernel(spec), Contains("dtype must be bf16, f16, f32 or f64"));
+}
+
+TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[matmul][ptx]") {
+  const std::string ptxas = ptxasPath();
+  if (ptxas.empty())
+    WARN("ptxas not found: the PTX is checked textually only");
+  struct Case {
+    DType dtype;
+    const char *mma;
+  };
+  for (Case c : {Case{DType::BF16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+                 Case{DType::F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
+                 Case{DType::F32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}})
+    for (const char *arch : {"sm_80", "sm_90a"})
+      for (int t = 0; t < 4; ++t) {
+        MatmulSpec spec{4096, 4096, 4096, c.dtype, c.dtype, bool(t & 1), bool(t & 2), t == 1};
+        INFO(describe(spec) << " " << arch);
+        CompileOptions options;
+        options.arch = arch;
+        options.assemble = false;
+        CompiledKernel compiled = compile(matmul_kernel(spec, default_config(spec)), options);
+        CHECK(contains(compiled.ptx, c.mma));
+        // 16-bit operands always take ldmatrix; f32 (tf32) only when K is contiguous.
+        if (c.dtype != DType::F32 || !spec.trans_a)
+          CHECK(contains(compiled.ptx, "ldmatrix.sync.aligned.m8n8.x4"));
+        CHECK(compiled.launch.block_threads == 256);
+        CHECK(compiled.launch.shared_bytes <= 48 * 1024);
+        // Both operands staged together, double-buffered: one barrier per k-loop iteration
+        // (and none elsewhere without a bias to convert).
+        if (!spec.has_bias)
+          CHECK(count(compiled.ptx, "bar.sync") == 1);
+        if (ptxas.empty())
+          continue;
+        auto [status, log] = runPtxas(ptxas, compiled.ptx, arch);
+        INFO(log);
+        CHECK(status == 0);
+        CHECK(contains(log, "0 bytes spill stores"));
+      }
+}
+
+TEST_CASE("tile.dot gets mma layouts and the k-loop keeps its accumulator in them", "[matmul][layout]") {
+  MatmulSpec spec{512, 512, 512, DType::BF16, DType::BF16};
+  auto dir = std::filesystem::temp_directory_path() / ("tokamax-matmul-dump-" + std::to_string(::getpid()));
+  CompileOptions options;
+  options.assemble = false;
+  options.dump_dir = dir.string();
+  compile(matmul_kernel(spec, default_config(spec)), options);
+  std::ifstream in(dir / "matmul" / "02-layouts.mlir");
+  std::string ir((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove_all(dir);
+  REQUIRE(!ir.empty());
+  const std::string mma = "#tile.mma<{warpsPerCTA = [4, 2]}>";
+  CHECK(contains(ir, "tile.dot_op<{opIdx = 0, parent = " + mma + ", kWidth = 2}>"));
+  CHECK(contains(ir, "tile.dot_op<{opIdx = 1, parent = " + mma + ", kWidth = 2}>"));
+  // The loop's accumulator is carried in the mma layout: no conversion of a 128x128 f32
+  // tile anywhere (only the operands move).
+  CHECK(contains(ir, "tensor<128x128xf32, " + mma + ">"));
+  CHECK(!contains(ir, "tile.convert_layout %arg4"));
+  CHECK(count(ir, "tile.convert_layout") == 2);
+}
+
+TEST_CASE("f64 and integer dots stay on the interpreter with a clear error", "[matmul][ptx]") {
+  for (DType dtype : {DType::F64, DType::I32}) {
+    dsl::Kernel k("mm64");
+    auto a = k.input("a", dtype, {16, 16});
+    auto c = k.output("c", dtype == DType::F64 ? DType::F64 : DType::F32, {16, 16});
+    dsl::Value t = a.load({0, 0}, {16, 16});
+    c.store({0, 0}, dsl::dot(t, t, 0.0));
+    CompileOptions options;
+    options.assemble = false;
+    CHECK_THROWS_WITH(compile(k, options), Contains("stage 'tile-to-llvm' failed") &&
+                                               Contains("'tile.dot' op runs on the CPU interpreter only"));
+  }
+  // sm_70 has no mma.sync for these shapes.
+  dsl::Kernel k("mm70");
+  auto a = k.input("a", DType::BF16, {16, 16});
+  auto c = k.output("c", DType::F32, {16, 16});
+  dsl::Value t = a.load({0, 0}, {16, 16});
+  c.store({0, 0}, dsl::dot(t, t, 0.0));
+  CompileOptions options;
+  options.assemble = false;
+  options.arch = "sm_70";
+  CHECK_THROWS_WITH(compile(k, options), Contains("needs tensor cores (mma.sync, sm_80 or newer)"));
+}

@@ -1,0 +1,227 @@
+// tokamax-matmul-bench: bf16 matmul TFLOP/s of our tile kernel beside cuBLAS.
+//
+//   shapes (M x N x K): 4096^3, 8192^3, 16384x4096x4096, 8192x8192x512 (or --shape MxNxK)
+//   ours: tokamax::matmul (tile.dot -> mma.sync), bf16 in, bf16 out, f32 accumulation
+//   cuBLAS: cublasGemmEx, CUDA_R_16BF, CUBLAS_COMPUTE_32F, loaded with dlopen
+//           ("libcublas.so.13"); skipped with a message when it does not load
+//   check: max |ours - cuBLAS| / max |cuBLAS| per shape
+//   --sweep: TFLOP/s of explicit tile configs (block MxNxK, warps) at each shape, for
+//            choosing default_config (what the autotuner will search)
+//
+// Usage: tokamax-matmul-bench [--shape MxNxK]... [--iters N] [--json FILE] [--sweep]
+#include <tokamax/compiler/Jit.h>
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+#include <tokamax/runtime/Timing.h>
+
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace tokamax;
+
+namespace {
+
+// The few cuBLAS declarations we need (cublas_api.h, CUDA 13).
+using cublasHandle_t = void *;
+using cublasStatus_t = int;
+constexpr int CUBLAS_OP_N = 0;
+constexpr int CUDA_R_16BF = 14;
+constexpr int CUBLAS_COMPUTE_32F = 68;
+constexpr int CUBLAS_GEMM_DEFAULT = -1;
+using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
+using DestroyFn = cublasStatus_t (*)(cublasHandle_t);
+using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, void *);
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, int transa, int transb, int m, int n, int k,
+                                    const void *alpha, const void *A, int Atype, int lda, const void *B,
+                                    int Btype, int ldb, const void *beta, void *C, int Ctype, int ldc,
+                                    int computeType, int algo);
+
+struct Cublas {
+  void *lib = nullptr;
+  cublasHandle_t handle = nullptr;
+  DestroyFn destroy = nullptr;
+  SetStreamFn setStream = nullptr;
+  GemmExFn gemmEx = nullptr;
+  std::string why;
+
+  Cublas() {
+    lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      why = dlerror();
+      return;
+    }
+    auto create = reinterpret_cast<CreateFn>(dlsym(lib, "cublasCreate_v2"));
+    destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "cublasDestroy_v2"));
+    setStream = reinterpret_cast<SetStreamFn>(dlsym(lib, "cublasSetStream_v2"));
+    gemmEx = reinterpret_cast<GemmExFn>(dlsym(lib, "cublasGemmEx"));
+    if (!create || !destroy || !setStream || !gemmEx) {
+      why = "missing cuBLAS entry points";
+      return;
+    }
+    if (cublasStatus_t s = create(&handle); s != 0) {
+      why = fmt::format("cublasCreate_v2 failed with status {}", s);
+      handle = nullptr;
+    }
+  }
+  ~Cublas() {
+    if (handle)
+      destroy(handle);
+  }
+  bool ok() const { return handle != nullptr; }
+
+  /// Row-major c[M, N] = a[M, K] @ b[K, N]: column-major c^T = b^T a^T.
+  void gemm(const Tensor &a, const Tensor &b, const Tensor &c, int64_t m, int64_t n, int64_t k, Stream &stream) {
+    float alpha = 1.0f, beta = 0.0f;
+    setStream(handle, stream.handle());
+    cublasStatus_t s = gemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
+                              reinterpret_cast<void *>(b.data()), CUDA_R_16BF, int(n),
+                              reinterpret_cast<void *>(a.data()), CUDA_R_16BF, int(k), &beta,
+                              reinterpret_cast<void *>(c.data()), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT);
+    if (s != 0)
+      throw Error(fmt::format("cublasGemmEx failed with status {}", s));
+  }
+};
+
+Tensor randomTensor(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> host(size_t(rows * cols));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float &v : host)
+    v = dist(rng);
+  int64_t shape[2] = {rows, cols};
+  return Tensor::from_host_floats(host, shape, DType::BF16, Device::get());
+}
+
+double maxAbs(const std::vector<double> &v) {
+  double m = 0;
+  for (double x : v)
+    m = std::max(m, std::abs(x));
+  return m;
+}
+
+/// TFLOP/s of explicit configurations of the tile kernel (bf16 in and out).
+void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, int iters, Stream &stream) {
+  Device &device = Device::get();
+  struct Config {
+    int64_t bm, bn, bk;
+    int warps;
+  };
+  // All of these assemble without spills for sm_90a.
+  const Config configs[] = {{128, 128, 32, 8}, {128, 128, 64, 8}, {128, 128, 32, 4}, {128, 256, 32, 8},
+                            {256, 128, 32, 8}, {128, 64, 32, 4},  {64, 128, 32, 4},  {64, 64, 32, 4},
+                            {128, 128, 16, 8}, {64, 256, 32, 8},  {256, 64, 32, 8},  {64, 64, 64, 4}};
+  uint64_t key = 0x5eed0000;
+  fmt::print("\nsweep (bf16 -> bf16):\n");
+  for (auto [m, n, k] : shapes) {
+    Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
+    MatmulSpec spec{m, n, k, DType::BF16, DType::BF16};
+    for (Config cfg : configs) {
+      MatmulConfig config;
+      config.block_m = cfg.bm, config.block_n = cfg.bn, config.block_k = cfg.bk, config.num_warps = cfg.warps;
+      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {}", m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.warps);
+      try {
+        const LoadedKernel &kernel = Jit::instance().get(++key, device, [&] { return matmul_kernel(spec, config); });
+        float alpha = 1.0f;
+        Timings t = time_on_stream(stream, [&] { kernel.launch({a.view(), b.view(), c.view(), double(alpha)}, stream.handle()); }, 3, iters);
+        fmt::print("  {:<48} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);
+      } catch (const std::exception &e) {
+        fmt::print("  {:<48} failed: {}\n", label, std::string(e.what()).substr(0, 160));
+      }
+    }
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) try {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;
+  int iters = 20;
+  bool doSweep = false;
+  std::string jsonPath;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--shape" && i + 1 < argc) {
+      long long m, n, k;
+      if (std::sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3)
+        throw Error("--shape takes MxNxK");
+      shapes.emplace_back(m, n, k);
+    } else if (arg == "--iters" && i + 1 < argc) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--sweep") {
+      doSweep = true;
+    } else if (arg == "--json" && i + 1 < argc) {
+      jsonPath = argv[++i];
+    } else {
+      fmt::print(stderr, "usage: tokamax-matmul-bench [--shape MxNxK]... [--iters N] [--json FILE] [--sweep]\n");
+      return 2;
+    }
+  }
+  if (shapes.empty())
+    shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 4096, 4096}, {8192, 8192, 512}};
+
+  Device &device = Device::get();
+  Stream stream = Stream::create(device);
+  Cublas cublas;
+  fmt::print("{}\n", describe(device));
+  if (!cublas.ok())
+    fmt::print("cuBLAS skipped: {}\n", cublas.why);
+  fmt::print("\n{:<22} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "bf16 M x N x K", "ours ms", "TFLOP/s",
+             "cuBLAS ms", "TFLOP/s", "ratio", "max diff");
+  std::string json = "{";
+  for (auto [m, n, k] : shapes) {
+    Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2);
+    Tensor c = Tensor::empty({m, n}, DType::BF16), ref = Tensor::empty({m, n}, DType::BF16);
+    double flops = 2.0 * double(m) * double(n) * double(k);
+    // The first call compiles (or reads the disk cache); time_on_stream warms up too.
+    auto t0 = std::chrono::steady_clock::now();
+    matmul(a, b, c, stream);
+    stream.synchronize();
+    double firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    Timings ours = time_on_stream(stream, [&] { matmul(a, b, c, stream); }, 3, iters);
+    double oursTf = flops / ours.median / 1e9;
+    std::string label = fmt::format("{}x{}x{}", m, n, k);
+    json += fmt::format("{}\"{}\": {{\"tflops\": {:.2f}, \"ms\": {:.4f}, \"first_call_ms\": {:.1f}", json.size() > 1 ? ", " : "",
+                        label, oursTf, ours.median, firstMs);
+    if (cublas.ok()) {
+      Timings theirs = time_on_stream(stream, [&] { cublas.gemm(a, b, ref, m, n, k, stream); }, 3, iters);
+      stream.synchronize();
+      double theirTf = flops / theirs.median / 1e9;
+      std::vector<double> x = c.to_host_doubles(), y = ref.to_host_doubles();
+      double diff = 0;
+      for (size_t i = 0; i < x.size(); ++i)
+        diff = std::max(diff, std::abs(x[i] - y[i]));
+      diff /= std::max(1e-30, maxAbs(y));
+      fmt::print("{:<22} {:>10.3f} {:>10.1f} {:>10.3f} {:>10.1f} {:>7.1f}% {:>10.2e}\n", label, ours.median, oursTf,
+                 theirs.median, theirTf, 100 * oursTf / theirTf, diff);
+      json += fmt::format(", \"cublas_tflops\": {:.2f}, \"cublas_ms\": {:.4f}, \"max_rel_diff\": {:.3e}", theirTf,
+                          theirs.median, diff);
+    } else {
+      fmt::print("{:<22} {:>10.3f} {:>10.1f} {:>10} {:>10} {:>8} {:>10}\n", label, ours.median, oursTf, "-", "-", "-", "-");
+    }
+    json += "}";
+  }
+  json += "}";
+  if (doSweep)
+    sweep(shapes, iters, stream);
+  if (!jsonPath.empty())
+    std::ofstream(jsonPath) << json << "\n";
+  return 0;
+} catch (const std::exception &e) {
+  fmt::print(stderr, "tokamax-matmul-bench: error: {}\n", e.what());
+  return 1;
+}
