@@ -10,6 +10,14 @@
 
 namespace tokamax::ops_detail {
 
+/// The smallest power of two >= v (tile extents are powers of two).
+inline int64_t next_power_of_two(int64_t v) {
+  int64_t p = 1;
+  while (p < v)
+    p *= 2;
+  return p;
+}
+
 /// Hashes the fields of a spec and config together with the op name.
 inline uint64_t specializationKey(const char *op, std::initializer_list<int64_t> fields) {
   uint64_t h = hash64(op);

@@ -16,13 +16,6 @@ using namespace dsl;
 
 namespace {
 
-int64_t nextPowerOfTwo(int64_t v) {
-  int64_t p = 1;
-  while (p < v)
-    p *= 2;
-  return p;
-}
-
 bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
 
 void checkSpec(const MatmulSpec &spec, bool reference) {
@@ -77,12 +70,12 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
 
 MatmulConfig default_config(const MatmulSpec &spec) {
   MatmulConfig config;
-  config.block_m = std::clamp<int64_t>(nextPowerOfTwo(spec.m), 16, 128);
-  config.block_n = std::clamp<int64_t>(nextPowerOfTwo(spec.n), 16, 128);
+  config.block_m = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.m), 16, 128);
+  config.block_n = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.n), 16, 128);
   // One K block: two mma K steps (16-bit: k16 each, tf32: k8 each), so that both
   // operands' staging tiles fit twice in 48 KiB (double-buffered: one barrier per block).
   int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
-  config.block_k = std::clamp<int64_t>(nextPowerOfTwo(spec.k), minK, 2 * minK);
+  config.block_k = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.k), minK, 2 * minK);
   // About a 32x64 warp tile: 8 warps for 128x128 blocks, fewer for small blocks.
   config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 2048, 1, 8));
   return config;

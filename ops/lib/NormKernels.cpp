@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/NormKernels.h"
 
+#include "ops/lib/Dispatch.h"
+
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
 
@@ -20,12 +22,7 @@ namespace tokamax::norm_detail {
 
 using namespace dsl;
 
-int64_t next_pow2(int64_t v) {
-  int64_t p = 1;
-  while (p < v)
-    p *= 2;
-  return p;
-}
+int64_t next_pow2(int64_t v) { return ops_detail::next_power_of_two(v); }
 
 int64_t NormKernelSpec::groups() const {
   return strided() ? outer * cdiv(inner, block_rows) : cdiv(outer, block_rows);

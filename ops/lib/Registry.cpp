@@ -2,6 +2,7 @@
 #include <tokamax/ops/Registry.h>
 
 #include <tokamax/ops/Elementwise.h>
+#include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Softmax.h>
 
@@ -30,6 +31,12 @@ std::vector<RegisteredKernel> registered_kernels() {
   elementwise("copy", copy_kernel, int64_t(16384) * 4096, DType::BF16);
   softmax(16384, 4096, DType::BF16);
   softmax(1048576, 64, DType::BF16);
+  // The matmul benchmark's bf16 shapes (the tensor-core `tile` kernel).
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 4096, 4096}, {8192, 8192, 512}}) {
+    MatmulSpec spec{m, n, k, DType::BF16, DType::BF16};
+    kernels.push_back({fmt::format("matmul[{}x{}x{} bf16]", m, n, k),
+                       [=] { return matmul_kernel(spec, default_config(spec)); }});
+  }
   // Ops of the framework: every kernel of the implementation auto picks on sm_90a.
   auto op = [&](const Op &o, const BoundArgs &args) {
     const Implementation &impl = o.select(args, std::nullopt, "sm_90a");

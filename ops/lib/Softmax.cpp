@@ -13,21 +13,12 @@ namespace tokamax {
 
 using namespace dsl;
 
-namespace {
-int64_t nextPowerOfTwo(int64_t v) {
-  int64_t p = 1;
-  while (p < v)
-    p *= 2;
-  return p;
-}
-} // namespace
-
 SoftmaxConfig default_config(const SoftmaxSpec &spec) {
   SoftmaxConfig config;
-  int64_t cols = nextPowerOfTwo(spec.cols);
+  int64_t cols = ops_detail::next_power_of_two(spec.cols);
   // About 16 elements per thread: several 16-byte loads in flight, no spills.
   int64_t perProgram = std::max<int64_t>(2048, cols);
-  config.block_rows = std::clamp<int64_t>(perProgram / cols, 1, nextPowerOfTwo(spec.rows));
+  config.block_rows = std::clamp<int64_t>(perProgram / cols, 1, ops_detail::next_power_of_two(spec.rows));
   int64_t elements = config.block_rows * cols;
   config.num_warps = static_cast<int>(std::clamp<int64_t>(elements / (32 * 16), 1, 16));
   return config;
@@ -42,7 +33,7 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && spec.dtype != DType::F32 && spec.dtype != DType::F64)
     throw Error(fmt::format("softmax: dtype must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
   DType f = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  int64_t cols = nextPowerOfTwo(spec.cols);
+  int64_t cols = ops_detail::next_power_of_two(spec.cols);
   Kernel k("softmax", {config.num_warps});
   TensorArg x = k.input("x", spec.dtype, {spec.rows, spec.cols});
   TensorArg y = k.output("y", spec.dtype, {spec.rows, spec.cols});
