@@ -30,8 +30,8 @@ inline bool use_gpu() {
     }
     fmt::print("no CUDA device: running on the CPU interpreter (smaller shape)\n");
   } catch (const tokamax::Error &e) {
-    fmt::print("no GPU ({}): running on the CPU interpreter (smaller shape)\n",
-               std::string(e.what()).substr(0, 60));
+    std::string why = e.what();
+    fmt::print("no GPU ({}): running on the CPU interpreter (smaller shape)\n", why.substr(0, why.find(". ")));
   }
   return false;
 }
