@@ -2,6 +2,8 @@
 // the interpreter, both checked against float64 host references, on odd shapes.
 #include <catch2/catch.hpp>
 
+#include "common/Numerics.h"
+
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
@@ -22,43 +24,16 @@ using namespace tokamax::dsl;
 
 namespace {
 
-std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed, double lo = 0.05, double hi = 3.0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  uint8_t one[8];
-  for (auto &x : v) {
-    store_from_double(dtype, one, (rng() & 1 ? 1 : -1) * dist(rng));
-    x = load_as_double(dtype, one);
-  }
-  return v;
-}
+using test::random_values;
 
 struct Buffer {
   DType dtype;
   std::vector<uint8_t> bytes;
-  Buffer(DType d, const std::vector<double> &values) : dtype(d), bytes(values.size() * dtype_size(d)) {
-    for (size_t i = 0; i < values.size(); ++i)
-      store_from_double(d, bytes.data() + i * dtype_size(d), values[i]);
-  }
+  Buffer(DType d, const std::vector<double> &values) : dtype(d), bytes(test::to_bytes(values, d)) {}
   Buffer(DType d, size_t n) : dtype(d), bytes(n * dtype_size(d), 0xA5) {} // poisoned
-  std::vector<double> values() const {
-    std::vector<double> v(bytes.size() / dtype_size(dtype));
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = load_as_double(dtype, bytes.data() + i * dtype_size(dtype));
-    return v;
-  }
+  std::vector<double> values() const { return test::from_bytes(bytes, dtype); }
 };
 
-double relError(const std::vector<double> &got, const std::vector<double> &ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  double e = std::sqrt(num / std::max(den, 1e-300));
-  return std::isnan(e) ? INFINITY : e;
-}
 
 /// Runs the kernel on the device and on the interpreter with copies of `buffers`;
 /// returns {device outputs, interpreter outputs} for buffer `out`.
@@ -101,15 +76,15 @@ TEST_CASE("math functions on the device match float64", "[gpu]") {
       k.grid(cdiv(n, 256));
       Value off = k.program_id(0) * 256;
       y.store({off}, c.fn(x.load({off}, {256})));
-      auto in = randomValues(n, DType::F32, 11, 0.05, 3.0);
+      auto in = random_values(n, DType::F32, 11, 0.05, 3.0);
       if (c.positive)
         for (auto &v : in) v = std::fabs(v);
       std::vector<double> ref(n);
       for (int64_t i = 0; i < n; ++i) ref[i] = c.ref(in[i]);
       auto [dev, interp] = runBoth(k, {Buffer(DType::F32, in), Buffer(DType::F32, n)}, 1);
       INFO(c.name << " n=" << n);
-      CHECK(relError(dev, ref) <= std::max(c.tol, 1e-7));
-      CHECK(relError(interp, ref) <= std::max(c.tol, 1e-7));
+      CHECK(test::rel_error(dev, ref) <= std::max(c.tol, 1e-7));
+      CHECK(test::rel_error(interp, ref) <= std::max(c.tol, 1e-7));
     }
   }
 }
@@ -127,7 +102,7 @@ TEST_CASE("casts between dtypes on the device", "[gpu]") {
       Value off = k.program_id(0) * 512;
       y.store({off}, x.load({off}, {512}).to(to));
       bool toInt = to == DType::I8 || to == DType::I32 || to == DType::I64;
-      auto in = randomValues(n, from, 5, 0.05, toInt || from == DType::I8 ? 100.0 : 3.0);
+      auto in = random_values(n, from, 5, 0.05, toInt || from == DType::I8 ? 100.0 : 3.0);
       std::vector<double> ref(n);
       uint8_t one[8];
       for (int64_t i = 0; i < n; ++i) {
@@ -136,8 +111,8 @@ TEST_CASE("casts between dtypes on the device", "[gpu]") {
       }
       auto [dev, interp] = runBoth(k, {Buffer(from, in), Buffer(to, n)}, 1);
       INFO(dtype_name(from) << " -> " << dtype_name(to));
-      CHECK(relError(dev, ref) <= 1e-6);
-      CHECK(relError(interp, ref) <= 1e-6);
+      CHECK(test::rel_error(dev, ref) <= 1e-6);
+      CHECK(test::rel_error(interp, ref) <= 1e-6);
     }
   }
 }
@@ -161,7 +136,7 @@ TEST_CASE("reductions over each axis, across warps, on the device", "[gpu]") {
         Value t = axis == 1 ? x.load({p, 0}, {br, bc}, pad) : x.load({0, p}, {br, bc}, pad);
         Value r = kind == 0 ? t.sum(axis) : kind == 1 ? t.max(axis) : kind == 2 ? t.min(axis) : t.argmax(axis);
         y.store({p}, r);
-        auto in = randomValues(rows * cols, DType::F32, 9);
+        auto in = random_values(rows * cols, DType::F32, 9);
         std::vector<double> ref(outLen);
         for (int64_t o = 0; o < outLen; ++o) {
           int64_t len = axis == 1 ? cols : rows;
@@ -177,8 +152,8 @@ TEST_CASE("reductions over each axis, across warps, on the device", "[gpu]") {
         }
         auto [dev, interp] = runBoth(k, {Buffer(DType::F32, in), Buffer(kind == 3 ? DType::I32 : DType::F32, outLen)}, 1);
         INFO("rows=" << rows << " cols=" << cols << " axis=" << axis << " kind=" << kind << " warps=" << warps);
-        CHECK(relError(dev, ref) <= 1e-5);
-        CHECK(relError(interp, ref) <= 1e-5);
+        CHECK(test::rel_error(dev, ref) <= 1e-5);
+        CHECK(test::rel_error(interp, ref) <= 1e-5);
       }
     }
   }
@@ -203,7 +178,7 @@ TEST_CASE("shapes, gathers, atomics and loops on the device", "[gpu]") {
   auto acc = k.loop(0, 3, 1, {gathered}, [&](Value i, std::vector<Value> c) { return std::vector<Value>{c[0] + 1.0}; });
   store(g.ptr() + off, acc[0], mask);
   atomic_add(total.ptr() + (off * 0), acc[0], mask);
-  auto in = randomValues(32 * 64, DType::F32, 3);
+  auto in = random_values(32 * 64, DType::F32, 3);
   std::vector<double> ind(n);
   std::mt19937 rng(4);
   for (auto &v : ind) v = double(rng() % (32 * 64));
@@ -215,10 +190,10 @@ TEST_CASE("shapes, gathers, atomics and loops on the device", "[gpu]") {
   std::vector<Buffer> buffers = {Buffer(DType::F32, in), Buffer(DType::I32, ind), Buffer(DType::F32, 64 * 32),
                                  Buffer(DType::F32, n), Buffer(DType::F32, std::vector<double>{0.0})};
   auto [devY, interpY] = runBoth(k, buffers, 2);
-  CHECK(relError(devY, refY) <= 1e-6);
-  CHECK(relError(interpY, refY) <= 1e-6);
+  CHECK(test::rel_error(devY, refY) <= 1e-6);
+  CHECK(test::rel_error(interpY, refY) <= 1e-6);
   auto [devG, interpG] = runBoth(k, buffers, 3);
-  CHECK(relError(devG, refG) <= 1e-6);
+  CHECK(test::rel_error(devG, refG) <= 1e-6);
   auto [devT, interpT] = runBoth(k, buffers, 4);
   CHECK(std::fabs(devT[0] - refTotal) <= 1e-4 * std::fabs(refTotal));
   CHECK(std::fabs(interpT[0] - refTotal) <= 1e-4 * std::fabs(refTotal));
@@ -228,7 +203,7 @@ TEST_CASE("example ops on the device at odd and large shapes", "[gpu]") {
   Stream stream = Stream::create(Device::get());
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {17, 1000}, {1000, 4097}, {1048576, 64}, {16384, 4096}}) {
     for (DType dtype : {DType::BF16, DType::F32}) {
-      auto in = randomValues(rows * cols, dtype, 21);
+      auto in = random_values(rows * cols, dtype, 21);
       Buffer xb(dtype, in), yb(dtype, rows * cols);
       Tensor x = Tensor::empty({rows, cols}, dtype), y = Tensor::empty({rows, cols}, dtype);
       x.copy_from_host(xb.bytes.data(), xb.bytes.size());
@@ -244,20 +219,20 @@ TEST_CASE("example ops on the device at odd and large shapes", "[gpu]") {
         for (int64_t c = 0; c < cols; ++c) ref[r * cols + c] = std::exp(in[r * cols + c] - m) / s;
       }
       INFO("softmax " << rows << "x" << cols << " " << dtype_name(dtype));
-      CHECK(relError(yb.values(), ref) <= (dtype == DType::F32 ? 1e-5 : 1e-2));
+      CHECK(test::rel_error(yb.values(), ref) <= (dtype == DType::F32 ? 1e-5 : 1e-2));
       // gelu and vector_add on the same data, viewed flat.
       Buffer gb(dtype, rows * cols);
       gelu(x, y, stream);
       stream.synchronize();
       y.copy_to_host(gb.bytes.data(), gb.bytes.size());
       for (int64_t i = 0; i < rows * cols; ++i) ref[i] = 0.5 * in[i] * (1 + std::erf(in[i] / std::sqrt(2.0)));
-      CHECK(relError(gb.values(), ref) <= (dtype == DType::F32 ? 1e-5 : 1e-2));
+      CHECK(test::rel_error(gb.values(), ref) <= (dtype == DType::F32 ? 1e-5 : 1e-2));
       vector_add(x, x, y, stream);
       copy(y, y, stream);
       stream.synchronize();
       y.copy_to_host(gb.bytes.data(), gb.bytes.size());
       for (int64_t i = 0; i < rows * cols; ++i) ref[i] = 2 * in[i];
-      CHECK(relError(gb.values(), ref) <= 1e-6);
+      CHECK(test::rel_error(gb.values(), ref) <= 1e-6);
     }
   }
 }

@@ -6,6 +6,8 @@
 // conversions.
 #include <catch2/catch.hpp>
 
+#include "common/Numerics.h"
+
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
@@ -23,36 +25,18 @@ using namespace tokamax;
 
 namespace {
 
+/// Values uniform in [-2, 2], exactly representable in `dtype`.
 std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-2.0, 2.0);
-  std::vector<double> v(n);
-  uint8_t one[8];
-  for (double &x : v) {
-    store_from_double(dtype, one, dist(rng));
-    x = load_as_double(dtype, one);
-  }
-  return v;
+  return test::uniform_values(n, dtype, seed, -2.0, 2.0);
 }
 
 Tensor upload(const std::vector<double> &values, std::vector<int64_t> shape, DType dtype) {
-  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
-  for (size_t i = 0; i < values.size(); ++i)
-    store_from_double(dtype, bytes.data() + i * dtype_size(dtype), values[i]);
+  std::vector<uint8_t> bytes = test::to_bytes(values, dtype);
   Tensor t = Tensor::empty(shape, dtype);
   t.copy_from_host(bytes.data(), bytes.size());
   return t;
 }
 
-double relError(const std::vector<double> &got, const std::vector<double> &ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  double e = std::sqrt(num / std::max(den, 1e-300));
-  return std::isnan(e) ? INFINITY : e;
-}
 
 /// Tolerance on the relative (Frobenius) error of c, by input and output dtype.
 /// tf32 keeps 10 mantissa bits of each f32 operand: one product is off by up to ~1e-3
@@ -117,7 +101,7 @@ double runCase(const Case &c, Stream &stream) {
     for (int64_t j = 0; j < c.n; ++j)
       row[j] = c.alpha * row[j] + (c.bias ? bias[j] : 0.0);
   }
-  return relError(got, ref);
+  return test::rel_error(got, ref);
 }
 
 std::string describe(const Case &c) {
@@ -239,7 +223,7 @@ TEST_CASE("dot results feed reductions, elementwise math and a second dot on the
     for (int64_t j = 0; j < n; ++j)
       cg[j] = load_as_double(DType::F32, cb.data() + 4 * j);
     INFO(m << "x" << n << "x" << d << " on " << warps << " warps");
-    CHECK(relError(og, oref) < 2e-3);  // exp is approximate; p is bf16
-    CHECK(relError(cg, csref) < 1e-5);
+    CHECK(test::rel_error(og, oref) < 2e-3);  // exp is approximate; p is bf16
+    CHECK(test::rel_error(cg, csref) < 1e-5);
   }
 }

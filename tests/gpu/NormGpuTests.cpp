@@ -3,6 +3,9 @@
 // here row by row, at odd and large shapes. "[gpu-bench]" (hidden) times them.
 #include <catch2/catch.hpp>
 
+#include "common/Numerics.h"
+#include "unit/NormTestUtil.h"
+
 #include <tokamax/ops/Norm.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Stream.h>
@@ -41,10 +44,7 @@ struct Host {
 
 Host randomHost(DType d, std::vector<int64_t> shape, uint32_t seed, double lo = 0.05, double hi = 3.0) {
   Host h(d, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (int64_t i = 0; i < h.numel(); ++i)
-    h.set(i, (rng() & 1 ? 1 : -1) * dist(rng));
+  h.bytes = test::to_bytes(test::random_values(size_t(h.numel()), d, seed, lo, hi), d);
   return h;
 }
 
@@ -79,15 +79,6 @@ struct Err {
     return std::isnan(e) ? INFINITY : e;
   }
 };
-
-double tolerance(DType d) {
-  switch (d) {
-  case DType::BF16: return 1e-2;
-  case DType::F16: return 2e-3;
-  case DType::F32: return 2e-5;
-  default: return 1e-10;
-  }
-}
 
 struct Result {
   Err y, mean, rstd, dx, dscale, doffset;

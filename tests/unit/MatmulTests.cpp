@@ -15,6 +15,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/Numerics.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -31,42 +33,11 @@ using Catch::Contains;
 
 namespace {
 
-/// Values exactly representable in `dtype`, row-major.
-std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-2.0, 2.0);
-  std::vector<double> v(n);
-  uint8_t one[8];
-  for (double &x : v) {
-    store_from_double(dtype, one, dist(rng));
-    x = load_as_double(dtype, one);
-  }
-  return v;
+/// Values uniform in [-2, 2], exactly representable in `dtype`.
+std::vector<double> uniformValues(size_t n, DType dtype, uint32_t seed) {
+  return test::uniform_values(n, dtype, seed, -2.0, 2.0);
 }
 
-std::vector<uint8_t> toBytes(const std::vector<double> &values, DType dtype) {
-  std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
-  for (size_t i = 0; i < values.size(); ++i)
-    store_from_double(dtype, bytes.data() + i * dtype_size(dtype), values[i]);
-  return bytes;
-}
-
-std::vector<double> fromBytes(const std::vector<uint8_t> &bytes, DType dtype) {
-  std::vector<double> v(bytes.size() / dtype_size(dtype));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = load_as_double(dtype, bytes.data() + i * dtype_size(dtype));
-  return v;
-}
-
-double relError(const std::vector<double> &got, const std::vector<double> &ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  double e = std::sqrt(num / std::max(den, 1e-300));
-  return std::isnan(e) ? INFINITY : e;
-}
 
 double tolerance(DType out) {
   switch (out) {
@@ -81,9 +52,9 @@ double tolerance(DType out) {
 std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const MatmulSpec &spec, bool reference,
                                                                     double alpha = 1.0) {
   uint32_t seed = static_cast<uint32_t>(spec.m * 131 + spec.n * 17 + spec.k);
-  std::vector<double> a = randomValues(spec.m * spec.k, spec.dtype, seed);       // [M, K]
-  std::vector<double> b = randomValues(spec.k * spec.n, spec.dtype, seed + 1);   // [K, N]
-  std::vector<double> bias = randomValues(spec.n, spec.out_dtype, seed + 2);
+  std::vector<double> a = uniformValues(spec.m * spec.k, spec.dtype, seed);       // [M, K]
+  std::vector<double> b = uniformValues(spec.k * spec.n, spec.dtype, seed + 1);   // [K, N]
+  std::vector<double> bias = uniformValues(spec.n, spec.out_dtype, seed + 2);
   std::vector<double> aStored = a, bStored = b;
   if (spec.trans_a)
     for (int64_t i = 0; i < spec.m; ++i)
@@ -93,8 +64,8 @@ std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const Matmul
     for (int64_t k = 0; k < spec.k; ++k)
       for (int64_t j = 0; j < spec.n; ++j)
         bStored[j * spec.k + k] = b[k * spec.n + j];
-  std::vector<uint8_t> ab = toBytes(aStored, spec.dtype), bb = toBytes(bStored, spec.dtype),
-                       biasb = toBytes(bias, spec.out_dtype),
+  std::vector<uint8_t> ab = test::to_bytes(aStored, spec.dtype), bb = test::to_bytes(bStored, spec.dtype),
+                       biasb = test::to_bytes(bias, spec.out_dtype),
                        cb(spec.m * spec.n * dtype_size(spec.out_dtype), 0xA5);
   std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size())};
   if (spec.has_bias)
@@ -111,7 +82,7 @@ std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const Matmul
         s += a[i * spec.k + k] * b[k * spec.n + j];
       ref[i * spec.n + j] = alpha * s + (spec.has_bias ? bias[j] : 0.0);
     }
-  return {fromBytes(cb, spec.out_dtype), ref};
+  return {test::from_bytes(cb, spec.out_dtype), ref};
 }
 
 std::string describe(const MatmulSpec &s) {
@@ -163,7 +134,7 @@ TEST_CASE("matmul tile kernel on the interpreter: odd M, N, K", "[matmul][interp
         spec.has_bias = (m + n + k) % 2 == 1;
         auto [got, ref] = interpretMatmul(spec, false, 0.5);
         INFO(describe(spec));
-        CHECK(relError(got, ref) < tolerance(spec.out_dtype));
+        CHECK(test::rel_error(got, ref) < tolerance(spec.out_dtype));
       }
 }
 
@@ -175,7 +146,7 @@ TEST_CASE("matmul tile kernel on the interpreter: transposes and dtypes", "[matm
           MatmulSpec spec{m, n, k, dtype, out32 ? DType::F32 : dtype, bool(t & 1), bool(t & 2), t == 3};
           auto [got, ref] = interpretMatmul(spec, false);
           INFO(describe(spec));
-          CHECK(relError(got, ref) < tolerance(spec.out_dtype));
+          CHECK(test::rel_error(got, ref) < tolerance(spec.out_dtype));
         }
 }
 
@@ -187,7 +158,7 @@ TEST_CASE("matmul reference kernel on the interpreter: every dtype, f64 included
         MatmulSpec spec{m, n, k, dtype, out, bool(t & 1), bool(t & 2), t != 0};
         auto [got, ref] = interpretMatmul(spec, true, -1.5);
         INFO(describe(spec));
-        CHECK(relError(got, ref) < tolerance(out));
+        CHECK(test::rel_error(got, ref) < tolerance(out));
       }
 }
 

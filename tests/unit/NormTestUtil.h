@@ -15,6 +15,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/Numerics.h"
+
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -49,39 +51,20 @@ struct HostTensor {
   uint8_t *bytes() { return reinterpret_cast<uint8_t *>(storage.data()); }
   const uint8_t *bytes() const { return reinterpret_cast<const uint8_t *>(storage.data()); }
   TensorView view() const { return host_view(storage.data(), dtype, shape); }
-  std::vector<double> values() const {
-    std::vector<double> v(numel());
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = load_as_double(dtype, bytes() + i * dtype_size(dtype));
-    return v;
-  }
+  std::vector<double> values() const { return test::from_bytes(bytes(), size_t(numel()), dtype); }
 };
 
-/// Random values exactly representable in `dtype`, magnitudes in [lo, hi], random signs.
 std::vector<double> randomValues(size_t n, DType dtype, uint32_t seed, double lo = 0.05, double hi = 3.0,
                                  double shift = 0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  uint8_t one[8];
-  for (auto &x : v) {
-    store_from_double(dtype, one, shift + (rng() & 1 ? 1 : -1) * dist(rng));
-    x = load_as_double(dtype, one);
-  }
-  return v;
+  return test::random_values(n, dtype, seed, lo, hi, shift);
 }
 
 /// ||got - ref|| / max(||ref||, floor).
 double relError(const std::vector<double> &got, const std::vector<double> &ref, double floor = 1e-30) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  double e = std::sqrt(num) / std::max(std::sqrt(den), floor);
-  return std::isnan(e) ? INFINITY : e;
+  return test::rel_error(got, ref, floor);
 }
 
+/// Relative error bound of a norm's outputs in `d`.
 double tolerance(DType d) {
   switch (d) {
   case DType::BF16: return 1e-2;

@@ -1,0 +1,74 @@
+// Host-side numerics shared by the tests: random inputs exactly representable in a
+// dtype, dtype <-> bytes conversion, and the relative error against a float64 reference.
+#pragma once
+
+#include <tokamax/runtime/DType.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace test {
+
+/// Magnitudes uniform in [lo, hi] with random signs (never zero when lo > 0), plus
+/// `shift`, each rounded to `dtype`.
+inline std::vector<double> random_values(size_t n, tokamax::DType dtype, uint32_t seed, double lo = 0.05,
+                                         double hi = 3.0, double shift = 0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  uint8_t one[8];
+  for (double &x : v) {
+    tokamax::store_from_double(dtype, one, shift + (rng() & 1 ? 1 : -1) * dist(rng));
+    x = tokamax::load_as_double(dtype, one);
+  }
+  return v;
+}
+
+/// Values uniform in [lo, hi], each rounded to `dtype`.
+inline std::vector<double> uniform_values(size_t n, tokamax::DType dtype, uint32_t seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  uint8_t one[8];
+  for (double &x : v) {
+    tokamax::store_from_double(dtype, one, dist(rng));
+    x = tokamax::load_as_double(dtype, one);
+  }
+  return v;
+}
+
+inline std::vector<uint8_t> to_bytes(const std::vector<double> &values, tokamax::DType dtype) {
+  size_t size = tokamax::dtype_size(dtype);
+  std::vector<uint8_t> bytes(values.size() * size);
+  for (size_t i = 0; i < values.size(); ++i)
+    tokamax::store_from_double(dtype, bytes.data() + i * size, values[i]);
+  return bytes;
+}
+
+inline std::vector<double> from_bytes(const uint8_t *bytes, size_t count, tokamax::DType dtype) {
+  size_t size = tokamax::dtype_size(dtype);
+  std::vector<double> v(count);
+  for (size_t i = 0; i < count; ++i)
+    v[i] = tokamax::load_as_double(dtype, bytes + i * size);
+  return v;
+}
+
+inline std::vector<double> from_bytes(const std::vector<uint8_t> &bytes, tokamax::DType dtype) {
+  return from_bytes(bytes.data(), bytes.size() / tokamax::dtype_size(dtype), dtype);
+}
+
+/// ||got - ref|| / max(||ref||, floor); NaN counts as infinitely wrong.
+inline double rel_error(const std::vector<double> &got, const std::vector<double> &ref, double floor = 1e-150) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  double e = std::sqrt(num) / std::max(std::sqrt(den), floor);
+  return std::isnan(e) ? INFINITY : e;
+}
+
+} // namespace test
