@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/TempDir.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,17 +23,8 @@ using namespace tokamax;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char templ[] = "/tmp/tokamax-autotune-XXXXXX";
-    REQUIRE(::mkdtemp(templ) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("tokamax-autotune") {}
 };
 
 // Sets (or unsets, for nullptr) an environment variable for the scope.

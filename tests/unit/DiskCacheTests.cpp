@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/TempDir.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,14 +27,8 @@ using namespace tokamax;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char templ[] = "/tmp/tokamax-diskcache-XXXXXX";
-    REQUIRE(::mkdtemp(templ) != nullptr);
-    path = templ;
-  }
-  ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("tokamax-diskcache") {}
 };
 
 // Collects warnings for the scope; restores the default handler after.
