@@ -45,11 +45,17 @@ int precompile(const std::string &arch, const std::string &cacheDir, const std::
   auto kernels = tokamax::registered_kernels();
   bool tty = isatty(STDERR_FILENO);
   size_t done = 0, hits = 0, selected = 0;
-  for (const auto &k : kernels)
-    selected += k.name.find(filter) != std::string::npos;
+  auto wanted = [&](const tokamax::RegisteredKernel &k) {
+    return k.name.find(filter) != std::string::npos && (k.only_arch.empty() || k.only_arch == arch);
+  };
+  for (const auto &k : kernels) {
+    selected += wanted(k);
+    if (k.name.find(filter) != std::string::npos && !wanted(k))
+      fmt::print("{:<36} {}  skipped: compiles for {} only\n", k.name, arch, k.only_arch);
+  }
   auto start = std::chrono::steady_clock::now();
   for (const auto &k : kernels) {
-    if (k.name.find(filter) == std::string::npos)
+    if (!wanted(k))
       continue;
     if (tty)
       fmt::print(stderr, "\r[{}/{}] {:<40}", done + 1, selected, k.name);

@@ -1,15 +1,16 @@
-// tokamax-matmul-bench: bf16 matmul TFLOP/s of our tile kernel beside cuBLAS.
+// tokamax-matmul-bench: bf16 matmul TFLOP/s of our kernels beside cuBLAS.
 //
 //   shapes (M x N x K): 4096^3, 8192^3, 16384x4096x4096, 8192x8192x512 (or --shape MxNxK)
-//   ours: tokamax::matmul (tile.dot -> mma.sync), bf16 in, bf16 out, f32 accumulation
+//   ours: tokamax::matmul with each implementation (--impl, default "hopper,tile" on
+//         sm_90a, "tile" elsewhere): hopper = TMA + wgmma, tile = mma.sync; bf16 in,
+//         bf16 out, f32 accumulation
 //   cuBLAS: cublasGemmEx, CUDA_R_16BF, CUBLAS_COMPUTE_32F, loaded with dlopen
 //           ("libcublas.so.13"); skipped with a message when it does not load
 //   check: max |ours - cuBLAS| / max |cuBLAS| per shape
 //   --sweep: TFLOP/s of explicit tile configs (block MxNxK, warps) at each shape, for
 //            choosing default_config (what the autotuner will search)
 //
-// Usage: tokamax-matmul-bench [--shape MxNxK]... [--iters N] [--json FILE] [--sweep]
-#include <tokamax/compiler/Jit.h>
+// Usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -114,33 +115,44 @@ double maxAbs(const std::vector<double> &v) {
   return m;
 }
 
-/// TFLOP/s of explicit configurations of the tile kernel (bf16 in and out).
-void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, int iters, Stream &stream) {
-  Device &device = Device::get();
+/// TFLOP/s of explicit configurations of one implementation's kernel (bf16 in and out).
+void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, const std::string &impl, int iters,
+           Stream &stream) {
   struct Config {
     int64_t bm, bn, bk;
     int warps;
+    int64_t stages;
+    bool specialized = true;
+    bool persistent = true;  // one program per SM
   };
   // All of these assemble without spills for sm_90a.
-  const Config configs[] = {{128, 128, 32, 8}, {128, 128, 64, 8}, {128, 128, 32, 4}, {128, 256, 32, 8},
-                            {256, 128, 32, 8}, {128, 64, 32, 4},  {64, 128, 32, 4},  {64, 64, 32, 4},
-                            {128, 128, 16, 8}, {64, 256, 32, 8},  {256, 64, 32, 8},  {64, 64, 64, 4}};
-  uint64_t key = 0x5eed0000;
-  fmt::print("\nsweep (bf16 -> bf16):\n");
+  const std::vector<Config> tileConfigs = {
+      {128, 128, 32, 8, 1}, {128, 128, 64, 8, 1}, {128, 128, 32, 4, 1}, {128, 256, 32, 8, 1},
+      {256, 128, 32, 8, 1}, {128, 64, 32, 4, 1},  {64, 128, 32, 4, 1},  {64, 64, 32, 4, 1}};
+  const std::vector<Config> hopperConfigs = {
+      {128, 256, 64, 8, 4},        {128, 256, 64, 8, 3},        {256, 128, 64, 8, 4},
+      {128, 128, 64, 8, 6},        {128, 128, 64, 4, 6},        {64, 256, 64, 4, 4},
+      {128, 256, 64, 8, 4, true, false}, {128, 256, 64, 8, 4, false, false}, {128, 128, 64, 8, 6, false, false}};
+  fmt::print("\nsweep of {} (bf16 -> bf16):\n", impl);
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
-    MatmulSpec spec{m, n, k, DType::BF16, DType::BF16};
-    for (Config cfg : configs) {
+    for (Config cfg : impl == "hopper" ? hopperConfigs : tileConfigs) {
+      MatmulOptions options;
+      options.implementation = impl;
       MatmulConfig config;
       config.block_m = cfg.bm, config.block_n = cfg.bn, config.block_k = cfg.bk, config.num_warps = cfg.warps;
-      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {}", m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.warps);
+      config.num_stages = cfg.stages;
+      config.warp_specialize = cfg.specialized;
+      config.programs = cfg.persistent ? Device::get().sm_count() : 0;
+      options.config = config;
+      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}", m, n, k, cfg.bm, cfg.bn,
+                                      cfg.bk, cfg.warps, cfg.stages, impl == "hopper" && cfg.specialized ? " ws" : "",
+                                      impl == "hopper" && cfg.persistent ? " persistent" : "");
       try {
-        const LoadedKernel &kernel = Jit::instance().get(++key, device, [&] { return matmul_kernel(spec, config); });
-        float alpha = 1.0f;
-        Timings t = time_on_stream(stream, [&] { kernel.launch({a.view(), b.view(), c.view(), double(alpha)}, stream.handle()); }, 3, iters);
-        fmt::print("  {:<48} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);
+        Timings t = time_on_stream(stream, [&] { matmul(a, b, c, stream, options); }, 3, iters);
+        fmt::print("  {:<58} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);
       } catch (const std::exception &e) {
-        fmt::print("  {:<48} failed: {}\n", label, std::string(e.what()).substr(0, 160));
+        fmt::print("  {:<58} failed: {}\n", label, std::string(e.what()).substr(0, 160));
       }
     }
   }
@@ -153,6 +165,7 @@ int main(int argc, char **argv) try {
   int iters = 20;
   bool doSweep = false;
   std::string jsonPath;
+  std::vector<std::string> impls;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--shape" && i + 1 < argc) {
@@ -162,12 +175,21 @@ int main(int argc, char **argv) try {
       shapes.emplace_back(m, n, k);
     } else if (arg == "--iters" && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--impl" && i + 1 < argc) {
+      impls.clear();
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        size_t comma = std::min(list.find(',', at), list.size());
+        impls.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
     } else if (arg == "--sweep") {
       doSweep = true;
     } else if (arg == "--json" && i + 1 < argc) {
       jsonPath = argv[++i];
     } else {
-      fmt::print(stderr, "usage: tokamax-matmul-bench [--shape MxNxK]... [--iters N] [--json FILE] [--sweep]\n");
+      fmt::print(stderr,
+                 "usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]\n");
       return 2;
     }
   }
@@ -175,49 +197,61 @@ int main(int argc, char **argv) try {
     shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 4096, 4096}, {8192, 8192, 512}};
 
   Device &device = Device::get();
+  if (impls.empty())
+    impls = device.arch() == "sm_90a" ? std::vector<std::string>{"hopper", "tile"} : std::vector<std::string>{"tile"};
   Stream stream = Stream::create(device);
   Cublas cublas;
   fmt::print("{}\n", describe(device));
   if (!cublas.ok())
     fmt::print("cuBLAS skipped: {}\n", cublas.why);
-  fmt::print("\n{:<22} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "bf16 M x N x K", "ours ms", "TFLOP/s",
-             "cuBLAS ms", "TFLOP/s", "ratio", "max diff");
+  fmt::print("\n{:<22} {:<7} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "bf16 M x N x K", "impl", "ours ms",
+             "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio", "max diff", "first ms");
   std::string json = "{";
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2);
     Tensor c = Tensor::empty({m, n}, DType::BF16), ref = Tensor::empty({m, n}, DType::BF16);
     double flops = 2.0 * double(m) * double(n) * double(k);
-    // The first call compiles (or reads the disk cache); time_on_stream warms up too.
-    auto t0 = std::chrono::steady_clock::now();
-    matmul(a, b, c, stream);
-    stream.synchronize();
-    double firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    Timings ours = time_on_stream(stream, [&] { matmul(a, b, c, stream); }, 3, iters);
-    double oursTf = flops / ours.median / 1e9;
     std::string label = fmt::format("{}x{}x{}", m, n, k);
-    json += fmt::format("{}\"{}\": {{\"tflops\": {:.2f}, \"ms\": {:.4f}, \"first_call_ms\": {:.1f}", json.size() > 1 ? ", " : "",
-                        label, oursTf, ours.median, firstMs);
+    double theirMs = 0, theirTf = 0;
+    std::vector<double> y;
     if (cublas.ok()) {
       Timings theirs = time_on_stream(stream, [&] { cublas.gemm(a, b, ref, m, n, k, stream); }, 3, iters);
       stream.synchronize();
-      double theirTf = flops / theirs.median / 1e9;
-      std::vector<double> x = c.to_host_doubles(), y = ref.to_host_doubles();
-      double diff = 0;
-      for (size_t i = 0; i < x.size(); ++i)
-        diff = std::max(diff, std::abs(x[i] - y[i]));
-      diff /= std::max(1e-30, maxAbs(y));
-      fmt::print("{:<22} {:>10.3f} {:>10.1f} {:>10.3f} {:>10.1f} {:>7.1f}% {:>10.2e}\n", label, ours.median, oursTf,
-                 theirs.median, theirTf, 100 * oursTf / theirTf, diff);
-      json += fmt::format(", \"cublas_tflops\": {:.2f}, \"cublas_ms\": {:.4f}, \"max_rel_diff\": {:.3e}", theirTf,
-                          theirs.median, diff);
-    } else {
-      fmt::print("{:<22} {:>10.3f} {:>10.1f} {:>10} {:>10} {:>8} {:>10}\n", label, ours.median, oursTf, "-", "-", "-", "-");
+      theirMs = theirs.median, theirTf = flops / theirs.median / 1e9;
+      y = ref.to_host_doubles();
+    }
+    json += fmt::format("{}\"{}\": {{\"cublas_tflops\": {:.2f}, \"cublas_ms\": {:.4f}", json.size() > 1 ? ", " : "",
+                        label, theirTf, theirMs);
+    for (const std::string &impl : impls) {
+      MatmulOptions options;
+      options.implementation = impl;
+      // The first call compiles (or reads the disk cache); time_on_stream warms up too.
+      auto t0 = std::chrono::steady_clock::now();
+      matmul(a, b, c, stream, options);
+      stream.synchronize();
+      double firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      Timings ours = time_on_stream(stream, [&] { matmul(a, b, c, stream, options); }, 3, iters);
+      double oursTf = flops / ours.median / 1e9;
+      double diff = -1;
+      if (!y.empty()) {
+        std::vector<double> x = c.to_host_doubles();
+        diff = 0;
+        for (size_t i = 0; i < x.size(); ++i)
+          diff = std::max(diff, std::abs(x[i] - y[i]));
+        diff /= std::max(1e-30, maxAbs(y));
+      }
+      fmt::print("{:<22} {:<7} {:>9.3f} {:>9.1f} {:>10.3f} {:>9.1f} {:>7.1f}% {:>10.2e} {:>9.1f}\n", label, impl,
+                 ours.median, oursTf, theirMs, theirTf, theirTf > 0 ? 100 * oursTf / theirTf : 0.0, diff, firstMs);
+      json += fmt::format(", \"{0}_tflops\": {1:.2f}, \"{0}_ms\": {2:.4f}, \"{0}_first_call_ms\": {3:.1f}, "
+                          "\"{0}_max_rel_diff\": {4:.3e}",
+                          impl, oursTf, ours.median, firstMs, diff);
     }
     json += "}";
   }
   json += "}";
   if (doSweep)
-    sweep(shapes, iters, stream);
+    for (const std::string &impl : impls)
+      sweep(shapes, impl, iters, stream);
   if (!jsonPath.empty())
     std::ofstream(jsonPath) << json << "\n";
   return 0;

@@ -98,6 +98,45 @@ void evalAtomicCAS(Interpreter &in, tile::AtomicCASOp op) {
   in.set(op.getResult(), std::move(old));
 }
 
+/// acc + op(a) @ op(b) over all of K, out-of-range elements read as zero (what TMA's
+/// zero fill gives on the GPU); products and sums in double, rounded to f32 at the end.
+void evalTmaDot(Interpreter &in, tile::TmaDotOp op) {
+  const HostTile &acc = in.get(op.getAcc());
+  const HostTile &pa = in.get(op.getA()), &pb = in.get(op.getB());
+  int64_t m0 = in.get(op.getM0()).asInt(0), n0 = in.get(op.getN0()).asInt(0);
+  int64_t M = op.getM(), N = op.getN(), K = op.getK(), bm = op.getBlockM(), bn = op.getBlockN();
+  bool ta = op.getTransA(), tb = op.getTransB();
+  // Gather the in-range part of both operand blocks once, as doubles.
+  auto gather = [&](const HostTile &base, int64_t rows, int64_t first, int64_t extent, bool kMajor, const char *what) {
+    std::vector<double> block(static_cast<size_t>(rows * K), 0.0);
+    HostTile one = HostTile::make(cast<tile::PointerType>(op.getA().getType()).getPointeeType(), {});
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t row = first + r;
+      if (row < 0 || row >= extent)
+        continue;
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t offset = base.i[0] + (kMajor ? row * K + k : k * extent + row);
+        in.checkAccess(what, base.arg[0], offset);
+        in.readElem(base.arg[0], offset, one, 0);
+        block[static_cast<size_t>(r * K + k)] = one.asDouble(0);
+      }
+    }
+    return block;
+  };
+  std::vector<double> a = gather(pa, bm, m0, M, !ta, "tile.tma_dot (a)");
+  std::vector<double> b = gather(pb, bn, n0, N, tb, "tile.tma_dot (b)");
+  HostTile r = HostTile::of(op.getType());
+  for (int64_t i = 0; i < bm; ++i)
+    for (int64_t j = 0; j < bn; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += a[static_cast<size_t>(i * K + k)] * b[static_cast<size_t>(j * K + k)];
+      size_t out = static_cast<size_t>(i * bn + j);
+      r.setFromDouble(out, acc.f[acc.at(out)] + s);
+    }
+  in.set(op.getResult(), std::move(r));
+}
+
 } // namespace
 
 bool evalMemory(Interpreter &in, Operation *op) {
@@ -167,6 +206,8 @@ bool evalMemory(Interpreter &in, Operation *op) {
   }
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
+  if (auto dot = dyn_cast<tile::TmaDotOp>(op))
+    return evalTmaDot(in, dot), true;
   if (auto cas = dyn_cast<tile::AtomicCASOp>(op))
     return evalAtomicCAS(in, cas), true;
   return false;

@@ -1,5 +1,6 @@
 //===- Jit.cpp - Compile on first use, cache in memory and on disk ----------===//
 #include <tokamax/compiler/Jit.h>
+#include <tokamax/runtime/TensorMap.h>
 
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Device.h>
@@ -47,6 +48,8 @@ CacheEntry toEntry(const CompiledKernel &kernel) {
 LoadedKernel::LoadedKernel(Module module, LaunchInfo info, std::string digest)
     : module_(std::move(module)), info_(std::move(info)), digest_(std::move(digest)) {
   function_ = module_.function(info_.kernel_name);
+  if (info_.dynamic_shared && info_.shared_bytes > 48 * 1024)
+    function_.set_max_dynamic_shared(info_.shared_bytes);
 }
 
 void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) const {
@@ -108,8 +111,20 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
     }
     pointers[i] = &storage[i];
   }
-  function_.launch({info_.grid[0], info_.grid[1], info_.grid[2]}, {info_.block_threads, 1, 1}, 0,
-                   stream, pointers);
+  // Tensor maps follow the kernel's own parameters.
+  constexpr size_t kMaxMaps = 4;
+  TensorMap maps[kMaxMaps];
+  if (info_.tensor_maps.size() > kMaxMaps || params.size() + info_.tensor_maps.size() > kMaxParams)
+    throw Error(fmt::format("{}: too many tensor maps", info_.kernel_name));
+  for (size_t j = 0; j < info_.tensor_maps.size(); ++j) {
+    const TensorMapParam &m = info_.tensor_maps[j];
+    const TensorView &t = *args[m.param].tensor;
+    maps[j] = encode_tensor_map(params[m.param].name.c_str(), t.data(), t.dtype(), t.dim(0), t.dim(1), m.box_inner,
+                                m.box_outer);
+    pointers[params.size() + j] = &maps[j];
+  }
+  function_.launch({info_.grid[0], info_.grid[1], info_.grid[2]}, {info_.block_threads, 1, 1},
+                   info_.dynamic_shared ? info_.shared_bytes : 0, stream, pointers);
 }
 
 struct Jit::State {

@@ -21,6 +21,11 @@ std::string LaunchInfo::to_json() const {
                   {"dtype", std::string(dtype_name(p.dtype))},
                   {"shape", p.shape}});
   j["params"] = ps;
+  j["dynamic_shared"] = dynamic_shared;
+  nlohmann::json maps = nlohmann::json::array();
+  for (const TensorMapParam &m : tensor_maps)
+    maps.push_back({m.param, m.box_inner, m.box_outer});
+  j["tensor_maps"] = maps;
   return j.dump();
 }
 
@@ -43,6 +48,10 @@ LaunchInfo LaunchInfo::from_json(const std::string &text) {
       param.shape = p.at("shape").get<std::vector<int64_t>>();
       info.params.push_back(std::move(param));
     }
+    info.dynamic_shared = j.value("dynamic_shared", false);
+    if (j.contains("tensor_maps"))
+      for (const auto &m : j.at("tensor_maps"))
+        info.tensor_maps.push_back({m.at(0).get<uint32_t>(), m.at(1).get<uint32_t>(), m.at(2).get<uint32_t>()});
     return info;
   } catch (const nlohmann::json::exception &e) {
     throw Error(std::string("invalid kernel launch metadata: ") + e.what());

@@ -138,6 +138,13 @@ LaunchInfo launchInfo(ModuleOp module) {
       info.block_threads = 32 * static_cast<uint32_t>(warps.getInt());
     if (auto shared = func->getAttrOfType<IntegerAttr>(tile::kSharedBytesAttr))
       info.shared_bytes = static_cast<uint32_t>(shared.getInt());
+    if (auto producers = func->getAttrOfType<IntegerAttr>(tile::kProducerWarpsAttr))
+      info.block_threads += 32 * static_cast<uint32_t>(producers.getInt());
+    info.dynamic_shared = func->hasAttr(tile::kDynamicSharedAttr);
+    if (auto maps = func->getAttrOfType<DenseI64ArrayAttr>(tile::kTensorMapsAttr))
+      for (size_t i = 0; i + 2 < maps.size(); i += 3)
+        info.tensor_maps.push_back({static_cast<uint32_t>(maps[i]), static_cast<uint32_t>(maps[i + 1]),
+                                    static_cast<uint32_t>(maps[i + 2])});
   }
   return info;
 }

@@ -453,4 +453,43 @@ void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
                                     kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_));
 }
 
+Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,
+              const TmaDotOptions &options) {
+  if (!a.builder_ || a.builder_ != b.builder_)
+    throw Error("tma_dot: a and b must be tensor parameters of one kernel");
+  KernelBuilder &kb = *a.builder_;
+  for (const TensorArg *t : {&a, &b}) {
+    if (t->shape_.size() != 2)
+      kb.fail(fmt::format("tma_dot: {} must be 2-D, got [{}]", t->name_, fmt::join(t->shape_, ", ")));
+    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16)
+      kb.fail(fmt::format("tma_dot: {} must be bf16 or f16, got {}", t->name_, dtype_name(t->dtype_)));
+    if (t->shape_[1] % 8 != 0)
+      kb.fail(fmt::format("tma_dot: rows of {} must be multiples of 16 bytes (8 elements) for TMA, got [{}]",
+                          t->name_, fmt::join(t->shape_, ", ")));
+  }
+  if (a.dtype_ != b.dtype_)
+    kb.fail(fmt::format("tma_dot: a is {} but b is {}", dtype_name(a.dtype_), dtype_name(b.dtype_)));
+  int64_t ka = options.trans_a ? a.shape_[0] : a.shape_[1];
+  int64_t kb2 = options.trans_b ? b.shape_[1] : b.shape_[0];
+  if (ka != kb2)
+    kb.fail(fmt::format("tma_dot: op({}) has K = {} but op({}) has K = {}", a.name_, ka, b.name_, kb2));
+  if (options.block_k != 64)
+    kb.fail(fmt::format("tma_dot: block_k must be 64 (one 128-byte swizzle row), got {}", options.block_k));
+  if (options.stages < 2 || options.stages > 8)
+    kb.fail(fmt::format("tma_dot: stages must be in [2, 8], got {}", options.stages));
+  mlir::Value c = kb.materialize(acc, kb.b().getF32Type());
+  auto type = dyn_cast<RankedTensorType>(c.getType());
+  auto validBlock = [](int64_t d) { return d == 64 || d == 128 || d == 256; };
+  if (!type || type.getRank() != 2 || !validBlock(type.getDimSize(0)) || !validBlock(type.getDimSize(1)))
+    kb.fail(fmt::format("tma_dot: the accumulator must be an f32 [BM, BN] tile with BM, BN in {{64, 128, 256}}, got {}",
+                        shapeString(c.getType())));
+  auto op = kb.b().create<tile::TmaDotOp>(
+      kb.loc(), type, kb.func().getArgument(a.index_), kb.func().getArgument(b.index_), kb.index(m0, "tma_dot"),
+      kb.index(n0, "tma_dot"), c, kb.b().getDenseI64ArrayAttr(a.shape_), kb.b().getDenseI64ArrayAttr(b.shape_),
+      kb.b().getBoolAttr(options.trans_a), kb.b().getBoolAttr(options.trans_b),
+      kb.b().getI64IntegerAttr(options.block_k), kb.b().getI64IntegerAttr(options.stages),
+      kb.b().getBoolAttr(options.warp_specialize));
+  return kb.wrap(op);
+}
+
 } // namespace tokamax::dsl

@@ -66,6 +66,18 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
   p.c.store({m0, n0}, cast(out, spec.out_dtype));
 }
 
+/// Block origin (m0, n0) of tile `pid` in grouped order: group_m consecutive tiles walk
+/// down M before moving along N, so the B blocks they share stay in L2.
+std::pair<Value, Value> groupedBlock(Value pid, int64_t gridM, int64_t gridN, int64_t groupM, int64_t bm,
+                                     int64_t bn) {
+  groupM = std::max<int64_t>(1, groupM);
+  Value inGroup = Value(groupM * gridN);
+  Value firstM = (pid / inGroup) * Value(groupM);
+  Value sizeM = minimum(Value(gridM) - firstM, Value(groupM));
+  Value local = pid % inGroup;
+  return {(firstM + local % sizeM) * Value(bm), (local / sizeM) * Value(bn)};
+}
+
 } // namespace
 
 MatmulConfig default_config(const MatmulSpec &spec) {
@@ -88,16 +100,7 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   Params p = declare(k, spec, DType::F32);
   int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
   k.grid(gridM * gridN);
-  // Grouped order: group_m consecutive programs walk down M before moving along N, so
-  // the B blocks they share stay in L2.
-  int64_t groupM = std::max<int64_t>(1, config.group_m);
-  Value pid = k.program_id(0);
-  Value inGroup = Value(groupM * gridN);
-  Value firstM = (pid / inGroup) * Value(groupM);
-  Value sizeM = minimum(Value(gridM) - firstM, Value(groupM));
-  Value local = pid % inGroup;
-  Value m0 = (firstM + local % sizeM) * Value(bm);
-  Value n0 = (local / sizeM) * Value(bn);
+  auto [m0, n0] = groupedBlock(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
 
   // The k-loop carries the accumulator and the next blocks: each iteration issues the
   // loads of block k + bk before the dot of block k (past K they are masked off).
@@ -110,6 +113,61 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
         return {dot(carried[1], carried[2], carried[0]), a, b};
       });
   epilogue(spec, p, out[0], m0, n0, bn);
+  return k;
+}
+
+std::string hopper_unsupported(const MatmulSpec &spec) {
+  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16)
+    return fmt::format("the hopper matmul takes bf16 or f16, got {}", dtype_name(spec.dtype));
+  int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
+  if (rowA % 8 != 0 || rowB % 8 != 0)
+    return fmt::format("the hopper matmul needs rows of a and b that are multiples of 16 bytes (TMA); a's rows "
+                       "have {} elements, b's {}",
+                       rowA, rowB);
+  return {};
+}
+
+MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
+  MatmulConfig config;
+  config.block_m = 128;
+  config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, ops_detail::next_power_of_two(spec.n));
+  config.block_k = 64;
+  config.num_warps = 8;
+  // 128 x 256 x 64 bf16 stages are 48 KiB: four fit in the 227 KiB a program may use.
+  config.num_stages = config.block_n == 256 ? 4 : 6;
+  config.programs = sm_count;
+  return config;
+}
+
+Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
+  checkSpec(spec, false);
+  if (std::string why = hopper_unsupported(spec); !why.empty())
+    throw NotSupported("matmul: " + why);
+  if (config.programs < 0)
+    throw Error(fmt::format("matmul: programs must be >= 0 (0: one program per tile), got {}", config.programs));
+  int64_t bm = config.block_m, bn = config.block_n;
+  Kernel k("matmul_hopper", {config.num_warps});
+  Params p = declare(k, spec, DType::F32);
+  int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), tiles = gridM * gridN;
+  TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
+                        .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize};
+  auto tile = [&](Value index) {
+    auto [m0, n0] = groupedBlock(index, gridM, gridN, config.group_m, bm, bn);
+    Value acc = tma_dot(p.a, p.b, m0, n0, k.full({bm, bn}, 0.0, DType::F32), options);
+    epilogue(spec, p, acc, m0, n0, bn);
+  };
+  if (config.programs == 0 || config.programs >= tiles) {
+    k.grid(tiles);
+    tile(k.program_id(0));
+    return k;
+  }
+  // Persistent: program p takes tiles p, p + P, ... With a producer warpgroup, the next
+  // tile's loads overlap this tile's epilogue.
+  k.grid(config.programs);
+  k.loop(k.program_id(0), Value(tiles), Value(config.programs), {}, [&](Value index, std::vector<Value>) {
+    tile(index);
+    return std::vector<Value>{};
+  });
   return k;
 }
 
@@ -159,16 +217,35 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
       throw Error(fmt::format("matmul: bias must be a contiguous [{}] {} tensor, got {} [{}]", spec.n,
                               dtype_name(c.dtype()), dtype_name(bias.dtype()), fmt::join(bias.shape(), ", ")));
   }
-  bool reference = spec.dtype == DType::F64;
-  checkSpec(spec, reference);
-  MatmulConfig config = default_config(spec);
   Device &device = Device::get(a.device());
+  std::string impl = options.implementation;
+  if (impl.empty()) {
+    impl = spec.dtype == DType::F64 ? "reference" : "tile";
+    if (impl == "tile" && device.arch() == "sm_90a" && hopper_unsupported(spec).empty())
+      impl = "hopper";
+  }
+  if (impl != "hopper" && impl != "tile" && impl != "reference")
+    throw Error(fmt::format("matmul: implementation must be hopper, tile or reference, got '{}'", impl));
+  checkSpec(spec, impl == "reference");
+  if (impl == "hopper") {
+    if (std::string why = hopper_unsupported(spec); !why.empty())
+      throw NotSupported("matmul: " + why);
+    if (device.arch() != "sm_90a")
+      throw NotSupported(fmt::format("matmul: the hopper implementation needs sm_90a (wgmma, TMA), device {} is {}",
+                                     device.ordinal(), device.arch()));
+  }
+  MatmulConfig config = options.config ? *options.config
+                        : impl == "hopper" ? default_hopper_config(spec, device.sm_count())
+                                           : default_config(spec);
   uint64_t key = ops_detail::specializationKey(
-      reference ? "matmul_reference" : "matmul",
+      ("matmul_" + impl).c_str(),
       {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
-       spec.has_bias, config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps});
+       spec.has_bias, config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps,
+       config.num_stages, config.warp_specialize, config.programs});
   const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] {
-    return reference ? matmul_reference_kernel(spec) : matmul_kernel(spec, config);
+    return impl == "reference" ? matmul_reference_kernel(spec)
+           : impl == "hopper"  ? matmul_hopper_kernel(spec, config)
+                               : matmul_kernel(spec, config);
   });
   if (spec.has_bias)
     kernel.launch({a, b, *options.bias, c, options.alpha}, stream.handle());

@@ -37,6 +37,13 @@ std::vector<RegisteredKernel> registered_kernels() {
     kernels.push_back({fmt::format("matmul[{}x{}x{} bf16]", m, n, k),
                        [=] { return matmul_kernel(spec, default_config(spec)); }});
   }
+  // The hopper kernel at every benchmark shape (wgmma and TMA: sm_90a only).
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 4096, 4096}, {8192, 8192, 8192},
+                         {16384, 4096, 4096}, {8192, 8192, 512}}) {
+    MatmulSpec spec{m, n, k, DType::BF16, DType::BF16};
+    kernels.push_back({fmt::format("matmul_hopper[{}x{}x{} bf16]", m, n, k),
+                       [=] { return matmul_hopper_kernel(spec, default_hopper_config(spec)); }, "sm_90a"});
+  }
   // Ops of the framework: every kernel of the implementation auto picks on sm_90a.
   auto op = [&](const Op &o, const BoundArgs &args) {
     const Implementation &impl = o.select(args, std::nullopt, "sm_90a");

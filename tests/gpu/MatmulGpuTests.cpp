@@ -1,6 +1,8 @@
 // matmul on the device (tensor cores through tile.dot -> mma.sync) against float64 host
 // references: M, N, K from {1, 17, 127, 1000, 4097}, all four transposes, bf16, f16 and
-// f32 (tf32) inputs, bias and alpha, and f64 through the reference kernel. Also a DSL
+// f32 (tf32) inputs, bias and alpha, and f64 through the reference kernel; the hopper
+// kernel (TMA + wgmma) on every shape whose rows suit TMA, with the auto choice and
+// the NotSupported reasons for the rest. Also a DSL
 // kernel chaining two dots through reductions and elementwise math on the accumulator
 // layout (attention-like), which exercises slices of mma layouts and mma -> operand
 // conversions.
@@ -13,11 +15,13 @@
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <cmath>
 #include <random>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -59,6 +63,8 @@ struct Case {
   DType dtype, out;
   bool ta, tb, bias;
   double alpha = 1.0;
+  std::string impl = "tile";
+  std::optional<MatmulConfig> config = {};
 };
 
 /// Runs matmul on the device; returns the relative error against float64.
@@ -83,6 +89,8 @@ double runCase(const Case &c, Stream &stream) {
   options.trans_a = c.ta;
   options.trans_b = c.tb;
   options.alpha = c.alpha;
+  options.implementation = c.impl;
+  options.config = c.config;
   if (c.bias)
     options.bias = tbias.view();
   matmul(ta, tb, tc, stream, options);
@@ -105,7 +113,7 @@ double runCase(const Case &c, Stream &stream) {
 }
 
 std::string describe(const Case &c) {
-  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " +
+  return c.impl + " " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " +
          std::string(dtype_name(c.dtype)) + "->" + std::string(dtype_name(c.out)) + (c.ta ? " a^T" : "") +
          (c.tb ? " b^T" : "") + (c.bias ? " +bias" : "");
 }
@@ -154,7 +162,7 @@ TEST_CASE("matmul on the device: f64 through the reference kernel", "[gpu][matmu
   Stream stream = Stream::create(Device::get());
   for (auto [m, n, k] : std::vector<Shape>{{1, 1, 1}, {17, 127, 1000}, {127, 17, 17}})
     for (int t = 0; t < 4; ++t) {
-      Case c{m, n, k, DType::F64, DType::F64, bool(t & 1), bool(t & 2), t == 1, 1.25};
+      Case c{m, n, k, DType::F64, DType::F64, bool(t & 1), bool(t & 2), t == 1, 1.25, "reference"};
       double err = runCase(c, stream);
       INFO(describe(c) << ": relative error " << err);
       CHECK(err < tolerance(c.dtype, c.out, c.k));
@@ -226,4 +234,88 @@ TEST_CASE("dot results feed reductions, elementwise math and a second dot on the
     CHECK(test::rel_error(og, oref) < 2e-3);  // exp is approximate; p is bf16
     CHECK(test::rel_error(cg, csref) < 1e-5);
   }
+}
+
+namespace {
+bool hopperDevice() { return Device::get().arch() == "sm_90a"; }
+MatmulSpec specOf(const Case &c) {
+  MatmulSpec spec{c.m, c.n, c.k, c.dtype, c.out};
+  spec.trans_a = c.ta, spec.trans_b = c.tb, spec.has_bias = c.bias;
+  return spec;
+}
+} // namespace
+
+TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "[gpu][matmul][hopper]") {
+  if (!hopperDevice()) {
+    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+    return;
+  }
+  Stream stream = Stream::create(Device::get());
+  const int64_t sizes[] = {1, 8, 17, 127, 1000, 4097, 4104};
+  int run = 0, refused = 0;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int t = 0; t < 4; ++t)
+      for (int64_t m : sizes)
+        for (int64_t n : sizes)
+          for (int64_t k : {int64_t(8), int64_t(17), int64_t(1000), int64_t(4104)}) {
+            if (m * n * k > int64_t(1e8) || (m * n * k) % 3 != (t + int(dtype)) % 3)
+              continue;  // a third of the grid per transpose, host references stay small
+            Case c{m, n, k, dtype, (m + n) % 2 ? DType::F32 : dtype, bool(t & 1), bool(t & 2), (m + n + k) % 2 == 0,
+                   t == 3 ? -0.5 : 1.0, "hopper"};
+            std::string why = hopper_unsupported(specOf(c));
+            if (!why.empty()) {
+              CHECK_THROWS_AS(runCase(c, stream), NotSupported);
+              ++refused;
+              continue;
+            }
+            double err = runCase(c, stream);
+            INFO(describe(c) << ": relative error " << err);
+            CHECK(err < tolerance(c.dtype, c.out, c.k));
+            ++run;
+          }
+  INFO(run << " hopper cases run, " << refused << " refused");
+  CHECK(run > 100);
+  CHECK(refused > 10);
+}
+
+TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][matmul][hopper]") {
+  if (!hopperDevice()) {
+    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+    return;
+  }
+  Stream stream = Stream::create(Device::get());
+  // Every block shape of the search space, ring depths 2-4, in order and warp-
+  // specialized, one program per tile and persistent (7 programs: uneven shares, the
+  // producer running into the next tile), every transpose, on a ragged shape.
+  int index = 0;
+  for (int64_t bn : {64, 128, 256})
+    for (int64_t bm : {64, 128, 256})
+      for (int variant = 0; variant < 4; ++variant, ++index) {
+        MatmulConfig config = default_hopper_config({});
+        config.block_m = bm, config.block_n = bn, config.num_stages = 2 + index % 3;
+        config.num_warps = bm == 64 ? 4 : 8;
+        config.warp_specialize = variant < 2;
+        config.programs = variant % 2 ? 7 : 0;
+        while (config.num_stages * (bm + bn) * 64 * 2 > 200 * 1024)
+          --config.num_stages;
+        int t = (index + variant) % 4;
+        Case c{1000, 520, 1000, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 1, 1.0, "hopper", config};
+        double err = runCase(c, stream);
+        INFO(describe(c) << " block " << bm << "x" << bn << " stages " << config.num_stages
+                         << (config.warp_specialize ? " warp-specialized" : " in order") << " programs "
+                         << config.programs << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
+  // A long K loop (many trips around the ring) against float64.
+  for (int t = 0; t < 4; ++t) {
+    Case c{256, 384, 16384, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), true, 2.0, "hopper"};
+    double err = runCase(c, stream);
+    INFO(describe(c) << ": relative error " << err);
+    CHECK(err < tolerance(c.dtype, c.out, c.k));
+  }
+  // Auto picks hopper where it serves and falls back to tile where it does not.
+  Case autoCase{127, 1000, 17, DType::BF16, DType::BF16, false, false, false, 1.0, ""};
+  CHECK(runCase(autoCase, stream) < tolerance(DType::BF16, DType::BF16));
+  autoCase.k = 1000;
+  CHECK(runCase(autoCase, stream) < tolerance(DType::BF16, DType::BF16));
 }

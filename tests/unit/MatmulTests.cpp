@@ -15,11 +15,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "PtxasUtil.h"
 #include "common/Numerics.h"
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -91,30 +90,6 @@ std::string describe(const MatmulSpec &s) {
          (s.trans_b ? " b^T" : "") + (s.has_bias ? " +bias" : "");
 }
 
-std::string ptxasPath() {
-#ifdef TOKAMAX_PTXAS
-  if (std::filesystem::is_regular_file(TOKAMAX_PTXAS))
-    return TOKAMAX_PTXAS;
-#endif
-  return std::filesystem::is_regular_file("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas" : "";
-}
-
-/// `ptxas -v`: {exit status, log}.
-std::pair<int, std::string> runPtxas(const std::string &ptxas, const std::string &ptx, const std::string &arch) {
-  static std::atomic<int> counter{0};
-  auto base = std::filesystem::temp_directory_path() /
-              ("tokamax-matmul-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  std::string src = base.string() + ".ptx", log = base.string() + ".log";
-  std::ofstream(src, std::ios::binary) << ptx;
-  std::string command = "'" + ptxas + "' -v -arch=" + arch + " '" + src + "' -o /dev/null > '" + log + "' 2>&1";
-  int status = std::system(command.c_str());
-  std::ifstream in(log, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  std::filesystem::remove(src);
-  std::filesystem::remove(log);
-  return {status, text};
-}
-
 bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
 
 size_t count(const std::string &text, const std::string &what) {
@@ -175,7 +150,7 @@ TEST_CASE("matmul specs are validated", "[matmul]") {
 }
 
 TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[matmul][ptx]") {
-  const std::string ptxas = ptxasPath();
+  const std::string ptxas = test::ptxas_path();
   if (ptxas.empty())
     WARN("ptxas not found: the PTX is checked textually only");
   struct Case {
@@ -205,7 +180,7 @@ TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[m
           CHECK(count(compiled.ptx, "bar.sync") == 1);
         if (ptxas.empty())
           continue;
-        auto [status, log] = runPtxas(ptxas, compiled.ptx, arch);
+        auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, arch);
         INFO(log);
         CHECK(status == 0);
         CHECK(contains(log, "0 bytes spill stores"));

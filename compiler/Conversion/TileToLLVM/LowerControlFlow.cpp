@@ -39,9 +39,8 @@ LogicalResult lowerRegionBody(TileLowering &t, Block &from, Block &to) {
   if (!to.empty() && to.back().hasTrait<OpTrait::IsTerminator>())
     to.back().erase();
   b.setInsertionPointToEnd(&to);
-  for (Operation &op : from.without_terminator())
-    if (failed(t.lowerOp(&op)))
-      return failure();
+  if (failed(t.lowerOps(from.without_terminator())))
+    return failure();
   b.create<scf::YieldOp>(from.getTerminator()->getLoc(),
                          flatten(t, from.getTerminator()->getOperands()));
   return success();

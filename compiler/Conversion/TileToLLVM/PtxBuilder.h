@@ -2,7 +2,8 @@
 //
 // Everything the NVVM dialect does not offer directly (predicated vector accesses with
 // a fallback value, approximate special functions, fp8 conversions, atomics with a
-// predicate, ldmatrix and mma.sync for tile.dot) is emitted here as LLVM inline assembly.
+// predicate, ldmatrix and mma.sync for tile.dot; mbarriers, TMA and wgmma for
+// tile.tma_dot) is emitted here as LLVM inline assembly.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -44,6 +45,32 @@ public:
                                      mlir::ValueRange a, mlir::ValueRange b, mlir::ValueRange c);
   /// f32 -> tf32 bits (i32), round to nearest, ties away from zero.
   mlir::Value f32ToTf32(mlir::Value x);
+
+  // Hopper (sm_90a): mbarriers, TMA and wgmma (PtxBuilderHopper.cpp). Shared-memory
+  // addresses are 32-bit (i32) shared-window addresses.
+  void mbarrierInit(mlir::Value bar, unsigned count);
+  void mbarrierInval(mlir::Value bar);
+  /// Arrives once and expects `bytes` more of asynchronous transactions this phase.
+  void mbarrierArriveExpectTx(mlir::Value bar, unsigned bytes);
+  void mbarrierArrive(mlir::Value bar);
+  /// Spins until the phase of parity `parity` (i32, 0 or 1) of `bar` has completed.
+  void mbarrierWait(mlir::Value bar, mlir::Value parity);
+  /// Orders this thread's generic-proxy shared accesses before later async-proxy ones.
+  void fenceProxyAsyncShared();
+  /// 2-D TMA load of one box at (inner, outer) through the tensor map at generic
+  /// address `tensorMap` into `dst`, completing on `bar`.
+  void tmaLoad2d(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,
+                 mlir::Value bar);
+  /// `bar.sync id, threads`: a barrier among `threads` threads (whole warps).
+  void namedBarrier(unsigned id, unsigned threads);
+  void wgmmaFence();
+  void wgmmaCommitGroup();
+  void wgmmaWaitGroup(unsigned pending);
+  /// `wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<ab>.<ab>` with both operands in
+  /// shared memory (64-bit matrix descriptors); acc holds n / 2 f32 and is accumulated.
+  llvm::SmallVector<mlir::Value> wgmma(unsigned n, llvm::StringRef ab, mlir::Value descA,
+                                       mlir::Value descB, mlir::ValueRange acc, bool transA,
+                                       bool transB);
 
 private:
   mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,

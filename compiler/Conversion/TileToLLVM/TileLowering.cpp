@@ -2,6 +2,9 @@
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <utility>
 
 using namespace mlir;
 
@@ -24,16 +27,34 @@ bool TileLowering::hasFp8Conversions() const {
 }
 
 LogicalResult TileLowering::lowerBlock(Block &block) {
-  for (Operation &op : block)
-    if (failed(lowerOp(&op)))
+  if (failed(lowerOps(block.without_terminator())))
+    return failure();
+  return lowerOp(block.getTerminator());
+}
+
+LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) {
+  for (auto it = ops.begin(); it != ops.end(); ++it) {
+    if (failed(lowerOp(&*it)))
       return failure();
+    auto [cond, threads] = std::exchange(pendingGuard_, {});
+    if (!cond)
+      continue;
+    auto guarded = b.create<scf::IfOp>(it->getLoc(), cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard insertion(b);
+    b.setInsertionPointToStart(&guarded.getThenRegion().front());
+    unsigned outer = std::exchange(barrierThreads_, threads);
+    LogicalResult rest = lowerOps({std::next(it), ops.end()});
+    barrierThreads_ = outer;
+    return rest;
+  }
   return success();
 }
 
 LogicalResult TileLowering::lowerOp(Operation *op) {
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
-                                          lowerDotOp, lowerShapeOp, lowerElementwiseOp};
+                                          lowerTmaDotOp, lowerDotOp, lowerShapeOp,
+                                          lowerElementwiseOp};
   for (Lowering lower : families) {
     bool handled = false;
     LogicalResult result = lower(*this, op, handled);
@@ -184,7 +205,12 @@ Value TileLowering::combine(ReduceKind kind, Value x, Value y) {
   llvm_unreachable("argmax combines pairs");
 }
 
-void TileLowering::barrier() { b.create<NVVM::Barrier0Op>(b.getUnknownLoc()); }
+void TileLowering::barrier() {
+  if (barrierThreads_)
+    ptx(b.getUnknownLoc()).namedBarrier(1, barrierThreads_);
+  else
+    b.create<NVVM::Barrier0Op>(b.getUnknownLoc());
+}
 
 int64_t knownMultipleOf(Value value) {
   if (auto cst = value.getDefiningOp<arith::ConstantOp>()) {

@@ -34,6 +34,12 @@ public:
   /// Lowers every operation of `block` in order at the builder's insertion point.
   mlir::LogicalResult lowerBlock(mlir::Block &block);
   mlir::LogicalResult lowerOp(mlir::Operation *op);
+  /// Lowers `ops` in order; after an op that called guardRest(), the remaining ones go
+  /// inside an scf.if on its condition (with barriers among the guarded threads only).
+  mlir::LogicalResult lowerOps(llvm::iterator_range<mlir::Block::iterator> ops);
+  /// The rest of the current block runs only where `cond` holds, among `threads`
+  /// threads (whole warps): a warp-specialized op's other warps skip it.
+  void guardRest(mlir::Value cond, unsigned threads) { pendingGuard_ = {cond, threads}; }
 
   const Registers &regs(mlir::Value value) const;
   bool hasRegs(mlir::Value value) const;
@@ -62,10 +68,15 @@ public:
 
   /// Combines two values of a reduction or an atomic.
   mlir::Value combine(ReduceKind kind, mlir::Value a, mlir::Value b);
-  /// Block-wide barrier.
+  /// Block-wide barrier (among the guarded threads inside guardRest's region).
   void barrier();
 
   PtxBuilder ptx(mlir::Location loc) { return PtxBuilder(b, loc); }
+
+  /// The generic address of the TMA tensor map the launcher passes for kernel tensor
+  /// parameter `param` (null when it has none).
+  mlir::Value tensorMap(mlir::Value param) const { return tensorMaps.lookup(param); }
+  void setTensorMap(mlir::Value param, mlir::Value map) { tensorMaps[param] = map; }
 
 private:
   mlir::OpBuilder &b;
@@ -73,6 +84,9 @@ private:
   mlir::Block *entry;
   mlir::Value lane, warp, shared;
   llvm::DenseMap<mlir::Value, Registers> values;
+  llvm::DenseMap<mlir::Value, mlir::Value> tensorMaps;
+  unsigned barrierThreads_ = 0;  // 0: every thread of the block
+  std::pair<mlir::Value, unsigned> pendingGuard_;
   std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
 };
 
@@ -84,6 +98,8 @@ mlir::LogicalResult lowerReduceOp(TileLowering &t, mlir::Operation *op, bool &ha
 mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.dot on tensor cores, and conversions into dot-operand layouts (before lowerShapeOp).
 mlir::LogicalResult lowerDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// tile.tma_dot: the TMA + mbarrier + wgmma main loop (sm_90a).
+mlir::LogicalResult lowerTmaDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);
 
 /// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).

@@ -12,6 +12,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <map>
+
 namespace tokamax::tile {
 #define GEN_PASS_DEF_CONVERTTILETOLLVM
 #include "compiler/Dialect/Tile/Transforms/Passes.h.inc"
@@ -46,25 +48,77 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       else
         return func.emitOpError("kernel parameter of type ") << type << " is not supported";
     }
+    // One TMA tensor map per tensor parameter a tile.tma_dot reads, appended to the
+    // parameters (128 bytes by value, read in place: grid constants).
+    std::map<unsigned, std::pair<int64_t, int64_t>> boxes;  // param -> (inner, outer)
+    unsigned producerWarps = 0;
+    WalkResult walked = func.walk([&](TmaDotOp dot) {
+      if (dot.getWarpSpecialize()) {
+        if (producerWarps) {
+          dot.emitOpError("is a second warp-specialized tma_dot in the kernel; a kernel has one producer");
+          return WalkResult::interrupt();
+        }
+        producerWarps = 4;
+      }
+      auto want = [&](Value operand, bool kMajor, int64_t rows) -> LogicalResult {
+        unsigned index = cast<BlockArgument>(operand).getArgNumber();
+        std::pair<int64_t, int64_t> box{dot.getBlockK(), kMajor ? rows : dot.getBlockK()};
+        auto [it, inserted] = boxes.emplace(index, box);
+        if (!inserted && it->second != box)
+          return dot.emitOpError("reads parameter ") << index << " with another TMA box than an earlier tma_dot";
+        return success();
+      };
+      if (failed(want(dot.getA(), !dot.getTransA(), dot.getBlockM())) ||
+          failed(want(dot.getB(), dot.getTransB(), dot.getBlockN())))
+        return WalkResult::interrupt();
+      return WalkResult::advance();
+    });
+    if (walked.wasInterrupted())
+      return failure();
+    unsigned userParams = params.size();
+    for (size_t i = 0; i < boxes.size(); ++i)
+      params.push_back(LLVM::LLVMPointerType::get(ctx));
+
     b.setInsertionPoint(func);
     unsigned warps = getNumWarps(func);
     int64_t shared = 0;
     if (auto attr = func->getAttrOfType<IntegerAttr>(kSharedBytesAttr))
       shared = attr.getInt();
 
+    // Static shared memory stops at 48 KiB; beyond it the scratch is dynamic (sized at
+    // launch, after the launcher raises the kernel's limit).
     LLVM::GlobalOp scratch;
+    bool dynamicShared = shared > 48 * 1024;
     if (shared > 0) {
-      auto arrayType = LLVM::LLVMArrayType::get(b.getI8Type(), shared);
+      auto arrayType = LLVM::LLVMArrayType::get(b.getI8Type(), dynamicShared ? 0 : shared);
       scratch = b.create<LLVM::GlobalOp>(func.getLoc(), arrayType, /*isConstant=*/false,
-                                         LLVM::Linkage::Internal,
+                                         dynamicShared ? LLVM::Linkage::External : LLVM::Linkage::Internal,
                                          (func.getName() + "_scratch").str(), Attribute(),
                                          /*alignment=*/16, /*addrSpace=*/3);
     }
     auto llvmFunc = b.create<LLVM::LLVMFuncOp>(
         func.getLoc(), func.getName(), LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params));
     llvmFunc->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), UnitAttr::get(ctx));
+    if (dynamicShared)
+      llvmFunc->setAttr(kDynamicSharedAttr, UnitAttr::get(ctx));
+    SmallVector<int64_t> mapInfo;
+    for (auto [i, entry] : llvm::enumerate(boxes)) {
+      unsigned index = userParams + i;
+      llvmFunc.setArgAttr(index, LLVM::LLVMDialect::getByValAttrName(),
+                          TypeAttr::get(LLVM::LLVMArrayType::get(b.getI8Type(), 128)));
+      llvmFunc.setArgAttr(index, LLVM::LLVMDialect::getAlignAttrName(), b.getI64IntegerAttr(64));
+      llvmFunc.setArgAttr(index, NVVM::NVVMDialect::getGridConstantAttrName(), UnitAttr::get(ctx));
+      mapInfo.append({int64_t(entry.first), entry.second.first, entry.second.second});
+    }
+    if (!mapInfo.empty())
+      llvmFunc->setAttr(kTensorMapsAttr, b.getDenseI64ArrayAttr(mapInfo));
     llvmFunc->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
-                      b.getDenseI32ArrayAttr({int32_t(32 * warps), 1, 1}));
+                      b.getDenseI32ArrayAttr({int32_t(32 * (warps + producerWarps)), 1, 1}));
+    if (producerWarps) {
+      llvmFunc->setAttr(kProducerWarpsAttr, b.getI32IntegerAttr(int32_t(producerWarps)));
+      // One program per SM: the ring fills shared memory anyway.
+      llvmFunc->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(1));
+    }
     for (auto attr : {kNumWarpsAttr, kSharedBytesAttr, kGridAttr})
       if (Attribute value = func->getAttr(attr))
         llvmFunc->setAttr(attr, value);
@@ -77,6 +131,8 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     TileLowering lowering(b, arch, entry, sharedBase);
     for (auto [old, lowered] : llvm::zip(func.getArguments(), entry->getArguments()))
       lowering.mapScalar(old, lowered);
+    for (auto [i, entry_] : llvm::enumerate(boxes))
+      lowering.setTensorMap(func.getArgument(entry_.first), entry->getArgument(userParams + i));
     if (failed(lowering.lowerBlock(func.getBody().front())))
       return failure();
     func.erase();

@@ -100,7 +100,20 @@ unsigned getNumWarps(Operation *op) {
   return 4;
 }
 
+TmaDotSmem getTmaDotSmem(TmaDotOp op) {
+  TmaDotSmem s;
+  unsigned bytes = elementBytes(cast<PointerType>(op.getA().getType()).getPointeeType());
+  s.aBytes = op.getBlockM() * op.getBlockK() * bytes;
+  s.bBytes = op.getBlockK() * op.getBlockN() * bytes;
+  s.stageBytes = (s.aBytes + s.bBytes + 1023) / 1024 * 1024;
+  s.barriers = op.getStages() * s.stageBytes;
+  s.total = 1024 + s.barriers + 16 * op.getStages();
+  return s;
+}
+
 int64_t getScratchBytes(Operation *op) {
+  if (auto dot = dyn_cast<TmaDotOp>(op))
+    return getTmaDotSmem(dot).total;
   if (auto reduce = dyn_cast<ReduceOp>(op)) {
     auto source = reduce.getSource().getType();
     if (!source.getEncoding())

@@ -41,6 +41,24 @@ compiler::Distribution getDistribution(mlir::RankedTensorType type);
 /// Warps per program of the kernel enclosing `op`.
 unsigned getNumWarps(mlir::Operation *op);
 
+/// Shared memory of a tile.tma_dot: a ring of `stages` buffers, each holding A's
+/// [BM, block_k] slice then B's [block_k, BN] slice on 1024-byte boundaries (where the
+/// 128-byte swizzle pattern repeats), then a `full` and an `empty` mbarrier per stage;
+/// `total` includes the slack that aligns the ring's start to 1024 bytes.
+struct TmaDotSmem {
+  int64_t aBytes, bBytes, stageBytes, barriers, total;
+};
+TmaDotSmem getTmaDotSmem(TmaDotOp op);
+
+/// Attribute name on lowered kernels: [param, box inner, box outer] per TMA tensor map
+/// the runtime encodes and appends to the launch parameters.
+inline constexpr llvm::StringLiteral kTensorMapsAttr = "tile.tensor_maps";
+/// Warps a lowered kernel runs beyond its `tile.num_warps` (a warp-specialized
+/// tile.tma_dot's producer warpgroup); the launch adds them to the block.
+inline constexpr llvm::StringLiteral kProducerWarpsAttr = "tile.producer_warps";
+/// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).
+inline constexpr llvm::StringLiteral kDynamicSharedAttr = "tile.dynamic_shared";
+
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
 

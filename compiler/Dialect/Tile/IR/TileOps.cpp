@@ -1,9 +1,11 @@
 //===- TileOps.cpp - Verifiers and folds of tile operations -----------------===//
 #include "compiler/Dialect/Tile/IR/TileDialect.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
 using namespace tokamax::tile;
@@ -221,6 +223,55 @@ LogicalResult DotOp::verify() {
            << acc.getElementType();
   if (getResult().getType() != acc)
     return emitOpError("result type must equal the accumulator type");
+  return success();
+}
+
+LogicalResult TmaDotOp::verify() {
+  for (Value operand : {getA(), getB()}) {
+    auto arg = dyn_cast<BlockArgument>(operand);
+    if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
+      return emitOpError("a and b must be kernel tensor parameters (the runtime encodes their tensor maps)");
+  }
+  Type elem = pointee(getA().getType());
+  if (elem != pointee(getB().getType()))
+    return emitOpError("a and b must have one element type");
+  if (!elem.isBF16() && !elem.isF16())
+    return emitOpError("operands must be bf16 or f16, got ") << elem;
+  if (getADims().size() != 2 || getBDims().size() != 2)
+    return emitOpError("a and b must be 2-D");
+  int64_t kb = getTransB() ? getBDims()[1] : getBDims()[0];
+  if (getK() != kb)
+    return emitOpError("inner dimensions differ: op(a) has K = ") << getK() << ", op(b) has K = " << kb;
+  auto acc = getAcc().getType();
+  if (acc.getRank() != 2 || !acc.getElementType().isF32())
+    return emitOpError("the accumulator must be a 2-D f32 tile, got ") << acc;
+  int64_t bm = acc.getDimSize(0), bn = acc.getDimSize(1);
+  if (bm % 64 != 0 || bm > 256)
+    return emitOpError("block M must be 64, 128 or 256 (wgmma works on 64-row slabs), got ") << bm;
+  if (bn < 64 || bn > 256 || !isPowerOfTwo(bn))
+    return emitOpError("block N must be 64, 128 or 256, got ") << bn;
+  if (getBlockK() * 2 != 128)
+    return emitOpError("block_k must span one 128-byte swizzle row (64 16-bit elements), got ") << getBlockK();
+  if (getStages() < 2 || getStages() > 8)
+    return emitOpError("stages must be in [2, 8], got ") << getStages();
+  if (getWarpSpecialize()) {
+    // The producer warps skip the rest of the op's block: nothing computed there may
+    // leave it, and the block is the kernel body or a loop directly in it.
+    Operation *parent = (*this)->getParentOp();
+    bool topLevel = isa<FunctionOpInterface>(parent) ||
+                    (isa<scf::ForOp>(parent) && isa<FunctionOpInterface>(parent->getParentOp()));
+    if (!topLevel)
+      return emitOpError("with warp_specialize must sit in the kernel body or in a loop directly in it");
+    for (Value v : (*this)->getBlock()->getTerminator()->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && def->getBlock() == (*this)->getBlock() &&
+                                              (*this)->isBeforeInBlock(def))
+        return emitOpError("with warp_specialize: its loop may not carry values computed after it (only its own "
+                           "warps run that part)");
+  }
+  for (ArrayRef<int64_t> dims : {getADims(), getBDims()})
+    if (dims[1] % 8 != 0)
+      return emitOpError("rows of a and b must be multiples of 16 bytes (TMA), got a row of ") << dims[1]
+             << " elements";
   return success();
 }
 

@@ -205,6 +205,44 @@ def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
   let hasVerifier = 1;
 }
 
+def Tile_TmaDotOp : Tile_Op<"tma_dot", [MemoryEffects<[MemRead]>, AllTypesMatch<["acc", "result"]>]> {
+  let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
+  let description = [{
+    A whole matrix-product main loop: `a` and `b` are kernel tensor parameters (2-D,
+    row-major, `a_dims` / `b_dims`); op(a) is a ([M, K]) or a^T (a is [K, M] when
+    `trans_a`), op(b) is b ([K, N]) or b^T (b is [N, K] when `trans_b`). Out-of-range
+    rows, columns and K read as zero, so no dimension needs to be a multiple of the
+    block. The result is the f32 accumulator [BM, BN].
+
+    On the GPU (LowerTmaDot.cpp) the runtime encodes one TMA tensor map per operand;
+    `block_k`-wide slices of both operands stream through a ring of `stages` shared-
+    memory buffers (cp.async.bulk.tensor, 128-byte swizzle, completion on mbarriers) and
+    every warpgroup issues wgmma.mma_async m64nBNk16 on its 64-row slabs straight from
+    shared memory. The accumulator takes the mma layout with every warp along M.
+
+    With `warp_specialize`, the kernel gets one more warpgroup (a producer): one of its
+    threads issues every TMA load while the kernel's `num_warps` warps only wait and
+    issue wgmma; the producer gives its registers to them (setmaxnreg) and exits, so the
+    op must sit at the top level of the kernel body.
+  }];
+  let arguments = (ins Tile_PtrType:$a, Tile_PtrType:$b, I32:$m0, I32:$n0, Tile_ScalarTensor:$acc,
+                       DenseI64ArrayAttr:$a_dims, DenseI64ArrayAttr:$b_dims,
+                       BoolAttr:$trans_a, BoolAttr:$trans_b, I64Attr:$block_k, I64Attr:$stages,
+                       DefaultValuedAttr<BoolAttr, "false">:$warp_specialize);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b `[` $m0 `,` $n0 `]` `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getM() { return getTransA() ? getADims()[1] : getADims()[0]; }
+    int64_t getK() { return getTransA() ? getADims()[0] : getADims()[1]; }
+    int64_t getN() { return getTransB() ? getBDims()[0] : getBDims()[1]; }
+    int64_t getBlockM() { return getAcc().getType().getDimSize(0); }
+    int64_t getBlockN() { return getAcc().getType().getDimSize(1); }
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Compiler-inserted operations
 //===----------------------------------------------------------------------===//

@@ -5,7 +5,9 @@
 // (LowerDot.cpp) are staged together instead: A at 0, B after it (tile.scratch_offset,
 // tile.scratch_with_previous), written before one barrier and read after it. In a loop
 // body they also alternate between two such buffers (tile.scratch_stride), so a k-loop
-// needs one barrier per iteration: the next iteration writes the other buffer.
+// needs one barrier per iteration: the next iteration writes the other buffer. A
+// warp-specialized tile.tma_dot's ring is in use across the rest of the kernel: it gets
+// a region of its own after the shared ones.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -44,10 +46,20 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         }
       });
       int64_t bytes = 0;
+      SmallVector<TmaDotOp> rings;
       func.walk([&](Operation *op) {
-        if (int64_t need = getScratchBytes(op))
+        if (auto dot = dyn_cast<TmaDotOp>(op); dot && dot.getWarpSpecialize())
+          rings.push_back(dot);
+        else if (int64_t need = getScratchBytes(op))
           bytes = std::max(bytes, getScratchOffset(op) + getScratchStride(op) + need);
       });
+      // A warp-specialized tma_dot's producer refills its ring while the other warps
+      // run what follows it: the ring sits after every other user.
+      for (TmaDotOp dot : rings) {
+        bytes = (bytes + 1023) / 1024 * 1024;
+        dot->setAttr(kScratchOffsetAttr, i64(bytes));
+        bytes += getScratchBytes(dot);
+      }
       // Round up so vector accesses to scratch stay aligned.
       bytes = (bytes + 15) / 16 * 16;
       func->setAttr(kSharedBytesAttr,

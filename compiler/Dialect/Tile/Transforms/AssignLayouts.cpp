@@ -10,7 +10,9 @@
 // 4. Disagreeing operands get tile.convert_layout; canonicalization later folds the ones
 //    whose producer is a splat or an arange. A broadcast (of an expand_dims) is rebuilt
 //    in the wanted layout instead, so only its small source moves.
-// 5. tile.dot on 16-bit or f32 tiles: the result and accumulator take the mma.sync
+// 5. tile.tma_dot: the accumulator and result take the mma layout with every warp along
+//    M (warpsPerCTA = [num_warps, 1]), which is wgmma's accumulator layout per warpgroup.
+// 6. tile.dot on 16-bit or f32 tiles: the result and accumulator take the mma.sync
 //    accumulator layout, a and b the dot-operand layouts (the conversions into them are
 //    the operands' trip through shared memory). Loop-carried accumulators take the mma
 //    layout from the start, so k-loops never convert the accumulator.
@@ -148,6 +150,13 @@ private:
         setLayout(dot.getResult(), mma);
         return;
       }
+    if (auto dot = dyn_cast<TmaDotOp>(op)) {
+      // Every warp along M: each warpgroup owns 64-row slabs, as wgmma writes them.
+      auto mma = MmaLayoutAttr::get(op->getContext(), {numWarps, 1u});
+      convertOperand(op, dot.getAccMutable(), mma);
+      setLayout(dot.getResult(), mma);
+      return;
+    }
     if (isa<BlockLoadOp, SplatOp, ArangeOp, ReshapeOp, DotOp, arith::ConstantOp>(op)) {
       for (Value result : op->getResults())
         if (isa<RankedTensorType>(result.getType()))

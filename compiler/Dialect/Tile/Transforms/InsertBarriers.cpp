@@ -6,7 +6,8 @@
 // the last barrier on some path to it. The two operand conversions of a tile.dot are
 // staged together (see tile-allocate-shared) and, double-buffered in a k-loop, need no
 // barrier at the back edge: one barrier per iteration remains, their own. Loops iterate
-// to a fixed point; branches join.
+// to a fixed point; branches join. A warp-specialized tile.tma_dot's ring is a region of
+// its own whose reuse its mbarriers order: it never needs a barrier.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -132,6 +133,8 @@ Dirty walk(Block &block, Dirty dirty, bool insert) {
     }
     if (getScratchBytes(&op) == 0 || op.hasAttr(kScratchWithPreviousAttr))
       continue; // not a user, or staged with the user before it
+    if (auto dot = dyn_cast<TmaDotOp>(op); dot && dot.getWarpSpecialize())
+      continue; // its own region, ordered by its mbarriers
     Dirty ranges{rangeOf(&op)};
     Operation *next = op.getNextNode();
     if (next && next->hasAttr(kScratchWithPreviousAttr) && getScratchBytes(next) > 0)

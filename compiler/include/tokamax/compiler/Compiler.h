@@ -34,12 +34,21 @@ struct TOKAMAX_API KernelParam {
   std::vector<int64_t> shape;  ///< tensors only
 };
 
+/// A TMA tensor map the launcher encodes for a 2-D tensor parameter and passes after the
+/// kernel's own parameters (128-byte swizzle, zero fill out of bounds).
+struct TOKAMAX_API TensorMapParam {
+  uint32_t param = 0;  ///< index of the tensor parameter
+  uint32_t box_inner = 0, box_outer = 0;  ///< box extent along the contiguous dimension, and the other
+};
+
 struct TOKAMAX_API LaunchInfo {
   std::string kernel_name;
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block_threads = 128;
   uint32_t shared_bytes = 0;
+  bool dynamic_shared = false;  ///< shared_bytes is passed at launch (over 48 KiB)
   std::vector<KernelParam> params;
+  std::vector<TensorMapParam> tensor_maps;
   std::string assembler;  ///< what made the cubin, e.g. "nvJitLink 13.0"
 
   std::string to_json() const;

@@ -117,6 +117,27 @@ TOKAMAX_API Value atomic_cas(const Value &ptrs, const Value &compare, const Valu
 
 constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+class TensorArg;
+
+/// Options of tma_dot: the K slice each pipeline stage holds and how many stages.
+struct TOKAMAX_API TmaDotOptions {
+  int64_t block_k = 64;   ///< one 128-byte swizzle row of 16-bit elements
+  int64_t stages = 4;     ///< shared-memory ring depth
+  bool trans_a = false;   ///< a is [K, M]
+  bool trans_b = false;   ///< b is [N, K]
+  /// A producer warpgroup (added to the kernel's warps) issues the loads while the
+  /// kernel's warps only issue wgmma; the op must then sit at the kernel's top level.
+  bool warp_specialize = true;
+};
+
+/// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with
+/// acc an f32 [BM, BN] tile (BM in {64, 128, 256}, BN in {64, 128, 256}); a and b are
+/// bf16 or f16 kernel tensors whose rows are multiples of 16 bytes. Elements outside
+/// the tensors read as zero. On the GPU this is a TMA + mbarrier + wgmma pipeline and
+/// needs sm_90a; the interpreter runs it anywhere.
+TOKAMAX_API Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0,
+                          const Value &acc, const TmaDotOptions &options = {});
+
 /// A tensor parameter of the kernel: a pointer plus the static shape and strides.
 class TOKAMAX_API TensorArg {
 public:
@@ -135,6 +156,8 @@ public:
 
 private:
   friend class Kernel;
+  friend Value tma_dot(const TensorArg &, const TensorArg &, const Value &, const Value &, const Value &,
+                       const TmaDotOptions &);
   KernelBuilder *builder_ = nullptr;
   unsigned index_ = 0;
   std::string name_;

@@ -17,16 +17,11 @@
 #include <tokamax/runtime/Tensor.h>
 
 #include <optional>
+#include <string>
 
 namespace tokamax {
 class Stream;
 
-struct TOKAMAX_API MatmulOptions {
-  bool trans_a = false;  ///< a is [K, M] (used transposed)
-  bool trans_b = false;  ///< b is [N, K] (used transposed)
-  double alpha = 1.0;
-  std::optional<TensorView> bias;  ///< [N], c's dtype, added to every row
-};
 
 struct TOKAMAX_API MatmulSpec {
   int64_t m = 0, n = 0, k = 0;
@@ -39,6 +34,21 @@ struct TOKAMAX_API MatmulConfig {
   int64_t block_m = 128, block_n = 128, block_k = 32;  ///< powers of two
   int64_t group_m = 8;  ///< programs along M sharing B blocks in L2 (grouped launch order)
   int num_warps = 8;
+  int64_t num_stages = 4;  ///< hopper: depth of the shared-memory ring
+  bool warp_specialize = true;  ///< hopper: a producer warpgroup issues the loads
+  int64_t programs = 0;  ///< hopper: persistent grid of this many programs (0: one per tile)
+};
+
+struct TOKAMAX_API MatmulOptions {
+  bool trans_a = false;  ///< a is [K, M] (used transposed)
+  bool trans_b = false;  ///< b is [N, K] (used transposed)
+  double alpha = 1.0;
+  std::optional<TensorView> bias;  ///< [N], c's dtype, added to every row
+  /// "hopper", "tile" or "reference"; empty: hopper on sm_90a when it serves the call,
+  /// else tile, and reference for f64. An explicit one that cannot serve the call throws
+  /// NotSupported with the reason.
+  std::string implementation;
+  std::optional<MatmulConfig> config;  ///< else the implementation's heuristic
 };
 
 TOKAMAX_API MatmulConfig default_config(const MatmulSpec &spec);
@@ -46,8 +56,18 @@ TOKAMAX_API MatmulConfig default_config(const MatmulSpec &spec);
 TOKAMAX_API dsl::Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config);
 TOKAMAX_API dsl::Kernel matmul_reference_kernel(const MatmulSpec &spec);
 
-/// c = alpha * op(a) @ op(b) (+ bias); a, b (one dtype), c and bias contiguous. bf16, f16
-/// and f32 run the tile kernel, f64 the reference kernel.
+/// The `hopper` kernel (sm_90a): tma_dot main loop (TMA into a shared-memory ring,
+/// wgmma from shared memory, a producer warpgroup), grouped tile order, the same
+/// epilogue; with config.programs > 0 a persistent grid loops over the tiles. Serves bf16 and
+/// f16 when the rows of a and b are multiples of 16 bytes; hopper_unsupported() says why
+/// not otherwise (empty when it serves the spec).
+TOKAMAX_API std::string hopper_unsupported(const MatmulSpec &spec);
+/// Persistent over `sm_count` programs (one per SM).
+TOKAMAX_API MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count = 132);
+TOKAMAX_API dsl::Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config);
+
+/// c = alpha * op(a) @ op(b) (+ bias); a, b (one dtype), c and bias contiguous; the
+/// implementation as MatmulOptions::implementation says.
 TOKAMAX_API void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
                         const MatmulOptions &options = {});
 

@@ -13,6 +13,7 @@ namespace tokamax {
 struct TOKAMAX_API RegisteredKernel {
   std::string name;         ///< e.g. "softmax[16384x4096 bf16]"
   std::function<dsl::Kernel()> build;
+  std::string only_arch;    ///< non-empty: the one architecture it compiles for (e.g. "sm_90a")
 };
 
 /// The example ops at the shapes the examples and benchmarks use.

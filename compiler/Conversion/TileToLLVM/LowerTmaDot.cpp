@@ -1,0 +1,320 @@
+//===- LowerTmaDot.cpp - tile.tma_dot: TMA + mbarrier ring + wgmma ----------===//
+//
+// The main loop of a Hopper matrix product, per program. Two schedules share the ring,
+// the descriptors and the wgmma issue:
+//
+// In order (warp_specialize = false), the kernel's own warps do everything:
+//   thread 0: init full[s] (1 arrival + the TMA bytes) and empty[s] (one arrival per
+//             warp) for every stage; barrier
+//   thread 0: fill the first `stages` stages (expect_tx, then TMA of A's and B's slices)
+//   for kt in [0, K / block_k):
+//     s = kt % stages; wait full[s] with parity (kt / stages) & 1
+//     wgmma.fence; per 16-wide K step and 64-row slab: wgmma (descriptors into stage s)
+//     commit; wait until at most one group is pending: stage (kt - 1) is no longer read
+//     lane 0 of every warp: arrive on empty[(kt - 1) % stages]
+//     thread 0: once empty completes, refill that stage with K slice kt - 1 + stages
+//   wait for every group; barrier; thread 0 invalidates the barriers
+//
+// Warp-specialized, one more warpgroup (the producer, warps num_warps ..) joins. The
+// ring and its barriers are set up once: before the op, or before the loop holding it
+// (a persistent kernel, one tile per iteration). Slices are numbered across the whole
+// run (iteration i uses i * kTiles ..), so stage and phase follow from the number alone.
+// The producer's first thread runs the loads (wait empty[s], expect_tx, TMA); the
+// consumers run the loop above without the refill and also release the last slice. The
+// rest of the op's block (the epilogue) is the consumers' alone (TileLowering::guardRest,
+// barriers among 32 * num_warps threads), so the producer goes straight on to the next
+// tile's loads while the consumers store this one.
+//
+// Shared memory (getTmaDotSmem) is the op's scratch region, aligned up to 1024 bytes.
+// TMA writes each box with the 128-byte swizzle; the wgmma descriptors name the same
+// swizzle: K-major operands (A, or B given as [N, K]) are [rows][64] boxes with 128-byte
+// rows (stride between 8-row groups 1024 bytes), MN-major operands (A given as [K, M],
+// B as [K, N]) are [64 K rows][64] boxes side by side along M or N (8192 bytes apart).
+// Out-of-range rows and columns of a box are zero-filled by TMA, so ragged M, N and K
+// need no masking. The accumulator layout (#tile.mma, every warp along M) puts warp w's
+// rows at 16 w + 16 W r: warpgroup g's slab r is rows 64 g + 16 W r .. + 63, exactly what
+// one wgmma m64 writes.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+constexpr int64_t kSwizzleRow = 128;   // bytes per swizzled row
+constexpr int64_t kBoxBytes = 64 * kSwizzleRow;  // one [64][64] 16-bit MN-major box
+
+struct TmaDotLowering {
+  TileLowering &t;
+  TmaDotOp op;
+  Location loc;
+  OpBuilder &b;
+  TmaDotSmem smem;
+  int64_t bm, bn, bk, stages, kTiles;
+  unsigned warps;
+  bool transA, transB;
+  Value ring, tid, mapA, mapB, m0, n0;
+
+  TmaDotLowering(TileLowering &t, TmaDotOp op)
+      : t(t), op(op), loc(op.getLoc()), b(t.builder()), smem(getTmaDotSmem(op)), bm(op.getBlockM()),
+        bn(op.getBlockN()), bk(op.getBlockK()), stages(op.getStages()), warps(getNumWarps(op)),
+        transA(op.getTransA()), transB(op.getTransB()) {
+    kTiles = (op.getK() + bk - 1) / bk;
+  }
+
+  Value c32(int64_t v) { return t.i32(v); }
+  Value add(Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y); }
+  Value add(Value x, int64_t y) { return y ? add(x, c32(y)) : x; }
+  Value mul(Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c32(y)); }
+  Value eq(Value x, int64_t y) { return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, x, c32(y)); }
+  Value full(Value s) { return add(add(ring, smem.barriers), mul(s, 8)); }
+  Value empty(Value s) { return add(add(ring, smem.barriers + 8 * stages), mul(s, 8)); }
+  Value stageBase(Value s) { return add(ring, mul(s, smem.stageBytes)); }
+
+  void when(Value cond, const std::function<void()> &body) {
+    auto branch = b.create<scf::IfOp>(loc, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&branch.getThenRegion().front());
+    body();
+  }
+
+  /// Thread 0: expect the stage's bytes, then the TMA boxes of K slice `kt` into stage `s`.
+  void issue(Value s, Value kt) {
+    PtxBuilder ptx = t.ptx(loc);
+    Value bar = full(s), base = stageBase(s), k0 = mul(kt, bk);
+    ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(smem.aBytes + smem.bBytes));
+    // K-major: one [rows][64] box at (k0, row0). MN-major: [64 K][64] boxes at (col, k0).
+    auto load = [&](Value map, Value dst, bool kMajor, Value first, int64_t extent) {
+      if (kMajor)
+        return ptx.tmaLoad2d(dst, map, k0, first, bar);
+      for (int64_t j = 0; j < extent / 64; ++j)
+        ptx.tmaLoad2d(add(dst, j * kBoxBytes), map, add(first, 64 * j), k0, bar);
+    };
+    load(mapA, base, !transA, m0, bm);
+    load(mapB, add(base, smem.aBytes), transB, n0, bn);
+  }
+
+  /// 64-bit wgmma matrix descriptor with the 128-byte swizzle.
+  Value descriptor(Value addr, int64_t leading, int64_t stride) {
+    auto i64 = [&](int64_t v) { return t.i64(v); };
+    Value a = b.create<arith::ExtUIOp>(loc, b.getI64Type(), addr);
+    a = b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, a, i64(4)), i64(0x3FFF));
+    int64_t fixed = ((leading >> 4) & 0x3FFF) << 16 | ((stride >> 4) & 0x3FFF) << 32 | int64_t(1) << 62;
+    return b.create<arith::OrIOp>(loc, a, i64(fixed));
+  }
+
+  /// Descriptor of operand `opIdx` for K step `kk` (16 elements) in the stage at `base`;
+  /// `rows` is the slab's first row (A) and is 0 for B.
+  Value operandDesc(Value base, bool kMajor, int64_t rows, int64_t kk) {
+    if (kMajor)  // rows of 128 bytes; K step = 32 bytes inside the swizzled row
+      return descriptor(add(base, rows * kSwizzleRow + kk * 32), 16, 1024);
+    // [64 K][64] boxes along M/N: the slab's box, K step = 16 rows of 128 bytes.
+    return descriptor(add(base, (rows / 64) * kBoxBytes + kk * 16 * kSwizzleRow), kBoxBytes, 1024);
+  }
+
+  Value parityOf(Value slice, int64_t lap = 0) {
+    Value laps = b.create<arith::DivUIOp>(loc, slice, c32(stages));
+    return b.create<arith::AndIOp>(loc, add(laps, lap), c32(1));
+  }
+  Value stageOf(Value slice) { return b.create<arith::RemUIOp>(loc, slice, c32(stages)); }
+
+  /// Producer (one thread): K slices base .. base + kTiles - 1 of the ring, in order,
+  /// each once the consumers have released the slice `stages` before it.
+  void produce(Value base) {
+    auto loop = b.create<scf::ForOp>(loc, c32(0), c32(kTiles), c32(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value kt = loop.getInductionVar(), slice = add(base, kt), s = stageOf(slice);
+    // Lap n >= 1 of stage s waits for the consumers' n-th release (phase n - 1).
+    when(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, slice, c32(stages)),
+         [&] { t.ptx(loc).mbarrierWait(empty(s), parityOf(slice, 1)); });
+    issue(s, kt);
+  }
+
+  /// Consumers: wgmma over K slices base .. base + kTiles - 1, releasing each slice once
+  /// the next one's group is issued. In order (`refill`), thread 0 also reloads the
+  /// released stage. Returns the accumulator registers.
+  FailureOr<SmallVector<Value>> consume(Value base, ValueRange inits, bool refill) {
+    // Accumulator registers per (slab, wgmma output index).
+    auto accType = cast<RankedTensorType>(op.getResult().getType());
+    compiler::Distribution dist = getDistribution(accType);
+    std::map<std::vector<int64_t>, int64_t> byCoords;
+    for (int64_t r = 0; r < dist.num_registers(); ++r)
+      byCoords.emplace(dist.coords(0, 0, r), r);
+    int64_t slabs = bm / (16 * warps), perSlab = bn / 2;
+    std::vector<int64_t> regOf(static_cast<size_t>(slabs * perSlab));
+    for (int64_t r = 0; r < slabs; ++r)
+      for (int64_t i = 0; i < perSlab; ++i) {
+        std::vector<int64_t> at{16 * int64_t(warps) * r + 8 * ((i % 4) / 2), 8 * (i / 4) + i % 2};
+        auto it = byCoords.find(at);
+        if (it == byCoords.end() || dist.num_registers() != slabs * perSlab)
+          return op.emitOpError("accumulator layout does not match wgmma's fragments: ") << accType;
+        regOf[static_cast<size_t>(r * perSlab + i)] = it->second;
+      }
+
+    PtxBuilder ptx = t.ptx(loc);
+    Value lane0 = eq(t.laneId(), 0);
+    auto loop = b.create<scf::ForOp>(loc, c32(0), c32(kTiles), c32(1), inits);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value kt = loop.getInductionVar(), slice = add(base, kt), s = stageOf(slice);
+      SmallVector<Value> acc(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+      ptx.mbarrierWait(full(s), parityOf(slice));
+      ptx.wgmmaFence();
+      Value stage = stageBase(s), stageB = add(stage, smem.aBytes);
+      Value group = b.create<arith::DivUIOp>(loc, t.warpId(), c32(4));
+      Value slabBase = add(stage, Value(mul(group, transA ? kBoxBytes : 64 * kSwizzleRow)));
+      StringRef ab = cast<PointerType>(op.getA().getType()).getPointeeType().isBF16() ? "bf16" : "f16";
+      for (int64_t kk = 0; kk < bk / 16; ++kk) {
+        Value descB = operandDesc(stageB, transB, 0, kk);
+        for (int64_t r = 0; r < slabs; ++r) {
+          SmallVector<Value> in;
+          for (int64_t i = 0; i < perSlab; ++i)
+            in.push_back(acc[regOf[r * perSlab + i]]);
+          Value descA = operandDesc(slabBase, !transA, 16 * warps * r, kk);
+          SmallVector<Value> out = ptx.wgmma(static_cast<unsigned>(bn), ab, descA, descB, in, transA, !transB);
+          for (int64_t i = 0; i < perSlab; ++i)
+            acc[regOf[r * perSlab + i]] = out[i];
+        }
+      }
+      ptx.wgmmaCommitGroup();
+      ptx.wgmmaWaitGroup(1);
+      // The previous slice's group has completed in this warp: release its stage.
+      Value notFirst = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, kt, c32(0));
+      Value prevStage = stageOf(add(slice, stages - 1));
+      when(b.create<arith::AndIOp>(loc, notFirst, lane0), [&] { ptx.mbarrierArrive(empty(prevStage)); });
+      if (refill) {
+        Value prev = add(kt, -1);
+        Value more = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, add(prev, stages), c32(kTiles));
+        when(b.create<arith::AndIOp>(loc, b.create<arith::AndIOp>(loc, notFirst, more), eq(tid, 0)), [&] {
+          ptx.mbarrierWait(empty(prevStage), parityOf(prev));
+          issue(prevStage, add(prev, stages));
+        });
+      }
+      b.create<scf::YieldOp>(loc, acc);
+    }
+    ptx.wgmmaWaitGroup(0);
+    if (!refill)  // the last slice too: the producer's next pass reuses its stage
+      when(lane0, [&] { ptx.mbarrierArrive(empty(stageOf(add(base, kTiles - 1)))); });
+    return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+  }
+
+  /// Ring address, barrier init and the barrier after it, at the builder's point.
+  void setUp() {
+    PtxBuilder ptx = t.ptx(loc);
+    tid = add(mul(t.warpId(), 32), t.laneId());
+    Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
+    ring = b.create<arith::AndIOp>(loc, add(raw, 1023), c32(~int64_t(1023)));
+    when(eq(tid, 0), [&] {
+      for (int64_t s = 0; s < stages; ++s) {
+        ptx.mbarrierInit(full(c32(s)), 1);
+        ptx.mbarrierInit(empty(c32(s)), warps);
+      }
+      // Earlier generic accesses to this scratch come before the TMA writes.
+      ptx.fenceProxyAsyncShared();
+    });
+    t.barrier();
+  }
+
+  LogicalResult run() {
+    if (t.arch() != "sm_90a")
+      return op.emitOpError("needs sm_90a (wgmma and TMA), compiling for ") << t.arch();
+    if (warps % 4 != 0 || bm % (16 * warps) != 0)
+      return op.emitOpError("needs num_warps a multiple of 4 (whole warpgroups) and block M a multiple of 16 * "
+                            "num_warps; got ")
+             << warps << " warps for block M " << bm;
+    mapA = t.tensorMap(op.getA());
+    mapB = t.tensorMap(op.getB());
+    if (!mapA || !mapB)
+      return op.emitOpError("has no tensor map for its operands (the kernel lowering must add them)");
+    m0 = t.regs(op.getM0())[0];
+    n0 = t.regs(op.getN0())[0];
+    const Registers &accIn = t.regs(op.getAcc());
+    SmallVector<Value> inits(accIn.begin(), accIn.end());
+    PtxBuilder ptx = t.ptx(loc);
+
+    if (!op.getWarpSpecialize()) {
+      setUp();
+      when(eq(tid, 0), [&] {
+        for (int64_t s = 0; s < std::min(stages, kTiles); ++s)
+          issue(c32(s), c32(s));
+      });
+      FailureOr<SmallVector<Value>> acc = consume(c32(0), inits, /*refill=*/true);
+      if (failed(acc))
+        return failure();
+      t.barrier();
+      when(eq(tid, 0), [&] {
+        for (int64_t s = 0; s < stages; ++s) {
+          ptx.mbarrierInval(full(c32(s)));
+          ptx.mbarrierInval(empty(c32(s)));
+        }
+      });
+      t.setRegs(op.getResult(), Registers(acc->begin(), acc->end()));
+      return success();
+    }
+
+    // Warp-specialized: the ring lives across the kernel. In a loop (a persistent
+    // kernel), it is set up once before the loop and iteration i uses slices
+    // i * kTiles .. of it, so the producer runs ahead into the next iteration's loads
+    // while the consumers finish this one.
+    auto loop = dyn_cast<scf::ForOp>(b.getInsertionBlock()->getParentOp());
+    {
+      OpBuilder::InsertionGuard guard(b);
+      if (loop)
+        b.setInsertionPoint(loop);
+      setUp();
+    }
+    Value base = c32(0);
+    if (loop) {
+      Value trips = b.create<arith::DivUIOp>(loc, b.create<arith::SubIOp>(loc, loop.getInductionVar(), loop.getLowerBound()),
+                                             loop.getStep());
+      base = mul(trips, kTiles);
+    }
+    // The warp index broadcast from lane 0: ptxas then knows the roles are warp-uniform
+    // and keeps the consumers' wgmma chain asynchronous inside their branch.
+    Value warp = b.create<NVVM::ShflOp>(loc, b.getI32Type(), c32(-1), t.warpId(), c32(0), c32(31),
+                                        NVVM::ShflKind::idx, UnitAttr());
+    Value producer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, warp, c32(warps));
+    SmallVector<Type> types;
+    for (Value v : inits)
+      types.push_back(v.getType());
+    auto split = b.create<scf::IfOp>(loc, types, producer, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&split.getThenRegion().front());
+      when(eq(tid, 32 * int64_t(warps)), [&] { produce(base); });
+      b.create<scf::YieldOp>(loc, inits);
+      b.setInsertionPointToStart(&split.getElseRegion().front());
+      FailureOr<SmallVector<Value>> acc = consume(base, inits, /*refill=*/false);
+      if (failed(acc))
+        return failure();
+      b.create<scf::YieldOp>(loc, *acc);
+    }
+    t.setRegs(op.getResult(), Registers(split.getResults().begin(), split.getResults().end()));
+    // What follows in this block is the consumers' alone.
+    t.guardRest(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, warp, c32(warps)), 32 * warps);
+    return success();
+  }
+};
+
+} // namespace
+
+LogicalResult lowerTmaDotOp(TileLowering &t, Operation *op, bool &handled) {
+  auto dot = dyn_cast<TmaDotOp>(op);
+  if (!dot)
+    return success();
+  handled = true;
+  return TmaDotLowering(t, dot).run();
+}
+
+} // namespace tokamax::tile

@@ -1,0 +1,94 @@
+//===- PtxBuilderHopper.cpp - mbarrier, TMA and wgmma inline PTX ------------===//
+//
+// The sm_90a half of PtxBuilder: what tile.tma_dot's pipeline issues. Every instruction
+// here has side effects (it touches shared memory, barriers or the async proxy), so none
+// of it is ever hoisted or merged.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/PtxBuilder.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+void PtxBuilder::mbarrierInit(Value bar, unsigned count) {
+  asmCall(Type(), ValueRange{bar}, llvm::formatv("mbarrier.init.shared::cta.b64 [$0], {0};", count).str(), "r",
+          true);
+}
+
+void PtxBuilder::mbarrierInval(Value bar) {
+  asmCall(Type(), ValueRange{bar}, "mbarrier.inval.shared::cta.b64 [$0];", "r", true);
+}
+
+void PtxBuilder::mbarrierArriveExpectTx(Value bar, unsigned bytes) {
+  asmCall(Type(), ValueRange{bar},
+          llvm::formatv("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {0};", bytes).str(), "r", true);
+}
+
+void PtxBuilder::mbarrierArrive(Value bar) {
+  asmCall(Type(), ValueRange{bar}, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", true);
+}
+
+void PtxBuilder::mbarrierWait(Value bar, Value parity) {
+  // Labels inside braces are local to this instance of the block.
+  asmCall(Type(), ValueRange{bar, parity},
+          "{\n .reg .pred done;\n wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+          " @!done bra wait;\n}",
+          "r,r", true);
+}
+
+void PtxBuilder::fenceProxyAsyncShared() { asmCall(Type(), ValueRange{}, "fence.proxy.async.shared::cta;", "", true); }
+
+void PtxBuilder::tmaLoad2d(Value dst, Value tensorMap, Value inner, Value outer, Value bar) {
+  asmCall(Type(), ValueRange{dst, tensorMap, inner, outer, bar},
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+          " [$0], [$1, {$2, $3}], [$4];",
+          "r,l,r,r,r", true);
+}
+
+void PtxBuilder::namedBarrier(unsigned id, unsigned threads) {
+  asmCall(Type(), ValueRange{}, llvm::formatv("bar.sync {0}, {1};", id, threads).str(), "", true);
+}
+
+void PtxBuilder::wgmmaFence() { asmCall(Type(), ValueRange{}, "wgmma.fence.sync.aligned;", "", true); }
+
+void PtxBuilder::wgmmaCommitGroup() {
+  asmCall(Type(), ValueRange{}, "wgmma.commit_group.sync.aligned;", "", true);
+}
+
+void PtxBuilder::wgmmaWaitGroup(unsigned pending) {
+  asmCall(Type(), ValueRange{}, llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str(), "", true);
+}
+
+SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,
+                                     bool transA, bool transB) {
+  unsigned regs = n / 2;
+  std::string d;
+  for (unsigned i = 0; i < regs; ++i)
+    d += (i ? ", $" : "$") + std::to_string(i);
+  // Operands: d (outputs, tied to the acc inputs at the end), descA, descB, then the
+  // scale-d word (1: accumulate) turned into a predicate.
+  std::string text =
+      llvm::formatv("{{\n .reg .pred acc;\n setp.ne.b32 acc, ${0}, 0;\n"
+                    " wgmma.mma_async.sync.aligned.m64n{1}k16.f32.{2}.{2} {{{3}}, ${4}, ${5}, acc, 1, 1, {6}, {7};\n}",
+                    regs + 2, n, ab, d, regs, regs + 1, transA ? 1 : 0, transB ? 1 : 0)
+          .str();
+  std::string constraints;
+  for (unsigned i = 0; i < regs; ++i)
+    constraints += "=f,";
+  constraints += "l,l,r";
+  for (unsigned i = 0; i < regs; ++i)
+    constraints += "," + std::to_string(i);
+  SmallVector<Value> operands{descA, descB, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1)};
+  operands.append(acc.begin(), acc.end());
+  SmallVector<Type> fields(regs, b.getF32Type());
+  Value result = asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), operands, text, constraints, true);
+  SmallVector<Value> out;
+  for (unsigned i = 0; i < regs; ++i)
+    out.push_back(b.create<LLVM::ExtractValueOp>(loc, result, i));
+  return out;
+}
+
+} // namespace tokamax::tile

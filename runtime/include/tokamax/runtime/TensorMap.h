@@ -1,0 +1,27 @@
+//===- TensorMap.h - TMA descriptors for 2-D tensors --------------*- C++ -*-===//
+//
+// The 128-byte tensor map (CUtensorMap) that cp.async.bulk.tensor reads, encoded on the
+// host by the driver for a row-major 2-D tensor: boxes of box_outer rows by box_inner
+// contiguous elements, 128-byte swizzle, zeros read outside the tensor.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/runtime/DType.h>
+#include <tokamax/runtime/Export.h>
+
+#include <cstdint>
+
+namespace tokamax {
+
+struct alignas(128) TensorMap {
+  uint64_t words[16];
+};
+
+/// Throws tokamax::Error naming `what` when the tensor cannot be described (a row not a
+/// multiple of 16 bytes, an address not 16-byte aligned, a box over 256 or wider than
+/// the 128-byte swizzle, a dtype TMA cannot move).
+TOKAMAX_API TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows,
+                                        int64_t cols, uint32_t box_inner, uint32_t box_outer);
+
+} // namespace tokamax

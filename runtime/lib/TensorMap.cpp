@@ -1,0 +1,54 @@
+//===- TensorMap.cpp - TMA descriptors through cuTensorMapEncodeTiled -------===//
+#include "tokamax/runtime/TensorMap.h"
+
+#include "tokamax/runtime/Error.h"
+#include "tokamax/runtime/detail/DriverApi.h"
+
+#include <fmt/format.h>
+
+namespace tokamax {
+
+static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) >= alignof(CUtensorMap));
+
+namespace {
+CUtensorMapDataType tmaType(DType dtype, const char *what) {
+  switch (dtype) {
+  case DType::BF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  case DType::F16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  case DType::F32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  case DType::F8E4M3:
+  case DType::F8E5M2:
+  case DType::I8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  default: throw Error(fmt::format("{}: TMA cannot move {} tensors", what, dtype_name(dtype)));
+  }
+}
+} // namespace
+
+TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows, int64_t cols,
+                            uint32_t box_inner, uint32_t box_outer) {
+  const int64_t rowBytes = cols * static_cast<int64_t>(dtype_size(dtype));
+  if (rows < 1 || cols < 1 || rowBytes % 16 != 0)
+    throw Error(fmt::format("{}: TMA needs rows of a multiple of 16 bytes, got [{}, {}] {}", what, rows, cols,
+                            dtype_name(dtype)));
+  if (address % 16 != 0)
+    throw Error(fmt::format("{}: TMA needs a 16-byte aligned address, got {:#x}", what, address));
+  if (box_inner * dtype_size(dtype) > 128 || box_outer > 256 || box_inner == 0 || box_outer == 0)
+    throw Error(fmt::format("{}: TMA box {} x {} exceeds the 128-byte swizzle or 256 rows", what, box_outer,
+                            box_inner));
+  TensorMap map{};
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(rowBytes)};
+  cuuint32_t box[2] = {box_inner, box_outer};
+  cuuint32_t elementStrides[2] = {1, 1};
+  CUresult r = detail::driver().cuTensorMapEncodeTiled(
+      reinterpret_cast<CUtensorMap *>(&map), tmaType(dtype, what), 2, reinterpret_cast<void *>(address), dims,
+      strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    detail::throw_driver_error(r, "cuTensorMapEncodeTiled",
+                               fmt::format("{}: [{}, {}] {} at {:#x}, box {} x {}", what, rows, cols,
+                                           dtype_name(dtype), address, box_outer, box_inner));
+  return map;
+}
+
+} // namespace tokamax

@@ -1,0 +1,337 @@
+//===- HopperMatmulTests.cpp - the hopper matmul kernel and tile.tma_dot --===//
+//
+// The `hopper` matmul kernel (tma_dot main loop) on the CPU interpreter against a
+// float64 reference: ragged M, N and K, every transpose, bf16 and f16, bias and alpha,
+// f32 and same-dtype output, one and several programs; hopper_unsupported() names what
+// the kernel cannot serve and the kernel then throws NotSupported; DSL misuse of tma_dot
+// is reported with the problem; the sm_90a PTX uses TMA, mbarriers and wgmma, carries
+// the tensor maps as parameters, asks for dynamic shared memory and passes ptxas
+// without spills; other architectures are refused with a clear error.
+//
+//===----------------------------------------------------------------------===//
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Error.h>
+
+#include <catch2/catch.hpp>
+
+#include "PtxasUtil.h"
+#include "common/Numerics.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace tokamax;
+using Catch::Contains;
+
+namespace {
+
+std::string describe(const MatmulSpec &s, double alpha) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
+         std::string(dtype_name(s.dtype)) + "->" + std::string(dtype_name(s.out_dtype)) + (s.trans_a ? " a^T" : "") +
+         (s.trans_b ? " b^T" : "") + (s.has_bias ? " +bias" : "") + " alpha=" + std::to_string(alpha);
+}
+
+/// One unit in the last place of `out`, relative.
+double ulp(DType out) {
+  switch (out) {
+  case DType::BF16: return 0x1p-7;
+  case DType::F16: return 0x1p-10;
+  default: return 0x1p-22;
+  }
+}
+
+struct Checked {
+  size_t unwritten = 0, wrong = 0;
+  double rel = 0;
+};
+
+/// Runs matmul_hopper_kernel(spec, config) on the interpreter on random non-zero inputs
+/// (c poisoned with NaN first) and compares every element with a float64 reference:
+/// |got - ref| <= ulp(out) |ref| + 1e-5 sum_k |alpha a b| (+ bias rounding).
+Checked runHopper(const MatmulSpec &spec, const MatmulConfig &config, double alpha) {
+  uint32_t seed = static_cast<uint32_t>(spec.m * 131 + spec.n * 17 + spec.k * 3 + spec.trans_a * 7 + spec.trans_b);
+  std::vector<double> a = test::random_values(spec.m * spec.k, spec.dtype, seed, 0.05, 2.0);      // [M, K]
+  std::vector<double> b = test::random_values(spec.k * spec.n, spec.dtype, seed + 1, 0.05, 2.0);  // [K, N]
+  std::vector<double> bias = test::random_values(spec.n, spec.out_dtype, seed + 2, 0.5, 4.0);
+  std::vector<double> aStored = a, bStored = b;
+  if (spec.trans_a)
+    for (int64_t i = 0; i < spec.m; ++i)
+      for (int64_t k = 0; k < spec.k; ++k)
+        aStored[k * spec.m + i] = a[i * spec.k + k];
+  if (spec.trans_b)
+    for (int64_t k = 0; k < spec.k; ++k)
+      for (int64_t j = 0; j < spec.n; ++j)
+        bStored[j * spec.k + k] = b[k * spec.n + j];
+  std::vector<uint8_t> ab = test::to_bytes(aStored, spec.dtype), bb = test::to_bytes(bStored, spec.dtype),
+                       biasb = test::to_bytes(bias, spec.out_dtype),
+                       cb = test::to_bytes(std::vector<double>(spec.m * spec.n, std::numeric_limits<double>::quiet_NaN()),
+                                           spec.out_dtype);
+  REQUIRE(std::isnan(test::from_bytes(cb, spec.out_dtype).back()));  // the poison reads back as NaN
+  std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size())};
+  if (spec.has_bias)
+    args.push_back(HostArg::tensor(biasb.data(), biasb.size()));
+  args.push_back(HostArg::tensor(cb.data(), cb.size()));
+  args.push_back(HostArg::value(alpha));
+  interpret(matmul_hopper_kernel(spec, config), args);
+
+  std::vector<double> got = test::from_bytes(cb, spec.out_dtype), ref(spec.m * spec.n);
+  Checked r;
+  for (int64_t i = 0; i < spec.m; ++i)
+    for (int64_t j = 0; j < spec.n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < spec.k; ++k) {
+        s += a[i * spec.k + k] * b[k * spec.n + j];
+        mag += std::fabs(a[i * spec.k + k] * b[k * spec.n + j]);
+      }
+      double beta = spec.has_bias ? bias[j] : 0.0;
+      double want = alpha * s + beta, g = got[i * spec.n + j];
+      ref[i * spec.n + j] = want;
+      if (std::isnan(g)) {
+        ++r.unwritten;
+        continue;
+      }
+      double tol = ulp(spec.out_dtype) * std::fabs(want) + 1e-5 * (std::fabs(alpha) * mag + std::fabs(beta));
+      if (std::fabs(g - want) > tol) {
+        if (r.wrong++ < 4)
+          UNSCOPED_INFO("c[" << i << ", " << j << "] = " << g << ", want " << want);
+      }
+    }
+  r.rel = test::rel_error(got, ref);
+  return r;
+}
+
+void checkHopper(const MatmulSpec &spec, const MatmulConfig &config, double alpha) {
+  INFO(describe(spec, alpha) << " blocks " << config.block_m << "x" << config.block_n << "x" << config.block_k
+                             << " warps " << config.num_warps << " stages " << config.num_stages);
+  REQUIRE(hopper_unsupported(spec).empty());
+  Checked r = runHopper(spec, config, alpha);
+  CHECK(r.unwritten == 0);
+  CHECK(r.wrong == 0);
+  CHECK(r.rel < 4 * ulp(spec.out_dtype));
+}
+
+bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("hopper matmul on the interpreter: ragged M, N, K and every transpose", "[hopper][interpreter]") {
+  // Rows of a and b must be multiples of 8 elements: K always is; M is when a is
+  // transposed (a is [K, M]), so those cases take M from the second list.
+  int cases = 0;
+  for (int t = 0; t < 4; ++t) {
+    bool ta = t & 1, tb = t & 2;
+    for (int64_t m : ta ? std::vector<int64_t>{8, 72, 136} : std::vector<int64_t>{1, 17, 127})
+      for (int64_t n : {8, 72, 136})
+        for (int64_t k : {8, 64, 200}) {
+          DType dtype = (m + n + k + t) % 2 ? DType::BF16 : DType::F16;
+          MatmulSpec spec{m, n, k, dtype, (n + k) % 3 == 0 ? dtype : DType::F32, ta, tb, (m + k) % 2 == 1};
+          double alpha = (cases % 3 == 0) ? 1.0 : (cases % 3 == 1 ? 0.5 : -1.5);
+          checkHopper(spec, default_hopper_config(spec), alpha);
+          ++cases;
+        }
+  }
+  CHECK(cases == 108);
+}
+
+TEST_CASE("hopper matmul on the interpreter: dtypes, bias, alpha, output dtype", "[hopper][interpreter]") {
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool out32 : {false, true})
+      for (bool bias : {false, true})
+        for (int t = 0; t < 4; ++t)
+          for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 72, 200}, {136, 8, 64}}) {
+            bool ta = t & 1;
+            MatmulSpec spec{ta ? m - m % 8 + 8 : m, n, k, dtype, out32 ? DType::F32 : dtype, ta, bool(t & 2), bias};
+            checkHopper(spec, default_hopper_config(spec), bias ? -1.5 : 2.0);
+          }
+}
+
+TEST_CASE("hopper matmul on the interpreter: several programs, grouped order, small blocks", "[hopper][interpreter]") {
+  // 64x64 blocks with one warpgroup: 127 x 200 is 2 x 4 programs (grouped 2 along M),
+  // 200 x 136 transposed a is 4 x 3; blocks 64 x 128 and 256 x 64 (2 warpgroups) too.
+  struct Case {
+    MatmulSpec spec;
+    int64_t bm, bn;
+    int warps;
+  };
+  for (Case c : {Case{{127, 200, 72, DType::BF16, DType::F32, false, false, true}, 64, 64, 4},
+                 Case{{200, 136, 24, DType::F16, DType::F16, true, true, true}, 64, 64, 4},
+                 Case{{130, 130, 40, DType::BF16, DType::BF16, false, true, false}, 64, 128, 4},
+                 Case{{304, 72, 16, DType::F16, DType::F32, true, false, true}, 256, 64, 8}}) {
+    MatmulConfig config = default_hopper_config(c.spec);
+    config.block_m = c.bm;
+    config.block_n = c.bn;
+    config.num_warps = c.warps;
+    config.group_m = 2;
+    config.num_stages = 3;
+    config.programs = 0;
+    checkHopper(c.spec, config, 0.75);
+    // Persistent: 3 programs loop over the tiles (uneven shares), in order and
+    // warp-specialized.
+    config.programs = 3;
+    for (bool specialized : {true, false}) {
+      config.warp_specialize = specialized;
+      checkHopper(c.spec, config, -1.25);
+    }
+  }
+}
+
+TEST_CASE("hopper_unsupported names what the hopper kernel cannot serve", "[hopper]") {
+  MatmulSpec spec{128, 128, 128, DType::F32, DType::F32};
+  CHECK_THAT(hopper_unsupported(spec), Contains("bf16 or f16") && Contains("f32"));
+  CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
+  CHECK_THROWS_WITH(matmul_hopper_kernel(spec, default_hopper_config(spec)), Contains("bf16 or f16"));
+
+  // a [M, K] with K = 17: 34-byte rows, no TMA.
+  spec = {128, 128, 17, DType::BF16, DType::F32};
+  CHECK_THAT(hopper_unsupported(spec), Contains("multiples of 16 bytes") && Contains("a's rows have 17 elements"));
+  CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
+  CHECK_THROWS_WITH(matmul_hopper_kernel(spec, default_hopper_config(spec)), Contains("multiples of 16 bytes"));
+  // Transposed, the same K is the length of b's rows ([N, K]), and a's rows are M long.
+  spec = {128, 128, 17, DType::F16, DType::F16, true, true};
+  CHECK_THAT(hopper_unsupported(spec), Contains("b's 17"));
+  spec = {17, 128, 64, DType::F16, DType::F16, true, false};
+  CHECK_THAT(hopper_unsupported(spec), Contains("a's rows have 17 elements"));
+  CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
+  // K = 17 is fine with a transposed and b not: both rows are M and N long.
+  spec = {128, 128, 17, DType::BF16, DType::BF16, true, false};
+  CHECK(hopper_unsupported(spec).empty());
+  CHECK_NOTHROW(matmul_hopper_kernel(spec, default_hopper_config(spec)));
+}
+
+TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][dsl]") {
+  struct Case {
+    DType dtype;
+    std::vector<int64_t> a, b, acc;
+    dsl::TmaDotOptions options;
+    const char *error;
+  };
+  const std::vector<Case> cases{
+      {DType::F32, {128, 64}, {64, 128}, {128, 128}, {}, "tma_dot: a must be bf16 or f16, got f32"},
+      {DType::BF16, {128, 64}, {64, 64}, {32, 64}, {}, "the accumulator must be an f32 [BM, BN] tile with BM, BN in {64, 128, 256}"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 32}, {}, "got [128, 32]"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.block_k = 32}, "block_k must be 64"},
+      {DType::F16, {128, 64}, {64, 128}, {128, 128}, {.stages = 1}, "stages must be in [2, 8], got 1"},
+      {DType::F16, {128, 64}, {64, 128}, {128, 128}, {.stages = 9}, "stages must be in [2, 8], got 9"},
+      {DType::BF16, {128, 64}, {72, 128}, {128, 128}, {}, "op(a) has K = 64 but op(b) has K = 72"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.trans_b = true}, "op(a) has K = 64 but op(b) has K = 128"},
+      {DType::BF16, {128, 17}, {17, 128}, {128, 128}, {}, "rows of a must be multiples of 16 bytes (8 elements)"},
+      {DType::F16, {128, 64}, {64, 100}, {128, 128}, {}, "rows of b must be multiples of 16 bytes (8 elements)"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.error);
+    dsl::Kernel k("bad_tma_dot", {8});
+    dsl::TensorArg a = k.input("a", c.dtype, c.a), b = k.input("b", c.dtype, c.b);
+    dsl::Value zero = k.constant(0, DType::I32);
+    CHECK_THROWS_WITH(dsl::tma_dot(a, b, zero, zero, k.full(c.acc, 0.0, DType::F32), c.options), Contains(c.error));
+    CHECK_THROWS_AS(dsl::tma_dot(a, b, zero, zero, k.full(c.acc, 0.0, DType::F32), c.options), Error);
+  }
+  // a and b of one kernel only.
+  dsl::Kernel k1("one", {8}), k2("two", {8});
+  dsl::TensorArg a = k1.input("a", DType::BF16, {128, 64}), b = k2.input("b", DType::BF16, {64, 128});
+  dsl::Value zero = k1.constant(0, DType::I32);
+  CHECK_THROWS_WITH(dsl::tma_dot(a, b, zero, zero, k1.full({128, 128}, 0.0, DType::F32)),
+                    Contains("a and b must be tensor parameters of one kernel"));
+  // a mixed pair.
+  dsl::Kernel k3("mixed", {8});
+  a = k3.input("a", DType::BF16, {128, 64});
+  b = k3.input("b", DType::F16, {64, 128});
+  zero = k3.constant(0, DType::I32);
+  CHECK_THROWS_WITH(dsl::tma_dot(a, b, zero, zero, k3.full({128, 128}, 0.0, DType::F32)),
+                    Contains("a is bf16 but b is f16"));
+}
+
+TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared memory", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  if (ptxas.empty())
+    WARN("ptxas not found: the PTX is checked textually only");
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int t = 0; t < 8; ++t) {
+      MatmulSpec spec{256, 512, 320, dtype, dtype, bool(t & 1), bool(t & 2), t == 2};
+      MatmulConfig config = default_hopper_config(spec);
+      config.warp_specialize = t < 4;
+      INFO(describe(spec, 1.0) << (config.warp_specialize ? " warp-specialized" : " in order"));
+      REQUIRE(config.block_m == 128);
+      REQUIRE(config.block_n == 256);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      const std::string &ptx = compiled.ptx;
+      const std::string types = dtype == DType::BF16 ? ".f32.bf16.bf16" : ".f32.f16.f16";
+      CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
+      CHECK(contains(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+      CHECK(contains(ptx, "mbarrier.try_wait.parity"));
+      CHECK(contains(ptx, ".param .align 64 .b8"));
+
+      const LaunchInfo &launch = compiled.launch;
+      // A warp-specialized kernel has a producer warpgroup beside its 8 warps; the
+      // epilogue's barriers count only the 256 consumer threads.
+      CHECK(launch.block_threads == (config.warp_specialize ? 384u : 256u));
+      CHECK(contains(ptx, ".maxntid 384, 1, 1") == config.warp_specialize);
+      // 2 x 2 tiles: fewer than the 132 persistent programs, so one program each.
+      CHECK(launch.grid[0] == 2 * 2);
+      CHECK(launch.dynamic_shared);
+      CHECK(launch.shared_bytes > 48 * 1024);
+      CHECK(launch.shared_bytes <= 227 * 1024);
+      REQUIRE(launch.tensor_maps.size() == 2);
+      const TensorMapParam &ma = launch.tensor_maps[0], &mb = launch.tensor_maps[1];
+      CHECK(ma.param == 0);
+      CHECK(mb.param == 1);
+      // K-major operands (a [M, K], b [N, K]) take one [rows][64] box; MN-major ones
+      // [64 K][64] boxes.
+      CHECK(ma.box_inner == 64);
+      CHECK(ma.box_outer == (spec.trans_a ? 64u : uint32_t(config.block_m)));
+      CHECK(mb.box_inner == 64);
+      CHECK(mb.box_outer == (spec.trans_b ? uint32_t(config.block_n) : 64u));
+      // The launch info survives its JSON form.
+      LaunchInfo back = LaunchInfo::from_json(launch.to_json());
+      CHECK(back.dynamic_shared == launch.dynamic_shared);
+      REQUIRE(back.tensor_maps.size() == 2);
+      CHECK(back.tensor_maps[1].box_outer == mb.box_outer);
+
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(contains(log, "0 bytes spill stores"));
+      CHECK(contains(log, "0 bytes spill loads"));
+      // ptxas keeps the wgmma chain asynchronous (no serialization warning).
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul compiles for sm_90a only", "[hopper][ptx]") {
+  MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16};
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    INFO(arch);
+    CompileOptions options;
+    options.arch = arch;
+    options.assemble = false;
+    CHECK_THROWS_AS(compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options), Error);
+    CHECK_THROWS_WITH(compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options),
+                      Contains("sm_90a") && Contains(arch));
+  }
+}
+
+TEST_CASE("hopper matmul with fewer rows than its warpgroups cover is refused at lowering", "[hopper][ptx]") {
+  // 8 warps (2 warpgroups) need block M >= 128: each warpgroup owns 64-row slabs.
+  MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16};
+  MatmulConfig config = default_hopper_config(spec);
+  config.block_m = 64;
+  config.num_warps = 8;
+  CompileOptions options;
+  options.arch = "sm_90a";
+  options.assemble = false;
+  CHECK_THROWS_WITH(compile(matmul_hopper_kernel(spec, config), options),
+                    Contains("block M a multiple of 16 * num_warps") && Contains("8 warps for block M 64"));
+  config.num_warps = 4;
+  CHECK_NOTHROW(compile(matmul_hopper_kernel(spec, config), options));
+}
