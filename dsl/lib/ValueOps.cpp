@@ -458,14 +458,17 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   if (!a.builder_ || a.builder_ != b.builder_)
     throw Error("tma_dot: a and b must be tensor parameters of one kernel");
   KernelBuilder &kb = *a.builder_;
+  const bool fp8 = a.dtype_ == DType::F8E4M3 || a.dtype_ == DType::F8E5M2;
+  const int64_t bytes = fp8 ? 1 : 2;
   for (const TensorArg *t : {&a, &b}) {
     if (t->shape_.size() != 2)
       kb.fail(fmt::format("tma_dot: {} must be 2-D, got [{}]", t->name_, fmt::join(t->shape_, ", ")));
-    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16)
-      kb.fail(fmt::format("tma_dot: {} must be bf16 or f16, got {}", t->name_, dtype_name(t->dtype_)));
-    if (t->shape_[1] % 8 != 0)
-      kb.fail(fmt::format("tma_dot: rows of {} must be multiples of 16 bytes (8 elements) for TMA, got [{}]",
-                          t->name_, fmt::join(t->shape_, ", ")));
+    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16 && t->dtype_ != DType::F8E4M3 &&
+        t->dtype_ != DType::F8E5M2)
+      kb.fail(fmt::format("tma_dot: {} must be bf16, f16, f8e4m3 or f8e5m2, got {}", t->name_, dtype_name(t->dtype_)));
+    if (t->shape_[1] * bytes % 16 != 0)
+      kb.fail(fmt::format("tma_dot: rows of {} must be multiples of 16 bytes ({} elements) for TMA, got [{}]",
+                          t->name_, 16 / bytes, fmt::join(t->shape_, ", ")));
   }
   if (a.dtype_ != b.dtype_)
     kb.fail(fmt::format("tma_dot: a is {} but b is {}", dtype_name(a.dtype_), dtype_name(b.dtype_)));
@@ -473,8 +476,12 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   int64_t kb2 = options.trans_b ? b.shape_[1] : b.shape_[0];
   if (ka != kb2)
     kb.fail(fmt::format("tma_dot: op({}) has K = {} but op({}) has K = {}", a.name_, ka, b.name_, kb2));
-  if (options.block_k != 64)
-    kb.fail(fmt::format("tma_dot: block_k must be 64 (one 128-byte swizzle row), got {}", options.block_k));
+  if (fp8 && (options.trans_a || !options.trans_b))
+    kb.fail("tma_dot: 8-bit operands must both be K-major: a as [M, K] (trans_a = false) and b as [N, K] "
+            "(trans_b = true)");
+  if (options.block_k != 128 / bytes)
+    kb.fail(fmt::format("tma_dot: block_k must be {} (one 128-byte swizzle row), got {}", 128 / bytes,
+                        options.block_k));
   if (options.stages < 2 || options.stages > 8)
     kb.fail(fmt::format("tma_dot: stages must be in [2, 8], got {}", options.stages));
   mlir::Value c = kb.materialize(acc, kb.b().getF32Type());

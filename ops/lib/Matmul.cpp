@@ -17,18 +17,21 @@ using namespace dsl;
 namespace {
 
 bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
+bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
 
 void checkSpec(const MatmulSpec &spec, bool reference) {
   if (spec.m < 1 || spec.n < 1 || spec.k < 1)
     throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
-  if (!isFloat(spec.dtype))
-    throw Error(fmt::format("matmul: dtype must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
+  if (!isFloat(spec.dtype) && !isFp8(spec.dtype))
+    throw Error(fmt::format("matmul: dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2, got {}",
+                            dtype_name(spec.dtype)));
   if (spec.dtype == DType::F64 && !reference)
     throw NotSupported("matmul: f64 has no tensor-core path; use matmul_reference_kernel "
                        "(the CUDA cores, or the CPU interpreter)");
   DType wide = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  if (spec.out_dtype != spec.dtype && spec.out_dtype != wide)
-    throw Error(fmt::format("matmul: c must be {} or {} for {} inputs, got {}", dtype_name(spec.dtype),
+  DType narrow = isFp8(spec.dtype) ? DType::BF16 : spec.dtype;  // fp8 products come out as bf16 or f32
+  if (spec.out_dtype != narrow && spec.out_dtype != wide)
+    throw Error(fmt::format("matmul: c must be {} or {} for {} inputs, got {}", dtype_name(narrow),
                             dtype_name(wide), dtype_name(spec.dtype), dtype_name(spec.out_dtype)));
 }
 
@@ -95,6 +98,9 @@ MatmulConfig default_config(const MatmulSpec &spec) {
 
 Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   checkSpec(spec, false);
+  if (isFp8(spec.dtype))
+    throw NotSupported(fmt::format("matmul: {} has no mma.sync (tile) path; use hopper (sm_90a) or reference",
+                                   dtype_name(spec.dtype)));
   int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k;
   Kernel k("matmul", {config.num_warps});
   Params p = declare(k, spec, DType::F32);
@@ -117,10 +123,14 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
 }
 
 std::string hopper_unsupported(const MatmulSpec &spec) {
-  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16)
-    return fmt::format("the hopper matmul takes bf16 or f16, got {}", dtype_name(spec.dtype));
+  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !isFp8(spec.dtype))
+    return fmt::format("the hopper matmul takes bf16, f16, f8e4m3 or f8e5m2, got {}", dtype_name(spec.dtype));
+  if (isFp8(spec.dtype) && (spec.trans_a || !spec.trans_b))
+    return fmt::format("the hopper matmul reads {} operands K-major only: a as [M, K] and b as [N, K] (trans_b)",
+                       dtype_name(spec.dtype));
   int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
-  if (rowA % 8 != 0 || rowB % 8 != 0)
+  int64_t perRow = 16 / static_cast<int64_t>(dtype_size(spec.dtype));
+  if (rowA % perRow != 0 || rowB % perRow != 0)
     return fmt::format("the hopper matmul needs rows of a and b that are multiples of 16 bytes (TMA); a's rows "
                        "have {} elements, b's {}",
                        rowA, rowB);
@@ -131,9 +141,9 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   MatmulConfig config;
   config.block_m = 128;
   config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, ops_detail::next_power_of_two(spec.n));
-  config.block_k = 64;
+  config.block_k = 128 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));  // 128-byte rows
   config.num_warps = 8;
-  // 128 x 256 x 64 bf16 stages are 48 KiB: four fit in the 227 KiB a program may use.
+  // 128 x 256 x 64 bf16 (or x 128 fp8) stages are 48 KiB: four fit in the 227 KiB a program may use.
   config.num_stages = config.block_n == 256 ? 4 : 6;
   config.programs = sm_count;
   return config;
@@ -223,6 +233,8 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
     impl = spec.dtype == DType::F64 ? "reference" : "tile";
     if (impl == "tile" && device.arch() == "sm_90a" && hopper_unsupported(spec).empty())
       impl = "hopper";
+    else if (impl == "tile" && isFp8(spec.dtype))
+      impl = "reference";
   }
   if (impl != "hopper" && impl != "tile" && impl != "reference")
     throw Error(fmt::format("matmul: implementation must be hopper, tile or reference, got '{}'", impl));

@@ -22,7 +22,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -182,11 +184,23 @@ TEST_CASE("hopper matmul on the interpreter: several programs, grouped order, sm
   }
 }
 
+TEST_CASE("hopper matmul on the interpreter: fp8 (e4m3, e5m2) with K-major operands", "[hopper][interpreter]") {
+  // wgmma reads 8-bit operands K-major: a [M, K], b [N, K]; K rows of 16 bytes.
+  for (DType dtype : {DType::F8E4M3, DType::F8E5M2})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 72, 208}, {130, 40, 16}, {1, 264, 400}})
+      for (DType out : {DType::BF16, DType::F32}) {
+        MatmulSpec spec{m, n, k, dtype, out, false, true, out == DType::F32};
+        MatmulConfig config = default_hopper_config(spec);
+        CHECK(config.block_k == 128);
+        checkHopper(spec, config, out == DType::F32 ? 0.5 : 1.0);
+      }
+}
+
 TEST_CASE("hopper_unsupported names what the hopper kernel cannot serve", "[hopper]") {
   MatmulSpec spec{128, 128, 128, DType::F32, DType::F32};
-  CHECK_THAT(hopper_unsupported(spec), Contains("bf16 or f16") && Contains("f32"));
+  CHECK_THAT(hopper_unsupported(spec), Contains("bf16, f16, f8e4m3 or f8e5m2") && Contains("got f32"));
   CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
-  CHECK_THROWS_WITH(matmul_hopper_kernel(spec, default_hopper_config(spec)), Contains("bf16 or f16"));
+  CHECK_THROWS_WITH(matmul_hopper_kernel(spec, default_hopper_config(spec)), Contains("bf16, f16, f8e4m3"));
 
   // a [M, K] with K = 17: 34-byte rows, no TMA.
   spec = {128, 128, 17, DType::BF16, DType::F32};
@@ -199,6 +213,20 @@ TEST_CASE("hopper_unsupported names what the hopper kernel cannot serve", "[hopp
   spec = {17, 128, 64, DType::F16, DType::F16, true, false};
   CHECK_THAT(hopper_unsupported(spec), Contains("a's rows have 17 elements"));
   CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
+  // fp8: K-major operands only, and 16-byte rows are 16 elements.
+  spec = {128, 128, 64, DType::F8E4M3, DType::BF16, false, false};
+  CHECK_THAT(hopper_unsupported(spec), Contains("K-major only"));
+  CHECK_THROWS_AS(matmul_hopper_kernel(spec, default_hopper_config(spec)), NotSupported);
+  spec = {128, 128, 64, DType::F8E5M2, DType::F32, true, true};
+  CHECK_THAT(hopper_unsupported(spec), Contains("K-major only"));
+  spec = {128, 128, 24, DType::F8E4M3, DType::F32, false, true};
+  CHECK_THAT(hopper_unsupported(spec), Contains("a's rows have 24 elements"));
+  spec = {128, 128, 32, DType::F8E4M3, DType::F32, false, true};
+  CHECK(hopper_unsupported(spec).empty());
+  // The tile kernel has no fp8 path; fp8 products come out as bf16 or f32.
+  CHECK_THROWS_AS(matmul_kernel(spec, default_config(spec)), NotSupported);
+  spec.out_dtype = DType::F8E4M3;
+  CHECK_THROWS_WITH(matmul_hopper_kernel(spec, default_hopper_config(spec)), Contains("c must be bf16 or f32"));
   // K = 17 is fine with a transposed and b not: both rows are M and N long.
   spec = {128, 128, 17, DType::BF16, DType::BF16, true, false};
   CHECK(hopper_unsupported(spec).empty());
@@ -213,7 +241,9 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
     const char *error;
   };
   const std::vector<Case> cases{
-      {DType::F32, {128, 64}, {64, 128}, {128, 128}, {}, "tma_dot: a must be bf16 or f16, got f32"},
+      {DType::F32, {128, 64}, {64, 128}, {128, 128}, {}, "tma_dot: a must be bf16, f16, f8e4m3 or f8e5m2, got f32"},
+      {DType::F8E4M3, {128, 128}, {128, 128}, {128, 128}, {.block_k = 128}, "8-bit operands must both be K-major"},
+      {DType::F8E5M2, {128, 128}, {128, 128}, {128, 128}, {.trans_b = true}, "block_k must be 128"},
       {DType::BF16, {128, 64}, {64, 64}, {32, 64}, {}, "the accumulator must be an f32 [BM, BN] tile with BM, BN in {64, 128, 256}"},
       {DType::BF16, {128, 64}, {64, 128}, {128, 32}, {}, "got [128, 32]"},
       {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.block_k = 32}, "block_k must be 64"},
@@ -305,6 +335,60 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(contains(log, "0 bytes spill loads"));
       // ptxas keeps the wgmma chain asynchronous (no serialization warning).
       CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("fp8 hopper matmul PTX: wgmma k32 on e4m3 / e5m2, 128-element TMA boxes", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (auto [dtype, name] : {std::pair{DType::F8E4M3, "e4m3"}, std::pair{DType::F8E5M2, "e5m2"}}) {
+    MatmulSpec spec{256, 512, 384, dtype, DType::BF16, false, true};
+    CompileOptions options;
+    options.arch = "sm_90a";
+    options.assemble = false;
+    CompiledKernel compiled = compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options);
+    INFO(name);
+    CHECK(contains(compiled.ptx, std::string("wgmma.mma_async.sync.aligned.m64n256k32.f32.") + name + "." + name));
+    REQUIRE(compiled.launch.tensor_maps.size() == 2);
+    for (const TensorMapParam &map : compiled.launch.tensor_maps)
+      CHECK(map.box_inner == 128);  // 128 one-byte elements: one swizzle row
+    if (ptxas.empty())
+      continue;
+    auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(contains(log, "0 bytes spill stores"));
+    CHECK_FALSE(contains(log, "serialized"));
+  }
+}
+
+TEST_CASE("hopper matmul PTX keeps warpgroup-wide instructions out of lane-dependent code", "[hopper][ptx]") {
+  // wgmma.fence / commit_group / wait_group are .aligned: every thread of the warp must
+  // reach the same instruction. With a short K the consumer loop is unrolled, and
+  // branching around the lanes' mbarrier arrivals once let LLVM copy the final
+  // wait_group into both sides of such a branch (a hang on the GPU). Each instruction
+  // must appear once per unrolled K step, the final wait once.
+  auto count = [](const std::string &text, const std::regex &re) {
+    return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
+  };
+  const std::regex fence(R"(wgmma\.fence\.sync\.aligned)"), commit(R"(wgmma\.commit_group\.sync\.aligned)"),
+      wait1(R"(wgmma\.wait_group\.sync\.aligned\s+1;)"), wait0(R"(wgmma\.wait_group\.sync\.aligned\s+0;)");
+  for (DType dtype : {DType::BF16, DType::F8E4M3})
+    for (int64_t k : {64, 128, 192, 256, 320, 512, 528, 4096}) {
+      MatmulSpec spec{4097, 520, k, dtype, DType::BF16, false, true};
+      for (bool specialized : {true, false}) {
+        MatmulConfig config = default_hopper_config(spec);
+        config.warp_specialize = specialized;
+        CompileOptions options;
+        options.arch = "sm_90a";
+        options.assemble = false;
+        std::string ptx = compile(matmul_hopper_kernel(spec, config), options).ptx;
+        INFO(dtype_name(dtype) << " K = " << k << (specialized ? " warp-specialized" : " in order"));
+        CHECK(count(ptx, wait0) == 1);
+        CHECK(count(ptx, fence) >= 1);
+        CHECK(count(ptx, fence) == count(ptx, commit));
+        CHECK(count(ptx, commit) == count(ptx, wait1));
+        CHECK(ptx.find("@p mbarrier.arrive.shared::cta.b64") != std::string::npos);  // predicated, not branched
+      }
     }
 }
 

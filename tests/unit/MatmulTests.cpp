@@ -146,7 +146,7 @@ TEST_CASE("matmul specs are validated", "[matmul]") {
   spec = {16, 16, 16, DType::BF16, DType::F16};
   CHECK_THROWS_WITH(matmul_kernel(spec, default_config(spec)), Contains("c must be bf16 or f32"));
   spec = {16, 16, 16, DType::I32, DType::I32};
-  CHECK_THROWS_WITH(matmul_reference_kernel(spec), Contains("dtype must be bf16, f16, f32 or f64"));
+  CHECK_THROWS_WITH(matmul_reference_kernel(spec), Contains("dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2"));
 }
 
 TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[matmul][ptx]") {

@@ -59,7 +59,7 @@ struct TmaDotLowering {
   Location loc;
   OpBuilder &b;
   TmaDotSmem smem;
-  int64_t bm, bn, bk, stages, kTiles;
+  int64_t bm, bn, bk, stages, kTiles, elemBytes;
   unsigned warps;
   bool transA, transB;
   Value ring, tid, mapA, mapB, m0, n0;
@@ -69,9 +69,15 @@ struct TmaDotLowering {
         bn(op.getBlockN()), bk(op.getBlockK()), stages(op.getStages()), warps(getNumWarps(op)),
         transA(op.getTransA()), transB(op.getTransB()) {
     kTiles = (op.getK() + bk - 1) / bk;
+    elemBytes = elementBytes(elemType());
   }
 
   Value c32(int64_t v) { return t.i32(v); }
+  Type elemType() { return cast<PointerType>(op.getA().getType()).getPointeeType(); }
+  StringRef wgmmaType() {
+    Type e = elemType();
+    return e.isBF16() ? "bf16" : e.isF16() ? "f16" : isa<Float8E4M3FNType>(e) ? "e4m3" : "e5m2";
+  }
   Value add(Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y); }
   Value add(Value x, int64_t y) { return y ? add(x, c32(y)) : x; }
   Value mul(Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c32(y)); }
@@ -174,15 +180,16 @@ struct TmaDotLowering {
       Value stage = stageBase(s), stageB = add(stage, smem.aBytes);
       Value group = b.create<arith::DivUIOp>(loc, t.warpId(), c32(4));
       Value slabBase = add(stage, Value(mul(group, transA ? kBoxBytes : 64 * kSwizzleRow)));
-      StringRef ab = cast<PointerType>(op.getA().getType()).getPointeeType().isBF16() ? "bf16" : "f16";
-      for (int64_t kk = 0; kk < bk / 16; ++kk) {
+      // Each wgmma takes 32 bytes of K: k16 for 16-bit operands, k32 for fp8.
+      for (int64_t kk = 0; kk < bk * elemBytes / 32; ++kk) {
         Value descB = operandDesc(stageB, transB, 0, kk);
         for (int64_t r = 0; r < slabs; ++r) {
           SmallVector<Value> in;
           for (int64_t i = 0; i < perSlab; ++i)
             in.push_back(acc[regOf[r * perSlab + i]]);
           Value descA = operandDesc(slabBase, !transA, 16 * warps * r, kk);
-          SmallVector<Value> out = ptx.wgmma(static_cast<unsigned>(bn), ab, descA, descB, in, transA, !transB);
+          SmallVector<Value> out =
+              ptx.wgmma(static_cast<unsigned>(bn), wgmmaType(), descA, descB, in, transA, !transB);
           for (int64_t i = 0; i < perSlab; ++i)
             acc[regOf[r * perSlab + i]] = out[i];
         }
@@ -192,7 +199,7 @@ struct TmaDotLowering {
       // The previous slice's group has completed in this warp: release its stage.
       Value notFirst = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, kt, c32(0));
       Value prevStage = stageOf(add(slice, stages - 1));
-      when(b.create<arith::AndIOp>(loc, notFirst, lane0), [&] { ptx.mbarrierArrive(empty(prevStage)); });
+      ptx.mbarrierArrive(empty(prevStage), b.create<arith::AndIOp>(loc, notFirst, lane0));
       if (refill) {
         Value prev = add(kt, -1);
         Value more = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, add(prev, stages), c32(kTiles));
@@ -205,7 +212,7 @@ struct TmaDotLowering {
     }
     ptx.wgmmaWaitGroup(0);
     if (!refill)  // the last slice too: the producer's next pass reuses its stage
-      when(lane0, [&] { ptx.mbarrierArrive(empty(stageOf(add(base, kTiles - 1)))); });
+      ptx.mbarrierArrive(empty(stageOf(add(base, kTiles - 1))), lane0);
     return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
   }
 

@@ -52,7 +52,8 @@ public:
   void mbarrierInval(mlir::Value bar);
   /// Arrives once and expects `bytes` more of asynchronous transactions this phase.
   void mbarrierArriveExpectTx(mlir::Value bar, unsigned bytes);
-  void mbarrierArrive(mlir::Value bar);
+  /// Arrives once on `bar` where the i1 `pred` holds (predicated, no branch).
+  void mbarrierArrive(mlir::Value bar, mlir::Value pred);
   /// Spins until the phase of parity `parity` (i32, 0 or 1) of `bar` has completed.
   void mbarrierWait(mlir::Value bar, mlir::Value parity);
   /// Orders this thread's generic-proxy shared accesses before later async-proxy ones.
@@ -66,8 +67,9 @@ public:
   void wgmmaFence();
   void wgmmaCommitGroup();
   void wgmmaWaitGroup(unsigned pending);
-  /// `wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<ab>.<ab>` with both operands in
-  /// shared memory (64-bit matrix descriptors); acc holds n / 2 f32 and is accumulated.
+  /// `wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<ab>.<ab>` (k32 for ab = e4m3 / e5m2)
+  /// with both operands in shared memory (64-bit matrix descriptors); acc holds n / 2
+  /// f32 and is accumulated.
   llvm::SmallVector<mlir::Value> wgmma(unsigned n, llvm::StringRef ab, mlir::Value descA,
                                        mlir::Value descB, mlir::ValueRange acc, bool transA,
                                        bool transB);

@@ -2,11 +2,13 @@
 //
 // The sm_90a half of PtxBuilder: what tile.tma_dot's pipeline issues. Every instruction
 // here has side effects (it touches shared memory, barriers or the async proxy), so none
-// of it is ever hoisted or merged.
+// of it is ever hoisted or merged. Lane-dependent work next to warpgroup-wide
+// instructions is predicated inside the asm rather than branched around.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/PtxBuilder.h"
 
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -27,8 +29,9 @@ void PtxBuilder::mbarrierArriveExpectTx(Value bar, unsigned bytes) {
           llvm::formatv("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {0};", bytes).str(), "r", true);
 }
 
-void PtxBuilder::mbarrierArrive(Value bar) {
-  asmCall(Type(), ValueRange{bar}, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", true);
+void PtxBuilder::mbarrierArrive(Value bar, Value pred) {
+  asmCall(Type(), ValueRange{bar, b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred)},
+          "{\n .reg .pred p;\n setp.ne.b32 p, $1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [$0];\n}", "r,r", true);
 }
 
 void PtxBuilder::mbarrierWait(Value bar, Value parity) {
@@ -52,28 +55,30 @@ void PtxBuilder::namedBarrier(unsigned id, unsigned threads) {
   asmCall(Type(), ValueRange{}, llvm::formatv("bar.sync {0}, {1};", id, threads).str(), "", true);
 }
 
-void PtxBuilder::wgmmaFence() { asmCall(Type(), ValueRange{}, "wgmma.fence.sync.aligned;", "", true); }
+// The warpgroup-wide .aligned instructions go through NVVM intrinsics, which LLVM knows
+// to be convergent: it never duplicates them into lane-dependent branches, where the
+// warp would reach two copies at different addresses (and hang).
+void PtxBuilder::wgmmaFence() { b.create<NVVM::WgmmaFenceAlignedOp>(loc); }
 
-void PtxBuilder::wgmmaCommitGroup() {
-  asmCall(Type(), ValueRange{}, "wgmma.commit_group.sync.aligned;", "", true);
-}
+void PtxBuilder::wgmmaCommitGroup() { b.create<NVVM::WgmmaGroupSyncAlignedOp>(loc); }
 
-void PtxBuilder::wgmmaWaitGroup(unsigned pending) {
-  asmCall(Type(), ValueRange{}, llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str(), "", true);
-}
+void PtxBuilder::wgmmaWaitGroup(unsigned pending) { b.create<NVVM::WgmmaWaitGroupSyncOp>(loc, uint64_t(pending)); }
 
 SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,
                                      bool transA, bool transB) {
   unsigned regs = n / 2;
+  // 8-bit operands: k32 and no transpose operands (they are K-major only).
+  bool fp8 = ab == "e4m3" || ab == "e5m2";
   std::string d;
   for (unsigned i = 0; i < regs; ++i)
     d += (i ? ", $" : "$") + std::to_string(i);
   // Operands: d (outputs, tied to the acc inputs at the end), descA, descB, then the
   // scale-d word (1: accumulate) turned into a predicate.
+  std::string trans = fp8 ? "" : llvm::formatv(", {0}, {1}", transA ? 1 : 0, transB ? 1 : 0).str();
   std::string text =
       llvm::formatv("{{\n .reg .pred acc;\n setp.ne.b32 acc, ${0}, 0;\n"
-                    " wgmma.mma_async.sync.aligned.m64n{1}k16.f32.{2}.{2} {{{3}}, ${4}, ${5}, acc, 1, 1, {6}, {7};\n}",
-                    regs + 2, n, ab, d, regs, regs + 1, transA ? 1 : 0, transB ? 1 : 0)
+                    " wgmma.mma_async.sync.aligned.m64n{1}k{2}.f32.{3}.{3} {{{4}}, ${5}, ${6}, acc, 1, 1{7};\n}",
+                    regs + 2, n, fp8 ? 32 : 16, ab, d, regs, regs + 1, trans)
           .str();
   std::string constraints;
   for (unsigned i = 0; i < regs; ++i)

@@ -32,7 +32,7 @@ func.func @tma_dot_f32_operands(%a: !tile.ptr<f32>, %b: !tile.ptr<f32>) {
   %c0 = arith.constant 0 : i32
   %z = arith.constant 0.0 : f32
   %acc = tile.splat %z : f32 -> tensor<128x256xf32>
-  // expected-error @+1 {{'tile.tma_dot' op operands must be bf16 or f16, got 'f32'}}
+  // expected-error @+1 {{'tile.tma_dot' op operands must be bf16, f16, f8E4M3FN or f8E5M2, got 'f32'}}
   %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<f32>, !tile.ptr<f32>, tensor<128x256xf32>
   return
 }
@@ -88,7 +88,7 @@ func.func @tma_dot_block_k(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
   %c0 = arith.constant 0 : i32
   %z = arith.constant 0.0 : f32
   %acc = tile.splat %z : f32 -> tensor<128x256xf32>
-  // expected-error @+1 {{'tile.tma_dot' op block_k must span one 128-byte swizzle row (64 16-bit elements), got 32}}
+  // expected-error @+1 {{'tile.tma_dot' op block_k must span one 128-byte swizzle row (64 elements), got 32}}
   %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 32 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x256xf32>
   return
 }
@@ -169,5 +169,17 @@ func.func @tma_dot_specialized_carries(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>)
     %s = arith.addf %r, %carried : tensor<128x256xf32>
     scf.yield %s : tensor<128x256xf32>
   }
+  return
+}
+
+// -----
+
+// wgmma reads 8-bit operands K-major only: b must come as [N, K] (trans_b).
+func.func @tma_dot_fp8_mn_major(%a: !tile.ptr<f8E4M3FN>, %b: !tile.ptr<f8E4M3FN>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x256xf32>
+  // expected-error @+1 {{'tile.tma_dot' op 8-bit operands must both be K-major (trans_a = false, trans_b = true)}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 128 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<f8E4M3FN>, !tile.ptr<f8E4M3FN>, tensor<128x256xf32>
   return
 }

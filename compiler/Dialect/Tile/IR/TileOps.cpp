@@ -235,8 +235,13 @@ LogicalResult TmaDotOp::verify() {
   Type elem = pointee(getA().getType());
   if (elem != pointee(getB().getType()))
     return emitOpError("a and b must have one element type");
-  if (!elem.isBF16() && !elem.isF16())
-    return emitOpError("operands must be bf16 or f16, got ") << elem;
+  bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
+  if (!elem.isBF16() && !elem.isF16() && !fp8)
+    return emitOpError("operands must be bf16, f16, f8E4M3FN or f8E5M2, got ") << elem;
+  // wgmma reads 8-bit operands K-major only: a as [M, K], b as [N, K].
+  if (fp8 && (getTransA() || !getTransB()))
+    return emitOpError("8-bit operands must both be K-major (trans_a = false, trans_b = true)");
+  int64_t bytes = fp8 ? 1 : 2;
   if (getADims().size() != 2 || getBDims().size() != 2)
     return emitOpError("a and b must be 2-D");
   int64_t kb = getTransB() ? getBDims()[1] : getBDims()[0];
@@ -250,8 +255,9 @@ LogicalResult TmaDotOp::verify() {
     return emitOpError("block M must be 64, 128 or 256 (wgmma works on 64-row slabs), got ") << bm;
   if (bn < 64 || bn > 256 || !isPowerOfTwo(bn))
     return emitOpError("block N must be 64, 128 or 256, got ") << bn;
-  if (getBlockK() * 2 != 128)
-    return emitOpError("block_k must span one 128-byte swizzle row (64 16-bit elements), got ") << getBlockK();
+  if (getBlockK() * bytes != 128)
+    return emitOpError("block_k must span one 128-byte swizzle row (") << 128 / bytes << " elements), got "
+                                                                        << getBlockK();
   if (getStages() < 2 || getStages() > 8)
     return emitOpError("stages must be in [2, 8], got ") << getStages();
   if (getWarpSpecialize()) {
@@ -269,7 +275,7 @@ LogicalResult TmaDotOp::verify() {
                            "warps run that part)");
   }
   for (ArrayRef<int64_t> dims : {getADims(), getBDims()})
-    if (dims[1] % 8 != 0)
+    if (dims[1] * bytes % 16 != 0)
       return emitOpError("rows of a and b must be multiples of 16 bytes (TMA), got a row of ") << dims[1]
              << " elements";
   return success();

@@ -207,6 +207,8 @@ def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
 
 def Tile_TmaDotOp : Tile_Op<"tma_dot", [MemoryEffects<[MemRead]>, AllTypesMatch<["acc", "result"]>]> {
   let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
+  // Operands: bf16 or f16 (either may be transposed), or fp8 (e4m3 / e5m2) with a as
+  // [M, K] and b as [N, K], as wgmma reads 8-bit operands K-major only.
   let description = [{
     A whole matrix-product main loop: `a` and `b` are kernel tensor parameters (2-D,
     row-major, `a_dims` / `b_dims`); op(a) is a ([M, K]) or a^T (a is [K, M] when

@@ -121,7 +121,7 @@ class TensorArg;
 
 /// Options of tma_dot: the K slice each pipeline stage holds and how many stages.
 struct TOKAMAX_API TmaDotOptions {
-  int64_t block_k = 64;   ///< one 128-byte swizzle row of 16-bit elements
+  int64_t block_k = 64;   ///< one 128-byte swizzle row: 64 16-bit elements, 128 for fp8
   int64_t stages = 4;     ///< shared-memory ring depth
   bool trans_a = false;   ///< a is [K, M]
   bool trans_b = false;   ///< b is [N, K]
@@ -132,7 +132,8 @@ struct TOKAMAX_API TmaDotOptions {
 
 /// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with
 /// acc an f32 [BM, BN] tile (BM in {64, 128, 256}, BN in {64, 128, 256}); a and b are
-/// bf16 or f16 kernel tensors whose rows are multiples of 16 bytes. Elements outside
+/// bf16, f16 or (a [M, K], b [N, K] only) fp8 kernel tensors whose rows are multiples of
+/// 16 bytes. Elements outside
 /// the tensors read as zero. On the GPU this is a TMA + mbarrier + wgmma pipeline and
 /// needs sm_90a; the interpreter runs it anywhere.
 TOKAMAX_API Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0,
