@@ -2,6 +2,7 @@
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/MatmulDetail.h"
 
 #include <tokamax/runtime/Error.h>
 
@@ -200,69 +201,6 @@ Kernel matmul_reference_kernel(const MatmulSpec &spec) {
   return k;
 }
 
-void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
-            const MatmulOptions &options) {
-  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
-    throw Error(fmt::format("matmul: a, b and c must be 2-D, got ranks {}, {}, {}", a.rank(), b.rank(), c.rank()));
-  if (!a.is_contiguous() || !b.is_contiguous() || !c.is_contiguous())
-    throw Error("matmul: a, b and c must be contiguous (use trans_a / trans_b for transposes)");
-  if (a.dtype() != b.dtype())
-    throw Error(fmt::format("matmul: a is {} but b is {}", dtype_name(a.dtype()), dtype_name(b.dtype())));
-  MatmulSpec spec;
-  spec.trans_a = options.trans_a;
-  spec.trans_b = options.trans_b;
-  spec.m = options.trans_a ? a.dim(1) : a.dim(0);
-  spec.k = options.trans_a ? a.dim(0) : a.dim(1);
-  int64_t kb = options.trans_b ? b.dim(1) : b.dim(0);
-  spec.n = options.trans_b ? b.dim(0) : b.dim(1);
-  if (kb != spec.k || c.dim(0) != spec.m || c.dim(1) != spec.n)
-    throw Error(fmt::format("matmul: op(a) is [{}, {}], op(b) is [{}, {}] and c is [{}]", spec.m, spec.k, kb,
-                            spec.n, fmt::join(c.shape(), ", ")));
-  spec.dtype = a.dtype();
-  spec.out_dtype = c.dtype();
-  spec.has_bias = options.bias.has_value();
-  if (spec.has_bias) {
-    const TensorView &bias = *options.bias;
-    if (bias.rank() != 1 || bias.dim(0) != spec.n || bias.dtype() != c.dtype() || !bias.is_contiguous())
-      throw Error(fmt::format("matmul: bias must be a contiguous [{}] {} tensor, got {} [{}]", spec.n,
-                              dtype_name(c.dtype()), dtype_name(bias.dtype()), fmt::join(bias.shape(), ", ")));
-  }
-  Device &device = Device::get(a.device());
-  std::string impl = options.implementation;
-  if (impl.empty()) {
-    impl = spec.dtype == DType::F64 ? "reference" : "tile";
-    if (impl == "tile" && device.arch() == "sm_90a" && hopper_unsupported(spec).empty())
-      impl = "hopper";
-    else if (impl == "tile" && isFp8(spec.dtype))
-      impl = "reference";
-  }
-  if (impl != "hopper" && impl != "tile" && impl != "reference")
-    throw Error(fmt::format("matmul: implementation must be hopper, tile or reference, got '{}'", impl));
-  checkSpec(spec, impl == "reference");
-  if (impl == "hopper") {
-    if (std::string why = hopper_unsupported(spec); !why.empty())
-      throw NotSupported("matmul: " + why);
-    if (device.arch() != "sm_90a")
-      throw NotSupported(fmt::format("matmul: the hopper implementation needs sm_90a (wgmma, TMA), device {} is {}",
-                                     device.ordinal(), device.arch()));
-  }
-  MatmulConfig config = options.config ? *options.config
-                        : impl == "hopper" ? default_hopper_config(spec, device.sm_count())
-                                           : default_config(spec);
-  uint64_t key = ops_detail::specializationKey(
-      ("matmul_" + impl).c_str(),
-      {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
-       spec.has_bias, config.block_m, config.block_n, config.block_k, config.group_m, config.num_warps,
-       config.num_stages, config.warp_specialize, config.programs});
-  const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] {
-    return impl == "reference" ? matmul_reference_kernel(spec)
-           : impl == "hopper"  ? matmul_hopper_kernel(spec, config)
-                               : matmul_kernel(spec, config);
-  });
-  if (spec.has_bias)
-    kernel.launch({a, b, *options.bias, c, options.alpha}, stream.handle());
-  else
-    kernel.launch({a, b, c, options.alpha}, stream.handle());
-}
+void check_matmul_spec(const MatmulSpec &spec, bool reference) { checkSpec(spec, reference); }
 
 } // namespace tokamax

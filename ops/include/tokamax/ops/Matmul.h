@@ -1,7 +1,10 @@
 //===- Matmul.h - Matrix multiplication on tensor cores -----------*- C++ -*-===//
 //
 // c = alpha * op(a) @ op(b) (+ bias broadcast over rows), op(x) = x or x^T, accumulated
-// in f32. Two DSL kernels:
+// in f32, as an Op (matmul_op) with three DSL kernels:
+// - `hopper` (matmul_hopper_kernel, sm_90a): tile.tma_dot (TMA into a shared-memory
+//   ring, wgmma from shared memory, a producer warpgroup) on a persistent grid; bf16,
+//   f16 (either operand transposed) and fp8 e4m3 / e5m2 (a [M, K], b [N, K]).
 // - `tile` (matmul_kernel): block M x N per program, a k-loop carrying the f32
 //   accumulator (tile.dot -> mma.sync: bf16/f16 m16n8k16, f32 as tf32 m16n8k8), the next
 //   K block's loads issued before the current block's dot, masked loads for ragged
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Op.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <optional>
@@ -36,7 +40,9 @@ struct TOKAMAX_API MatmulConfig {
   int num_warps = 8;
   int64_t num_stages = 4;  ///< hopper: depth of the shared-memory ring
   bool warp_specialize = true;  ///< hopper: a producer warpgroup issues the loads
-  int64_t programs = 0;  ///< hopper: persistent grid of this many programs (0: one per tile)
+  /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
+  /// means one per SM of the device)
+  int64_t programs = 0;
 };
 
 struct TOKAMAX_API MatmulOptions {
@@ -66,9 +72,22 @@ TOKAMAX_API std::string hopper_unsupported(const MatmulSpec &spec);
 TOKAMAX_API MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count = 132);
 TOKAMAX_API dsl::Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config);
 
+/// The op: arguments a, b, bias (optional), c; attributes trans_a, trans_b, alpha;
+/// implementations hopper, tile, reference (auto picks the first that serves the call
+/// on the device). Configs hold MatmulConfig's fields ("programs": -1 is one per SM).
+TOKAMAX_API const Op &matmul_op();
+/// Throws Error naming the argument when shapes or dtypes do not fit together.
+TOKAMAX_API BoundArgs bind_matmul(const ArgSpec &a, const ArgSpec &b, const std::optional<ArgSpec> &bias,
+                                  const ArgSpec &c, bool trans_a, bool trans_b, double alpha);
+TOKAMAX_API MatmulSpec matmul_spec(const BoundArgs &args);
+
 /// c = alpha * op(a) @ op(b) (+ bias); a, b (one dtype), c and bias contiguous; the
-/// implementation as MatmulOptions::implementation says.
+/// implementation as MatmulOptions::implementation says, the config from options, an
+/// autotuning scope or the per-device cache, else the implementation's heuristic.
 TOKAMAX_API void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
                         const MatmulOptions &options = {});
+/// The same on the CPU interpreter (host tensor views, see host_view()).
+TOKAMAX_API void matmul_host(const TensorView &a, const TensorView &b, const TensorView &c,
+                             const MatmulOptions &options = {});
 
 } // namespace tokamax

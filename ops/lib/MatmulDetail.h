@@ -1,0 +1,12 @@
+//===- MatmulDetail.h - Shared between the matmul kernels and its op -*- C++ -*-===//
+#pragma once
+
+#include <tokamax/ops/Matmul.h>
+
+namespace tokamax {
+
+/// Throws Error (bad spec) or NotSupported (f64 off the reference kernel) naming the
+/// problem; `reference`: the spec is for matmul_reference_kernel.
+void check_matmul_spec(const MatmulSpec &spec, bool reference);
+
+} // namespace tokamax

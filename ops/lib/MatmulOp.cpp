@@ -1,0 +1,323 @@
+//===- MatmulOp.cpp - matmul on the op framework ----------------------------===//
+//
+// matmul as an Op: arguments a, b, bias (optional) then c; attributes trans_a, trans_b
+// and alpha. Implementations in auto order: hopper (sm_90a: TMA + wgmma, bf16, f16,
+// fp8), tile (mma.sync: bf16, f16, f32 as tf32) and reference (every float dtype). A
+// Config holds MatmulConfig's fields; "programs" = -1 (the hopper heuristic) runs a
+// persistent grid of one program per SM of the device (3 on the interpreter, so the
+// tile loop still runs), 0 one program per tile, N > 0 N programs.
+//
+//===----------------------------------------------------------------------===//
+#include <tokamax/ops/Matmul.h>
+
+#include "ops/lib/Dispatch.h"
+#include "ops/lib/MatmulDetail.h"
+
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+namespace tokamax {
+
+namespace {
+
+constexpr int kInterpreterPrograms = 3;
+
+enum class Kind { Hopper, Tile, Reference };
+
+bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
+
+std::string describe(const ArgSpec &s) { return fmt::format("{} [{}]", dtype_name(s.dtype), fmt::join(s.shape, ", ")); }
+
+constexpr int64_t kOnePerSm = -1;
+
+Config toConfig(const MatmulConfig &c, int64_t programs) {
+  return Config{{"block_m", c.block_m},     {"block_n", c.block_n},
+                {"block_k", c.block_k},     {"group_m", c.group_m},
+                {"num_warps", c.num_warps}, {"num_stages", c.num_stages},
+                {"warp_specialize", c.warp_specialize}, {"programs", programs}};
+}
+
+/// `sm_count`: what programs = -1 stands for.
+MatmulConfig fromConfig(const Config &config, int sm_count) {
+  MatmulConfig c;
+  c.block_m = config.get("block_m");
+  c.block_n = config.get("block_n");
+  c.block_k = config.get("block_k");
+  c.group_m = config.get_or("group_m", 8);
+  c.num_warps = static_cast<int>(config.get("num_warps"));
+  c.num_stages = config.get_or("num_stages", 4);
+  c.warp_specialize = config.get_or("warp_specialize", 1) != 0;
+  int64_t programs = config.get_or("programs", 0);
+  c.programs = programs == kOnePerSm ? sm_count : programs;
+  return c;
+}
+
+bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+class MatmulImplementation : public Implementation {
+public:
+  explicit MatmulImplementation(Kind kind) : kind_(kind) {}
+
+  std::string name() const override {
+    return kind_ == Kind::Hopper ? "hopper" : kind_ == Kind::Tile ? "tile" : "reference";
+  }
+
+  bool supported_on(const std::string &arch) const override { return kind_ != Kind::Hopper || arch == "sm_90a"; }
+
+  std::optional<std::string> why_not(const BoundArgs &args) const override {
+    MatmulSpec spec = matmul_spec(args);
+    if (kind_ == Kind::Hopper) {
+      if (std::string why = hopper_unsupported(spec); !why.empty())
+        return why;
+    } else if (kind_ == Kind::Tile && (spec.dtype == DType::F64 || isFp8(spec.dtype))) {
+      return fmt::format("the tile kernel (mma.sync) takes bf16, f16 or f32, got {}", dtype_name(spec.dtype));
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
+    if (kind_ == Kind::Reference)
+      return std::nullopt;  // fixed small blocks
+    for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
+      if (!config.has(key))
+        return fmt::format("missing \"{}\"", key);
+    if (config.get_or("programs", 0) < kOnePerSm)
+      return fmt::format("programs must be -1 (one per SM), 0 (one per tile) or a count, got {}",
+                         config.get("programs"));
+    MatmulConfig c = fromConfig(config, 1);
+    for (int64_t v : {c.block_m, c.block_n, c.block_k, int64_t(c.num_warps)})
+      if (!isPowerOfTwo(v))
+        return fmt::format("block sizes and num_warps must be powers of two, got {}", config.to_json());
+    if (kind_ == Kind::Tile)
+      return std::nullopt;
+    MatmulSpec spec = matmul_spec(args);
+    int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
+    if (c.block_k * bytes != 128)
+      return fmt::format("block_k must be {} (128-byte rows), got {}", 128 / bytes, c.block_k);
+    if (c.block_m < 64 || c.block_m > 256 || c.block_n < 64 || c.block_n > 256)
+      return fmt::format("block_m and block_n must be 64, 128 or 256, got {} x {}", c.block_m, c.block_n);
+    if ((c.num_warps != 4 && c.num_warps != 8) || c.block_m % (16 * c.num_warps) != 0)
+      return fmt::format("num_warps must be 4 or 8 with block_m a multiple of 16 * num_warps, got {} for {}",
+                         c.num_warps, c.block_m);
+    // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program.
+    if (c.num_stages < 2 || c.num_stages * (c.block_m + c.block_n) * 128 + 1024 + 16 * c.num_stages > 227 * 1024)
+      return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
+                         c.num_stages, c.block_m, c.block_n);
+    return std::nullopt;
+  }
+
+  Config heuristic(const BoundArgs &args) const override {
+    MatmulSpec spec = matmul_spec(args);
+    if (kind_ == Kind::Hopper)
+      return toConfig(default_hopper_config(spec), kOnePerSm);
+    if (kind_ == Kind::Tile)
+      return toConfig(default_config(spec), 0);
+    return Config{};
+  }
+
+  std::vector<Config> search_space(const BoundArgs &args) const override {
+    std::vector<Config> space{heuristic(args)};
+    if (kind_ == Kind::Reference)
+      return space;
+    MatmulSpec spec = matmul_spec(args);
+    auto add = [&](MatmulConfig c, int64_t programs) {
+      Config config = toConfig(c, programs);
+      if (!check_config(args, config) && std::find(space.begin(), space.end(), config) == space.end())
+        space.push_back(config);
+    };
+    if (kind_ == Kind::Hopper) {
+      MatmulConfig c = default_hopper_config(spec);
+      for (auto [bm, bn, stages] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 4}, {128, 256, 3}, {256, 128, 4},
+                                    {128, 128, 6}, {128, 128, 4}})
+        for (int64_t programs : {kOnePerSm, int64_t(0)}) {
+          c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true;
+          add(c, programs);
+        }
+      c = default_hopper_config(spec);
+      c.warp_specialize = false;
+      add(c, 0);
+      return space;
+    }
+    int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
+    for (auto [bm, bn, warps] : {std::tuple<int64_t, int64_t, int>{128, 128, 8}, {128, 128, 4}, {128, 256, 8},
+                                 {256, 128, 8}, {64, 128, 4}, {64, 64, 4}})
+      for (int64_t bk : {2 * minK, 4 * minK}) {
+        MatmulConfig c = default_config(spec);
+        c.block_m = bm, c.block_n = bn, c.block_k = bk, c.num_warps = warps;
+        add(c, 0);
+      }
+    return space;
+  }
+
+  /// What run() builds on a GPU of the H100 / H200's 132 SMs (for precompilation).
+  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
+    std::vector<dsl::Kernel> kernels;
+    kernels.push_back(build(matmul_spec(args), config, 132));
+    return kernels;
+  }
+
+  void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+           std::span<const TensorView> outputs, Stream &stream) const override {
+    MatmulSpec spec = matmul_spec(args);
+    Device &device = Device::get(outputs[0].device());
+    MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, device.sm_count());
+    uint64_t key = ops_detail::specializationKey(
+        ("matmul_" + name()).c_str(),
+        {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
+         spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
+         c.programs});
+    const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] { return build(spec, c); });
+    double alpha = args.float_attribute("alpha");
+    if (spec.has_bias)
+      kernel.launch({inputs[0], inputs[1], inputs[2], outputs[0], alpha}, stream.handle());
+    else
+      kernel.launch({inputs[0], inputs[1], outputs[0], alpha}, stream.handle());
+  }
+
+  void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+                 std::span<const TensorView> outputs) const override {
+    MatmulSpec spec = matmul_spec(args);
+    std::vector<HostArg> host;
+    auto tensor = [&](const TensorView &t) {
+      host.push_back(HostArg::tensor(reinterpret_cast<void *>(t.data()), t.nbytes()));
+    };
+    tensor(inputs[0]);
+    tensor(inputs[1]);
+    if (spec.has_bias)
+      tensor(inputs[2]);
+    tensor(outputs[0]);
+    host.push_back(HostArg::value(args.float_attribute("alpha")));
+    tokamax::interpret(build(spec, config, kInterpreterPrograms), host);
+  }
+
+private:
+  dsl::Kernel build(const MatmulSpec &spec, const Config &config, int programs) const {
+    return build(spec, kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, programs));
+  }
+  dsl::Kernel build(const MatmulSpec &spec, const MatmulConfig &c) const {
+    switch (kind_) {
+    case Kind::Hopper: return matmul_hopper_kernel(spec, c);
+    case Kind::Tile: return matmul_kernel(spec, c);
+    case Kind::Reference: break;
+    }
+    return matmul_reference_kernel(spec);
+  }
+
+  Kind kind_;
+};
+
+class MatmulOp : public Op {
+public:
+  MatmulOp()
+      : Op("matmul", {"a", "b", "bias", "c"}, 3,
+           {std::make_shared<MatmulImplementation>(Kind::Hopper), std::make_shared<MatmulImplementation>(Kind::Tile),
+            std::make_shared<MatmulImplementation>(Kind::Reference)}) {}
+
+  void validate(const BoundArgs &b) const override {
+    if (b.op != name())
+      throw Error(fmt::format("matmul: the arguments are bound for op \"{}\"", b.op));
+    if (b.args.size() != 4 || !b.args[0] || !b.args[1] || !b.args[3])
+      throw Error("matmul: expected the arguments a, b, bias (optional), c");
+    for (const auto &[key, value] : b.attributes)
+      if (key != "trans_a" && key != "trans_b" && key != "alpha")
+        throw Error(fmt::format("matmul: unknown attribute \"{}\"", key));
+    BoundArgs again = bind_matmul(*b.args[0], *b.args[1], b.args[2], *b.args[3], b.int_attribute("trans_a") != 0,
+                                  b.int_attribute("trans_b") != 0, b.float_attribute("alpha"));
+    if (!(again == b))
+      throw Error(fmt::format("matmul: the bound arguments are not canonical: {}", b.to_json()));
+  }
+};
+
+[[maybe_unused]] const bool kRegistered = [] {
+  register_op(matmul_op());
+  return true;
+}();
+
+} // namespace
+
+BoundArgs bind_matmul(const ArgSpec &a, const ArgSpec &b, const std::optional<ArgSpec> &bias, const ArgSpec &c,
+                      bool trans_a, bool trans_b, double alpha) {
+  if (a.shape.size() != 2 || b.shape.size() != 2 || c.shape.size() != 2)
+    throw Error(fmt::format("matmul: a, b and c must be 2-D, got a {}, b {}, c {}", describe(a), describe(b),
+                            describe(c)));
+  if (a.dtype != b.dtype)
+    throw Error(fmt::format("matmul: a is {} but b is {}", dtype_name(a.dtype), dtype_name(b.dtype)));
+  int64_t m = trans_a ? a.shape[1] : a.shape[0], k = trans_a ? a.shape[0] : a.shape[1];
+  int64_t kb = trans_b ? b.shape[1] : b.shape[0], n = trans_b ? b.shape[0] : b.shape[1];
+  if (kb != k || c.shape[0] != m || c.shape[1] != n)
+    throw Error(fmt::format("matmul: op(a) is [{}, {}], op(b) is [{}, {}] and c is [{}]", m, k, kb, n,
+                            fmt::join(c.shape, ", ")));
+  if (bias && (bias->shape != std::vector<int64_t>{n} || bias->dtype != c.dtype))
+    throw Error(fmt::format("matmul: bias must be a [{}] {} tensor, got {}", n, dtype_name(c.dtype), describe(*bias)));
+  if (!std::isfinite(alpha))
+    throw Error(fmt::format("matmul: alpha must be finite, got {}", alpha));
+  BoundArgs bound{"matmul",
+                  {a, b, bias, c},
+                  {{"trans_a", trans_a ? "1" : "0"}, {"trans_b", trans_b ? "1" : "0"}, {"alpha", fmt::format("{}", alpha)}}};
+  check_matmul_spec(matmul_spec(bound), true);  // dtypes (any implementation's)
+  return bound;
+}
+
+MatmulSpec matmul_spec(const BoundArgs &args) {
+  const ArgSpec &a = args.arg(0), &b = args.arg(1), &c = args.arg(3);
+  MatmulSpec spec;
+  spec.trans_a = args.int_attribute("trans_a") != 0;
+  spec.trans_b = args.int_attribute("trans_b") != 0;
+  spec.m = spec.trans_a ? a.shape[1] : a.shape[0];
+  spec.k = spec.trans_a ? a.shape[0] : a.shape[1];
+  spec.n = spec.trans_b ? b.shape[0] : b.shape[1];
+  spec.dtype = a.dtype;
+  spec.out_dtype = c.dtype;
+  spec.has_bias = args.has(2);
+  return spec;
+}
+
+const Op &matmul_op() {
+  static const MatmulOp op;
+  return op;
+}
+
+namespace {
+std::optional<Config> explicitConfig(const MatmulOptions &options) {
+  if (!options.config)
+    return std::nullopt;
+  return toConfig(*options.config, options.config->programs);
+}
+std::optional<std::string> explicitImplementation(const MatmulOptions &options) {
+  if (options.implementation.empty())
+    return std::nullopt;
+  return options.implementation;
+}
+} // namespace
+
+void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
+            const MatmulOptions &options) {
+  if (!a.is_contiguous() || !b.is_contiguous() || !c.is_contiguous() || (options.bias && !options.bias->is_contiguous()))
+    throw Error("matmul: a, b, c and bias must be contiguous (use trans_a / trans_b for transposes)");
+  BoundArgs args = bind_matmul(ArgSpec::of(a), ArgSpec::of(b),
+                               options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt,
+                               ArgSpec::of(c), options.trans_a, options.trans_b, options.alpha);
+  TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
+  matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, explicitImplementation(options),
+                  explicitConfig(options));
+}
+
+void matmul_host(const TensorView &a, const TensorView &b, const TensorView &c, const MatmulOptions &options) {
+  BoundArgs args = bind_matmul(ArgSpec::of(a), ArgSpec::of(b),
+                               options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt,
+                               ArgSpec::of(c), options.trans_a, options.trans_b, options.alpha);
+  TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
+  matmul_op().interpret(args, inputs, std::span<const TensorView>(&c, 1), explicitImplementation(options),
+                        explicitConfig(options));
+}
+
+} // namespace tokamax

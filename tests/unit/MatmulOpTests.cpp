@@ -1,0 +1,182 @@
+//===- MatmulOpTests.cpp - matmul on the op framework (no GPU) --------------===//
+//
+// matmul_op: binding names what is wrong, BoundArgs round-trip through JSON, the auto
+// order per architecture and dtype (hopper, tile, reference) with NotSupported reasons
+// for explicit choices, every config of every search space is valid, invalid configs are
+// refused, and matmul_host (the interpreter) matches a float64 reference for each
+// implementation, the persistent hopper grid included.
+//
+//===----------------------------------------------------------------------===//
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Error.h>
+
+#include <catch2/catch.hpp>
+
+#include "common/Numerics.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace tokamax;
+using Catch::Contains;
+
+namespace {
+
+ArgSpec spec(std::vector<int64_t> shape, DType dtype) { return ArgSpec{std::move(shape), dtype}; }
+
+BoundArgs bind(int64_t m, int64_t n, int64_t k, DType dtype, DType out, bool ta = false, bool tb = false,
+               bool bias = false) {
+  return bind_matmul(spec(ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, dtype),
+                     spec(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, dtype),
+                     bias ? std::optional<ArgSpec>(spec({n}, out)) : std::nullopt, spec({m, n}, out), ta, tb, 1.0);
+}
+
+} // namespace
+
+TEST_CASE("matmul op: binding names what does not fit", "[matmul][op]") {
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8}, DType::BF16), spec({16, 4}, DType::BF16), std::nullopt,
+                                spec({4, 4}, DType::BF16), false, false, 1.0),
+                    Contains("op(a) is [4, 8], op(b) is [16, 4] and c is [4, 4]"));
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8}, DType::BF16), spec({8, 4}, DType::F16), std::nullopt,
+                                spec({4, 4}, DType::BF16), false, false, 1.0),
+                    Contains("a is bf16 but b is f16"));
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8}, DType::BF16), spec({8, 4}, DType::BF16), spec({5}, DType::BF16),
+                                spec({4, 4}, DType::BF16), false, false, 1.0),
+                    Contains("bias must be a [4] bf16 tensor, got bf16 [5]"));
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8}, DType::BF16), spec({8, 4}, DType::BF16), std::nullopt,
+                                spec({4, 4}, DType::BF16), false, false, std::nan("")),
+                    Contains("alpha must be finite"));
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8}, DType::I32), spec({8, 4}, DType::I32), std::nullopt,
+                                spec({4, 4}, DType::I32), false, false, 1.0),
+                    Contains("dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2, got i32"));
+  CHECK_THROWS_WITH(bind_matmul(spec({4, 8, 1}, DType::BF16), spec({8, 4}, DType::BF16), std::nullopt,
+                                spec({4, 4}, DType::BF16), false, false, 1.0),
+                    Contains("must be 2-D"));
+}
+
+TEST_CASE("matmul op: BoundArgs round-trip through JSON and validate", "[matmul][op]") {
+  BoundArgs args = bind(127, 1000, 64, DType::BF16, DType::F32, true, false, true);
+  BoundArgs back = BoundArgs::from_json(args.to_json());
+  CHECK(back == args);
+  CHECK_NOTHROW(matmul_op().validate(back));
+  CHECK(find_op("matmul") == &matmul_op());
+  MatmulSpec s = matmul_spec(back);
+  CHECK(s.m == 127);
+  CHECK(s.n == 1000);
+  CHECK(s.k == 64);
+  CHECK(s.trans_a);
+  CHECK(s.has_bias);
+  back.attributes["beta"] = "1";
+  CHECK_THROWS_WITH(matmul_op().validate(back), Contains("unknown attribute \"beta\""));
+}
+
+TEST_CASE("matmul op: auto order per architecture and dtype", "[matmul][op]") {
+  const Op &op = matmul_op();
+  CHECK(op.select(bind(256, 512, 128, DType::BF16, DType::BF16), std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(op.select(bind(256, 512, 128, DType::BF16, DType::BF16), std::nullopt, "sm_80").name() == "tile");
+  // K = 17: 34-byte rows of a, no TMA; the tile kernel takes it.
+  CHECK(op.select(bind(256, 512, 17, DType::F16, DType::F16), std::nullopt, "sm_90a").name() == "tile");
+  CHECK(op.select(bind(16, 16, 16, DType::F32, DType::F32), std::nullopt, "sm_90a").name() == "tile");
+  CHECK(op.select(bind(16, 16, 16, DType::F64, DType::F64), std::nullopt, "sm_90a").name() == "reference");
+  CHECK(op.select(bind(64, 64, 64, DType::F8E4M3, DType::BF16, false, true), std::nullopt, "sm_90a").name() ==
+        "hopper");
+  CHECK(op.select(bind(64, 64, 64, DType::F8E4M3, DType::BF16, false, true), std::nullopt, "sm_80").name() ==
+        "reference");
+  CHECK(op.select(bind(64, 64, 64, DType::F8E5M2, DType::F32), std::nullopt, "sm_90a").name() == "reference");
+  // Explicit choices that cannot serve the call say why.
+  CHECK_THROWS_AS(op.select(bind(256, 512, 128, DType::BF16, DType::BF16), "hopper", "sm_80"), NotSupported);
+  CHECK_THROWS_WITH(op.select(bind(16, 16, 16, DType::F64, DType::F64), "tile", "sm_90a"),
+                    Contains("takes bf16, f16 or f32, got f64"));
+  CHECK_THROWS_WITH(op.select(bind(64, 64, 64, DType::F8E4M3, DType::BF16), "hopper", "sm_90a"),
+                    Contains("K-major only"));
+}
+
+TEST_CASE("matmul op: search spaces hold valid configs; invalid ones are refused", "[matmul][op]") {
+  for (const BoundArgs &args : {bind(4096, 4096, 4096, DType::BF16, DType::BF16),
+                                bind(8192, 8192, 512, DType::F16, DType::F32, true, true),
+                                bind(4096, 4096, 4096, DType::F8E4M3, DType::BF16, false, true)}) {
+    INFO(args.to_json());
+    for (const auto &impl : matmul_op().implementations()) {
+      if (impl->why_not(args))
+        continue;
+      std::vector<Config> space = impl->search_space(args);
+      INFO(impl->name());
+      REQUIRE(!space.empty());
+      CHECK(space.front() == impl->heuristic(args));
+      if (impl->name() != "reference")
+        CHECK(space.size() >= 6);
+      for (const Config &config : space) {
+        INFO(config.to_json());
+        CHECK_FALSE(impl->check_config(args, config).has_value());
+      }
+    }
+  }
+  const Implementation &hopper = matmul_op().implementation("hopper");
+  BoundArgs args = bind(4096, 4096, 4096, DType::BF16, DType::BF16);
+  Config config = hopper.heuristic(args);
+  CHECK(config.get("programs") == -1);  // one program per SM
+  config.set("num_stages", 5);          // 5 x 48 KiB does not fit
+  CHECK_THAT(*hopper.check_config(args, config), Contains("must fit 227 KiB"));
+  config = hopper.heuristic(args).set("block_k", 32);
+  CHECK_THAT(*hopper.check_config(args, config), Contains("block_k must be 64"));
+  config = hopper.heuristic(args).set("block_m", 64);
+  CHECK_THAT(*hopper.check_config(args, config), Contains("multiple of 16 * num_warps"));
+  CHECK_THROWS_AS(matmul_op().resolve_config(hopper, args, hopper.heuristic(args).set("block_n", 96)), Error);
+}
+
+TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[matmul][op][interpreter]") {
+  struct Case {
+    const char *impl;
+    int64_t m, n, k;
+    DType dtype, out;
+    bool ta, tb, bias;
+  };
+  // The hopper heuristic's persistent grid runs 3 programs on the interpreter: 300 x 520
+  // is 3 x 3 tiles of 128 x 256, so each program loops over 3.
+  for (const Case &c : {Case{"hopper", 300, 520, 72, DType::BF16, DType::F32, false, false, true},
+                        Case{"hopper", 17, 40, 48, DType::F8E4M3, DType::BF16, false, true, false},
+                        Case{"tile", 33, 20, 19, DType::F16, DType::F32, true, true, true},
+                        Case{"reference", 9, 7, 5, DType::F64, DType::F64, false, true, true}}) {
+    INFO(c.impl << " " << c.m << "x" << c.n << "x" << c.k << " " << dtype_name(c.dtype));
+    std::vector<double> a = test::random_values(c.m * c.k, c.dtype, 7, 0.05, 2.0);  // [M, K]
+    std::vector<double> b = test::random_values(c.k * c.n, c.dtype, 8, 0.05, 2.0);  // [K, N]
+    std::vector<double> bias = test::random_values(c.n, c.out, 9, 0.5, 2.0);
+    std::vector<double> as = a, bs = b;
+    if (c.ta)
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t k = 0; k < c.k; ++k)
+          as[k * c.m + i] = a[i * c.k + k];
+    if (c.tb)
+      for (int64_t k = 0; k < c.k; ++k)
+        for (int64_t j = 0; j < c.n; ++j)
+          bs[j * c.k + k] = b[k * c.n + j];
+    std::vector<uint8_t> ab = test::to_bytes(as, c.dtype), bb = test::to_bytes(bs, c.dtype),
+                         biasb = test::to_bytes(bias, c.out),
+                         cb = test::to_bytes(std::vector<double>(c.m * c.n, std::numeric_limits<double>::quiet_NaN()),
+                                             c.out);
+    MatmulOptions options;
+    options.trans_a = c.ta;
+    options.trans_b = c.tb;
+    options.alpha = -0.5;
+    options.implementation = c.impl;
+    if (c.bias)
+      options.bias = host_view(biasb.data(), c.out, {c.n});
+    matmul_host(host_view(ab.data(), c.dtype, {c.ta ? c.k : c.m, c.ta ? c.m : c.k}),
+                host_view(bb.data(), c.dtype, {c.tb ? c.n : c.k, c.tb ? c.k : c.n}),
+                host_view(cb.data(), c.out, {c.m, c.n}), options);
+    std::vector<double> got = test::from_bytes(cb, c.out), ref(c.m * c.n, 0.0);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < c.k; ++k)
+          s += a[i * c.k + k] * b[k * c.n + j];
+        ref[i * c.n + j] = -0.5 * s + (c.bias ? bias[j] : 0.0);
+      }
+    size_t unwritten = 0;
+    for (double g : got)
+      unwritten += std::isnan(g);
+    CHECK(unwritten == 0);
+    CHECK(test::rel_error(got, ref) < (c.out == DType::BF16 ? 1e-2 : c.out == DType::F64 ? 1e-12 : 1e-5));
+  }
+}
