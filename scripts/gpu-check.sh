@@ -17,4 +17,5 @@ run gpu-tests "$bin/tokamax-gpu-tests" --durations yes
 TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
 for e in vector_add softmax gelu layer_norm; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
+TAIL=20 run matmul-bench "$bin/tokamax-matmul-bench" --json "$out/matmul.json"
 exit $status

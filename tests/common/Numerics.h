@@ -12,6 +12,18 @@
 
 namespace test {
 
+/// A row-major [rows, cols] matrix as stored: itself, or its transpose ([cols, rows])
+/// when `transpose` (matmul operands given with trans_a / trans_b).
+inline std::vector<double> stored(const std::vector<double> &x, int64_t rows, int64_t cols, bool transpose) {
+  if (!transpose)
+    return x;
+  std::vector<double> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
 /// Magnitudes uniform in [lo, hi] with random signs (never zero when lo > 0), plus
 /// `shift`, each rounded to `dtype`.
 inline std::vector<double> random_values(size_t n, tokamax::DType dtype, uint32_t seed, double lo = 0.05,

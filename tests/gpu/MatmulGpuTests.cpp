@@ -80,15 +80,8 @@ double runCase(const Case &c, Stream &stream) {
   uint32_t seed = static_cast<uint32_t>(c.m * 7919 + c.n * 131 + c.k);
   std::vector<double> a = randomValues(c.m * c.k, c.dtype, seed), b = randomValues(c.k * c.n, c.dtype, seed + 1);
   std::vector<double> bias = randomValues(c.n, c.out, seed + 2);
-  std::vector<double> as = a, bs = b;
-  if (c.ta)
-    for (int64_t i = 0; i < c.m; ++i)
-      for (int64_t k = 0; k < c.k; ++k)
-        as[k * c.m + i] = a[i * c.k + k];
-  if (c.tb)
-    for (int64_t k = 0; k < c.k; ++k)
-      for (int64_t j = 0; j < c.n; ++j)
-        bs[j * c.k + k] = b[k * c.n + j];
+  std::vector<double> as = test::stored(a, c.m, c.k, c.ta);
+  std::vector<double> bs = test::stored(b, c.k, c.n, c.tb);
   Tensor ta = upload(as, c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, c.dtype);
   Tensor tb = upload(bs, c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, c.dtype);
   Tensor tbias = upload(bias, {c.n}, c.out);

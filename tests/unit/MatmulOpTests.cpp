@@ -142,15 +142,8 @@ TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[m
     std::vector<double> a = test::random_values(c.m * c.k, c.dtype, 7, 0.05, 2.0);  // [M, K]
     std::vector<double> b = test::random_values(c.k * c.n, c.dtype, 8, 0.05, 2.0);  // [K, N]
     std::vector<double> bias = test::random_values(c.n, c.out, 9, 0.5, 2.0);
-    std::vector<double> as = a, bs = b;
-    if (c.ta)
-      for (int64_t i = 0; i < c.m; ++i)
-        for (int64_t k = 0; k < c.k; ++k)
-          as[k * c.m + i] = a[i * c.k + k];
-    if (c.tb)
-      for (int64_t k = 0; k < c.k; ++k)
-        for (int64_t j = 0; j < c.n; ++j)
-          bs[j * c.k + k] = b[k * c.n + j];
+    std::vector<double> as = test::stored(a, c.m, c.k, c.ta);
+    std::vector<double> bs = test::stored(b, c.k, c.n, c.tb);
     std::vector<uint8_t> ab = test::to_bytes(as, c.dtype), bb = test::to_bytes(bs, c.dtype),
                          biasb = test::to_bytes(bias, c.out),
                          cb = test::to_bytes(std::vector<double>(c.m * c.n, std::numeric_limits<double>::quiet_NaN()),

@@ -54,15 +54,8 @@ std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const Matmul
   std::vector<double> a = uniformValues(spec.m * spec.k, spec.dtype, seed);       // [M, K]
   std::vector<double> b = uniformValues(spec.k * spec.n, spec.dtype, seed + 1);   // [K, N]
   std::vector<double> bias = uniformValues(spec.n, spec.out_dtype, seed + 2);
-  std::vector<double> aStored = a, bStored = b;
-  if (spec.trans_a)
-    for (int64_t i = 0; i < spec.m; ++i)
-      for (int64_t k = 0; k < spec.k; ++k)
-        aStored[k * spec.m + i] = a[i * spec.k + k];
-  if (spec.trans_b)
-    for (int64_t k = 0; k < spec.k; ++k)
-      for (int64_t j = 0; j < spec.n; ++j)
-        bStored[j * spec.k + k] = b[k * spec.n + j];
+  std::vector<double> aStored = test::stored(a, spec.m, spec.k, spec.trans_a);
+  std::vector<double> bStored = test::stored(b, spec.k, spec.n, spec.trans_b);
   std::vector<uint8_t> ab = test::to_bytes(aStored, spec.dtype), bb = test::to_bytes(bStored, spec.dtype),
                        biasb = test::to_bytes(bias, spec.out_dtype),
                        cb(spec.m * spec.n * dtype_size(spec.out_dtype), 0xA5);
