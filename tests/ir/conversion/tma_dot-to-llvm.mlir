@@ -1,0 +1,79 @@
+// RUN: tokamax-opt %s -split-input-file -tile-assign-layouts -canonicalize -tile-allocate-shared -tile-insert-barriers -convert-tile-to-llvm=arch=sm_90a | FileCheck %s
+
+// A warp-specialized tile.tma_dot in a persistent loop (LowerTmaDot.cpp). The kernel
+// gets a producer warpgroup (384 threads) and one 128-byte tensor map parameter per
+// operand (grid constants; boxes [64 K] x [128 rows] for the K-major a and b). The ring's
+// mbarriers are set up once, before the loop; in the loop the warps split on their
+// (shuffled, so warp-uniform) index: the producer's first thread waits for a free stage,
+// expects the stage's bytes and issues both TMA loads per K slice, while the consumers
+// wait for a full stage, fence, issue 4 wgmma per 64-wide slice, commit, wait for the
+// previous group and release its stage with a predicated arrive (no branch near the
+// .aligned instructions), then drain and release the last slice. The epilogue's store
+// is the consumers' alone.
+
+// CHECK-LABEL: llvm.func @persistent
+// CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}
+// CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
+// CHECK-SAME: tile.producer_warps = 4 : i32
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 1, 64, 128>
+// CHECK: mbarrier.init.shared::cta.b64 [$0], 1;
+// CHECK: mbarrier.init.shared::cta.b64 [$0], 8;
+// CHECK: fence.proxy.async.shared::cta;
+// CHECK: nvvm.barrier0
+// CHECK: scf.for
+// CHECK: nvvm.shfl.sync idx
+// CHECK: scf.if
+// CHECK: scf.for
+// CHECK: mbarrier.try_wait.parity
+// CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;
+// CHECK-COUNT-2: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// CHECK: } else {
+// CHECK: scf.for
+// CHECK: mbarrier.try_wait.parity
+// CHECK-NEXT: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: llvm.inline_asm {{.*}}@p mbarrier.arrive.shared::cta.b64
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: llvm.inline_asm {{.*}}@p mbarrier.arrive.shared::cta.b64
+// CHECK: scf.if
+// CHECK: st.global.v2.b32
+func.func @persistent(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 2, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c2 = arith.constant 2 : i32
+  %c6 = arith.constant 6 : i32
+  %c128 = arith.constant 128 : i32
+  %z = arith.constant 0.0 : f32
+  %pid = tile.program_id 0 : i32
+  scf.for %t = %pid to %c6 step %c2 : i32 {
+    %m0 = arith.muli %t, %c128 : i32
+    %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+    %r = tile.tma_dot %a, %b[%m0, %c0], %acc {a_dims = array<i64: 768, 256>, b_dims = array<i64: 128, 256>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = true, warp_specialize = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+    tile.block_store %c[%m0, %c0], %r {dims = array<i64: 768, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  }
+  return
+}
+
+// -----
+
+// At the kernel's top level the rest of the kernel is the consumers': a reduction across
+// warps after the product synchronises only their 256 threads (named barrier 1), while
+// the barrier after the ring's setup is the whole block's.
+
+// CHECK-LABEL: llvm.func @top_level
+// CHECK: nvvm.barrier0
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: scf.if
+// CHECK: "bar.sync 1, 256;"
+// CHECK-NOT: nvvm.barrier0
+// CHECK: llvm.return
+func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x64xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 128, 200>, b_dims = array<i64: 128, 64>, block_k = 64 : i64, stages = 3 : i64, trans_a = true, trans_b = false, warp_specialize = true} : !tile.ptr<f16>, !tile.ptr<f16>, tensor<128x64xf32>
+  %sum = tile.reduce sum %r axis = 0 : tensor<128x64xf32> -> tensor<64xf32>
+  tile.block_store %s[%c0], %sum {dims = array<i64: 64>, strides = array<i64: 1>} : <f32>, tensor<64xf32>
+  return
+}
