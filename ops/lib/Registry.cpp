@@ -37,11 +37,13 @@ std::vector<RegisteredKernel> registered_kernels() {
     kernels.push_back({fmt::format("matmul[{}x{}x{} bf16]", m, n, k),
                        [=] { return matmul_kernel(spec, default_config(spec)); }});
   }
-  // The hopper kernel at every benchmark shape (wgmma and TMA: sm_90a only).
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 4096, 4096}, {8192, 8192, 8192},
-                         {16384, 4096, 4096}, {8192, 8192, 512}}) {
-    MatmulSpec spec{m, n, k, DType::BF16, DType::BF16};
-    kernels.push_back({fmt::format("matmul_hopper[{}x{}x{} bf16]", m, n, k),
+  // The hopper kernel at every benchmark shape, and fp8 at 4096^3 (wgmma and TMA:
+  // sm_90a only), as matmul() builds them on a 132-SM H100 / H200.
+  for (auto [m, n, k, dtype] :
+       {std::tuple<int64_t, int64_t, int64_t, DType>{4096, 4096, 4096, DType::BF16}, {8192, 8192, 8192, DType::BF16},
+        {16384, 4096, 4096, DType::BF16}, {8192, 8192, 512, DType::BF16}, {4096, 4096, 4096, DType::F8E4M3}}) {
+    MatmulSpec spec{m, n, k, dtype, DType::BF16, false, dtype == DType::F8E4M3};
+    kernels.push_back({fmt::format("matmul_hopper[{}x{}x{} {}]", m, n, k, dtype_name(dtype)),
                        [=] { return matmul_hopper_kernel(spec, default_hopper_config(spec)); }, "sm_90a"});
   }
   // Ops of the framework: every kernel of the implementation auto picks on sm_90a.

@@ -125,6 +125,20 @@ TEST_CASE("matmul op: search spaces hold valid configs; invalid ones are refused
   CHECK_THROWS_AS(matmul_op().resolve_config(hopper, args, hopper.heuristic(args).set("block_n", 96)), Error);
 }
 
+TEST_CASE("matmul op: the precompiled hopper kernels are the ones a call builds", "[matmul][op]") {
+  // tokamax-compile precompiles matmul_hopper_kernel(spec, default_hopper_config(spec));
+  // the op's heuristic (one program per SM) must give the same kernel on 132 SMs, or a
+  // precompiled cache would never hit.
+  for (DType dtype : {DType::BF16, DType::F8E4M3}) {
+    MatmulSpec spec{4096, 4096, 4096, dtype, DType::BF16, false, dtype == DType::F8E4M3};
+    BoundArgs args = bind(spec.m, spec.n, spec.k, dtype, DType::BF16, false, spec.trans_b);
+    const Implementation &hopper = matmul_op().implementation("hopper");
+    std::vector<dsl::Kernel> kernels = hopper.kernels(args, hopper.heuristic(args));
+    REQUIRE(kernels.size() == 1);
+    CHECK(kernels[0].ir() == matmul_hopper_kernel(spec, default_hopper_config(spec)).ir());
+  }
+}
+
 TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[matmul][op][interpreter]") {
   struct Case {
     const char *impl;
