@@ -307,7 +307,16 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
                                options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt,
                                ArgSpec::of(c), options.trans_a, options.trans_b, options.alpha);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
-  matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, explicitImplementation(options),
+  std::optional<std::string> implementation = explicitImplementation(options);
+  // TMA reads 16-byte aligned operands only; auto takes the next implementation for a
+  // view that is not (an explicit hopper gets the tensor-map error naming it).
+  if (!implementation && (a.data() % 16 != 0 || b.data() % 16 != 0))
+    for (const char *name : {"tile", "reference"})
+      if (!matmul_op().implementation(name).why_not(args)) {
+        implementation = name;
+        break;
+      }
+  matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, implementation,
                   explicitConfig(options));
 }
 

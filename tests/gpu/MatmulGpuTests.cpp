@@ -346,3 +346,30 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
   autoCase.impl = "hopper";
   CHECK_THROWS_AS(runCase(autoCase, stream), NotSupported);
 }
+
+TEST_CASE("matmul on the device: auto leaves hopper for operands TMA cannot read", "[gpu][matmul][hopper]") {
+  if (!hopperDevice()) {
+    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+    return;
+  }
+  // a starts 2 bytes into its buffer (a view one bf16 element in): TMA needs 16-byte
+  // aligned addresses, so auto must take `tile`; explicit hopper names the problem.
+  Stream stream = Stream::create(Device::get());
+  const int64_t m = 64, n = 64, k = 64;
+  std::vector<double> a = randomValues(m * k + 1, DType::BF16, 11), b = randomValues(k * n, DType::BF16, 12);
+  Tensor ta = upload(a, {m * k + 1}, DType::BF16), tb = upload(b, {k, n}, DType::BF16);
+  Tensor tc = upload(std::vector<double>(m * n, NAN), {m, n}, DType::F32);
+  int64_t shapeA[2] = {m, k};
+  TensorView va(ta.data() + 2, DType::BF16, shapeA, ta.view().device());
+  matmul(va, tb, tc, stream);
+  stream.synchronize();
+  std::vector<double> got = tc.to_host_doubles(), ref(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t x = 0; x < k; ++x)
+        ref[i * n + j] += a[1 + i * k + x] * b[x * n + j];
+  CHECK(test::rel_error(got, ref) < 1e-5);
+  MatmulOptions hopper;
+  hopper.implementation = "hopper";
+  CHECK_THROWS_WITH(matmul(va, tb, tc, stream, hopper), Catch::Contains("16-byte aligned"));
+}
