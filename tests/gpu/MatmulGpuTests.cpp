@@ -307,6 +307,18 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
                          << config.programs << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
+  // Short K: 2-8 slices, where the consumer loop is unrolled (a final wgmma.wait_group
+  // once duplicated into lane-dependent branches there and hung), one program per tile
+  // and persistent.
+  for (int64_t k : {128, 192, 256, 320, 512})
+    for (int64_t programs : {0, 5}) {
+      MatmulConfig config = default_hopper_config({});
+      config.programs = programs;
+      Case c{520, 1000, k, DType::BF16, DType::BF16, false, k % 128 == 0, false, 1.0, "hopper", config};
+      double err = runCase(c, stream);
+      INFO(describe(c) << " programs " << programs << ": relative error " << err);
+      CHECK(err < tolerance(c.dtype, c.out, c.k));
+    }
   // A long K loop (many trips around the ring) against float64.
   for (int t = 0; t < 4; ++t) {
     Case c{256, 384, 16384, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), true, 2.0, "hopper"};
