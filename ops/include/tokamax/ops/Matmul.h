@@ -26,7 +26,6 @@
 namespace tokamax {
 class Stream;
 
-
 struct TOKAMAX_API MatmulSpec {
   int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::BF16;      ///< a and b
@@ -50,9 +49,9 @@ struct TOKAMAX_API MatmulOptions {
   bool trans_b = false;  ///< b is [N, K] (used transposed)
   double alpha = 1.0;
   std::optional<TensorView> bias;  ///< [N], c's dtype, added to every row
-  /// "hopper", "tile" or "reference"; empty: hopper on sm_90a when it serves the call,
-  /// else tile, and reference for f64. An explicit one that cannot serve the call throws
-  /// NotSupported with the reason.
+  /// "hopper", "tile" or "reference"; empty: hopper on sm_90a when it serves the call
+  /// (and a and b are 16-byte aligned), else tile, else reference (f64, fp8 off sm_90a).
+  /// An explicit one that cannot serve the call throws NotSupported with the reason.
   std::string implementation;
   std::optional<MatmulConfig> config;  ///< else the implementation's heuristic
 };
@@ -64,9 +63,9 @@ TOKAMAX_API dsl::Kernel matmul_reference_kernel(const MatmulSpec &spec);
 
 /// The `hopper` kernel (sm_90a): tma_dot main loop (TMA into a shared-memory ring,
 /// wgmma from shared memory, a producer warpgroup), grouped tile order, the same
-/// epilogue; with config.programs > 0 a persistent grid loops over the tiles. Serves bf16 and
-/// f16 when the rows of a and b are multiples of 16 bytes; hopper_unsupported() says why
-/// not otherwise (empty when it serves the spec).
+/// epilogue; with config.programs > 0 a persistent grid loops over the tiles. Serves bf16,
+/// f16 and fp8 (a [M, K], b [N, K]) when the rows of a and b are multiples of 16 bytes;
+/// hopper_unsupported() says why not otherwise (empty when it serves the spec).
 TOKAMAX_API std::string hopper_unsupported(const MatmulSpec &spec);
 /// Persistent over `sm_count` programs (one per SM).
 TOKAMAX_API MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count = 132);
