@@ -458,13 +458,12 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   if (!a.builder_ || a.builder_ != b.builder_)
     throw Error("tma_dot: a and b must be tensor parameters of one kernel");
   KernelBuilder &kb = *a.builder_;
-  const bool fp8 = a.dtype_ == DType::F8E4M3 || a.dtype_ == DType::F8E5M2;
+  const bool fp8 = is_fp8(a.dtype_);
   const int64_t bytes = fp8 ? 1 : 2;
   for (const TensorArg *t : {&a, &b}) {
     if (t->shape_.size() != 2)
       kb.fail(fmt::format("tma_dot: {} must be 2-D, got [{}]", t->name_, fmt::join(t->shape_, ", ")));
-    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16 && t->dtype_ != DType::F8E4M3 &&
-        t->dtype_ != DType::F8E5M2)
+    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16 && !is_fp8(t->dtype_))
       kb.fail(fmt::format("tma_dot: {} must be bf16, f16, f8e4m3 or f8e5m2, got {}", t->name_, dtype_name(t->dtype_)));
     if (t->shape_[1] * bytes % 16 != 0)
       kb.fail(fmt::format("tma_dot: rows of {} must be multiples of 16 bytes ({} elements) for TMA, got [{}]",

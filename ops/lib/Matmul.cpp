@@ -15,26 +15,29 @@ namespace tokamax {
 
 using namespace dsl;
 
-namespace {
-
-bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
-bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
-
-void checkSpec(const MatmulSpec &spec, bool reference) {
+void check_matmul_spec(const MatmulSpec &spec, bool reference) {
   if (spec.m < 1 || spec.n < 1 || spec.k < 1)
     throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
-  if (!isFloat(spec.dtype) && !isFp8(spec.dtype))
+  if (!is_floating(spec.dtype))
     throw Error(fmt::format("matmul: dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2, got {}",
                             dtype_name(spec.dtype)));
   if (spec.dtype == DType::F64 && !reference)
     throw NotSupported("matmul: f64 has no tensor-core path; use matmul_reference_kernel "
                        "(the CUDA cores, or the CPU interpreter)");
   DType wide = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  DType narrow = isFp8(spec.dtype) ? DType::BF16 : spec.dtype;  // fp8 products come out as bf16 or f32
+  DType narrow = is_fp8(spec.dtype) ? DType::BF16 : spec.dtype;  // fp8 products come out as bf16 or f32
   if (spec.out_dtype != narrow && spec.out_dtype != wide)
     throw Error(fmt::format("matmul: c must be {} or {} for {} inputs, got {}", dtype_name(narrow),
                             dtype_name(wide), dtype_name(spec.dtype), dtype_name(spec.out_dtype)));
 }
+
+std::string tile_unsupported(const MatmulSpec &spec) {
+  if (spec.dtype == DType::F64 || is_fp8(spec.dtype))
+    return fmt::format("the tile kernel (mma.sync) takes bf16, f16 or f32, got {}", dtype_name(spec.dtype));
+  return {};
+}
+
+namespace {
 
 struct Params {
   TensorArg a, b, bias, c;
@@ -98,10 +101,9 @@ MatmulConfig default_config(const MatmulSpec &spec) {
 }
 
 Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
-  checkSpec(spec, false);
-  if (isFp8(spec.dtype))
-    throw NotSupported(fmt::format("matmul: {} has no mma.sync (tile) path; use hopper (sm_90a) or reference",
-                                   dtype_name(spec.dtype)));
+  check_matmul_spec(spec, false);
+  if (std::string why = tile_unsupported(spec); !why.empty())
+    throw NotSupported("matmul: " + why + "; use hopper (sm_90a) or reference");
   int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k;
   Kernel k("matmul", {config.num_warps});
   Params p = declare(k, spec, DType::F32);
@@ -124,9 +126,9 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
 }
 
 std::string hopper_unsupported(const MatmulSpec &spec) {
-  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !isFp8(spec.dtype))
+  if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !is_fp8(spec.dtype))
     return fmt::format("the hopper matmul takes bf16, f16, f8e4m3 or f8e5m2, got {}", dtype_name(spec.dtype));
-  if (isFp8(spec.dtype) && (spec.trans_a || !spec.trans_b))
+  if (is_fp8(spec.dtype) && (spec.trans_a || !spec.trans_b))
     return fmt::format("the hopper matmul reads {} operands K-major only: a as [M, K] and b as [N, K] (trans_b)",
                        dtype_name(spec.dtype));
   int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
@@ -151,7 +153,7 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
 }
 
 Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
-  checkSpec(spec, false);
+  check_matmul_spec(spec, false);
   if (std::string why = hopper_unsupported(spec); !why.empty())
     throw NotSupported("matmul: " + why);
   if (config.programs < 0)
@@ -183,7 +185,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
 }
 
 Kernel matmul_reference_kernel(const MatmulSpec &spec) {
-  checkSpec(spec, true);
+  check_matmul_spec(spec, true);
   constexpr int64_t bm = 16, bn = 16, bk = 8;
   DType accType = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
   Kernel k("matmul_reference", {4});
@@ -200,7 +202,5 @@ Kernel matmul_reference_kernel(const MatmulSpec &spec) {
   epilogue(spec, p, out[0], m0, n0, bn);
   return k;
 }
-
-void check_matmul_spec(const MatmulSpec &spec, bool reference) { checkSpec(spec, reference); }
 
 } // namespace tokamax

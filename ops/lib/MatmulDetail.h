@@ -3,10 +3,14 @@
 
 #include <tokamax/ops/Matmul.h>
 
+#include <string>
+
 namespace tokamax {
 
 /// Throws Error (bad spec) or NotSupported (f64 off the reference kernel) naming the
 /// problem; `reference`: the spec is for matmul_reference_kernel.
 void check_matmul_spec(const MatmulSpec &spec, bool reference);
+/// Why the tile kernel (mma.sync) cannot serve `spec`'s dtype (f64, fp8); empty when it can.
+std::string tile_unsupported(const MatmulSpec &spec);
 
 } // namespace tokamax

@@ -33,8 +33,6 @@ constexpr int kInterpreterPrograms = 3;
 
 enum class Kind { Hopper, Tile, Reference };
 
-bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
-
 std::string describe(const ArgSpec &s) { return fmt::format("{} [{}]", dtype_name(s.dtype), fmt::join(s.shape, ", ")); }
 
 constexpr int64_t kOnePerSm = -1;
@@ -75,13 +73,12 @@ public:
 
   std::optional<std::string> why_not(const BoundArgs &args) const override {
     MatmulSpec spec = matmul_spec(args);
-    if (kind_ == Kind::Hopper) {
-      if (std::string why = hopper_unsupported(spec); !why.empty())
-        return why;
-    } else if (kind_ == Kind::Tile && (spec.dtype == DType::F64 || isFp8(spec.dtype))) {
-      return fmt::format("the tile kernel (mma.sync) takes bf16, f16 or f32, got {}", dtype_name(spec.dtype));
-    }
-    return std::nullopt;
+    std::string why = kind_ == Kind::Hopper ? hopper_unsupported(spec)
+                      : kind_ == Kind::Tile ? tile_unsupported(spec)
+                                            : std::string();
+    if (why.empty())
+      return std::nullopt;
+    return why;
   }
 
   std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
@@ -287,6 +284,11 @@ const Op &matmul_op() {
 }
 
 namespace {
+BoundArgs bindCall(const TensorView &a, const TensorView &b, const TensorView &c, const MatmulOptions &options) {
+  return bind_matmul(ArgSpec::of(a), ArgSpec::of(b),
+                     options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt, ArgSpec::of(c),
+                     options.trans_a, options.trans_b, options.alpha);
+}
 std::optional<Config> explicitConfig(const MatmulOptions &options) {
   if (!options.config)
     return std::nullopt;
@@ -303,9 +305,7 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
             const MatmulOptions &options) {
   if (!a.is_contiguous() || !b.is_contiguous() || !c.is_contiguous() || (options.bias && !options.bias->is_contiguous()))
     throw Error("matmul: a, b, c and bias must be contiguous (use trans_a / trans_b for transposes)");
-  BoundArgs args = bind_matmul(ArgSpec::of(a), ArgSpec::of(b),
-                               options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt,
-                               ArgSpec::of(c), options.trans_a, options.trans_b, options.alpha);
+  BoundArgs args = bindCall(a, b, c, options);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
   std::optional<std::string> implementation = explicitImplementation(options);
   // TMA reads 16-byte aligned operands only; auto takes the next implementation for a
@@ -321,9 +321,7 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
 }
 
 void matmul_host(const TensorView &a, const TensorView &b, const TensorView &c, const MatmulOptions &options) {
-  BoundArgs args = bind_matmul(ArgSpec::of(a), ArgSpec::of(b),
-                               options.bias ? std::optional<ArgSpec>(ArgSpec::of(*options.bias)) : std::nullopt,
-                               ArgSpec::of(c), options.trans_a, options.trans_b, options.alpha);
+  BoundArgs args = bindCall(a, b, c, options);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
   matmul_op().interpret(args, inputs, std::span<const TensorView>(&c, 1), explicitImplementation(options),
                         explicitConfig(options));

@@ -12,6 +12,25 @@
 
 namespace test {
 
+/// alpha * a @ b (+ bias over rows) in float64: a is row-major [m, k], b [k, n], bias
+/// [n] or null.
+inline std::vector<double> matmul_reference(const std::vector<double> &a, const std::vector<double> &b, int64_t m,
+                                            int64_t n, int64_t k, double alpha,
+                                            const std::vector<double> *bias = nullptr) {
+  std::vector<double> ref(size_t(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double *row = ref.data() + i * n;
+    for (int64_t x = 0; x < k; ++x) {
+      const double ax = a[i * k + x], *brow = b.data() + x * n;
+      for (int64_t j = 0; j < n; ++j)
+        row[j] += ax * brow[j];
+    }
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = alpha * row[j] + (bias ? (*bias)[j] : 0.0);
+  }
+  return ref;
+}
+
 /// A row-major [rows, cols] matrix as stored: itself, or its transpose ([cols, rows])
 /// when `transpose` (matmul operands given with trans_a / trans_b).
 inline std::vector<double> stored(const std::vector<double> &x, int64_t rows, int64_t cols, bool transpose) {

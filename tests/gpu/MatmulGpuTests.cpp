@@ -59,7 +59,7 @@ double tolerance(DType in, DType out, int64_t k = 1 << 20) {
   if (in == DType::F32)
     return 2e-3;  // f32 inputs run as tf32
   // fp8 wgmma accumulates with fewer bits than f32: 1.2e-3 at K = 4096 on the H200.
-  if (in == DType::F8E4M3 || in == DType::F8E5M2)
+  if (is_fp8(in))
     return std::max(1e-3, 3e-5 * std::sqrt(double(k)));
   // 16-bit products are exact; f32 accumulation error grows like sqrt(K) (wgmma adds
   // each k16 group at the largest exponent: 1.8e-5 at K = 16384 on the H200).
@@ -97,20 +97,7 @@ double runCase(const Case &c, Stream &stream) {
   matmul(ta, tb, tc, stream, options);
   stream.synchronize();
   std::vector<double> got = tc.to_host_doubles();
-  // Reference: i-k-j order, float64.
-  std::vector<double> ref(c.m * c.n, 0.0);
-  for (int64_t i = 0; i < c.m; ++i) {
-    double *row = ref.data() + i * c.n;
-    for (int64_t k = 0; k < c.k; ++k) {
-      double x = a[i * c.k + k];
-      const double *brow = b.data() + k * c.n;
-      for (int64_t j = 0; j < c.n; ++j)
-        row[j] += x * brow[j];
-    }
-    for (int64_t j = 0; j < c.n; ++j)
-      row[j] = c.alpha * row[j] + (c.bias ? bias[j] : 0.0);
-  }
-  return test::rel_error(got, ref);
+  return test::rel_error(got, test::matmul_reference(a, b, c.m, c.n, c.k, c.alpha, c.bias ? &bias : nullptr));
 }
 
 std::string describe(const Case &c) {
@@ -238,7 +225,13 @@ TEST_CASE("dot results feed reductions, elementwise math and a second dot on the
 }
 
 namespace {
-bool hopperDevice() { return Device::get().arch() == "sm_90a"; }
+/// Whether the GPU is sm_90a; otherwise the test says it is skipped and why.
+bool hopperOrSkip() {
+  if (Device::get().arch() == "sm_90a")
+    return true;
+  WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+  return false;
+}
 MatmulSpec specOf(const Case &c) {
   MatmulSpec spec{c.m, c.n, c.k, c.dtype, c.out};
   spec.trans_a = c.ta, spec.trans_b = c.tb, spec.has_bias = c.bias;
@@ -247,10 +240,8 @@ MatmulSpec specOf(const Case &c) {
 } // namespace
 
 TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "[gpu][matmul][hopper]") {
-  if (!hopperDevice()) {
-    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+  if (!hopperOrSkip())
     return;
-  }
   Stream stream = Stream::create(Device::get());
   const int64_t sizes[] = {1, 8, 17, 127, 1000, 4097, 4104};
   int run = 0, refused = 0;
@@ -280,10 +271,8 @@ TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "
 }
 
 TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][matmul][hopper]") {
-  if (!hopperDevice()) {
-    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+  if (!hopperOrSkip())
     return;
-  }
   Stream stream = Stream::create(Device::get());
   // Every block shape of the search space, ring depths 2-4, in order and warp-
   // specialized, one program per tile and persistent (7 programs: uneven shares, the
@@ -334,10 +323,8 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
 }
 
 TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hopper]") {
-  if (!hopperDevice()) {
-    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+  if (!hopperOrSkip())
     return;
-  }
   Stream stream = Stream::create(Device::get());
   // a [M, K], b [N, K] (K-major, as wgmma reads 8-bit operands); odd M and N, K
   // multiples of 16 (16-byte rows), one of them long; bf16 and f32 out, bias, alpha.
@@ -360,10 +347,8 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
 }
 
 TEST_CASE("matmul on the device: auto leaves hopper for operands TMA cannot read", "[gpu][matmul][hopper]") {
-  if (!hopperDevice()) {
-    WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
+  if (!hopperOrSkip())
     return;
-  }
   // a starts 2 bytes into its buffer (a view one bf16 element in): TMA needs 16-byte
   // aligned addresses, so auto must take `tile`; explicit hopper names the problem.
   Stream stream = Stream::create(Device::get());
@@ -375,12 +360,8 @@ TEST_CASE("matmul on the device: auto leaves hopper for operands TMA cannot read
   TensorView va(ta.data() + 2, DType::BF16, shapeA, ta.view().device());
   matmul(va, tb, tc, stream);
   stream.synchronize();
-  std::vector<double> got = tc.to_host_doubles(), ref(m * n, 0.0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t x = 0; x < k; ++x)
-        ref[i * n + j] += a[1 + i * k + x] * b[x * n + j];
-  CHECK(test::rel_error(got, ref) < 1e-5);
+  std::vector<double> viewed(a.begin() + 1, a.end());  // what va holds
+  CHECK(test::rel_error(tc.to_host_doubles(), test::matmul_reference(viewed, b, m, n, k, 1.0)) < 1e-5);
   MatmulOptions hopper;
   hopper.implementation = "hopper";
   CHECK_THROWS_WITH(matmul(va, tb, tc, stream, hopper), Catch::Contains("16-byte aligned"));

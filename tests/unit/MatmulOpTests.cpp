@@ -172,14 +172,8 @@ TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[m
     matmul_host(host_view(ab.data(), c.dtype, {c.ta ? c.k : c.m, c.ta ? c.m : c.k}),
                 host_view(bb.data(), c.dtype, {c.tb ? c.n : c.k, c.tb ? c.k : c.n}),
                 host_view(cb.data(), c.out, {c.m, c.n}), options);
-    std::vector<double> got = test::from_bytes(cb, c.out), ref(c.m * c.n, 0.0);
-    for (int64_t i = 0; i < c.m; ++i)
-      for (int64_t j = 0; j < c.n; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < c.k; ++k)
-          s += a[i * c.k + k] * b[k * c.n + j];
-        ref[i * c.n + j] = -0.5 * s + (c.bias ? bias[j] : 0.0);
-      }
+    std::vector<double> got = test::from_bytes(cb, c.out);
+    std::vector<double> ref = test::matmul_reference(a, b, c.m, c.n, c.k, -0.5, c.bias ? &bias : nullptr);
     size_t unwritten = 0;
     for (double g : got)
       unwritten += std::isnan(g);

@@ -66,15 +66,8 @@ std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const Matmul
   args.push_back(HostArg::value(alpha));
   dsl::Kernel kernel = reference ? matmul_reference_kernel(spec) : matmul_kernel(spec, default_config(spec));
   interpret(kernel, args);
-  std::vector<double> ref(spec.m * spec.n);
-  for (int64_t i = 0; i < spec.m; ++i)
-    for (int64_t j = 0; j < spec.n; ++j) {
-      double s = 0;
-      for (int64_t k = 0; k < spec.k; ++k)
-        s += a[i * spec.k + k] * b[k * spec.n + j];
-      ref[i * spec.n + j] = alpha * s + (spec.has_bias ? bias[j] : 0.0);
-    }
-  return {test::from_bytes(cb, spec.out_dtype), ref};
+  return {test::from_bytes(cb, spec.out_dtype),
+          test::matmul_reference(a, b, spec.m, spec.n, spec.k, alpha, spec.has_bias ? &bias : nullptr)};
 }
 
 std::string describe(const MatmulSpec &s) {

@@ -54,6 +54,9 @@ constexpr bool is_floating(DType dtype) {
   }
 }
 
+// True for the two 8-bit float formats (e4m3, e5m2).
+constexpr bool is_fp8(DType dtype) { return dtype == DType::F8E4M3 || dtype == DType::F8E5M2; }
+
 // True for the signed integer types; bool is neither integer nor floating.
 constexpr bool is_integer(DType dtype) {
   return dtype == DType::I8 || dtype == DType::I32 || dtype == DType::I64;
