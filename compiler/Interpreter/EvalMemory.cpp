@@ -99,8 +99,9 @@ void evalAtomicCAS(Interpreter &in, tile::AtomicCASOp op) {
 }
 
 /// acc + op(a) @ op(b) over all of K, out-of-range elements read as zero (what TMA's
-/// zero fill gives on the GPU); products and sums in double, rounded to f32 at the end.
-void evalTmaDot(Interpreter &in, tile::TmaDotOp op) {
+/// and cp.async's zero fill give on the GPU); products and sums in double, rounded to
+/// f32 at the end.
+template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot op) {
   const HostTile &acc = in.get(op.getAcc());
   const HostTile &pa = in.get(op.getA()), &pb = in.get(op.getB());
   int64_t m0 = in.get(op.getM0()).asInt(0), n0 = in.get(op.getN0()).asInt(0);
@@ -123,8 +124,9 @@ void evalTmaDot(Interpreter &in, tile::TmaDotOp op) {
     }
     return block;
   };
-  std::vector<double> a = gather(pa, bm, m0, M, !ta, "tile.tma_dot (a)");
-  std::vector<double> b = gather(pb, bn, n0, N, tb, "tile.tma_dot (b)");
+  std::string name = op->getName().getStringRef().str();
+  std::vector<double> a = gather(pa, bm, m0, M, !ta, (name + " (a)").c_str());
+  std::vector<double> b = gather(pb, bn, n0, N, tb, (name + " (b)").c_str());
   HostTile r = HostTile::of(op.getType());
   for (int64_t i = 0; i < bm; ++i)
     for (int64_t j = 0; j < bn; ++j) {
@@ -207,7 +209,9 @@ bool evalMemory(Interpreter &in, Operation *op) {
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
   if (auto dot = dyn_cast<tile::TmaDotOp>(op))
-    return evalTmaDot(in, dot), true;
+    return evalMainLoopDot(in, dot), true;
+  if (auto dot = dyn_cast<tile::CpAsyncDotOp>(op))
+    return evalMainLoopDot(in, dot), true;
   if (auto cas = dyn_cast<tile::AtomicCASOp>(op))
     return evalAtomicCAS(in, cas), true;
   return false;

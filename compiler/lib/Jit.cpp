@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <future>
 #include <mutex>
 #include <shared_mutex>
@@ -45,12 +46,43 @@ CacheEntry toEntry(const CompiledKernel &kernel) {
 
 } // namespace
 
+/// Encoded tensor maps per tensor-map parameter, a few recent addresses each: the shape
+/// and dtype are the kernel's own, so the address alone decides the map, and encoding
+/// (a driver call) leaves the launch path of a repeated call.
+struct LoadedKernel::TensorMapCache {
+  static constexpr size_t kWays = 4;
+  struct Entry {
+    uint64_t address = 0;
+    TensorMap map{};
+  };
+  std::mutex mutex;
+  std::vector<std::array<Entry, kWays>> slots;
+  std::vector<size_t> next;  // round-robin victim per slot
+
+  template <class Encode> const TensorMap &get(size_t slot, uint64_t address, Encode &&encode) {
+    for (const Entry &e : slots[slot])
+      if (e.address == address && address != 0)
+        return e.map;
+    Entry &victim = slots[slot][next[slot]++ % kWays];
+    victim.map = encode();  // throws before the entry claims the address
+    victim.address = address;
+    return victim.map;
+  }
+};
+
 LoadedKernel::LoadedKernel(Module module, LaunchInfo info, std::string digest)
     : module_(std::move(module)), info_(std::move(info)), digest_(std::move(digest)) {
   function_ = module_.function(info_.kernel_name);
   if (info_.dynamic_shared && info_.shared_bytes > 48 * 1024)
     function_.set_max_dynamic_shared(info_.shared_bytes);
+  if (!info_.tensor_maps.empty()) {
+    maps_ = std::make_unique<TensorMapCache>();
+    maps_->slots.resize(info_.tensor_maps.size());
+    maps_->next.resize(info_.tensor_maps.size());
+  }
 }
+
+LoadedKernel::~LoadedKernel() = default;
 
 void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) const {
   constexpr size_t kMaxParams = 32;
@@ -111,17 +143,23 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
     }
     pointers[i] = &storage[i];
   }
-  // Tensor maps follow the kernel's own parameters.
+  // Tensor maps follow the kernel's own parameters; copies taken under the cache's lock
+  // stay valid for the launch whatever other threads encode meanwhile.
   constexpr size_t kMaxMaps = 4;
   TensorMap maps[kMaxMaps];
   if (info_.tensor_maps.size() > kMaxMaps || params.size() + info_.tensor_maps.size() > kMaxParams)
     throw Error(fmt::format("{}: too many tensor maps", info_.kernel_name));
-  for (size_t j = 0; j < info_.tensor_maps.size(); ++j) {
-    const TensorMapParam &m = info_.tensor_maps[j];
-    const TensorView &t = *args[m.param].tensor;
-    maps[j] = encode_tensor_map(params[m.param].name.c_str(), t.data(), t.dtype(), t.dim(0), t.dim(1), m.box_inner,
-                                m.box_outer);
-    pointers[params.size() + j] = &maps[j];
+  if (maps_) {
+    std::lock_guard lock(maps_->mutex);
+    for (size_t j = 0; j < info_.tensor_maps.size(); ++j) {
+      const TensorMapParam &m = info_.tensor_maps[j];
+      const TensorView &t = *args[m.param].tensor;
+      maps[j] = maps_->get(j, t.data(), [&] {
+        return encode_tensor_map(params[m.param].name.c_str(), t.data(), t.dtype(), t.dim(0), t.dim(1),
+                                 m.box_inner, m.box_outer);
+      });
+      pointers[params.size() + j] = &maps[j];
+    }
   }
   function_.launch({info_.grid[0], info_.grid[1], info_.grid[2]}, {info_.block_threads, 1, 1},
                    info_.dynamic_shared ? info_.shared_bytes : 0, stream, pointers);

@@ -5,6 +5,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 using namespace mlir;
 
 namespace tokamax::dsl {
@@ -453,49 +455,93 @@ void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
                                     kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_));
 }
 
+/// Checks shared by the main-loop dots (tma_dot, cp_async_dot): 2-D tensors of one
+/// kernel and one of `dtypes`, rows of 16-byte multiples, matching K, stages in [2, 8],
+/// an f32 [BM, BN] accumulator with BM and BN powers of two in [lo, 256].
+struct MainLoopDotArgs {
+  KernelBuilder &kb;
+  mlir::Value acc;
+  RankedTensorType type;
+
+  MainLoopDotArgs(const char *op, const TensorArg &a, const TensorArg &b, const Value &accValue, bool transA,
+                  bool transB, int64_t stages, const std::vector<DType> &dtypes, int64_t lo)
+      : kb(builderOf(op, a, b)) {
+    std::string names;  // "bf16, f16 or f32"
+    for (size_t i = 0; i < dtypes.size(); ++i)
+      names += fmt::format("{}{}", i == 0 ? "" : i + 1 == dtypes.size() ? " or " : ", ", dtype_name(dtypes[i]));
+    for (const TensorArg *t : {&a, &b}) {
+      if (t->shape_.size() != 2)
+        kb.fail(fmt::format("{}: {} must be 2-D, got [{}]", op, t->name_, fmt::join(t->shape_, ", ")));
+      if (std::find(dtypes.begin(), dtypes.end(), t->dtype_) == dtypes.end())
+        kb.fail(fmt::format("{}: {} must be {}, got {}", op, t->name_, names, dtype_name(t->dtype_)));
+      int64_t bytes = static_cast<int64_t>(dtype_size(t->dtype_));
+      if (t->shape_[1] * bytes % 16 != 0)
+        kb.fail(fmt::format("{}: rows of {} must be multiples of 16 bytes ({} elements), got [{}]", op, t->name_,
+                            16 / bytes, fmt::join(t->shape_, ", ")));
+    }
+    if (a.dtype_ != b.dtype_)
+      kb.fail(fmt::format("{}: a is {} but b is {}", op, dtype_name(a.dtype_), dtype_name(b.dtype_)));
+    int64_t ka = transA ? a.shape_[0] : a.shape_[1];
+    int64_t kb2 = transB ? b.shape_[1] : b.shape_[0];
+    if (ka != kb2)
+      kb.fail(fmt::format("{}: op({}) has K = {} but op({}) has K = {}", op, a.name_, ka, b.name_, kb2));
+    if (stages < 2 || stages > 8)
+      kb.fail(fmt::format("{}: stages must be in [2, 8], got {}", op, stages));
+    acc = kb.materialize(accValue, kb.b().getF32Type());
+    type = dyn_cast<RankedTensorType>(acc.getType());
+    auto valid = [&](int64_t d) { return d >= lo && d <= 256 && (d & (d - 1)) == 0; };
+    if (!type || type.getRank() != 2 || !valid(type.getDimSize(0)) || !valid(type.getDimSize(1)))
+      kb.fail(fmt::format("{}: the accumulator must be an f32 [BM, BN] tile with BM, BN powers of two in [{}, 256], "
+                          "got {}",
+                          op, lo, shapeString(acc.getType())));
+  }
+
+  static KernelBuilder &builderOf(const char *op, const TensorArg &a, const TensorArg &b) {
+    if (!a.builder_ || a.builder_ != b.builder_)
+      throw Error(fmt::format("{}: a and b must be tensor parameters of one kernel", op));
+    return *a.builder_;
+  }
+
+  /// The operands every main-loop dot op takes, then its own trailing attributes.
+  template <class Op, class... Extra>
+  Value create(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, bool transA, bool transB,
+               int64_t blockK, int64_t stages, Extra... extra) {
+    const char *name = Op::getOperationName().data();
+    auto op = kb.b().create<Op>(kb.loc(), type, kb.func().getArgument(a.index_), kb.func().getArgument(b.index_),
+                                kb.index(m0, name), kb.index(n0, name), acc, kb.b().getDenseI64ArrayAttr(a.shape_),
+                                kb.b().getDenseI64ArrayAttr(b.shape_), kb.b().getBoolAttr(transA),
+                                kb.b().getBoolAttr(transB), kb.b().getI64IntegerAttr(blockK),
+                                kb.b().getI64IntegerAttr(stages), extra...);
+    return kb.wrap(op);
+  }
+};
+
 Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,
               const TmaDotOptions &options) {
-  if (!a.builder_ || a.builder_ != b.builder_)
-    throw Error("tma_dot: a and b must be tensor parameters of one kernel");
-  KernelBuilder &kb = *a.builder_;
+  MainLoopDotArgs args("tma_dot", a, b, acc, options.trans_a, options.trans_b, options.stages,
+                       {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2}, 64);
   const bool fp8 = is_fp8(a.dtype_);
   const int64_t bytes = fp8 ? 1 : 2;
-  for (const TensorArg *t : {&a, &b}) {
-    if (t->shape_.size() != 2)
-      kb.fail(fmt::format("tma_dot: {} must be 2-D, got [{}]", t->name_, fmt::join(t->shape_, ", ")));
-    if (t->dtype_ != DType::BF16 && t->dtype_ != DType::F16 && !is_fp8(t->dtype_))
-      kb.fail(fmt::format("tma_dot: {} must be bf16, f16, f8e4m3 or f8e5m2, got {}", t->name_, dtype_name(t->dtype_)));
-    if (t->shape_[1] * bytes % 16 != 0)
-      kb.fail(fmt::format("tma_dot: rows of {} must be multiples of 16 bytes ({} elements) for TMA, got [{}]",
-                          t->name_, 16 / bytes, fmt::join(t->shape_, ", ")));
-  }
-  if (a.dtype_ != b.dtype_)
-    kb.fail(fmt::format("tma_dot: a is {} but b is {}", dtype_name(a.dtype_), dtype_name(b.dtype_)));
-  int64_t ka = options.trans_a ? a.shape_[0] : a.shape_[1];
-  int64_t kb2 = options.trans_b ? b.shape_[1] : b.shape_[0];
-  if (ka != kb2)
-    kb.fail(fmt::format("tma_dot: op({}) has K = {} but op({}) has K = {}", a.name_, ka, b.name_, kb2));
   if (fp8 && (options.trans_a || !options.trans_b))
-    kb.fail("tma_dot: 8-bit operands must both be K-major: a as [M, K] (trans_a = false) and b as [N, K] "
-            "(trans_b = true)");
+    args.kb.fail("tma_dot: 8-bit operands must both be K-major: a as [M, K] (trans_a = false) and b as [N, K] "
+                 "(trans_b = true)");
   if (options.block_k != 128 / bytes)
-    kb.fail(fmt::format("tma_dot: block_k must be {} (one 128-byte swizzle row), got {}", 128 / bytes,
-                        options.block_k));
-  if (options.stages < 2 || options.stages > 8)
-    kb.fail(fmt::format("tma_dot: stages must be in [2, 8], got {}", options.stages));
-  mlir::Value c = kb.materialize(acc, kb.b().getF32Type());
-  auto type = dyn_cast<RankedTensorType>(c.getType());
-  auto validBlock = [](int64_t d) { return d == 64 || d == 128 || d == 256; };
-  if (!type || type.getRank() != 2 || !validBlock(type.getDimSize(0)) || !validBlock(type.getDimSize(1)))
-    kb.fail(fmt::format("tma_dot: the accumulator must be an f32 [BM, BN] tile with BM, BN in {{64, 128, 256}}, got {}",
-                        shapeString(c.getType())));
-  auto op = kb.b().create<tile::TmaDotOp>(
-      kb.loc(), type, kb.func().getArgument(a.index_), kb.func().getArgument(b.index_), kb.index(m0, "tma_dot"),
-      kb.index(n0, "tma_dot"), c, kb.b().getDenseI64ArrayAttr(a.shape_), kb.b().getDenseI64ArrayAttr(b.shape_),
-      kb.b().getBoolAttr(options.trans_a), kb.b().getBoolAttr(options.trans_b),
-      kb.b().getI64IntegerAttr(options.block_k), kb.b().getI64IntegerAttr(options.stages),
-      kb.b().getBoolAttr(options.warp_specialize));
-  return kb.wrap(op);
+    args.kb.fail(fmt::format("tma_dot: block_k must be {} (one 128-byte swizzle row), got {}", 128 / bytes,
+                             options.block_k));
+  return args.create<tile::TmaDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
+                                     options.stages, args.kb.b().getBoolAttr(options.warp_specialize));
+}
+
+Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,
+                   const CpAsyncDotOptions &options) {
+  MainLoopDotArgs args("cp_async_dot", a, b, acc, options.trans_a, options.trans_b, options.stages,
+                       {DType::BF16, DType::F16, DType::F32}, 16);
+  const int64_t bytes = static_cast<int64_t>(dtype_size(a.dtype_));
+  if (options.block_k < 1 || options.block_k * bytes % 32 != 0 || options.block_k * bytes > 256)
+    args.kb.fail(fmt::format("cp_async_dot: block_k must be a multiple of {} up to {} ({} operands), got {}",
+                             32 / bytes, 256 / bytes, dtype_name(a.dtype_), options.block_k));
+  return args.create<tile::CpAsyncDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
+                                         options.stages);
 }
 
 } // namespace tokamax::dsl

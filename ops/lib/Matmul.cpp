@@ -37,6 +37,12 @@ std::string tile_unsupported(const MatmulSpec &spec) {
   return {};
 }
 
+bool rows_of_16_bytes(const MatmulSpec &spec) {
+  int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
+  int64_t perRow = 16 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));
+  return rowA % perRow == 0 && rowB % perRow == 0;
+}
+
 namespace {
 
 struct Params {
@@ -91,9 +97,17 @@ MatmulConfig default_config(const MatmulSpec &spec) {
   MatmulConfig config;
   config.block_m = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.m), 16, 128);
   config.block_n = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.n), 16, 128);
-  // One K block: two mma K steps (16-bit: k16 each, tf32: k8 each), so that both
-  // operands' staging tiles fit twice in 48 KiB (double-buffered: one barrier per block).
-  int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
+  int64_t minK = spec.dtype == DType::F32 ? 8 : 16;  // one mma K step (k16, tf32 k8)
+  if (rows_of_16_bytes(spec)) {
+    // cp.async ring: 64-byte K slices (two mma steps), four stages (16 KiB each at
+    // 128 x 128 bf16), 64 x 64 warp tiles: 4 warps at 128 x 128.
+    config.block_k = 32 / static_cast<int64_t>(dtype_size(spec.dtype)) * 2;
+    config.num_stages = 4;
+    config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 4096, 1, 8));
+    return config;
+  }
+  // Register prefetch: one K block of two mma steps, so that both operands' staging
+  // tiles fit twice in 48 KiB (double-buffered: one barrier per block).
   config.block_k = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.k), minK, 2 * minK);
   // About a 32x64 warp tile: 8 warps for 128x128 blocks, fewer for small blocks.
   config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 2048, 1, 8));
@@ -110,10 +124,17 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
   k.grid(gridM * gridN);
   auto [m0, n0] = groupedBlock(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
-
-  // The k-loop carries the accumulator and the next blocks: each iteration issues the
-  // loads of block k + bk before the dot of block k (past K they are masked off).
   Value acc = k.full({bm, bn}, 0.0, DType::F32);
+
+  if (rows_of_16_bytes(spec)) {
+    // Rows of whole 16-byte chunks: the cp.async ring streams both operands.
+    CpAsyncDotOptions options{.block_k = bk, .stages = config.num_stages, .trans_a = spec.trans_a,
+                              .trans_b = spec.trans_b};
+    epilogue(spec, p, cp_async_dot(p.a, p.b, m0, n0, acc, options), m0, n0, bn);
+    return k;
+  }
+  // Otherwise masked register loads: the k-loop carries the accumulator and the next
+  // blocks, each iteration issuing the loads of block k + bk before the dot of block k.
   std::vector<Value> out = k.loop(
       0, spec.k, bk, {acc, blockA(spec, p, m0, 0, bm, bk), blockB(spec, p, 0, n0, bk, bn)},
       [&](Value k0, std::vector<Value> carried) -> std::vector<Value> {
@@ -132,8 +153,7 @@ std::string hopper_unsupported(const MatmulSpec &spec) {
     return fmt::format("the hopper matmul reads {} operands K-major only: a as [M, K] and b as [N, K] (trans_b)",
                        dtype_name(spec.dtype));
   int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
-  int64_t perRow = 16 / static_cast<int64_t>(dtype_size(spec.dtype));
-  if (rowA % perRow != 0 || rowB % perRow != 0)
+  if (!rows_of_16_bytes(spec))
     return fmt::format("the hopper matmul needs rows of a and b that are multiples of 16 bytes (TMA); a's rows "
                        "have {} elements, b's {}",
                        rowA, rowB);

@@ -94,10 +94,10 @@ public:
     for (int64_t v : {c.block_m, c.block_n, c.block_k, int64_t(c.num_warps)})
       if (!isPowerOfTwo(v))
         return fmt::format("block sizes and num_warps must be powers of two, got {}", config.to_json());
-    if (kind_ == Kind::Tile)
-      return std::nullopt;
     MatmulSpec spec = matmul_spec(args);
     int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
+    if (kind_ == Kind::Tile)
+      return check_tile_config(spec, c, bytes);
     if (c.block_k * bytes != 128)
       return fmt::format("block_k must be {} (128-byte rows), got {}", 128 / bytes, c.block_k);
     if (c.block_m < 64 || c.block_m > 256 || c.block_n < 64 || c.block_n > 256)
@@ -109,6 +109,22 @@ public:
     if (c.num_stages < 2 || c.num_stages * (c.block_m + c.block_n) * 128 + 1024 + 16 * c.num_stages > 227 * 1024)
       return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
                          c.num_stages, c.block_m, c.block_n);
+    return std::nullopt;
+  }
+
+  static std::optional<std::string> check_tile_config(const MatmulSpec &spec, const MatmulConfig &c, int64_t bytes) {
+    if (c.block_m < 16 || c.block_n < 16 || c.block_m > 256 || c.block_n > 256)
+      return fmt::format("block_m and block_n must be in [16, 256], got {} x {}", c.block_m, c.block_n);
+    if (!rows_of_16_bytes(spec))
+      return std::nullopt;  // masked register loads: any power-of-two block_k
+    // The cp.async ring: K slices of whole mma steps, all stages within 227 KiB.
+    if (c.block_k * bytes % 32 != 0 || c.block_k * bytes > 256)
+      return fmt::format("block_k must be a multiple of {} up to {} for {}, got {}", 32 / bytes, 256 / bytes,
+                         dtype_name(spec.dtype), c.block_k);
+    if (c.num_stages < 2 || c.num_stages > 8 ||
+        c.num_stages * (c.block_m + c.block_n) * c.block_k * bytes > 227 * 1024)
+      return fmt::format("num_stages must be in [2, 8] with the ring within 227 KiB, got {} stages of {} x {} x {}",
+                         c.num_stages, c.block_m, c.block_n, c.block_k);
     return std::nullopt;
   }
 
@@ -145,13 +161,14 @@ public:
       return space;
     }
     int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
-    for (auto [bm, bn, warps] : {std::tuple<int64_t, int64_t, int>{128, 128, 8}, {128, 128, 4}, {128, 256, 8},
+    for (auto [bm, bn, warps] : {std::tuple<int64_t, int64_t, int>{128, 128, 4}, {128, 128, 8}, {128, 256, 8},
                                  {256, 128, 8}, {64, 128, 4}, {64, 64, 4}})
-      for (int64_t bk : {2 * minK, 4 * minK}) {
-        MatmulConfig c = default_config(spec);
-        c.block_m = bm, c.block_n = bn, c.block_k = bk, c.num_warps = warps;
-        add(c, 0);
-      }
+      for (int64_t bk : {2 * minK, 4 * minK})
+        for (int64_t stages : {3, 4}) {
+          MatmulConfig c = default_config(spec);
+          c.block_m = bm, c.block_n = bn, c.block_k = bk, c.num_warps = warps, c.num_stages = stages;
+          add(c, 0);
+        }
     return space;
   }
 
@@ -307,15 +324,13 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
     throw Error("matmul: a, b, c and bias must be contiguous (use trans_a / trans_b for transposes)");
   BoundArgs args = bindCall(a, b, c, options);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
+  // Every kernel reads its tensors with 16-byte vectors (TMA too): say so before choosing.
+  for (auto [name, view] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
+    if (view->data() % 16 != 0)
+      throw Error(fmt::format("matmul: argument '{}' must be 16-byte aligned (address {:#x})", name, view->data()));
+  if (options.bias && options.bias->data() % 16 != 0)
+    throw Error(fmt::format("matmul: argument 'bias' must be 16-byte aligned (address {:#x})", options.bias->data()));
   std::optional<std::string> implementation = explicitImplementation(options);
-  // TMA reads 16-byte aligned operands only; auto takes the next implementation for a
-  // view that is not (an explicit hopper gets the tensor-map error naming it).
-  if (!implementation && (a.data() % 16 != 0 || b.data() % 16 != 0))
-    for (const char *name : {"tile", "reference"})
-      if (!matmul_op().implementation(name).why_not(args)) {
-        implementation = name;
-        break;
-      }
   matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, implementation,
                   explicitConfig(options));
 }

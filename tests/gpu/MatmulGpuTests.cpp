@@ -126,6 +126,39 @@ TEST_CASE("matmul on the device: odd shapes, all transposes, bf16/f16/f32", "[gp
       }
 }
 
+TEST_CASE("tile matmul on the device through the cp.async ring: ragged shapes, configs", "[gpu][matmul]") {
+  Stream stream = Stream::create(Device::get());
+  // Rows of a and b that are whole 16-byte chunks (multiples of 8 16-bit or 4 f32
+  // elements) stream through the ring; M, N and K still leave partial blocks and slices.
+  // Where a transpose makes a row odd (M = 1 stored [K, M]) the masked path runs instead.
+  std::vector<Shape> shapes{{8, 8, 8},          {1, 136, 264},     {1000, 1000, 1000},
+                            {4104, 136, 520},   {136, 4104, 72},   {520, 264, 4104}};
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (int t = 0; t < 4; ++t)
+      for (auto [m, n, k] : shapes) {
+        Case c{m, n, k, dtype, t == 2 ? DType::F32 : dtype, bool(t & 1), bool(t & 2), (m + t) % 3 == 0, 0.5};
+        double err = runCase(c, stream);
+        INFO(describe(c) << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
+  // Every block shape, warp count, K slice and ring depth of the search space.
+  int index = 0;
+  for (auto [bm, bn, warps] : {Shape{128, 128, 4}, {128, 128, 8}, {128, 256, 8}, {256, 128, 8}, {64, 128, 4},
+                               {64, 64, 4}, {16, 16, 1}})
+    for (int64_t bk : {32, 64})
+      for (int64_t stages : {2, 3, 4}) {
+        MatmulConfig config = default_config({});
+        config.block_m = bm, config.block_n = bn, config.num_warps = static_cast<int>(warps);
+        config.block_k = bk, config.num_stages = stages;
+        int t = index++ % 4;
+        Case c{1000, 520, 1000, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 1, 1.0, "tile", config};
+        double err = runCase(c, stream);
+        INFO(describe(c) << " block " << bm << "x" << bn << "x" << bk << " warps " << warps << " stages " << stages
+                         << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
+}
+
 TEST_CASE("matmul on the device: 1000^3, f32 output, alpha and bias", "[gpu][matmul]") {
   Stream stream = Stream::create(Device::get());
   for (DType dtype : {DType::BF16, DType::F16, DType::F32})
@@ -346,23 +379,29 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
   CHECK_THROWS_AS(runCase(autoCase, stream), NotSupported);
 }
 
-TEST_CASE("matmul on the device: auto leaves hopper for operands TMA cannot read", "[gpu][matmul][hopper]") {
+TEST_CASE("matmul on the device: operands that are not 16-byte aligned get a clear error", "[gpu][matmul][hopper]") {
   if (!hopperOrSkip())
     return;
-  // a starts 2 bytes into its buffer (a view one bf16 element in): TMA needs 16-byte
-  // aligned addresses, so auto must take `tile`; explicit hopper names the problem.
+  // a starts 2 bytes into its buffer (a view one bf16 element in): every implementation
+  // reads with 16-byte vectors (hopper with TMA), so auto and explicit choices both refuse it.
   Stream stream = Stream::create(Device::get());
   const int64_t m = 64, n = 64, k = 64;
-  std::vector<double> a = randomValues(m * k + 1, DType::BF16, 11), b = randomValues(k * n, DType::BF16, 12);
-  Tensor ta = upload(a, {m * k + 1}, DType::BF16), tb = upload(b, {k, n}, DType::BF16);
+  Tensor ta = upload(randomValues(m * k + 8, DType::BF16, 11), {m * k + 8}, DType::BF16);
+  Tensor tb = upload(randomValues(k * n, DType::BF16, 12), {k, n}, DType::BF16);
   Tensor tc = upload(std::vector<double>(m * n, NAN), {m, n}, DType::F32);
   int64_t shapeA[2] = {m, k};
   TensorView va(ta.data() + 2, DType::BF16, shapeA, ta.view().device());
-  matmul(va, tb, tc, stream);
+  CHECK_THROWS_WITH(matmul(va, tb, tc, stream), Catch::Contains("'a' must be 16-byte aligned"));
+  for (const char *impl : {"hopper", "tile", "reference"}) {
+    MatmulOptions options;
+    options.implementation = impl;
+    CHECK_THROWS_WITH(matmul(va, tb, tc, stream, options), Catch::Contains("'a' must be 16-byte aligned"));
+  }
+  // The same data 16 bytes in is aligned and multiplies correctly.
+  TensorView aligned(ta.data() + 16, DType::BF16, shapeA, ta.view().device());
+  std::vector<double> a = ta.to_host_doubles(), b = tb.to_host_doubles();
+  matmul(aligned, tb, tc, stream);
   stream.synchronize();
-  std::vector<double> viewed(a.begin() + 1, a.end());  // what va holds
+  std::vector<double> viewed(a.begin() + 8, a.end());
   CHECK(test::rel_error(tc.to_host_doubles(), test::matmul_reference(viewed, b, m, n, k, 1.0)) < 1e-5);
-  MatmulOptions hopper;
-  hopper.implementation = "hopper";
-  CHECK_THROWS_WITH(matmul(va, tb, tc, stream, hopper), Catch::Contains("16-byte aligned"));
 }

@@ -237,7 +237,7 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
       {DType::F32, {128, 64}, {64, 128}, {128, 128}, {}, "tma_dot: a must be bf16, f16, f8e4m3 or f8e5m2, got f32"},
       {DType::F8E4M3, {128, 128}, {128, 128}, {128, 128}, {.block_k = 128}, "8-bit operands must both be K-major"},
       {DType::F8E5M2, {128, 128}, {128, 128}, {128, 128}, {.trans_b = true}, "block_k must be 128"},
-      {DType::BF16, {128, 64}, {64, 64}, {32, 64}, {}, "the accumulator must be an f32 [BM, BN] tile with BM, BN in {64, 128, 256}"},
+      {DType::BF16, {128, 64}, {64, 64}, {32, 64}, {}, "the accumulator must be an f32 [BM, BN] tile with BM, BN powers of two in [64, 256]"},
       {DType::BF16, {128, 64}, {64, 128}, {128, 32}, {}, "got [128, 32]"},
       {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.block_k = 32}, "block_k must be 64"},
       {DType::F16, {128, 64}, {64, 128}, {128, 128}, {.stages = 1}, "stages must be in [2, 8], got 1"},

@@ -1,9 +1,10 @@
 //===- MatmulTests.cpp - matmul kernels: numerics on the interpreter, PTX -===//
 //
 // The tile and reference matmul kernels on the CPU interpreter against float64
-// references (odd M, N, K in {1, 17, 127}, transposes, bias, every dtype); the tile
-// kernel's PTX for sm_80 and sm_90a uses ldmatrix and mma.sync and passes ptxas without
-// spills and with one barrier per k-loop iteration; layout assignment gives the dot mma
+// references (odd M, N, K in {1, 17, 127}, transposes, bias, every dtype; ragged shapes
+// through the cp.async ring); the tile kernel's PTX for sm_80 and sm_90a (cp.async ring
+// and masked register loads) uses ldmatrix and mma.sync and passes ptxas without spills
+// and with one barrier per K slice; layout assignment gives the dot mma
 // layouts and keeps the k-loop accumulator in them; f64 dots are rejected on the GPU with
 // a clear error.
 //
@@ -111,6 +112,29 @@ TEST_CASE("matmul tile kernel on the interpreter: transposes and dtypes", "[matm
         }
 }
 
+TEST_CASE("matmul tile kernel (cp.async ring) on the interpreter: ragged blocks, transposes, dtypes",
+          "[matmul][interpreter]") {
+  // Rows of whole 16-byte chunks take cp_async_dot; M, N and K still leave partial
+  // blocks and partial K slices (zero-filled chunks), and M = 1 or N = 8 single rows.
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (int t = 0; t < 4; ++t)
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 8, 8}, {136, 24, 40}, {24, 264, 136}}) {
+        MatmulSpec spec{m, n, k, dtype, t == 2 ? DType::F32 : dtype, bool(t & 1), bool(t & 2), t == 3};
+        INFO(describe(spec));
+        REQUIRE(contains(matmul_kernel(spec, default_config(spec)).ir(), "tile.cp_async_dot"));
+        auto [got, ref] = interpretMatmul(spec, false, 0.75);
+        CHECK(test::rel_error(got, ref) < tolerance(spec.out_dtype));
+      }
+  // M = 1 (a not transposed: its row is K) and a 3-stage ring over 9 K slices.
+  MatmulSpec spec{1, 16, 72, DType::BF16, DType::F32};
+  MatmulConfig config = default_config(spec);
+  config.block_k = 16;
+  config.num_stages = 3;
+  REQUIRE(contains(matmul_kernel(spec, config).ir(), "tile.cp_async_dot"));
+  auto [got, ref] = interpretMatmul(spec, false);
+  CHECK(test::rel_error(got, ref) < tolerance(DType::F32));
+}
+
 TEST_CASE("matmul reference kernel on the interpreter: every dtype, f64 included", "[matmul][interpreter]") {
   for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
     for (int t = 0; t < 4; ++t)
@@ -147,34 +171,49 @@ TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[m
                  Case{DType::F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
                  Case{DType::F32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}})
     for (const char *arch : {"sm_80", "sm_90a"})
-      for (int t = 0; t < 4; ++t) {
-        MatmulSpec spec{4096, 4096, 4096, c.dtype, c.dtype, bool(t & 1), bool(t & 2), t == 1};
-        INFO(describe(spec) << " " << arch);
-        CompileOptions options;
-        options.arch = arch;
-        options.assemble = false;
-        CompiledKernel compiled = compile(matmul_kernel(spec, default_config(spec)), options);
-        CHECK(contains(compiled.ptx, c.mma));
-        // 16-bit operands always take ldmatrix; f32 (tf32) only when K is contiguous.
-        if (c.dtype != DType::F32 || !spec.trans_a)
-          CHECK(contains(compiled.ptx, "ldmatrix.sync.aligned.m8n8.x4"));
-        CHECK(compiled.launch.block_threads == 256);
-        CHECK(compiled.launch.shared_bytes <= 48 * 1024);
-        // Both operands staged together, double-buffered: one barrier per k-loop iteration
-        // (and none elsewhere without a bias to convert).
-        if (!spec.has_bias)
-          CHECK(count(compiled.ptx, "bar.sync") == 1);
-        if (ptxas.empty())
-          continue;
-        auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, arch);
-        INFO(log);
-        CHECK(status == 0);
-        CHECK(contains(log, "0 bytes spill stores"));
-      }
+      for (int t = 0; t < 4; ++t)
+        for (bool ring : {true, false}) {
+          // 4096^3 streams through the cp.async ring; odd M and K (rows that are not
+          // whole 16-byte chunks) take masked register loads and tile.dot.
+          MatmulSpec spec{ring ? 4096 : 4095, 4096, ring ? 4096 : 4091, c.dtype, c.dtype, bool(t & 1), bool(t & 2),
+                          t == 1};
+          INFO(describe(spec) << " " << arch);
+          CompileOptions options;
+          options.arch = arch;
+          options.assemble = false;
+          MatmulConfig config = default_config(spec);
+          CompiledKernel compiled = compile(matmul_kernel(spec, config), options);
+          CHECK(contains(compiled.ptx, c.mma));
+          // 16-bit operands always take ldmatrix; f32 (tf32) only when K is contiguous.
+          if (c.dtype != DType::F32 || !spec.trans_a)
+            CHECK(contains(compiled.ptx, "ldmatrix.sync.aligned.m8n8.x4"));
+          CHECK(compiled.launch.block_threads == 32 * config.num_warps);
+          if (ring) {
+            // Four 16 KiB stages (128 x 128 blocks, 64-byte K slices), 4 warps of 64 x 64.
+            CHECK(config.num_warps == 4);
+            CHECK(contains(compiled.ptx, "cp.async.cg.shared.global"));
+            CHECK(contains(compiled.ptx, "cp.async.wait_group 2;"));
+            CHECK(compiled.launch.shared_bytes == 4 * 16 * 1024);
+            CHECK(compiled.launch.dynamic_shared);
+          } else {
+            CHECK(!contains(compiled.ptx, "cp.async"));
+            CHECK(compiled.launch.shared_bytes <= 48 * 1024);
+          }
+          // One barrier per K slice or k-loop iteration (both operands staged together,
+          // double-buffered) and none elsewhere without a bias to convert.
+          if (!spec.has_bias)
+            CHECK(count(compiled.ptx, "bar.sync") == 1);
+          if (ptxas.empty())
+            continue;
+          auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, arch);
+          INFO(log);
+          CHECK(status == 0);
+          CHECK(contains(log, "0 bytes spill stores"));
+        }
 }
 
 TEST_CASE("tile.dot gets mma layouts and the k-loop keeps its accumulator in them", "[matmul][layout]") {
-  MatmulSpec spec{512, 512, 512, DType::BF16, DType::BF16};
+  MatmulSpec spec{512, 512, 510, DType::BF16, DType::BF16};  // 1020-byte rows: register loads
   auto dir = std::filesystem::temp_directory_path() / ("tokamax-matmul-dump-" + std::to_string(::getpid()));
   CompileOptions options;
   options.assemble = false;
@@ -192,6 +231,17 @@ TEST_CASE("tile.dot gets mma layouts and the k-loop keeps its accumulator in the
   CHECK(contains(ir, "tensor<128x128xf32, " + mma + ">"));
   CHECK(!contains(ir, "tile.convert_layout %arg4"));
   CHECK(count(ir, "tile.convert_layout") == 2);
+
+  // Through the cp.async ring: the accumulator is in the mma layout from the start
+  // (64 x 64 warp tiles) and nothing converts.
+  spec.k = 512;
+  compile(matmul_kernel(spec, default_config(spec)), options);
+  std::ifstream ringIn(dir / "matmul" / "02-layouts.mlir");
+  std::string ringIr((std::istreambuf_iterator<char>(ringIn)), {});
+  std::filesystem::remove_all(dir);
+  REQUIRE(contains(ringIr, "tile.cp_async_dot"));
+  CHECK(contains(ringIr, "tensor<128x128xf32, #tile.mma<{warpsPerCTA = [2, 2]}>>"));
+  CHECK(count(ringIr, "tile.convert_layout") == 0);
 }
 
 TEST_CASE("f64 and integer dots stay on the interpreter with a clear error", "[matmul][ptx]") {

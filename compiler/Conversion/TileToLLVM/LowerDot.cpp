@@ -17,7 +17,7 @@
 //   interpreter and are rejected here with a clear error.
 //
 //===----------------------------------------------------------------------===//
-#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
@@ -27,8 +27,6 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
-namespace {
-
 int smVersion(const std::string &arch) {
   int major = 0, minor = 0;
   if (std::sscanf(arch.c_str(), "sm_%1d%1d", &major, &minor) != 2)
@@ -36,25 +34,14 @@ int smVersion(const std::string &arch) {
   return major * 10 + minor;
 }
 
+namespace {
+
 std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
   std::map<std::vector<int64_t>, int64_t> map;
   for (int64_t r = 0; r < dist.num_registers(); ++r)
     map.emplace(dist.register_offset(r), r);
   return map;
 }
-
-/// Small i32 arithmetic on values and constants.
-struct I32 {
-  TileLowering &t;
-  Location loc;
-  OpBuilder &b() { return t.builder(); }
-  Value c(int64_t v) { return t.i32(v); }
-  Value add(Value x, Value y) { return b().create<arith::AddIOp>(loc, x, y); }
-  Value mul(Value x, int64_t k) { return b().create<arith::MulIOp>(loc, x, c(k)); }
-  Value div(Value x, int64_t k) { return b().create<arith::DivUIOp>(loc, x, c(k)); }
-  Value rem(Value x, int64_t k) { return b().create<arith::RemUIOp>(loc, x, c(k)); }
-  Value xor_(Value x, Value y) { return b().create<arith::XOrIOp>(loc, x, y); }
-};
 
 /// Two 16-bit elements in one 32-bit register (the first in the low half).
 Value packPair(OpBuilder &b, Location loc, Value lo, Value hi) {
@@ -74,39 +61,16 @@ SmallVector<Value> unpackWord(OpBuilder &b, Location loc, Value word, Type elem,
           b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1))};
 }
 
-/// A 2-D tile in shared memory: `rows` x `cols` elements, cols contiguous, 16-byte chunks
-/// of each row XOR-swizzled with the row's phase. Eight consecutive rows of one chunk
-/// column (an ldmatrix) land in eight distinct 16-byte bank groups.
-struct Staging {
-  int64_t rows, cols, chunk, perPhase, maxPhase;
-
-  Staging(int64_t rows, int64_t cols, unsigned bytes) : rows(rows), cols(cols) {
-    chunk = 16 / bytes;
-    int64_t chunks = cols / chunk;
-    perPhase = std::max<int64_t>(1, 8 / chunks);
-    maxPhase = std::min<int64_t>(chunks, 8);
-  }
-
-  /// Element index of (row, col) (both already inside the tile).
-  Value index(I32 &m, Value row, Value col) {
-    Value phase = m.rem(m.div(row, perPhase), maxPhase);
-    Value chunkIdx = m.xor_(m.div(col, chunk), phase);
-    return m.add(m.add(m.mul(row, cols), m.mul(chunkIdx, chunk)), m.rem(col, chunk));
-  }
-};
-
 /// A convert_layout into a dot-operand layout through a swizzled tile: store() writes
 /// this thread's source elements, load() (after a barrier) fills the result registers.
 struct StagedOperand {
   TileLowering &t;
   ConvertLayoutOp op;
   RankedTensorType srcType, dstType;
-  compiler::Distribution in, out;
+  compiler::Distribution in;
   Type elem;
-  unsigned bytes, opIdx, kw, kpi, kDim, nd;
+  unsigned bytes;
   int cd;  ///< tile dimension stored contiguously
-  int64_t shape[2];
-  bool trans, useLdmatrix;
   Staging staging;
   Location loc;
   Value base;
@@ -114,31 +78,22 @@ struct StagedOperand {
   StagedOperand(TileLowering &t, ConvertLayoutOp op, int cd)
       : t(t), op(op), srcType(cast<RankedTensorType>(op.getSource().getType())),
         dstType(cast<RankedTensorType>(op.getResult().getType())), in(getDistribution(srcType)),
-        out(getDistribution(dstType)), elem(t.registerType(srcType.getElementType())),
-        bytes(elementBytes(elem)), cd(cd), shape{srcType.getDimSize(0), srcType.getDimSize(1)},
-        staging(shape[1 - cd], shape[cd], bytes), loc(op.getLoc()) {
-    auto layout = cast<DotOperandLayoutAttr>(dstType.getEncoding());
-    opIdx = layout.getOpIdx(), kw = layout.getKWidth(), kpi = 8 * kw;
-    kDim = opIdx == 0 ? 1 : 0, nd = 1 - kDim;
-    // ldmatrix.trans moves 16-bit elements only; K must cover one instruction.
-    trans = (opIdx == 0) == (cd == 0);
-    useLdmatrix = bytes * kw == 4 && shape[kDim] >= kpi && !(trans && bytes != 2);
-    base = t.scratchBase(op);
-  }
-
-  Value storageIndex(I32 &m, const Registers &coords) { return staging.index(m, coords[1 - cd], coords[cd]); }
-  LLVM::LLVMPointerType ptrType() { return LLVM::LLVMPointerType::get(t.builder().getContext(), 3); }
+        elem(t.registerType(srcType.getElementType())), bytes(elementBytes(elem)), cd(cd),
+        staging(srcType.getDimSize(1 - cd), srcType.getDimSize(cd), bytes), loc(op.getLoc()),
+        base(t.scratchBase(op)) {}
 
   /// Every thread writes its elements, `vec` contiguous ones per store.
   void store() {
     OpBuilder &b = t.builder();
     I32 m{t, loc};
     const Registers &regs = t.regs(op.getSource());
+    auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
     unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
     for (int64_t r = 0; r < in.num_registers(); r += vec) {
       if (!in.register_owns(r))
         continue;
-      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType(), elem, base, ValueRange{storageIndex(m, t.coords(srcType, r))});
+      Registers coords = t.coords(srcType, r);
+      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType, elem, base, ValueRange{staging.index(m, coords[1 - cd], coords[cd])});
       Value value = regs[r];
       if (vec > 1) {
         value = b.create<LLVM::UndefOp>(loc, VectorType::get({int64_t(vec)}, elem));
@@ -150,22 +105,46 @@ struct StagedOperand {
     }
   }
 
-  LogicalResult load();
+  LogicalResult load() {
+    FailureOr<Registers> regs = readDotOperand(t, op, dstType, cd, staging, base);
+    if (failed(regs))
+      return failure();
+    t.setRegs(op.getResult(), std::move(*regs));
+    return success();
+  }
 };
 
-LogicalResult StagedOperand::load() {
+} // namespace
+
+FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensorType dstType, int cd,
+                                    const Staging &staging, Value base, KSteps steps) {
   OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
   I32 m{t, loc};
+  compiler::Distribution out = getDistribution(dstType);
+  Type elem = t.registerType(dstType.getElementType());
+  unsigned bytes = elementBytes(elem);
+  auto layout = cast<DotOperandLayoutAttr>(dstType.getEncoding());
+  unsigned opIdx = layout.getOpIdx(), kw = layout.getKWidth(), kpi = 8 * kw;
+  unsigned kDim = opIdx == 0 ? 1 : 0, nd = 1 - kDim;
+  int64_t shape[2] = {dstType.getDimSize(0), dstType.getDimSize(1)};
+  // ldmatrix.trans moves 16-bit elements only; K must cover one instruction.
+  bool trans = (opIdx == 0) == (cd == 0);
+  bool useLdmatrix = bytes * kw == 4 && shape[kDim] >= kpi && !(trans && bytes != 2);
+  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  auto storageIndex = [&](const Registers &coords) { return staging.index(m, coords[1 - cd], coords[cd]); };
+
   // Without ldmatrix (32-bit elements read across the stored rows, K shorter than an
   // instruction): each register from its swizzled address.
   if (!useLdmatrix) {
-    Registers result;
+    Registers result(out.num_registers());
     for (int64_t r = 0; r < out.num_registers(); ++r) {
-      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType(), elem, base, ValueRange{storageIndex(m, t.coords(dstType, r))});
-      result.push_back(b.create<LLVM::LoadOp>(loc, elem, ptr));
+      if (!steps.contains(out.register_offset(r)[kDim] / kpi))
+        continue;
+      Value ptr = b.create<LLVM::GEPOp>(loc, ptrType, elem, base, ValueRange{storageIndex(t.coords(dstType, r))});
+      result[r] = b.create<LLVM::LoadOp>(loc, elem, ptr);
     }
-    t.setRegs(op.getResult(), std::move(result));
-    return success();
+    return result;
   }
 
   // ldmatrix: lane l gives row l % 8 of matrix l / 8. Matrix mi = 2 * b1 + b0 covers,
@@ -183,6 +162,8 @@ LogicalResult StagedOperand::load() {
   unsigned count = opIdx == 0 || ndRepeats >= 2 ? 4 : 2;
   for (unsigned rn = 0; rn < ndRepeats; rn += ndStep)
     for (unsigned rk = 0; rk < kDimInfo.repeats; ++rk) {
+      if (!steps.contains(rk))
+        continue;
       int64_t ndOrigin = int64_t(rn) * ndDim.coverage, kOrigin = int64_t(rk) * kpi;
       // This lane's row start in tile coordinates.
       Value ndStart, kStart;
@@ -200,7 +181,7 @@ LogicalResult StagedOperand::load() {
       coords[1 - cd] = m.add(coords[1 - cd], r8);
       coords[0] = m.rem(coords[0], shape[0]);
       coords[1] = m.rem(coords[1], shape[1]);
-      Value addr = m.add(sharedAddr, m.mul(storageIndex(m, coords), bytes));
+      Value addr = m.add(sharedAddr, m.mul(storageIndex(coords), bytes));
       SmallVector<Value> words = t.ptx(loc).ldmatrix(addr, count, trans);
       for (unsigned mi = 0; mi < count; ++mi) {
         unsigned bit0 = mi % 2, bit1 = mi / 2;
@@ -212,18 +193,23 @@ LogicalResult StagedOperand::load() {
           offset[nd] = ndOff;
           offset[kDim] = kOff + e;
           auto it = byOffset.find(offset);
-          if (it == byOffset.end())
-            return op.emitOpError("internal error: ldmatrix result without a dot-operand register");
+          if (it == byOffset.end()) {
+            op->emitOpError("internal error: ldmatrix result without a dot-operand register");
+            return failure();
+          }
           result[it->second] = elems[e];
         }
       }
     }
-  for (Value v : result)
-    if (!v)
-      return op.emitOpError("internal error: dot-operand register not loaded by ldmatrix");
-  t.setRegs(op.getResult(), std::move(result));
-  return success();
+  for (int64_t r = 0; r < out.num_registers(); ++r)
+    if (!result[r] && steps.contains(out.register_offset(r)[kDim] / kpi)) {
+      op->emitOpError("internal error: dot-operand register not loaded by ldmatrix");
+      return failure();
+    }
+  return result;
 }
+
+namespace {
 
 /// convert_layout into a dot-operand layout through swizzled tiles; a dot's B operand
 /// conversion marked tile.scratch_with_previous is staged together with A's. Leaves
@@ -251,22 +237,15 @@ LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handl
   return success();
 }
 
-LogicalResult lowerDot(TileLowering &t, DotOp op) {
+} // namespace
+
+FailureOr<Registers> emitMmaSync(TileLowering &t, Operation *op, RankedTensorType aType, RankedTensorType bType,
+                                 RankedTensorType accType, const Registers &av, const Registers &bv,
+                                 const Registers &cv, KSteps steps) {
   OpBuilder &b = t.builder();
-  Location loc = op.getLoc();
-  auto accType = op.getAcc().getType();
-  auto aType = op.getA().getType(), bType = op.getB().getType();
+  Location loc = op->getLoc();
   Type elem = aType.getElementType();
-  auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());
-  auto aLayout = dyn_cast_or_null<DotOperandLayoutAttr>(aType.getEncoding());
-  auto bLayout = dyn_cast_or_null<DotOperandLayoutAttr>(bType.getEncoding());
-  if (!mma || !aLayout || !bLayout)
-    return op.emitOpError("runs on the CPU interpreter only for ")
-           << elem << " operands with " << accType.getElementType()
-           << " accumulation: tensor cores take bf16 and f16 operands (and f32 as tf32) with "
-              "f32 accumulation";
-  if (smVersion(t.arch()) < 80)
-    return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
+  auto aLayout = cast<DotOperandLayoutAttr>(aType.getEncoding());
   unsigned kw = aLayout.getKWidth(), kpi = 8 * kw;
   std::string shape = kw == 2 ? "m16n8k16" : "m16n8k8";
   std::string ab = kw == 1 ? "tf32" : elem.isBF16() ? "bf16" : "f16";
@@ -275,7 +254,6 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
   compiler::Distribution da = getDistribution(aType), db = getDistribution(bType),
                          dc = getDistribution(accType);
   auto aRegs = registersByOffset(da), bRegs = registersByOffset(db), cRegs = registersByOffset(dc);
-  const Registers &av = t.regs(op.getA()), &bv = t.regs(op.getB()), &cv = t.regs(op.getAcc());
   I32 m{t, loc};
   Value laneK = m.mul(m.rem(t.laneId(), 4), kw);
   // One operand element, zero where K is shorter than one instruction.
@@ -283,7 +261,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
                      std::vector<int64_t> offset, unsigned kDim) -> FailureOr<Value> {
     auto it = map.find(offset);
     if (it == map.end()) {
-      op.emitOpError("internal error: no operand register for an mma fragment");
+      op->emitOpError("internal error: no operand register for an mma fragment");
       return failure();
     }
     Value v = regs[it->second];
@@ -305,7 +283,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
   // Fragments, built once per (m or n repeat, k step).
   std::map<std::pair<unsigned, unsigned>, SmallVector<Value>> aFrags, bFrags;
   for (unsigned rm = 0; rm < cm.repeats; ++rm)
-    for (unsigned rk = 0; rk < repK; ++rk) {
+    for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk) {
       SmallVector<Value> frag;
       for (unsigned kh = 0; kh < 2; ++kh)
         for (unsigned i = 0; i < 2; ++i) {
@@ -321,7 +299,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
       aFrags[{rm, rk}] = frag;
     }
   for (unsigned rn = 0; rn < cn.repeats; ++rn)
-    for (unsigned rk = 0; rk < repK; ++rk) {
+    for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk) {
       SmallVector<Value> frag;
       for (unsigned kh = 0; kh < 2; ++kh) {
         SmallVector<Value> elems;
@@ -337,15 +315,17 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
     }
 
   Registers result(cv.begin(), cv.end());
-  for (unsigned rk = 0; rk < repK; ++rk)
+  for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk)
     for (unsigned rm = 0; rm < cm.repeats; ++rm)
       for (unsigned rn = 0; rn < cn.repeats; ++rn) {
         SmallVector<int64_t> idx;
         for (unsigned i = 0; i < 2; ++i)
           for (unsigned j = 0; j < 2; ++j) {
             auto it = cRegs.find({rm * cm.coverage + 8 * i, rn * cn.coverage + j});
-            if (it == cRegs.end())
-              return op.emitOpError("internal error: no accumulator register for an mma tile");
+            if (it == cRegs.end()) {
+              op->emitOpError("internal error: no accumulator register for an mma tile");
+              return failure();
+            }
             idx.push_back(it->second);
           }
         SmallVector<Value> c;
@@ -355,7 +335,29 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
         for (unsigned i = 0; i < 4; ++i)
           result[idx[i]] = d[i];
       }
-  t.setRegs(op.getResult(), std::move(result));
+  return result;
+}
+
+namespace {
+
+LogicalResult lowerDot(TileLowering &t, DotOp op) {
+  auto accType = op.getAcc().getType();
+  auto aType = op.getA().getType(), bType = op.getB().getType();
+  Type elem = aType.getElementType();
+  if (!isa_and_nonnull<MmaLayoutAttr>(accType.getEncoding()) ||
+      !isa_and_nonnull<DotOperandLayoutAttr>(aType.getEncoding()) ||
+      !isa_and_nonnull<DotOperandLayoutAttr>(bType.getEncoding()))
+    return op.emitOpError("runs on the CPU interpreter only for ")
+           << elem << " operands with " << accType.getElementType()
+           << " accumulation: tensor cores take bf16 and f16 operands (and f32 as tf32) with "
+              "f32 accumulation";
+  if (smVersion(t.arch()) < 80)
+    return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
+  FailureOr<Registers> result =
+      emitMmaSync(t, op, aType, bType, accType, t.regs(op.getA()), t.regs(op.getB()), t.regs(op.getAcc()));
+  if (failed(result))
+    return failure();
+  t.setRegs(op.getResult(), std::move(*result));
   return success();
 }
 

@@ -191,4 +191,16 @@ Value PtxBuilder::f32ToTf32(Value x) {
   return asmCall(b.getI32Type(), ValueRange{x}, "cvt.rna.tf32.f32 $0, $1;", "=r,f", false);
 }
 
+void PtxBuilder::cpAsync16(Value dst, Value src, Value pred) {
+  Value size = b.create<arith::SelectOp>(loc, pred, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 16),
+                                         b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 0));
+  asmCall(Type(), ValueRange{dst, src, size}, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r", true);
+}
+
+void PtxBuilder::cpAsyncCommitGroup() { asmCall(Type(), ValueRange{}, "cp.async.commit_group;", "", true); }
+
+void PtxBuilder::cpAsyncWaitGroup(unsigned pending) {
+  asmCall(Type(), ValueRange{}, llvm::formatv("cp.async.wait_group {0};", pending).str(), "", true);
+}
+
 } // namespace tokamax::tile

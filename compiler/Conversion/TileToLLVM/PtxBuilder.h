@@ -2,8 +2,8 @@
 //
 // Everything the NVVM dialect does not offer directly (predicated vector accesses with
 // a fallback value, approximate special functions, fp8 conversions, atomics with a
-// predicate, ldmatrix and mma.sync for tile.dot; mbarriers, TMA and wgmma for
-// tile.tma_dot) is emitted here as LLVM inline assembly.
+// predicate, ldmatrix and mma.sync for tile.dot, cp.async for tile.cp_async_dot;
+// mbarriers, TMA and wgmma for tile.tma_dot) is emitted here as LLVM inline assembly.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -45,6 +45,15 @@ public:
                                      mlir::ValueRange a, mlir::ValueRange b, mlir::ValueRange c);
   /// f32 -> tf32 bits (i32), round to nearest, ties away from zero.
   mlir::Value f32ToTf32(mlir::Value x);
+
+  // sm_80 asynchronous copies (tile.cp_async_dot).
+  /// `cp.async.cg.shared.global` of 16 bytes from global `src` to the 32-bit shared
+  /// address `dst`, where the i1 `pred` holds; elsewhere the 16 bytes are zero-filled
+  /// (source size 0: nothing is read).
+  void cpAsync16(mlir::Value dst, mlir::Value src, mlir::Value pred);
+  void cpAsyncCommitGroup();
+  /// Waits until at most `pending` of this thread's committed groups are in flight.
+  void cpAsyncWaitGroup(unsigned pending);
 
   // Hopper (sm_90a): mbarriers, TMA and wgmma (PtxBuilderHopper.cpp). Shared-memory
   // addresses are 32-bit (i32) shared-window addresses.

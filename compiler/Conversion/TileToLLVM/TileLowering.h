@@ -100,6 +100,8 @@ mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &han
 mlir::LogicalResult lowerDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.tma_dot: the TMA + mbarrier + wgmma main loop (sm_90a).
 mlir::LogicalResult lowerTmaDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// tile.cp_async_dot: the cp.async ring + ldmatrix + mma.sync main loop (sm_80+).
+mlir::LogicalResult lowerCpAsyncDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);
 
 /// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).

@@ -111,9 +111,21 @@ TmaDotSmem getTmaDotSmem(TmaDotOp op) {
   return s;
 }
 
+CpAsyncDotSmem getCpAsyncDotSmem(CpAsyncDotOp op) {
+  CpAsyncDotSmem s;
+  unsigned bytes = elementBytes(cast<PointerType>(op.getA().getType()).getPointeeType());
+  s.aBytes = op.getBlockM() * op.getBlockK() * bytes;
+  s.bBytes = op.getBlockK() * op.getBlockN() * bytes;
+  s.stageBytes = s.aBytes + s.bBytes;
+  s.total = op.getStages() * s.stageBytes;
+  return s;
+}
+
 int64_t getScratchBytes(Operation *op) {
   if (auto dot = dyn_cast<TmaDotOp>(op))
     return getTmaDotSmem(dot).total;
+  if (auto dot = dyn_cast<CpAsyncDotOp>(op))
+    return getCpAsyncDotSmem(dot).total;
   if (auto reduce = dyn_cast<ReduceOp>(op)) {
     auto source = reduce.getSource().getType();
     if (!source.getEncoding())

@@ -50,6 +50,13 @@ struct TmaDotSmem {
 };
 TmaDotSmem getTmaDotSmem(TmaDotOp op);
 
+/// Shared memory of a tile.cp_async_dot: a ring of `stages` buffers, each A's slice
+/// ([BM][block_k], or [block_k][BM] when transposed) then B's, rows of 16-byte chunks.
+struct CpAsyncDotSmem {
+  int64_t aBytes, bBytes, stageBytes, total;
+};
+CpAsyncDotSmem getCpAsyncDotSmem(CpAsyncDotOp op);
+
 /// Attribute name on lowered kernels: [param, box inner, box outer] per TMA tensor map
 /// the runtime encodes and appends to the launch parameters.
 inline constexpr llvm::StringLiteral kTensorMapsAttr = "tile.tensor_maps";

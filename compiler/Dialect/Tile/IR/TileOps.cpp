@@ -226,15 +226,44 @@ LogicalResult DotOp::verify() {
   return success();
 }
 
-LogicalResult TmaDotOp::verify() {
-  for (Value operand : {getA(), getB()}) {
+namespace {
+/// Checks shared by the main-loop dots: kernel tensor operands of one element type,
+/// matching K, a 2-D f32 accumulator, stages in [2, 8], rows of whole 16-byte chunks
+/// (TMA boxes and cp.async chunks both move 16 bytes at a time).
+template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem) {
+  for (Value operand : {op.getA(), op.getB()}) {
     auto arg = dyn_cast<BlockArgument>(operand);
     if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
-      return emitOpError("a and b must be kernel tensor parameters (the runtime encodes their tensor maps)");
+      return op.emitOpError("a and b must be kernel tensor parameters");
   }
-  Type elem = pointee(getA().getType());
-  if (elem != pointee(getB().getType()))
-    return emitOpError("a and b must have one element type");
+  elem = pointee(op.getA().getType());
+  if (elem != pointee(op.getB().getType()))
+    return op.emitOpError("a and b must have one element type");
+  if (op.getADims().size() != 2 || op.getBDims().size() != 2)
+    return op.emitOpError("a and b must be 2-D");
+  int64_t kb = op.getTransB() ? op.getBDims()[1] : op.getBDims()[0];
+  if (op.getK() != kb)
+    return op.emitOpError("inner dimensions differ: op(a) has K = ") << op.getK() << ", op(b) has K = " << kb;
+  auto acc = op.getAcc().getType();
+  if (acc.getRank() != 2 || !acc.getElementType().isF32())
+    return op.emitOpError("the accumulator must be a 2-D f32 tile, got ") << acc;
+  if (op.getStages() < 2 || op.getStages() > 8)
+    return op.emitOpError("stages must be in [2, 8], got ") << op.getStages();
+  if (!elem.isIntOrFloat())
+    return op.emitOpError("operands must be floats, got ") << elem;
+  int64_t bytes = std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
+  for (ArrayRef<int64_t> dims : {op.getADims(), op.getBDims()})
+    if (dims[1] * bytes % 16 != 0)
+      return op.emitOpError("rows of a and b must be multiples of 16 bytes, got a row of ") << dims[1]
+             << " elements";
+  return success();
+}
+} // namespace
+
+LogicalResult TmaDotOp::verify() {
+  Type elem;
+  if (failed(verifyMainLoopDot(*this, elem)))
+    return failure();
   bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
   if (!elem.isBF16() && !elem.isF16() && !fp8)
     return emitOpError("operands must be bf16, f16, f8E4M3FN or f8E5M2, got ") << elem;
@@ -242,15 +271,7 @@ LogicalResult TmaDotOp::verify() {
   if (fp8 && (getTransA() || !getTransB()))
     return emitOpError("8-bit operands must both be K-major (trans_a = false, trans_b = true)");
   int64_t bytes = fp8 ? 1 : 2;
-  if (getADims().size() != 2 || getBDims().size() != 2)
-    return emitOpError("a and b must be 2-D");
-  int64_t kb = getTransB() ? getBDims()[1] : getBDims()[0];
-  if (getK() != kb)
-    return emitOpError("inner dimensions differ: op(a) has K = ") << getK() << ", op(b) has K = " << kb;
-  auto acc = getAcc().getType();
-  if (acc.getRank() != 2 || !acc.getElementType().isF32())
-    return emitOpError("the accumulator must be a 2-D f32 tile, got ") << acc;
-  int64_t bm = acc.getDimSize(0), bn = acc.getDimSize(1);
+  int64_t bm = getBlockM(), bn = getBlockN();
   if (bm % 64 != 0 || bm > 256)
     return emitOpError("block M must be 64, 128 or 256 (wgmma works on 64-row slabs), got ") << bm;
   if (bn < 64 || bn > 256 || !isPowerOfTwo(bn))
@@ -258,8 +279,6 @@ LogicalResult TmaDotOp::verify() {
   if (getBlockK() * bytes != 128)
     return emitOpError("block_k must span one 128-byte swizzle row (") << 128 / bytes << " elements), got "
                                                                         << getBlockK();
-  if (getStages() < 2 || getStages() > 8)
-    return emitOpError("stages must be in [2, 8], got ") << getStages();
   if (getWarpSpecialize()) {
     // The producer warps skip the rest of the op's block: nothing computed there may
     // leave it, and the block is the kernel body or a loop directly in it.
@@ -274,10 +293,24 @@ LogicalResult TmaDotOp::verify() {
         return emitOpError("with warp_specialize: its loop may not carry values computed after it (only its own "
                            "warps run that part)");
   }
-  for (ArrayRef<int64_t> dims : {getADims(), getBDims()})
-    if (dims[1] * bytes % 16 != 0)
-      return emitOpError("rows of a and b must be multiples of 16 bytes (TMA), got a row of ") << dims[1]
-             << " elements";
+  return success();
+}
+
+LogicalResult CpAsyncDotOp::verify() {
+  Type elem;
+  if (failed(verifyMainLoopDot(*this, elem)))
+    return failure();
+  if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
+    return emitOpError("operands must be bf16, f16 or f32 (as tf32), got ") << elem;
+  // One mma.sync K step is 32 bytes of K (k16 for 16-bit, k8 for tf32); a row of the
+  // swizzled slice holds whole 16-byte chunks, at most 8 of them per swizzle phase.
+  int64_t bytes = elem.getIntOrFloatBitWidth() / 8;
+  if (getBlockK() * bytes % 32 != 0 || getBlockK() * bytes > 256)
+    return emitOpError("block_k must be a multiple of ") << 32 / bytes << " elements up to " << 256 / bytes
+                                                         << ", got " << getBlockK();
+  int64_t bm = getBlockM(), bn = getBlockN();
+  if (bm % 16 != 0 || bn % 16 != 0 || !isPowerOfTwo(bm) || !isPowerOfTwo(bn) || bm > 256 || bn > 256)
+    return emitOpError("block M and N must be powers of two in [16, 256], got ") << bm << " x " << bn;
   return success();
 }
 

@@ -205,7 +205,29 @@ def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
   let hasVerifier = 1;
 }
 
-def Tile_TmaDotOp : Tile_Op<"tma_dot", [MemoryEffects<[MemRead]>, AllTypesMatch<["acc", "result"]>]> {
+// A whole matrix-product main loop over two kernel tensors; the ops differ in how the
+// operand slices reach shared memory and which tensor-core instructions read them.
+class Tile_MainLoopDotOp<string mnemonic, dag extraArgs> :
+    Tile_Op<mnemonic, [MemoryEffects<[MemRead]>, AllTypesMatch<["acc", "result"]>]> {
+  let arguments = !con((ins Tile_PtrType:$a, Tile_PtrType:$b, I32:$m0, I32:$n0, Tile_ScalarTensor:$acc,
+                            DenseI64ArrayAttr:$a_dims, DenseI64ArrayAttr:$b_dims,
+                            BoolAttr:$trans_a, BoolAttr:$trans_b, I64Attr:$block_k, I64Attr:$stages),
+                       extraArgs);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b `[` $m0 `,` $n0 `]` `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getM() { return getTransA() ? getADims()[1] : getADims()[0]; }
+    int64_t getK() { return getTransA() ? getADims()[0] : getADims()[1]; }
+    int64_t getN() { return getTransB() ? getBDims()[0] : getBDims()[1]; }
+    int64_t getBlockM() { return getAcc().getType().getDimSize(0); }
+    int64_t getBlockN() { return getAcc().getType().getDimSize(1); }
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize)> {
   let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
   // Operands: bf16 or f16 (either may be transposed), or fp8 (e4m3 / e5m2) with a as
   // [M, K] and b as [N, K], as wgmma reads 8-bit operands K-major only.
@@ -224,25 +246,22 @@ def Tile_TmaDotOp : Tile_Op<"tma_dot", [MemoryEffects<[MemRead]>, AllTypesMatch<
 
     With `warp_specialize`, the kernel gets one more warpgroup (a producer): one of its
     threads issues every TMA load while the kernel's `num_warps` warps only wait and
-    issue wgmma; the producer gives its registers to them (setmaxnreg) and exits, so the
-    op must sit at the top level of the kernel body.
+    issue wgmma; the rest of the op's block runs on the kernel's warps only, so the op
+    must sit at the top level of the kernel body (or of a loop directly in it).
   }];
-  let arguments = (ins Tile_PtrType:$a, Tile_PtrType:$b, I32:$m0, I32:$n0, Tile_ScalarTensor:$acc,
-                       DenseI64ArrayAttr:$a_dims, DenseI64ArrayAttr:$b_dims,
-                       BoolAttr:$trans_a, BoolAttr:$trans_b, I64Attr:$block_k, I64Attr:$stages,
-                       DefaultValuedAttr<BoolAttr, "false">:$warp_specialize);
-  let results = (outs Tile_ScalarTensor:$result);
-  let assemblyFormat = [{
-    $a `,` $b `[` $m0 `,` $n0 `]` `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc)
+}
+
+def Tile_CpAsyncDotOp : Tile_MainLoopDotOp<"cp_async_dot", (ins)> {
+  let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_80+";
+  let description = [{
+    The same product as tile.tma_dot for bf16, f16 and f32 (as tf32) operands, either
+    transposed, on any GPU with mma.sync (sm_80 and newer). On the GPU
+    (LowerCpAsyncDot.cpp) every thread copies 16-byte chunks of the next `block_k`-wide
+    slices into a ring of `stages` swizzled shared buffers with cp.async (zero-filled
+    outside the tensors), `stages - 1` slices ahead of the one being multiplied; ldmatrix
+    reads mma.sync fragments from the ring. The accumulator takes the tile.dot layout
+    (#tile.mma over the kernel's warps), one barrier per K slice.
   }];
-  let extraClassDeclaration = [{
-    int64_t getM() { return getTransA() ? getADims()[1] : getADims()[0]; }
-    int64_t getK() { return getTransA() ? getADims()[0] : getADims()[1]; }
-    int64_t getN() { return getTransB() ? getBDims()[0] : getBDims()[1]; }
-    int64_t getBlockM() { return getAcc().getType().getDimSize(0); }
-    int64_t getBlockN() { return getAcc().getType().getDimSize(1); }
-  }];
-  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

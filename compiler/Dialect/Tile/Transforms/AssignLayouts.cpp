@@ -16,6 +16,7 @@
 //    accumulator layout, a and b the dot-operand layouts (the conversions into them are
 //    the operands' trip through shared memory). Loop-carried accumulators take the mma
 //    layout from the start, so k-loops never convert the accumulator.
+// 7. tile.cp_async_dot: the accumulator and result take tile.dot's mma.sync layout.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -153,6 +154,13 @@ private:
     if (auto dot = dyn_cast<TmaDotOp>(op)) {
       // Every warp along M: each warpgroup owns 64-row slabs, as wgmma writes them.
       auto mma = MmaLayoutAttr::get(op->getContext(), {numWarps, 1u});
+      convertOperand(op, dot.getAccMutable(), mma);
+      setLayout(dot.getResult(), mma);
+      return;
+    }
+    if (auto dot = dyn_cast<CpAsyncDotOp>(op)) {
+      // mma.sync tiles over the kernel's warps, as tile.dot's accumulator.
+      MmaLayoutAttr mma = getMmaLayout(dot.getAcc().getType(), numWarps);
       convertOperand(op, dot.getAccMutable(), mma);
       setLayout(dot.getResult(), mma);
       return;

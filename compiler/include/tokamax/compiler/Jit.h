@@ -37,12 +37,14 @@ struct TOKAMAX_API KernelArg {
 class TOKAMAX_API LoadedKernel {
 public:
   LoadedKernel(Module module, LaunchInfo info, std::string digest);
+  ~LoadedKernel();
 
   const LaunchInfo &info() const { return info_; }
   const std::string &digest() const { return digest_; }
 
   /// Checks the arguments against the kernel's parameters (count, dtype, shape,
-  /// 16-byte alignment) and launches. No allocation.
+  /// 16-byte alignment) and launches. No allocation. TMA tensor maps are encoded once
+  /// per tensor address and reused while the address recurs.
   void launch(std::span<const KernelArg> args, CUstream stream) const;
   void launch(std::initializer_list<KernelArg> args, CUstream stream) const {
     launch(std::span<const KernelArg>(args.begin(), args.size()), stream);
@@ -53,6 +55,8 @@ private:
   KernelFunction function_;
   LaunchInfo info_;
   std::string digest_;
+  struct TensorMapCache;
+  std::unique_ptr<TensorMapCache> maps_;  // set when the kernel reads through tensor maps
 };
 
 /// Where the kernel of a call came from (for logs, tests and benchmarks).

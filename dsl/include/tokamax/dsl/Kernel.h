@@ -139,6 +139,21 @@ struct TOKAMAX_API TmaDotOptions {
 TOKAMAX_API Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0,
                           const Value &acc, const TmaDotOptions &options = {});
 
+/// Options of cp_async_dot: the K slice each pipeline stage holds and how many stages.
+struct TOKAMAX_API CpAsyncDotOptions {
+  int64_t block_k = 32;   ///< a multiple of 32 bytes of K (16 16-bit elements, 8 f32)
+  int64_t stages = 3;     ///< shared-memory ring depth: stages - 1 slices load ahead
+  bool trans_a = false;   ///< a is [K, M]
+  bool trans_b = false;   ///< b is [N, K]
+};
+
+/// The product tma_dot computes, for bf16, f16 or f32 (as tf32) kernel tensors (either
+/// transposed) whose rows are multiples of 16 bytes, on any GPU with mma.sync (sm_80+):
+/// cp.async into a ring of swizzled shared buffers, ldmatrix, mma.sync. acc is an f32
+/// [BM, BN] tile, BM and BN powers of two in [16, 256]; elements outside read as zero.
+TOKAMAX_API Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0,
+                               const Value &acc, const CpAsyncDotOptions &options = {});
+
 /// A tensor parameter of the kernel: a pointer plus the static shape and strides.
 class TOKAMAX_API TensorArg {
 public:
@@ -159,6 +174,9 @@ private:
   friend class Kernel;
   friend Value tma_dot(const TensorArg &, const TensorArg &, const Value &, const Value &, const Value &,
                        const TmaDotOptions &);
+  friend Value cp_async_dot(const TensorArg &, const TensorArg &, const Value &, const Value &, const Value &,
+                            const CpAsyncDotOptions &);
+  friend struct MainLoopDotArgs;
   KernelBuilder *builder_ = nullptr;
   unsigned index_ = 0;
   std::string name_;

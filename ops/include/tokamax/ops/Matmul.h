@@ -5,10 +5,11 @@
 // - `hopper` (matmul_hopper_kernel, sm_90a): tile.tma_dot (TMA into a shared-memory
 //   ring, wgmma from shared memory, a producer warpgroup) on a persistent grid; bf16,
 //   f16 (either operand transposed) and fp8 e4m3 / e5m2 (a [M, K], b [N, K]).
-// - `tile` (matmul_kernel): block M x N per program, a k-loop carrying the f32
-//   accumulator (tile.dot -> mma.sync: bf16/f16 m16n8k16, f32 as tf32 m16n8k8), the next
-//   K block's loads issued before the current block's dot, masked loads for ragged
-//   M, N, K; bf16, f16, f32.
+// - `tile` (matmul_kernel, sm_80+): block M x N per program; tile.cp_async_dot (a
+//   cp.async ring of num_stages swizzled shared buffers, ldmatrix, mma.sync: bf16/f16
+//   m16n8k16, f32 as tf32 m16n8k8) when the rows of a and b are whole 16-byte chunks,
+//   else a k-loop of masked register loads (the next K block's issued before the
+//   current block's tile.dot); bf16, f16, f32.
 // - `reference` (matmul_reference_kernel): small blocks, products summed with a plain
 //   reduction (no tensor cores, exact f32 / f64 accumulation); every float dtype,
 //   f64 included, on the device and on the interpreter.
@@ -37,7 +38,7 @@ struct TOKAMAX_API MatmulConfig {
   int64_t block_m = 128, block_n = 128, block_k = 32;  ///< powers of two
   int64_t group_m = 8;  ///< programs along M sharing B blocks in L2 (grouped launch order)
   int num_warps = 8;
-  int64_t num_stages = 4;  ///< hopper: depth of the shared-memory ring
+  int64_t num_stages = 4;  ///< hopper and tile (cp.async): depth of the shared-memory ring
   bool warp_specialize = true;  ///< hopper: a producer warpgroup issues the loads
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
@@ -49,8 +50,9 @@ struct TOKAMAX_API MatmulOptions {
   bool trans_b = false;  ///< b is [N, K] (used transposed)
   double alpha = 1.0;
   std::optional<TensorView> bias;  ///< [N], c's dtype, added to every row
-  /// "hopper", "tile" or "reference"; empty: hopper on sm_90a when it serves the call
-  /// (and a and b are 16-byte aligned), else tile, else reference (f64, fp8 off sm_90a).
+  /// "hopper", "tile" or "reference"; empty: hopper on sm_90a when it serves the call,
+  /// else tile, else reference (f64, fp8 off sm_90a). a, b, c and bias must be 16-byte
+  /// aligned (every kernel reads them with 16-byte vectors; TMA needs it too).
   /// An explicit one that cannot serve the call throws NotSupported with the reason.
   std::string implementation;
   std::optional<MatmulConfig> config;  ///< else the implementation's heuristic
