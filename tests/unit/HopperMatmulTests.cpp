@@ -291,6 +291,7 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
       CHECK(contains(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
       CHECK(contains(ptx, "mbarrier.try_wait.parity"));
+      CHECK(contains(ptx, "st.global.v4.b32"));  // the epilogue's 16-byte stores
       CHECK(contains(ptx, ".param .align 64 .b8"));
 
       const LaunchInfo &launch = compiled.launch;

@@ -195,6 +195,9 @@ TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[m
             CHECK(contains(compiled.ptx, "cp.async.wait_group 2;"));
             CHECK(compiled.launch.shared_bytes == 4 * 16 * 1024);
             CHECK(compiled.launch.dynamic_shared);
+            // The epilogue stores 16 bytes per lane (pairs traded among quad lanes first).
+            CHECK(contains(compiled.ptx, "shfl.sync.idx.b32"));
+            CHECK(contains(compiled.ptx, "st.global.v4.b32"));
           } else {
             CHECK(!contains(compiled.ptx, "cp.async"));
             CHECK(compiled.launch.shared_bytes <= 48 * 1024);

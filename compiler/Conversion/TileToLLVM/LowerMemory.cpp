@@ -3,12 +3,15 @@
 // Block accesses compute each register's coordinates, mask them against the tensor's
 // dims and access `vector` contiguous elements at once when the layout, the strides and
 // the known alignment of the block offset allow (16 bytes per thread for the default
-// layouts). Pointer-tile accesses are per element. Accesses are predicated inline PTX.
+// layouts; mma accumulator tiles trade pairs among lanes first to get there). Pointer-
+// tile accesses are per element. Accesses are predicated inline PTX.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+
+#include <map>
 
 using namespace mlir;
 
@@ -200,12 +203,126 @@ LogicalResult lowerBlockLoad(TileLowering &t, BlockLoadOp op) {
   return success();
 }
 
+/// A block store of an mma accumulator tile (a matmul's epilogue). Each thread holds
+/// pairs of adjacent elements, so stored as they are, a quad of lanes fills half a
+/// 32-byte sector per row (16-bit) and every store moves 4 or 8 bytes. Instead the E =
+/// 16 / pair-bytes lanes of a subgroup of a quad trade pairs of E consecutive n-repeats
+/// (an E x E transpose: E - 1 shuffles per 32-bit word), after which lane i holds 16
+/// contiguous bytes of n-repeat i: one vector store each, whole sectors per quad.
+/// Returns false, emitting nothing, when the tile or the tensor does not qualify.
+bool storeMmaTileAsVectors(TileLowering &t, BlockStoreOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto type = op.getValue().getType();
+  Type elem = t.registerType(type.getElementType());
+  if (!isa_and_nonnull<MmaLayoutAttr>(type.getEncoding()) || type.getRank() != 2 || !isa<FloatType>(elem))
+    return false;
+  unsigned bytes = elementBytes(elem);
+  ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides();
+  compiler::Distribution dist = getDistribution(type);
+  if ((bytes != 2 && bytes != 4) || dist.needs_wrap(0) || dist.needs_wrap(1))
+    return false;
+  const unsigned E = 8 / bytes, words = bytes / 2;  // pairs per 16 bytes; 32-bit words per pair
+  const int64_t vec = 16 / bytes;
+  const auto &cm = dist.dims()[0], &cn = dist.dims()[1];
+  if (cn.repeats % E != 0 || strides[1] != 1 || strides[0] % vec != 0 || dims[1] % vec != 0 ||
+      knownMultipleOf(t.regs(op.getOffsets()[1])[0]) % vec != 0)
+    return false;
+
+  std::map<std::pair<int64_t, int64_t>, int64_t> byOffset;
+  for (int64_t r = 0; r < dist.num_registers(); ++r)
+    byOffset[{dist.register_offset(r)[0], dist.register_offset(r)[1]}] = r;
+  const Registers &values = t.regs(op.getValue());
+  auto i32 = b.getI32Type();
+  // The 32-bit words of the pair at (row offset, n-repeat).
+  auto pairWords = [&](int64_t rowOff, int64_t rn) {
+    int64_t r0 = byOffset.at({rowOff, rn * cn.coverage});
+    int64_t r1 = byOffset.at({rowOff, rn * cn.coverage + 1});
+    if (bytes == 4)
+      return SmallVector<Value>{b.create<LLVM::BitcastOp>(loc, i32, values[r0]),
+                                b.create<LLVM::BitcastOp>(loc, i32, values[r1])};
+    Value pair = b.create<LLVM::UndefOp>(loc, VectorType::get({2}, elem));
+    pair = b.create<LLVM::InsertElementOp>(loc, pair, values[r0], t.i32(0));
+    pair = b.create<LLVM::InsertElementOp>(loc, pair, values[r1], t.i32(1));
+    return SmallVector<Value>{b.create<LLVM::BitcastOp>(loc, i32, pair)};
+  };
+  auto eq = [&](Value x, Value y) { return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, x, y); };
+  // v[index] for a lane-dependent index among E candidates.
+  auto pick = [&](ArrayRef<Value> v, Value index) {
+    Value chosen = v[0];
+    for (unsigned j = 1; j < v.size(); ++j)
+      chosen = b.create<arith::SelectOp>(loc, eq(index, t.i32(j)), v[j], chosen);
+    return chosen;
+  };
+  auto modE = [&](Value x) { return b.create<arith::AndIOp>(loc, x, t.i32(E - 1)); };
+  Value lane = t.laneId();
+  Value i = modE(lane);
+  Value groupBase = b.create<arith::AndIOp>(loc, lane, t.i32(~int64_t(E - 1)));
+  Value owns = t.threadOwns(type);
+  Value base = t.regs(op.getBase())[0];
+  Value colShift = b.create<arith::MulIOp>(loc, i, t.i32(cn.coverage - 2));
+
+  for (unsigned rm = 0; rm < cm.repeats; ++rm)
+    for (int64_t half = 0; half < 2; ++half)
+      for (unsigned rnBase = 0; rnBase < cn.repeats; rnBase += E) {
+        int64_t rowOff = rm * cm.coverage + 8 * half;
+        std::vector<SmallVector<Value>> mine;  // [j][w]: this lane's pair of repeat rnBase + j
+        for (unsigned j = 0; j < E; ++j)
+          mine.push_back(pairWords(rowOff, rnBase + j));
+        // Round r: send the pair of repeat (i + r) mod E, receive from lane (i - r) mod E
+        // its pair of repeat i, which is pair (i - r) mod E of the 16-byte vector.
+        std::vector<SmallVector<Value>> received(E);
+        for (unsigned r = 0; r < E; ++r) {
+          Value sendIndex = modE(b.create<arith::AddIOp>(loc, i, t.i32(r)));
+          Value from = b.create<arith::OrIOp>(loc, groupBase, modE(b.create<arith::AddIOp>(loc, i, t.i32(E - r))));
+          for (unsigned w = 0; w < words; ++w) {
+            SmallVector<Value> candidates;
+            for (unsigned j = 0; j < E; ++j)
+              candidates.push_back(mine[j][w]);
+            Value sent = pick(candidates, sendIndex);
+            received[r].push_back(r == 0 ? sent
+                                         : b.create<NVVM::ShflOp>(loc, i32, t.i32(-1), sent, from, t.i32(31),
+                                                                  NVVM::ShflKind::idx, UnitAttr())
+                                               .getResult());
+          }
+        }
+        // Position p of the vector came in round (i - p) mod E.
+        SmallVector<Value> vector;
+        for (unsigned p = 0; p < E; ++p) {
+          Value round = modE(b.create<arith::AddIOp>(loc, i, t.i32(E - p)));
+          for (unsigned w = 0; w < words; ++w) {
+            SmallVector<Value> candidates;
+            for (unsigned r = 0; r < E; ++r)
+              candidates.push_back(received[r][w]);
+            vector.push_back(pick(candidates, round));
+          }
+        }
+        // This lane's vector starts at its own pair of repeat rnBase, moved to repeat
+        // rnBase + i and back to the subgroup's first pair: + i * (coverage - 2).
+        Registers coords = t.coords(type, byOffset.at({rowOff, int64_t(rnBase) * cn.coverage}));
+        Value row = b.create<arith::AddIOp>(loc, coords[0], t.regs(op.getOffsets()[0])[0]);
+        Value col = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, coords[1], colShift),
+                                            t.regs(op.getOffsets()[1])[0]);
+        Value inside = b.create<arith::AndIOp>(
+            loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, t.i32(dims[0])),
+            b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, col, t.i32(dims[1])));
+        Value linear = b.create<arith::AddIOp>(
+            loc, b.create<arith::MulIOp>(loc, b.create<arith::ExtUIOp>(loc, b.getI64Type(), row), t.i64(strides[0])),
+            b.create<arith::ExtUIOp>(loc, b.getI64Type(), col));
+        Value ptr = b.create<LLVM::GEPOp>(loc, base.getType(), elem, base, ValueRange{linear});
+        t.ptx(loc).predicatedStore(ptr, b.create<arith::AndIOp>(loc, inside, owns), vector);
+      }
+  return true;
+}
+
 LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
   auto type = op.getValue().getType();
   Type elem = t.registerType(type.getElementType());
   Type memElem = elem.isInteger(1) ? b.getI8Type() : elem;
+  if (storeMmaTileAsVectors(t, op))
+    return success();
   Vectorization v = blockVectorization(type, op.getDims(), op.getStrides(), op.getOffsets().back());
   const Registers &values = t.regs(op.getValue());
   // Replicated threads store the same values; only the canonical copy writes.

@@ -7,7 +7,8 @@
 // one group pending), synchronises once, refills the stage the previous slice used
 // when a slice is left (scf.if), commits (an empty group at the end) and, per 16-wide
 // K step, reads its fragments with ldmatrix (B, stored [K][N], transposed) and issues
-// 2 x 4 mma.sync m16n8k16. No copy is in flight after the loop.
+// 2 x 4 mma.sync m16n8k16. No copy is in flight after the loop. The f32 result is
+// stored 16 bytes per lane: lane pairs of each quad first trade 8-byte pairs (shfl).
 
 // CHECK-LABEL: llvm.mlir.global internal @ring_scratch() {{.*}} : !llvm.array<24576 x i8>
 // CHECK-LABEL: llvm.func @ring
@@ -33,7 +34,8 @@
 // CHECK: scf.yield
 // CHECK: cp.async.wait_group 0;
 // CHECK-NOT: nvvm.barrier0
-// CHECK: st.global.v2.b32
+// CHECK: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
 func.func @ring(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.grid = array<i64: 1, 1, 1>} {
   %c0 = arith.constant 0 : i32
   %z = arith.constant 0.0 : f32

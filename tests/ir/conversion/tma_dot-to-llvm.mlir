@@ -9,7 +9,7 @@
 // wait for a full stage, fence, issue 4 wgmma per 64-wide slice, commit, wait for the
 // previous group and release its stage with a predicated arrive (no branch near the
 // .aligned instructions), then drain and release the last slice. The epilogue's store
-// is the consumers' alone.
+// is the consumers' alone (16 bytes per lane after a shuffle among lane pairs).
 
 // CHECK-LABEL: llvm.func @persistent
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}
@@ -38,7 +38,8 @@
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: llvm.inline_asm {{.*}}@p mbarrier.arrive.shared::cta.b64
 // CHECK: scf.if
-// CHECK: st.global.v2.b32
+// CHECK: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
 func.func @persistent(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 2, 1, 1>} {
   %c0 = arith.constant 0 : i32
   %c2 = arith.constant 2 : i32
