@@ -270,3 +270,38 @@ TEST_CASE("f64 and integer dots stay on the interpreter with a clear error", "[m
   options.arch = "sm_70";
   CHECK_THROWS_WITH(compile(k, options), Contains("needs tensor cores (mma.sync, sm_80 or newer)"));
 }
+
+TEST_CASE("cp_async_dot misuse in the DSL is reported with the problem", "[matmul][dsl]") {
+  struct Case {
+    DType dtype;
+    std::vector<int64_t> a, b, acc;
+    dsl::CpAsyncDotOptions options;
+    const char *error;
+  };
+  const std::vector<Case> cases{
+      {DType::F8E4M3, {64, 64}, {64, 64}, {64, 64}, {}, "cp_async_dot: a must be bf16, f16 or f32, got f8e4m3"},
+      {DType::BF16, {64, 64}, {64, 64}, {64, 64}, {.block_k = 24}, "block_k must be a multiple of 16 up to 128"},
+      {DType::F32, {64, 64}, {64, 64}, {64, 64}, {.block_k = 128}, "block_k must be a multiple of 8 up to 64"},
+      {DType::F16, {64, 64}, {64, 64}, {64, 64}, {.stages = 1}, "stages must be in [2, 8], got 1"},
+      {DType::BF16, {64, 64}, {64, 64}, {8, 64}, {}, "BM, BN powers of two in [16, 256], got [8, 64]"},
+      {DType::BF16, {64, 60}, {60, 64}, {64, 64}, {}, "rows of a must be multiples of 16 bytes (8 elements)"},
+      {DType::BF16, {64, 64}, {72, 64}, {64, 64}, {}, "op(a) has K = 64 but op(b) has K = 72"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.error);
+    dsl::Kernel k("bad_cp_async_dot", {4});
+    dsl::TensorArg a = k.input("a", c.dtype, c.a), b = k.input("b", c.dtype, c.b);
+    dsl::Value zero = k.constant(0, DType::I32);
+    CHECK_THROWS_WITH(dsl::cp_async_dot(a, b, zero, zero, k.full(c.acc, 0.0, DType::F32), c.options),
+                      Contains(c.error));
+  }
+}
+
+TEST_CASE("the cp.async ring needs sm_80", "[matmul][ptx]") {
+  MatmulSpec spec{256, 512, 320, DType::F16, DType::F16};
+  CompileOptions options;
+  options.arch = "sm_75";
+  options.assemble = false;
+  CHECK_THROWS_WITH(compile(matmul_kernel(spec, default_config(spec)), options),
+                    Contains("cp.async and mma.sync (sm_80 or newer)") && Contains("sm_75"));
+}
