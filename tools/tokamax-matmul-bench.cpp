@@ -126,9 +126,11 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
     bool persistent = true;  // one program per SM
   };
   // All of these assemble without spills for sm_90a.
+  // tile: block, warps, cp.async ring depth.
   const std::vector<Config> tileConfigs = {
-      {128, 128, 32, 8, 1}, {128, 128, 64, 8, 1}, {128, 128, 32, 4, 1}, {128, 256, 32, 8, 1},
-      {256, 128, 32, 8, 1}, {128, 64, 32, 4, 1},  {64, 128, 32, 4, 1},  {64, 64, 32, 4, 1}};
+      {128, 128, 32, 4, 4}, {128, 128, 32, 4, 3}, {128, 128, 64, 4, 3}, {128, 128, 32, 8, 4},
+      {128, 256, 32, 8, 3}, {128, 256, 32, 8, 4}, {256, 128, 32, 8, 3}, {256, 128, 32, 8, 4},
+      {128, 256, 64, 8, 3}, {128, 64, 32, 4, 4},  {64, 128, 32, 4, 4}};
   const std::vector<Config> hopperConfigs = {
       {128, 256, 64, 8, 4},        {128, 256, 64, 8, 3},        {256, 128, 64, 8, 4},
       {128, 128, 64, 8, 6},        {128, 128, 64, 4, 6},        {64, 256, 64, 4, 4},
