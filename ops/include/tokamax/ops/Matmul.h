@@ -58,6 +58,9 @@ struct TOKAMAX_API MatmulOptions {
   std::optional<MatmulConfig> config;  ///< else the implementation's heuristic
 };
 
+/// The `tile` heuristic: blocks up to 128 x 128; with rows of whole 16-byte chunks the
+/// cp.async ring (64-byte K slices, 4 stages, 64 x 64 warp tiles), else two mma K steps
+/// per block and about 32 x 64 per warp.
 TOKAMAX_API MatmulConfig default_config(const MatmulSpec &spec);
 /// Parameters of both kernels: a, b, [bias,] c, alpha (f32 scalar; f64 for f64).
 TOKAMAX_API dsl::Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config);
