@@ -80,3 +80,32 @@ func.func @tf32(%a: !tile.ptr<f32>, %b: !tile.ptr<f32>, %c: !tile.ptr<f32>) attr
   tile.block_store %c[%c0, %c0], %r {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
   return
 }
+
+// -----
+
+// A bf16 result: each lane holds one 32-bit word (a pair) per row and n-repeat, so the
+// four lanes of a quad trade words of four consecutive n-repeats (three shuffles per
+// word, rounds 1-3) and each lane stores the 16 bytes of one repeat: 32 x 32 per warp is
+// 2 row-halves x 2 m-repeats x (4 n-repeats / 4) = 4 vector stores a lane.
+
+// CHECK-LABEL: llvm.func @bf16_out
+// CHECK: cp.async.wait_group 0;
+// CHECK-COUNT-3: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
+// CHECK-COUNT-3: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
+// CHECK-COUNT-3: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
+// CHECK-COUNT-3: nvvm.shfl.sync idx
+// CHECK: st.global.v4.b32
+// CHECK-NOT: st.global
+// CHECK: llvm.return
+func.func @bf16_out(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<bf16>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<64x64xf32>
+  %r = tile.cp_async_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 64, 64>, b_dims = array<i64: 64, 64>, block_k = 32 : i64, stages = 2 : i64, trans_a = false, trans_b = false} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<64x64xf32>
+  %h = arith.truncf %r : tensor<64x64xf32> to tensor<64x64xbf16>
+  tile.block_store %c[%c0, %c0], %h {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <bf16>, tensor<64x64xbf16>
+  return
+}
