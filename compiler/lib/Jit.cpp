@@ -55,15 +55,20 @@ struct LoadedKernel::TensorMapCache {
     uint64_t address = 0;
     TensorMap map{};
   };
+  /// One tensor-map parameter's recent maps, replaced round-robin.
+  struct Slot {
+    std::array<Entry, kWays> entries;
+    size_t next = 0;
+  };
   std::mutex mutex;
-  std::vector<std::array<Entry, kWays>> slots;
-  std::vector<size_t> next;  // round-robin victim per slot
+  std::vector<Slot> slots;
 
   template <class Encode> const TensorMap &get(size_t slot, uint64_t address, Encode &&encode) {
-    for (const Entry &e : slots[slot])
+    Slot &s = slots[slot];
+    for (const Entry &e : s.entries)
       if (e.address == address && address != 0)
         return e.map;
-    Entry &victim = slots[slot][next[slot]++ % kWays];
+    Entry &victim = s.entries[s.next++ % kWays];
     victim.map = encode();  // throws before the entry claims the address
     victim.address = address;
     return victim.map;
@@ -78,7 +83,6 @@ LoadedKernel::LoadedKernel(Module module, LaunchInfo info, std::string digest)
   if (!info_.tensor_maps.empty()) {
     maps_ = std::make_unique<TensorMapCache>();
     maps_->slots.resize(info_.tensor_maps.size());
-    maps_->next.resize(info_.tensor_maps.size());
   }
 }
 

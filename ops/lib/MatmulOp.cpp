@@ -324,12 +324,6 @@ void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Strea
     throw Error("matmul: a, b, c and bias must be contiguous (use trans_a / trans_b for transposes)");
   BoundArgs args = bindCall(a, b, c, options);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
-  // Every kernel reads its tensors with 16-byte vectors (TMA too): say so before choosing.
-  for (auto [name, view] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
-    if (view->data() % 16 != 0)
-      throw Error(fmt::format("matmul: argument '{}' must be 16-byte aligned (address {:#x})", name, view->data()));
-  if (options.bias && options.bias->data() % 16 != 0)
-    throw Error(fmt::format("matmul: argument 'bias' must be 16-byte aligned (address {:#x})", options.bias->data()));
   std::optional<std::string> implementation = explicitImplementation(options);
   matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, implementation,
                   explicitConfig(options));
