@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -89,6 +90,28 @@ inline std::vector<double> from_bytes(const uint8_t *bytes, size_t count, tokama
 
 inline std::vector<double> from_bytes(const std::vector<uint8_t> &bytes, tokamax::DType dtype) {
   return from_bytes(bytes.data(), bytes.size() / tokamax::dtype_size(dtype), dtype);
+}
+
+/// One matmul's host operands: random non-zero a [m, k], b [k, n] (magnitudes in
+/// [0.05, 2]) and bias [n] (in [0.5, bias_hi]) from seeds seed, seed + 1, seed + 2; their
+/// bytes as stored (a as [k, m] when trans_a, b as [n, k] when trans_b); c's bytes
+/// poisoned with NaN, so unwritten elements show.
+struct MatmulOperands {
+  std::vector<double> a, b, bias;
+  std::vector<uint8_t> a_bytes, b_bytes, bias_bytes, c_bytes;
+};
+
+inline MatmulOperands matmul_operands(int64_t m, int64_t n, int64_t k, tokamax::DType dtype, tokamax::DType out,
+                                      bool trans_a, bool trans_b, uint32_t seed, double bias_hi) {
+  MatmulOperands o;
+  o.a = random_values(m * k, dtype, seed, 0.05, 2.0);
+  o.b = random_values(k * n, dtype, seed + 1, 0.05, 2.0);
+  o.bias = random_values(n, out, seed + 2, 0.5, bias_hi);
+  o.a_bytes = to_bytes(stored(o.a, m, k, trans_a), dtype);
+  o.b_bytes = to_bytes(stored(o.b, k, n, trans_b), dtype);
+  o.bias_bytes = to_bytes(o.bias, out);
+  o.c_bytes = to_bytes(std::vector<double>(m * n, std::numeric_limits<double>::quiet_NaN()), out);
+  return o;
 }
 
 /// ||got - ref|| / max(||ref||, floor); NaN counts as infinitely wrong.

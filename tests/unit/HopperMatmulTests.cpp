@@ -59,15 +59,10 @@ struct Checked {
 /// |got - ref| <= ulp(out) |ref| + 1e-5 sum_k |alpha a b| (+ bias rounding).
 Checked runHopper(const MatmulSpec &spec, const MatmulConfig &config, double alpha) {
   uint32_t seed = static_cast<uint32_t>(spec.m * 131 + spec.n * 17 + spec.k * 3 + spec.trans_a * 7 + spec.trans_b);
-  std::vector<double> a = test::random_values(spec.m * spec.k, spec.dtype, seed, 0.05, 2.0);      // [M, K]
-  std::vector<double> b = test::random_values(spec.k * spec.n, spec.dtype, seed + 1, 0.05, 2.0);  // [K, N]
-  std::vector<double> bias = test::random_values(spec.n, spec.out_dtype, seed + 2, 0.5, 4.0);
-  std::vector<double> aStored = test::stored(a, spec.m, spec.k, spec.trans_a);
-  std::vector<double> bStored = test::stored(b, spec.k, spec.n, spec.trans_b);
-  std::vector<uint8_t> ab = test::to_bytes(aStored, spec.dtype), bb = test::to_bytes(bStored, spec.dtype),
-                       biasb = test::to_bytes(bias, spec.out_dtype),
-                       cb = test::to_bytes(std::vector<double>(spec.m * spec.n, std::numeric_limits<double>::quiet_NaN()),
-                                           spec.out_dtype);
+  test::MatmulOperands o = test::matmul_operands(spec.m, spec.n, spec.k, spec.dtype, spec.out_dtype, spec.trans_a,
+                                                 spec.trans_b, seed, 4.0);
+  const std::vector<double> &a = o.a, &b = o.b, &bias = o.bias;
+  std::vector<uint8_t> &ab = o.a_bytes, &bb = o.b_bytes, &biasb = o.bias_bytes, &cb = o.c_bytes;
   REQUIRE(std::isnan(test::from_bytes(cb, spec.out_dtype).back()));  // the poison reads back as NaN
   std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size())};
   if (spec.has_bias)

@@ -153,15 +153,9 @@ TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[m
                         Case{"tile", 33, 20, 19, DType::F16, DType::F32, true, true, true},
                         Case{"reference", 9, 7, 5, DType::F64, DType::F64, false, true, true}}) {
     INFO(c.impl << " " << c.m << "x" << c.n << "x" << c.k << " " << dtype_name(c.dtype));
-    std::vector<double> a = test::random_values(c.m * c.k, c.dtype, 7, 0.05, 2.0);  // [M, K]
-    std::vector<double> b = test::random_values(c.k * c.n, c.dtype, 8, 0.05, 2.0);  // [K, N]
-    std::vector<double> bias = test::random_values(c.n, c.out, 9, 0.5, 2.0);
-    std::vector<double> as = test::stored(a, c.m, c.k, c.ta);
-    std::vector<double> bs = test::stored(b, c.k, c.n, c.tb);
-    std::vector<uint8_t> ab = test::to_bytes(as, c.dtype), bb = test::to_bytes(bs, c.dtype),
-                         biasb = test::to_bytes(bias, c.out),
-                         cb = test::to_bytes(std::vector<double>(c.m * c.n, std::numeric_limits<double>::quiet_NaN()),
-                                             c.out);
+    test::MatmulOperands o = test::matmul_operands(c.m, c.n, c.k, c.dtype, c.out, c.ta, c.tb, 7, 2.0);
+    const std::vector<double> &a = o.a, &b = o.b, &bias = o.bias;
+    std::vector<uint8_t> &ab = o.a_bytes, &bb = o.b_bytes, &biasb = o.bias_bytes, &cb = o.c_bytes;
     MatmulOptions options;
     options.trans_a = c.ta;
     options.trans_b = c.tb;
