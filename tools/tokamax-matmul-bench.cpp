@@ -124,6 +124,7 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
     int64_t stages;
     bool specialized = true;
     bool persistent = true;  // one program per SM
+    int64_t cluster = 1;     // hopper: CTAs per cluster sharing B (multicast)
   };
   // All of these assemble without spills for sm_90a.
   // tile: block, warps, cp.async ring depth.
@@ -134,7 +135,9 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
   const std::vector<Config> hopperConfigs = {
       {128, 256, 64, 8, 4},        {128, 256, 64, 8, 3},        {256, 128, 64, 8, 4},
       {128, 128, 64, 8, 6},        {128, 128, 64, 4, 6},        {64, 256, 64, 4, 4},
-      {128, 256, 64, 8, 4, true, false}, {128, 256, 64, 8, 4, false, false}, {128, 128, 64, 8, 6, false, false}};
+      {128, 256, 64, 8, 4, true, false}, {128, 256, 64, 8, 4, false, false}, {128, 128, 64, 8, 6, false, false},
+      {128, 256, 64, 8, 4, true, true, 2}, {128, 256, 64, 8, 3, true, true, 2}, {256, 128, 64, 8, 4, true, true, 2},
+      {128, 128, 64, 8, 6, true, true, 2}, {128, 256, 64, 8, 4, true, false, 2}};
   fmt::print("\nsweep of {} (bf16 -> bf16):\n", impl);
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
@@ -145,11 +148,13 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       config.block_m = cfg.bm, config.block_n = cfg.bn, config.block_k = cfg.bk, config.num_warps = cfg.warps;
       config.num_stages = cfg.stages;
       config.warp_specialize = cfg.specialized;
+      config.cluster_m = cfg.cluster;
       config.programs = cfg.persistent ? Device::get().sm_count() : 0;
       options.config = config;
-      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}", m, n, k, cfg.bm, cfg.bn,
+      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}{}", m, n, k, cfg.bm, cfg.bn,
                                       cfg.bk, cfg.warps, cfg.stages, impl == "hopper" && cfg.specialized ? " ws" : "",
-                                      impl == "hopper" && cfg.persistent ? " persistent" : "");
+                                      impl == "hopper" && cfg.persistent ? " persistent" : "",
+                                      cfg.cluster > 1 ? " cluster2" : "");
       try {
         Timings t = time_on_stream(stream, [&] { matmul(a, b, c, stream, options); }, 3, iters);
         fmt::print("  {:<58} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);

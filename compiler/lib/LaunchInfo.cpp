@@ -22,6 +22,7 @@ std::string LaunchInfo::to_json() const {
                   {"shape", p.shape}});
   j["params"] = ps;
   j["dynamic_shared"] = dynamic_shared;
+  j["cluster"] = cluster;
   nlohmann::json maps = nlohmann::json::array();
   for (const TensorMapParam &m : tensor_maps)
     maps.push_back({m.param, m.box_inner, m.box_outer});
@@ -49,6 +50,7 @@ LaunchInfo LaunchInfo::from_json(const std::string &text) {
       info.params.push_back(std::move(param));
     }
     info.dynamic_shared = j.value("dynamic_shared", false);
+    info.cluster = j.value("cluster", 1u);
     if (j.contains("tensor_maps"))
       for (const auto &m : j.at("tensor_maps"))
         info.tensor_maps.push_back({m.at(0).get<uint32_t>(), m.at(1).get<uint32_t>(), m.at(2).get<uint32_t>()});

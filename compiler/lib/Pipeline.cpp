@@ -141,6 +141,8 @@ LaunchInfo launchInfo(ModuleOp module) {
     if (auto producers = func->getAttrOfType<IntegerAttr>(tile::kProducerWarpsAttr))
       info.block_threads += 32 * static_cast<uint32_t>(producers.getInt());
     info.dynamic_shared = func->hasAttr(tile::kDynamicSharedAttr);
+    if (auto cluster = func->getAttrOfType<IntegerAttr>(tile::kClusterAttr))
+      info.cluster = static_cast<uint32_t>(cluster.getInt());
     if (auto maps = func->getAttrOfType<DenseI64ArrayAttr>(tile::kTensorMapsAttr))
       for (size_t i = 0; i + 2 < maps.size(); i += 3)
         info.tensor_maps.push_back({static_cast<uint32_t>(maps[i]), static_cast<uint32_t>(maps[i + 1]),

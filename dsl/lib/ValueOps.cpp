@@ -528,8 +528,17 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   if (options.block_k != 128 / bytes)
     args.kb.fail(fmt::format("tma_dot: block_k must be {} (one 128-byte swizzle row), got {}", 128 / bytes,
                              options.block_k));
+  if (options.cluster_m != 1 && options.cluster_m != 2)
+    args.kb.fail(fmt::format("tma_dot: cluster_m must be 1 or 2, got {}", options.cluster_m));
+  if (options.cluster_m == 2 && !options.warp_specialize)
+    args.kb.fail("tma_dot: cluster_m = 2 needs warp_specialize");
+  if (options.cluster_m == 2 && !options.trans_b && args.type.getDimSize(1) < 128)
+    args.kb.fail(fmt::format("tma_dot: cluster_m = 2 with b as [K, N] needs block N >= 128 (two 64-column boxes to "
+                             "multicast), got {}",
+                             args.type.getDimSize(1)));
   return args.create<tile::TmaDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
-                                     options.stages, args.kb.b().getBoolAttr(options.warp_specialize));
+                                     options.stages, args.kb.b().getBoolAttr(options.warp_specialize),
+                                     args.kb.b().getI64IntegerAttr(options.cluster_m));
 }
 
 Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,

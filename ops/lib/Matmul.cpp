@@ -178,27 +178,35 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
     throw NotSupported("matmul: " + why);
   if (config.programs < 0)
     throw Error(fmt::format("matmul: programs must be >= 0 (0: one program per tile), got {}", config.programs));
-  int64_t bm = config.block_m, bn = config.block_n;
+  if (config.cluster_m != 1 && config.cluster_m != 2)
+    throw Error(fmt::format("matmul: cluster_m must be 1 or 2, got {}", config.cluster_m));
+  int64_t bm = config.block_m, bn = config.block_n, cluster = config.cluster_m;
   Kernel k("matmul_hopper", {config.num_warps});
   Params p = declare(k, spec, DType::F32);
-  int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), tiles = gridM * gridN;
+  // Work is handed out in units of `cluster` vertically adjacent blocks (one per CTA of
+  // a cluster; a unit hanging below M computes zeros and stores nothing).
+  int64_t gridM = cdiv(cdiv(spec.m, bm), cluster), gridN = cdiv(spec.n, bn), units = gridM * gridN;
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
-                        .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize};
-  auto tile = [&](Value index) {
-    auto [m0, n0] = groupedBlock(index, gridM, gridN, config.group_m, bm, bn);
-    Value acc = tma_dot(p.a, p.b, m0, n0, k.full({bm, bn}, 0.0, DType::F32), options);
-    epilogue(spec, p, acc, m0, n0, bn);
+                        .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
+                        .cluster_m = cluster};
+  Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
+  auto tile = [&](Value unit) {
+    auto [m0, n0] = groupedBlock(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);
+    Value m = cluster == 1 ? m0 : m0 + (k.program_id(0) % Value(cluster)) * Value(bm);
+    Value acc = tma_dot(p.a, p.b, m, n0, k.full({bm, bn}, 0.0, DType::F32), options);
+    epilogue(spec, p, acc, m, n0, bn);
   };
-  if (config.programs == 0 || config.programs >= tiles) {
-    k.grid(tiles);
-    tile(k.program_id(0));
+  int64_t programs = config.programs / cluster * cluster;
+  if (programs == 0 || programs >= units * cluster) {
+    k.grid(units * cluster);
+    tile(first);
     return k;
   }
-  // Persistent: program p takes tiles p, p + P, ... With a producer warpgroup, the next
-  // tile's loads overlap this tile's epilogue.
-  k.grid(config.programs);
-  k.loop(k.program_id(0), Value(tiles), Value(config.programs), {}, [&](Value index, std::vector<Value>) {
-    tile(index);
+  // Persistent: program p takes units p, p + P, ... (P programs / cluster of them). With a
+  // producer warpgroup, the next tile's loads overlap this tile's epilogue.
+  k.grid(programs);
+  k.loop(first, Value(units), Value(programs / cluster), {}, [&](Value unit, std::vector<Value>) {
+    tile(unit);
     return std::vector<Value>{};
   });
   return k;

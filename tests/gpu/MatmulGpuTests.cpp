@@ -329,6 +329,21 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
                          << config.programs << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
+  // 2-CTA clusters (b multicast): an odd number of block rows (the last pair's second
+  // block lies below M), every transpose, one program per pair member and persistent
+  // (uneven shares of pairs), both block shapes that pair along M.
+  for (int t = 0; t < 4; ++t)
+    for (int64_t programs : {0, 6, 132})
+      for (int64_t bn : {128, 256}) {
+        MatmulConfig config = default_hopper_config({});
+        config.block_n = bn, config.cluster_m = 2, config.programs = programs;
+        config.num_stages = bn == 256 ? 4 : 6;
+        Case c{1096, 1040, 704, t % 2 ? DType::F16 : DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 1, 1.0,
+               "hopper", config};
+        double err = runCase(c, stream);
+        INFO(describe(c) << " cluster 2, block N " << bn << ", programs " << programs << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
   // Short K: 2-8 slices, where the consumer loop is unrolled (a final wgmma.wait_group
   // once duplicated into lane-dependent branches there and hung), one program per tile
   // and persistent.

@@ -172,6 +172,25 @@ TEST_CASE("hopper matmul on the interpreter: several programs, grouped order, sm
   }
 }
 
+TEST_CASE("hopper matmul on the interpreter: 2-CTA clusters", "[hopper][interpreter]") {
+  // Blocks come in vertically adjacent pairs: an odd number of block rows leaves the last
+  // pair's second block below M (zeros, nothing stored); one program per pair member and
+  // persistent (3 pairs of programs over uneven shares), K-major and N-major b.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{200, 136, 72}, {64, 256, 40}, {17, 304, 16}})
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1;
+      MatmulSpec spec{ta ? m - m % 8 + 8 : m, n, k, t % 2 ? DType::F16 : DType::BF16, DType::F32, ta, bool(t & 2),
+                      t == 1};
+      MatmulConfig config = default_hopper_config(spec);
+      config.block_m = 64, config.block_n = 128, config.num_warps = 4, config.num_stages = 3;
+      config.cluster_m = 2, config.group_m = 2;
+      for (int64_t programs : {0, 6}) {
+        config.programs = programs;
+        checkHopper(spec, config, t == 3 ? -0.5 : 1.0);
+      }
+    }
+}
+
 TEST_CASE("hopper matmul on the interpreter: fp8 (e4m3, e5m2) with K-major operands", "[hopper][interpreter]") {
   // wgmma reads 8-bit operands K-major: a [M, K], b [N, K]; K rows of 16 bytes.
   for (DType dtype : {DType::F8E4M3, DType::F8E5M2})
@@ -241,6 +260,10 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
       {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.trans_b = true}, "op(a) has K = 64 but op(b) has K = 128"},
       {DType::BF16, {128, 17}, {17, 128}, {128, 128}, {}, "rows of a must be multiples of 16 bytes (8 elements)"},
       {DType::F16, {128, 64}, {64, 100}, {128, 128}, {}, "rows of b must be multiples of 16 bytes (8 elements)"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.cluster_m = 4}, "cluster_m must be 1 or 2, got 4"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.warp_specialize = false, .cluster_m = 2},
+       "cluster_m = 2 needs warp_specialize"},
+      {DType::BF16, {128, 64}, {64, 64}, {128, 64}, {.cluster_m = 2}, "cluster_m = 2 with b as [K, N] needs block N >= 128"},
   };
   for (const Case &c : cases) {
     INFO(c.error);
@@ -323,6 +346,49 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(contains(log, "0 bytes spill stores"));
       CHECK(contains(log, "0 bytes spill loads"));
       // ptxas keeps the wgmma chain asynchronous (no serialization warning).
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases, cluster barriers", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (int t = 0; t < 4; ++t)
+    for (int64_t programs : {0, 6}) {
+      MatmulSpec spec{1000, 512, 320, DType::BF16, DType::BF16, bool(t & 1), bool(t & 2), t == 1};
+      MatmulConfig config = default_hopper_config(spec);
+      config.cluster_m = 2;
+      config.programs = programs;
+      INFO(describe(spec, 1.0) << " programs " << programs);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      const std::string &ptx = compiled.ptx;
+      CHECK(contains(ptx, ".reqnctapercluster 2, 1, 1"));
+      CHECK(contains(ptx, "mbarrier::complete_tx::bytes.multicast::cluster"));
+      CHECK(contains(ptx, "%cluster_ctarank"));
+      CHECK(contains(ptx, "fence.mbarrier_init.release.cluster"));
+      CHECK(contains(ptx, "barrier.cluster.arrive.aligned"));
+      CHECK(contains(ptx, "barrier.cluster.wait.aligned"));
+      CHECK(contains(ptx, "mapa.shared::cluster.u32"));
+      CHECK(contains(ptx, "mbarrier.arrive.release.cluster.shared::cluster.b64"));
+      const LaunchInfo &launch = compiled.launch;
+      CHECK(launch.cluster == 2);
+      // 8 block rows (1000 / 128) in 4 pairs x 2 block columns: 16 programs, or 6 persistent ones.
+      CHECK(launch.grid[0] == (programs ? 6u : 16u));
+      CHECK(LaunchInfo::from_json(launch.to_json()).cluster == 2);
+      // Each CTA loads half of b's rows: a K-major b's box is [128][64].
+      REQUIRE(launch.tensor_maps.size() == 2);
+      CHECK(launch.tensor_maps[1].box_outer == (spec.trans_b ? 128u : 64u));
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      // At 168 registers (384 threads, one CTA per SM) the persistent loop with a bias
+      // and a transposed a spills a few words; the others fit.
+      if (!(spec.has_bias && programs))
+        CHECK(contains(log, "0 bytes spill stores"));
       CHECK_FALSE(contains(log, "serialized"));
     }
 }

@@ -25,6 +25,13 @@
 // barriers among 32 * num_warps threads), so the producer goes straight on to the next
 // tile's loads while the consumers store this one.
 //
+// Clusters (cluster_m = 2, warp-specialized): CTAs 2c and 2c + 1 share n0. Each loads its
+// own A slices and half of B's, multicast into the same ring offsets of both CTAs, whose
+// full barriers expect the whole stage as before. A stage may be refilled only once the
+// consumers of both CTAs are done with it, so every consumer warp arrives on the empty
+// barrier of each CTA (2 x num_warps arrivals), and each producer finally waits for the
+// last releases so that no remote arrival targets a CTA that has exited.
+//
 // Shared memory (getTmaDotSmem) is the op's scratch region, aligned up to 1024 bytes.
 // TMA writes each box with the 128-byte swizzle; the wgmma descriptors name the same
 // swizzle: K-major operands (A, or B given as [N, K]) are [rows][64] boxes with 128-byte
@@ -59,15 +66,15 @@ struct TmaDotLowering {
   Location loc;
   OpBuilder &b;
   TmaDotSmem smem;
-  int64_t bm, bn, bk, stages, kTiles, elemBytes;
+  int64_t bm, bn, bk, stages, kTiles, elemBytes, cluster;
   unsigned warps;
   bool transA, transB;
-  Value ring, tid, mapA, mapB, m0, n0;
+  Value ring, tid, rank, mapA, mapB, m0, n0;
 
   TmaDotLowering(TileLowering &t, TmaDotOp op)
       : t(t), op(op), loc(op.getLoc()), b(t.builder()), smem(getTmaDotSmem(op)), bm(op.getBlockM()),
         bn(op.getBlockN()), bk(op.getBlockK()), stages(op.getStages()), warps(getNumWarps(op)),
-        transA(op.getTransA()), transB(op.getTransB()) {
+        transA(op.getTransA()), transB(op.getTransB()), cluster(op.getClusterM()) {
     kTiles = (op.getK() + bk - 1) / bk;
     elemBytes = elementBytes(elemType());
   }
@@ -106,7 +113,39 @@ struct TmaDotLowering {
         ptx.tmaLoad2d(add(dst, j * kBoxBytes), map, add(first, 64 * j), k0, bar);
     };
     load(mapA, base, !transA, m0, bm);
-    load(mapB, add(base, smem.aBytes), transB, n0, bn);
+    if (cluster == 1)
+      return load(mapB, add(base, smem.aBytes), transB, n0, bn);
+    // This CTA's half of b's slice (rows n0 + rank * bn / 2 ..), written into both CTAs.
+    unsigned everyCta = (1u << cluster) - 1;
+    int64_t half = bn / cluster;
+    Value first = add(n0, mul(rank, half));
+    if (transB)
+      return ptx.tmaLoad2dMulticast(add(add(base, smem.aBytes), mul(rank, half * kSwizzleRow)), mapB, k0, first,
+                                    bar, everyCta);
+    Value dst = add(add(base, smem.aBytes), mul(rank, (half / 64) * kBoxBytes));
+    for (int64_t j = 0; j < half / 64; ++j)
+      ptx.tmaLoad2dMulticast(add(dst, j * kBoxBytes), mapB, add(first, 64 * j), k0, bar, everyCta);
+  }
+
+  /// Lane 0 of each warp where `pred` holds: stage `s` is free again, in every CTA of
+  /// the cluster (their producers multicast into this CTA's copy of it).
+  void release(Value s, Value pred) {
+    PtxBuilder ptx = t.ptx(loc);
+    if (cluster == 1)
+      return ptx.mbarrierArrive(empty(s), pred);
+    for (int64_t r = 0; r < cluster; ++r)
+      ptx.mbarrierArriveRemote(empty(s), c32(r), pred);
+  }
+
+  /// Producer, last: waits until the consumers of every CTA in the cluster have released
+  /// the last `stages` of the `total` slices, so that no arrival from the other CTA is
+  /// still on its way to this CTA's barriers when it exits.
+  void drain(Value total) {
+    for (int64_t j = 0; j < stages; ++j) {
+      Value slice = b.create<arith::SubIOp>(loc, total, c32(stages - j));
+      when(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, slice, c32(0)),
+           [&] { t.ptx(loc).mbarrierWait(empty(stageOf(slice)), parityOf(slice)); });
+    }
   }
 
   /// 64-bit wgmma matrix descriptor with the 128-byte swizzle.
@@ -199,7 +238,7 @@ struct TmaDotLowering {
       // The previous slice's group has completed in this warp: release its stage.
       Value notFirst = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, kt, c32(0));
       Value prevStage = stageOf(add(slice, stages - 1));
-      ptx.mbarrierArrive(empty(prevStage), b.create<arith::AndIOp>(loc, notFirst, lane0));
+      release(prevStage, b.create<arith::AndIOp>(loc, notFirst, lane0));
       if (refill) {
         Value prev = add(kt, -1);
         Value more = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, add(prev, stages), c32(kTiles));
@@ -212,7 +251,7 @@ struct TmaDotLowering {
     }
     ptx.wgmmaWaitGroup(0);
     if (!refill)  // the last slice too: the producer's next pass reuses its stage
-      ptx.mbarrierArrive(empty(stageOf(add(base, kTiles - 1))), lane0);
+      release(stageOf(add(base, kTiles - 1)), lane0);
     return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
   }
 
@@ -222,15 +261,24 @@ struct TmaDotLowering {
     tid = add(mul(t.warpId(), 32), t.laneId());
     Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
     ring = b.create<arith::AndIOp>(loc, add(raw, 1023), c32(~int64_t(1023)));
+    if (cluster > 1)
+      rank = ptx.clusterCtaRank();
     when(eq(tid, 0), [&] {
       for (int64_t s = 0; s < stages; ++s) {
         ptx.mbarrierInit(full(c32(s)), 1);
-        ptx.mbarrierInit(empty(c32(s)), warps);
+        ptx.mbarrierInit(empty(c32(s)), static_cast<unsigned>(warps * cluster));
       }
       // Earlier generic accesses to this scratch come before the TMA writes.
       ptx.fenceProxyAsyncShared();
+      if (cluster > 1)
+        ptx.fenceMbarrierInitCluster();
     });
-    t.barrier();
+    // The other CTA arrives on these barriers and multicasts into this ring: it may
+    // start only once both have initialized theirs.
+    if (cluster > 1)
+      ptx.clusterBarrier();
+    else
+      t.barrier();
   }
 
   LogicalResult run() {
@@ -280,6 +328,12 @@ struct TmaDotLowering {
       if (loop)
         b.setInsertionPoint(loop);
       setUp();
+      if (loop && cluster > 1) {  // after the loop: the producer drains the ring
+        b.setInsertionPointAfter(loop);
+        Value span = b.create<arith::SubIOp>(loc, loop.getUpperBound(), loop.getLowerBound());
+        Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, loop.getStep()), c32(0));
+        when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
+      }
     }
     Value base = c32(0);
     if (loop) {
@@ -299,7 +353,11 @@ struct TmaDotLowering {
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&split.getThenRegion().front());
-      when(eq(tid, 32 * int64_t(warps)), [&] { produce(base); });
+      when(eq(tid, 32 * int64_t(warps)), [&] {
+        produce(base);
+        if (cluster > 1 && !loop)
+          drain(c32(kTiles));
+      });
       b.create<scf::YieldOp>(loc, inits);
       b.setInsertionPointToStart(&split.getElseRegion().front());
       FailureOr<SmallVector<Value>> acc = consume(base, inits, /*refill=*/false);

@@ -71,6 +71,22 @@ public:
   /// address `tensorMap` into `dst`, completing on `bar`.
   void tmaLoad2d(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,
                  mlir::Value bar);
+  /// The same box written at `dst` (and signalled on `bar`, both this CTA's shared
+  /// offsets) in every CTA of the cluster whose bit is set in `ctaMask`.
+  void tmaLoad2dMulticast(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,
+                          mlir::Value bar, unsigned ctaMask);
+
+  // Clusters (sm_90).
+  /// This CTA's rank in its cluster (i32).
+  mlir::Value clusterCtaRank();
+  /// Makes this thread's mbarrier.init visible to the other CTAs of the cluster.
+  void fenceMbarrierInitCluster();
+  /// Every thread of the cluster arrives (release) and waits (acquire).
+  void clusterBarrier();
+  /// Arrives once (release, cluster scope) on the barrier at this CTA's shared offset
+  /// `bar` in the cluster's CTA `rank`, where the i1 `pred` holds.
+  void mbarrierArriveRemote(mlir::Value bar, mlir::Value rank, mlir::Value pred);
+
   /// `bar.sync id, threads`: a barrier among `threads` threads (whole warps).
   void namedBarrier(unsigned id, unsigned threads);
   void wgmmaFence();

@@ -51,6 +51,35 @@ void PtxBuilder::tmaLoad2d(Value dst, Value tensorMap, Value inner, Value outer,
           "r,l,r,r,r", true);
 }
 
+void PtxBuilder::tmaLoad2dMulticast(Value dst, Value tensorMap, Value inner, Value outer, Value bar,
+                                    unsigned ctaMask) {
+  Value mask = b.create<LLVM::ConstantOp>(loc, b.getI16Type(), b.getI16IntegerAttr(int16_t(ctaMask)));
+  asmCall(Type(), ValueRange{dst, tensorMap, inner, outer, bar, mask},
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+          " [$0], [$1, {$2, $3}], [$4], $5;",
+          "r,l,r,r,r,h", true);
+}
+
+Value PtxBuilder::clusterCtaRank() { return asmCall(b.getI32Type(), ValueRange{}, "mov.u32 $0, %cluster_ctarank;", "=r", false); }
+
+void PtxBuilder::fenceMbarrierInitCluster() {
+  asmCall(Type(), ValueRange{}, "fence.mbarrier_init.release.cluster;", "", true);
+}
+
+// barrier.cluster is .aligned: every thread of each warp reaches the same instance.
+void PtxBuilder::clusterBarrier() {
+  b.create<NVVM::ClusterArriveOp>(loc, /*aligned=*/b.getUnitAttr());
+  b.create<NVVM::ClusterWaitOp>(loc, /*aligned=*/b.getUnitAttr());
+}
+
+void PtxBuilder::mbarrierArriveRemote(Value bar, Value rank, Value pred) {
+  asmCall(Type(), ValueRange{bar, rank, b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred)},
+          "{\n .reg .pred p;\n .reg .b32 remote;\n setp.ne.b32 p, $2, 0;\n"
+          " mapa.shared::cluster.u32 remote, $0, $1;\n"
+          " @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}",
+          "r,r,r", true);
+}
+
 void PtxBuilder::namedBarrier(unsigned id, unsigned threads) {
   asmCall(Type(), ValueRange{}, llvm::formatv("bar.sync {0}, {1};", id, threads).str(), "", true);
 }

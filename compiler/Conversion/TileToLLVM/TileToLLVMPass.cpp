@@ -52,7 +52,15 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     // parameters (128 bytes by value, read in place: grid constants).
     std::map<unsigned, std::pair<int64_t, int64_t>> boxes;  // param -> (inner, outer)
     unsigned producerWarps = 0;
+    int64_t cluster = 1;
     WalkResult walked = func.walk([&](TmaDotOp dot) {
+      if (dot.getClusterM() > 1) {
+        if (cluster > 1 && cluster != dot.getClusterM()) {
+          dot.emitOpError("asks for another cluster size than an earlier tma_dot");
+          return WalkResult::interrupt();
+        }
+        cluster = dot.getClusterM();
+      }
       if (dot.getWarpSpecialize()) {
         if (producerWarps) {
           dot.emitOpError("is a second warp-specialized tma_dot in the kernel; a kernel has one producer");
@@ -68,8 +76,9 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
           return dot.emitOpError("reads parameter ") << index << " with another TMA box than an earlier tma_dot";
         return success();
       };
+      // In a cluster, each CTA loads (and multicasts) its share of b's rows.
       if (failed(want(dot.getA(), !dot.getTransA(), dot.getBlockM())) ||
-          failed(want(dot.getB(), dot.getTransB(), dot.getBlockN())))
+          failed(want(dot.getB(), dot.getTransB(), dot.getBlockN() / dot.getClusterM())))
         return WalkResult::interrupt();
       return WalkResult::advance();
     });
@@ -114,6 +123,15 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       llvmFunc->setAttr(kTensorMapsAttr, b.getDenseI64ArrayAttr(mapInfo));
     llvmFunc->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
                       b.getDenseI32ArrayAttr({int32_t(32 * (warps + producerWarps)), 1, 1}));
+    if (cluster > 1) {
+      auto grid = func->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
+      if (grid && grid[0] % cluster != 0)
+        return func.emitOpError("has a grid of ") << grid[0] << " programs along x, not a multiple of its cluster size "
+                                                  << cluster;
+      llvmFunc->setAttr(NVVM::NVVMDialect::getClusterDimAttrName(),
+                        b.getDenseI32ArrayAttr({int32_t(cluster), 1, 1}));
+      llvmFunc->setAttr(kClusterAttr, b.getI32IntegerAttr(int32_t(cluster)));
+    }
     if (producerWarps) {
       llvmFunc->setAttr(kProducerWarpsAttr, b.getI32IntegerAttr(int32_t(producerWarps)));
       // One program per SM: the ring fills shared memory anyway.

@@ -78,3 +78,50 @@ func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>)
   tile.block_store %s[%c0], %sum {dims = array<i64: 64>, strides = array<i64: 1>} : <f32>, tensor<64xf32>
   return
 }
+
+// -----
+
+// A 2-CTA cluster (cluster_m = 2) in a persistent loop: the kernel is marked with the
+// cluster shape; empty barriers count the consumer warps of both CTAs (16); after the
+// barriers' init a cluster-scope fence and a cluster barrier (not the CTA's) publish
+// them. Each producer loads its own A box and half of B (a [64 rows] box of the K-major
+// b) multicast to both CTAs; consumers release every stage in both CTAs (mapa + a
+// cluster-scope arrive); after the loop the producer waits for the last releases.
+
+// CHECK-LABEL: llvm.func @cluster
+// CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
+// CHECK-SAME: tile.cluster = 2 : i32
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 1, 64, 64>
+// CHECK: %cluster_ctarank
+// CHECK: mbarrier.init.shared::cta.b64 [$0], 16;
+// CHECK: fence.mbarrier_init.release.cluster;
+// CHECK: nvvm.cluster.arrive {aligned}
+// CHECK-NEXT: nvvm.cluster.wait {aligned}
+// CHECK-NOT: nvvm.barrier0
+// CHECK: scf.for
+// CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;
+// CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [
+// CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster {{.*}}"r,l,r,r,r,h"
+// CHECK: } else {
+// CHECK-COUNT-2: mapa.shared::cluster.u32 remote
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-COUNT-2: mapa.shared::cluster.u32 remote
+// CHECK: st.global.v4.b32
+// CHECK: arith.ceildivsi
+// CHECK: mbarrier.try_wait.parity
+// CHECK: llvm.return
+func.func @cluster(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 4, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c2 = arith.constant 2 : i32
+  %c6 = arith.constant 6 : i32
+  %c128 = arith.constant 128 : i32
+  %z = arith.constant 0.0 : f32
+  %pid = tile.program_id 0 : i32
+  scf.for %t = %pid to %c6 step %c2 : i32 {
+    %m0 = arith.muli %t, %c128 : i32
+    %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+    %r = tile.tma_dot %a, %b[%m0, %c0], %acc {a_dims = array<i64: 768, 256>, b_dims = array<i64: 128, 256>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = true, warp_specialize = true, cluster_m = 2 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+    tile.block_store %c[%m0, %c0], %r {dims = array<i64: 768, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  }
+  return
+}

@@ -183,3 +183,38 @@ func.func @tma_dot_fp8_mn_major(%a: !tile.ptr<f8E4M3FN>, %b: !tile.ptr<f8E4M3FN>
   %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 128 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<f8E4M3FN>, !tile.ptr<f8E4M3FN>, tensor<128x256xf32>
   return
 }
+
+// -----
+
+func.func @tma_dot_cluster_size(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x256xf32>
+  // expected-error @+1 {{'tile.tma_dot' op cluster_m must be 1 or 2, got 4}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true, cluster_m = 4 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x256xf32>
+  return
+}
+
+// -----
+
+// Only the warp-specialized ring counts releases from both CTAs of a cluster.
+func.func @tma_dot_cluster_in_order(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x256xf32>
+  // expected-error @+1 {{'tile.tma_dot' op cluster_m = 2 needs warp_specialize}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, cluster_m = 2 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x256xf32>
+  return
+}
+
+// -----
+
+// An N-major b multicasts whole 64-column boxes: one per CTA at least.
+func.func @tma_dot_cluster_narrow_b(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x64xf32>
+  // expected-error @+1 {{'tile.tma_dot' op cluster_m = 2 with b as [K, N] needs block N of at least 128 (two 64-column boxes), got 64}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true, cluster_m = 2 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x64xf32>
+  return
+}

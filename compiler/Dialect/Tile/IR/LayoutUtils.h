@@ -63,6 +63,8 @@ inline constexpr llvm::StringLiteral kTensorMapsAttr = "tile.tensor_maps";
 /// Warps a lowered kernel runs beyond its `tile.num_warps` (a warp-specialized
 /// tile.tma_dot's producer warpgroup); the launch adds them to the block.
 inline constexpr llvm::StringLiteral kProducerWarpsAttr = "tile.producer_warps";
+/// CTAs per cluster along x (from tile.tma_dot's cluster_m), on the lowered kernel.
+inline constexpr llvm::StringLiteral kClusterAttr = "tile.cluster";
 /// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).
 inline constexpr llvm::StringLiteral kDynamicSharedAttr = "tile.dynamic_shared";
 

@@ -293,6 +293,19 @@ LogicalResult TmaDotOp::verify() {
         return emitOpError("with warp_specialize: its loop may not carry values computed after it (only its own "
                            "warps run that part)");
   }
+  int64_t cluster = getClusterM();
+  if (cluster != 1 && cluster != 2)
+    return emitOpError("cluster_m must be 1 or 2, got ") << cluster;
+  if (cluster == 2) {
+    // The two CTAs release each stage to both producers: only the warp-specialized ring
+    // has the per-stage empty barriers that count them.
+    if (!getWarpSpecialize())
+      return emitOpError("cluster_m = 2 needs warp_specialize");
+    // Each CTA multicasts half of b's slice: whole [64 K][64] boxes when b is N-major.
+    if (!getTransB() && bn < 128)
+      return emitOpError("cluster_m = 2 with b as [K, N] needs block N of at least 128 (two 64-column boxes), got ")
+             << bn;
+  }
   return success();
 }
 

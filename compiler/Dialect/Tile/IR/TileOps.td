@@ -227,7 +227,8 @@ class Tile_MainLoopDotOp<string mnemonic, dag extraArgs> :
   let hasVerifier = 1;
 }
 
-def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize)> {
+def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize,
+                                                     DefaultValuedAttr<I64Attr, "1">:$cluster_m)> {
   let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
   // Operands: bf16 or f16 (either may be transposed), or fp8 (e4m3 / e5m2) with a as
   // [M, K] and b as [N, K], as wgmma reads 8-bit operands K-major only.
@@ -248,6 +249,11 @@ def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAtt
     threads issues every TMA load while the kernel's `num_warps` warps only wait and
     issue wgmma; the rest of the op's block runs on the kernel's warps only, so the op
     must sit at the top level of the kernel body (or of a loop directly in it).
+
+    With `cluster_m` = 2 (warp-specialized only) programs 2c and 2c + 1 form a cluster
+    of two CTAs that compute vertically adjacent blocks of C: they must pass the same
+    `n0` and run the op equally often. Each loads its own slices of a and half of b's,
+    which TMA multicasts into both CTAs' rings, halving b's traffic from L2.
   }];
 }
 

@@ -47,6 +47,7 @@ struct TOKAMAX_API LaunchInfo {
   uint32_t block_threads = 128;
   uint32_t shared_bytes = 0;
   bool dynamic_shared = false;  ///< shared_bytes is passed at launch (over 48 KiB)
+  uint32_t cluster = 1;  ///< CTAs per cluster along x (fixed in the cubin; grid[0] is a multiple)
   std::vector<KernelParam> params;
   std::vector<TensorMapParam> tensor_maps;
   std::string assembler;  ///< what made the cubin, e.g. "nvJitLink 13.0"

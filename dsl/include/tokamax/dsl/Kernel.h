@@ -128,6 +128,10 @@ struct TOKAMAX_API TmaDotOptions {
   /// A producer warpgroup (added to the kernel's warps) issues the loads while the
   /// kernel's warps only issue wgmma; the op must then sit at the kernel's top level.
   bool warp_specialize = true;
+  /// 2: programs 2c and 2c + 1 form a cluster computing vertically adjacent blocks (the
+  /// same n0, m0 one block apart, equally many calls); TMA multicasts b's slices to both.
+  /// Needs warp_specialize and, with b as [K, N], block N >= 128.
+  int64_t cluster_m = 1;
 };
 
 /// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with

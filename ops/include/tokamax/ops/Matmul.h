@@ -40,6 +40,9 @@ struct TOKAMAX_API MatmulConfig {
   int num_warps = 8;
   int64_t num_stages = 4;  ///< hopper and tile (cp.async): depth of the shared-memory ring
   bool warp_specialize = true;  ///< hopper: a producer warpgroup issues the loads
+  /// hopper: 2 pairs programs into clusters computing vertically adjacent blocks, each
+  /// loading half of the shared B slice for both (TMA multicast); needs warp_specialize
+  int64_t cluster_m = 1;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
   int64_t programs = 0;
