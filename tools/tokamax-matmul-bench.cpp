@@ -125,19 +125,24 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
     bool specialized = true;
     bool persistent = true;  // one program per SM
     int64_t cluster = 1;     // hopper: CTAs per cluster sharing B (multicast)
+    int64_t group_m = 8;     // block rows walked before moving along N
+    bool tma_store = true;   // hopper: epilogue through shared memory and TMA (where it fits)
   };
   // All of these assemble without spills for sm_90a.
   // tile: block, warps, cp.async ring depth.
   const std::vector<Config> tileConfigs = {
       {128, 128, 32, 4, 4}, {128, 128, 32, 4, 3}, {128, 128, 64, 4, 3}, {128, 128, 32, 8, 4},
       {128, 256, 32, 8, 3}, {128, 256, 32, 8, 4}, {256, 128, 32, 8, 3}, {256, 128, 32, 8, 4},
-      {128, 256, 64, 8, 3}, {128, 64, 32, 4, 4},  {64, 128, 32, 4, 4}};
+      {128, 256, 64, 8, 3}, {128, 64, 32, 4, 4},  {64, 128, 32, 4, 4},
+      {128, 128, 32, 4, 5}, {128, 128, 32, 4, 6}, {128, 128, 32, 4, 4, true, true, 1, 4},
+      {128, 128, 32, 4, 4, true, true, 1, 16}};
   const std::vector<Config> hopperConfigs = {
       {128, 256, 64, 8, 4},        {128, 256, 64, 8, 3},        {256, 128, 64, 8, 4},
       {128, 128, 64, 8, 6},        {128, 128, 64, 4, 6},        {64, 256, 64, 4, 4},
       {128, 256, 64, 8, 4, true, false}, {128, 256, 64, 8, 4, false, false}, {128, 128, 64, 8, 6, false, false},
       {128, 256, 64, 8, 4, true, true, 2}, {128, 256, 64, 8, 3, true, true, 2}, {256, 128, 64, 8, 4, true, true, 2},
-      {128, 128, 64, 8, 6, true, true, 2}, {128, 256, 64, 8, 4, true, false, 2}};
+      {128, 128, 64, 8, 6, true, true, 2}, {128, 256, 64, 8, 4, true, false, 2},
+      {128, 256, 64, 8, 4, true, true, 1, 8, false}, {128, 256, 64, 8, 4, true, true, 2, 8, false}};
   fmt::print("\nsweep of {} (bf16 -> bf16):\n", impl);
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
@@ -149,17 +154,21 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       config.num_stages = cfg.stages;
       config.warp_specialize = cfg.specialized;
       config.cluster_m = cfg.cluster;
+      config.group_m = cfg.group_m;
+      config.tma_store = cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * 128 + 2 * cfg.bm * 128 + 2048 <= 227 * 1024;
       config.programs = cfg.persistent ? Device::get().sm_count() : 0;
       options.config = config;
-      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}{}", m, n, k, cfg.bm, cfg.bn,
+      std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}{}{}", m, n, k, cfg.bm, cfg.bn,
                                       cfg.bk, cfg.warps, cfg.stages, impl == "hopper" && cfg.specialized ? " ws" : "",
                                       impl == "hopper" && cfg.persistent ? " persistent" : "",
-                                      cfg.cluster > 1 ? " cluster2" : "");
+                                      cfg.cluster > 1 ? " cluster2" : "",
+                                      cfg.group_m != 8 ? fmt::format(" group {}", cfg.group_m) : "") +
+                          (impl == "hopper" && config.tma_store ? " tma-store" : "");
       try {
         Timings t = time_on_stream(stream, [&] { matmul(a, b, c, stream, options); }, 3, iters);
-        fmt::print("  {:<58} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);
+        fmt::print("  {:<72} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);
       } catch (const std::exception &e) {
-        fmt::print("  {:<58} failed: {}\n", label, std::string(e.what()).substr(0, 160));
+        fmt::print("  {:<72} failed: {}\n", label, std::string(e.what()).substr(0, 160));
       }
     }
   }

@@ -206,6 +206,19 @@ bool evalMemory(Interpreter &in, Operation *op) {
                         });
     return true;
   }
+  if (auto store = dyn_cast<tile::TmaStoreOp>(op)) {  // a row-major block store
+    const HostTile &val = in.get(store.getValue());
+    int32_t arg = in.get(store.getBase()).arg[0];
+    SmallVector<int64_t> strides{store.getDims()[1], 1};
+    forEachBlockElement(in, store.getBase(), store.getOffsets(), store.getDims(), strides, val.shape,
+                        [&](size_t k, bool inBounds, int64_t offset) {
+                          if (!inBounds)
+                            return;
+                          in.checkAccess("tile.tma_store", arg, offset);
+                          in.writeElem(arg, offset, val, k);
+                        });
+    return true;
+  }
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
   if (auto dot = dyn_cast<tile::TmaDotOp>(op))

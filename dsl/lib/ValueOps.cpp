@@ -455,6 +455,31 @@ void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
                                     kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_));
 }
 
+void TensorArg::tma_store(std::vector<Value> offsets, const Value &tile) const {
+  KernelBuilder &kb = *builder_;
+  Type elem = tile::toMlirType(&kb.context(), dtype_);
+  if (dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F32)
+    kb.fail(fmt::format("tma_store {}: stores bf16, f16 or f32 tensors, got {}", name_, dtype_name(dtype_)));
+  if (shape_.size() != 2)
+    kb.fail(fmt::format("tma_store {}: needs a 2-D tensor, got [{}]", name_, fmt::join(shape_, ", ")));
+  const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_)), columns = 128 / bytes;
+  if (shape_[1] * bytes % 16 != 0)
+    kb.fail(fmt::format("tma_store {}: rows must be multiples of 16 bytes ({} elements), got [{}]", name_, 16 / bytes,
+                        fmt::join(shape_, ", ")));
+  mlir::Value v = kb.materialize(tile, elem);
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || type.getRank() != 2 || type.getDimSize(0) > 256 || type.getDimSize(1) % columns != 0)
+    kb.fail(fmt::format("tma_store {}: needs a [BM, BN] tile with BM <= 256 and BN a multiple of {} (128 bytes), "
+                        "got {}",
+                        name_, columns, shapeString(v.getType())));
+  if (type.getElementType() != elem)
+    kb.fail(fmt::format("tma_store {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", name_,
+                        typeString(type), dtype_name(dtype_)));
+  auto offs = blockOffsets(kb, name_, 2, offsets, "tma_store");
+  kb.b().create<tile::TmaStoreOp>(kb.loc(), kb.func().getArgument(index_), offs, v,
+                                  kb.b().getDenseI64ArrayAttr(shape_));
+}
+
 /// Checks shared by the main-loop dots (tma_dot, cp_async_dot): 2-D tensors of one
 /// kernel and one of `dtypes`, rows of 16-byte multiples, matching K, stages in [2, 8],
 /// an f32 [BM, BN] accumulator with BM and BN powers of two in [lo, 256].

@@ -71,12 +71,15 @@ Value blockB(const MatmulSpec &spec, const Params &p, Value k0, Value n0, int64_
   return spec.trans_b ? p.b.load({n0, k0}, {bn, bk}).trans() : p.b.load({k0, n0}, {bk, bn});
 }
 
-/// alpha * acc (+ bias), stored to c at (m0, n0).
-void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Value n0, int64_t bn) {
+/// alpha * acc (+ bias), stored to c at (m0, n0), through TMA when `tma`.
+void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Value n0, int64_t bn, bool tma = false) {
   Value out = acc * cast(p.alpha, acc.dtype());
   if (spec.has_bias)
     out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
-  p.c.store({m0, n0}, cast(out, spec.out_dtype));
+  if (tma)
+    p.c.tma_store({m0, n0}, cast(out, spec.out_dtype));
+  else
+    p.c.store({m0, n0}, cast(out, spec.out_dtype));
 }
 
 /// Block origin (m0, n0) of tile `pid` in grouped order: group_m consecutive tiles walk
@@ -189,12 +192,15 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
                         .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
                         .cluster_m = cluster};
+  // TMA stores need rows of c of whole 16-byte chunks; otherwise the threads store.
+  bool tmaStore = config.tma_store && spec.n * static_cast<int64_t>(dtype_size(spec.out_dtype)) % 16 == 0 &&
+                  bn * static_cast<int64_t>(dtype_size(spec.out_dtype)) % 128 == 0;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
     auto [m0, n0] = groupedBlock(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);
     Value m = cluster == 1 ? m0 : m0 + (k.program_id(0) % Value(cluster)) * Value(bm);
     Value acc = tma_dot(p.a, p.b, m, n0, k.full({bm, bn}, 0.0, DType::F32), options);
-    epilogue(spec, p, acc, m, n0, bn);
+    epilogue(spec, p, acc, m, n0, bn, tmaStore);
   };
   int64_t programs = config.programs / cluster * cluster;
   if (programs == 0 || programs >= units * cluster) {

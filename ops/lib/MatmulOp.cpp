@@ -41,7 +41,8 @@ Config toConfig(const MatmulConfig &c, int64_t programs) {
   return Config{{"block_m", c.block_m},     {"block_n", c.block_n},
                 {"block_k", c.block_k},     {"group_m", c.group_m},
                 {"num_warps", c.num_warps}, {"num_stages", c.num_stages},
-                {"warp_specialize", c.warp_specialize}, {"cluster_m", c.cluster_m}, {"programs", programs}};
+                {"warp_specialize", c.warp_specialize}, {"cluster_m", c.cluster_m}, {"tma_store", c.tma_store},
+                {"programs", programs}};
 }
 
 /// `sm_count`: what programs = -1 stands for.
@@ -55,6 +56,7 @@ MatmulConfig fromConfig(const Config &config, int sm_count) {
   c.num_stages = config.get_or("num_stages", 4);
   c.warp_specialize = config.get_or("warp_specialize", 1) != 0;
   c.cluster_m = config.get_or("cluster_m", 1);
+  c.tma_store = config.get_or("tma_store", 0) != 0;
   int64_t programs = config.get_or("programs", 0);
   c.programs = programs == kOnePerSm ? sm_count : programs;
   return c;
@@ -106,10 +108,13 @@ public:
     if ((c.num_warps != 4 && c.num_warps != 8) || c.block_m % (16 * c.num_warps) != 0)
       return fmt::format("num_warps must be 4 or 8 with block_m a multiple of 16 * num_warps, got {} for {}",
                          c.num_warps, c.block_m);
-    // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program.
-    if (c.num_stages < 2 || c.num_stages * (c.block_m + c.block_n) * 128 + 1024 + 16 * c.num_stages > 227 * 1024)
-      return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
-                         c.num_stages, c.block_m, c.block_n);
+    // The ring (plus 1 KiB of alignment slack) and the TMA store's two [block_m][128 B]
+    // strips (plus 1 KiB) must fit the 227 KiB of one program.
+    int64_t storeBytes = c.tma_store ? 2 * c.block_m * 128 + 1024 : 0;
+    if (c.num_stages < 2 ||
+        c.num_stages * (c.block_m + c.block_n) * 128 + 1024 + 16 * c.num_stages + storeBytes > 227 * 1024)
+      return fmt::format("num_stages must be >= 2 and the ring{} must fit 227 KiB, got {} stages of {} x {}",
+                         c.tma_store ? " and the TMA store's strips" : "", c.num_stages, c.block_m, c.block_n);
     if (c.cluster_m != 1 && c.cluster_m != 2)
       return fmt::format("cluster_m must be 1 or 2, got {}", c.cluster_m);
     if (c.cluster_m == 2 && !c.warp_specialize)
@@ -159,10 +164,12 @@ public:
       for (auto [bm, bn, stages] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 4}, {128, 256, 3}, {256, 128, 4},
                                     {128, 128, 6}, {128, 128, 4}})
         for (int64_t programs : {kOnePerSm, int64_t(0)})
-          for (int64_t cluster : {1, 2}) {
-            c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true, c.cluster_m = cluster;
-            add(c, programs);
-          }
+          for (int64_t cluster : {1, 2})
+            for (bool tma : {true, false}) {  // add() drops what does not fit
+              c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true;
+              c.cluster_m = cluster, c.tma_store = tma;
+              add(c, programs);
+            }
       c = default_hopper_config(spec);
       c.warp_specialize = false, c.cluster_m = 1;
       add(c, 0);
@@ -196,7 +203,7 @@ public:
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
-         c.cluster_m, c.programs});
+         c.cluster_m, c.tma_store, c.programs});
     const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] { return build(spec, c); });
     double alpha = args.float_attribute("alpha");
     if (spec.has_bias)

@@ -297,7 +297,9 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       MatmulSpec spec{256, 512, 320, dtype, dtype, bool(t & 1), bool(t & 2), t == 2};
       MatmulConfig config = default_hopper_config(spec);
       config.warp_specialize = t < 4;
-      INFO(describe(spec, 1.0) << (config.warp_specialize ? " warp-specialized" : " in order"));
+      config.tma_store = t % 3 != 0;
+      INFO(describe(spec, 1.0) << (config.warp_specialize ? " warp-specialized" : " in order")
+                               << (config.tma_store ? ", TMA stores" : ", thread stores"));
       REQUIRE(config.block_m == 128);
       REQUIRE(config.block_n == 256);
       CompileOptions options;
@@ -309,7 +311,14 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
       CHECK(contains(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
       CHECK(contains(ptx, "mbarrier.try_wait.parity"));
-      CHECK(contains(ptx, "st.global.v4.b32"));  // the epilogue's 16-byte stores
+      // The epilogue: 16-byte stores per thread, or swizzled strips in shared memory
+      // handed to TMA in bulk groups (two buffers: the reuse waits for reads only), all
+      // waited for before the kernel returns.
+      CHECK(contains(ptx, "st.global.v4.b32") == !config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.commit_group;") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.wait_group.read 1;") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.wait_group 0;") == config.tma_store);
       CHECK(contains(ptx, ".param .align 64 .b8"));
 
       const LaunchInfo &launch = compiled.launch;
@@ -322,8 +331,13 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(launch.dynamic_shared);
       CHECK(launch.shared_bytes > 48 * 1024);
       CHECK(launch.shared_bytes <= 227 * 1024);
-      REQUIRE(launch.tensor_maps.size() == 2);
+      REQUIRE(launch.tensor_maps.size() == (config.tma_store ? 3u : 2u));
       const TensorMapParam &ma = launch.tensor_maps[0], &mb = launch.tensor_maps[1];
+      if (config.tma_store) {  // c: [block_m rows][64 columns] strips
+        CHECK(launch.tensor_maps[2].param == (spec.has_bias ? 3u : 2u));
+        CHECK(launch.tensor_maps[2].box_inner == 64);
+        CHECK(launch.tensor_maps[2].box_outer == uint32_t(config.block_m));
+      }
       CHECK(ma.param == 0);
       CHECK(mb.param == 1);
       // K-major operands (a [M, K], b [N, K]) take one [rows][64] box; MN-major ones
@@ -335,7 +349,7 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       // The launch info survives its JSON form.
       LaunchInfo back = LaunchInfo::from_json(launch.to_json());
       CHECK(back.dynamic_shared == launch.dynamic_shared);
-      REQUIRE(back.tensor_maps.size() == 2);
+      REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
       CHECK(back.tensor_maps[1].box_outer == mb.box_outer);
 
       if (ptxas.empty())
@@ -378,7 +392,7 @@ TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases
       CHECK(launch.grid[0] == (programs ? 6u : 16u));
       CHECK(LaunchInfo::from_json(launch.to_json()).cluster == 2);
       // Each CTA loads half of b's rows: a K-major b's box is [128][64].
-      REQUIRE(launch.tensor_maps.size() == 2);
+      REQUIRE(launch.tensor_maps.size() == 3);
       CHECK(launch.tensor_maps[1].box_outer == (spec.trans_b ? 128u : 64u));
       if (ptxas.empty())
         continue;
@@ -403,9 +417,9 @@ TEST_CASE("fp8 hopper matmul PTX: wgmma k32 on e4m3 / e5m2, 128-element TMA boxe
     CompiledKernel compiled = compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options);
     INFO(name);
     CHECK(contains(compiled.ptx, std::string("wgmma.mma_async.sync.aligned.m64n256k32.f32.") + name + "." + name));
-    REQUIRE(compiled.launch.tensor_maps.size() == 2);
+    REQUIRE(compiled.launch.tensor_maps.size() == 3);  // a, b and c (bf16 strips of 64 columns)
     for (const TensorMapParam &map : compiled.launch.tensor_maps)
-      CHECK(map.box_inner == 128);  // 128 one-byte elements: one swizzle row
+      CHECK(map.box_inner == (map.param == 2 ? 64u : 128u));  // 128 one-byte elements: one swizzle row
     if (ptxas.empty())
       continue;
     auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");

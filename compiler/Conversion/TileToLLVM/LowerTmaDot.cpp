@@ -32,7 +32,8 @@
 // barrier of each CTA (2 x num_warps arrivals), and each producer finally waits for the
 // last releases so that no remote arrival targets a CTA that has exited.
 //
-// Shared memory (getTmaDotSmem) is the op's scratch region, aligned up to 1024 bytes.
+// Shared memory (getTmaDotSmem) is the op's scratch region, at a 1024-byte aligned offset
+// (the scratch buffer itself is 1024-byte aligned in kernels that use TMA).
 // TMA writes each box with the 128-byte swizzle; the wgmma descriptors name the same
 // swizzle: K-major operands (A, or B given as [N, K]) are [rows][64] boxes with 128-byte
 // rows (stride between 8-row groups 1024 bytes), MN-major operands (A given as [K, M],

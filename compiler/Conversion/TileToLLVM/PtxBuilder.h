@@ -76,6 +76,15 @@ public:
   void tmaLoad2dMulticast(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,
                           mlir::Value bar, unsigned ctaMask);
 
+  /// 2-D TMA store of the box at shared `src` to (inner, outer) of the tensor map's
+  /// tensor, in the current bulk group (out-of-range parts are dropped).
+  void tmaStore2d(mlir::Value tensorMap, mlir::Value inner, mlir::Value outer, mlir::Value src);
+  void bulkCommitGroup();
+  /// Waits until at most `pending` bulk groups still read their shared source.
+  void bulkWaitGroupRead(unsigned pending);
+  /// Waits until at most `pending` bulk groups are incomplete (writes included).
+  void bulkWaitGroup(unsigned pending);
+
   // Clusters (sm_90).
   /// This CTA's rank in its cluster (i32).
   mlir::Value clusterCtaRank();

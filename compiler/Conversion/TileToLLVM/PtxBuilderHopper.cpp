@@ -60,6 +60,21 @@ void PtxBuilder::tmaLoad2dMulticast(Value dst, Value tensorMap, Value inner, Val
           "r,l,r,r,r,h", true);
 }
 
+void PtxBuilder::tmaStore2d(Value tensorMap, Value inner, Value outer, Value src) {
+  asmCall(Type(), ValueRange{tensorMap, inner, outer, src},
+          "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r", true);
+}
+
+void PtxBuilder::bulkCommitGroup() { asmCall(Type(), ValueRange{}, "cp.async.bulk.commit_group;", "", true); }
+
+void PtxBuilder::bulkWaitGroupRead(unsigned pending) {
+  asmCall(Type(), ValueRange{}, llvm::formatv("cp.async.bulk.wait_group.read {0};", pending).str(), "", true);
+}
+
+void PtxBuilder::bulkWaitGroup(unsigned pending) {
+  asmCall(Type(), ValueRange{}, llvm::formatv("cp.async.bulk.wait_group {0};", pending).str(), "", true);
+}
+
 Value PtxBuilder::clusterCtaRank() { return asmCall(b.getI32Type(), ValueRange{}, "mov.u32 $0, %cluster_ctarank;", "=r", false); }
 
 void PtxBuilder::fenceMbarrierInitCluster() {

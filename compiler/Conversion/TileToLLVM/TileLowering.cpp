@@ -53,7 +53,7 @@ LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) 
 LogicalResult TileLowering::lowerOp(Operation *op) {
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
-                                          lowerTmaDotOp, lowerCpAsyncDotOp, lowerDotOp, lowerShapeOp,
+                                          lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerDotOp, lowerShapeOp,
                                           lowerElementwiseOp};
   for (Lowering lower : families) {
     bool handled = false;

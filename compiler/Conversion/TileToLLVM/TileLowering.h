@@ -70,6 +70,10 @@ public:
   mlir::Value combine(ReduceKind kind, mlir::Value a, mlir::Value b);
   /// Block-wide barrier (among the guarded threads inside guardRest's region).
   void barrier();
+  /// Thread 0 has TMA stores in flight (bulk groups): it waits for them before the
+  /// kernel returns.
+  void noteBulkStores() { bulkStores_ = true; }
+  bool hasBulkStores() const { return bulkStores_; }
 
   PtxBuilder ptx(mlir::Location loc) { return PtxBuilder(b, loc); }
 
@@ -86,6 +90,7 @@ private:
   llvm::DenseMap<mlir::Value, Registers> values;
   llvm::DenseMap<mlir::Value, mlir::Value> tensorMaps;
   unsigned barrierThreads_ = 0;  // 0: every thread of the block
+  bool bulkStores_ = false;
   std::pair<mlir::Value, unsigned> pendingGuard_;
   std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
 };
@@ -100,6 +105,8 @@ mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &han
 mlir::LogicalResult lowerDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.tma_dot: the TMA + mbarrier + wgmma main loop (sm_90a).
 mlir::LogicalResult lowerTmaDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// tile.tma_store: registers -> swizzled shared strips -> TMA stores (sm_90a).
+mlir::LogicalResult lowerTmaStoreOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.cp_async_dot: the cp.async ring + ldmatrix + mma.sync main loop (sm_80+).
 mlir::LogicalResult lowerCpAsyncDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);

@@ -84,6 +84,19 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     });
     if (walked.wasInterrupted())
       return failure();
+    // tile.tma_store: a box of one 128-byte strip of columns by the block's rows.
+    walked = func.walk([&](TmaStoreOp store) {
+      unsigned index = cast<BlockArgument>(store.getBase()).getArgNumber();
+      std::pair<int64_t, int64_t> box{store.getStripColumns(), store.getValue().getType().getDimSize(0)};
+      auto [it, inserted] = boxes.emplace(index, box);
+      if (!inserted && it->second != box) {
+        store.emitOpError("writes parameter ") << index << " with another TMA box than an earlier TMA access";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walked.wasInterrupted())
+      return failure();
     unsigned userParams = params.size();
     for (size_t i = 0; i < boxes.size(); ++i)
       params.push_back(LLVM::LLVMPointerType::get(ctx));
@@ -103,7 +116,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       scratch = b.create<LLVM::GlobalOp>(func.getLoc(), arrayType, /*isConstant=*/false,
                                          dynamicShared ? LLVM::Linkage::External : LLVM::Linkage::Internal,
                                          (func.getName() + "_scratch").str(), Attribute(),
-                                         /*alignment=*/16, /*addrSpace=*/3);
+                                         /*alignment=*/boxes.empty() ? 16 : 1024, /*addrSpace=*/3);
     }
     auto llvmFunc = b.create<LLVM::LLVMFuncOp>(
         func.getLoc(), func.getName(), LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params));

@@ -107,7 +107,7 @@ TmaDotSmem getTmaDotSmem(TmaDotOp op) {
   s.bBytes = op.getBlockK() * op.getBlockN() * bytes;
   s.stageBytes = (s.aBytes + s.bBytes + 1023) / 1024 * 1024;
   s.barriers = op.getStages() * s.stageBytes;
-  s.total = 1024 + s.barriers + 16 * op.getStages();
+  s.total = s.barriers + 16 * op.getStages();  // at a 1024-aligned offset (the swizzle's)
   return s;
 }
 
@@ -126,6 +126,8 @@ int64_t getScratchBytes(Operation *op) {
     return getTmaDotSmem(dot).total;
   if (auto dot = dyn_cast<CpAsyncDotOp>(op))
     return getCpAsyncDotSmem(dot).total;
+  if (auto store = dyn_cast<TmaStoreOp>(op))
+    return getTmaStoreBufferBytes(store) * 2;  // two strips (offsets 1024-aligned: swizzle)
   if (auto reduce = dyn_cast<ReduceOp>(op)) {
     auto source = reduce.getSource().getType();
     if (!source.getEncoding())
@@ -150,6 +152,8 @@ int64_t getScratchBytes(Operation *op) {
   }
   return 0;
 }
+
+int64_t getTmaStoreBufferBytes(TmaStoreOp op) { return op.getValue().getType().getDimSize(0) * 128; }
 
 int64_t getScratchStride(Operation *op) {
   if (auto attr = op->getAttrOfType<IntegerAttr>(kScratchStrideAttr))

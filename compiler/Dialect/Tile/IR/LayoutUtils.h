@@ -68,6 +68,9 @@ inline constexpr llvm::StringLiteral kClusterAttr = "tile.cluster";
 /// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).
 inline constexpr llvm::StringLiteral kDynamicSharedAttr = "tile.dynamic_shared";
 
+/// Bytes of one of tile.tma_store's two strip buffers ([BM][128 bytes], swizzled).
+int64_t getTmaStoreBufferBytes(TmaStoreOp op);
+
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
 

@@ -109,6 +109,28 @@ LogicalResult BlockStoreOp::verify() {
                            getStrides(), getValue().getType());
 }
 
+LogicalResult TmaStoreOp::verify() {
+  auto arg = dyn_cast<BlockArgument>(getBase());
+  if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
+    return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");
+  auto type = getValue().getType();
+  SmallVector<int64_t> strides{getDims().size() == 2 ? getDims()[1] : 1, 1};
+  if (failed(verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(), strides, type)))
+    return failure();
+  if (getDims().size() != 2)
+    return emitOpError("stores 2-D blocks of 2-D tensors, got ") << getDims().size() << " dims";
+  Type elem = type.getElementType();
+  if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
+    return emitOpError("stores bf16, f16 or f32, got ") << elem;
+  int64_t bytes = elem.getIntOrFloatBitWidth() / 8;
+  if (getDims()[1] * bytes % 16 != 0)
+    return emitOpError("rows of the tensor must be multiples of 16 bytes, got ") << getDims()[1] << " elements";
+  if (type.getDimSize(0) > 256 || type.getDimSize(1) % getStripColumns() != 0)
+    return emitOpError("the block must have at most 256 rows and whole 128-byte strips (")
+           << getStripColumns() << " columns), got " << type;
+  return success();
+}
+
 LogicalResult AtomicRMWOp::verify() {
   Type elem = getValue().getType().getElementType();
   if (pointee(getPtrs().getType()) != elem)

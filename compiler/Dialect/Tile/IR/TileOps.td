@@ -115,6 +115,33 @@ def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite
   let hasVerifier = 1;
 }
 
+def Tile_TmaStoreOp : Tile_Op<"tma_store", [MemoryEffects<[MemWrite]>]> {
+  let summary = "store a 2-D block of a kernel tensor with TMA (sm_90a), dropping what falls outside";
+  let description = [{
+    `base` is a kernel tensor parameter: a row-major [M, N] tensor (`dims`) whose rows
+    are multiples of 16 bytes; the [BM, BN] block `value` (bf16, f16 or f32, BM <= 256,
+    BN a multiple of 128 bytes of elements) goes to rows offsets[0] .. and columns
+    offsets[1] ..; what lies outside the tensor is dropped. On the GPU
+    (LowerTmaStore.cpp) the threads write 128-byte-wide column strips of the block into
+    two alternating swizzled shared buffers and one thread hands each strip to TMA
+    (cp.async.bulk.tensor, bulk groups), which writes it out while the threads go on:
+    only reusing a buffer waits for its previous strip to have been read. The value must
+    be in the mma accumulator layout (a dot product's result, after elementwise math).
+  }];
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value,
+                       DenseI64ArrayAttr:$dims);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
+  }];
+  let extraClassDeclaration = [{
+    /// Columns per 128-byte strip (64 16-bit, 32 f32 elements).
+    int64_t getStripColumns() {
+      return 128 / (getValue().getType().getElementType().getIntOrFloatBitWidth() / 8);
+    }
+  }];
+  let hasVerifier = 1;
+}
+
 def Tile_AtomicRMWOp : Tile_Op<"atomic_rmw", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "atomic read-modify-write through a tile of pointers; returns the old values";
   let arguments = (ins Tile_AtomicKindAttr:$kind, Tile_PtrTensor:$ptrs,

@@ -46,19 +46,21 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         }
       });
       int64_t bytes = 0;
-      SmallVector<TmaDotOp> rings;
+      SmallVector<Operation *> own;
       func.walk([&](Operation *op) {
-        if (auto dot = dyn_cast<TmaDotOp>(op); dot && dot.getWarpSpecialize())
-          rings.push_back(dot);
+        auto dot = dyn_cast<TmaDotOp>(op);
+        if ((dot && dot.getWarpSpecialize()) || isa<TmaStoreOp>(op))
+          own.push_back(op);
         else if (int64_t need = getScratchBytes(op))
           bytes = std::max(bytes, getScratchOffset(op) + getScratchStride(op) + need);
       });
       // A warp-specialized tma_dot's producer refills its ring while the other warps
-      // run what follows it: the ring sits after every other user.
-      for (TmaDotOp dot : rings) {
+      // run what follows it, and TMA reads a tma_store's strips after the op is done:
+      // each gets a region of its own after every other user.
+      for (Operation *op : own) {
         bytes = (bytes + 1023) / 1024 * 1024;
-        dot->setAttr(kScratchOffsetAttr, i64(bytes));
-        bytes += getScratchBytes(dot);
+        op->setAttr(kScratchOffsetAttr, i64(bytes));
+        bytes += getScratchBytes(op);
       }
       // Round up so vector accesses to scratch stay aligned.
       bytes = (bytes + 15) / 16 * 16;

@@ -174,8 +174,8 @@ private:
           convertOperand(op, operand, defaultFor(operand.get().getType()));
       return;
     }
-    if (auto store = dyn_cast<BlockStoreOp>(op))
-      return; // any layout can be stored
+    if (isa<BlockStoreOp, TmaStoreOp>(op))
+      return; // stores take the layout their value has
     if (isa<StoreOp, LoadOp, AtomicRMWOp, AtomicCASOp>(op))
       return assignElementwise(op);
     if (auto reduce = dyn_cast<ReduceOp>(op)) {

@@ -171,6 +171,11 @@ public:
   Value load(std::vector<Value> offsets, std::vector<int64_t> block, double padding = 0.0) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.
   void store(std::vector<Value> offsets, const Value &tile) const;
+  /// The same for a [BM, BN] tile (BM <= 256, BN whole 128-byte strips) of a 2-D bf16,
+  /// f16 or f32 tensor with rows of 16-byte multiples, written through shared memory by
+  /// TMA (sm_90a): the threads go on while it is written out. The tile must be a dot
+  /// product's result (after elementwise math): the mma layout, every warp along M.
+  void tma_store(std::vector<Value> offsets, const Value &tile) const;
   /// The base pointer, for pointer arithmetic (`x.ptr() + offsets`).
   Value ptr() const;
 
