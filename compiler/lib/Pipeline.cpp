@@ -61,6 +61,7 @@ std::vector<Stage> tileStages(const std::string &arch) {
        }},
       {"layouts", [](OpPassManager &pm) {
          pm.addPass(tile::createTileAssignLayouts());
+         pm.addPass(tile::createTileRemoveLayoutConversions());
          pm.addPass(createCanonicalizerPass());
          pm.addPass(createCSEPass());
        }},

@@ -19,6 +19,24 @@ def TileAssignLayouts : Pass<"tile-assign-layouts", "mlir::ModuleOp"> {
   let dependentDialects = ["::tokamax::tile::TileDialect"];
 }
 
+def TileRemoveLayoutConversions : Pass<"tile-remove-layout-conversions", "mlir::ModuleOp"> {
+  let summary = "Remove tile.convert_layout operations that need not move data";
+  let description = [{
+    Runs after tile-assign-layouts. Drops conversions to the layout a tile already has
+    and collapses chains (a round trip disappears). Builds a converted value in the
+    wanted layout instead when fewer conversions remain (or as many, moving fewer
+    bytes): splats, aranges and splat constants are recreated there, and elementwise
+    ops (arith, math, tile.cast, tile.addptr) are cloned over operands built the same
+    way, so the conversion moves backward through them onto tiles that are already in
+    that layout or must move anyway. Conversions of one value to one layout share a
+    dominating one. Conversions into or out of layouts fixed by tile.dot (operands,
+    result), tile.tma_dot and tile.cp_async_dot (accumulators) and tile.reduce are left
+    alone except for exact no-ops; a replacement always has the type of the value it
+    replaces.
+  }];
+  let dependentDialects = ["::tokamax::tile::TileDialect", "::mlir::arith::ArithDialect"];
+}
+
 def TileAllocateShared : Pass<"tile-allocate-shared", "mlir::ModuleOp"> {
   let summary = "Size the shared-memory scratch of cross-warp reductions and layout conversions";
   let description = [{

@@ -1,0 +1,335 @@
+//===- RemoveLayoutConversions.cpp - Drop conversions that need not move data ===//
+//
+// tile-assign-layouts converts every operand whose layout disagrees with its user's; a
+// conversion moves the tile through shared memory (store, barrier, load), yet many need
+// not exist. Sweeping the kernel in program order until nothing changes, each
+// tile.convert_layout
+//
+// 1. to the type its source already has is dropped; convert(convert(x)) is x when the
+//    layouts round-trip, else one conversion of x;
+// 2. is replaced by building its source in the wanted layout when fewer conversions
+//    remain (or as many that move fewer bytes: one moved before a widening cast).
+//    Splats, aranges and splat constants are recreated there; elementwise ops (arith,
+//    math, tile.cast, tile.addptr) are cloned over operands built the same way. Below
+//    them, a conversion gives its source (which moves nothing when already in the
+//    wanted layout, else is converted there directly) and any other tile (a load, an
+//    argument) is converted right after its definition, reusing a conversion of it to
+//    that layout from the same block when there is one; dot and reduction results stop
+//    the search. Conversions thus move backward through elementwise ops. Clones sit
+//    right after their originals, so what was outside a loop stays outside;
+// 3. of a value that a dominating conversion already brings to the same layout is
+//    replaced by that one.
+//
+// Conversions whose layouts another op fixes (into or out of dot-operand layouts, into
+// or out of tile.dot, tile.tma_dot, tile.cp_async_dot and tile.reduce) are left alone,
+// except that rule 1 drops exact no-ops and round trips. Every replacement has exactly
+// the type of the value it replaces, so no op ever sees a new operand type.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+#include "compiler/Dialect/Tile/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dominance.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace tokamax::tile {
+#define GEN_PASS_DEF_TILEREMOVELAYOUTCONVERSIONS
+#include "compiler/Dialect/Tile/Transforms/Passes.h.inc"
+} // namespace tokamax::tile
+
+using namespace mlir;
+using namespace tokamax::tile;
+
+namespace {
+
+/// Ops cloned per rematerialization at most: duplicated work stays small next to the
+/// shared-memory round trip it saves.
+constexpr unsigned kMaxClonedOps = 16;
+/// Sweeps over a kernel at most (each successful rewrite removes a conversion, so this
+/// only bounds pathological inputs).
+constexpr unsigned kMaxSweeps = 8;
+
+/// Ops whose operand or result layouts are not free to choose.
+bool fixesLayout(Operation *op) { return isa<DotOp, TmaDotOp, CpAsyncDotOp, ReduceOp>(op); }
+
+/// A conversion into or out of a layout some op fixes: only exact no-ops may go.
+bool isPinned(ConvertLayoutOp op) {
+  if (isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getType())) ||
+      isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getSource().getType())))
+    return true;
+  if (Operation *def = op.getSource().getDefiningOp(); def && fixesLayout(def))
+    return true;
+  return llvm::any_of(op->getUsers(), fixesLayout);
+}
+
+/// Bytes a conversion of a tile of `type` moves through shared memory.
+int64_t bytes(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() * elementBytes(tensor.getElementType());
+}
+
+/// A splat constant (the only tensor constants the GPU lowering takes).
+DenseElementsAttr splatConstant(Operation *op) {
+  auto cst = dyn_cast<arith::ConstantOp>(op);
+  if (!cst || !isa<RankedTensorType>(cst.getType()))
+    return {};
+  auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
+  return dense && dense.isSplat() ? dense : DenseElementsAttr();
+}
+
+/// Producers rebuilt in any layout at no cost: no data moves between threads.
+bool isCheapProducer(Operation *op) {
+  return isa<SplatOp, ArangeOp>(op) || splatConstant(op);
+}
+
+/// Pure ops computing each element of their one tensor result from the same element of
+/// their tensor operands (scalar operands apply to every element).
+bool isElementwise(Operation *op) {
+  if (op->getNumResults() != 1 || op->getNumRegions() != 0 || !isMemoryEffectFree(op))
+    return false;
+  bool arithOrMath = isa<arith::ArithDialect, math::MathDialect>(op->getDialect());
+  if (!isa<CastOp>(op) && !(op->hasTrait<OpTrait::Elementwise>() && (arithOrMath || isa<AddPtrOp>(op))))
+    return false;
+  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!result)
+    return false;
+  return llvm::all_of(op->getOperandTypes(), [&](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return !tensor || (tensor.getShape() == result.getShape() && tensor.getEncoding() == result.getEncoding());
+  });
+}
+
+/// How to build a value in `layout`: the ops to clone there (operands before users), the
+/// conversions whose sources they read instead, and the values that must move.
+struct Remat {
+  Attribute layout;
+  llvm::SetVector<Operation *> ops;
+  llvm::SetVector<Operation *> leaves;
+  llvm::SetVector<Value> moved;
+};
+
+/// Adds what building `value` in `plan.layout` needs; false when it cannot be built.
+bool collect(Value value, Remat &plan) {
+  if (getLayout(value.getType()) == plan.layout)
+    return true;
+  Operation *def = value.getDefiningOp();
+  if ((def && (plan.ops.contains(def) || plan.leaves.contains(def))) || plan.moved.contains(value))
+    return true;
+  if (auto convert = dyn_cast_or_null<ConvertLayoutOp>(def)) {
+    if (isPinned(convert))
+      return false;
+    plan.leaves.insert(def);
+    return true;
+  }
+  if (def && plan.ops.size() < kMaxClonedOps && (isCheapProducer(def) || isElementwise(def))) {
+    for (Value operand : def->getOperands())
+      if (isa<RankedTensorType>(operand.getType()) && !collect(operand, plan))
+        return false;
+    plan.ops.insert(def);
+    return true;
+  }
+  // Dot and reduction results are not converted anew: their layouts are fixed.
+  if (def && fixesLayout(def))
+    return false;
+  plan.moved.insert(value);
+  return true;
+}
+
+/// A conversion of `value` to `type` in the block that defines `value`, which can move
+/// up to right after the definition.
+ConvertLayoutOp existingConversion(Value value, Type type) {
+  Block *block = value.getParentBlock();
+  for (Operation *user : value.getUsers())
+    if (auto convert = dyn_cast<ConvertLayoutOp>(user);
+        convert && convert.getType() == type && convert->getBlock() == block && !isPinned(convert))
+      return convert;
+  return {};
+}
+
+/// Right after the definition of `value` (at the start of its block for an argument).
+void setInsertionPointAfterValue(OpBuilder &builder, Value value) {
+  if (Operation *def = value.getDefiningOp())
+    builder.setInsertionPointAfter(def);
+  else
+    builder.setInsertionPointToStart(value.getParentBlock());
+}
+
+class ConversionRemover {
+public:
+  explicit ConversionRemover(func::FuncOp func) : func(func), dominance(func) {}
+
+  /// Sweeps until nothing changes; returns whether anything did.
+  bool run() {
+    bool any = false;
+    for (unsigned sweep = 0; sweep < kMaxSweeps; ++sweep) {
+      bool changed = false;
+      SmallVector<ConvertLayoutOp> converts;
+      func.walk([&](ConvertLayoutOp op) { converts.push_back(op); });
+      erased.clear();
+      for (ConvertLayoutOp op : converts) {
+        if (erased.contains(op))
+          continue;
+        changed |= removeNoOp(op) || rematerialize(op) || mergeDuplicates(op);
+      }
+      if (!changed)
+        break;
+      any = true;
+    }
+    return any;
+  }
+
+private:
+  func::FuncOp func;
+  DominanceInfo dominance;
+  /// Ops erased during the current sweep (the sweep's list still names them).
+  llvm::DenseSet<Operation *> erased;
+
+  void erase(Operation *op) {
+    erased.insert(op);
+    op->erase();
+  }
+
+  void replace(ConvertLayoutOp op, Value with) {
+    op.getResult().replaceAllUsesWith(with);
+    erase(op);
+  }
+
+  void eraseIfDead(Operation *op) {
+    if (op && op->use_empty())
+      erase(op);
+  }
+
+  /// Rule 1: conversions to the type the tile has, and chains of conversions.
+  bool removeNoOp(ConvertLayoutOp op) {
+    if (op.getSource().getType() == op.getType()) {
+      replace(op, op.getSource());
+      return true;
+    }
+    auto inner = op.getSource().getDefiningOp<ConvertLayoutOp>();
+    if (!inner)
+      return false;
+    if (inner.getSource().getType() == op.getType()) { // a round trip
+      replace(op, inner.getSource());
+      eraseIfDead(inner);
+      return true;
+    }
+    if (isPinned(op) || isPinned(inner))
+      return false;
+    op.getSourceMutable().assign(inner.getSource());
+    eraseIfDead(inner);
+    return true;
+  }
+
+  /// Rule 2: build the source in the wanted layout when fewer conversions remain.
+  bool rematerialize(ConvertLayoutOp op) {
+    if (isPinned(op))
+      return false;
+    Remat plan{getLayout(op.getType()), {}, {}, {}};
+    if (!plan.layout || !collect(op.getSource(), plan) || plan.ops.empty())
+      return false;
+
+    // Count: this conversion goes, so does each leaf conversion nothing else uses; each
+    // leaf whose source is not in the wanted layout needs a new conversion, and so does
+    // each moved value that is not converted to it already. As many conversions as
+    // before are worth it only when they move fewer bytes (before a widening cast).
+    llvm::DenseSet<Operation *> dead{op};
+    auto onlyDeadUsers = [&](Operation *o) {
+      return llvm::all_of(o->getUsers(), [&](Operation *user) { return dead.contains(user); });
+    };
+    for (Operation *o : llvm::reverse(plan.ops)) // users before their operands
+      if (onlyDeadUsers(o))
+        dead.insert(o);
+    unsigned removed = 1, added = 0;
+    int64_t bytesRemoved = bytes(op.getType()), bytesAdded = 0;
+    for (Operation *leaf : plan.leaves) {
+      if (onlyDeadUsers(leaf)) {
+        ++removed;
+        bytesRemoved += bytes(leaf->getResult(0).getType());
+      }
+      if (getLayout(leaf->getOperand(0).getType()) != plan.layout) {
+        ++added;
+        bytesAdded += bytes(leaf->getOperand(0).getType());
+      }
+    }
+    for (Value value : plan.moved)
+      if (!existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), plan.layout))) {
+        ++added;
+        bytesAdded += bytes(value.getType());
+      }
+    if (added > removed || (added == removed && bytesAdded >= bytesRemoved))
+      return false;
+
+    IRMapping map;
+    OpBuilder builder(op.getContext());
+    auto convertTo = [&](Value source) -> Value {
+      return builder.create<ConvertLayoutOp>(
+          source.getLoc(), withLayout(cast<RankedTensorType>(source.getType()), plan.layout), source);
+    };
+    for (Operation *leaf : plan.leaves) {
+      Value source = leaf->getOperand(0);
+      builder.setInsertionPointAfter(leaf);
+      map.map(leaf->getResult(0), getLayout(source.getType()) == plan.layout ? source : convertTo(source));
+    }
+    // Moved values are converted right after their definition, so every clone sees them.
+    for (Value value : plan.moved) {
+      setInsertionPointAfterValue(builder, value);
+      ConvertLayoutOp existing =
+          existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), plan.layout));
+      if (existing && builder.getInsertionPoint() != existing->getIterator())
+        existing->moveBefore(builder.getInsertionBlock(), builder.getInsertionPoint());
+      map.map(value, existing ? existing.getResult() : convertTo(value));
+    }
+    for (Operation *original : plan.ops) {
+      // Right after the original: its operands' clones come before it, and a producer
+      // outside a loop is not rebuilt on every iteration.
+      builder.setInsertionPointAfter(original);
+      auto type = withLayout(cast<RankedTensorType>(original->getResult(0).getType()), plan.layout);
+      Operation *clone;
+      if (DenseElementsAttr dense = splatConstant(original)) {
+        clone = builder.create<arith::ConstantOp>(original->getLoc(), type,
+                                                  DenseElementsAttr::get(type, dense.getSplatValue<Attribute>()));
+      } else {
+        clone = builder.clone(*original, map);
+        clone->getResult(0).setType(type);
+      }
+      map.map(original->getResult(0), clone->getResult(0));
+    }
+    replace(op, map.lookup(op.getSource()));
+    for (Operation *original : llvm::reverse(plan.ops))
+      eraseIfDead(original);
+    for (Operation *leaf : plan.leaves)
+      eraseIfDead(leaf);
+    return true;
+  }
+
+  /// Rule 3: later conversions of the same value to the same type use this one.
+  bool mergeDuplicates(ConvertLayoutOp op) {
+    if (isPinned(op))
+      return false;
+    SmallVector<ConvertLayoutOp> duplicates;
+    for (Operation *user : op.getSource().getUsers())
+      if (auto other = dyn_cast<ConvertLayoutOp>(user);
+          other && other != op && other.getType() == op.getType() && !isPinned(other) &&
+          dominance.properlyDominates(op.getOperation(), other.getOperation()))
+        duplicates.push_back(other);
+    for (ConvertLayoutOp other : duplicates)
+      replace(other, op.getResult());
+    return !duplicates.empty();
+  }
+};
+
+struct RemoveLayoutConversionsPass
+    : tokamax::tile::impl::TileRemoveLayoutConversionsBase<RemoveLayoutConversionsPass> {
+  void runOnOperation() override {
+    getOperation().walk([](func::FuncOp func) {
+      if (!func.isExternal())
+        ConversionRemover(func).run();
+    });
+  }
+};
+
+} // namespace
