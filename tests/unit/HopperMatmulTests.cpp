@@ -288,6 +288,33 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
                     Contains("a is bf16 but b is f16"));
 }
 
+TEST_CASE("tma_store misuse in the DSL is reported with the problem", "[hopper][dsl]") {
+  struct Case {
+    DType dtype;
+    std::vector<int64_t> tensor, tile;
+    const char *error;
+  };
+  const std::vector<Case> cases{
+      {DType::F64, {64, 64}, {64, 64}, "tma_store c: stores bf16, f16 or f32 tensors, got f64"},
+      {DType::F32, {64, 64, 2}, {64, 64}, "tma_store c: needs a 2-D tensor"},
+      {DType::BF16, {64, 60}, {64, 64}, "rows must be multiples of 16 bytes (8 elements), got [64, 60]"},
+      {DType::BF16, {64, 64}, {64, 32}, "needs a [BM, BN] tile with BM <= 256 and BN a multiple of 64 (128 bytes)"},
+      {DType::F32, {64, 64}, {512, 32}, "needs a [BM, BN] tile with BM <= 256 and BN a multiple of 32 (128 bytes)"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.error);
+    dsl::Kernel k("bad_tma_store", {4});
+    dsl::TensorArg t = k.output("c", c.dtype, c.tensor);
+    dsl::Value zero = k.constant(0, DType::I32);
+    CHECK_THROWS_WITH(t.tma_store({zero, zero}, k.full(c.tile, 0.0, c.dtype)), Contains(c.error));
+  }
+  dsl::Kernel k("mixed", {4});
+  dsl::TensorArg t = k.output("c", DType::BF16, {64, 64});
+  dsl::Value zero = k.constant(0, DType::I32);
+  CHECK_THROWS_WITH(t.tma_store({zero, zero}, k.full({64, 64}, 0.0, DType::F32)),
+                    Contains("tile dtype f32 does not match the tensor dtype bf16; cast with .to()"));
+}
+
 TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared memory", "[hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();
   if (ptxas.empty())

@@ -114,11 +114,11 @@ LogicalResult TmaStoreOp::verify() {
   if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
     return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");
   auto type = getValue().getType();
-  SmallVector<int64_t> strides{getDims().size() == 2 ? getDims()[1] : 1, 1};
-  if (failed(verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(), strides, type)))
-    return failure();
   if (getDims().size() != 2)
     return emitOpError("stores 2-D blocks of 2-D tensors, got ") << getDims().size() << " dims";
+  SmallVector<int64_t> strides{getDims()[1], 1};  // row-major
+  if (failed(verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(), strides, type)))
+    return failure();
   Type elem = type.getElementType();
   if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
     return emitOpError("stores bf16, f16 or f32, got ") << elem;
