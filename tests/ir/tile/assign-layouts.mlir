@@ -274,3 +274,16 @@ func.func @trans_reshape(%x: !tile.ptr<f32>) {
   %2 = tile.reshape %1 : tensor<64x32xf32> -> tensor<2048xf32>
   return
 }
+
+// -----
+
+// A tensor constant takes its layout in its value attribute too (the IR stays valid).
+
+// CHECK-LABEL: func.func @dense_constant
+// CHECK: arith.constant dense<1.000000e+00> : tensor<256xf32, #tile.blocked<
+func.func @dense_constant(%out: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32} {
+  %c0 = arith.constant 0 : i32
+  %v = arith.constant dense<1.0> : tensor<256xf32>
+  tile.block_store %out[%c0], %v {dims = array<i64: 256>, strides = array<i64: 1>} : <f32>, tensor<256xf32>
+  return
+}

@@ -593,3 +593,13 @@ func.func @convert_element_type(%x: tensor<4x8xf32>) {
 func.func @slice_parent(%x: tensor<8xf32, #tile.slice<{dim = 0, parent = 1 : i32}>>) {
   return
 }
+
+// -----
+
+#b1 = #tile.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+#b2 = #tile.blocked<{sizePerThread = [2], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+func.func @cast_changes_layout(%x: tensor<256xf32, #b1>) {
+  // expected-error @+1 {{'tile.cast' op keeps the layout of its source (move tiles with tile.convert_layout)}}
+  %y = tile.cast %x : tensor<256xf32, #b1> to tensor<256xbf16, #b2>
+  return
+}

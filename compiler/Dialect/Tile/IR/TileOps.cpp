@@ -109,6 +109,16 @@ LogicalResult BlockStoreOp::verify() {
                            getStrides(), getValue().getType());
 }
 
+LogicalResult CastOp::verify() {
+  // Each thread converts its own registers: source and result share one layout.
+  auto source = dyn_cast<RankedTensorType>(getSource().getType());
+  auto result = dyn_cast<RankedTensorType>(getResult().getType());
+  if (source && result && source.getEncoding() != result.getEncoding())
+    return emitOpError("keeps the layout of its source (move tiles with tile.convert_layout), got ")
+           << source << " to " << result;
+  return success();
+}
+
 LogicalResult TmaStoreOp::verify() {
   auto arg = dyn_cast<BlockArgument>(getBase());
   if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))

@@ -178,6 +178,7 @@ def Tile_CastOp : Tile_Op<"cast", [Pure, SameOperandsAndResultShape]> {
   let arguments = (ins Tile_Numeric:$source);
   let results = (outs Tile_Numeric:$result);
   let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+  let hasVerifier = 1;
 }
 
 def Tile_ReduceOp : Tile_Op<"reduce", [Pure]> {

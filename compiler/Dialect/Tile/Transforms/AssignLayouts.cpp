@@ -65,8 +65,13 @@ private:
 
   void setLayout(Value value, Attribute layout) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (type)
-      value.setType(withLayout(type, layout));
+    if (!type)
+      return;
+    value.setType(withLayout(type, layout));
+    // A tensor constant's value attribute carries the type too.
+    if (auto constant = value.getDefiningOp<arith::ConstantOp>())
+      if (auto dense = dyn_cast<DenseElementsAttr>(constant.getValue()))
+        constant.setValueAttr(dense.reshape(cast<ShapedType>(value.getType())));
   }
 
   Attribute defaultFor(Type type) {
