@@ -132,7 +132,7 @@ LaunchInfo launchInfo(ModuleOp module) {
       continue;
     info.kernel_name = func.getName().str();
     if (auto grid = func->getAttrOfType<DenseI64ArrayAttr>(tile::kGridAttr))
-      for (size_t i = 0; i < grid.size() && i < 3; ++i)
+      for (int64_t i = 0; i < grid.size() && i < 3; ++i)
         info.grid[i] = static_cast<uint32_t>(grid[i]);
     info.block_threads = 32 * tile::getNumWarps(func);
     if (auto warps = func->getAttrOfType<IntegerAttr>(tile::kNumWarpsAttr))
@@ -145,7 +145,7 @@ LaunchInfo launchInfo(ModuleOp module) {
     if (auto cluster = func->getAttrOfType<IntegerAttr>(tile::kClusterAttr))
       info.cluster = static_cast<uint32_t>(cluster.getInt());
     if (auto maps = func->getAttrOfType<DenseI64ArrayAttr>(tile::kTensorMapsAttr))
-      for (size_t i = 0; i + 2 < maps.size(); i += 3)
+      for (int64_t i = 0; i + 2 < maps.size(); i += 3)
         info.tensor_maps.push_back({static_cast<uint32_t>(maps[i]), static_cast<uint32_t>(maps[i + 1]),
                                     static_cast<uint32_t>(maps[i + 2])});
   }

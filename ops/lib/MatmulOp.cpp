@@ -164,12 +164,15 @@ public:
       for (auto [bm, bn, stages] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 4}, {128, 256, 3}, {256, 128, 4},
                                     {128, 128, 6}, {128, 128, 4}})
         for (int64_t programs : {kOnePerSm, int64_t(0)})
-          for (int64_t cluster : {1, 2})
-            for (bool tma : {true, false}) {  // add() drops what does not fit
-              c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true;
-              c.cluster_m = cluster, c.tma_store = tma;
-              add(c, programs);
-            }
+          for (bool tma : {true, false}) {  // add() drops what does not fit
+            c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true, c.tma_store = tma;
+            add(c, programs);
+          }
+      // 2-CTA clusters measured 40-45 % slower on the H200 (see docs/performance.md):
+      // one config keeps them in reach of the tuner.
+      c = default_hopper_config(spec);
+      c.cluster_m = 2;
+      add(c, kOnePerSm);
       c = default_hopper_config(spec);
       c.warp_specialize = false, c.cluster_m = 1;
       add(c, 0);

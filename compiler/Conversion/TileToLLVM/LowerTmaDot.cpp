@@ -75,7 +75,8 @@ struct TmaDotLowering {
   TmaDotLowering(TileLowering &t, TmaDotOp op)
       : t(t), op(op), loc(op.getLoc()), b(t.builder()), smem(getTmaDotSmem(op)), bm(op.getBlockM()),
         bn(op.getBlockN()), bk(op.getBlockK()), stages(op.getStages()), warps(getNumWarps(op)),
-        transA(op.getTransA()), transB(op.getTransB()), cluster(op.getClusterM()) {
+        transA(op.getTransA()), transB(op.getTransB()) {
+    cluster = static_cast<int64_t>(op.getClusterM());
     kTiles = (op.getK() + bk - 1) / bk;
     elemBytes = elementBytes(elemType());
   }

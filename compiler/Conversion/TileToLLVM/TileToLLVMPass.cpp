@@ -54,12 +54,12 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     unsigned producerWarps = 0;
     int64_t cluster = 1;
     WalkResult walked = func.walk([&](TmaDotOp dot) {
-      if (dot.getClusterM() > 1) {
-        if (cluster > 1 && cluster != dot.getClusterM()) {
+      if (int64_t want = static_cast<int64_t>(dot.getClusterM()); want > 1) {
+        if (cluster > 1 && cluster != want) {
           dot.emitOpError("asks for another cluster size than an earlier tma_dot");
           return WalkResult::interrupt();
         }
-        cluster = dot.getClusterM();
+        cluster = want;
       }
       if (dot.getWarpSpecialize()) {
         if (producerWarps) {

@@ -3,8 +3,9 @@
 // c = alpha * op(a) @ op(b) (+ bias broadcast over rows), op(x) = x or x^T, accumulated
 // in f32, as an Op (matmul_op) with three DSL kernels:
 // - `hopper` (matmul_hopper_kernel, sm_90a): tile.tma_dot (TMA into a shared-memory
-//   ring, wgmma from shared memory, a producer warpgroup) on a persistent grid; bf16,
-//   f16 (either operand transposed) and fp8 e4m3 / e5m2 (a [M, K], b [N, K]).
+//   ring, wgmma from shared memory, a producer warpgroup) on a persistent grid, c
+//   written through shared memory by TMA stores where c's rows allow; bf16, f16 (either
+//   operand transposed) and fp8 e4m3 / e5m2 (a [M, K], b [N, K]).
 // - `tile` (matmul_kernel, sm_80+): block M x N per program; tile.cp_async_dot (a
 //   cp.async ring of num_stages swizzled shared buffers, ldmatrix, mma.sync: bf16/f16
 //   m16n8k16, f32 as tf32 m16n8k8) when the rows of a and b are whole 16-byte chunks,
@@ -74,7 +75,9 @@ TOKAMAX_API dsl::Kernel matmul_reference_kernel(const MatmulSpec &spec);
 
 /// The `hopper` kernel (sm_90a): tma_dot main loop (TMA into a shared-memory ring,
 /// wgmma from shared memory, a producer warpgroup), grouped tile order, the same
-/// epilogue; with config.programs > 0 a persistent grid loops over the tiles. Serves bf16,
+/// epilogue (its store through TMA with config.tma_store when c's rows are whole 16-byte
+/// chunks); with config.programs > 0 a persistent grid loops over the tiles; with
+/// config.cluster_m = 2 over pairs of vertically adjacent blocks (2-CTA clusters). Serves bf16,
 /// f16 and fp8 (a [M, K], b [N, K]) when the rows of a and b are multiples of 16 bytes;
 /// hopper_unsupported() says why not otherwise (empty when it serves the spec).
 TOKAMAX_API std::string hopper_unsupported(const MatmulSpec &spec);
