@@ -192,9 +192,11 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
                         .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
                         .cluster_m = cluster};
-  // TMA stores need rows of c of whole 16-byte chunks; otherwise the threads store.
-  bool tmaStore = config.tma_store && spec.n * static_cast<int64_t>(dtype_size(spec.out_dtype)) % 16 == 0 &&
-                  bn * static_cast<int64_t>(dtype_size(spec.out_dtype)) % 128 == 0;
+  // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
+  // strips beside the ring (1 KiB of slack each); otherwise the threads store.
+  const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
+  bool tmaStore = config.tma_store && spec.n * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
+                  config.num_stages * (bm + bn) * 128 + 16 * config.num_stages + 2 * bm * 128 + 2048 <= 227 * 1024;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
     auto [m0, n0] = groupedBlock(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);

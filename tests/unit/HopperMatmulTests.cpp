@@ -434,6 +434,36 @@ TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases
     }
 }
 
+TEST_CASE("hopper matmul stores c through TMA only where c's rows and shared memory allow", "[hopper][ptx]") {
+  CompileOptions options;
+  options.arch = "sm_90a";
+  options.assemble = false;
+  auto tmaStores = [&](const MatmulSpec &spec, const MatmulConfig &config) {
+    CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+    INFO(describe(spec, 1.0) << " blocks " << config.block_m << "x" << config.block_n << " stages "
+                             << config.num_stages);
+    CHECK(compiled.launch.shared_bytes <= 227 * 1024);
+    bool tma = contains(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared::cta");
+    CHECK(tma == (compiled.launch.tensor_maps.size() == 3));
+    CHECK(tma != contains(compiled.ptx, "st.global"));
+    return tma;
+  };
+  MatmulSpec spec{512, 512, 256, DType::BF16, DType::BF16};
+  MatmulConfig config = default_hopper_config(spec);
+  CHECK(tmaStores(spec, config));
+  // 256 x 128 blocks: four 48 KiB stages leave no room for two [256][128 B] strips.
+  config.block_m = 256, config.block_n = 128;
+  CHECK_FALSE(tmaStores(spec, config));
+  config.num_stages = 3;
+  CHECK(tmaStores(spec, config));
+  // c's rows of 1000 bytes are not whole 16-byte chunks: TMA cannot address them.
+  MatmulSpec ragged{512, 500, 256, DType::BF16, DType::BF16, false, true};  // b as [N, K]
+  CHECK_FALSE(tmaStores(ragged, default_hopper_config(ragged)));
+  config = default_hopper_config(spec);
+  config.tma_store = false;
+  CHECK_FALSE(tmaStores(spec, config));
+}
+
 TEST_CASE("fp8 hopper matmul PTX: wgmma k32 on e4m3 / e5m2, 128-element TMA boxes", "[hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();
   for (auto [dtype, name] : {std::pair{DType::F8E4M3, "e4m3"}, std::pair{DType::F8E5M2, "e5m2"}}) {

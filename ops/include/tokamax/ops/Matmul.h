@@ -44,8 +44,9 @@ struct TOKAMAX_API MatmulConfig {
   /// hopper: 2 pairs programs into clusters computing vertically adjacent blocks, each
   /// loading half of the shared B slice for both (TMA multicast); needs warp_specialize
   int64_t cluster_m = 1;
-  /// hopper: c leaves through shared memory and TMA stores (when c's rows are 16-byte
-  /// multiples), so the next tile's main loop starts while it is written out
+  /// hopper: c leaves through shared memory and TMA stores (where c's rows are 16-byte
+  /// multiples and two [block_m][128-byte] strips fit beside the ring), so the next
+  /// tile's main loop starts while it is written out
   bool tma_store = true;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
