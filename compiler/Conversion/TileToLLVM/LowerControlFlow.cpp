@@ -94,10 +94,9 @@ LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) 
   }
   if (isa<func::ReturnOp>(op)) {
     if (t.hasBulkStores()) {  // TMA may still read shared memory that the exit frees
-      Value tid = b.create<arith::AddIOp>(op->getLoc(), b.create<arith::MulIOp>(op->getLoc(), t.warpId(), t.i32(32)),
-                                          t.laneId());
       auto first = b.create<scf::IfOp>(
-          op->getLoc(), b.create<arith::CmpIOp>(op->getLoc(), arith::CmpIPredicate::eq, tid, t.i32(0)), false);
+          op->getLoc(), b.create<arith::CmpIOp>(op->getLoc(), arith::CmpIPredicate::eq, t.threadId(), t.i32(0)),
+          false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&first.getThenRegion().front());
       t.ptx(op->getLoc()).bulkWaitGroup(0);

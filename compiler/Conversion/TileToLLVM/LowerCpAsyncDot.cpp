@@ -131,7 +131,7 @@ struct CpAsyncDotLowering {
       return op.emitOpError("needs shared-memory scratch but the kernel has none (run tile-allocate-shared first)");
     OperandRing a = operand(0, mma), bOp = operand(1, mma);
     Value m0 = t.regs(op.getM0())[0], n0 = t.regs(op.getN0())[0];
-    tid = add(mul(t.warpId(), 32), t.laneId());
+    tid = t.threadId();
     Value base = t.scratchBase(op);
     ring = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), base);
     auto stageAddr = [&](Value s) { return add(ring, mul(s, smem.stageBytes)); };

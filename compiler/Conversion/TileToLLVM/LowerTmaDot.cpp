@@ -260,7 +260,7 @@ struct TmaDotLowering {
   /// Ring address, barrier init and the barrier after it, at the builder's point.
   void setUp() {
     PtxBuilder ptx = t.ptx(loc);
-    tid = add(mul(t.warpId(), 32), t.laneId());
+    tid = t.threadId();
     Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
     ring = b.create<arith::AndIOp>(loc, add(raw, 1023), c32(~int64_t(1023)));
     if (cluster > 1)

@@ -72,8 +72,7 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
     b.setInsertionPointToStart(&branch.getThenRegion().front());
     body();
   };
-  Value tid = add(b.create<arith::MulIOp>(loc, t.warpId(), c32(32)), t.laneId());
-  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, tid, c32(0));
+  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), c32(0));
   Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
   Value buffers = b.create<arith::AndIOp>(loc, add(raw, c32(1023)), c32(~int64_t(1023)));
   Value m0 = t.regs(op.getOffsets()[0])[0], n0 = t.regs(op.getOffsets()[1])[0];

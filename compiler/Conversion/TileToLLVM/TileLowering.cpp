@@ -13,9 +13,9 @@ namespace tokamax::tile {
 TileLowering::TileLowering(OpBuilder &builder, std::string arch, Block *entry, Value sharedBase)
     : b(builder), arch_(std::move(arch)), entry(entry), shared(sharedBase) {
   Location loc = b.getUnknownLoc();
-  Value tid = b.create<NVVM::ThreadIdXOp>(loc, b.getI32Type());
-  lane = b.create<arith::AndIOp>(loc, tid, i32(31));
-  warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
+  thread = b.create<NVVM::ThreadIdXOp>(loc, b.getI32Type());
+  lane = b.create<arith::AndIOp>(loc, thread, i32(31));
+  warp = b.create<arith::ShRUIOp>(loc, thread, i32(5));
 }
 
 bool TileLowering::hasFp8Conversions() const {

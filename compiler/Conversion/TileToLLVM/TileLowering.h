@@ -52,6 +52,8 @@ public:
   mlir::Value i32(int64_t v);
   mlir::Value i64(int64_t v);
   mlir::Value constant(mlir::Type type, double v);
+  /// This thread's index in the (1-D) block.
+  mlir::Value threadId() const { return thread; }
   mlir::Value laneId() const { return lane; }
   mlir::Value warpId() const { return warp; }
   mlir::Value sharedBase() const { return shared; }
@@ -86,7 +88,7 @@ private:
   mlir::OpBuilder &b;
   std::string arch_;
   mlir::Block *entry;
-  mlir::Value lane, warp, shared;
+  mlir::Value thread, lane, warp, shared;
   llvm::DenseMap<mlir::Value, Registers> values;
   llvm::DenseMap<mlir::Value, mlir::Value> tensorMaps;
   unsigned barrierThreads_ = 0;  // 0: every thread of the block
