@@ -139,6 +139,20 @@ template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot o
   in.set(op.getResult(), std::move(r));
 }
 
+/// Writes `value` into the block at `offsets` of the tensor behind `base` (`dims`,
+/// `strides`), dropping what falls outside it.
+void storeBlock(Interpreter &in, const char *name, Value base, ValueRange offsets, ArrayRef<int64_t> dims,
+                ArrayRef<int64_t> strides, Value value) {
+  const HostTile &val = in.get(value);
+  int32_t arg = in.get(base).arg[0];
+  forEachBlockElement(in, base, offsets, dims, strides, val.shape, [&](size_t k, bool inBounds, int64_t offset) {
+    if (!inBounds)
+      return;
+    in.checkAccess(name, arg, offset);
+    in.writeElem(arg, offset, val, k);
+  });
+}
+
 } // namespace
 
 bool evalMemory(Interpreter &in, Operation *op) {
@@ -194,31 +208,16 @@ bool evalMemory(Interpreter &in, Operation *op) {
     in.set(load.getResult(), std::move(r));
     return true;
   }
-  if (auto store = dyn_cast<tile::BlockStoreOp>(op)) {
-    const HostTile &val = in.get(store.getValue());
-    int32_t arg = in.get(store.getBase()).arg[0];
-    forEachBlockElement(in, store.getBase(), store.getOffsets(), store.getDims(),
-                        store.getStrides(), val.shape, [&](size_t k, bool inBounds, int64_t offset) {
-                          if (!inBounds)
-                            return;
-                          in.checkAccess("tile.block_store", arg, offset);
-                          in.writeElem(arg, offset, val, k);
-                        });
-    return true;
-  }
-  if (auto store = dyn_cast<tile::TmaStoreOp>(op)) {  // a row-major block store
-    const HostTile &val = in.get(store.getValue());
-    int32_t arg = in.get(store.getBase()).arg[0];
-    SmallVector<int64_t> strides{store.getDims()[1], 1};
-    forEachBlockElement(in, store.getBase(), store.getOffsets(), store.getDims(), strides, val.shape,
-                        [&](size_t k, bool inBounds, int64_t offset) {
-                          if (!inBounds)
-                            return;
-                          in.checkAccess("tile.tma_store", arg, offset);
-                          in.writeElem(arg, offset, val, k);
-                        });
-    return true;
-  }
+  if (auto store = dyn_cast<tile::BlockStoreOp>(op))
+    return storeBlock(in, "tile.block_store", store.getBase(), store.getOffsets(), store.getDims(),
+                      store.getStrides(),
+                      store.getValue()),
+           true;
+  if (auto store = dyn_cast<tile::TmaStoreOp>(op))  // a row-major block store
+    return storeBlock(in, "tile.tma_store", store.getBase(), store.getOffsets(), store.getDims(),
+                      {store.getDims()[1], 1},
+                      store.getValue()),
+           true;
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
   if (auto dot = dyn_cast<tile::TmaDotOp>(op))

@@ -110,7 +110,7 @@ public:
                          c.num_warps, c.block_m);
     // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program (the
     // TMA store's strips are used only where they fit beside it).
-    if (c.num_stages < 2 || c.num_stages * (c.block_m + c.block_n) * 128 + 1024 + 16 * c.num_stages > 227 * 1024)
+    if (c.num_stages < 2 || hopper_ring_bytes(c) > kHopperSharedLimit)
       return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
                          c.num_stages, c.block_m, c.block_n);
     if (c.cluster_m != 1 && c.cluster_m != 2)

@@ -93,14 +93,9 @@ LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) 
     return success();
   }
   if (isa<func::ReturnOp>(op)) {
-    if (t.hasBulkStores()) {  // TMA may still read shared memory that the exit frees
-      auto first = b.create<scf::IfOp>(
-          op->getLoc(), b.create<arith::CmpIOp>(op->getLoc(), arith::CmpIPredicate::eq, t.threadId(), t.i32(0)),
-          false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&first.getThenRegion().front());
-      t.ptx(op->getLoc()).bulkWaitGroup(0);
-    }
+    if (t.hasBulkStores())  // TMA may still read shared memory that the exit frees
+      t.when(op->getLoc(), b.create<arith::CmpIOp>(op->getLoc(), arith::CmpIPredicate::eq, t.threadId(), t.i32(0)),
+             [&] { t.ptx(op->getLoc()).bulkWaitGroup(0); });
     b.create<LLVM::ReturnOp>(op->getLoc(), ValueRange());
     return success();
   }

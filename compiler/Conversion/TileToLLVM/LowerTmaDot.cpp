@@ -95,12 +95,7 @@ struct TmaDotLowering {
   Value empty(Value s) { return add(add(ring, smem.barriers + 8 * stages), mul(s, 8)); }
   Value stageBase(Value s) { return add(ring, mul(s, smem.stageBytes)); }
 
-  void when(Value cond, const std::function<void()> &body) {
-    auto branch = b.create<scf::IfOp>(loc, cond, /*withElseRegion=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&branch.getThenRegion().front());
-    body();
-  }
+  void when(Value cond, llvm::function_ref<void()> body) { t.when(loc, cond, body); }
 
   /// Thread 0: expect the stage's bytes, then the TMA boxes of K slice `kt` into stage `s`.
   void issue(Value s, Value kt) {

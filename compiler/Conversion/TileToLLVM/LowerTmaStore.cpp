@@ -25,7 +25,6 @@
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <map>
 
@@ -66,12 +65,6 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
   PtxBuilder ptx = t.ptx(loc);
   auto c32 = [&](int64_t v) { return t.i32(v); };
   auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
-  auto when = [&](Value cond, const std::function<void()> &body) {
-    auto branch = b.create<scf::IfOp>(loc, cond, /*withElseRegion=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&branch.getThenRegion().front());
-    body();
-  };
   Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), c32(0));
   Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
   Value buffers = b.create<arith::AndIOp>(loc, add(raw, c32(1023)), c32(~int64_t(1023)));
@@ -81,7 +74,7 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
 
   for (int64_t j = 0; j < strips; ++j) {
     Value buffer = add(buffers, c32((j % 2) * bufferBytes));
-    when(first, [&] { ptx.bulkWaitGroupRead(j == 0 && strips % 2 ? 0 : 1); });
+    t.when(loc, first, [&] { ptx.bulkWaitGroupRead(j == 0 && strips % 2 ? 0 : 1); });
     t.barrier();
     for (auto &[offset, r0] : byStrip[j]) {
       auto [rowOff, colOff] = offset;
@@ -107,7 +100,7 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
     // The strip's generic-proxy writes come before TMA's (async-proxy) reads.
     ptx.fenceProxyAsyncShared();
     t.barrier();
-    when(first, [&] {
+    t.when(loc, first, [&] {
       ptx.tmaStore2d(map, add(n0, c32(j * columns)), m0, buffer);
       ptx.bulkCommitGroup();
     });

@@ -18,6 +18,13 @@ TileLowering::TileLowering(OpBuilder &builder, std::string arch, Block *entry, V
   warp = b.create<arith::ShRUIOp>(loc, thread, i32(5));
 }
 
+void TileLowering::when(Location loc, Value cond, llvm::function_ref<void()> body) {
+  auto branch = b.create<scf::IfOp>(loc, cond, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&branch.getThenRegion().front());
+  body();
+}
+
 bool TileLowering::hasFp8Conversions() const {
   // cvt between f32 and fp8 exists from sm_89.
   int major = 0, minor = 0;

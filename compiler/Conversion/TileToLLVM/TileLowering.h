@@ -72,6 +72,8 @@ public:
   mlir::Value combine(ReduceKind kind, mlir::Value a, mlir::Value b);
   /// Block-wide barrier (among the guarded threads inside guardRest's region).
   void barrier();
+  /// Emits `body` at the builder's point inside an scf.if on `cond` (no results).
+  void when(mlir::Location loc, mlir::Value cond, llvm::function_ref<void()> body);
   /// Thread 0 has TMA stores in flight (bulk groups): it waits for them before the
   /// kernel returns.
   void noteBulkStores() { bulkStores_ = true; }

@@ -38,6 +38,13 @@ LogicalResult verifySameShape(Operation *op, Type a, Type b, StringRef what) {
   return success();
 }
 
+/// Whether `v` is an argument of the kernel function itself: the runtime encodes TMA
+/// tensor maps for those only.
+bool isKernelParameter(Value v) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  return arg && arg.getOwner()->isEntryBlock() && isa<FunctionOpInterface>(arg.getOwner()->getParentOp());
+}
+
 LogicalResult verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
                                 ArrayRef<int64_t> dims, ArrayRef<int64_t> strides,
                                 RankedTensorType tile) {
@@ -120,8 +127,7 @@ LogicalResult CastOp::verify() {
 }
 
 LogicalResult TmaStoreOp::verify() {
-  auto arg = dyn_cast<BlockArgument>(getBase());
-  if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
+  if (!isKernelParameter(getBase()))
     return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");
   auto type = getValue().getType();
   if (getDims().size() != 2)
@@ -263,11 +269,8 @@ namespace {
 /// matching K, a 2-D f32 accumulator, stages in [2, 8], rows of whole 16-byte chunks
 /// (TMA boxes and cp.async chunks both move 16 bytes at a time).
 template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem) {
-  for (Value operand : {op.getA(), op.getB()}) {
-    auto arg = dyn_cast<BlockArgument>(operand);
-    if (!arg || !arg.getOwner()->isEntryBlock() || !isa<FunctionOpInterface>(arg.getOwner()->getParentOp()))
-      return op.emitOpError("a and b must be kernel tensor parameters");
-  }
+  if (!isKernelParameter(op.getA()) || !isKernelParameter(op.getB()))
+    return op.emitOpError("a and b must be kernel tensor parameters");
   elem = pointee(op.getA().getType());
   if (elem != pointee(op.getB().getType()))
     return op.emitOpError("a and b must have one element type");
