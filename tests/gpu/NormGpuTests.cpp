@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace tokamax;
@@ -42,9 +43,37 @@ struct Host {
   void set(int64_t i, double v) { store_from_double(dtype, bytes.data() + size_t(i) * dtype_size(dtype), v); }
 };
 
+/// Runs body(begin, end) over [0, n) in contiguous pieces of pieceSize(n) on the host's cores (the float64
+/// references of the large shapes would take minutes on one). `body` must not throw or
+/// use Catch2's assertions (not thread-safe); callers merge per-piece results afterwards.
+int64_t pieceSize(int64_t n) {
+  const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32);
+  return std::max<int64_t>(1, (n + workers - 1) / workers);
+}
+template <class Body> void parallelPieces(int64_t n, Body body) {
+  const int64_t per = pieceSize(n);
+  std::vector<std::thread> threads;
+  for (int64_t begin = 0; begin < n; begin += per)
+    threads.emplace_back(body, begin, std::min(n, begin + per));
+  for (std::thread &t : threads)
+    t.join();
+}
+
+/// Non-zero values of either sign with magnitudes in [lo, hi], rounded to `d`. Each
+/// 64 Ki-element block has its own generator (seeded from `seed` and the block), so the
+/// values do not depend on the number of cores.
 Host randomHost(DType d, std::vector<int64_t> shape, uint32_t seed, double lo = 0.05, double hi = 3.0) {
   Host h(d, std::move(shape));
-  h.bytes = test::to_bytes(test::random_values(size_t(h.numel()), d, seed, lo, hi), d);
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (h.numel() + kBlock - 1) / kBlock;
+  parallelPieces(blocks, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      std::mt19937 rng(seed * 1000003u + uint32_t(blk));
+      std::uniform_real_distribution<double> dist(lo, hi);
+      for (int64_t i = blk * kBlock; i < std::min(h.numel(), (blk + 1) * kBlock); ++i)
+        h.set(i, (rng() & 1 ? 1 : -1) * dist(rng));
+    }
+  });
   return h;
 }
 
@@ -73,6 +102,11 @@ struct Err {
     num += (got - ref) * (got - ref);
     den += ref * ref;
     scale += size * size;
+  }
+  void merge(const Err &other) {
+    num += other.num;
+    den += other.den;
+    scale += other.scale;
   }
   double value() const {
     double e = std::sqrt(num) / std::max({std::sqrt(den), 1e-2 * std::sqrt(scale), 1e-30});
@@ -115,42 +149,65 @@ Result runAndCheck(bool layer, DType d, int64_t rows, int64_t n, std::optional<D
   stream.synchronize();
   Host y = download(yt), dx = download(dxt), m = download(mt), r = download(rt), ds = download(dst), dof = download(dot);
 
-  Result res;
-  std::vector<double> refDs(n, 0), refDo(n, 0), xr(n), gr(n);
+  // Each piece of rows accumulates its own errors and parameter-gradient sums.
+  struct Piece {
+    Result res;
+    std::vector<double> refDs, refDo;
+  };
+  const int64_t perPiece = pieceSize(rows);
+  std::vector<Piece> pieces(size_t((rows + perPiece - 1) / perPiece));
   const int64_t sampleStride = std::max<int64_t>(1, rows / 4096);
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t base = row * n;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      xr[j] = x.at(base + j);
-      gr[j] = dy.at(base + j);
-      mean += xr[j];
+  parallelPieces(rows, [&](int64_t first, int64_t last) {
+    Piece &p = pieces[size_t(first / perPiece)];
+    Result &res = p.res;
+    p.refDs.assign(size_t(n), 0);
+    p.refDo.assign(size_t(n), 0);
+    std::vector<double> xr(n), gr(n);
+    for (int64_t row = first; row < last; ++row) {
+      const int64_t base = row * n;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        xr[j] = x.at(base + j);
+        gr[j] = dy.at(base + j);
+        mean += xr[j];
+      }
+      mean = layer ? mean / double(n) : 0.0;
+      for (int64_t j = 0; j < n; ++j)
+        var += (xr[j] - mean) * (xr[j] - mean);
+      double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
+      if (layer)
+        res.mean.add(m.at(row), mean);
+      res.rstd.add(r.at(row), rstd);
+      bool sampled = row % sampleStride == 0 || row == rows - 1;
+      double c1 = 0, c2 = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double xhat = (xr[j] - mean) * rstd, s = scale ? scale->at(j) : 1.0;
+        p.refDs[j] += gr[j] * xhat;
+        p.refDo[j] += gr[j];
+        c1 += gr[j] * s * xhat;
+        c2 += gr[j] * s;
+        if (sampled)
+          res.y.add(y.at(base + j), xhat * s + (layer && offset ? offset->at(j) : 0.0));
+      }
+      if (!sampled)
+        continue;
+      c1 /= double(n);
+      c2 /= double(n);
+      for (int64_t j = 0; j < n; ++j) {
+        double xhat = (xr[j] - mean) * rstd, s = scale ? scale->at(j) : 1.0;
+        res.dx.add(dx.at(base + j), rstd * (gr[j] * s - (layer ? c2 : 0.0) - xhat * c1), rstd * gr[j] * s);
+      }
     }
-    mean = layer ? mean / double(n) : 0.0;
-    for (int64_t j = 0; j < n; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
-    if (layer)
-      res.mean.add(m.at(row), mean);
-    res.rstd.add(r.at(row), rstd);
-    bool sampled = row % sampleStride == 0 || row == rows - 1;
-    double c1 = 0, c2 = 0;
+  });
+  Result res;
+  std::vector<double> refDs(n, 0), refDo(n, 0);
+  for (const Piece &p : pieces) {
+    for (auto [into, from] : {std::pair{&res.y, &p.res.y}, {&res.mean, &p.res.mean}, {&res.rstd, &p.res.rstd},
+                              {&res.dx, &p.res.dx}})
+      into->merge(*from);
     for (int64_t j = 0; j < n; ++j) {
-      double xhat = (xr[j] - mean) * rstd, s = scale ? scale->at(j) : 1.0;
-      refDs[j] += gr[j] * xhat;
-      refDo[j] += gr[j];
-      c1 += gr[j] * s * xhat;
-      c2 += gr[j] * s;
-      if (sampled)
-        res.y.add(y.at(base + j), xhat * s + (layer && offset ? offset->at(j) : 0.0));
-    }
-    if (!sampled)
-      continue;
-    c1 /= double(n);
-    c2 /= double(n);
-    for (int64_t j = 0; j < n; ++j) {
-      double xhat = (xr[j] - mean) * rstd, s = scale ? scale->at(j) : 1.0;
-      res.dx.add(dx.at(base + j), rstd * (gr[j] * s - (layer ? c2 : 0.0) - xhat * c1), rstd * gr[j] * s);
+      refDs[j] += p.refDs[j];
+      refDo[j] += p.refDo[j];
     }
   }
   for (int64_t j = 0; j < n; ++j) {
