@@ -142,7 +142,8 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       {128, 256, 64, 8, 4, true, false}, {128, 256, 64, 8, 4, false, false}, {128, 128, 64, 8, 6, false, false},
       {128, 256, 64, 8, 4, true, true, 2}, {128, 256, 64, 8, 3, true, true, 2}, {256, 128, 64, 8, 4, true, true, 2},
       {128, 128, 64, 8, 6, true, true, 2}, {128, 256, 64, 8, 4, true, false, 2},
-      {128, 256, 64, 8, 4, true, true, 1, 8, false}, {128, 256, 64, 8, 4, true, true, 2, 8, false}};
+      {128, 256, 64, 8, 4, true, true, 1, 8, false}, {128, 256, 64, 8, 4, true, true, 2, 8, false},
+      {128, 256, 32, 8, 8},        {128, 256, 32, 8, 6},        {128, 128, 32, 8, 8}};
   fmt::print("\nsweep of {} (bf16 -> bf16):\n", impl);
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
@@ -155,7 +156,8 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       config.warp_specialize = cfg.specialized;
       config.cluster_m = cfg.cluster;
       config.group_m = cfg.group_m;
-      config.tma_store = cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * 128 + 2 * cfg.bm * 128 + 2048 <= 227 * 1024;
+      config.tma_store =
+          cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2 + 2 * cfg.bm * 128 + 2048 <= 227 * 1024;
       config.programs = cfg.persistent ? Device::get().sm_count() : 0;
       options.config = config;
       std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}{}{}", m, n, k, cfg.bm, cfg.bn,

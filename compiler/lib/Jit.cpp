@@ -160,7 +160,7 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
       const TensorView &t = *args[m.param].tensor;
       maps[j] = maps_->get(j, t.data(), [&] {
         return encode_tensor_map(params[m.param].name.c_str(), t.data(), t.dtype(), t.dim(0), t.dim(1),
-                                 m.box_inner, m.box_outer);
+                                 m.box_inner, m.box_outer, m.swizzle);
       });
       pointers[params.size() + j] = &maps[j];
     }

@@ -25,7 +25,7 @@ std::string LaunchInfo::to_json() const {
   j["cluster"] = cluster;
   nlohmann::json maps = nlohmann::json::array();
   for (const TensorMapParam &m : tensor_maps)
-    maps.push_back({m.param, m.box_inner, m.box_outer});
+    maps.push_back({m.param, m.box_inner, m.box_outer, m.swizzle});
   j["tensor_maps"] = maps;
   return j.dump();
 }
@@ -53,7 +53,8 @@ LaunchInfo LaunchInfo::from_json(const std::string &text) {
     info.cluster = j.value("cluster", 1u);
     if (j.contains("tensor_maps"))
       for (const auto &m : j.at("tensor_maps"))
-        info.tensor_maps.push_back({m.at(0).get<uint32_t>(), m.at(1).get<uint32_t>(), m.at(2).get<uint32_t>()});
+        info.tensor_maps.push_back({m.at(0).get<uint32_t>(), m.at(1).get<uint32_t>(), m.at(2).get<uint32_t>(),
+                                    m.size() > 3 ? m.at(3).get<uint32_t>() : 128u});
     return info;
   } catch (const nlohmann::json::exception &e) {
     throw Error(std::string("invalid kernel launch metadata: ") + e.what());

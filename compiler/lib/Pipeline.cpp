@@ -145,9 +145,9 @@ LaunchInfo launchInfo(ModuleOp module) {
     if (auto cluster = func->getAttrOfType<IntegerAttr>(tile::kClusterAttr))
       info.cluster = static_cast<uint32_t>(cluster.getInt());
     if (auto maps = func->getAttrOfType<DenseI64ArrayAttr>(tile::kTensorMapsAttr))
-      for (int64_t i = 0; i + 2 < maps.size(); i += 3)
+      for (int64_t i = 0; i + 3 < maps.size(); i += 4)
         info.tensor_maps.push_back({static_cast<uint32_t>(maps[i]), static_cast<uint32_t>(maps[i + 1]),
-                                    static_cast<uint32_t>(maps[i + 2])});
+                                    static_cast<uint32_t>(maps[i + 2]), static_cast<uint32_t>(maps[i + 3])});
   }
   return info;
 }

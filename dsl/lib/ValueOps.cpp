@@ -550,9 +550,9 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   if (fp8 && (options.trans_a || !options.trans_b))
     args.kb.fail("tma_dot: 8-bit operands must both be K-major: a as [M, K] (trans_a = false) and b as [N, K] "
                  "(trans_b = true)");
-  if (options.block_k != 128 / bytes)
-    args.kb.fail(fmt::format("tma_dot: block_k must be {} (one 128-byte swizzle row), got {}", 128 / bytes,
-                             options.block_k));
+  if (options.block_k * bytes != 32 && options.block_k * bytes != 64 && options.block_k * bytes != 128)
+    args.kb.fail(fmt::format("tma_dot: block_k must be {}, {} or {} (one 32-, 64- or 128-byte swizzle row), got {}",
+                             32 / bytes, 64 / bytes, 128 / bytes, options.block_k));
   if (options.cluster_m != 1 && options.cluster_m != 2)
     args.kb.fail(fmt::format("tma_dot: cluster_m must be 1 or 2, got {}", options.cluster_m));
   if (options.cluster_m == 2 && !options.warp_specialize)

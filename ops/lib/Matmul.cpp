@@ -196,7 +196,9 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   // strips beside the ring (1 KiB of slack each); otherwise the threads store.
   const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
   bool tmaStore = config.tma_store && spec.n * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
-                  hopper_ring_bytes(config) + hopper_store_strip_bytes(config) <= kHopperSharedLimit;
+                  hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
+                          hopper_store_strip_bytes(config) <=
+                      kHopperSharedLimit;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
     auto [m0, n0] = groupedBlock(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);

@@ -17,12 +17,13 @@ std::string tile_unsupported(const MatmulSpec &spec);
 bool rows_of_16_bytes(const MatmulSpec &spec);
 
 /// Shared memory one hopper program may use, and what its parts take: the ring of
-/// num_stages [block_m + block_n][128-byte] slices with two mbarriers per stage (plus
-/// 1 KiB of alignment slack), and the TMA store's two [block_m][128-byte] strips (plus
-/// 1 KiB).
+/// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage
+/// 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and the
+/// TMA store's two [block_m][128-byte] strips (plus 1 KiB).
 inline constexpr int64_t kHopperSharedLimit = 227 * 1024;
-inline int64_t hopper_ring_bytes(const MatmulConfig &c) {
-  return c.num_stages * (c.block_m + c.block_n) * 128 + 16 * c.num_stages + 1024;
+inline int64_t hopper_ring_bytes(const MatmulConfig &c, int64_t elem_bytes) {
+  const int64_t stage = ((c.block_m + c.block_n) * c.block_k * elem_bytes + 1023) / 1024 * 1024;
+  return c.num_stages * stage + 16 * c.num_stages + 1024;
 }
 inline int64_t hopper_store_strip_bytes(const MatmulConfig &c) { return 2 * c.block_m * 128 + 1024; }
 

@@ -101,8 +101,10 @@ public:
     int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
     if (kind_ == Kind::Tile)
       return check_tile_config(spec, c, bytes);
-    if (c.block_k * bytes != 128)
-      return fmt::format("block_k must be {} (128-byte rows), got {}", 128 / bytes, c.block_k);
+    // A K-major slice row is one swizzle row of 32, 64 or 128 bytes.
+    if (c.block_k * bytes != 32 && c.block_k * bytes != 64 && c.block_k * bytes != 128)
+      return fmt::format("block_k must be {}, {} or {} (32-, 64- or 128-byte rows), got {}", 32 / bytes, 64 / bytes,
+                         128 / bytes, c.block_k);
     if (c.block_m < 64 || c.block_m > 256 || c.block_n < 64 || c.block_n > 256)
       return fmt::format("block_m and block_n must be 64, 128 or 256, got {} x {}", c.block_m, c.block_n);
     if ((c.num_warps != 4 && c.num_warps != 8) || c.block_m % (16 * c.num_warps) != 0)
@@ -110,7 +112,7 @@ public:
                          c.num_warps, c.block_m);
     // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program (the
     // TMA store's strips are used only where they fit beside it).
-    if (c.num_stages < 2 || hopper_ring_bytes(c) > kHopperSharedLimit)
+    if (c.num_stages < 2 || hopper_ring_bytes(c, bytes) > kHopperSharedLimit)
       return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
                          c.num_stages, c.block_m, c.block_n);
     if (c.cluster_m != 1 && c.cluster_m != 2)
@@ -174,6 +176,10 @@ public:
       c = default_hopper_config(spec);
       c.warp_specialize = false, c.cluster_m = 1;
       add(c, 0);
+      // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory.
+      c = default_hopper_config(spec);
+      c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
+      add(c, kOnePerSm);
       return space;
     }
     int64_t minK = spec.dtype == DType::F32 ? 8 : 16;

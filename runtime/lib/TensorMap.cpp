@@ -25,16 +25,21 @@ CUtensorMapDataType tmaType(DType dtype, const char *what) {
 } // namespace
 
 TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows, int64_t cols,
-                            uint32_t box_inner, uint32_t box_outer) {
+                            uint32_t box_inner, uint32_t box_outer, uint32_t swizzle_bytes) {
   const int64_t rowBytes = cols * static_cast<int64_t>(dtype_size(dtype));
   if (rows < 1 || cols < 1 || rowBytes % 16 != 0)
     throw Error(fmt::format("{}: TMA needs rows of a multiple of 16 bytes, got [{}, {}] {}", what, rows, cols,
                             dtype_name(dtype)));
   if (address % 16 != 0)
     throw Error(fmt::format("{}: TMA needs a 16-byte aligned address, got {:#x}", what, address));
-  if (box_inner * dtype_size(dtype) > 128 || box_outer > 256 || box_inner == 0 || box_outer == 0)
-    throw Error(fmt::format("{}: TMA box {} x {} exceeds the 128-byte swizzle or 256 rows", what, box_outer,
-                            box_inner));
+  if (swizzle_bytes != 32 && swizzle_bytes != 64 && swizzle_bytes != 128)
+    throw Error(fmt::format("{}: TMA swizzle must be 32, 64 or 128 bytes, got {}", what, swizzle_bytes));
+  if (box_inner * dtype_size(dtype) > swizzle_bytes || box_outer > 256 || box_inner == 0 || box_outer == 0)
+    throw Error(fmt::format("{}: TMA box {} x {} exceeds the {}-byte swizzle or 256 rows", what, box_outer,
+                            box_inner, swizzle_bytes));
+  const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                           : CU_TENSOR_MAP_SWIZZLE_32B;
   TensorMap map{};
   cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   cuuint64_t strides[1] = {static_cast<cuuint64_t>(rowBytes)};
@@ -42,7 +47,7 @@ TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int
   cuuint32_t elementStrides[2] = {1, 1};
   CUresult r = detail::driver().cuTensorMapEncodeTiled(
       reinterpret_cast<CUtensorMap *>(&map), tmaType(dtype, what), 2, reinterpret_cast<void *>(address), dims,
-      strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     detail::throw_driver_error(r, "cuTensorMapEncodeTiled",

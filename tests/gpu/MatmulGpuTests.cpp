@@ -347,6 +347,23 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
         INFO(describe(c) << " cluster 2, block N " << bn << ", programs " << programs << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
+  // 32- and 16-wide K slices (64- and 32-byte swizzled K-major boxes; MN-major boxes of
+  // 32 or 16 K rows): every transpose, f16 and bf16, ragged M, N and K (K = 1000 leaves
+  // a partial slice), persistent and one program per tile, in order and warp-specialized.
+  for (int64_t bk : {32, 16})
+    for (int t = 0; t < 4; ++t)
+      for (int variant = 0; variant < 2; ++variant) {
+        MatmulConfig config = default_hopper_config({});
+        config.block_k = bk, config.num_stages = 8;
+        config.warp_specialize = variant == 0;
+        config.programs = variant == 0 ? 132 : 0;
+        Case c{1000, 520, 1000, t % 2 ? DType::F16 : DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 2, 1.0,
+               "hopper", config};
+        double err = runCase(c, stream);
+        INFO(describe(c) << " block_k " << bk << (config.warp_specialize ? " warp-specialized" : " in order")
+                         << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
   // Short K: 2-8 slices, where the consumer loop is unrolled (a final wgmma.wait_group
   // once duplicated into lane-dependent branches there and hung), one program per tile
   // and persistent.
@@ -390,6 +407,16 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
         ++run;
       }
   CHECK(run == 16);
+  // 64- and 32-wide fp8 K slices (64- and 32-byte swizzles), a partial last slice.
+  for (int64_t bk : {64, 32})
+    for (DType dtype : {DType::F8E4M3, DType::F8E5M2}) {
+      MatmulConfig config = default_hopper_config({});
+      config.block_k = bk, config.num_stages = 8;
+      Case c{1000, 520, 1008, dtype, DType::BF16, false, true, false, 1.0, "hopper", config};
+      double err = runCase(c, stream);
+      INFO(describe(c) << " block_k " << bk << ": relative error " << err);
+      CHECK(err < tolerance(c.dtype, c.out, c.k));
+    }
   // Auto: fp8 takes hopper where it can; MN-major b falls back to the reference kernel.
   Case autoCase{130, 72, 64, DType::F8E4M3, DType::F32, false, false, false, 1.0, ""};
   CHECK(runCase(autoCase, stream) < tolerance(DType::F8E4M3, DType::F32, 64));

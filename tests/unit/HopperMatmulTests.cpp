@@ -107,7 +107,7 @@ void checkHopper(const MatmulSpec &spec, const MatmulConfig &config, double alph
   CHECK(r.rel < 4 * ulp(spec.out_dtype));
 }
 
-bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
+using test::contains;
 
 } // namespace
 
@@ -170,6 +170,22 @@ TEST_CASE("hopper matmul on the interpreter: several programs, grouped order, sm
       checkHopper(c.spec, config, -1.25);
     }
   }
+}
+
+TEST_CASE("hopper matmul on the interpreter: 32- and 16-wide K slices", "[hopper][interpreter]") {
+  // K slices of 64 and 32 bytes (the 64- and 32-byte swizzles on the GPU), ragged K,
+  // every transpose, persistent and one program per tile.
+  for (int64_t bk : {32, 16})
+    for (int t = 0; t < 4; ++t) {
+      MatmulSpec spec{136, 200, 88, DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 1};
+      MatmulConfig config = default_hopper_config(spec);
+      config.block_m = 64, config.block_n = 128, config.num_warps = 4;
+      config.block_k = bk;
+      config.num_stages = 64 / bk + 2;
+      config.programs = t < 2 ? 0 : 3;
+      INFO("block_k " << bk);
+      checkHopper(spec, config, 1.5);
+    }
 }
 
 TEST_CASE("hopper matmul on the interpreter: 2-CTA clusters", "[hopper][interpreter]") {
@@ -250,10 +266,11 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
   const std::vector<Case> cases{
       {DType::F32, {128, 64}, {64, 128}, {128, 128}, {}, "tma_dot: a must be bf16, f16, f8e4m3 or f8e5m2, got f32"},
       {DType::F8E4M3, {128, 128}, {128, 128}, {128, 128}, {.block_k = 128}, "8-bit operands must both be K-major"},
-      {DType::F8E5M2, {128, 128}, {128, 128}, {128, 128}, {.trans_b = true}, "block_k must be 128"},
+      {DType::F8E5M2, {128, 128}, {128, 128}, {128, 128}, {.block_k = 16, .trans_b = true},
+       "block_k must be 32, 64 or 128 (one 32-, 64- or 128-byte swizzle row), got 16"},
       {DType::BF16, {128, 64}, {64, 64}, {32, 64}, {}, "the accumulator must be an f32 [BM, BN] tile with BM, BN powers of two in [64, 256]"},
       {DType::BF16, {128, 64}, {64, 128}, {128, 32}, {}, "got [128, 32]"},
-      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.block_k = 32}, "block_k must be 64"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.block_k = 48}, "block_k must be 16, 32 or 64"},
       {DType::F16, {128, 64}, {64, 128}, {128, 128}, {.stages = 1}, "stages must be in [2, 8], got 1"},
       {DType::F16, {128, 64}, {64, 128}, {128, 128}, {.stages = 9}, "stages must be in [2, 8], got 9"},
       {DType::BF16, {128, 64}, {72, 128}, {128, 128}, {}, "op(a) has K = 64 but op(b) has K = 72"},
@@ -387,6 +404,44 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       CHECK(contains(log, "0 bytes spill stores"));
       CHECK(contains(log, "0 bytes spill loads"));
       // ptxas keeps the wgmma chain asynchronous (no serialization warning).
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul PTX with 64- and 32-byte swizzled K slices", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (int64_t bk : {32, 16})
+    for (int t = 0; t < 4; ++t) {
+      MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16, bool(t & 1), bool(t & 2), false};
+      MatmulConfig config = default_hopper_config(spec);
+      config.block_k = bk;
+      config.num_stages = 8;
+      INFO(describe(spec, 1.0) << " block_k " << bk);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      CHECK(contains(compiled.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
+      const LaunchInfo &launch = compiled.launch;
+      REQUIRE(launch.tensor_maps.size() >= 2);
+      // K-major operands: [rows][block_k] boxes swizzled by their 2 * block_k-byte rows;
+      // MN-major ones: [block_k][64] boxes with the 128-byte swizzle.
+      for (auto [map, kMajor, rows] : {std::tuple{launch.tensor_maps[0], !spec.trans_a, config.block_m},
+                                      std::tuple{launch.tensor_maps[1], spec.trans_b, config.block_n}}) {
+        CHECK(map.box_inner == uint32_t(kMajor ? bk : 64));
+        CHECK(map.box_outer == uint32_t(kMajor ? rows : bk));
+        CHECK(map.swizzle == uint32_t(kMajor ? 2 * bk : 128));
+      }
+      LaunchInfo back = LaunchInfo::from_json(launch.to_json());
+      REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
+      CHECK(back.tensor_maps[0].swizzle == launch.tensor_maps[0].swizzle);
+      CHECK(back.tensor_maps[1].swizzle == launch.tensor_maps[1].swizzle);
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(contains(log, "0 bytes spill stores"));
       CHECK_FALSE(contains(log, "serialized"));
     }
 }

@@ -118,8 +118,10 @@ TEST_CASE("matmul op: search spaces hold valid configs; invalid ones are refused
   CHECK(config.get("programs") == -1);  // one program per SM
   config.set("num_stages", 5);          // 5 x 48 KiB does not fit
   CHECK_THAT(*hopper.check_config(args, config), Contains("must fit 227 KiB"));
-  config = hopper.heuristic(args).set("block_k", 32);
-  CHECK_THAT(*hopper.check_config(args, config), Contains("block_k must be 64"));
+  config = hopper.heuristic(args).set("block_k", 8);
+  CHECK_THAT(*hopper.check_config(args, config), Contains("block_k must be 16, 32 or 64"));
+  config = hopper.heuristic(args).set("block_k", 32).set("num_stages", 8);  // 64-byte rows, 8 x 24 KiB
+  CHECK(!hopper.check_config(args, config));
   config = hopper.heuristic(args).set("block_m", 64);
   CHECK_THAT(*hopper.check_config(args, config), Contains("multiple of 16 * num_warps"));
   CHECK_THROWS_AS(matmul_op().resolve_config(hopper, args, hopper.heuristic(args).set("block_n", 96)), Error);

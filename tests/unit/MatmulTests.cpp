@@ -77,14 +77,8 @@ std::string describe(const MatmulSpec &s) {
          (s.trans_b ? " b^T" : "") + (s.has_bias ? " +bias" : "");
 }
 
-bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
-
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
-    ++n;
-  return n;
-}
+using test::contains;
+using test::count;
 
 } // namespace
 

@@ -2,7 +2,8 @@
 //
 // Finds ptxas (TOKAMAX_PTXAS from the build, else /usr/local/cuda/bin/ptxas) and runs
 // `ptxas -v` on PTX text, returning the exit status and the log (register and spill
-// counts), so tests can check that kernels assemble without spills.
+// counts), so tests can check that kernels assemble without spills; and the text
+// searches those tests make in PTX and logs.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -18,6 +19,15 @@
 #include <utility>
 
 namespace test {
+
+/// Whether `text` (PTX, a ptxas log) contains `what`, and how many times.
+inline bool contains(const std::string &text, const std::string &what) { return text.find(what) != std::string::npos; }
+inline size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
+    ++n;
+  return n;
+}
 
 /// The ptxas the build found, else the default CUDA location; empty when neither exists.
 inline std::string ptxas_path() {

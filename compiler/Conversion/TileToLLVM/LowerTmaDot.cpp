@@ -34,10 +34,11 @@
 //
 // Shared memory (getTmaDotSmem) is the op's scratch region, at a 1024-byte aligned offset
 // (the scratch buffer itself is 1024-byte aligned in kernels that use TMA).
-// TMA writes each box with the 128-byte swizzle; the wgmma descriptors name the same
-// swizzle: K-major operands (A, or B given as [N, K]) are [rows][64] boxes with 128-byte
-// rows (stride between 8-row groups 1024 bytes), MN-major operands (A given as [K, M],
-// B as [K, N]) are [64 K rows][64] boxes side by side along M or N (8192 bytes apart).
+// TMA writes each box swizzled and the wgmma descriptors name the same swizzle. K-major
+// operands (A, or B given as [N, K]) are [rows][block_k] boxes whose rows (block_k
+// elements: 32, 64 or 128 bytes) are the swizzle's rows (stride between 8-row groups
+// 8 x that); MN-major operands (A given as [K, M], B as [K, N]) are [block_k K rows]
+// [128 bytes] boxes with the 128-byte swizzle, side by side along M or N.
 // Out-of-range rows and columns of a box are zero-filled by TMA, so ragged M, N and K
 // need no masking. The accumulator layout (#tile.mma, every warp along M) puts warp w's
 // rows at 16 w + 16 W r: warpgroup g's slab r is rows 64 g + 16 W r .. + 63, exactly what
@@ -58,8 +59,7 @@ namespace tokamax::tile {
 
 namespace {
 
-constexpr int64_t kSwizzleRow = 128;   // bytes per swizzled row
-constexpr int64_t kBoxBytes = 64 * kSwizzleRow;  // one [64][64] 16-bit MN-major box
+constexpr int64_t kMnRowBytes = 128;  // an MN-major box row: 128 bytes of M or N, 128-byte swizzle
 
 struct TmaDotLowering {
   TileLowering &t;
@@ -68,6 +68,9 @@ struct TmaDotLowering {
   OpBuilder &b;
   TmaDotSmem smem;
   int64_t bm, bn, bk, stages, kTiles, elemBytes, cluster;
+  int64_t kRowBytes;    ///< a K-major box row (block_k elements): its swizzle
+  int64_t mnBoxBytes;   ///< one MN-major [block_k][128 bytes] box
+  int64_t mnBoxCols;    ///< elements of M or N in one MN-major box row
   unsigned warps;
   bool transA, transB;
   Value ring, tid, rank, mapA, mapB, m0, n0;
@@ -79,6 +82,9 @@ struct TmaDotLowering {
     cluster = static_cast<int64_t>(op.getClusterM());
     kTiles = (op.getK() + bk - 1) / bk;
     elemBytes = elementBytes(elemType());
+    kRowBytes = bk * elemBytes;
+    mnBoxBytes = bk * kMnRowBytes;
+    mnBoxCols = kMnRowBytes / elemBytes;
   }
 
   Value c32(int64_t v) { return t.i32(v); }
@@ -102,12 +108,13 @@ struct TmaDotLowering {
     PtxBuilder ptx = t.ptx(loc);
     Value bar = full(s), base = stageBase(s), k0 = mul(kt, bk);
     ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(smem.aBytes + smem.bBytes));
-    // K-major: one [rows][64] box at (k0, row0). MN-major: [64 K][64] boxes at (col, k0).
+    // K-major: one [rows][block_k] box at (k0, row0). MN-major: [block_k][mnBoxCols]
+    // boxes at (col, k0).
     auto load = [&](Value map, Value dst, bool kMajor, Value first, int64_t extent) {
       if (kMajor)
         return ptx.tmaLoad2d(dst, map, k0, first, bar);
-      for (int64_t j = 0; j < extent / 64; ++j)
-        ptx.tmaLoad2d(add(dst, j * kBoxBytes), map, add(first, 64 * j), k0, bar);
+      for (int64_t j = 0; j < extent / mnBoxCols; ++j)
+        ptx.tmaLoad2d(add(dst, j * mnBoxBytes), map, add(first, mnBoxCols * j), k0, bar);
     };
     load(mapA, base, !transA, m0, bm);
     if (cluster == 1)
@@ -117,11 +124,11 @@ struct TmaDotLowering {
     int64_t half = bn / cluster;
     Value first = add(n0, mul(rank, half));
     if (transB)
-      return ptx.tmaLoad2dMulticast(add(add(base, smem.aBytes), mul(rank, half * kSwizzleRow)), mapB, k0, first,
+      return ptx.tmaLoad2dMulticast(add(add(base, smem.aBytes), mul(rank, half * kRowBytes)), mapB, k0, first,
                                     bar, everyCta);
-    Value dst = add(add(base, smem.aBytes), mul(rank, (half / 64) * kBoxBytes));
-    for (int64_t j = 0; j < half / 64; ++j)
-      ptx.tmaLoad2dMulticast(add(dst, j * kBoxBytes), mapB, add(first, 64 * j), k0, bar, everyCta);
+    Value dst = add(add(base, smem.aBytes), mul(rank, (half / mnBoxCols) * mnBoxBytes));
+    for (int64_t j = 0; j < half / mnBoxCols; ++j)
+      ptx.tmaLoad2dMulticast(add(dst, j * mnBoxBytes), mapB, add(first, mnBoxCols * j), k0, bar, everyCta);
   }
 
   /// Lane 0 of each warp where `pred` holds: stage `s` is free again, in every CTA of
@@ -145,22 +152,25 @@ struct TmaDotLowering {
     }
   }
 
-  /// 64-bit wgmma matrix descriptor with the 128-byte swizzle.
-  Value descriptor(Value addr, int64_t leading, int64_t stride) {
+  /// 64-bit wgmma matrix descriptor: start address, leading and stride byte offsets,
+  /// and the swizzle mode (bits 62-63: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte rows).
+  Value descriptor(Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes) {
     auto i64 = [&](int64_t v) { return t.i64(v); };
     Value a = b.create<arith::ExtUIOp>(loc, b.getI64Type(), addr);
     a = b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, a, i64(4)), i64(0x3FFF));
-    int64_t fixed = ((leading >> 4) & 0x3FFF) << 16 | ((stride >> 4) & 0x3FFF) << 32 | int64_t(1) << 62;
+    int64_t mode = swizzleBytes == 128 ? 1 : swizzleBytes == 64 ? 2 : 3;
+    int64_t fixed = ((leading >> 4) & 0x3FFF) << 16 | ((stride >> 4) & 0x3FFF) << 32 | mode << 62;
     return b.create<arith::OrIOp>(loc, a, i64(fixed));
   }
 
-  /// Descriptor of operand `opIdx` for K step `kk` (16 elements) in the stage at `base`;
-  /// `rows` is the slab's first row (A) and is 0 for B.
+  /// Descriptor of operand `opIdx` for K step `kk` (32 bytes of K) in the stage at
+  /// `base`; `rows` is the slab's first row (A) and is 0 for B.
   Value operandDesc(Value base, bool kMajor, int64_t rows, int64_t kk) {
-    if (kMajor)  // rows of 128 bytes; K step = 32 bytes inside the swizzled row
-      return descriptor(add(base, rows * kSwizzleRow + kk * 32), 16, 1024);
-    // [64 K][64] boxes along M/N: the slab's box, K step = 16 rows of 128 bytes.
-    return descriptor(add(base, (rows / 64) * kBoxBytes + kk * 16 * kSwizzleRow), kBoxBytes, 1024);
+    if (kMajor)  // swizzled rows of block_k elements; K step = 32 bytes inside the row
+      return descriptor(add(base, rows * kRowBytes + kk * 32), 16, 8 * kRowBytes, kRowBytes);
+    // [block_k][128-byte] boxes along M/N: the slab's box, K step = 16 rows of 128 bytes.
+    return descriptor(add(base, (rows / mnBoxCols) * mnBoxBytes + kk * 16 * kMnRowBytes), mnBoxBytes,
+                      8 * kMnRowBytes, kMnRowBytes);
   }
 
   Value parityOf(Value slice, int64_t lap = 0) {
@@ -215,7 +225,7 @@ struct TmaDotLowering {
       ptx.wgmmaFence();
       Value stage = stageBase(s), stageB = add(stage, smem.aBytes);
       Value group = b.create<arith::DivUIOp>(loc, t.warpId(), c32(4));
-      Value slabBase = add(stage, Value(mul(group, transA ? kBoxBytes : 64 * kSwizzleRow)));
+      Value slabBase = add(stage, Value(mul(group, transA ? mnBoxBytes : 64 * kRowBytes)));
       // Each wgmma takes 32 bytes of K: k16 for 16-bit operands, k32 for fp8.
       for (int64_t kk = 0; kk < bk * elemBytes / 32; ++kk) {
         Value descB = operandDesc(stageB, transB, 0, kk);

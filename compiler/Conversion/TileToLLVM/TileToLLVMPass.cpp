@@ -50,7 +50,8 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     }
     // One TMA tensor map per tensor parameter a tile.tma_dot reads, appended to the
     // parameters (128 bytes by value, read in place: grid constants).
-    std::map<unsigned, std::pair<int64_t, int64_t>> boxes;  // param -> (inner, outer)
+    // param -> (box inner, box outer, swizzle bytes)
+    std::map<unsigned, std::tuple<int64_t, int64_t, int64_t>> boxes;
     unsigned producerWarps = 0;
     int64_t cluster = 1;
     WalkResult walked = func.walk([&](TmaDotOp dot) {
@@ -68,9 +69,14 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
         }
         producerWarps = 4;
       }
+      // K-major: [rows][block_k] boxes, swizzled by their row (32, 64 or 128 bytes);
+      // MN-major: [block_k][128 bytes] boxes with the 128-byte swizzle.
+      const int64_t bytes = elementBytes(cast<PointerType>(dot.getA().getType()).getPointeeType());
       auto want = [&](Value operand, bool kMajor, int64_t rows) -> LogicalResult {
         unsigned index = cast<BlockArgument>(operand).getArgNumber();
-        std::pair<int64_t, int64_t> box{dot.getBlockK(), kMajor ? rows : dot.getBlockK()};
+        const int64_t bk = static_cast<int64_t>(dot.getBlockK());
+        std::tuple<int64_t, int64_t, int64_t> box = kMajor ? std::tuple{bk, rows, bk * bytes}
+                                                           : std::tuple{128 / bytes, bk, int64_t(128)};
         auto [it, inserted] = boxes.emplace(index, box);
         if (!inserted && it->second != box)
           return dot.emitOpError("reads parameter ") << index << " with another TMA box than an earlier tma_dot";
@@ -87,7 +93,8 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     // tile.tma_store: a box of one 128-byte strip of columns by the block's rows.
     walked = func.walk([&](TmaStoreOp store) {
       unsigned index = cast<BlockArgument>(store.getBase()).getArgNumber();
-      std::pair<int64_t, int64_t> box{store.getStripColumns(), store.getValue().getType().getDimSize(0)};
+      std::tuple<int64_t, int64_t, int64_t> box{store.getStripColumns(), store.getValue().getType().getDimSize(0),
+                                                128};
       auto [it, inserted] = boxes.emplace(index, box);
       if (!inserted && it->second != box) {
         store.emitOpError("writes parameter ") << index << " with another TMA box than an earlier TMA access";
@@ -130,7 +137,8 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
                           TypeAttr::get(LLVM::LLVMArrayType::get(b.getI8Type(), 128)));
       llvmFunc.setArgAttr(index, LLVM::LLVMDialect::getAlignAttrName(), b.getI64IntegerAttr(64));
       llvmFunc.setArgAttr(index, NVVM::NVVMDialect::getGridConstantAttrName(), UnitAttr::get(ctx));
-      mapInfo.append({int64_t(entry.first), entry.second.first, entry.second.second});
+      auto [inner, outer, swizzle] = entry.second;
+      mapInfo.append({int64_t(entry.first), inner, outer, swizzle});
     }
     if (!mapInfo.empty())
       llvmFunc->setAttr(kTensorMapsAttr, b.getDenseI64ArrayAttr(mapInfo));

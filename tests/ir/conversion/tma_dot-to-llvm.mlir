@@ -15,7 +15,7 @@
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}
 // CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK-SAME: tile.producer_warps = 4 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 1, 64, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 128, 128>
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 1;
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 8;
 // CHECK: fence.proxy.async.shared::cta;
@@ -91,7 +91,7 @@ func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>)
 // CHECK-LABEL: llvm.func @cluster
 // CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
 // CHECK-SAME: tile.cluster = 2 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 1, 64, 64>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 64, 128>
 // CHECK: %cluster_ctarank
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 16;
 // CHECK: fence.mbarrier_init.release.cluster;
@@ -123,5 +123,54 @@ func.func @cluster(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>)
     %r = tile.tma_dot %a, %b[%m0, %c0], %acc {a_dims = array<i64: 768, 256>, b_dims = array<i64: 128, 256>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = true, warp_specialize = true, cluster_m = 2 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
     tile.block_store %c[%m0, %c0], %r {dims = array<i64: 768, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
   }
+  return
+}
+
+// -----
+
+// Narrower K slices swizzle narrower rows. block_k = 32 (bf16): a is K-major, so its
+// boxes are [128 rows][32] with the 64-byte swizzle and its descriptors name it (mode 2,
+// 8-row groups 512 bytes apart: 0x8000002000010000); b as [K, N] is MN-major, [32 K][64]
+// boxes with the 128-byte swizzle, 4096 bytes apart along N (0x4000004001000000). One
+// 32-wide slice is two k16 wgmma per slab.
+
+// CHECK-LABEL: llvm.func @swizzle64
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 32, 128, 64, 1, 64, 32, 128>
+// CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 16384;
+// CHECK: } else {
+// CHECK-DAG: arith.constant -9223371899415756800 : i64
+// CHECK-DAG: arith.constant 4611686293322072064 : i64
+// CHECK-COUNT-2: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK-NOT: wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+func.func @swizzle64(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 128, 256>, b_dims = array<i64: 256, 128>, block_k = 32 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  return
+}
+
+// -----
+
+// block_k = 16 (bf16): K-major a and b (b as [N, K]) are [rows][16] boxes, rows of 32
+// bytes with the 32-byte swizzle (mode 3, 8-row groups 256 bytes apart:
+// 0xC000001000010000); one k16 wgmma per slab and slice.
+
+// CHECK-LABEL: llvm.func @swizzle32
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 16, 128, 32, 1, 16, 128, 32>
+// CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 8192;
+// CHECK: } else {
+// CHECK: arith.constant -4611685949707845632 : i64
+// CHECK-COUNT-1: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK-NOT: wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+func.func @swizzle32(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 128, 256>, b_dims = array<i64: 128, 256>, block_k = 16 : i64, stages = 4 : i64, trans_a = false, trans_b = true, warp_specialize = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
   return
 }

@@ -88,8 +88,8 @@ func.func @tma_dot_block_k(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
   %c0 = arith.constant 0 : i32
   %z = arith.constant 0.0 : f32
   %acc = tile.splat %z : f32 -> tensor<128x256xf32>
-  // expected-error @+1 {{'tile.tma_dot' op block_k must span one 128-byte swizzle row (64 elements), got 32}}
-  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 32 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x256xf32>
+  // expected-error @+1 {{'tile.tma_dot' op block_k must span a 32-, 64- or 128-byte swizzle row (16, 32 or 64 elements), got 48}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 48 : i64, stages = 4 : i64, trans_a = false, trans_b = false} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x256xf32>
   return
 }
 

@@ -311,9 +311,11 @@ LogicalResult TmaDotOp::verify() {
     return emitOpError("block M must be 64, 128 or 256 (wgmma works on 64-row slabs), got ") << bm;
   if (bn < 64 || bn > 256 || !isPowerOfTwo(bn))
     return emitOpError("block N must be 64, 128 or 256, got ") << bn;
-  if (getBlockK() * bytes != 128)
-    return emitOpError("block_k must span one 128-byte swizzle row (") << 128 / bytes << " elements), got "
-                                                                        << getBlockK();
+  // A K-major slice row is one swizzle row: 32, 64 or 128 bytes.
+  int64_t rowBytes = getBlockK() * bytes;
+  if (rowBytes != 32 && rowBytes != 64 && rowBytes != 128)
+    return emitOpError("block_k must span a 32-, 64- or 128-byte swizzle row (")
+           << 32 / bytes << ", " << 64 / bytes << " or " << 128 / bytes << " elements), got " << getBlockK();
   if (getWarpSpecialize()) {
     // The producer warps skip the rest of the op's block: nothing computed there may
     // leave it, and the block is the kernel body or a loop directly in it.

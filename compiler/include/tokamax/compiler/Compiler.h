@@ -35,10 +35,11 @@ struct TOKAMAX_API KernelParam {
 };
 
 /// A TMA tensor map the launcher encodes for a 2-D tensor parameter and passes after the
-/// kernel's own parameters (128-byte swizzle, zero fill out of bounds).
+/// kernel's own parameters (swizzled boxes, zero fill out of bounds).
 struct TOKAMAX_API TensorMapParam {
   uint32_t param = 0;  ///< index of the tensor parameter
   uint32_t box_inner = 0, box_outer = 0;  ///< box extent along the contiguous dimension, and the other
+  uint32_t swizzle = 128;  ///< bytes of the swizzle pattern's row: 32, 64 or 128
 };
 
 struct TOKAMAX_API LaunchInfo {

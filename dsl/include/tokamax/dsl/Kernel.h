@@ -121,7 +121,7 @@ class TensorArg;
 
 /// Options of tma_dot: the K slice each pipeline stage holds and how many stages.
 struct TOKAMAX_API TmaDotOptions {
-  int64_t block_k = 64;   ///< one 128-byte swizzle row: 64 16-bit elements, 128 for fp8
+  int64_t block_k = 64;   ///< one 32-, 64- or 128-byte swizzle row: 16, 32 or 64 16-bit elements (x2 for fp8)
   int64_t stages = 4;     ///< shared-memory ring depth
   bool trans_a = false;   ///< a is [K, M]
   bool trans_b = false;   ///< b is [N, K]

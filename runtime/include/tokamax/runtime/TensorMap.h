@@ -2,7 +2,8 @@
 //
 // The 128-byte tensor map (CUtensorMap) that cp.async.bulk.tensor reads, encoded on the
 // host by the driver for a row-major 2-D tensor: boxes of box_outer rows by box_inner
-// contiguous elements, 128-byte swizzle, zeros read outside the tensor.
+// contiguous elements, stored in shared memory with the 32-, 64- or 128-byte swizzle,
+// zeros read outside the tensor.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -18,10 +19,12 @@ struct alignas(128) TensorMap {
   uint64_t words[16];
 };
 
-/// Throws tokamax::Error naming `what` when the tensor cannot be described (a row not a
-/// multiple of 16 bytes, an address not 16-byte aligned, a box over 256 or wider than
-/// the 128-byte swizzle, a dtype TMA cannot move).
+/// `swizzle_bytes` (32, 64 or 128) is the row of the swizzle pattern; a box row may not
+/// be wider. Throws tokamax::Error naming `what` when the tensor cannot be described (a
+/// row not a multiple of 16 bytes, an address not 16-byte aligned, a box over 256 or
+/// wider than the swizzle, another swizzle, a dtype TMA cannot move).
 TOKAMAX_API TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows,
-                                        int64_t cols, uint32_t box_inner, uint32_t box_outer);
+                                        int64_t cols, uint32_t box_inner, uint32_t box_outer,
+                                        uint32_t swizzle_bytes = 128);
 
 } // namespace tokamax
