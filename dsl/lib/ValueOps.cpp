@@ -553,6 +553,8 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   if (options.block_k * bytes != 32 && options.block_k * bytes != 64 && options.block_k * bytes != 128)
     args.kb.fail(fmt::format("tma_dot: block_k must be {}, {} or {} (one 32-, 64- or 128-byte swizzle row), got {}",
                              32 / bytes, 64 / bytes, 128 / bytes, options.block_k));
+  if (options.a_in_registers && options.trans_a)
+    args.kb.fail("tma_dot: a_in_registers needs a as [M, K] (trans_a = false)");
   if (options.cluster_m != 1 && options.cluster_m != 2)
     args.kb.fail(fmt::format("tma_dot: cluster_m must be 1 or 2, got {}", options.cluster_m));
   if (options.cluster_m == 2 && !options.warp_specialize)
@@ -563,7 +565,8 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
                              args.type.getDimSize(1)));
   return args.create<tile::TmaDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
                                      options.stages, args.kb.b().getBoolAttr(options.warp_specialize),
-                                     args.kb.b().getI64IntegerAttr(options.cluster_m));
+                                     args.kb.b().getI64IntegerAttr(options.cluster_m),
+                                     args.kb.b().getBoolAttr(options.a_in_registers));
 }
 
 Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,

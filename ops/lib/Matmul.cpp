@@ -191,7 +191,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   int64_t gridM = cdiv(cdiv(spec.m, bm), cluster), gridN = cdiv(spec.n, bn), units = gridM * gridN;
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
                         .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
-                        .cluster_m = cluster};
+                        .cluster_m = cluster, .a_in_registers = config.a_in_registers};
   // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
   // strips beside the ring (1 KiB of slack each); otherwise the threads store.
   const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));

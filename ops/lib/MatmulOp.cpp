@@ -42,7 +42,7 @@ Config toConfig(const MatmulConfig &c, int64_t programs) {
                 {"block_k", c.block_k},     {"group_m", c.group_m},
                 {"num_warps", c.num_warps}, {"num_stages", c.num_stages},
                 {"warp_specialize", c.warp_specialize}, {"cluster_m", c.cluster_m}, {"tma_store", c.tma_store},
-                {"programs", programs}};
+                {"a_in_registers", c.a_in_registers}, {"programs", programs}};
 }
 
 /// `sm_count`: what programs = -1 stands for.
@@ -57,6 +57,7 @@ MatmulConfig fromConfig(const Config &config, int sm_count) {
   c.warp_specialize = config.get_or("warp_specialize", 1) != 0;
   c.cluster_m = config.get_or("cluster_m", 1);
   c.tma_store = config.get_or("tma_store", 0) != 0;
+  c.a_in_registers = config.get_or("a_in_registers", 0) != 0;
   int64_t programs = config.get_or("programs", 0);
   c.programs = programs == kOnePerSm ? sm_count : programs;
   return c;
@@ -119,6 +120,8 @@ public:
       return fmt::format("cluster_m must be 1 or 2, got {}", c.cluster_m);
     if (c.cluster_m == 2 && !c.warp_specialize)
       return std::string("cluster_m = 2 needs warp_specialize");
+    if (c.a_in_registers && spec.trans_a)
+      return std::string("a_in_registers needs a as [M, K] (trans_a = false)");
     if (c.cluster_m == 2 && !spec.trans_b && c.block_n < 128)
       return fmt::format("cluster_m = 2 with b as [K, N] needs block_n >= 128, got {}", c.block_n);
     return std::nullopt;
@@ -180,6 +183,14 @@ public:
       c = default_hopper_config(spec);
       c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
       add(c, kOnePerSm);
+      // A from registers (wgmma RS): a as [M, K] only; half-width slices keep the
+      // fragments of two slices in flight within a consumer's registers.
+      if (!spec.trans_a) {
+        c = default_hopper_config(spec);
+        c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
+        c.a_in_registers = true;
+        add(c, kOnePerSm);
+      }
       return space;
     }
     int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
@@ -210,7 +221,7 @@ public:
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
-         c.cluster_m, c.tma_store, c.programs});
+         c.cluster_m, c.tma_store, c.a_in_registers, c.programs});
     const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] { return build(spec, c); });
     double alpha = args.float_attribute("alpha");
     if (spec.has_bias)

@@ -364,6 +364,22 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
                          << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
+  // A from registers (wgmma RS, a as [M, K]): ldmatrix through each swizzle width (K
+  // slices of 128, 64 and 32 bytes), b either way, f16 and bf16, persistent and in order.
+  for (int64_t bk : {64, 32, 16})
+    for (int t = 0; t < 2; ++t)
+      for (bool specialized : {true, false}) {
+        MatmulConfig config = default_hopper_config({});
+        config.block_k = bk, config.num_stages = bk == 64 ? 4 : 8, config.a_in_registers = true;
+        config.warp_specialize = specialized;
+        config.programs = specialized ? 132 : 0;
+        Case c{1000, 520, 1000, t ? DType::F16 : DType::BF16, DType::F32, false, t == 1, t == 0, 1.0, "hopper",
+               config};
+        double err = runCase(c, stream);
+        INFO(describe(c) << " block_k " << bk << " A in registers"
+                         << (specialized ? " warp-specialized" : " in order") << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
   // Short K: 2-8 slices, where the consumer loop is unrolled (a final wgmma.wait_group
   // once duplicated into lane-dependent branches there and hung), one program per tile
   // and persistent.
@@ -407,11 +423,13 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
         ++run;
       }
   CHECK(run == 16);
-  // 64- and 32-wide fp8 K slices (64- and 32-byte swizzles), a partial last slice.
-  for (int64_t bk : {64, 32})
+  // 64- and 32-wide fp8 K slices (64- and 32-byte swizzles), a partial last slice; A
+  // from registers (wgmma RS) at 128 and 64 bytes.
+  for (int64_t bk : {128, 64, 32})
     for (DType dtype : {DType::F8E4M3, DType::F8E5M2}) {
       MatmulConfig config = default_hopper_config({});
-      config.block_k = bk, config.num_stages = 8;
+      config.block_k = bk, config.num_stages = bk == 128 ? 4 : 8;
+      config.a_in_registers = bk != 32;
       Case c{1000, 520, 1008, dtype, DType::BF16, false, true, false, 1.0, "hopper", config};
       double err = runCase(c, stream);
       INFO(describe(c) << " block_k " << bk << ": relative error " << err);

@@ -281,6 +281,8 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
       {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.warp_specialize = false, .cluster_m = 2},
        "cluster_m = 2 needs warp_specialize"},
       {DType::BF16, {128, 64}, {64, 64}, {128, 64}, {.cluster_m = 2}, "cluster_m = 2 with b as [K, N] needs block N >= 128"},
+      {DType::BF16, {64, 128}, {64, 128}, {128, 128}, {.trans_a = true, .a_in_registers = true},
+       "a_in_registers needs a as [M, K] (trans_a = false)"},
   };
   for (const Case &c : cases) {
     INFO(c.error);
@@ -444,6 +446,48 @@ TEST_CASE("hopper matmul PTX with 64- and 32-byte swizzled K slices", "[hopper][
       CHECK(contains(log, "0 bytes spill stores"));
       CHECK_FALSE(contains(log, "serialized"));
     }
+}
+
+TEST_CASE("hopper matmul PTX with A in registers: ldmatrix from the ring, wgmma RS", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (DType dtype : {DType::BF16, DType::F8E4M3})
+    for (int64_t bytes : {128, 64, 32})
+      for (bool specialized : {true, false}) {
+        const bool fp8 = dtype == DType::F8E4M3;
+        MatmulSpec spec{256, 512, 320, dtype, DType::BF16, false, fp8, false};
+        MatmulConfig config = default_hopper_config(spec);
+        config.block_k = bytes / int64_t(dtype_size(dtype));
+        config.num_stages = bytes == 128 ? 4 : 8;
+        config.a_in_registers = true;
+        config.warp_specialize = specialized;
+        INFO(describe(spec, 1.0) << " block_k " << config.block_k << (specialized ? " warp-specialized" : ""));
+        CompileOptions options;
+        options.arch = "sm_90a";
+        options.assemble = false;
+        CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+        const std::string &ptx = compiled.ptx;
+        CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+        // A is a brace list of four registers, B a descriptor; no transpose immediate for A.
+        const std::string type = fp8 ? "k32.f32.e4m3.e4m3" : "k16.f32.bf16.bf16";
+        std::regex rs("wgmma\\.mma_async\\.sync\\.aligned\\.m64n256" + std::regex_replace(type, std::regex("\\."), "\\.") +
+                      " \\{[^}]*\\}, \\{%r\\d+, %r\\d+, %r\\d+, %r\\d+\\}, %rd\\d+, acc, 1, 1" + (fp8 ? ";" : ", [01];"));
+        CHECK(std::regex_search(ptx, rs));
+        if (!fp8)
+          CHECK_THROWS_WITH(matmul_hopper_kernel({256, 512, 320, dtype, DType::BF16, true, false, false}, config),
+                            Contains("a_in_registers needs a as [M, K]"));
+        if (ptxas.empty())
+          continue;
+        auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+        INFO(log);
+        CHECK(status == 0);
+        CHECK(contains(log, "0 bytes spill stores"));
+        // wgmma reads A's registers until its group completes, and two slices' groups
+        // are in flight: with 128-byte slices (16 words per slice) beside the 128-word
+        // accumulator that outgrows the 168 registers a thread of a warp-specialized
+        // 384-thread program has, and ptxas serializes the wgmma; narrower slices fit.
+        if (bytes < 128 || !specialized)
+          CHECK_FALSE(contains(log, "serialized"));
+      }
 }
 
 TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases, cluster barriers", "[hopper][ptx]") {

@@ -45,7 +45,7 @@
 // one wgmma m64 writes.
 //
 //===----------------------------------------------------------------------===//
-#include "compiler/Conversion/TileToLLVM/TileLowering.h"
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -173,6 +173,24 @@ struct TmaDotLowering {
                       8 * kMnRowBytes, kMnRowBytes);
   }
 
+  /// This thread's A fragment (four 32-bit words) for K step `kk` (32 bytes of K) of
+  /// slab `r`: warp w's 16 rows 16 w + 16 W r .. of the K-major slice at `stage`, read
+  /// with one ldmatrix.x4 (matrices: rows 0-7 / 8-15 by the step's first / second 16
+  /// bytes, wgmma's register order) through the slice's swizzle, which XORs an offset's
+  /// 16-byte chunk bits (4 ..) with its bits from 7 up (the row within 8 for 128-byte
+  /// rows, within 4 pairs or 2 quads of rows for 64- and 32-byte ones).
+  SmallVector<Value> readAFragment(Value stage, int64_t r, int64_t kk) {
+    I32 m{t, loc};
+    Value lane = t.laneId(), matrix = m.div(lane, 8);
+    Value row = add(add(mul(t.warpId(), 16), 16 * int64_t(warps) * r),
+                    add(mul(m.rem(matrix, 2), 8), m.rem(lane, 8)));
+    Value chunk = add(m.div(matrix, 2), 2 * kk);
+    Value offset = add(mul(row, kRowBytes), mul(chunk, 16));
+    Value phase = b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, offset, c32(7)), c32(kRowBytes / 16 - 1));
+    Value swizzled = b.create<arith::XOrIOp>(loc, offset, b.create<arith::ShLIOp>(loc, phase, c32(4)));
+    return t.ptx(loc).ldmatrix(add(stage, swizzled), 4, /*trans=*/false);
+  }
+
   Value parityOf(Value slice, int64_t lap = 0) {
     Value laps = b.create<arith::DivUIOp>(loc, slice, c32(stages));
     return b.create<arith::AndIOp>(loc, add(laps, lap), c32(1));
@@ -222,20 +240,32 @@ struct TmaDotLowering {
       Value kt = loop.getInductionVar(), slice = add(base, kt), s = stageOf(slice);
       SmallVector<Value> acc(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
       ptx.mbarrierWait(full(s), parityOf(slice));
-      ptx.wgmmaFence();
+      if (!op.getAInRegisters())
+        ptx.wgmmaFence();
       Value stage = stageBase(s), stageB = add(stage, smem.aBytes);
+      // Each wgmma takes 32 bytes of K: k16 for 16-bit operands, k32 for fp8.
+      const int64_t kSteps = bk * elemBytes / 32;
       Value group = b.create<arith::DivUIOp>(loc, t.warpId(), c32(4));
       Value slabBase = add(stage, Value(mul(group, transA ? mnBoxBytes : 64 * kRowBytes)));
-      // Each wgmma takes 32 bytes of K: k16 for 16-bit operands, k32 for fp8.
-      for (int64_t kk = 0; kk < bk * elemBytes / 32; ++kk) {
+      for (int64_t kk = 0; kk < kSteps; ++kk) {
+        // A from registers: the step's fragments, then the fence that orders these
+        // register writes before the wgmma reads (one step at a time keeps few live).
+        SmallVector<SmallVector<Value>> aFragments;
+        if (op.getAInRegisters()) {
+          for (int64_t r = 0; r < slabs; ++r)
+            aFragments.push_back(readAFragment(stage, r, kk));
+          ptx.wgmmaFence();
+        }
         Value descB = operandDesc(stageB, transB, 0, kk);
         for (int64_t r = 0; r < slabs; ++r) {
           SmallVector<Value> in;
           for (int64_t i = 0; i < perSlab; ++i)
             in.push_back(acc[regOf[r * perSlab + i]]);
-          Value descA = operandDesc(slabBase, !transA, 16 * warps * r, kk);
           SmallVector<Value> out =
-              ptx.wgmma(static_cast<unsigned>(bn), wgmmaType(), descA, descB, in, transA, !transB);
+              op.getAInRegisters()
+                  ? ptx.wgmmaRegisterA(static_cast<unsigned>(bn), wgmmaType(), aFragments[r], descB, in, !transB)
+                  : ptx.wgmma(static_cast<unsigned>(bn), wgmmaType(), operandDesc(slabBase, !transA, 16 * warps * r, kk),
+                              descB, in, transA, !transB);
           for (int64_t i = 0; i < perSlab; ++i)
             acc[regOf[r * perSlab + i]] = out[i];
         }

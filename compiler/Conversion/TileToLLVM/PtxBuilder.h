@@ -107,8 +107,15 @@ public:
   llvm::SmallVector<mlir::Value> wgmma(unsigned n, llvm::StringRef ab, mlir::Value descA,
                                        mlir::Value descB, mlir::ValueRange acc, bool transA,
                                        bool transB);
+  /// The same with A from registers: `aRegs` are the four 32-bit words of this thread's
+  /// A fragment (rows 16 w .. 16 w + 15 of the 64-row slab for warp w of the warpgroup,
+  /// as ldmatrix.x4 reads them), B from shared memory.
+  llvm::SmallVector<mlir::Value> wgmmaRegisterA(unsigned n, llvm::StringRef ab, mlir::ValueRange aRegs,
+                                                mlir::Value descB, mlir::ValueRange acc, bool transB);
 
 private:
+  llvm::SmallVector<mlir::Value> wgmmaAsm(unsigned n, llvm::StringRef ab, mlir::ValueRange a, bool aInRegisters,
+                                          mlir::Value descB, mlir::ValueRange acc, bool transA, bool transB);
   mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,
                       llvm::StringRef constraints, bool sideEffects);
   mlir::OpBuilder &b;

@@ -110,27 +110,48 @@ void PtxBuilder::wgmmaWaitGroup(unsigned pending) { b.create<NVVM::WgmmaWaitGrou
 
 SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,
                                      bool transA, bool transB) {
-  unsigned regs = n / 2;
-  // 8-bit operands: k32 and no transpose operands (they are K-major only).
+  return wgmmaAsm(n, ab, ValueRange{descA}, /*aInRegisters=*/false, descB, acc, transA, transB);
+}
+
+SmallVector<Value> PtxBuilder::wgmmaRegisterA(unsigned n, StringRef ab, ValueRange aRegs, Value descB,
+                                              ValueRange acc, bool transB) {
+  return wgmmaAsm(n, ab, aRegs, /*aInRegisters=*/true, descB, acc, /*transA=*/false, transB);
+}
+
+// Operands: d (n / 2 f32 outputs, tied to the acc inputs at the end), A (a descriptor,
+// or four 32-bit registers), descB, then the scale-d word (1: accumulate) turned into a
+// predicate. 8-bit operands: k32 and no transpose immediates (they are K-major only);
+// A from registers has no transpose immediate of its own.
+SmallVector<Value> PtxBuilder::wgmmaAsm(unsigned n, StringRef ab, ValueRange a, bool aInRegisters, Value descB,
+                                        ValueRange acc, bool transA, bool transB) {
+  unsigned regs = n / 2, aCount = static_cast<unsigned>(a.size());
   bool fp8 = ab == "e4m3" || ab == "e5m2";
-  std::string d;
-  for (unsigned i = 0; i < regs; ++i)
-    d += (i ? ", $" : "$") + std::to_string(i);
-  // Operands: d (outputs, tied to the acc inputs at the end), descA, descB, then the
-  // scale-d word (1: accumulate) turned into a predicate.
-  std::string trans = fp8 ? "" : llvm::formatv(", {0}, {1}", transA ? 1 : 0, transB ? 1 : 0).str();
+  auto list = [](unsigned first, unsigned count) {
+    std::string s;
+    for (unsigned i = 0; i < count; ++i)
+      s += (i ? ", $" : "$") + std::to_string(first + i);
+    return s;
+  };
+  std::string aText = aInRegisters ? "{" + list(regs, aCount) + "}" : "$" + std::to_string(regs);
+  std::string trans;
+  if (!fp8)
+    trans = aInRegisters ? llvm::formatv(", {0}", transB ? 1 : 0).str()
+                         : llvm::formatv(", {0}, {1}", transA ? 1 : 0, transB ? 1 : 0).str();
   std::string text =
       llvm::formatv("{{\n .reg .pred acc;\n setp.ne.b32 acc, ${0}, 0;\n"
-                    " wgmma.mma_async.sync.aligned.m64n{1}k{2}.f32.{3}.{3} {{{4}}, ${5}, ${6}, acc, 1, 1{7};\n}",
-                    regs + 2, n, fp8 ? 32 : 16, ab, d, regs, regs + 1, trans)
+                    " wgmma.mma_async.sync.aligned.m64n{1}k{2}.f32.{3}.{3} {{{4}}, {5}, ${6}, acc, 1, 1{7};\n}",
+                    regs + aCount + 1, n, fp8 ? 32 : 16, ab, list(0, regs), aText, regs + aCount, trans)
           .str();
   std::string constraints;
   for (unsigned i = 0; i < regs; ++i)
     constraints += "=f,";
-  constraints += "l,l,r";
+  for (unsigned i = 0; i < aCount; ++i)
+    constraints += aInRegisters ? "r," : "l,";
+  constraints += "l,r";
   for (unsigned i = 0; i < regs; ++i)
     constraints += "," + std::to_string(i);
-  SmallVector<Value> operands{descA, descB, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1)};
+  SmallVector<Value> operands(a.begin(), a.end());
+  operands.append({descB, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1)});
   operands.append(acc.begin(), acc.end());
   SmallVector<Type> fields(regs, b.getF32Type());
   Value result = asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), operands, text, constraints, true);

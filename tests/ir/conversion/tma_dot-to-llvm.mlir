@@ -174,3 +174,33 @@ func.func @swizzle32(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32
   tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
   return
 }
+
+// -----
+
+// a_in_registers: per k16 step each warp reads its A fragment from the 64-byte-swizzled
+// slice with one ldmatrix.x4 (offset bits 4-5 XOR bits 7-8), fences, and issues the
+// wgmma with A as four registers and only B as a descriptor (no transpose immediate
+// for A: the last immediate is B's).
+
+// CHECK-LABEL: llvm.func @a_in_registers
+// CHECK: } else {
+// CHECK: mbarrier.try_wait.parity
+// CHECK-NOT: nvvm.wgmma.fence.aligned
+// CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// CHECK-NEXT: llvm.extractvalue
+// CHECK-COUNT-3: llvm.extractvalue
+// CHECK-NEXT: nvvm.wgmma.fence.aligned
+// CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{.*}}, {$64, $65, $66, $67}, $68, acc, 1, 1, 0;
+// CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{.*}}, {$64, $65, $66, $67}, $68, acc, 1, 1, 0;
+// CHECK-NOT: wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+func.func @a_in_registers(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 128, 256>, b_dims = array<i64: 128, 256>, block_k = 32 : i64, stages = 4 : i64, trans_a = false, trans_b = true, warp_specialize = true, a_in_registers = true} : !tile.ptr<f16>, !tile.ptr<f16>, tensor<128x128xf32>
+  tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  return
+}

@@ -218,3 +218,14 @@ func.func @tma_dot_cluster_narrow_b(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
   %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 320>, b_dims = array<i64: 320, 512>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true, cluster_m = 2 : i64} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x64xf32>
   return
 }
+
+// -----
+
+func.func @tma_dot_a_in_registers_transposed(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  // expected-error @+1 {{'tile.tma_dot' op a_in_registers needs a as [M, K] (trans_a = false)}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 256, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = true, trans_b = false, a_in_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  return
+}

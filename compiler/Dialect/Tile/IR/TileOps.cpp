@@ -330,6 +330,8 @@ LogicalResult TmaDotOp::verify() {
         return emitOpError("with warp_specialize: its loop may not carry values computed after it (only its own "
                            "warps run that part)");
   }
+  if (getAInRegisters() && getTransA())
+    return emitOpError("a_in_registers needs a as [M, K] (trans_a = false): ldmatrix reads K-major rows");
   int64_t cluster = getClusterM();
   if (cluster != 1 && cluster != 2)
     return emitOpError("cluster_m must be 1 or 2, got ") << cluster;

@@ -256,7 +256,8 @@ class Tile_MainLoopDotOp<string mnemonic, dag extraArgs> :
 }
 
 def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize,
-                                                     DefaultValuedAttr<I64Attr, "1">:$cluster_m)> {
+                                                     DefaultValuedAttr<I64Attr, "1">:$cluster_m,
+                                                     DefaultValuedAttr<BoolAttr, "false">:$a_in_registers)> {
   let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
   // Operands: bf16 or f16 (either may be transposed), or fp8 (e4m3 / e5m2) with a as
   // [M, K] and b as [N, K], as wgmma reads 8-bit operands K-major only.
@@ -269,9 +270,16 @@ def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAtt
 
     On the GPU (LowerTmaDot.cpp) the runtime encodes one TMA tensor map per operand;
     `block_k`-wide slices of both operands stream through a ring of `stages` shared-
-    memory buffers (cp.async.bulk.tensor, 128-byte swizzle, completion on mbarriers) and
-    every warpgroup issues wgmma.mma_async m64nBNk16 on its 64-row slabs straight from
-    shared memory. The accumulator takes the mma layout with every warp along M.
+    memory buffers (cp.async.bulk.tensor, completion on mbarriers; K-major slices are
+    swizzled by their 32-, 64- or 128-byte rows, MN-major ones with the 128-byte
+    swizzle) and every warpgroup issues wgmma.mma_async m64nBNk16 on its 64-row slabs
+    straight from shared memory. The accumulator takes the mma layout with every warp
+    along M.
+
+    With `a_in_registers` (a as [M, K] only), each warp first reads its rows of a's
+    slice into registers (ldmatrix, in wgmma's A-fragment layout) and the wgmma takes A
+    from registers and only B from shared memory (the form a product of computed
+    values, such as attention's probabilities, needs).
 
     With `warp_specialize`, the kernel gets one more warpgroup (a producer): one of its
     threads issues every TMA load while the kernel's `num_warps` warps only wait and

@@ -132,6 +132,9 @@ struct TOKAMAX_API TmaDotOptions {
   /// same n0, m0 one block apart, equally many calls); TMA multicasts b's slices to both.
   /// Needs warp_specialize and, with b as [K, N], block N >= 128.
   int64_t cluster_m = 1;
+  /// wgmma takes A from registers (each warp reads its rows of a's slice with ldmatrix)
+  /// and only B from shared memory; a must be [M, K] (trans_a = false).
+  bool a_in_registers = false;
 };
 
 /// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with

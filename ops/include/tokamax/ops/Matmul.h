@@ -48,6 +48,9 @@ struct TOKAMAX_API MatmulConfig {
   /// multiples and two [block_m][128-byte] strips fit beside the ring), so the next
   /// tile's main loop starts while it is written out
   bool tma_store = true;
+  /// hopper: wgmma takes A from registers (ldmatrix from the ring) and B from shared
+  /// memory; a as [M, K] only
+  bool a_in_registers = false;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
   int64_t programs = 0;
