@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "MatmulTestUtil.h"
 #include "PtxasUtil.h"
 #include "common/Numerics.h"
 
@@ -71,11 +72,7 @@ std::pair<std::vector<double>, std::vector<double>> interpretMatmul(const Matmul
           test::matmul_reference(a, b, spec.m, spec.n, spec.k, alpha, spec.has_bias ? &bias : nullptr)};
 }
 
-std::string describe(const MatmulSpec &s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
-         std::string(dtype_name(s.dtype)) + "->" + std::string(dtype_name(s.out_dtype)) + (s.trans_a ? " a^T" : "") +
-         (s.trans_b ? " b^T" : "") + (s.has_bias ? " +bias" : "");
-}
+using test::describe;
 
 using test::contains;
 using test::count;

@@ -1,0 +1,340 @@
+//===- HopperPtxTests.cpp - the hopper matmul kernel's PTX ----------------===//
+//
+// The sm_90a PTX of the `hopper` matmul kernel (tile.tma_dot, tile.tma_store): TMA,
+// mbarriers and wgmma (descriptors, or A in registers), the tensor maps with their boxes
+// and swizzles as parameters, dynamic shared memory, 2-CTA clusters, TMA stores, fp8;
+// it passes ptxas without spills or serialized wgmma; warpgroup-wide instructions stay
+// out of lane-dependent code; other architectures are refused with a clear error.
+//
+//===----------------------------------------------------------------------===//
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Error.h>
+
+#include <catch2/catch.hpp>
+
+#include "MatmulTestUtil.h"
+#include "PtxasUtil.h"
+
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace tokamax;
+using Catch::Contains;
+using test::describe;
+using test::contains;
+
+TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared memory", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  if (ptxas.empty())
+    WARN("ptxas not found: the PTX is checked textually only");
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int t = 0; t < 8; ++t) {
+      MatmulSpec spec{256, 512, 320, dtype, dtype, bool(t & 1), bool(t & 2), t == 2};
+      MatmulConfig config = default_hopper_config(spec);
+      config.warp_specialize = t < 4;
+      config.tma_store = t % 3 != 0;
+      INFO(describe(spec, 1.0) << (config.warp_specialize ? " warp-specialized" : " in order")
+                               << (config.tma_store ? ", TMA stores" : ", thread stores"));
+      REQUIRE(config.block_m == 128);
+      REQUIRE(config.block_n == 256);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      const std::string &ptx = compiled.ptx;
+      const std::string types = dtype == DType::BF16 ? ".f32.bf16.bf16" : ".f32.f16.f16";
+      CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
+      CHECK(contains(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+      CHECK(contains(ptx, "mbarrier.try_wait.parity"));
+      // The epilogue: 16-byte stores per thread, or swizzled strips in shared memory
+      // handed to TMA in bulk groups (two buffers: the reuse waits for reads only), all
+      // waited for before the kernel returns.
+      CHECK(contains(ptx, "st.global.v4.b32") == !config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.commit_group;") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.wait_group.read 1;") == config.tma_store);
+      CHECK(contains(ptx, "cp.async.bulk.wait_group 0;") == config.tma_store);
+      CHECK(contains(ptx, ".param .align 64 .b8"));
+
+      const LaunchInfo &launch = compiled.launch;
+      // A warp-specialized kernel has a producer warpgroup beside its 8 warps; the
+      // epilogue's barriers count only the 256 consumer threads.
+      CHECK(launch.block_threads == (config.warp_specialize ? 384u : 256u));
+      CHECK(contains(ptx, ".maxntid 384, 1, 1") == config.warp_specialize);
+      // 2 x 2 tiles: fewer than the 132 persistent programs, so one program each.
+      CHECK(launch.grid[0] == 2 * 2);
+      CHECK(launch.dynamic_shared);
+      CHECK(launch.shared_bytes > 48 * 1024);
+      CHECK(launch.shared_bytes <= 227 * 1024);
+      REQUIRE(launch.tensor_maps.size() == (config.tma_store ? 3u : 2u));
+      const TensorMapParam &ma = launch.tensor_maps[0], &mb = launch.tensor_maps[1];
+      if (config.tma_store) {  // c: [block_m rows][64 columns] strips
+        CHECK(launch.tensor_maps[2].param == (spec.has_bias ? 3u : 2u));
+        CHECK(launch.tensor_maps[2].box_inner == 64);
+        CHECK(launch.tensor_maps[2].box_outer == uint32_t(config.block_m));
+      }
+      CHECK(ma.param == 0);
+      CHECK(mb.param == 1);
+      // K-major operands (a [M, K], b [N, K]) take one [rows][64] box; MN-major ones
+      // [64 K][64] boxes.
+      CHECK(ma.box_inner == 64);
+      CHECK(ma.box_outer == (spec.trans_a ? 64u : uint32_t(config.block_m)));
+      CHECK(mb.box_inner == 64);
+      CHECK(mb.box_outer == (spec.trans_b ? uint32_t(config.block_n) : 64u));
+      // The launch info survives its JSON form.
+      LaunchInfo back = LaunchInfo::from_json(launch.to_json());
+      CHECK(back.dynamic_shared == launch.dynamic_shared);
+      REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
+      CHECK(back.tensor_maps[1].box_outer == mb.box_outer);
+
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(contains(log, "0 bytes spill stores"));
+      CHECK(contains(log, "0 bytes spill loads"));
+      // ptxas keeps the wgmma chain asynchronous (no serialization warning).
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul PTX with 64- and 32-byte swizzled K slices", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (int64_t bk : {32, 16})
+    for (int t = 0; t < 4; ++t) {
+      MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16, bool(t & 1), bool(t & 2), false};
+      MatmulConfig config = default_hopper_config(spec);
+      config.block_k = bk;
+      config.num_stages = 8;
+      INFO(describe(spec, 1.0) << " block_k " << bk);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      CHECK(contains(compiled.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
+      const LaunchInfo &launch = compiled.launch;
+      REQUIRE(launch.tensor_maps.size() >= 2);
+      // K-major operands: [rows][block_k] boxes swizzled by their 2 * block_k-byte rows;
+      // MN-major ones: [block_k][64] boxes with the 128-byte swizzle.
+      for (auto [map, kMajor, rows] : {std::tuple{launch.tensor_maps[0], !spec.trans_a, config.block_m},
+                                      std::tuple{launch.tensor_maps[1], spec.trans_b, config.block_n}}) {
+        CHECK(map.box_inner == uint32_t(kMajor ? bk : 64));
+        CHECK(map.box_outer == uint32_t(kMajor ? rows : bk));
+        CHECK(map.swizzle == uint32_t(kMajor ? 2 * bk : 128));
+      }
+      LaunchInfo back = LaunchInfo::from_json(launch.to_json());
+      REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
+      CHECK(back.tensor_maps[0].swizzle == launch.tensor_maps[0].swizzle);
+      CHECK(back.tensor_maps[1].swizzle == launch.tensor_maps[1].swizzle);
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(contains(log, "0 bytes spill stores"));
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul PTX with A in registers: ldmatrix from the ring, wgmma RS", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (DType dtype : {DType::BF16, DType::F8E4M3})
+    for (int64_t bytes : {128, 64, 32})
+      for (bool specialized : {true, false}) {
+        const bool fp8 = dtype == DType::F8E4M3;
+        MatmulSpec spec{256, 512, 320, dtype, DType::BF16, false, fp8, false};
+        MatmulConfig config = default_hopper_config(spec);
+        config.block_k = bytes / int64_t(dtype_size(dtype));
+        config.num_stages = bytes == 128 ? 4 : 8;
+        config.a_in_registers = true;
+        config.warp_specialize = specialized;
+        INFO(describe(spec, 1.0) << " block_k " << config.block_k << (specialized ? " warp-specialized" : ""));
+        CompileOptions options;
+        options.arch = "sm_90a";
+        options.assemble = false;
+        CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+        const std::string &ptx = compiled.ptx;
+        CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+        // A is a brace list of four registers, B a descriptor; no transpose immediate for A.
+        const std::string type = fp8 ? "k32.f32.e4m3.e4m3" : "k16.f32.bf16.bf16";
+        std::regex rs("wgmma\\.mma_async\\.sync\\.aligned\\.m64n256" + std::regex_replace(type, std::regex("\\."), "\\.") +
+                      " \\{[^}]*\\}, \\{%r\\d+, %r\\d+, %r\\d+, %r\\d+\\}, %rd\\d+, acc, 1, 1" + (fp8 ? ";" : ", [01];"));
+        CHECK(std::regex_search(ptx, rs));
+        if (!fp8)
+          CHECK_THROWS_WITH(matmul_hopper_kernel({256, 512, 320, dtype, DType::BF16, true, false, false}, config),
+                            Contains("a_in_registers needs a as [M, K]"));
+        if (ptxas.empty())
+          continue;
+        auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+        INFO(log);
+        CHECK(status == 0);
+        CHECK(contains(log, "0 bytes spill stores"));
+        // wgmma reads A's registers until its group completes, and two slices' groups
+        // are in flight: with 128-byte slices (16 words per slice) beside the 128-word
+        // accumulator that outgrows the 168 registers a thread of a warp-specialized
+        // 384-thread program has, and ptxas serializes the wgmma; narrower slices fit.
+        if (bytes < 128 || !specialized)
+          CHECK_FALSE(contains(log, "serialized"));
+      }
+}
+
+TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases, cluster barriers", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (int t = 0; t < 4; ++t)
+    for (int64_t programs : {0, 6}) {
+      MatmulSpec spec{1000, 512, 320, DType::BF16, DType::BF16, bool(t & 1), bool(t & 2), t == 1};
+      MatmulConfig config = default_hopper_config(spec);
+      config.cluster_m = 2;
+      config.programs = programs;
+      INFO(describe(spec, 1.0) << " programs " << programs);
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      const std::string &ptx = compiled.ptx;
+      CHECK(contains(ptx, ".reqnctapercluster 2, 1, 1"));
+      CHECK(contains(ptx, "mbarrier::complete_tx::bytes.multicast::cluster"));
+      CHECK(contains(ptx, "%cluster_ctarank"));
+      CHECK(contains(ptx, "fence.mbarrier_init.release.cluster"));
+      CHECK(contains(ptx, "barrier.cluster.arrive.aligned"));
+      CHECK(contains(ptx, "barrier.cluster.wait.aligned"));
+      CHECK(contains(ptx, "mapa.shared::cluster.u32"));
+      CHECK(contains(ptx, "mbarrier.arrive.release.cluster.shared::cluster.b64"));
+      const LaunchInfo &launch = compiled.launch;
+      CHECK(launch.cluster == 2);
+      // 8 block rows (1000 / 128) in 4 pairs x 2 block columns: 16 programs, or 6 persistent ones.
+      CHECK(launch.grid[0] == (programs ? 6u : 16u));
+      CHECK(LaunchInfo::from_json(launch.to_json()).cluster == 2);
+      // Each CTA loads half of b's rows: a K-major b's box is [128][64].
+      REQUIRE(launch.tensor_maps.size() == 3);
+      CHECK(launch.tensor_maps[1].box_outer == (spec.trans_b ? 128u : 64u));
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      // At 168 registers (384 threads, one CTA per SM) the persistent loop with a bias
+      // and a transposed a spills a few words; the others fit.
+      if (!(spec.has_bias && programs))
+        CHECK(contains(log, "0 bytes spill stores"));
+      CHECK_FALSE(contains(log, "serialized"));
+    }
+}
+
+TEST_CASE("hopper matmul stores c through TMA only where c's rows and shared memory allow", "[hopper][ptx]") {
+  CompileOptions options;
+  options.arch = "sm_90a";
+  options.assemble = false;
+  auto tmaStores = [&](const MatmulSpec &spec, const MatmulConfig &config) {
+    CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+    INFO(describe(spec, 1.0) << " blocks " << config.block_m << "x" << config.block_n << " stages "
+                             << config.num_stages);
+    CHECK(compiled.launch.shared_bytes <= 227 * 1024);
+    bool tma = contains(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared::cta");
+    CHECK(tma == (compiled.launch.tensor_maps.size() == 3));
+    CHECK(tma != contains(compiled.ptx, "st.global"));
+    return tma;
+  };
+  MatmulSpec spec{512, 512, 256, DType::BF16, DType::BF16};
+  MatmulConfig config = default_hopper_config(spec);
+  CHECK(tmaStores(spec, config));
+  // 256 x 128 blocks: four 48 KiB stages leave no room for two [256][128 B] strips.
+  config.block_m = 256, config.block_n = 128;
+  CHECK_FALSE(tmaStores(spec, config));
+  config.num_stages = 3;
+  CHECK(tmaStores(spec, config));
+  // c's rows of 1000 bytes are not whole 16-byte chunks: TMA cannot address them.
+  MatmulSpec ragged{512, 500, 256, DType::BF16, DType::BF16, false, true};  // b as [N, K]
+  CHECK_FALSE(tmaStores(ragged, default_hopper_config(ragged)));
+  config = default_hopper_config(spec);
+  config.tma_store = false;
+  CHECK_FALSE(tmaStores(spec, config));
+}
+
+TEST_CASE("fp8 hopper matmul PTX: wgmma k32 on e4m3 / e5m2, 128-element TMA boxes", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (auto [dtype, name] : {std::pair{DType::F8E4M3, "e4m3"}, std::pair{DType::F8E5M2, "e5m2"}}) {
+    MatmulSpec spec{256, 512, 384, dtype, DType::BF16, false, true};
+    CompileOptions options;
+    options.arch = "sm_90a";
+    options.assemble = false;
+    CompiledKernel compiled = compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options);
+    INFO(name);
+    CHECK(contains(compiled.ptx, std::string("wgmma.mma_async.sync.aligned.m64n256k32.f32.") + name + "." + name));
+    REQUIRE(compiled.launch.tensor_maps.size() == 3);  // a, b and c (bf16 strips of 64 columns)
+    for (const TensorMapParam &map : compiled.launch.tensor_maps)
+      CHECK(map.box_inner == (map.param == 2 ? 64u : 128u));  // 128 one-byte elements: one swizzle row
+    if (ptxas.empty())
+      continue;
+    auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(contains(log, "0 bytes spill stores"));
+    CHECK_FALSE(contains(log, "serialized"));
+  }
+}
+
+TEST_CASE("hopper matmul PTX keeps warpgroup-wide instructions out of lane-dependent code", "[hopper][ptx]") {
+  // wgmma.fence / commit_group / wait_group are .aligned: every thread of the warp must
+  // reach the same instruction. With a short K the consumer loop is unrolled, and
+  // branching around the lanes' mbarrier arrivals once let LLVM copy the final
+  // wait_group into both sides of such a branch (a hang on the GPU). Each instruction
+  // must appear once per unrolled K step, the final wait once.
+  auto count = [](const std::string &text, const std::regex &re) {
+    return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
+  };
+  const std::regex fence(R"(wgmma\.fence\.sync\.aligned)"), commit(R"(wgmma\.commit_group\.sync\.aligned)"),
+      wait1(R"(wgmma\.wait_group\.sync\.aligned\s+1;)"), wait0(R"(wgmma\.wait_group\.sync\.aligned\s+0;)");
+  for (DType dtype : {DType::BF16, DType::F8E4M3})
+    for (int64_t k : {64, 128, 192, 256, 320, 512, 528, 4096}) {
+      MatmulSpec spec{4097, 520, k, dtype, DType::BF16, false, true};
+      for (bool specialized : {true, false}) {
+        MatmulConfig config = default_hopper_config(spec);
+        config.warp_specialize = specialized;
+        CompileOptions options;
+        options.arch = "sm_90a";
+        options.assemble = false;
+        std::string ptx = compile(matmul_hopper_kernel(spec, config), options).ptx;
+        INFO(dtype_name(dtype) << " K = " << k << (specialized ? " warp-specialized" : " in order"));
+        CHECK(count(ptx, wait0) == 1);
+        CHECK(count(ptx, fence) >= 1);
+        CHECK(count(ptx, fence) == count(ptx, commit));
+        CHECK(count(ptx, commit) == count(ptx, wait1));
+        CHECK(ptx.find("@p mbarrier.arrive.shared::cta.b64") != std::string::npos);  // predicated, not branched
+      }
+    }
+}
+
+TEST_CASE("hopper matmul compiles for sm_90a only", "[hopper][ptx]") {
+  MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16};
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    INFO(arch);
+    CompileOptions options;
+    options.arch = arch;
+    options.assemble = false;
+    CHECK_THROWS_AS(compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options), Error);
+    CHECK_THROWS_WITH(compile(matmul_hopper_kernel(spec, default_hopper_config(spec)), options),
+                      Contains("sm_90a") && Contains(arch));
+  }
+}
+
+TEST_CASE("hopper matmul with fewer rows than its warpgroups cover is refused at lowering", "[hopper][ptx]") {
+  // 8 warps (2 warpgroups) need block M >= 128: each warpgroup owns 64-row slabs.
+  MatmulSpec spec{256, 512, 320, DType::BF16, DType::BF16};
+  MatmulConfig config = default_hopper_config(spec);
+  config.block_m = 64;
+  config.num_warps = 8;
+  CompileOptions options;
+  options.arch = "sm_90a";
+  options.assemble = false;
+  CHECK_THROWS_WITH(compile(matmul_hopper_kernel(spec, config), options),
+                    Contains("block M a multiple of 16 * num_warps") && Contains("8 warps for block M 64"));
+  config.num_warps = 4;
+  CHECK_NOTHROW(compile(matmul_hopper_kernel(spec, config), options));
+}
