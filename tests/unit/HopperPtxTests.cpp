@@ -205,7 +205,7 @@ TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases
       CHECK(contains(ptx, "barrier.cluster.arrive.aligned"));
       CHECK(contains(ptx, "barrier.cluster.wait.aligned"));
       CHECK(contains(ptx, "mapa.shared::cluster.u32"));
-      CHECK(contains(ptx, "mbarrier.arrive.release.cluster.shared::cluster.b64"));
+      CHECK(contains(ptx, "mbarrier.arrive.shared::cluster.b64"));
       const LaunchInfo &launch = compiled.launch;
       CHECK(launch.cluster == 2);
       // 8 block rows (1000 / 128) in 4 pairs x 2 block columns: 16 programs, or 6 persistent ones.

@@ -92,7 +92,7 @@ public:
   void fenceMbarrierInitCluster();
   /// Every thread of the cluster arrives (release) and waits (acquire).
   void clusterBarrier();
-  /// Arrives once (release, cluster scope) on the barrier at this CTA's shared offset
+  /// Arrives once (release, CTA scope) on the barrier at this CTA's shared offset
   /// `bar` in the cluster's CTA `rank`, where the i1 `pred` holds.
   void mbarrierArriveRemote(mlir::Value bar, mlir::Value rank, mlir::Value pred);
 

@@ -87,11 +87,14 @@ void PtxBuilder::clusterBarrier() {
   b.create<NVVM::ClusterWaitOp>(loc, /*aligned=*/b.getUnitAttr());
 }
 
+// The arrive keeps the default (release, CTA scope) semantics: what it publishes is that
+// this CTA's wgmma reads of the stage have completed (wgmma.wait_group), which a
+// cluster-scope release would only make costlier (one per consumer warp and K slice).
 void PtxBuilder::mbarrierArriveRemote(Value bar, Value rank, Value pred) {
   asmCall(Type(), ValueRange{bar, rank, b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred)},
           "{\n .reg .pred p;\n .reg .b32 remote;\n setp.ne.b32 p, $2, 0;\n"
           " mapa.shared::cluster.u32 remote, $0, $1;\n"
-          " @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}",
+          " @p mbarrier.arrive.shared::cluster.b64 _, [remote];\n}",
           "r,r,r", true);
 }
 

@@ -86,7 +86,7 @@ func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>)
 // barriers' init a cluster-scope fence and a cluster barrier (not the CTA's) publish
 // them. Each producer loads its own A box and half of B (a [64 rows] box of the K-major
 // b) multicast to both CTAs; consumers release every stage in both CTAs (mapa + a
-// cluster-scope arrive); after the loop the producer waits for the last releases.
+// remote arrive); after the loop the producer waits for the last releases.
 
 // CHECK-LABEL: llvm.func @cluster
 // CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
