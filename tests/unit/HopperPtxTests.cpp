@@ -28,6 +28,35 @@ using Catch::Contains;
 using test::describe;
 using test::contains;
 
+namespace {
+
+/// The hopper kernel's PTX for sm_90a (not assembled: checkAssembles runs ptxas -v).
+CompiledKernel compileHopper(const MatmulSpec &spec, const MatmulConfig &config) {
+  CompileOptions options;
+  options.arch = "sm_90a";
+  options.assemble = false;
+  return compile(matmul_hopper_kernel(spec, config), options);
+}
+
+/// ptxas (when found) assembles `ptx` for sm_90a: without spills unless `maySpill`, and
+/// with the wgmma chain asynchronous (no serialization warning) unless `maySerialize`.
+void checkAssembles(const std::string &ptxas, const std::string &ptx, bool maySpill = false,
+                    bool maySerialize = false) {
+  if (ptxas.empty())
+    return;
+  auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+  INFO(log);
+  CHECK(status == 0);
+  if (!maySpill) {
+    CHECK(contains(log, "0 bytes spill stores"));
+    CHECK(contains(log, "0 bytes spill loads"));
+  }
+  if (!maySerialize)
+    CHECK_FALSE(contains(log, "serialized"));
+}
+
+} // namespace
+
 TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared memory", "[hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();
   if (ptxas.empty())
@@ -42,10 +71,7 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
                                << (config.tma_store ? ", TMA stores" : ", thread stores"));
       REQUIRE(config.block_m == 128);
       REQUIRE(config.block_n == 256);
-      CompileOptions options;
-      options.arch = "sm_90a";
-      options.assemble = false;
-      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      CompiledKernel compiled = compileHopper(spec, config);
       const std::string &ptx = compiled.ptx;
       const std::string types = dtype == DType::BF16 ? ".f32.bf16.bf16" : ".f32.f16.f16";
       CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
@@ -92,15 +118,7 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
       CHECK(back.tensor_maps[1].box_outer == mb.box_outer);
 
-      if (ptxas.empty())
-        continue;
-      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-      INFO(log);
-      CHECK(status == 0);
-      CHECK(contains(log, "0 bytes spill stores"));
-      CHECK(contains(log, "0 bytes spill loads"));
-      // ptxas keeps the wgmma chain asynchronous (no serialization warning).
-      CHECK_FALSE(contains(log, "serialized"));
+      checkAssembles(ptxas, ptx);
     }
 }
 
@@ -113,10 +131,7 @@ TEST_CASE("hopper matmul PTX with 64- and 32-byte swizzled K slices", "[hopper][
       config.block_k = bk;
       config.num_stages = 8;
       INFO(describe(spec, 1.0) << " block_k " << bk);
-      CompileOptions options;
-      options.arch = "sm_90a";
-      options.assemble = false;
-      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      CompiledKernel compiled = compileHopper(spec, config);
       CHECK(contains(compiled.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
       const LaunchInfo &launch = compiled.launch;
       REQUIRE(launch.tensor_maps.size() >= 2);
@@ -132,13 +147,7 @@ TEST_CASE("hopper matmul PTX with 64- and 32-byte swizzled K slices", "[hopper][
       REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
       CHECK(back.tensor_maps[0].swizzle == launch.tensor_maps[0].swizzle);
       CHECK(back.tensor_maps[1].swizzle == launch.tensor_maps[1].swizzle);
-      if (ptxas.empty())
-        continue;
-      auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
-      INFO(log);
-      CHECK(status == 0);
-      CHECK(contains(log, "0 bytes spill stores"));
-      CHECK_FALSE(contains(log, "serialized"));
+      checkAssembles(ptxas, compiled.ptx);
     }
 }
 
@@ -155,10 +164,7 @@ TEST_CASE("hopper matmul PTX with A in registers: ldmatrix from the ring, wgmma 
         config.a_in_registers = true;
         config.warp_specialize = specialized;
         INFO(describe(spec, 1.0) << " block_k " << config.block_k << (specialized ? " warp-specialized" : ""));
-        CompileOptions options;
-        options.arch = "sm_90a";
-        options.assemble = false;
-        CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+        CompiledKernel compiled = compileHopper(spec, config);
         const std::string &ptx = compiled.ptx;
         CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
         // A is a brace list of four registers, B a descriptor; no transpose immediate for A.
@@ -169,18 +175,11 @@ TEST_CASE("hopper matmul PTX with A in registers: ldmatrix from the ring, wgmma 
         if (!fp8)
           CHECK_THROWS_WITH(matmul_hopper_kernel({256, 512, 320, dtype, DType::BF16, true, false, false}, config),
                             Contains("a_in_registers needs a as [M, K]"));
-        if (ptxas.empty())
-          continue;
-        auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-        INFO(log);
-        CHECK(status == 0);
-        CHECK(contains(log, "0 bytes spill stores"));
         // wgmma reads A's registers until its group completes, and two slices' groups
         // are in flight: with 128-byte slices (16 words per slice) beside the 128-word
         // accumulator that outgrows the 168 registers a thread of a warp-specialized
         // 384-thread program has, and ptxas serializes the wgmma; narrower slices fit.
-        if (bytes < 128 || !specialized)
-          CHECK_FALSE(contains(log, "serialized"));
+        checkAssembles(ptxas, ptx, false, bytes == 128 && specialized);
       }
 }
 
@@ -193,10 +192,7 @@ TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases
       config.cluster_m = 2;
       config.programs = programs;
       INFO(describe(spec, 1.0) << " programs " << programs);
-      CompileOptions options;
-      options.arch = "sm_90a";
-      options.assemble = false;
-      CompiledKernel compiled = compile(matmul_hopper_kernel(spec, config), options);
+      CompiledKernel compiled = compileHopper(spec, config);
       const std::string &ptx = compiled.ptx;
       CHECK(contains(ptx, ".reqnctapercluster 2, 1, 1"));
       CHECK(contains(ptx, "mbarrier::complete_tx::bytes.multicast::cluster"));
@@ -214,16 +210,9 @@ TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases
       // Each CTA loads half of b's rows: a K-major b's box is [128][64].
       REQUIRE(launch.tensor_maps.size() == 3);
       CHECK(launch.tensor_maps[1].box_outer == (spec.trans_b ? 128u : 64u));
-      if (ptxas.empty())
-        continue;
-      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-      INFO(log);
-      CHECK(status == 0);
       // At 168 registers (384 threads, one CTA per SM) the persistent loop with a bias
       // and a transposed a spills a few words; the others fit.
-      if (!(spec.has_bias && programs))
-        CHECK(contains(log, "0 bytes spill stores"));
-      CHECK_FALSE(contains(log, "serialized"));
+      checkAssembles(ptxas, ptx, spec.has_bias && programs);
     }
 }
 
@@ -270,13 +259,7 @@ TEST_CASE("fp8 hopper matmul PTX: wgmma k32 on e4m3 / e5m2, 128-element TMA boxe
     REQUIRE(compiled.launch.tensor_maps.size() == 3);  // a, b and c (bf16 strips of 64 columns)
     for (const TensorMapParam &map : compiled.launch.tensor_maps)
       CHECK(map.box_inner == (map.param == 2 ? 64u : 128u));  // 128 one-byte elements: one swizzle row
-    if (ptxas.empty())
-      continue;
-    auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
-    INFO(log);
-    CHECK(status == 0);
-    CHECK(contains(log, "0 bytes spill stores"));
-    CHECK_FALSE(contains(log, "serialized"));
+    checkAssembles(ptxas, compiled.ptx);
   }
 }
 
