@@ -3,19 +3,14 @@
 // The main loop of an sm_80-style matrix product, per program, all warps alike:
 //
 //   for s in [0, stages - 1): copy K slice s into stage s; commit a group
-//   wait until slice 0 has landed; barrier; ldmatrix slice 0's first K step
 //   for kt in [0, K / block_k):
+//     wait until slice kt's group has landed (at most stages - 2 pending); barrier
 //     copy K slice kt + stages - 1 (if any) into the stage slice kt - 1 used; commit
-//     per mma K step of stage kt % stages:
-//       ldmatrix the next step's fragments (at the last step: wait until slice kt + 1
-//       has landed, barrier, then its first step's), then mma.sync this step's
+//     per mma K step of stage kt % stages: ldmatrix A and B fragments, mma.sync
 //
-// Fragments are read one step ahead, so ldmatrix latency (and the barrier's) overlaps the
-// mma.sync of the step already in registers (element-wise reads come after it instead); the first step of a slice enters the next
-// iteration as loop-carried registers. One barrier per slice: after it every warp has
-// finished reading slice kt (so its stage may be refilled at the next iteration) and
-// every thread's copies of slice kt + 1 are visible. Groups are committed even when
-// empty, so the count of pending groups stays stages - 2.
+// One barrier per slice: after it every warp has finished reading slice kt - 1 (so its
+// stage may be refilled) and every thread's copies of slice kt are visible. Groups are
+// committed even when empty, so the count of pending groups stays stages - 2.
 //
 // Each stage holds A's slice then B's as swizzled tiles (Staging, as tile.dot's operand
 // staging): a stored row is the operand's contiguous global row, 16-byte chunks XOR-
@@ -45,31 +40,6 @@ struct OperandRing {
   RankedTensorType type;      ///< [BM, block_k] (A) or [block_k, BN] (B), dot-operand layout
   int cd;
   Staging staging;
-};
-
-/// The a and b registers of one mma K step (the other steps' registers null), and the
-/// non-null ones as a flat list to carry through the main loop.
-struct Fragments {
-  Registers a, b;
-
-  SmallVector<Value> carried() const {
-    SmallVector<Value> v;
-    for (const Registers *r : {&a, &b})
-      for (Value x : *r)
-        if (x)
-          v.push_back(x);
-    return v;
-  }
-  /// The same step's fragments with the carried values in place of this one's.
-  Fragments withCarried(ValueRange values) const {
-    Fragments f = *this;
-    size_t i = 0;
-    for (Registers *r : {&f.a, &f.b})
-      for (Value &x : *r)
-        if (x)
-          x = values[i++];
-    return f;
-  }
 };
 
 struct CpAsyncDotLowering {
@@ -150,17 +120,6 @@ struct CpAsyncDotLowering {
     }
   }
 
-  /// Fragments of mma K step `step` of the stage at `stageBase`.
-  FailureOr<Fragments> readStep(const OperandRing &a, const OperandRing &bOp, Value stageBase, unsigned step) {
-    KSteps steps{step, step + 1};
-    FailureOr<Registers> ra = readDotOperand(t, op, a.type, a.cd, a.staging, stageBase, steps);
-    FailureOr<Registers> rb =
-        readDotOperand(t, op, bOp.type, bOp.cd, bOp.staging, ptrAt(stageBase, c32(smem.aBytes)), steps);
-    if (failed(ra) || failed(rb))
-      return failure();
-    return Fragments{std::move(*ra), std::move(*rb)};
-  }
-
   LogicalResult run() {
     if (smVersion(t.arch()) < 80)
       return op.emitOpError("needs cp.async and mma.sync (sm_80 or newer), compiling for ") << t.arch();
@@ -186,32 +145,16 @@ struct CpAsyncDotLowering {
         copy(c32(s), c32(s));
       ptx.cpAsyncCommitGroup();
     }
-    // Slice 0 has landed; its first K step's fragments enter the loop in registers.
-    ptx.cpAsyncWaitGroup(static_cast<unsigned>(stages - 2));
-    t.barrier();
-    FailureOr<Fragments> first = readStep(a, bOp, base, 0);
-    if (failed(first))
-      return failure();
-    SmallVector<Value> firstCarried = first->carried(), inits;
-    const Registers &accIn = t.regs(op.getAcc());
-    inits.append(accIn.begin(), accIn.end());
-    inits.append(firstCarried.begin(), firstCarried.end());
-    const size_t accCount = accIn.size();
 
-    // Element-wise reads (tf32 across stored rows) take many more registers than ldmatrix:
-    // those are issued after the step's mma.sync, so the two steps' fragments are not
-    // both live.
-    const bool readAhead = readsWithLdmatrix(a.type, a.cd) && readsWithLdmatrix(bOp.type, bOp.cd);
+    const Registers &accIn = t.regs(op.getAcc());
+    SmallVector<Value> inits(accIn.begin(), accIn.end());
     auto loop = b.create<scf::ForOp>(loc, c32(0), c32(kTiles), c32(1), inits);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(loop.getBody());
       Value kt = loop.getInductionVar();
-      auto args = loop.getRegionIterArgs();
-      Registers acc(args.begin(), args.begin() + accCount);
-      Fragments frags = first->withCarried(ValueRange(args).drop_front(accCount));
-      // Slice kt + stages - 1 refills the stage of slice kt - 1, which every warp finished
-      // reading before the barrier of the previous iteration.
+      ptx.cpAsyncWaitGroup(static_cast<unsigned>(stages - 2));
+      t.barrier();
       Value next = add(kt, c32(stages - 1));
       auto refill = b.create<scf::IfOp>(loc, lt(next, c32(kTiles)), /*withElseRegion=*/false);
       {
@@ -220,42 +163,27 @@ struct CpAsyncDotLowering {
         copy(b.create<arith::RemUIOp>(loc, next, c32(stages)), next);
       }
       ptx.cpAsyncCommitGroup();
-      Value stageBase = ptrAt(base, mul(b.create<arith::RemUIOp>(loc, kt, c32(stages)), smem.stageBytes));
-      const unsigned kSteps = static_cast<unsigned>(bk / (8 * mmaKWidth(elemType())));
-      for (unsigned step = 0; step < kSteps; ++step) {
-        // Read the next step's fragments before this step's mma.sync so that ldmatrix
-        // latency hides behind tensor-core work; at the last step that is the next
-        // slice's first step, after waiting for it (one barrier per slice). Past the last
-        // slice it reads a stale stage that nothing uses.
-        Value nextBase = stageBase;
-        unsigned nextStep = step + 1;
-        if (nextStep == kSteps) {
-          ptx.cpAsyncWaitGroup(static_cast<unsigned>(stages - 2));
-          t.barrier();
-          Value nextStage = b.create<arith::RemUIOp>(loc, add(kt, c32(1)), c32(stages));
-          nextBase = ptrAt(base, mul(nextStage, smem.stageBytes));
-          nextStep = 0;
-        }
-        FailureOr<Fragments> following = failure();
-        if (readAhead)
-          following = readStep(a, bOp, nextBase, nextStep);
+      Value stage = b.create<arith::RemUIOp>(loc, kt, c32(stages));
+      Value stageBase = ptrAt(base, mul(stage, smem.stageBytes));
+      Registers acc(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+      unsigned kStep = 8 * mmaKWidth(elemType());
+      for (unsigned step = 0; step < bk / kStep; ++step) {
         KSteps steps{step, step + 1};
-        FailureOr<Registers> out = emitMmaSync(t, op, a.type, bOp.type, accType, frags.a, frags.b, acc, steps);
-        if (!readAhead)
-          following = readStep(a, bOp, nextBase, nextStep);
-        if (failed(out) || failed(following))
+        FailureOr<Registers> ra = readDotOperand(t, op, a.type, a.cd, a.staging, stageBase, steps);
+        FailureOr<Registers> rb =
+            readDotOperand(t, op, bOp.type, bOp.cd, bOp.staging, ptrAt(stageBase, c32(smem.aBytes)), steps);
+        if (failed(ra) || failed(rb))
+          return failure();
+        FailureOr<Registers> out = emitMmaSync(t, op, a.type, bOp.type, accType, *ra, *rb, acc, steps);
+        if (failed(out))
           return failure();
         acc = std::move(*out);
-        frags = std::move(*following);
       }
-      SmallVector<Value> yields(acc.begin(), acc.end());
-      SmallVector<Value> carried = frags.carried();
-      yields.append(carried.begin(), carried.end());
-      b.create<scf::YieldOp>(loc, yields);
+      b.create<scf::YieldOp>(loc, ValueRange(acc));
     }
     // Every real copy was waited for inside the loop; nothing may land after the op.
     ptx.cpAsyncWaitGroup(0);
-    t.setRegs(op.getResult(), Registers(loop.getResults().begin(), loop.getResults().begin() + accCount));
+    t.setRegs(op.getResult(), Registers(loop.getResults().begin(), loop.getResults().end()));
     return success();
   }
 };

@@ -116,15 +116,6 @@ struct StagedOperand {
 
 } // namespace
 
-bool readsWithLdmatrix(RankedTensorType dstType, int cd) {
-  auto layout = cast<DotOperandLayoutAttr>(dstType.getEncoding());
-  unsigned opIdx = layout.getOpIdx(), kw = layout.getKWidth(), kDim = opIdx == 0 ? 1 : 0;
-  unsigned bytes = elementBytes(dstType.getElementType());
-  // ldmatrix.trans moves 16-bit elements only; K must cover one instruction.
-  bool trans = (opIdx == 0) == (cd == 0);
-  return bytes * kw == 4 && dstType.getDimSize(kDim) >= 8 * kw && !(trans && bytes != 2);
-}
-
 FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensorType dstType, int cd,
                                     const Staging &staging, Value base, KSteps steps) {
   OpBuilder &b = t.builder();
@@ -137,8 +128,9 @@ FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensor
   unsigned opIdx = layout.getOpIdx(), kw = layout.getKWidth(), kpi = 8 * kw;
   unsigned kDim = opIdx == 0 ? 1 : 0, nd = 1 - kDim;
   int64_t shape[2] = {dstType.getDimSize(0), dstType.getDimSize(1)};
-  bool useLdmatrix = readsWithLdmatrix(dstType, cd);
+  // ldmatrix.trans moves 16-bit elements only; K must cover one instruction.
   bool trans = (opIdx == 0) == (cd == 0);
+  bool useLdmatrix = bytes * kw == 4 && shape[kDim] >= kpi && !(trans && bytes != 2);
   auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
   auto storageIndex = [&](const Registers &coords) { return staging.index(m, coords[1 - cd], coords[cd]); };
 

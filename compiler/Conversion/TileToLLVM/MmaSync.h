@@ -57,10 +57,6 @@ struct KSteps {
   bool contains(int64_t step) const { return step >= begin && step < end; }
 };
 
-/// Whether readDotOperand reads a dot-operand tile of `dstType` whose stored rows run
-/// along dimension `cd` with ldmatrix (else one shared-memory load per register).
-bool readsWithLdmatrix(mlir::RankedTensorType dstType, int cd);
-
 /// The registers of a dot-operand tile of `dstType` (#tile.dot_op) read from `tile`, a
 /// swizzled copy in shared memory at `base` (an llvm pointer into address space 3)
 /// whose contiguous dimension is `cd`: ldmatrix (.trans when the stored rows run along
