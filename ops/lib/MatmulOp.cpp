@@ -179,15 +179,13 @@ public:
       c = default_hopper_config(spec);
       c.warp_specialize = false, c.cluster_m = 1;
       add(c, 0);
-      // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory.
+      // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory;
+      // with A from registers too (wgmma RS, a as [M, K] only), where half-width slices
+      // keep the fragments of two slices in flight within a consumer's registers.
       c = default_hopper_config(spec);
       c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
       add(c, kOnePerSm);
-      // A from registers (wgmma RS): a as [M, K] only; half-width slices keep the
-      // fragments of two slices in flight within a consumer's registers.
       if (!spec.trans_a) {
-        c = default_hopper_config(spec);
-        c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
         c.a_in_registers = true;
         add(c, kOnePerSm);
       }
