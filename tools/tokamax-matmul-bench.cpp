@@ -128,6 +128,7 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
     int64_t group_m = 8;     // block rows walked before moving along N
     bool tma_store = true;   // hopper: epilogue through shared memory and TMA (where it fits)
     bool a_regs = false;     // hopper: wgmma reads A from registers (ldmatrix from the ring)
+    bool rebalance = false;  // hopper: producer 40 / consumers 232 registers (setmaxnreg)
   };
   // All of these assemble without spills for sm_90a.
   // tile: block, warps, cp.async ring depth.
@@ -145,7 +146,9 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       {128, 128, 64, 8, 6, true, true, 2}, {128, 256, 64, 8, 4, true, false, 2},
       {128, 256, 64, 8, 4, true, true, 1, 8, false}, {128, 256, 64, 8, 4, true, true, 2, 8, false},
       {128, 256, 32, 8, 8},        {128, 256, 32, 8, 6},        {128, 128, 32, 8, 8},
-      {128, 256, 32, 8, 8, true, true, 1, 8, true, true}};
+      {128, 256, 32, 8, 8, true, true, 1, 8, true, true},  {128, 256, 64, 8, 4, true, true, 1, 8, true, false, true},
+      {128, 256, 64, 8, 4, true, true, 1, 8, true, true, true}, {128, 256, 32, 8, 8, true, true, 1, 8, true, true, true},
+      {128, 256, 64, 8, 4, true, true, 2, 8, true, false, true}};
   fmt::print("\nsweep of {} (bf16 -> bf16):\n", impl);
   for (auto [m, n, k] : shapes) {
     Tensor a = randomTensor(m, k, 1), b = randomTensor(k, n, 2), c = Tensor::empty({m, n}, DType::BF16);
@@ -159,6 +162,7 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       config.cluster_m = cfg.cluster;
       config.group_m = cfg.group_m;
       config.a_in_registers = cfg.a_regs;
+      config.rebalance_registers = cfg.rebalance;
       config.tma_store =
           cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2 + 2 * cfg.bm * 128 + 2048 <= 227 * 1024;
       config.programs = cfg.persistent ? Device::get().sm_count() : 0;
@@ -168,7 +172,7 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
                                       impl == "hopper" && cfg.persistent ? " persistent" : "",
                                       cfg.cluster > 1 ? " cluster2" : "",
                                       cfg.group_m != 8 ? fmt::format(" group {}", cfg.group_m) : "") +
-                          (impl == "hopper" && config.tma_store ? " tma-store" : "") + (cfg.a_regs ? " a-regs" : "");
+                          (impl == "hopper" && config.tma_store ? " tma-store" : "") + (cfg.a_regs ? " a-regs" : "") + (cfg.rebalance ? " rebalance" : "");
       try {
         Timings t = time_on_stream(stream, [&] { matmul(a, b, c, stream, options); }, 3, iters);
         fmt::print("  {:<72} {:8.3f} ms {:7.1f} TFLOP/s\n", label, t.median, 2.0 * m * n * k / t.median / 1e9);

@@ -559,6 +559,9 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
     args.kb.fail(fmt::format("tma_dot: cluster_m must be 1 or 2, got {}", options.cluster_m));
   if (options.cluster_m == 2 && !options.warp_specialize)
     args.kb.fail("tma_dot: cluster_m = 2 needs warp_specialize");
+  if (options.rebalance_registers && !options.warp_specialize)
+    args.kb.fail("tma_dot: rebalance_registers needs warp_specialize (it moves registers from the producer "
+                 "warpgroup to the kernel's warps)");
   if (options.cluster_m == 2 && !options.trans_b && args.type.getDimSize(1) < 128)
     args.kb.fail(fmt::format("tma_dot: cluster_m = 2 with b as [K, N] needs block N >= 128 (two 64-column boxes to "
                              "multicast), got {}",
@@ -566,7 +569,8 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
   return args.create<tile::TmaDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
                                      options.stages, args.kb.b().getBoolAttr(options.warp_specialize),
                                      args.kb.b().getI64IntegerAttr(options.cluster_m),
-                                     args.kb.b().getBoolAttr(options.a_in_registers));
+                                     args.kb.b().getBoolAttr(options.a_in_registers),
+                                     args.kb.b().getBoolAttr(options.rebalance_registers));
 }
 
 Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,

@@ -214,6 +214,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   }
   // Persistent: program p takes units p, p + P, ... (P programs / cluster of them). With a
   // producer warpgroup, the next tile's loads overlap this tile's epilogue.
+  options.rebalance_registers = config.rebalance_registers && config.warp_specialize;
   k.grid(programs);
   k.loop(first, Value(units), Value(programs / cluster), {}, [&](Value unit, std::vector<Value>) {
     tile(unit);

@@ -38,11 +38,14 @@ std::string describe(const ArgSpec &s) { return fmt::format("{} [{}]", dtype_nam
 constexpr int64_t kOnePerSm = -1;
 
 Config toConfig(const MatmulConfig &c, int64_t programs) {
-  return Config{{"block_m", c.block_m},     {"block_n", c.block_n},
+  Config config{{"block_m", c.block_m},     {"block_n", c.block_n},
                 {"block_k", c.block_k},     {"group_m", c.group_m},
                 {"num_warps", c.num_warps}, {"num_stages", c.num_stages},
                 {"warp_specialize", c.warp_specialize}, {"cluster_m", c.cluster_m}, {"tma_store", c.tma_store},
                 {"a_in_registers", c.a_in_registers}, {"programs", programs}};
+  if (c.rebalance_registers)  // only where set: configs saved before it existed stay valid
+    config.set("rebalance_registers", 1);
+  return config;
 }
 
 /// `sm_count`: what programs = -1 stands for.
@@ -58,6 +61,7 @@ MatmulConfig fromConfig(const Config &config, int sm_count) {
   c.cluster_m = config.get_or("cluster_m", 1);
   c.tma_store = config.get_or("tma_store", 0) != 0;
   c.a_in_registers = config.get_or("a_in_registers", 0) != 0;
+  c.rebalance_registers = config.get_or("rebalance_registers", 0) != 0;
   int64_t programs = config.get_or("programs", 0);
   c.programs = programs == kOnePerSm ? sm_count : programs;
   return c;
@@ -122,6 +126,8 @@ public:
       return std::string("cluster_m = 2 needs warp_specialize");
     if (c.a_in_registers && spec.trans_a)
       return std::string("a_in_registers needs a as [M, K] (trans_a = false)");
+    if (c.rebalance_registers && !c.warp_specialize)
+      return std::string("rebalance_registers needs warp_specialize");
     if (c.cluster_m == 2 && !spec.trans_b && c.block_n < 128)
       return fmt::format("cluster_m = 2 with b as [K, N] needs block_n >= 128, got {}", c.block_n);
     return std::nullopt;
@@ -179,6 +185,11 @@ public:
       c = default_hopper_config(spec);
       c.warp_specialize = false, c.cluster_m = 1;
       add(c, 0);
+      // Registers moved from the producer to the consumers (setmaxnreg): 1-2 % behind the
+      // default on the H200 (docs/performance.md), kept in reach for other shapes.
+      c = default_hopper_config(spec);
+      c.rebalance_registers = true;
+      add(c, kOnePerSm);
       // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory;
       // with A from registers too (wgmma RS, a as [M, K] only), where half-width slices
       // keep the fragments of two slices in flight within a consumer's registers.
@@ -219,7 +230,7 @@ public:
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
-         c.cluster_m, c.tma_store, c.a_in_registers, c.programs});
+         c.cluster_m, c.tma_store, c.a_in_registers, c.programs, c.rebalance_registers});
     const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] { return build(spec, c); });
     double alpha = args.float_attribute("alpha");
     if (spec.has_bias)

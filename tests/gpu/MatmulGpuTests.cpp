@@ -380,6 +380,27 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
                          << (specialized ? " warp-specialized" : " in order") << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
+  // Registers rebalanced between the warp roles (each role its own copy of the tile
+  // loop, setmaxnreg): every transpose, uneven persistent shares (5 programs) and one per
+  // SM, SS and RS with 128-byte slices (which only fit without serialization this way),
+  // a 2-CTA cluster, and 4 consumer warps (split without setmaxnreg).
+  for (int t = 0; t < 4; ++t)
+    for (int variant = 0; variant < 4; ++variant) {
+      MatmulConfig config = default_hopper_config({});
+      config.rebalance_registers = true;
+      config.programs = variant == 1 ? 5 : 132;
+      config.a_in_registers = variant == 2 && !(t & 1);
+      config.cluster_m = variant == 3 && t >= 2 ? 2 : 1;
+      if (variant == 3 && t < 2)
+        config.block_m = 64, config.num_warps = 4;
+      Case c{1096, 1040, 704, t % 2 ? DType::F16 : DType::BF16, DType::F32, bool(t & 1), bool(t & 2), t == 3, 1.0,
+             "hopper", config};
+      double err = runCase(c, stream);
+      INFO(describe(c) << " rebalanced registers, programs " << config.programs << ", block " << config.block_m
+                       << (config.a_in_registers ? ", A in registers" : "")
+                       << (config.cluster_m == 2 ? ", cluster 2" : "") << ": relative error " << err);
+      CHECK(err < tolerance(c.dtype, c.out, c.k));
+    }
   // Short K: 2-8 slices, where the consumer loop is unrolled (a final wgmma.wait_group
   // once duplicated into lane-dependent branches there and hung), one program per tile
   // and persistent.

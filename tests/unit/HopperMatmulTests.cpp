@@ -275,6 +275,8 @@ TEST_CASE("tma_dot misuse in the DSL is reported with the problem", "[hopper][ds
       {DType::BF16, {128, 64}, {64, 64}, {128, 64}, {.cluster_m = 2}, "cluster_m = 2 with b as [K, N] needs block N >= 128"},
       {DType::BF16, {64, 128}, {64, 128}, {128, 128}, {.trans_a = true, .a_in_registers = true},
        "a_in_registers needs a as [M, K] (trans_a = false)"},
+      {DType::BF16, {128, 64}, {64, 128}, {128, 128}, {.warp_specialize = false, .rebalance_registers = true},
+       "rebalance_registers needs warp_specialize"},
   };
   for (const Case &c : cases) {
     INFO(c.error);

@@ -4,7 +4,8 @@
 // mbarriers and wgmma (descriptors, or A in registers), the tensor maps with their boxes
 // and swizzles as parameters, dynamic shared memory, 2-CTA clusters, TMA stores, fp8;
 // it passes ptxas without spills or serialized wgmma; warpgroup-wide instructions stay
-// out of lane-dependent code; other architectures are refused with a clear error.
+// out of lane-dependent code; warp roles may rebalance registers (setmaxnreg); other
+// architectures are refused with a clear error.
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
@@ -181,6 +182,39 @@ TEST_CASE("hopper matmul PTX with A in registers: ldmatrix from the ring, wgmma 
         // 384-thread program has, and ptxas serializes the wgmma; narrower slices fit.
         checkAssembles(ptxas, ptx, false, bytes == 128 && specialized);
       }
+}
+
+TEST_CASE("hopper matmul PTX with registers rebalanced between warp roles (setmaxnreg)", "[hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  // a [M, K] with A from shared memory or registers, a^T, and a 2-CTA cluster with a bias:
+  // each persistent (2 programs for 4 or 8 tiles) and once with one program per tile.
+  for (int variant = 0; variant < 4; ++variant)
+    for (int64_t programs : {2, 0}) {
+      MatmulSpec spec{variant == 3 ? 1000 : 256, 512, 320, DType::BF16, DType::BF16, variant == 2, false, variant == 3};
+      MatmulConfig config = default_hopper_config(spec);
+      config.rebalance_registers = true;
+      config.a_in_registers = variant == 1;
+      config.cluster_m = variant == 3 ? 2 : 1;
+      config.programs = programs;
+      INFO(describe(spec, 1.0) << (config.a_in_registers ? " A in registers" : "")
+                               << (config.cluster_m == 2 ? " cluster 2" : "") << " programs " << programs);
+      const std::string ptx = compileHopper(spec, config).ptx;
+      CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16"));
+      if (programs == 0) {  // no loop over tiles: nothing to split
+        CHECK_FALSE(contains(ptx, "setmaxnreg"));
+        continue;
+      }
+      // 384 threads launch with 168 registers each; the producer warpgroup gives 128
+      // of them back per thread, the two consumer warpgroups take 64 more.
+      CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
+      CHECK(test::count(ptx, "setmaxnreg.inc.sync.aligned.u32") == 1);
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+40;")));
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+232;")));
+      // With 232 registers the consumers keep even 128-byte A fragments of two slices in
+      // flight (ptxas serialized those wgmma at 168) and the cluster's bias epilogue
+      // fits without spills.
+      checkAssembles(ptxas, ptx);
+    }
 }
 
 TEST_CASE("hopper matmul PTX with 2-CTA clusters: multicast TMA, remote releases, cluster barriers", "[hopper][ptx]") {

@@ -124,6 +124,12 @@ TEST_CASE("matmul op: search spaces hold valid configs; invalid ones are refused
   CHECK(!hopper.check_config(args, config));
   config = hopper.heuristic(args).set("block_m", 64);
   CHECK_THAT(*hopper.check_config(args, config), Contains("multiple of 16 * num_warps"));
+  config = hopper.heuristic(args).set("rebalance_registers", 1);
+  CHECK(!hopper.check_config(args, config));
+  config.set("warp_specialize", 0);
+  CHECK_THAT(*hopper.check_config(args, config), Contains("rebalance_registers needs warp_specialize"));
+  // Only configs that rebalance registers name the key (older saved configs stay valid).
+  CHECK_FALSE(hopper.heuristic(args).has("rebalance_registers"));
   CHECK_THROWS_AS(matmul_op().resolve_config(hopper, args, hopper.heuristic(args).set("block_n", 96)), Error);
 }
 

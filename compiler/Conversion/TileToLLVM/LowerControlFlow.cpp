@@ -46,22 +46,39 @@ LogicalResult lowerRegionBody(TileLowering &t, Block &from, Block &to) {
   return success();
 }
 
+LogicalResult lowerFor(TileLowering &t, scf::ForOp loop) {
+  OpBuilder &b = t.builder();
+  SmallVector<Value> inits = flatten(t, loop.getInitArgs());
+  auto lowered = b.create<scf::ForOp>(loop.getLoc(), t.regs(loop.getLowerBound())[0],
+                                      t.regs(loop.getUpperBound())[0],
+                                      t.regs(loop.getStep())[0], inits);
+  t.mapScalar(loop.getInductionVar(), lowered.getInductionVar());
+  unflatten(t, loop.getRegionIterArgs(), loop.getInitArgs(), lowered.getRegionIterArgs());
+  if (failed(lowerRegionBody(t, *loop.getBody(), *lowered.getBody())))
+    return failure();
+  unflatten(t, loop.getResults(), loop.getInitArgs(), lowered.getResults());
+  return success();
+}
+
+/// The loop's tile.tma_dot that asks for its warp roles' registers to be rebalanced
+/// (the verifier made it the loop's only warp-specialized one, in a loop carrying
+/// nothing), else null.
+TmaDotOp rebalancingDot(scf::ForOp loop) {
+  for (Operation &inner : loop.getBody()->without_terminator())
+    if (auto dot = dyn_cast<TmaDotOp>(inner); dot && dot.getRebalanceRegisters())
+      return dot;
+  return {};
+}
+
 } // namespace
 
 LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) {
   OpBuilder &b = t.builder();
   handled = true;
   if (auto loop = dyn_cast<scf::ForOp>(op)) {
-    SmallVector<Value> inits = flatten(t, loop.getInitArgs());
-    auto lowered = b.create<scf::ForOp>(loop.getLoc(), t.regs(loop.getLowerBound())[0],
-                                        t.regs(loop.getUpperBound())[0],
-                                        t.regs(loop.getStep())[0], inits);
-    t.mapScalar(loop.getInductionVar(), lowered.getInductionVar());
-    unflatten(t, loop.getRegionIterArgs(), loop.getInitArgs(), lowered.getRegionIterArgs());
-    if (failed(lowerRegionBody(t, *loop.getBody(), *lowered.getBody())))
-      return failure();
-    unflatten(t, loop.getResults(), loop.getInitArgs(), lowered.getResults());
-    return success();
+    if (TmaDotOp dot = rebalancingDot(loop); dot && t.role() == TileLowering::WarpRole::All)
+      return lowerWarpSpecializedLoop(t, loop, dot, [&] { return lowerFor(t, loop); });
+    return lowerFor(t, loop);
   }
   if (auto branch = dyn_cast<scf::IfOp>(op)) {
     // Result register counts follow the then-branch's yielded values.

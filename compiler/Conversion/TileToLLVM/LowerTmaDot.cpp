@@ -292,14 +292,19 @@ struct TmaDotLowering {
     return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
   }
 
-  /// Ring address, barrier init and the barrier after it, at the builder's point.
-  void setUp() {
-    PtxBuilder ptx = t.ptx(loc);
+  /// The thread index, the ring's address and the CTA's rank in its cluster.
+  void locate() {
     tid = t.threadId();
     Value raw = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.scratchBase(op));
     ring = b.create<arith::AndIOp>(loc, add(raw, 1023), c32(~int64_t(1023)));
     if (cluster > 1)
-      rank = ptx.clusterCtaRank();
+      rank = t.ptx(loc).clusterCtaRank();
+  }
+
+  /// locate(), barrier init and the barrier after it, at the builder's point.
+  void setUp() {
+    PtxBuilder ptx = t.ptx(loc);
+    locate();
     when(eq(tid, 0), [&] {
       for (int64_t s = 0; s < stages; ++s) {
         ptx.mbarrierInit(full(c32(s)), 1);
@@ -316,6 +321,88 @@ struct TmaDotLowering {
       ptx.clusterBarrier();
     else
       t.barrier();
+  }
+
+  /// The warp index broadcast from lane 0: ptxas then knows the roles are warp-uniform
+  /// and keeps the consumers' wgmma chain asynchronous inside their branch.
+  Value uniformWarp() {
+    return b.create<NVVM::ShflOp>(loc, b.getI32Type(), c32(-1), t.warpId(), c32(0), c32(31), NVVM::ShflKind::idx,
+                                  UnitAttr());
+  }
+
+  /// The first ring slice of the current iteration of `loop` (a lowered scf.for):
+  /// iteration i uses slices i * kTiles ...
+  Value firstSlice(scf::ForOp loop) {
+    Value trips = b.create<arith::DivUIOp>(loc, b.create<arith::SubIOp>(loc, loop.getInductionVar(), loop.getLowerBound()),
+                                           loop.getStep());
+    return mul(trips, kTiles);
+  }
+
+  /// Inside one role's copy of the loop (lowerWarpSpecializedLoop set the ring up):
+  /// the producer's first thread loads and its warps skip the rest of the body; the
+  /// consumers multiply, and the rest (the epilogue) synchronizes among them only.
+  LogicalResult runRole() {
+    auto loop = dyn_cast<scf::ForOp>(b.getInsertionBlock()->getParentOp());
+    if (!loop)
+      return op.emitOpError("lowered for one warp role outside its loop");
+    locate();
+    Value base = firstSlice(loop);
+    const Registers &accIn = t.regs(op.getAcc());
+    if (t.role() == TileLowering::WarpRole::Producer) {
+      when(eq(tid, 32 * int64_t(warps)), [&] { produce(base); });
+      t.setRegs(op.getResult(), accIn);
+      t.skipRest();
+      return success();
+    }
+    FailureOr<SmallVector<Value>> acc = consume(base, SmallVector<Value>(accIn.begin(), accIn.end()), false);
+    if (failed(acc))
+      return failure();
+    t.setRegs(op.getResult(), Registers(acc->begin(), acc->end()));
+    t.guardRest(b.create<arith::ConstantOp>(loc, b.getBoolAttr(true)), 32 * warps);
+    return success();
+  }
+
+  /// See lowerWarpSpecializedLoop: the ring set up before the loop, then the loop
+  /// lowered once per role in a branch on the warp's role, each role first setting
+  /// its register limit: the producer warpgroup keeps 40 per thread and the consumers
+  /// take what that frees of the launch's allotment. After the loop, in a cluster, the
+  /// producer drains the ring.
+  LogicalResult splitLoop(scf::ForOp loop, llvm::function_ref<LogicalResult()> lowerLoop) {
+    setUp();
+    constexpr int64_t kProducerRegisters = 40, kMaxRegisters = 240;
+    int64_t threads = 32 * (int64_t(warps) + 4);
+    int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
+    int64_t consumers = std::min(kMaxRegisters, (launch * threads - kProducerRegisters * 128) / (32 * warps) / 8 * 8);
+    bool rebalance = consumers > launch;
+    if (rebalance)
+      t.setLaunchRegisters(static_cast<unsigned>(launch));
+    Value producer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, uniformWarp(), c32(warps));
+    auto split = b.create<scf::IfOp>(loc, TypeRange{}, producer, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    auto lowerAs = [&](TileLowering::WarpRole role, Block &block) -> LogicalResult {
+      b.setInsertionPoint(block.getTerminator());
+      if (rebalance)
+        b.create<NVVM::SetMaxRegisterOp>(loc,
+                                         static_cast<uint32_t>(role == TileLowering::WarpRole::Producer
+                                                                   ? kProducerRegisters
+                                                                   : consumers),
+                                         role == TileLowering::WarpRole::Producer
+                                             ? NVVM::SetMaxRegisterAction::decrease
+                                             : NVVM::SetMaxRegisterAction::increase);
+      t.setRole(role);
+      LogicalResult lowered = lowerLoop();
+      t.setRole(TileLowering::WarpRole::All);
+      return lowered;
+    };
+    if (failed(lowerAs(TileLowering::WarpRole::Producer, split.getThenRegion().front())))
+      return failure();
+    if (cluster > 1) {
+      auto lowered = cast<scf::ForOp>(b.getInsertionPoint()->getPrevNode());
+      Value span = b.create<arith::SubIOp>(loc, lowered.getUpperBound(), lowered.getLowerBound());
+      Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, lowered.getStep()), c32(0));
+      when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
+    }
+    return lowerAs(TileLowering::WarpRole::Consumer, split.getElseRegion().front());
   }
 
   LogicalResult run() {
@@ -355,6 +442,10 @@ struct TmaDotLowering {
       return success();
     }
 
+    if (t.role() != TileLowering::WarpRole::All)
+      return runRole();
+    if (op.getRebalanceRegisters())  // the loop holding it lowers it per role
+      return op.emitOpError("with rebalance_registers was lowered outside its loop's per-role lowering");
     // Warp-specialized: the ring lives across the kernel. In a loop (a persistent
     // kernel), it is set up once before the loop and iteration i uses slices
     // i * kTiles .. of it, so the producer runs ahead into the next iteration's loads
@@ -372,16 +463,8 @@ struct TmaDotLowering {
         when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
       }
     }
-    Value base = c32(0);
-    if (loop) {
-      Value trips = b.create<arith::DivUIOp>(loc, b.create<arith::SubIOp>(loc, loop.getInductionVar(), loop.getLowerBound()),
-                                             loop.getStep());
-      base = mul(trips, kTiles);
-    }
-    // The warp index broadcast from lane 0: ptxas then knows the roles are warp-uniform
-    // and keeps the consumers' wgmma chain asynchronous inside their branch.
-    Value warp = b.create<NVVM::ShflOp>(loc, b.getI32Type(), c32(-1), t.warpId(), c32(0), c32(31),
-                                        NVVM::ShflKind::idx, UnitAttr());
+    Value base = loop ? firstSlice(loop) : c32(0);
+    Value warp = uniformWarp();
     Value producer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, warp, c32(warps));
     SmallVector<Type> types;
     for (Value v : inits)
@@ -410,6 +493,11 @@ struct TmaDotLowering {
 };
 
 } // namespace
+
+LogicalResult lowerWarpSpecializedLoop(TileLowering &t, Operation *loop, Operation *dot,
+                                       llvm::function_ref<LogicalResult()> lowerLoop) {
+  return TmaDotLowering(t, cast<TmaDotOp>(dot)).splitLoop(cast<scf::ForOp>(loop), lowerLoop);
+}
 
 LogicalResult lowerTmaDotOp(TileLowering &t, Operation *op, bool &handled) {
   auto dot = dyn_cast<TmaDotOp>(op);

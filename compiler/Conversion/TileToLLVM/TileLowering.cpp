@@ -43,6 +43,8 @@ LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) 
   for (auto it = ops.begin(); it != ops.end(); ++it) {
     if (failed(lowerOp(&*it)))
       return failure();
+    if (std::exchange(skipRest_, false))
+      return success();
     auto [cond, threads] = std::exchange(pendingGuard_, {});
     if (!cond)
       continue;

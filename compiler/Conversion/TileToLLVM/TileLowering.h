@@ -40,6 +40,18 @@ public:
   /// The rest of the current block runs only where `cond` holds, among `threads`
   /// threads (whole warps): a warp-specialized op's other warps skip it.
   void guardRest(mlir::Value cond, unsigned threads) { pendingGuard_ = {cond, threads}; }
+  /// The rest of the current block is not lowered (a role whose warps never run it).
+  void skipRest() { skipRest_ = true; }
+
+  /// Which warps the code being lowered runs on: all of them, or one role of a
+  /// warp-specialized loop that was lowered once per role (lowerWarpSpecializedLoop).
+  enum class WarpRole { All, Producer, Consumer };
+  WarpRole role() const { return role_; }
+  void setRole(WarpRole role) { role_ = role; }
+  /// Per-thread register limit the kernel launches with when its warps re-balance
+  /// registers (setmaxnreg); 0 when they do not.
+  unsigned launchRegisters() const { return launchRegisters_; }
+  void setLaunchRegisters(unsigned count) { launchRegisters_ = count; }
 
   const Registers &regs(mlir::Value value) const;
   bool hasRegs(mlir::Value value) const;
@@ -95,6 +107,9 @@ private:
   llvm::DenseMap<mlir::Value, mlir::Value> tensorMaps;
   unsigned barrierThreads_ = 0;  // 0: every thread of the block
   bool bulkStores_ = false;
+  bool skipRest_ = false;
+  WarpRole role_ = WarpRole::All;
+  unsigned launchRegisters_ = 0;
   std::pair<mlir::Value, unsigned> pendingGuard_;
   std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
 };
@@ -109,6 +124,13 @@ mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &han
 mlir::LogicalResult lowerDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.tma_dot: the TMA + mbarrier + wgmma main loop (sm_90a).
 mlir::LogicalResult lowerTmaDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// A loop (no carried values) whose body holds a tile.tma_dot with rebalance_registers,
+/// lowered once per role inside a branch on the warp's role: the producer warpgroup's
+/// copy keeps only the loads, the consumers' the rest, and each role sets its register
+/// limit (setmaxnreg) for its whole loop. `lowerLoop` lowers the loop under the current
+/// role.
+mlir::LogicalResult lowerWarpSpecializedLoop(TileLowering &t, mlir::Operation *loop, mlir::Operation *dot,
+                                             llvm::function_ref<mlir::LogicalResult()> lowerLoop);
 /// tile.tma_store: registers -> swizzled shared strips -> TMA stores (sm_90a).
 mlir::LogicalResult lowerTmaStoreOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.cp_async_dot: the cp.async ring + ldmatrix + mma.sync main loop (sm_80+).

@@ -174,6 +174,9 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       lowering.setTensorMap(func.getArgument(entry_.first), entry->getArgument(userParams + i));
     if (failed(lowering.lowerBlock(func.getBody().front())))
       return failure();
+    // setmaxnreg needs the launch's per-thread register limit stated.
+    if (unsigned registers = lowering.launchRegisters())
+      llvmFunc->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(), b.getI32IntegerAttr(int32_t(registers)));
     func.erase();
     return success();
   }

@@ -229,3 +229,48 @@ func.func @tma_dot_a_in_registers_transposed(%a: !tile.ptr<bf16>, %b: !tile.ptr<
   %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 256, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = true, trans_b = false, a_in_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
   return
 }
+
+// -----
+
+// Rebalancing registers splits the loop holding the op by warp role: at the top level
+// there is no loop to split.
+func.func @tma_dot_rebalance_outside_loop(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  // expected-error @+1 {{'tile.tma_dot' op with rebalance_registers must be warp-specialized and sit directly in a loop that carries no values}}
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 128, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true, rebalance_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  return
+}
+
+// -----
+
+func.func @tma_dot_rebalance_in_order(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c4 = arith.constant 4 : i32
+  %z = arith.constant 0.0 : f32
+  scf.for %t = %c0 to %c4 step %c1 : i32 {
+    %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+    // expected-error @+1 {{'tile.tma_dot' op with rebalance_registers must be warp-specialized}}
+    %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 128, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, rebalance_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  }
+  return
+}
+
+// -----
+
+// Each role keeps one warp-specialized product per loop copy.
+func.func @tma_dot_rebalance_two_in_loop(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c4 = arith.constant 4 : i32
+  %z = arith.constant 0.0 : f32
+  scf.for %t = %c0 to %c4 step %c1 : i32 {
+    %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+    // expected-error @+1 {{'tile.tma_dot' op with rebalance_registers must be the only warp-specialized tma_dot of its loop}}
+    %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 128, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true, rebalance_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+    %s = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 256, 128>, b_dims = array<i64: 128, 128>, block_k = 64 : i64, stages = 4 : i64, trans_a = false, trans_b = false, warp_specialize = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  }
+  return
+}

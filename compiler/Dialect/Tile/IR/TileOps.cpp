@@ -332,6 +332,15 @@ LogicalResult TmaDotOp::verify() {
   }
   if (getAInRegisters() && getTransA())
     return emitOpError("a_in_registers needs a as [M, K] (trans_a = false): ldmatrix reads K-major rows");
+  if (getRebalanceRegisters()) {
+    auto loop = dyn_cast<scf::ForOp>((*this)->getParentOp());
+    if (!getWarpSpecialize() || !loop || !loop.getInitArgs().empty())
+      return emitOpError("with rebalance_registers must be warp-specialized and sit directly in a loop that carries "
+                         "no values (each warp role runs its own copy of the loop)");
+    for (Operation &other : loop.getBody()->without_terminator())
+      if (auto dot = dyn_cast<TmaDotOp>(other); dot && dot != *this && dot.getWarpSpecialize())
+        return emitOpError("with rebalance_registers must be the only warp-specialized tma_dot of its loop");
+  }
   int64_t cluster = getClusterM();
   if (cluster != 1 && cluster != 2)
     return emitOpError("cluster_m must be 1 or 2, got ") << cluster;

@@ -257,7 +257,8 @@ class Tile_MainLoopDotOp<string mnemonic, dag extraArgs> :
 
 def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize,
                                                      DefaultValuedAttr<I64Attr, "1">:$cluster_m,
-                                                     DefaultValuedAttr<BoolAttr, "false">:$a_in_registers)> {
+                                                     DefaultValuedAttr<BoolAttr, "false">:$a_in_registers,
+                                                     DefaultValuedAttr<BoolAttr, "false">:$rebalance_registers)> {
   let summary = "acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] over all of K, on sm_90a";
   // Operands: bf16 or f16 (either may be transposed), or fp8 (e4m3 / e5m2) with a as
   // [M, K] and b as [N, K], as wgmma reads 8-bit operands K-major only.
@@ -285,6 +286,13 @@ def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAtt
     threads issues every TMA load while the kernel's `num_warps` warps only wait and
     issue wgmma; the rest of the op's block runs on the kernel's warps only, so the op
     must sit at the top level of the kernel body (or of a loop directly in it).
+
+    With `rebalance_registers` (warp-specialized, directly in a loop that carries no
+    values and holds no other warp-specialized tma_dot: a persistent kernel), the loop
+    is lowered once per role: the producer warpgroup runs a copy with only the loads and
+    first lowers its register limit to 40 per thread (setmaxnreg), the kernel's warps
+    run a copy with everything else and raise theirs by what that freed (232 with 8
+    warps: 2 x 128 x 232 + 128 x 40 = 384 x 168).
 
     With `cluster_m` = 2 (warp-specialized only) programs 2c and 2c + 1 form a cluster
     of two CTAs that compute vertically adjacent blocks of C: they must pass the same

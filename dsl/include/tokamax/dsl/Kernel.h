@@ -135,6 +135,11 @@ struct TOKAMAX_API TmaDotOptions {
   /// wgmma takes A from registers (each warp reads its rows of a's slice with ldmatrix)
   /// and only B from shared memory; a must be [M, K] (trans_a = false).
   bool a_in_registers = false;
+  /// In a persistent loop (the op directly in a loop carrying no values, the loop's only
+  /// warp-specialized tma_dot): each warp role runs its own copy of the loop, the
+  /// producer with 40 registers per thread and the kernel's warps with what that frees
+  /// (setmaxnreg). Needs warp_specialize.
+  bool rebalance_registers = false;
 };
 
 /// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with

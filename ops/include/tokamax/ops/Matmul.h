@@ -51,6 +51,11 @@ struct TOKAMAX_API MatmulConfig {
   /// hopper: wgmma takes A from registers (ldmatrix from the ring) and B from shared
   /// memory; a as [M, K] only
   bool a_in_registers = false;
+  /// hopper, warp-specialized persistent kernels (programs fewer than the tiles; no
+  /// effect otherwise): the producer warpgroup and the consumers run separate copies of
+  /// the tile loop, the producer with 40 registers per thread and the consumers with
+  /// what that frees (setmaxnreg; 232 with 8 warps)
+  bool rebalance_registers = false;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
   int64_t programs = 0;
