@@ -25,6 +25,13 @@
 // barriers among 32 * num_warps threads), so the producer goes straight on to the next
 // tile's loads while the consumers store this one.
 //
+// With rebalance_registers (LowerControlFlow hands the loop holding the op to
+// lowerWarpSpecializedLoop), the ring is set up before the loop and the loop is lowered
+// twice inside one branch on the warp's role: the producer's copy, after setmaxnreg.dec,
+// keeps only the loads (TileLowering::skipRest drops the epilogue); the consumers' copy,
+// after setmaxnreg.inc, everything else. A loop shared by both roles would be one
+// region for ptxas, which allots it one register budget.
+//
 // Clusters (cluster_m = 2, warp-specialized): CTAs 2c and 2c + 1 share n0. Each loads its
 // own A slices and half of B's, multicast into the same ring offsets of both CTAs, whose
 // full barriers expect the whole stage as before. A stage may be refilled only once the
@@ -150,6 +157,14 @@ struct TmaDotLowering {
       when(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, slice, c32(0)),
            [&] { t.ptx(loc).mbarrierWait(empty(stageOf(slice)), parityOf(slice)); });
     }
+  }
+
+  /// At the builder's point, after the lowered tile loop `loop`: the producer's first
+  /// thread drains the ring of every slice the loop's trips used.
+  void drainAfter(scf::ForOp loop) {
+    Value span = b.create<arith::SubIOp>(loc, loop.getUpperBound(), loop.getLowerBound());
+    Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, loop.getStep()), c32(0));
+    when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
   }
 
   /// 64-bit wgmma matrix descriptor: start address, leading and stride byte offsets,
@@ -396,12 +411,8 @@ struct TmaDotLowering {
     };
     if (failed(lowerAs(TileLowering::WarpRole::Producer, split.getThenRegion().front())))
       return failure();
-    if (cluster > 1) {
-      auto lowered = cast<scf::ForOp>(b.getInsertionPoint()->getPrevNode());
-      Value span = b.create<arith::SubIOp>(loc, lowered.getUpperBound(), lowered.getLowerBound());
-      Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, lowered.getStep()), c32(0));
-      when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
-    }
+    if (cluster > 1)
+      drainAfter(cast<scf::ForOp>(b.getInsertionPoint()->getPrevNode()));
     return lowerAs(TileLowering::WarpRole::Consumer, split.getElseRegion().front());
   }
 
@@ -458,9 +469,7 @@ struct TmaDotLowering {
       setUp();
       if (loop && cluster > 1) {  // after the loop: the producer drains the ring
         b.setInsertionPointAfter(loop);
-        Value span = b.create<arith::SubIOp>(loc, loop.getUpperBound(), loop.getLowerBound());
-        Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, loop.getStep()), c32(0));
-        when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
+        drainAfter(loop);
       }
     }
     Value base = loop ? firstSlice(loop) : c32(0);
