@@ -109,6 +109,8 @@ struct TmaDotLowering {
   Value stageBase(Value s) { return add(ring, mul(s, smem.stageBytes)); }
 
   void when(Value cond, llvm::function_ref<void()> body) { t.when(loc, cond, body); }
+  /// `body` on the producer warpgroup's first thread (the one that loads and drains).
+  void onProducerLead(llvm::function_ref<void()> body) { when(eq(tid, 32 * int64_t(warps)), body); }
 
   /// Thread 0: expect the stage's bytes, then the TMA boxes of K slice `kt` into stage `s`.
   void issue(Value s, Value kt) {
@@ -164,7 +166,7 @@ struct TmaDotLowering {
   void drainAfter(scf::ForOp loop) {
     Value span = b.create<arith::SubIOp>(loc, loop.getUpperBound(), loop.getLowerBound());
     Value trips = b.create<arith::MaxSIOp>(loc, b.create<arith::CeilDivSIOp>(loc, span, loop.getStep()), c32(0));
-    when(eq(tid, 32 * int64_t(warps)), [&] { drain(mul(trips, kTiles)); });
+    onProducerLead([&] { drain(mul(trips, kTiles)); });
   }
 
   /// 64-bit wgmma matrix descriptor: start address, leading and stride byte offsets,
@@ -364,7 +366,7 @@ struct TmaDotLowering {
     Value base = firstSlice(loop);
     const Registers &accIn = t.regs(op.getAcc());
     if (t.role() == TileLowering::WarpRole::Producer) {
-      when(eq(tid, 32 * int64_t(warps)), [&] { produce(base); });
+      onProducerLead([&] { produce(base); });
       t.setRegs(op.getResult(), accIn);
       t.skipRest();
       return success();
@@ -385,9 +387,10 @@ struct TmaDotLowering {
   LogicalResult splitLoop(scf::ForOp loop, llvm::function_ref<LogicalResult()> lowerLoop) {
     setUp();
     constexpr int64_t kProducerRegisters = 40, kMaxRegisters = 240;
-    int64_t threads = 32 * (int64_t(warps) + 4);
+    const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * int64_t(warps) + producerThreads;
     int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
-    int64_t consumers = std::min(kMaxRegisters, (launch * threads - kProducerRegisters * 128) / (32 * warps) / 8 * 8);
+    int64_t consumers =
+        std::min(kMaxRegisters, (launch * threads - kProducerRegisters * producerThreads) / (32 * warps) / 8 * 8);
     bool rebalance = consumers > launch;
     if (rebalance)
       t.setLaunchRegisters(static_cast<unsigned>(launch));
@@ -482,7 +485,7 @@ struct TmaDotLowering {
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&split.getThenRegion().front());
-      when(eq(tid, 32 * int64_t(warps)), [&] {
+      onProducerLead([&] {
         produce(base);
         if (cluster > 1 && !loop)
           drain(c32(kTiles));

@@ -67,7 +67,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
           dot.emitOpError("is a second warp-specialized tma_dot in the kernel; a kernel has one producer");
           return WalkResult::interrupt();
         }
-        producerWarps = 4;
+        producerWarps = kProducerWarps;
       }
       // K-major: [rows][block_k] boxes, swizzled by their row (32, 64 or 128 bytes);
       // MN-major: [block_k][128 bytes] boxes with the 128-byte swizzle.

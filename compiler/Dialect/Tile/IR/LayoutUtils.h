@@ -57,12 +57,14 @@ struct CpAsyncDotSmem {
 };
 CpAsyncDotSmem getCpAsyncDotSmem(CpAsyncDotOp op);
 
-/// Attribute name on lowered kernels: [param, box inner, box outer] per TMA tensor map
-/// the runtime encodes and appends to the launch parameters.
+/// Attribute name on lowered kernels: [param, box inner, box outer, swizzle bytes] per
+/// TMA tensor map the runtime encodes and appends to the launch parameters.
 inline constexpr llvm::StringLiteral kTensorMapsAttr = "tile.tensor_maps";
 /// Warps a lowered kernel runs beyond its `tile.num_warps` (a warp-specialized
 /// tile.tma_dot's producer warpgroup); the launch adds them to the block.
 inline constexpr llvm::StringLiteral kProducerWarpsAttr = "tile.producer_warps";
+/// The producer: one warpgroup.
+inline constexpr unsigned kProducerWarps = 4;
 /// CTAs per cluster along x (from tile.tma_dot's cluster_m), on the lowered kernel.
 inline constexpr llvm::StringLiteral kClusterAttr = "tile.cluster";
 /// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).
