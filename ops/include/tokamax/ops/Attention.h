@@ -1,0 +1,133 @@
+//===- Attention.h - dot_product_attention, forward and VJP --------*- C++ -*-===//
+//
+// Layout (batch, seq, heads, head_dim), any number (>= 0) of batch dims B... in front:
+//   q [B..., T, N, H], k [B..., S, K, H], v [B..., S, K, Hv] -> out [B..., T, N, Hv]
+// GQA / MQA: N % K == 0 and query head n reads kv head n / (N / K). H, Hv <= 256.
+//
+//   logits = scale * q k^T + bias           (scale defaults to 1 / sqrt(H))
+//   logits = cap * tanh(logits / cap)       (logits_soft_cap)
+//   logits = masked where not attended      (mask, causal, local window, seq lengths)
+//   out    = softmax(logits) @ v            (f32 statistics; f64 for f64)
+//
+// Masks combine by AND: `mask` (bool, true = attend), is_causal (key j <= query i,
+// top-left aligned), local_window (i - left <= j <= i + right, a side absent = unbounded),
+// q_seq_lengths / kv_seq_lengths (int32, one per batch row: rows and keys at or past the
+// length are padding). A query row that attends no key gives out = 0, zero gradients,
+// and lse = +inf (so exp(logits - lse) = 0 everywhere in the VJP).
+//
+// bias and mask broadcast to [B..., N, T, S]: each of (all batch dims together), N, T, S
+// may be 1. The residual lse (log-sum-exp of each row's logits) is f32 (f64 for f64
+// inputs) [B..., N, T].
+//
+// Implementations, in the order auto tries them:
+//   "hopper"     reserved (sm_90a FlashAttention-3 class); not available yet.
+//   "tile"       FlashAttention-2 class on mma.sync (sm_80+): one program per (query
+//                block, head, batch row), K/V blocks streamed with an online softmax
+//                (exp2, scale folded), whole KV blocks skipped where causal / window /
+//                lengths mask them, masks computed only on edge blocks. bf16, f16.
+//   "chunked"    an online softmax over KV chunks (no T x S buffer, O(T) extra memory),
+//                any GPU, every dtype (bf16/f16 products on tensor cores, f32/f64 exact).
+//   "reference"  materialised logits [B, N, T, S] in f32 (f64); every dtype and option;
+//                refuses (NotSupported) a call whose logits would not fit in memory.
+// The VJP (dq, dk, dv, dbias) follows FlashAttention-2: delta = rowsum(dout * out), dk/dv
+// per key block walking the query blocks (GQA heads of a group summed in the program),
+// dq per query block in a separate pass; dbias from dS reduced over its broadcast dims.
+// Every implementation is deterministic: reruns are bitwise identical.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/ops/Op.h>
+
+#include <optional>
+#include <string>
+
+namespace tokamax {
+
+class Stream;
+
+/// Key j is visible to query i when i - left <= j <= i + right; an absent side is unbounded.
+struct TOKAMAX_API LocalWindow {
+  std::optional<int64_t> left, right;
+};
+
+struct TOKAMAX_API AttentionOptions {
+  std::optional<double> scale;  ///< default 1 / sqrt(H)
+  bool is_causal = false;
+  std::optional<LocalWindow> local_window;
+  std::optional<double> logits_soft_cap;  ///< > 0
+  /// Optional tensors (see the header comment); null = absent.
+  const TensorView *bias = nullptr;            ///< q's dtype or f32, broadcastable to [B..., N, T, S]
+  const TensorView *mask = nullptr;            ///< bool, broadcastable to [B..., N, T, S]
+  const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
+  const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
+  /// "tile", "chunked" or "reference" ("hopper" reserved); std::nullopt = auto.
+  std::optional<std::string> implementation;
+  std::optional<Config> config;
+};
+
+// ---- Device tensors, launched on `stream` (asynchronous). ----
+
+/// out (and, when lse is given, the residual the VJP takes).
+TOKAMAX_API void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v,
+                                       const TensorView &out, Stream &stream, const AttentionOptions &options = {},
+                                       const TensorView *lse = nullptr);
+
+/// dq, dk, dv (and dbias when given: options.bias's shape, summed over its broadcast
+/// dims) from dout and the forward's out and lse. `options` must be the forward's.
+TOKAMAX_API void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, const TensorView &k,
+                                           const TensorView &v, const TensorView &out, const TensorView &lse,
+                                           const TensorView &dq, const TensorView &dk, const TensorView &dv,
+                                           Stream &stream, const AttentionOptions &options = {},
+                                           const TensorView *dbias = nullptr);
+
+// ---- Host tensors (host_view(...)) on the CPU interpreter, same implementations and
+// kernels (implementation choice as on an sm_90a GPU). ----
+
+TOKAMAX_API void dot_product_attention_host(const TensorView &q, const TensorView &k, const TensorView &v,
+                                            const TensorView &out, const AttentionOptions &options = {},
+                                            const TensorView *lse = nullptr);
+TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q, const TensorView &k,
+                                                const TensorView &v, const TensorView &out, const TensorView &lse,
+                                                const TensorView &dq, const TensorView &dk, const TensorView &dv,
+                                                const AttentionOptions &options = {},
+                                                const TensorView *dbias = nullptr);
+
+// ---- The ops (for autotuning, precompilation and tools). ----
+//
+// Argument order (inputs, then outputs; absent optional arguments are std::nullopt):
+//   attention:     q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? | out, lse?
+//   attention_vjp: dout, q, k, v, out, lse, bias?, mask?, q_seq_lengths?, kv_seq_lengths?
+//                  | dq, dk, dv, dbias?
+// Attributes (canonical printed values): "scale", "is_causal" ("0"/"1"), "window_left",
+// "window_right" (present only when bounded), "logits_soft_cap" (present only when set).
+
+/// The specs of one call (bias / mask / lengths / lse / dbias optional).
+struct TOKAMAX_API AttentionSpecs {
+  ArgSpec q, k, v;
+  std::optional<ArgSpec> bias, mask, q_seq_lengths, kv_seq_lengths;
+  ArgSpec out;
+  std::optional<ArgSpec> lse;
+};
+struct TOKAMAX_API AttentionVjpSpecs {
+  ArgSpec dout, q, k, v, out, lse;
+  std::optional<ArgSpec> bias, mask, q_seq_lengths, kv_seq_lengths;
+  ArgSpec dq, dk, dv;
+  std::optional<ArgSpec> dbias;
+};
+
+TOKAMAX_API const Op &attention_op();
+TOKAMAX_API const Op &attention_vjp_op();
+
+/// Binds a call from specs (options' tensors and implementation are ignored: the specs
+/// say which optional tensors there are); throws Error naming the bad argument.
+TOKAMAX_API BoundArgs bind_attention(const AttentionSpecs &specs, const AttentionOptions &options = {});
+TOKAMAX_API BoundArgs bind_attention_vjp(const AttentionVjpSpecs &specs, const AttentionOptions &options = {});
+
+/// The residual's spec for q [B..., T, N, H]: f32 (f64 for f64 q) [B..., N, T].
+TOKAMAX_API ArgSpec attention_lse_spec(const ArgSpec &q);
+
+/// Largest head dim (H and Hv) any implementation serves.
+inline constexpr int64_t kAttentionMaxHeadDim = 256;
+
+} // namespace tokamax

@@ -1,0 +1,100 @@
+//===- KernelExecutor.cpp - Device, host and recording executors ------------===//
+#include "ops/lib/KernelExecutor.h"
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Memory.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <tokamax/ops/Op.h>
+
+#include <cstring>
+
+namespace tokamax::ops_detail {
+
+namespace {
+
+class DeviceKernelExecutor : public KernelExecutor {
+public:
+  DeviceKernelExecutor(Stream &stream, int device) : stream_(stream), device_(Device::get(device)) {}
+
+  uint64_t scratch(size_t bytes) override { return stream_workspace(device_, stream_, bytes); }
+
+  void launch(uint64_t key, const Build &build, const std::vector<Arg> &args) override {
+    const LoadedKernel &kernel = kernelFor(key, device_, build);
+    std::vector<KernelArg> launchArgs;
+    launchArgs.reserve(args.size());
+    for (const Arg &a : args) {
+      if (a.is_scalar)
+        launchArgs.emplace_back(a.scalar);
+      else
+        launchArgs.emplace_back(a.view);
+    }
+    kernel.launch(launchArgs, stream_.handle());
+  }
+
+  void zero(const TensorView &t) override {
+    if (t.nbytes())
+      memset_d8(t.data(), 0, t.nbytes(), stream_.handle());
+  }
+  int device() const override { return device_.ordinal(); }
+
+private:
+  Stream &stream_;
+  Device &device_;
+};
+
+class HostKernelExecutor : public KernelExecutor {
+public:
+  uint64_t scratch(size_t bytes) override {
+    buffers_.emplace_back(std::make_unique<double[]>((bytes + 7) / 8 + 2));
+    return reinterpret_cast<uint64_t>(buffers_.back().get());
+  }
+
+  void launch(uint64_t, const Build &build, const std::vector<Arg> &args) override {
+    std::vector<HostArg> hostArgs;
+    hostArgs.reserve(args.size());
+    for (const Arg &a : args) {
+      if (a.is_scalar)
+        hostArgs.push_back(HostArg::value(a.scalar));
+      else
+        hostArgs.push_back(HostArg::tensor(reinterpret_cast<void *>(a.view.data()), a.view.nbytes()));
+    }
+    tokamax::interpret(build(), hostArgs);
+  }
+
+  void zero(const TensorView &t) override {
+    if (t.nbytes())
+      std::memset(reinterpret_cast<void *>(t.data()), 0, t.nbytes());
+  }
+  int device() const override { return 0; }
+
+private:
+  std::vector<std::unique_ptr<double[]>> buffers_;
+};
+
+class RecordingKernelExecutor : public KernelExecutor {
+public:
+  explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
+  uint64_t scratch(size_t) override { return 256; }
+  void launch(uint64_t, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
+  void zero(const TensorView &) override {}
+  int device() const override { return 0; }
+
+private:
+  std::vector<dsl::Kernel> &kernels_;
+};
+
+} // namespace
+
+std::unique_ptr<KernelExecutor> device_kernel_executor(Stream &stream, int device) {
+  return std::make_unique<DeviceKernelExecutor>(stream, device);
+}
+std::unique_ptr<KernelExecutor> host_kernel_executor() { return std::make_unique<HostKernelExecutor>(); }
+std::unique_ptr<KernelExecutor> recording_kernel_executor(std::vector<dsl::Kernel> &kernels) {
+  return std::make_unique<RecordingKernelExecutor>(kernels);
+}
+
+} // namespace tokamax::ops_detail

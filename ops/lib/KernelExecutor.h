@@ -1,0 +1,58 @@
+//===- KernelExecutor.h - Where an op call's kernels go -----------*- C++ -*-===//
+//
+// An op plans a call as a list of kernel launches, each named by a specialisation key
+// and a builder of its DSL kernel. The same plan runs on the device (JIT + launch on a
+// stream), on the CPU interpreter (host views), or is recorded (the kernels a config
+// needs, for precompilation and PTX checks).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/dsl/Kernel.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace tokamax {
+class Stream;
+}
+
+namespace tokamax::ops_detail {
+
+class KernelExecutor {
+public:
+  /// A tensor (view in the kernel's declared shape) or a scalar parameter.
+  struct Arg {
+    TensorView view;
+    double scalar = 0;
+    bool is_scalar = false;
+    Arg(TensorView v) : view(std::move(v)) {}
+    static Arg value(double v) {
+      Arg a{TensorView()};
+      a.scalar = v;
+      a.is_scalar = true;
+      return a;
+    }
+  };
+  using Build = std::function<dsl::Kernel()>;
+
+  virtual ~KernelExecutor() = default;
+  /// The call's one scratch buffer (16-byte aligned, contents undefined): carve every
+  /// workspace of a call out of a single request.
+  virtual uint64_t scratch(size_t bytes) = 0;
+  virtual void launch(uint64_t key, const Build &build, const std::vector<Arg> &args) = 0;
+  /// Fills the bytes of `t` with zeros.
+  virtual void zero(const TensorView &t) = 0;
+  /// The device tensors live on (views of scratch take it); 0 on the host.
+  virtual int device() const = 0;
+};
+
+std::unique_ptr<KernelExecutor> device_kernel_executor(Stream &stream, int device);
+std::unique_ptr<KernelExecutor> host_kernel_executor();
+/// Builds each launched kernel into `kernels` instead of running it.
+std::unique_ptr<KernelExecutor> recording_kernel_executor(std::vector<dsl::Kernel> &kernels);
+
+} // namespace tokamax::ops_detail

@@ -1,0 +1,121 @@
+//===- Configs.cpp - Attention configs: heuristics, search spaces, checks ---===//
+//
+// Every implementation takes block_q (query rows per program), block_kv (keys per
+// step) and num_warps. The tile heuristic follows FlashAttention-2's defaults (64-row
+// query blocks, 64-key steps, 4 warps; narrower steps and more warps as the head dim
+// grows so the accumulator and scores stay in registers); exact (f32 / f64) products
+// use small blocks, since their [rows, keys, 16] partial products live in registers.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/attention/AttentionDetail.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tokamax::attention_detail {
+
+namespace {
+
+bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
+bool usesTensorCores(const Problem &p, Impl impl) { return impl != Impl::Reference && isHalf(p.dtype); }
+
+int64_t pow2AtLeast(int64_t v, int64_t floor) {
+  int64_t x = floor;
+  while (x < v)
+    x *= 2;
+  return x;
+}
+
+/// 32-bit registers per thread the accumulators and one score block need.
+int64_t registerEstimate(const Problem &p, const Config &c) {
+  int64_t threads = 32 * c.get("num_warps");
+  int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
+  int64_t words = c.get("block_q") * (padded_head_dim(p.Hv) + c.get("block_kv")) +
+                  (p.vjp ? c.get("block_kv") * dims : 0);
+  return words * (p.compute == DType::F64 ? 2 : 1) / threads;
+}
+
+} // namespace
+
+std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  switch (impl) {
+  case Impl::Tile:
+    if (!isHalf(p.dtype))
+      return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use chunked or reference",
+                         dtype_name(p.dtype));
+    return std::nullopt;
+  case Impl::Chunked:
+    return std::nullopt;
+  case Impl::Reference: {
+    // The logits (and, for the VJP, dS) buffers: refuse what no GPU could hold.
+    double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+    if (bytes > 256.0 * (1ull << 30))
+      return fmt::format("reference materialises {:.1f} GiB of logits; use chunked or tile", bytes / (1ull << 30));
+    return std::nullopt;
+  }
+  }
+  return "unknown implementation";
+}
+
+Config heuristic(const Problem &p, Impl impl) {
+  const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
+  if (!usesTensorCores(p, impl)) {
+    int64_t bq = std::min<int64_t>(16, pow2AtLeast(p.T, 16));
+    return {{"block_q", bq}, {"block_kv", p.compute == DType::F64 ? 16 : 32}, {"num_warps", 4}};
+  }
+  int64_t bq = std::min<int64_t>(64, pow2AtLeast(p.T, 16));
+  int64_t bkv = dim >= 256 ? 32 : 64;
+  if (impl == Impl::Chunked && dim <= 64)
+    bkv = 128;  // chunks of 128 keys
+  int64_t warps = dim >= 256 ? 8 : 4;
+  if (p.vjp && dim >= 128)
+    bkv = 32;
+  return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
+}
+
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+  for (const char *key : {"block_q", "block_kv", "num_warps"})
+    if (!c.has(key))
+      return fmt::format("missing \"{}\"", key);
+  for (const auto &[key, value] : c.values)
+    if (key != "block_q" && key != "block_kv" && key != "num_warps")
+      return fmt::format("unknown key \"{}\"", key);
+  for (const char *key : {"block_q", "block_kv"}) {
+    int64_t v = c.get(key);
+    if (v < 16 || v > 256 || (v & (v - 1)))
+      return fmt::format("{} must be a power of two in [16, 256], got {}", key, v);
+  }
+  int64_t w = c.get("num_warps");
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (registerEstimate(p, c) > 256)
+    return fmt::format("block_q {} x block_kv {} with {} warps needs ~{} registers per thread for the "
+                       "accumulators alone",
+                       c.get("block_q"), c.get("block_kv"), w, registerEstimate(p, c));
+  return std::nullopt;
+}
+
+std::vector<Config> search_space(const Problem &p, Impl impl) {
+  std::vector<Config> space{heuristic(p, impl)};
+  auto add = [&](int64_t bq, int64_t bkv, int64_t warps) {
+    Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
+    if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c) &&
+        registerEstimate(p, c) <= 128)
+      space.push_back(c);
+  };
+  if (!usesTensorCores(p, impl)) {
+    for (int64_t bq : {16, 32})
+      for (int64_t bkv : {16, 32})
+        add(bq, bkv, 4);
+    return space;
+  }
+  for (int64_t bq : {64, 128})
+    for (int64_t bkv : {32, 64, 128})
+      for (int64_t warps : {4, 8})
+        if (bq <= pow2AtLeast(p.T, 16) || bq == 64)
+          add(bq, bkv, warps);
+  return space;
+}
+
+} // namespace tokamax::attention_detail

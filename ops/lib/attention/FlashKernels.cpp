@@ -1,0 +1,226 @@
+//===- FlashKernels.cpp - FlashAttention-2 structured kernels ---------------===//
+//
+// The chunked and tile implementations share these kernels; the spec's Product says
+// whether products run on tensor cores (tile.dot) or as exact multiply-adds, and
+// split_edges whether KV blocks no mask touches skip the mask arithmetic.
+//
+//   forward: one program per (query block, head, batch row); Q held, K/V blocks walked
+//            with an online softmax in log2 units (exp2, the scale folded in);
+//   delta:   rowsum(dout * out);
+//   dk/dv:   one program per (key block, kv head, batch row), walking the query blocks
+//            of every query head of the group (GQA sums stay in the program);
+//   dq:      one program per (query block, head, batch row), walking the key blocks.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/attention/KernelParts.h"
+
+#include <cmath>
+
+namespace tokamax::attention_detail {
+
+using dsl::cdiv;
+
+Kernel flash_forward_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q, bkv = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Operands in = declare_operands(k, p);
+  TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  std::optional<TensorArg> lse;
+  if (p.lse_out)
+    lse = k.output("lse", p.compute, {p.B, p.N, p.T});
+  k.grid(cdiv(p.T, bq), p.N, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
+
+  Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq);
+  Chunks m{k.full({bq}, -INFINITY, p.compute)}, l{k.full({bq}, 0.0, p.compute)};
+  Chunks acc = zero_rows(s, k, bq, p.Hv);
+  const size_t accSize = acc.size();
+
+  Body body = [&](Value j0, Carried carried, bool masked) {
+    auto parts = unpack(carried, {1, 1, accSize});
+    Value mOld = parts[0][0], lOld = parts[1][0];
+    Chunks kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv);
+    Value x = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, false).log2;
+    Value mNew = maximum(mOld, x.max(1));
+    // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
+    Value mUse = where(mNew == -INFINITY, 0.0, mNew);
+    Value prob = exp2(x - mUse.expand(1));
+    Value alpha = exp2(mOld - mUse);
+    Chunks a = product_nn(s, prob, load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv), scale_rows(parts[2], alpha));
+    Chunks mn{mNew}, ln{lOld * alpha + prob.sum(1)};
+    return pack({&mn, &ln, &a});
+  };
+  auto parts = unpack(walk(pr, key_range(pr, t0, bq, bkv), bkv, pack({&m, &l, &acc}), body), {1, 1, accSize});
+
+  Value mFinal = parts[0][0], lFinal = parts[1][0];
+  Value seen = lFinal > 0.0;
+  if (p.q_lengths)
+    seen = seen & (t0 + k.arange(0, bq) < pr.q_valid);
+  Value inv = where(seen, 1.0 / lFinal, 0.0);
+  store_rows(s, out, pr.b, t0, n, scale_rows(parts[2], inv));
+  if (lse) {
+    Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
+    store_row_vector(*lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
+  }
+  return k;
+}
+
+Kernel delta_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg out = k.input("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg delta = k.output("delta", p.compute, {p.B, p.N, p.T});
+  k.grid(cdiv(p.T, bq), p.N, p.B);
+  Value t0 = k.program_id(0) * bq, n = k.program_id(1), b = k.program_id(2);
+  Chunks d = load_rows(s, dout, b, t0, n, p.Hv, bq), o = load_rows(s, out, b, t0, n, p.Hv, bq);
+  Value sum;
+  for (size_t c = 0; c < d.size(); ++c) {
+    Value part = (d[c].to(p.compute) * o[c].to(p.compute)).sum(1);
+    sum = sum.valid() ? sum + part : part;
+  }
+  store_row_vector(delta, b, n, t0, sum);
+  return k;
+}
+
+namespace {
+
+/// The VJP's per-row inputs: dout, lse (in log2 units) and delta.
+struct Cotangents {
+  TensorArg dout, lse, delta;
+};
+
+Cotangents declareCotangents(Kernel &k, const Problem &p) {
+  return {k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv}), k.input("lse", p.compute, {p.B, p.N, p.T}),
+          k.input("delta", p.compute, {p.B, p.N, p.T})};
+}
+
+/// dS from P, dP and delta (broadcast along `axis`), through the soft cap's derivative.
+Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const Value &delta, int axis,
+                    const Scores &sc) {
+  Value ds = prob * (dp - delta.expand(axis));
+  if (p.softcap != 0) {
+    Value t = sc.natural * (1.0 / p.softcap);
+    ds = ds * (1.0 - t * t);
+  }
+  return ds;
+}
+
+} // namespace
+
+Kernel flash_dkdv_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q, bkv = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Operands in = declare_operands(k, p);
+  Cotangents ct = declareCotangents(k, p);
+  TensorArg dk = k.output("dk", p.dtype, {p.B, p.S, p.K, p.H});
+  TensorArg dv = k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv});
+  std::optional<TensorArg> ds;
+  if (p.dbias)
+    ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
+  k.grid(cdiv(p.S, bkv), p.K, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
+
+  Chunks kb = load_rows(s, in.k, pr.b, j0, h, p.H, bkv), vb = load_rows(s, in.v, pr.b, j0, h, p.Hv, bkv);
+  Chunks dkAcc = zero_rows(s, k, bkv, p.H), dvAcc = zero_rows(s, k, bkv, p.Hv);
+  const size_t nk = dkAcc.size(), nv = dvAcc.size();
+  Range range = query_range(pr, j0, bq, bkv);
+  const bool natural = p.softcap != 0;
+
+  Carried sums = k.loop(0, p.group(), 1, pack({&dkAcc, &dvAcc}), [&](Value g, Carried outer) {
+    Value n = h * p.group() + g;
+    Body body = [&](Value t0, Carried carried, bool masked) {
+      auto parts = unpack(carried, {nk, nv});
+      Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
+      Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
+      Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+      Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, natural);
+      Value probT = exp2(sc.log2 - lse2.expand(0));  // [bkv, bq]
+      Chunks dvNew = product_nn(s, probT, d, parts[1]);
+      Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), delta, 0, sc);
+      if (ds)
+        ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
+      Chunks dkNew = product_nn(s, dsT, q, parts[0]);
+      return pack({&dkNew, &dvNew});
+    };
+    return walk(pr, range, bq, std::move(outer), body);
+  });
+  auto parts = unpack(sums, {nk, nv});
+  store_rows(s, dk, pr.b, j0, h, scale_all(parts[0], p.scale));
+  store_rows(s, dv, pr.b, j0, h, parts[1]);
+  return k;
+}
+
+Kernel flash_dq_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q, bkv = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Operands in = declare_operands(k, p);
+  Cotangents ct = declareCotangents(k, p);
+  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  k.grid(cdiv(p.T, bq), p.N, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
+
+  Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
+  Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
+  Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+  Chunks acc = zero_rows(s, k, bq, p.H);
+  const bool natural = p.softcap != 0;
+  Body body = [&](Value j0, Carried carried, bool masked) {
+    Chunks kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv), vb = load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv);
+    Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, natural);
+    Value prob = exp2(sc.log2 - lse2.expand(1));
+    Value dsBlock = scoreGradient(p, prob, product_nt(s, k, d, vb), delta, 1, sc);
+    return product_nn(s, dsBlock, kb, carried);
+  };
+  Chunks sum = walk(pr, key_range(pr, t0, bq, bkv), bkv, acc, body);
+  store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
+  return k;
+}
+
+Kernel dbias_reduce_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const auto &sh = p.bias->shape;
+  const int64_t bt = sh[2] == 1 ? 1 : s.block_q, bs = sh[3] == 1 ? 1 : s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg ds = k.input("ds", p.compute, {p.B, p.N, p.T, p.S});
+  TensorArg dbias = k.output("dbias", p.bias->dtype, {sh[0], sh[1], sh[2], sh[3]});
+  const int64_t sBlocks = cdiv(sh[3], bs);
+  k.grid(cdiv(sh[2], bt) * sBlocks, sh[1], sh[0]);
+  Value t0 = k.program_id(0) / sBlocks * bt, j0 = k.program_id(0) % sBlocks * bs;
+  Value n0 = k.program_id(1), b0 = k.program_id(2);
+  // Sums in a fixed order over every broadcast dim: batch rows, heads, then query and
+  // key blocks when bias has a single row / column.
+  Value acc = k.full({bt, bs}, 0.0, p.compute);
+  auto over = [&](bool broadcast, int64_t extent, int64_t step, Value fixed, Value carried,
+                  const std::function<Value(Value, Value)> &inner) -> Value {
+    if (!broadcast)
+      return inner(fixed, carried);
+    return k.loop(0, extent, step, {carried}, [&](Value i, Carried c) { return Carried{inner(i, c[0])}; })[0];
+  };
+  const int64_t lt = sh[2] == 1 ? s.block_q : bt, ls = sh[3] == 1 ? s.block_kv : bs;
+  acc = over(sh[0] == 1 && p.B > 1, p.B, 1, b0, acc, [&](Value b, Value a0) {
+    return over(sh[1] == 1 && p.N > 1, p.N, 1, n0, a0, [&](Value n, Value a1) {
+      return over(sh[2] == 1, p.T, lt, t0, a1, [&](Value t, Value a2) {
+        return over(sh[3] == 1, p.S, ls, j0, a2, [&](Value j, Value a3) {
+          Value block = ds.load({b, n, t, j}, {1, 1, lt, ls}).reshape({lt, ls});
+          if (sh[2] == 1)
+            block = block.sum(0).expand(0);
+          if (sh[3] == 1)
+            block = block.sum(1).expand(1);
+          return a3 + block;
+        });
+      });
+    });
+  });
+  dbias.store({b0, n0, t0, j0}, acc.to(p.bias->dtype).reshape({1, 1, bt, bs}));
+  return k;
+}
+
+} // namespace tokamax::attention_detail

@@ -1,0 +1,265 @@
+//===- KernelParts.cpp - Operands, products, scores and ranges --------------===//
+#include "ops/lib/attention/KernelParts.h"
+
+#include <cmath>
+
+namespace tokamax::attention_detail {
+
+using dsl::cdiv;
+
+namespace {
+
+/// Column chunk width of an operand of padded width `dim`.
+int64_t chunkWidth(const KernelSpec &s, int64_t dim) {
+  return s.product == Product::Mma ? dim : std::min<int64_t>(dim, 16);
+}
+
+Value zeroI32(Kernel &k) { return k.constant(0, DType::I32); }
+
+/// The [rows, cols] block of a broadcast operand (bias or mask) at (b, n, t0, j0); unit
+/// dims of the operand stay unit dims of the block.
+Value broadcastBlock(Program &pr, const TensorArg &t, const Broadcast &bc, Value n, Value t0, Value j0, int64_t bq,
+                     int64_t bkv, bool kvMajor, double padding) {
+  const auto &sh = bc.shape;
+  int64_t rows = sh[2] == 1 ? 1 : bq, cols = sh[3] == 1 ? 1 : bkv;
+  Value block = t.load({sh[0] == 1 ? Value(0) : pr.b, sh[1] == 1 ? Value(0) : n, sh[2] == 1 ? Value(0) : t0,
+                        sh[3] == 1 ? Value(0) : j0},
+                       {1, 1, rows, cols}, padding)
+                    .reshape({rows, cols});
+  return kvMajor ? block.trans() : block;
+}
+
+} // namespace
+
+Operands declare_operands(Kernel &k, const Problem &p) {
+  Operands in{k.input("q", p.dtype, {p.B, p.T, p.N, p.H}), k.input("k", p.dtype, {p.B, p.S, p.K, p.H}),
+              k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv}), {}, {}, {}, {}};
+  auto shape4 = [](const Broadcast &bc) { return std::vector<int64_t>(bc.shape.begin(), bc.shape.end()); };
+  if (p.bias)
+    in.bias = k.input("bias", p.bias->dtype, shape4(*p.bias));
+  if (p.mask)
+    in.mask = k.input("mask", DType::Bool, shape4(*p.mask));
+  if (p.q_lengths)
+    in.q_lengths = k.input("q_seq_lengths", DType::I32, {p.B});
+  if (p.kv_lengths)
+    in.kv_lengths = k.input("kv_seq_lengths", DType::I32, {p.B});
+  return in;
+}
+
+Program program(Kernel &k, const KernelSpec &s, Operands in, Value b) {
+  const Problem &p = s.p;
+  auto valid = [&](const std::optional<TensorArg> &lengths, int64_t full) {
+    Value limit = k.constant(static_cast<double>(full), DType::I32);
+    if (!lengths)
+      return limit;
+    Value len = lengths->load({b}, {1}).max(0);
+    return minimum(maximum(len, zeroI32(k)), limit);
+  };
+  Value qv = valid(in.q_lengths, p.T), kv = valid(in.kv_lengths, p.S);
+  return Program{k, s, p, std::move(in), b, qv, kv};
+}
+
+Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim, int64_t rows) {
+  int64_t padded = padded_head_dim(dim), width = chunkWidth(s, padded);
+  Chunks chunks;
+  for (int64_t c = 0; c < padded; c += width) {
+    Value tile = t.load({b, r0, head, c}, {1, rows, 1, width}).reshape({rows, width});
+    chunks.push_back(s.product == Product::Fma ? tile.to(s.p.compute) : tile);
+  }
+  return chunks;
+}
+
+void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c) {
+  int64_t col = 0;
+  for (const Value &chunk : c) {
+    auto shape = chunk.shape();
+    t.store({b, r0, head, col}, chunk.to(t.dtype()).reshape({1, shape[0], 1, shape[1]}));
+    col += shape[1];
+  }
+}
+
+Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim) {
+  int64_t padded = padded_head_dim(dim), width = chunkWidth(s, padded);
+  Chunks chunks;
+  for (int64_t c = 0; c < padded; c += width)
+    chunks.push_back(k.full({rows, width}, 0.0, s.p.compute));
+  return chunks;
+}
+
+Chunks scale_rows(const Chunks &c, const Value &factor) {
+  Chunks out;
+  for (const Value &chunk : c)
+    out.push_back(chunk * factor.expand(1));
+  return out;
+}
+
+Chunks scale_all(const Chunks &c, double factor) {
+  Chunks out;
+  for (const Value &chunk : c)
+    out.push_back(chunk * factor);
+  return out;
+}
+
+Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b) {
+  int64_t m = a[0].shape()[0], n = b[0].shape()[0];
+  if (s.product == Product::Mma)
+    return dot(a[0], b[0].trans(), k.full({m, n}, 0.0, DType::F32));
+  Value sum;
+  for (size_t c = 0; c < a.size(); ++c) {
+    Value part = (a[c].expand(1) * b[c].expand(0)).sum(2);
+    sum = sum.valid() ? sum + part : part;
+  }
+  return sum;
+}
+
+Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc) {
+  if (s.product == Product::Mma)
+    return {dot(p.to(s.p.dtype), b[0], acc[0])};
+  Chunks out;
+  Value pe = p.expand(2);
+  for (size_t c = 0; c < b.size(); ++c)
+    out.push_back(acc[c] + (pe * b[c].expand(0)).sum(1));
+  return out;
+}
+
+Value load_row_vector(const TensorArg &t, Value b, Value n, Value t0, int64_t rows, double padding) {
+  return t.load({b, n, t0}, {1, 1, rows}, padding).reshape({rows});
+}
+
+void store_row_vector(const TensorArg &t, Value b, Value n, Value t0, const Value &v) {
+  t.store({b, n, t0}, v.to(t.dtype()).reshape({1, 1, v.shape()[0]}));
+}
+
+Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv, bool masked,
+              bool kvMajor, bool natural) {
+  const Problem &p = pr.p;
+  Scores r;
+  if (!p.bias && p.softcap == 0 && !natural) {
+    r.log2 = qk * (p.scale * kLog2e);  // the scale folded into exp2's argument
+  } else {
+    Value x = qk * p.scale;
+    if (p.bias)
+      x = x + broadcastBlock(pr, *pr.in.bias, *p.bias, n, t0, j0, bq, bkv, kvMajor, 0.0).to(p.compute);
+    if (p.softcap != 0)
+      x = tanh(x * (1.0 / p.softcap)) * p.softcap;
+    r.natural = x;
+    r.log2 = x * kLog2e;
+  }
+  if (!masked)
+    return r;
+  Kernel &k = pr.k;
+  Value qi = t0 + k.arange(0, bq), kj = j0 + k.arange(0, bkv);
+  Value i = kvMajor ? qi.expand(0) : qi.expand(1), j = kvMajor ? kj.expand(1) : kj.expand(0);
+  Value valid = j < pr.kv_valid;
+  if (p.q_lengths)
+    valid = valid & (i < pr.q_valid);
+  if (p.causal)
+    valid = valid & (j <= i);
+  if (p.left >= 0)
+    valid = valid & (i - j <= p.left);
+  if (p.right >= 0)
+    valid = valid & (j - i <= p.right);
+  if (p.mask)
+    valid = valid & broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0);
+  if (valid.shape() != qk.shape())
+    valid = valid.broadcast_to(qk.shape());
+  r.valid = valid;
+  r.log2 = where(valid, r.log2, -INFINITY);
+  return r;
+}
+
+Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv) {
+  const Problem &p = pr.p;
+  Kernel &k = pr.k;
+  Value zero = zeroI32(k);
+  Value hi = pr.kv_valid;
+  if (p.causal)
+    hi = minimum(hi, t0 + bq);
+  if (p.right >= 0)
+    hi = minimum(hi, t0 + (bq + p.right));
+  if (p.q_lengths)
+    hi = where(t0 < pr.q_valid, hi, zero);
+  Value lo = zero;
+  if (p.left >= 0)
+    lo = maximum(t0 - p.left, zero) / bkv * bkv;
+  // Blocks every pair of which is visible: keys below every query's causal / right
+  // limit and the valid length, at or above every query's left limit.
+  Value bound = pr.kv_valid;
+  if (p.causal)
+    bound = minimum(bound, t0 + 1);
+  if (p.right >= 0)
+    bound = minimum(bound, t0 + (p.right + 1));
+  Value innerHi = minimum(bound / bkv * bkv, hi / bkv * bkv);
+  Value innerLo = lo;
+  if (p.left >= 0)
+    innerLo = (maximum(t0 + (bq - 1 - p.left), zero) + (bkv - 1)) / bkv * bkv;
+  Value hiCeil = maximum((hi + (bkv - 1)) / bkv * bkv, lo);
+  Value e = minimum(maximum(innerLo, lo), hiCeil);
+  Value f = minimum(maximum(innerHi, e), hiCeil);
+  return {lo, hi, e, f};
+}
+
+Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {
+  const Problem &p = pr.p;
+  Kernel &k = pr.k;
+  Value zero = zeroI32(k);
+  Value lo = zero;
+  if (p.causal)
+    lo = j0;
+  if (p.right >= 0)
+    lo = maximum(lo, j0 - p.right);
+  lo = maximum(lo, zero) / bq * bq;
+  Value hi = pr.q_valid;
+  if (p.left >= 0)
+    hi = minimum(hi, j0 + (bkv + p.left));
+  if (p.kv_lengths)
+    hi = where(j0 < pr.kv_valid, hi, zero);
+  Value hiCeil = maximum((hi + (bq - 1)) / bq * bq, lo);
+  // Query blocks every pair of which is visible: at or past the block's last key (causal,
+  // right side), not past its first key's left limit; keys past a kv length are masked.
+  Value innerLo = lo;
+  if (p.causal)
+    innerLo = maximum(innerLo, j0 + (bkv - 1));
+  if (p.right >= 0)
+    innerLo = maximum(innerLo, j0 + (bkv - 1 - p.right));
+  innerLo = (maximum(innerLo, zero) + (bq - 1)) / bq * bq;
+  Value innerHi = hiCeil;
+  if (p.left >= 0)
+    innerHi = minimum(innerHi, (j0 + (p.left + 1)) / bq * bq);
+  if (p.kv_lengths)
+    innerHi = where(j0 + bkv <= pr.kv_valid, innerHi, lo);
+  Value e = minimum(maximum(innerLo, lo), hiCeil);
+  Value f = minimum(maximum(innerHi, e), hiCeil);
+  return {lo, hi, e, f};
+}
+
+Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const Body &body) {
+  auto run = [&](Value lo, Value hi, bool masked, Carried c) {
+    return pr.k.loop(lo, hi, step, std::move(c),
+                     [&](Value j, std::vector<Value> cur) { return body(j, std::move(cur), masked); });
+  };
+  if (!pr.s.split_edges || pr.p.mask)
+    return run(r.lo, r.hi, true, std::move(carried));
+  carried = run(r.lo, r.inner_lo, true, std::move(carried));
+  carried = run(r.inner_lo, r.inner_hi, false, std::move(carried));
+  return run(r.inner_hi, r.hi, true, std::move(carried));
+}
+
+Carried pack(std::initializer_list<const Chunks *> parts) {
+  Carried c;
+  for (const Chunks *part : parts)
+    c.insert(c.end(), part->begin(), part->end());
+  return c;
+}
+
+std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes) {
+  std::vector<Chunks> out;
+  size_t at = 0;
+  for (size_t n : sizes) {
+    out.emplace_back(c.begin() + at, c.begin() + at + n);
+    at += n;
+  }
+  return out;
+}
+
+} // namespace tokamax::attention_detail

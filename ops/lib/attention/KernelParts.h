@@ -1,0 +1,109 @@
+//===- KernelParts.h - Pieces every attention kernel is built from -*- C++ -*-===//
+//
+// Operands are row blocks of a [B, rows, heads, dim] tensor, held as column chunks: one
+// chunk of the whole (padded) dim for tensor-core products, 16-wide chunks in the
+// compute dtype for exact multiply-add products (the DSL has no tile slicing, so a
+// product over a chunked dim is a sum over chunks). Scores apply scale, bias, soft cap
+// and masks in the op's order; ranges turn causal / window / lengths into loop bounds.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ops/lib/attention/AttentionDetail.h"
+
+#include <optional>
+#include <vector>
+
+namespace tokamax::attention_detail {
+
+using dsl::Kernel;
+using dsl::TensorArg;
+using dsl::Value;
+using Chunks = std::vector<Value>;
+
+inline constexpr double kLog2e = 1.4426950408889634;
+inline constexpr double kLn2 = 0.6931471805599453;
+
+/// The inputs every forward and VJP kernel declares first, in this order.
+struct Operands {
+  TensorArg q, k, v;
+  std::optional<TensorArg> bias, mask, q_lengths, kv_lengths;
+};
+Operands declare_operands(Kernel &k, const Problem &p);
+
+/// One program's view of the call: its batch row and the valid lengths (i32 scalars).
+struct Program {
+  Kernel &k;
+  const KernelSpec &s;
+  const Problem &p;
+  Operands in;
+  Value b;        ///< batch row
+  Value q_valid;  ///< min(q_seq_length, T), or T
+  Value kv_valid; ///< min(kv_seq_length, S), or S
+};
+Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
+
+/// Rows [r0, r0 + rows) of head `head` of a [B, R, heads, dim] tensor, as chunks
+/// (elements outside read as 0); in the compute dtype for Fma products.
+Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim,
+                 int64_t rows);
+void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c);
+/// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
+Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
+/// c * factor[:, None] for every chunk.
+Chunks scale_rows(const Chunks &c, const Value &factor);
+Chunks scale_all(const Chunks &c, double factor);
+
+/// a @ b^T over the chunked dim: [M, N] in the compute dtype.
+Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b);
+/// acc + p @ b with p [M, Kd] (compute dtype) and b chunked along its columns.
+Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc);
+
+/// A [rows] vector of a [B, N, T] tensor at (b, n, t0).
+Value load_row_vector(const TensorArg &t, Value b, Value n, Value t0, int64_t rows, double padding);
+void store_row_vector(const TensorArg &t, Value b, Value n, Value t0, const Value &v);
+
+struct Scores {
+  Value log2;     ///< logits in log2 units, -inf where masked
+  Value natural;  ///< capped logits in natural units, unmasked (when asked for)
+  Value valid;    ///< the mask (bool), when `masked`
+};
+/// Scores of qk (raw q . k products; [BQ, BKV], or [BKV, BQ] when kv_major) for queries
+/// [t0, t0 + BQ) and keys [j0, j0 + BKV) of head n. Without `masked` no mask is formed
+/// (the caller knows every pair is visible).
+Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv, bool masked,
+              bool kv_major, bool natural);
+
+/// Loop bounds over key blocks for query block t0 (forward, dq) or over query blocks for
+/// key block j0 (dk/dv): [lo, hi) holds every block with a visible pair, [inner_lo,
+/// inner_hi) the blocks (aligned to `step`) where every pair is visible.
+struct Range {
+  Value lo, hi, inner_lo, inner_hi;
+};
+Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv);
+Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv);
+
+using Carried = std::vector<Value>;
+using Body = std::function<Carried(Value, Carried, bool masked)>;
+/// Runs `body` over a range: edge blocks masked, inner blocks unmasked when the spec
+/// splits edges (and no mask tensor forces masks everywhere), else every block masked.
+Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const Body &body);
+
+/// Packs chunk lists into one carried list and back.
+Carried pack(std::initializer_list<const Chunks *> parts);
+std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes);
+
+// Kernel builders (FlashKernels.cpp, ReferenceKernels.cpp).
+Kernel flash_forward_kernel(const KernelSpec &s);
+Kernel delta_kernel(const KernelSpec &s);
+Kernel flash_dkdv_kernel(const KernelSpec &s);
+Kernel flash_dq_kernel(const KernelSpec &s);
+Kernel dbias_reduce_kernel(const KernelSpec &s);
+Kernel logits_kernel(const KernelSpec &s);
+Kernel row_stats_kernel(const KernelSpec &s);
+Kernel output_kernel(const KernelSpec &s);
+Kernel ref_ds_kernel(const KernelSpec &s);
+Kernel ref_dq_kernel(const KernelSpec &s);
+Kernel ref_dkdv_kernel(const KernelSpec &s);
+
+} // namespace tokamax::attention_detail

@@ -1,0 +1,164 @@
+//===- ReferenceKernels.cpp - Attention through materialised logits ---------===//
+//
+// The correctness oracle among the implementations: the masked, capped logits of every
+// (batch row, head) go to a [B, N, T, S] buffer in the compute dtype (-inf where masked);
+// each row's lse comes from its exact max and then its sum; out = exp(logits - lse) @ v.
+// The VJP materialises dS = P * (dP - delta) the same way. Products are exact
+// multiply-adds in the compute dtype (spec.product is Fma).
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/attention/KernelParts.h"
+
+#include <cmath>
+
+namespace tokamax::attention_detail {
+
+using dsl::cdiv;
+
+namespace {
+
+/// A [B, N, T, S] buffer in the compute dtype.
+std::vector<int64_t> squareShape(const Problem &p) { return {p.B, p.N, p.T, p.S}; }
+
+Value loadSquare(const TensorArg &t, Value b, Value n, Value t0, Value j0, int64_t bt, int64_t bs, double padding) {
+  return t.load({b, n, t0, j0}, {1, 1, bt, bs}, padding).reshape({bt, bs});
+}
+
+/// Programs over (query block, key block) pairs: (t0, j0) of program_id(0).
+std::pair<Value, Value> blockPair(Kernel &k, const Problem &p, int64_t bt, int64_t bs) {
+  const int64_t sBlocks = cdiv(p.S, bs);
+  return {k.program_id(0) / sBlocks * bt, k.program_id(0) % sBlocks * bs};
+}
+
+} // namespace
+
+Kernel logits_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Operands in = declare_operands(k, p);
+  TensorArg logits = k.output("logits", p.compute, squareShape(p));
+  k.grid(cdiv(p.T, bt) * cdiv(p.S, bs), p.N, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  auto [t0, j0] = blockPair(k, p, bt, bs);
+  Value n = k.program_id(1), kvh = n / p.group();
+  Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bt), kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bs);
+  Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bt, bs, true, false, true);
+  logits.store({pr.b, n, t0, j0}, where(sc.valid, sc.natural, -INFINITY).reshape({1, 1, bt, bs}));
+  return k;
+}
+
+Kernel row_stats_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg logits = k.input("logits", p.compute, squareShape(p));
+  TensorArg lse = k.output("lse", p.compute, {p.B, p.N, p.T});
+  k.grid(cdiv(p.T, bt), p.N, p.B);
+  Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2);
+  Value m = k.loop(0, p.S, bs, {k.full({bt}, -INFINITY, p.compute)}, [&](Value j0, Carried c) {
+    return Carried{maximum(c[0], loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY).max(1))};
+  })[0];
+  Value mUse = where(m == -INFINITY, 0.0, m);
+  Value l = k.loop(0, p.S, bs, {k.full({bt}, 0.0, p.compute)}, [&](Value j0, Carried c) {
+    return Carried{c[0] + exp(loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY) - mUse.expand(1)).sum(1)};
+  })[0];
+  store_row_vector(lse, b, n, t0, where(l > 0.0, mUse + log(l), INFINITY));
+  return k;
+}
+
+Kernel output_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg logits = k.input("logits", p.compute, squareShape(p));
+  TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
+  TensorArg v = k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv});
+  TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  k.grid(cdiv(p.T, bt), p.N, p.B);
+  Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
+  Value rowLse = load_row_vector(lse, b, n, t0, bt, INFINITY).expand(1);
+  Chunks acc = k.loop(0, p.S, bs, zero_rows(s, k, bt, p.Hv), [&](Value j0, Carried c) {
+    Value prob = exp(loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY) - rowLse);
+    return product_nn(s, prob, load_rows(s, v, b, j0, kvh, p.Hv, bs), c);
+  });
+  store_rows(s, out, b, t0, n, acc);
+  return k;
+}
+
+Kernel ref_ds_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg logits = k.input("logits", p.compute, squareShape(p));
+  TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
+  TensorArg delta = k.input("delta", p.compute, {p.B, p.N, p.T});
+  TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg v = k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv});
+  TensorArg ds = k.output("ds", p.compute, squareShape(p));
+  k.grid(cdiv(p.T, bt) * cdiv(p.S, bs), p.N, p.B);
+  auto [t0, j0] = blockPair(k, p, bt, bs);
+  Value n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
+  Value l = loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY);
+  Value prob = exp(l - load_row_vector(lse, b, n, t0, bt, INFINITY).expand(1));
+  Value dp = product_nt(s, k, load_rows(s, dout, b, t0, n, p.Hv, bt), load_rows(s, v, b, j0, kvh, p.Hv, bs));
+  Value g = prob * (dp - load_row_vector(delta, b, n, t0, bt, 0.0).expand(1));
+  if (p.softcap != 0) {
+    Value t = l * (1.0 / p.softcap);
+    g = g * where(l > -INFINITY, 1.0 - t * t, 0.0);
+  }
+  ds.store({b, n, t0, j0}, g.reshape({1, 1, bt, bs}));
+  return k;
+}
+
+Kernel ref_dq_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg ds = k.input("ds", p.compute, squareShape(p));
+  TensorArg kt = k.input("k", p.dtype, {p.B, p.S, p.K, p.H});
+  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  k.grid(cdiv(p.T, bt), p.N, p.B);
+  Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
+  Chunks acc = k.loop(0, p.S, bs, zero_rows(s, k, bt, p.H), [&](Value j0, Carried c) {
+    return product_nn(s, loadSquare(ds, b, n, t0, j0, bt, bs, 0.0), load_rows(s, kt, b, j0, kvh, p.H, bs), c);
+  });
+  store_rows(s, dq, b, t0, n, scale_all(acc, p.scale));
+  return k;
+}
+
+Kernel ref_dkdv_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bt = s.block_q, bs = s.block_kv;
+  Kernel k(s.name(), {.num_warps = s.num_warps});
+  TensorArg logits = k.input("logits", p.compute, squareShape(p));
+  TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
+  TensorArg ds = k.input("ds", p.compute, squareShape(p));
+  TensorArg qt = k.input("q", p.dtype, {p.B, p.T, p.N, p.H});
+  TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg dk = k.output("dk", p.dtype, {p.B, p.S, p.K, p.H});
+  TensorArg dv = k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv});
+  k.grid(cdiv(p.S, bs), p.K, p.B);
+  Value j0 = k.program_id(0) * bs, h = k.program_id(1), b = k.program_id(2);
+  Chunks dk0 = zero_rows(s, k, bs, p.H), dv0 = zero_rows(s, k, bs, p.Hv);
+  const size_t nk = dk0.size(), nv = dv0.size();
+  Carried sums = k.loop(0, p.group(), 1, pack({&dk0, &dv0}), [&](Value g, Carried outer) {
+    Value n = h * p.group() + g;
+    return k.loop(0, p.T, bt, outer, [&](Value t0, Carried c) {
+      auto parts = unpack(c, {nk, nv});
+      Value probT =
+          exp(loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY) - load_row_vector(lse, b, n, t0, bt, INFINITY).expand(1))
+              .trans();
+      Value dsT = loadSquare(ds, b, n, t0, j0, bt, bs, 0.0).trans();
+      Chunks dkNew = product_nn(s, dsT, load_rows(s, qt, b, t0, n, p.H, bt), parts[0]);
+      Chunks dvNew = product_nn(s, probT, load_rows(s, dout, b, t0, n, p.Hv, bt), parts[1]);
+      return pack({&dkNew, &dvNew});
+    });
+  });
+  auto parts = unpack(sums, {nk, nv});
+  store_rows(s, dk, b, j0, h, scale_all(parts[0], p.scale));
+  store_rows(s, dv, b, j0, h, parts[1]);
+  return k;
+}
+
+} // namespace tokamax::attention_detail
