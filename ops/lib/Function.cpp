@@ -35,8 +35,11 @@ int Function::newValue(const ArgSpec &spec) {
   return static_cast<int>(values_.size() - 1);
 }
 
-std::vector<Sym> Function::record(const Op &op, BoundArgs args, std::vector<int> slots) {
+std::vector<Sym> Function::record(const Op &op, BoundArgs args, std::vector<int> slots,
+                                 std::optional<std::string> implementation) {
   op.validate(args);
+  if (implementation)
+    op.implementation(*implementation);  // an unknown name fails at trace time
   std::vector<Sym> outs;
   for (size_t i = op.num_inputs(); i < slots.size(); ++i)
     if (slots[i] == -2) { // an output to create
@@ -45,7 +48,7 @@ std::vector<Sym> Function::record(const Op &op, BoundArgs args, std::vector<int>
     } else {
       outs.push_back({slots[i]});
     }
-  calls_.push_back({&op, std::move(args), std::move(slots)});
+  calls_.push_back({&op, std::move(args), std::move(slots), std::move(implementation)});
   return outs;
 }
 
@@ -99,20 +102,40 @@ static ArgSpec statsOf(const ArgSpec &x, int axis) {
           x.dtype == DType::F64 ? DType::F64 : DType::F32};
 }
 
-Sym Tracer::layer_norm(Sym x, std::optional<Sym> scale, std::optional<Sym> offset, int axis, double epsilon) {
+Sym Tracer::layer_norm(Sym x, std::optional<Sym> scale, std::optional<Sym> offset, int axis, double epsilon,
+                       std::optional<std::string> implementation) {
   const ArgSpec &xs = spec(x);
   // Residuals (mean, rstd) are always produced: a later grad() needs them.
   ArgSpec stat = statsOf(xs, axis);
   BoundArgs b = bind_layer_norm(xs, scale ? std::optional(spec(*scale)) : std::nullopt,
                                 offset ? std::optional(spec(*offset)) : std::nullopt, xs, stat, stat, axis, epsilon);
-  return f_.record(layer_norm_op(), b, {x.id, scale ? scale->id : -1, offset ? offset->id : -1, -2, -2, -2})[0];
+  return f_.record(layer_norm_op(), b, {x.id, scale ? scale->id : -1, offset ? offset->id : -1, -2, -2, -2},
+                   std::move(implementation))[0];
 }
 
-Sym Tracer::rms_norm(Sym x, std::optional<Sym> scale, int axis, double epsilon) {
+Sym Tracer::rms_norm(Sym x, std::optional<Sym> scale, int axis, double epsilon,
+                     std::optional<std::string> implementation) {
   const ArgSpec &xs = spec(x);
   ArgSpec stat = statsOf(xs, axis);
   BoundArgs b = bind_rms_norm(xs, scale ? std::optional(spec(*scale)) : std::nullopt, xs, stat, axis, epsilon);
-  return f_.record(rms_norm_op(), b, {x.id, scale ? scale->id : -1, -2, -2})[0];
+  return f_.record(rms_norm_op(), b, {x.id, scale ? scale->id : -1, -2, -2}, std::move(implementation))[0];
+}
+
+Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options, std::optional<Sym> bias,
+                                  std::optional<Sym> mask, std::optional<Sym> q_seq_lengths,
+                                  std::optional<Sym> kv_seq_lengths) {
+  auto specOf = [&](const std::optional<Sym> &s) { return s ? std::optional(spec(*s)) : std::nullopt; };
+  auto id = [](const std::optional<Sym> &s) { return s ? s->id : -1; };
+  const ArgSpec &qs = spec(q), &vs = spec(v);
+  ArgSpec out = qs;
+  out.shape.back() = vs.shape.back();
+  // The residual lse is always produced: a later grad() needs it.
+  BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
+                                specOf(kv_seq_lengths), out, attention_lse_spec(qs)},
+                               options);
+  return f_.record(attention_op(), b,
+                   {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), -2, -2},
+                   options.implementation)[0];
 }
 
 Sym Tracer::sum(Sym x) {
@@ -185,7 +208,7 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
       it = buffers_->tensors.emplace(v, Tensor::empty(values_[v].shape, values_[v].dtype, Device::get(device))).first;
     return it->second.view();
   }, [&](const Call &call, std::vector<TensorView> &in, std::vector<TensorView> &out) {
-    call.op->run(call.args, in, out, stream);
+    call.op->run(call.args, in, out, stream, call.implementation);
   });
 }
 
@@ -195,7 +218,7 @@ void Function::interpret(std::span<const TensorView> inputs, std::span<const Ten
     storage.emplace_back(size_t(values_[v].numel()) * dtype_size(values_[v].dtype));
     return host_view(storage.back().data(), values_[v].dtype, values_[v].shape);
   }, [&](const Call &call, std::vector<TensorView> &in, std::vector<TensorView> &out) {
-    call.op->interpret(call.args, in, out);
+    call.op->interpret(call.args, in, out, call.implementation);
   });
 }
 
@@ -267,12 +290,46 @@ Function grad(const Function &f, std::vector<int> wrt) {
       std::vector<int> slots = layer ? std::vector<int>{dyCast.id, x.id, scale, mean, rstd, -2, scale < 0 ? -1 : -2,
                                                         offset < 0 ? -1 : -2}
                                      : std::vector<int>{dyCast.id, x.id, scale, rstd, -2, scale < 0 ? -1 : -2};
-      std::vector<Sym> outs = g.record(layer ? layer_norm_vjp_op() : rms_norm_vjp_op(), b, slots);
+      std::vector<Sym> outs = g.record(layer ? layer_norm_vjp_op() : rms_norm_vjp_op(), b, slots, call.implementation);
       accumulate(x.id, outs[0]);
       if (scale >= 0)
         accumulate(scale, outs[1]);
       if (offset >= 0)
         accumulate(offset, outs[2]);
+    } else if (op == "attention") {
+      auto dout = cot(7);
+      if (!dout)
+        continue;
+      const auto &sl = call.slots;
+      auto specOf = [&](int v) { return v < 0 ? std::nullopt : std::optional<ArgSpec>(t.spec(Sym{v})); };
+      Sym doutCast = t.cast(*dout, t.spec(Sym{sl[7]}).dtype);
+      AttentionOptions options;
+      options.scale = call.args.float_attribute("scale");
+      options.is_causal = call.args.int_attribute("is_causal") != 0;
+      auto attr = [&](const char *key) -> std::optional<int64_t> {
+        if (!call.args.attributes.count(key))
+          return std::nullopt;
+        return call.args.int_attribute(key);
+      };
+      if (attr("window_left") || attr("window_right"))
+        options.local_window = LocalWindow{attr("window_left"), attr("window_right")};
+      if (call.args.attributes.count("logits_soft_cap"))
+        options.logits_soft_cap = call.args.float_attribute("logits_soft_cap");
+      const int bias = sl[3];
+      BoundArgs b = bind_attention_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}),
+                                        t.spec(Sym{sl[7]}), t.spec(Sym{sl[8]}), specOf(bias), specOf(sl[4]),
+                                        specOf(sl[5]), specOf(sl[6]), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}),
+                                        t.spec(Sym{sl[2]}), specOf(bias)},
+                                       options);
+      std::vector<Sym> outs = g.record(attention_vjp_op(), b,
+                                       {doutCast.id, sl[0], sl[1], sl[2], sl[7], sl[8], bias, sl[4], sl[5], sl[6], -2,
+                                        -2, -2, bias < 0 ? -1 : -2},
+                                       call.implementation);
+      accumulate(sl[0], outs[0]);
+      accumulate(sl[1], outs[1]);
+      accumulate(sl[2], outs[2]);
+      if (bias >= 0)
+        accumulate(bias, outs[3]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

@@ -1,6 +1,7 @@
 //===- Registry.cpp - Kernels known to tokamax-compile ----------------------===//
 #include <tokamax/ops/Registry.h>
 
+#include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
@@ -46,15 +47,16 @@ std::vector<RegisteredKernel> registered_kernels() {
     kernels.push_back({fmt::format("matmul_hopper[{}x{}x{} {}]", m, n, k, dtype_name(dtype)),
                        [=] { return matmul_hopper_kernel(spec, default_hopper_config(spec)); }, "sm_90a"});
   }
-  // Ops of the framework: every kernel of the implementation auto picks on sm_90a.
-  auto op = [&](const Op &o, const BoundArgs &args) {
-    const Implementation &impl = o.select(args, std::nullopt, "sm_90a");
+  // Ops of the framework: every kernel of the implementation named (or the one auto picks
+  // on sm_90a).
+  auto op = [&](const Op &o, const BoundArgs &args, std::optional<std::string> name = std::nullopt) {
+    const Implementation &impl = o.select(args, name, "sm_90a");
     Config config = o.resolve_config(impl, args, std::nullopt);
     size_t count = impl.kernels(args, config).size();
     for (size_t i = 0; i < count; ++i)
       kernels.push_back({fmt::format("{}[{}] {}#{}", args.op, impl.name(), args.arg(0).to_json(), i),
-                         [&o, args, i] {
-                           const Implementation &im = o.select(args, std::nullopt, "sm_90a");
+                         [&o, args, name, i] {
+                           const Implementation &im = o.select(args, name, "sm_90a");
                            return std::move(im.kernels(args, o.resolve_config(im, args, std::nullopt))[i]);
                          }});
   };
@@ -62,6 +64,12 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};
   op(layer_norm_op(), bind_layer_norm(x, scale, std::nullopt, x, stat, stat, -1, 1e-5));
   op(layer_norm_vjp_op(), bind_layer_norm_vjp(x, x, scale, stat, stat, x, scale, std::nullopt, -1));
+  // Its attention calls (q = k = v = x): chunked and tile, forward and VJP.
+  ArgSpec lse = attention_lse_spec(x);
+  for (const char *impl : {"chunked", "tile"}) {
+    op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), impl);
+    op(attention_vjp_op(), bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}}), impl);
+  }
   return kernels;
 }
 

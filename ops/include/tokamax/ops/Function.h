@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Op.h>
 
@@ -37,9 +38,18 @@ class TOKAMAX_API Tracer {
 public:
   explicit Tracer(Function &f) : f_(f) {}
 
+  /// `implementation` pins the call (and its VJP) to one implementation; std::nullopt: auto.
   Sym layer_norm(Sym x, std::optional<Sym> scale = std::nullopt, std::optional<Sym> offset = std::nullopt,
-                 int axis = -1, double epsilon = 1e-5);
-  Sym rms_norm(Sym x, std::optional<Sym> scale = std::nullopt, int axis = -1, double epsilon = 1e-5);
+                 int axis = -1, double epsilon = 1e-5, std::optional<std::string> implementation = std::nullopt);
+  Sym rms_norm(Sym x, std::optional<Sym> scale = std::nullopt, int axis = -1, double epsilon = 1e-5,
+               std::optional<std::string> implementation = std::nullopt);
+  /// Attention over traced q, k, v (the same value may be passed more than once: grad adds
+  /// the contributions). options' tensor pointers are ignored: pass the optional tensors
+  /// as values; options.implementation pins the call and its VJP.
+  Sym dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options = {},
+                            std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
+                            std::optional<Sym> q_seq_lengths = std::nullopt,
+                            std::optional<Sym> kv_seq_lengths = std::nullopt);
   /// Sum of every element, as an f32 tensor of shape [1].
   Sym sum(Sym x);
   Sym add(Sym a, Sym b);
@@ -61,6 +71,7 @@ public:
     const Op *op = nullptr;
     BoundArgs args;
     std::vector<int> slots;
+    std::optional<std::string> implementation;  ///< pinned by the trace; std::nullopt: auto
   };
 
   static Function trace(std::vector<ArgSpec> inputs,
@@ -92,7 +103,8 @@ private:
   friend class Tracer;
   friend Function grad(const Function &, std::vector<int>);
   int newValue(const ArgSpec &spec);
-  std::vector<Sym> record(const Op &op, BoundArgs args, std::vector<int> slots);
+  std::vector<Sym> record(const Op &op, BoundArgs args, std::vector<int> slots,
+                          std::optional<std::string> implementation = std::nullopt);
   template <class Runner>
   void execute(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                const std::function<TensorView(int)> &intermediate, Runner &&runner) const;
