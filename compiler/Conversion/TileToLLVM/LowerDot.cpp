@@ -218,6 +218,10 @@ LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handl
   int cd = stagedDotOperandDim(op);
   if (cd < 0 || smVersion(t.arch()) < 80)
     return success();
+  // An accumulator whose warps own whole rows is already the next dot's A operand
+  // (after a cast to 16 bits): the generic lowering renames its registers.
+  if (!op->hasAttr(kScratchWithPreviousAttr) && threadLocalRegisters(op.getSource().getType(), op.getResult().getType()))
+    return success();
   handled = true;
   if (op->hasAttr(kScratchWithPreviousAttr) && t.hasRegs(op.getResult()))
     return success();  // staged with the A operand

@@ -2,8 +2,11 @@
 //
 // expand_dims, broadcast and trans only rename registers: their result layouts are
 // chosen so every thread already holds the elements it needs. convert_layout and reshape
-// move data: each thread writes its canonical elements to scratch at their row-major
-// index, a barrier, then reads the elements of the new layout.
+// rename registers too when every thread already holds the elements the new layout gives
+// it (e.g. an mma accumulator with warps along M is, element for element, the A operand
+// layout of the next mma; a reshape that only drops unit dims); otherwise they move data:
+// each thread writes its canonical elements to scratch at their row-major index, a
+// barrier, then reads the elements of the new layout.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
@@ -48,6 +51,23 @@ Value linearIndex(TileLowering &t, Location loc, RankedTensorType type, const Re
     linear = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, linear, t.i32(type.getDimSize(d))),
                                      coords[d]);
   return linear;
+}
+
+} // namespace
+
+namespace {
+
+/// Renames registers when every thread already holds its elements of the new layout.
+bool renameThreadLocal(TileLowering &t, Value source, Value result) {
+  auto map = threadLocalRegisters(cast<RankedTensorType>(source.getType()), cast<RankedTensorType>(result.getType()));
+  if (!map)
+    return false;
+  const Registers &regs = t.regs(source);
+  Registers renamed;
+  for (int64_t r : *map)
+    renamed.push_back(regs[r]);
+  t.setRegs(result, std::move(renamed));
+  return true;
 }
 
 /// Moves a tile into another layout (and shape, same element count) through scratch.
@@ -118,10 +138,12 @@ LogicalResult lowerShapeOp(TileLowering &t, Operation *op, bool &handled) {
       return source;
     });
   }
-  if (auto convert = dyn_cast<ConvertLayoutOp>(op))
-    return moveThroughScratch(t, op, convert.getSource(), convert.getResult());
-  if (auto reshape = dyn_cast<ReshapeOp>(op))
-    return moveThroughScratch(t, op, reshape.getSource(), reshape.getResult());
+  if (isa<ConvertLayoutOp, ReshapeOp>(op)) {
+    Value source = op->getOperand(0), result = op->getResult(0);
+    if (renameThreadLocal(t, source, result))
+      return success();
+    return moveThroughScratch(t, op, source, result);
+  }
   if (isa<BarrierOp>(op)) {
     t.barrier();
     return success();

@@ -3,17 +3,18 @@
 // RUN: tokamax-opt %s -split-input-file -tile-assign-layouts -tile-insert-barriers -tile-insert-barriers | FileCheck %s
 
 // Layouts come from -tile-assign-layouts (hand-written #tile.blocked does not parse, see
-// layout-roundtrip.mlir). Scratch users: tile.reshape, tile.convert_layout and
-// reductions that cross warps.
+// layout-roundtrip.mlir). Scratch users: tile.reshape, tile.convert_layout (those that
+// move elements between threads: [32, 64] -> [8, 256] does, [32, 64] -> [2048] renames
+// registers) and reductions that cross warps.
 
 // No barrier before the first user; one right before each later user; none before
 // operations that do not use scratch (a reduction inside a warp).
 
 // CHECK-LABEL: func.func @straight_line
 // CHECK-NOT: tile.barrier
-// CHECK: %[[A:.*]] = tile.reshape %{{.*}} -> tensor<2048xf32
+// CHECK: %[[A:.*]] = tile.reshape %{{.*}} -> tensor<8x256xf32
 // CHECK-NEXT: tile.barrier
-// CHECK-NEXT: %[[B:.*]] = tile.reshape %[[A]] {{.*}} -> tensor<64x32xf32
+// CHECK-NEXT: %[[B:.*]] = tile.reshape %[[A]] {{.*}} -> tensor<32x64xf32
 // CHECK-NOT: tile.barrier
 // CHECK: tile.reduce sum %{{.*}} axis = 1 : tensor<4x256xf32
 // CHECK-NEXT: tile.block_load
@@ -24,8 +25,8 @@
 func.func @straight_line(%x: !tile.ptr<f32>, %y: !tile.ptr<bf16>) attributes {tile.num_warps = 8 : i32} {
   %c0 = arith.constant 0 : i32
   %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 32, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<2048xf32>
-  %2 = tile.reshape %1 : tensor<2048xf32> -> tensor<64x32xf32>
+  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<8x256xf32>
+  %2 = tile.reshape %1 : tensor<8x256xf32> -> tensor<32x64xf32>
   %3 = tile.block_load %y[%c0, %c0] {dims = array<i64: 8, 256>, strides = array<i64: 256, 1>} : <bf16> -> tensor<4x256xbf16>
   %4 = tile.cast %3 : tensor<4x256xbf16> to tensor<4x256xf32>
   %5 = tile.reduce sum %4 axis = 1 : tensor<4x256xf32> -> tensor<4xf32>
@@ -46,7 +47,7 @@ func.func @straight_line(%x: !tile.ptr<f32>, %y: !tile.ptr<bf16>) attributes {ti
 func.func @single_user(%x: !tile.ptr<f32>) {
   %c0 = arith.constant 0 : i32
   %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 32, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<2048xf32>
+  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<8x256xf32>
   return
 }
 
@@ -72,10 +73,10 @@ func.func @loop(%x: !tile.ptr<f32>, %n: i32) {
   %c1 = arith.constant 1 : i32
   scf.for %i = %c0 to %n step %c1 : i32 {
     %0 = tile.block_load %x[%i, %c0] {dims = array<i64: 1024, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-    %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<2048xf32>
+    %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<8x256xf32>
   }
   %2 = tile.block_load %x[%c0, %c0] {dims = array<i64: 1024, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-  %3 = tile.reshape %2 : tensor<32x64xf32> -> tensor<2048xf32>
+  %3 = tile.reshape %2 : tensor<32x64xf32> -> tensor<8x256xf32>
   return
 }
 
@@ -124,10 +125,10 @@ func.func @loop_conversions(%x: !tile.ptr<bf16>, %y: !tile.ptr<f32>, %n: i32) {
 func.func @branch(%x: !tile.ptr<f32>, %c: i1) {
   %c0 = arith.constant 0 : i32
   %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 32, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<2048xf32>
+  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<8x256xf32>
   scf.if %c {
     %2 = tile.block_load %x[%c0, %c0] {dims = array<i64: 32, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
-    %3 = tile.reshape %2 : tensor<32x64xf32> -> tensor<2048xf32>
+    %3 = tile.reshape %2 : tensor<32x64xf32> -> tensor<8x256xf32>
   }
   return
 }

@@ -69,17 +69,16 @@ func.func @tma_dot_w4(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>) attributes {tile
 // body runs (the producer loads the next tile meanwhile), so -tile-allocate-shared puts
 // it after every other scratch user, 1 KiB-aligned: after the accumulator's conversion
 // (131072 bytes at 0; canonicalization would fold it), 131072 + 196672 = 327744 bytes in
-// all. -tile-insert-barriers puts a barrier before the conversion (the reduction of the
-// last iteration may still read) and before the reduction, none before the tma_dot: its
+// all. The conversion of the loop-invariant accumulator sits before the loop;
+// -tile-insert-barriers puts a barrier before the reduction, none before the tma_dot: its
 // mbarriers order the ring.
 
 // SMEM-LABEL: func.func @tma_dot_specialized_persistent
 // SMEM-SAME: tile.shared_bytes = 327744 : i64
 // SMEM: tile.tma_dot {{.*}}tile.scratch_offset = 131072 : i64{{.*}}warp_specialize = true
 // BAR-LABEL: func.func @tma_dot_specialized_persistent
-// BAR: scf.for
-// BAR-NEXT: tile.barrier
-// BAR-NEXT: tile.convert_layout
+// BAR: tile.convert_layout
+// BAR-NEXT: scf.for
 // BAR-NEXT: tile.tma_dot
 // BAR-NEXT: tile.barrier
 // BAR-NEXT: tile.reduce

@@ -3,6 +3,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <map>
+
 using namespace mlir;
 
 namespace tokamax::tile {
@@ -121,6 +123,43 @@ CpAsyncDotSmem getCpAsyncDotSmem(CpAsyncDotOp op) {
   return s;
 }
 
+static int64_t linearOf(const std::vector<int64_t> &coords, ArrayRef<int64_t> shape) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < coords.size(); ++d)
+    linear = linear * shape[d] + coords[d];
+  return linear;
+}
+
+std::optional<std::vector<int64_t>> threadLocalRegisters(RankedTensorType source, RankedTensorType result) {
+  if (!source.getEncoding() || !result.getEncoding())
+    return std::nullopt;
+  compiler::Distribution in = getDistribution(source), out = getDistribution(result);
+  if (in.num_warps() != out.num_warps())
+    return std::nullopt;
+  // Source registers by the row-major index of their element, for lane 0 of warp 0.
+  std::multimap<int64_t, int64_t> candidates;
+  for (int64_t r = 0; r < in.num_registers(); ++r)
+    candidates.emplace(linearOf(in.coords(0, 0, r), source.getShape()), r);
+  std::vector<int64_t> map;
+  for (int64_t r = 0; r < out.num_registers(); ++r) {
+    auto [first, last] = candidates.equal_range(linearOf(out.coords(0, 0, r), result.getShape()));
+    std::optional<int64_t> found;
+    for (auto it = first; it != last && !found; ++it) {
+      bool everywhere = true;
+      for (unsigned warp = 0; warp < out.num_warps() && everywhere; ++warp)
+        for (unsigned lane = 0; lane < 32 && everywhere; ++lane)
+          everywhere = linearOf(in.coords(lane, warp, it->second), source.getShape()) ==
+                       linearOf(out.coords(lane, warp, r), result.getShape());
+      if (everywhere)
+        found = it->second;
+    }
+    if (!found)
+      return std::nullopt;
+    map.push_back(*found);
+  }
+  return map;
+}
+
 int64_t getScratchBytes(Operation *op) {
   if (auto dot = dyn_cast<TmaDotOp>(op))
     return getTmaDotSmem(dot).total;
@@ -148,6 +187,8 @@ int64_t getScratchBytes(Operation *op) {
   // that tile-assign-layouts puts before it, sized below like any conversion.
   if (isa<ConvertLayoutOp, ReshapeOp>(op)) {
     auto type = cast<RankedTensorType>(op->getResult(0).getType());
+    if (threadLocalRegisters(cast<RankedTensorType>(op->getOperand(0).getType()), type))
+      return 0;  // registers are renamed (tile-to-llvm)
     return type.getNumElements() * elementBytes(type.getElementType());
   }
   return 0;

@@ -4,10 +4,15 @@
 #include "compiler/Dialect/Tile/IR/TileDialect.h"
 #include <tokamax/compiler/Layout.h>
 
+#include <optional>
+#include <vector>
+
 namespace tokamax::tile {
 
 /// Attribute name on kernels: warps per program.
 inline constexpr llvm::StringLiteral kNumWarpsAttr = "tile.num_warps";
+/// Unit attribute on kernels: tile.dot results put every warp along M where M allows.
+inline constexpr llvm::StringLiteral kMmaRowsPerWarpAttr = "tile.mma_rows_per_warp";
 /// Attribute name on kernels: bytes of static shared memory scratch.
 inline constexpr llvm::StringLiteral kSharedBytesAttr = "tile.shared_bytes";
 /// Attribute name on kernels: marks a func.func as a tile kernel.
@@ -72,6 +77,12 @@ inline constexpr llvm::StringLiteral kDynamicSharedAttr = "tile.dynamic_shared";
 
 /// Bytes of one of tile.tma_store's two strip buffers ([BM][128 bytes], swizzled).
 int64_t getTmaStoreBufferBytes(TmaStoreOp op);
+
+/// For a layout conversion or reshape from `source` to `result` (both with layouts): the
+/// source register each result register can take when every thread already holds its
+/// elements (the same row-major element, for every lane and warp), else std::nullopt.
+std::optional<std::vector<int64_t>> threadLocalRegisters(mlir::RankedTensorType source,
+                                                         mlir::RankedTensorType result);
 
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);

@@ -31,8 +31,9 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
       func.walk([&](DotOp dot) {
         auto a = dot.getA().getDefiningOp<ConvertLayoutOp>();
         auto b = dot.getB().getDefiningOp<ConvertLayoutOp>();
+        // (An A operand renamed in registers needs no scratch: B is staged alone.)
         if (!a || !b || a->getNextNode() != b || stagedDotOperandDim(a) < 0 || stagedDotOperandDim(b) < 0 ||
-            b->hasAttr(kScratchWithPreviousAttr))
+            b->hasAttr(kScratchWithPreviousAttr) || getScratchBytes(a) == 0)
           return;
         auto round = [](int64_t v) { return (v + 127) / 128 * 128; };
         int64_t offset = round(getScratchBytes(a));

@@ -13,7 +13,7 @@
 // 5. tile.tma_dot: the accumulator and result take the mma layout with every warp along
 //    M (warpsPerCTA = [num_warps, 1]), which is wgmma's accumulator layout per warpgroup.
 // 6. tile.dot on 16-bit or f32 tiles: the result and accumulator take the mma.sync
-//    accumulator layout, a and b the dot-operand layouts (the conversions into them are
+//    accumulator layout (every warp along M in kernels marked tile.mma_rows_per_warp), a and b the dot-operand layouts (the conversions into them are
 //    the operands' trip through shared memory). Loop-carried accumulators take the mma
 //    layout from the start, so k-loops never convert the accumulator.
 // 7. tile.cp_async_dot: the accumulator and result take tile.dot's mma.sync layout.
@@ -44,16 +44,18 @@ bool isBroadcast(Value value) { return value.getDefiningOp<BroadcastOp>() != nul
 
 /// The accumulator layout `dot` gets, or null when it stays off tensor cores (f64,
 /// integers, fp8: the lowering reports those).
-MmaLayoutAttr mmaLayoutFor(DotOp dot, unsigned numWarps) {
+MmaLayoutAttr mmaLayoutFor(DotOp dot, unsigned numWarps, bool rowsPerWarp) {
   auto acc = cast<RankedTensorType>(dot.getAcc().getType());
   if (!acc.getElementType().isF32() || !mmaKWidth(dot.getA().getType().getElementType()))
     return {};
+  if (rowsPerWarp && acc.getDimSize(0) >= 16 * int64_t(numWarps))
+    return MmaLayoutAttr::get(dot.getContext(), {numWarps, 1u});
   return getMmaLayout(acc, numWarps);
 }
 
 class LayoutAssigner {
 public:
-  explicit LayoutAssigner(unsigned numWarps) : numWarps(numWarps) {}
+  LayoutAssigner(unsigned numWarps, bool rowsPerWarp) : numWarps(numWarps), rowsPerWarp(rowsPerWarp) {}
 
   void run(Block &block) {
     for (Operation &op : llvm::make_early_inc_range(block))
@@ -62,6 +64,7 @@ public:
 
 private:
   unsigned numWarps;
+  bool rowsPerWarp;
 
   void setLayout(Value value, Attribute layout) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
@@ -78,13 +81,58 @@ private:
     return getDefaultLayout(cast<RankedTensorType>(type), numWarps);
   }
 
-  /// Makes `operand` of `op` carry `layout`, inserting a conversion before `op`.
+  /// Makes `operand` of `op` carry `layout`, inserting a conversion before `op`, or
+  /// before the outermost loop around `op` the value is invariant in (a Q tile converted
+  /// into a dot operand once, not per iteration).
   void convertOperand(Operation *op, OpOperand &operand, Attribute layout) {
     auto type = dyn_cast<RankedTensorType>(operand.get().getType());
     if (!type || type.getEncoding() == layout)
       return;
-    OpBuilder builder(op);
+    Operation *at = op;
+    while (auto loop = at->getParentOfType<scf::ForOp>()) {
+      if (!loop.isDefinedOutsideOfLoop(operand.get()))
+        break;
+      at = loop;
+    }
+    OpBuilder builder(at);
     operand.set(rebuild(builder, op->getLoc(), operand.get(), layout));
+  }
+
+  /// The layout `value` will get from the ops that make it, looking through elementwise
+  /// ops to a tile.dot (its mma layout), a reduction of one (a slice of it) or a loop
+  /// result; null when nothing decides it.
+  Attribute predict(Value value, scf::ForOp loop, int depth = 0) {
+    Operation *def = value.getDefiningOp();
+    if (!def || depth > 32)
+      return {};
+    if (auto dot = dyn_cast<DotOp>(def))
+      return mmaLayoutFor(dot, numWarps, rowsPerWarp);
+    if (auto reduce = dyn_cast<ReduceOp>(def)) {
+      if (!isa<RankedTensorType>(reduce.getResult().getType()))
+        return {};
+      if (Attribute parent = predict(reduce.getSource(), loop, depth + 1))
+        return SliceLayoutAttr::get(def->getContext(), reduce.getAxis(), parent);
+      return {};
+    }
+    if (auto expand = dyn_cast<ExpandDimsOp>(def)) {
+      auto slice = dyn_cast_or_null<SliceLayoutAttr>(predict(expand.getSource(), loop, depth + 1));
+      return slice && slice.getDim() == static_cast<unsigned>(expand.getAxis()) ? slice.getParent() : Attribute();
+    }
+    if (auto broadcast = dyn_cast<BroadcastOp>(def))
+      return predict(broadcast.getSource(), loop, depth + 1);
+    if (auto inner = dyn_cast<scf::ForOp>(def)) {
+      auto yield = cast<scf::YieldOp>(inner.getBody()->getTerminator());
+      return predict(yield.getOperand(cast<OpResult>(value).getResultNumber()), inner, depth + 1);
+    }
+    bool elementwise = isa<CastOp>(def) || def->getDialect()->getNamespace() == "arith" ||
+                       def->getDialect()->getNamespace() == "math";
+    if (!elementwise || isFreeProducer(value))
+      return {};
+    for (Value operand : def->getOperands())
+      if (isa<RankedTensorType>(operand.getType()) && !isFreeProducer(operand))
+        if (Attribute layout = predict(operand, loop, depth + 1))
+          return layout;
+    return {};
   }
 
   /// `value` in `layout`: broadcasts and expand_dims are rebuilt from their (smaller)
@@ -104,18 +152,65 @@ private:
       return builder.create<ExpandDimsOp>(loc, withLayout(type, layout), source,
                                           expand.getAxisAttr());
     }
+    if (auto convert = value.getDefiningOp<ConvertLayoutOp>(); convert && isCheapToRebuild(convert.getSource(), 0))
+      return rebuild(builder, loc, convert.getSource(), layout);
+    if (isIndexMath(value)) {
+      // Masks and indices computed from aranges and scalars: compute them again in the
+      // wanted layout rather than move them.
+      Operation *def = value.getDefiningOp();
+      SmallVector<Value> operands;
+      for (Value operand : def->getOperands())
+        operands.push_back(isa<RankedTensorType>(operand.getType()) ? rebuild(builder, loc, operand, layout)
+                                                                    : operand);
+      Operation *copy = builder.clone(*def);
+      copy->setOperands(operands);
+      copy->getResult(0).setType(withLayout(type, layout));
+      return copy->getResult(0);
+    }
     return builder.create<ConvertLayoutOp>(loc, withLayout(type, layout), value);
+  }
+
+  /// An arith op over tiles made only of splats, aranges, constants and their
+  /// broadcasts / expand_dims (and such ops again).
+  bool isIndexMath(Value value, int depth = 0) {
+    Operation *def = value.getDefiningOp();
+    if (!def || depth > 16 || def->getNumResults() != 1 || def->getNumRegions() != 0 ||
+        def->getDialect()->getNamespace() != "arith" || isFreeProducer(value))
+      return false;
+    for (Value operand : def->getOperands())
+      if (isa<RankedTensorType>(operand.getType()) && !isCheapToRebuild(operand, depth + 1))
+        return false;
+    return true;
+  }
+  bool isCheapToRebuild(Value value, int depth) {
+    if (isFreeProducer(value))
+      return true;
+    if (auto broadcast = value.getDefiningOp<BroadcastOp>())
+      return isCheapToRebuild(broadcast.getSource(), depth + 1);
+    if (auto expand = value.getDefiningOp<ExpandDimsOp>())
+      return isCheapToRebuild(expand.getSource(), depth + 1);
+    if (auto convert = value.getDefiningOp<ConvertLayoutOp>())
+      return isCheapToRebuild(convert.getSource(), depth + 1);
+    return isIndexMath(value, depth);
   }
 
   void assignElementwise(Operation *op) {
     Attribute chosen;
-    // Prefer an operand that is neither free to rebuild nor a broadcast (cheap to rebuild).
+    // Prefer a product's mma layout (a mask or index built from aranges is cheaper to
+    // rebuild than the product is to move), then an operand that is neither free to
+    // rebuild nor a broadcast (cheap to rebuild).
     for (Value operand : op->getOperands())
-      if (auto layout = getLayout(operand.getType());
-          layout && !isFreeProducer(operand) && !isBroadcast(operand)) {
+      if (auto layout = getLayout(operand.getType()); layout && isa<MmaLayoutAttr>(layout)) {
         chosen = layout;
         break;
       }
+    if (!chosen)
+      for (Value operand : op->getOperands())
+        if (auto layout = getLayout(operand.getType());
+            layout && !isFreeProducer(operand) && !isBroadcast(operand)) {
+          chosen = layout;
+          break;
+        }
     if (!chosen)
       for (Value operand : op->getOperands())
         if (auto layout = getLayout(operand.getType()); layout && !isFreeProducer(operand)) {
@@ -148,7 +243,7 @@ private:
     if (isa<ConvertLayoutOp>(op))
       return;
     if (auto dot = dyn_cast<DotOp>(op))
-      if (MmaLayoutAttr mma = mmaLayoutFor(dot, numWarps)) {
+      if (MmaLayoutAttr mma = mmaLayoutFor(dot, numWarps, rowsPerWarp)) {
         Type elem = dot.getA().getType().getElementType();
         convertOperand(op, dot.getAMutable(), getDotOperandLayout(0, mma, elem));
         convertOperand(op, dot.getBMutable(), getDotOperandLayout(1, mma, elem));
@@ -232,14 +327,23 @@ private:
   }
 
   void visitFor(scf::ForOp loop) {
-    // Accumulators carried into a tile.dot start in its mma layout.
-    for (BlockArgument arg : loop.getRegionIterArgs())
+    // Accumulators carried into a tile.dot start in its mma layout; other carried tiles
+    // start in the layout their next value will have (a rescaled accumulator, a row max
+    // of a product), so the body converts nothing back.
+    auto nextValues = cast<scf::YieldOp>(loop.getBody()->getTerminator()).getOperands();
+    for (auto [arg, next] : llvm::zip(loop.getRegionIterArgs(), nextValues)) {
+      bool done = false;
       for (OpOperand &use : arg.getUses())
         if (auto dot = dyn_cast<DotOp>(use.getOwner()); dot && use.get() == dot.getAcc())
-          if (MmaLayoutAttr mma = mmaLayoutFor(dot, numWarps)) {
+          if (MmaLayoutAttr mma = mmaLayoutFor(dot, numWarps, rowsPerWarp)) {
             convertOperand(loop, *loop.getTiedLoopInit(arg), mma);
+            done = true;
             break;
           }
+      if (!done && isa<RankedTensorType>(arg.getType()))
+        if (Attribute layout = predict(next, loop))
+          convertOperand(loop, *loop.getTiedLoopInit(arg), layout);
+    }
     for (auto [init, arg, result] :
          llvm::zip(loop.getInitArgs(), loop.getRegionIterArgs(), loop.getResults())) {
       arg.setType(init.getType());
@@ -278,7 +382,7 @@ struct AssignLayoutsPass : tokamax::tile::impl::TileAssignLayoutsBase<AssignLayo
       else
         func->setAttr(kNumWarpsAttr, IntegerAttr::get(IntegerType::get(func.getContext(), 32), warps));
       if (!func.isExternal())
-        LayoutAssigner(warps).run(func.getBody().front());
+        LayoutAssigner(warps, func->hasAttr(kMmaRowsPerWarpAttr)).run(func.getBody().front());
     });
   }
 };

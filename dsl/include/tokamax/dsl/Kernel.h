@@ -203,6 +203,10 @@ private:
 
 struct TOKAMAX_API KernelOptions {
   int num_warps = 4;
+  /// dot results with every warp along M (each warp owns whole rows of 16) where M has
+  /// 16 rows per warp: row reductions stay within a warp, and a result cast to 16 bits
+  /// is already the next dot's A operand in registers (attention's P @ V).
+  bool mma_rows_per_warp = false;
 };
 
 class TOKAMAX_API Kernel {
