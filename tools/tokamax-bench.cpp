@@ -8,6 +8,7 @@
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Softmax.h>
@@ -81,7 +82,7 @@ int firstCall() {
 void sweep(Stream &stream, Device &device) {
   auto run = [&](const std::string &label, uint64_t key, const std::function<dsl::Kernel()> &build,
                  const Tensor &x, const Tensor &y) {
-    const LoadedKernel &k = Jit::instance().get(key, device, build);
+    const LoadedKernel &k = Jit::instance().get_ir(key, device, [&] { return build().ir(); });
     auto t = time_on_stream(stream, [&] { k.launch({x.view(), y.view()}, stream.handle()); }, 3, 20);
     fmt::print("  {:<48} {:8.3f} ms {:6.0f} GB/s\n", label, t.median, 2.0 * x.nbytes() / t.median / 1e6);
   };

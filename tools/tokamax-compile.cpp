@@ -5,6 +5,7 @@
 //   tokamax-compile verify [--cache-dir DIR] [--remove-bad]
 //   tokamax-compile prune --max-size 1G [--cache-dir DIR]
 #include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Registry.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>

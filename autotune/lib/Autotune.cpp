@@ -18,6 +18,7 @@
 
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>

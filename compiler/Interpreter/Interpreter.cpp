@@ -11,8 +11,6 @@
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 #include "compiler/lib/Context.h"
 
-#include <tokamax/dsl/Kernel.h>
-
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -275,10 +273,6 @@ void Interpreter::execWhile(scf::WhileOp op) {
 }
 
 } // namespace interp
-
-void interpret(const dsl::Kernel &kernel, std::span<HostArg> args) {
-  interpret_ir(kernel.ir(), args);
-}
 
 void interpret_ir(const std::string &ir, std::span<HostArg> args) {
   auto ctx = compiler_detail::makeContext();

@@ -2,12 +2,9 @@
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/runtime/TensorMap.h>
 
-#include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
-#include <tokamax/runtime/Hash.h>
-#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -202,11 +199,6 @@ const LoadedKernel *Jit::find(uint64_t key, const Device &device) const {
   return it == state_->kernels.end() ? nullptr : it->second.ready;
 }
 
-const LoadedKernel &Jit::get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
-                             KernelSource *source) {
-  return get_ir(key, device, [&] { return build().ir(); }, source);
-}
-
 /// The kernel's name in its IR ("func.func @name(").
 static std::string kernelName(const std::string &ir) {
   size_t at = ir.find("func.func @");
@@ -301,42 +293,9 @@ void Jit::clear() {
   state_->kernels.clear();
 }
 
-void run_on_device(const dsl::Kernel &kernel, std::span<HostArg> args, Device &device) {
-  std::string ir = kernel.ir();
-  const LoadedKernel &loaded = Jit::instance().get_ir(hash64(ir), device, [&] { return ir; });
-  const auto &params = loaded.info().params;
-  if (args.size() != params.size())
-    throw Error(fmt::format("{}: expected {} arguments, got {}", kernel.name(), params.size(), args.size()));
-  std::vector<Tensor> tensors;
-  std::vector<KernelArg> launchArgs;
-  tensors.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    const KernelParam &p = params[i];
-    if (!p.is_tensor) {
-      launchArgs.emplace_back(args[i].scalar);
-      continue;
-    }
-    tensors.push_back(Tensor::empty(p.shape, p.dtype, device));
-    if (args[i].bytes != tensors.back().nbytes())
-      throw Error(fmt::format("{}: argument '{}' has {} bytes, expected {}", kernel.name(), p.name,
-                              args[i].bytes, tensors.back().nbytes()));
-    tensors.back().copy_from_host(args[i].data, args[i].bytes);
-    launchArgs.emplace_back(tensors.back().view());
-  }
-  Stream stream = Stream::create(device);
-  loaded.launch(launchArgs, stream.handle());
-  stream.synchronize();
-  for (size_t i = 0, t = 0; i < params.size(); ++i)
-    if (params[i].is_tensor) {
-      tensors[t].copy_to_host(args[i].data, args[i].bytes);
-      ++t;
-    }
-}
-
-PrecompileResult precompile(const dsl::Kernel &kernel, const CompileOptions &options,
-                            const std::string &cacheDir) {
-  std::string ir = kernel.ir();
-  CacheKey key = makeKey(kernel.name(), ir, options);
+PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
+                               const CompileOptions &options, const std::string &cacheDir) {
+  CacheKey key = makeKey(name, ir, options);
   DiskCache disk(cacheDir);
   PrecompileResult result;
   result.digest = key.digest();

@@ -1,6 +1,5 @@
 //===- Pipeline.cpp - The compilation pipeline, as one list ------------------===//
 #include <tokamax/compiler/Compiler.h>
-#include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Error.h>
 
 #include "compiler/Dialect/Tile/IR/DTypes.h"
@@ -245,10 +244,6 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
     result.stages.push_back({"cubin", timer.lap()});
   }
   return result;
-}
-
-CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options) {
-  return compile_ir(kernel.ir(), options);
 }
 
 } // namespace tokamax

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>

@@ -31,7 +31,7 @@ template <class Build>
 const LoadedKernel &kernelFor(uint64_t key, Device &device, Build &&build) {
   if (const LoadedKernel *k = Jit::instance().find(key, device))
     return *k;
-  return Jit::instance().get(key, device, std::function<dsl::Kernel()>(std::forward<Build>(build)));
+  return Jit::instance().get_ir(key, device, [&] { return build().ir(); });
 }
 
 /// Validates that x and out agree and are contiguous; returns the element count.

@@ -10,6 +10,7 @@
 
 #include "ops/lib/Dispatch.h"
 
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>

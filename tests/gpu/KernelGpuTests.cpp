@@ -7,6 +7,7 @@
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Softmax.h>
 #include <tokamax/runtime/Device.h>

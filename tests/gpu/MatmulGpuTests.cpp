@@ -13,6 +13,7 @@
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Error.h>
 

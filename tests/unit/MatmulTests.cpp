@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Error.h>
 

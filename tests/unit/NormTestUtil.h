@@ -8,6 +8,7 @@
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/DType.h>

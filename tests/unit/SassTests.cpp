@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Matmul.h>
 
 #include <catch2/catch.hpp>

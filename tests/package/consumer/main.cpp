@@ -1,6 +1,7 @@
 // Builds a DSL kernel and compiles it to PTX through the installed library.
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 
 #include <cstdio>
 

@@ -10,10 +10,6 @@
 
 namespace tokamax {
 
-namespace dsl {
-class Kernel;
-}
-
 /// Knobs that change generated code; all of them are part of the kernel cache key.
 struct TOKAMAX_API CompileOptions {
   std::string arch = "sm_90a";  ///< sm_80 or sm_90a (or another sm_XY)
@@ -77,10 +73,9 @@ TOKAMAX_API const char *ptx_isa_version();
 /// "LLVM 22.1.8".
 TOKAMAX_API std::string llvm_version();
 
-/// Runs the whole pipeline: tile IR -> layouts -> LLVM/NVVM -> PTX -> cubin.
-/// Throws tokamax::Error with the compiler's diagnostics when a stage fails.
-TOKAMAX_API CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options = {});
-/// The same from tile IR text (as printed by dsl::Kernel::ir()).
+/// Runs the whole pipeline on tile IR text (as dsl::Kernel::ir() prints it): tile IR ->
+/// layouts -> LLVM/NVVM -> PTX -> cubin. Throws tokamax::Error with the compiler's
+/// diagnostics when a stage fails. compile() of a dsl::Kernel: <tokamax/jit/DslKernel.h>.
 TOKAMAX_API CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options = {});
 
 /// The stages of the pipeline, in order, as one line each (for documentation and tools).

@@ -15,10 +15,6 @@
 
 namespace tokamax {
 
-namespace dsl {
-class Kernel;
-}
-
 /// One kernel argument on the host, in the order the kernel declared its parameters.
 struct TOKAMAX_API HostArg {
   void *data = nullptr;  ///< tensors: row-major elements of the parameter's dtype
@@ -29,8 +25,8 @@ struct TOKAMAX_API HostArg {
   static HostArg value(double v) { return {nullptr, 0, v}; }
 };
 
-/// Runs every program instance of the kernel's grid on the host.
-TOKAMAX_API void interpret(const dsl::Kernel &kernel, std::span<HostArg> args);
+/// Runs every program instance of the grid of the kernel in `ir` (tile IR text) on the
+/// host. interpret() of a dsl::Kernel: <tokamax/jit/DslKernel.h>.
 TOKAMAX_API void interpret_ir(const std::string &ir, std::span<HostArg> args);
 
 /// True when TOKAMAX_INTERPRET=1 asks launches to run on the interpreter.

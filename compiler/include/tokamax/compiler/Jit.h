@@ -1,14 +1,14 @@
 //===- Jit.h - Compile on first use, cache in memory and on disk --*- C++ -*-===//
 //
-// The first call of a kernel specialisation builds its DSL kernel, looks its IR up in
-// the on-disk cache (or compiles it), loads the cubin and keeps it in memory. Later
-// calls cost one hash lookup under a shared lock and one launch.
+// The first call of a kernel specialisation builds its tile IR, looks it up in the
+// on-disk cache (or compiles it), loads the cubin and keeps it in memory. Later calls
+// cost one hash lookup under a shared lock and one launch. The JIT takes IR text; the
+// entries that take a dsl::Kernel are in <tokamax/jit/DslKernel.h>.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include <tokamax/compiler/Compiler.h>
-#include <tokamax/compiler/Interpreter.h>
 #include <tokamax/runtime/Module.h>
 #include <tokamax/runtime/Tensor.h>
 
@@ -72,12 +72,9 @@ public:
 
   /// Hot path: the kernel already loaded for (key, device), or null.
   const LoadedKernel *find(uint64_t key, const Device &device) const;
-  /// Cold path: builds, compiles (or reads from disk) and loads the kernel, once even when
-  /// many threads ask at the same time. Throws tokamax::Error on failure (and the next call
-  /// tries again).
-  const LoadedKernel &get(uint64_t key, Device &device, const std::function<dsl::Kernel()> &build,
-                          KernelSource *source = nullptr);
-  /// The same from the kernel's tile IR text.
+  /// Cold path: builds the kernel's tile IR text, compiles it (or reads it from disk) and
+  /// loads it, once even when many threads ask at the same time. Throws tokamax::Error on
+  /// failure (and the next call tries again).
   const LoadedKernel &get_ir(uint64_t key, Device &device, const std::function<std::string()> &ir,
                              KernelSource *source = nullptr);
 
@@ -93,18 +90,15 @@ private:
   std::unique_ptr<State> state_;
 };
 
-/// Runs `kernel` once on `device` with host buffers (tensors copied in, outputs copied
-/// back), through the JIT and its caches: the device counterpart of interpret().
-TOKAMAX_API void run_on_device(const dsl::Kernel &kernel, std::span<struct HostArg> args, Device &device);
-
-/// Compiles (or reads from `cache_dir`'s disk cache) a kernel without a GPU: the work of
-/// `tokamax-compile precompile`. Returns the cache entry digest and whether it was a hit.
+/// Compiles (or reads from `cache_dir`'s disk cache) the kernel `name` of tile IR `ir`
+/// without a GPU: the work of `tokamax-compile precompile`. Returns the cache entry digest
+/// and whether it was a hit.
 struct TOKAMAX_API PrecompileResult {
   std::string digest;
   bool cache_hit = false;
   CompiledKernel kernel;  ///< empty PTX/cubin on a hit
 };
-TOKAMAX_API PrecompileResult precompile(const dsl::Kernel &kernel, const CompileOptions &options,
-                                        const std::string &cache_dir);
+TOKAMAX_API PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
+                                           const CompileOptions &options, const std::string &cache_dir);
 
 } // namespace tokamax

@@ -7,7 +7,7 @@
 // partial column sums).
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/NormKernels.h"
+#include "ops/lib/norm/NormKernels.h"
 
 #include <tokamax/ops/Norm.h>
 #include <tokamax/runtime/Error.h>

@@ -11,12 +11,13 @@
 // them in a fixed order: deterministic, no atomics.
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/NormKernels.h"
+#include "ops/lib/norm/NormKernels.h"
 
 #include "ops/lib/Dispatch.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>

@@ -7,7 +7,7 @@
 //   Reduce:  pdscale, pdoffset, dscale, doffset
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/NormKernels.h"
+#include "ops/lib/norm/NormKernels.h"
 
 #include "ops/lib/Dispatch.h"
 

@@ -1,7 +1,7 @@
 //===- Norm.cpp - layer_norm / rms_norm ops: binding, implementations, API --===//
 #include <tokamax/ops/Norm.h>
 
-#include "ops/lib/NormKernels.h"
+#include "ops/lib/norm/NormKernels.h"
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>

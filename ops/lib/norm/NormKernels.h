@@ -1,8 +1,8 @@
 //===- NormKernels.h - The DSL kernels of layer_norm / rms_norm ---*- C++ -*-===//
 //
-// Internal to ops/lib. Every norm kernel is built from one NormKernelSpec; its IR is a
-// pure function of the spec, and key() hashes every field, so (key, device) names the
-// loaded kernel in the JIT.
+// Internal to ops/lib/norm. Every norm kernel is built from one NormKernelSpec; its IR
+// is a pure function of the spec, and key() hashes every field, so (key, device) names
+// the loaded kernel in the JIT.
 //
 // Geometry: x is viewed as [outer, n, inner] and normalised over n. inner == 1 is the
 // "row" case (2-D tensors [rows = outer, n], tiles [block_rows, block_cols]); inner > 1 is

@@ -11,9 +11,10 @@
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/Dispatch.h"
-#include "ops/lib/MatmulDetail.h"
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>

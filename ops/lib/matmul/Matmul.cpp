@@ -2,7 +2,7 @@
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/Dispatch.h"
-#include "ops/lib/MatmulDetail.h"
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/runtime/Error.h>
 
