@@ -4,6 +4,7 @@
 #include "ops/lib/Dispatch.h"
 
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>

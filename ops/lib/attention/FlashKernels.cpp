@@ -23,7 +23,7 @@ using dsl::cdiv;
 Kernel flash_forward_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
   std::optional<TensorArg> lse;
@@ -70,7 +70,7 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
 Kernel delta_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
   TensorArg out = k.input("out", p.dtype, {p.B, p.T, p.N, p.Hv});
   TensorArg delta = k.output("delta", p.compute, {p.B, p.N, p.T});
@@ -114,7 +114,7 @@ Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const 
 Kernel flash_dkdv_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   Cotangents ct = declareCotangents(k, p);
   TensorArg dk = k.output("dk", p.dtype, {p.B, p.S, p.K, p.H});
@@ -159,7 +159,7 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 Kernel flash_dq_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   Cotangents ct = declareCotangents(k, p);
   TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
@@ -188,7 +188,7 @@ Kernel dbias_reduce_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const auto &sh = p.bias->shape;
   const int64_t bt = sh[2] == 1 ? 1 : s.block_q, bs = sh[3] == 1 ? 1 : s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg ds = k.input("ds", p.compute, {p.B, p.N, p.T, p.S});
   TensorArg dbias = k.output("dbias", p.bias->dtype, {sh[0], sh[1], sh[2], sh[3]});
   const int64_t sBlocks = cdiv(sh[3], bs);

@@ -31,6 +31,10 @@ Value broadcastBlock(Program &pr, const TensorArg &t, const Broadcast &bc, Value
 
 } // namespace
 
+dsl::KernelOptions kernel_options(const KernelSpec &s) {
+  return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma};
+}
+
 Operands declare_operands(Kernel &k, const Problem &p) {
   Operands in{k.input("q", p.dtype, {p.B, p.T, p.N, p.H}), k.input("k", p.dtype, {p.B, p.S, p.K, p.H}),
               k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv}), {}, {}, {}, {}};

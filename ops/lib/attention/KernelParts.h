@@ -24,6 +24,10 @@ using Chunks = std::vector<Value>;
 inline constexpr double kLog2e = 1.4426950408889634;
 inline constexpr double kLn2 = 0.6931471805599453;
 
+/// The spec's warps; tensor-core products put every warp along the rows (each warp owns
+/// whole score rows: softmax statistics stay in the warp and P feeds P @ V in registers).
+dsl::KernelOptions kernel_options(const KernelSpec &s);
+
 /// The inputs every forward and VJP kernel declares first, in this order.
 struct Operands {
   TensorArg q, k, v;

@@ -35,7 +35,7 @@ std::pair<Value, Value> blockPair(Kernel &k, const Problem &p, int64_t bt, int64
 Kernel logits_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   TensorArg logits = k.output("logits", p.compute, squareShape(p));
   k.grid(cdiv(p.T, bt) * cdiv(p.S, bs), p.N, p.B);
@@ -51,7 +51,7 @@ Kernel logits_kernel(const KernelSpec &s) {
 Kernel row_stats_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.output("lse", p.compute, {p.B, p.N, p.T});
   k.grid(cdiv(p.T, bt), p.N, p.B);
@@ -70,7 +70,7 @@ Kernel row_stats_kernel(const KernelSpec &s) {
 Kernel output_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg v = k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv});
@@ -89,7 +89,7 @@ Kernel output_kernel(const KernelSpec &s) {
 Kernel ref_ds_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg delta = k.input("delta", p.compute, {p.B, p.N, p.T});
@@ -114,7 +114,7 @@ Kernel ref_ds_kernel(const KernelSpec &s) {
 Kernel ref_dq_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg ds = k.input("ds", p.compute, squareShape(p));
   TensorArg kt = k.input("k", p.dtype, {p.B, p.S, p.K, p.H});
   TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
@@ -130,7 +130,7 @@ Kernel ref_dq_kernel(const KernelSpec &s) {
 Kernel ref_dkdv_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps});
+  Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg ds = k.input("ds", p.compute, squareShape(p));
