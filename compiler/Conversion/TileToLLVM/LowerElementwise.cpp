@@ -81,6 +81,9 @@ FailureOr<Value> lowerMath(TileLowering &t, Operation *op, Value x) {
     if (isa<math::RsqrtOp>(op))
       return b.create<arith::DivFOp>(loc, t.constant(type, 1.0), b.create<LLVM::SqrtOp>(loc, x))
           .getResult();
+    FailureOr<Value> expanded = lowerMathF64(b, op, x);
+    if (succeeded(expanded))
+      return expanded;
     op->emitOpError("on f64 runs on the interpreter only (the GPU backend has no f64 ")
         << op->getName() << ")";
     return failure();
