@@ -83,6 +83,8 @@ struct KernelSpec {
   int num_warps = 4;
   /// Flash kernels: KV blocks that no mask touches run a loop without mask arithmetic.
   bool split_edges = false;
+  /// Flash kernels: each loop reads its next blocks one step ahead (config "prefetch").
+  bool prefetch = false;
 
   uint64_t key() const;
   std::string name() const;

@@ -38,21 +38,25 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
   Chunks acc = zero_rows(s, k, bq, p.Hv);
   const size_t accSize = acc.size();
 
-  Body body = [&](Value j0, Carried carried, bool masked) {
+  // K and V blocks of step j0.
+  std::vector<Loader> kv{[&](Value j0) { return load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv); },
+                         [&](Value j0) { return load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv); }};
+  BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
     auto parts = unpack(carried, {1, 1, accSize});
     Value mOld = parts[0][0], lOld = parts[1][0];
-    Chunks kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv);
+    Chunks kb = blocks(0);
     Value x = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, false).log2;
     Value mNew = maximum(mOld, x.max(1));
     // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
     Value mUse = where(mNew == -INFINITY, 0.0, mNew);
     Value prob = exp2(x - mUse.expand(1));
     Value alpha = exp2(mOld - mUse);
-    Chunks a = product_nn(s, prob, load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv), scale_rows(parts[2], alpha));
+    Chunks a = product_nn(s, prob, blocks(1), scale_rows(parts[2], alpha));
     Chunks mn{mNew}, ln{lOld * alpha + prob.sum(1)};
     return pack({&mn, &ln, &a});
   };
-  auto parts = unpack(walk(pr, key_range(pr, t0, bq, bkv), bkv, pack({&m, &l, &acc}), body), {1, 1, accSize});
+  auto parts = unpack(walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, pack({&m, &l, &acc}), kv, body),
+                      {1, 1, accSize});
 
   Value mFinal = parts[0][0], lFinal = parts[1][0];
   Value seen = lFinal > 0.0;
@@ -134,9 +138,11 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 
   Carried sums = k.loop(0, p.group(), 1, pack({&dkAcc, &dvAcc}), [&](Value g, Carried outer) {
     Value n = h * p.group() + g;
-    Body body = [&](Value t0, Carried carried, bool masked) {
+    std::vector<Loader> qd{[&](Value t0) { return load_rows(s, in.q, pr.b, t0, n, p.H, bq); },
+                           [&](Value t0) { return load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq); }};
+    BlockBody body = [&](Value t0, Carried carried, bool masked, const Blocks &blocks) {
       auto parts = unpack(carried, {nk, nv});
-      Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
+      Chunks q = blocks(0), d = blocks(1);
       Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
       Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
       Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, natural);
@@ -148,7 +154,7 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
       Chunks dkNew = product_nn(s, dsT, q, parts[0]);
       return pack({&dkNew, &dvNew});
     };
-    return walk(pr, range, bq, std::move(outer), body);
+    return walk_blocks(pr, range, bq, std::move(outer), qd, body);
   });
   auto parts = unpack(sums, {nk, nv});
   store_rows(s, dk, pr.b, j0, h, scale_all(parts[0], p.scale));
@@ -172,14 +178,16 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
   Chunks acc = zero_rows(s, k, bq, p.H);
   const bool natural = p.softcap != 0;
-  Body body = [&](Value j0, Carried carried, bool masked) {
-    Chunks kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv), vb = load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv);
+  std::vector<Loader> kv{[&](Value j0) { return load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv); },
+                         [&](Value j0) { return load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv); }};
+  BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
+    Chunks kb = blocks(0);
     Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, natural);
     Value prob = exp2(sc.log2 - lse2.expand(1));
-    Value dsBlock = scoreGradient(p, prob, product_nt(s, k, d, vb), delta, 1, sc);
+    Value dsBlock = scoreGradient(p, prob, product_nt(s, k, d, blocks(1)), delta, 1, sc);
     return product_nn(s, dsBlock, kb, carried);
   };
-  Chunks sum = walk(pr, key_range(pr, t0, bq, bkv), bkv, acc, body);
+  Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, acc, kv, body);
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
   return k;
 }

@@ -82,6 +82,11 @@ void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Valu
   }
 }
 
+size_t chunk_count(const KernelSpec &s, int64_t dim) {
+  int64_t padded = padded_head_dim(dim);
+  return static_cast<size_t>(padded / chunkWidth(s, padded));
+}
+
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim) {
   int64_t padded = padded_head_dim(dim), width = chunkWidth(s, padded);
   Chunks chunks;
@@ -247,6 +252,41 @@ Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const B
   carried = run(r.lo, r.inner_lo, true, std::move(carried));
   carried = run(r.inner_lo, r.inner_hi, false, std::move(carried));
   return run(r.inner_hi, r.hi, true, std::move(carried));
+}
+
+Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<Loader> &loads,
+                    const BlockBody &body) {
+  if (!pr.s.prefetch)
+    return walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
+      return body(j, std::move(c), masked, [&](size_t i) { return loads[i](j); });
+    });
+  auto loadAll = [&](Value j, std::vector<size_t> &sizes) {
+    Carried all;
+    for (const Loader &load : loads) {
+      Chunks part = load(j);
+      sizes.push_back(part.size());
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  };
+  const size_t own = carried.size();
+  std::vector<size_t> sizes{own};
+  Carried first = loadAll(r.lo, sizes);
+  carried.insert(carried.end(), first.begin(), first.end());
+  Carried out = walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
+    size_t at = own;
+    std::vector<Chunks> parts;
+    for (size_t i = 1; i < sizes.size(); at += sizes[i++])
+      parts.emplace_back(c.begin() + at, c.begin() + at + sizes[i]);
+    std::vector<size_t> unused;
+    Carried next = loadAll(j + step, unused);  // past the range: masked loads, never used
+    c.resize(own);
+    Carried result = body(j, std::move(c), masked, [&](size_t i) { return parts[i]; });
+    result.insert(result.end(), next.begin(), next.end());
+    return result;
+  });
+  out.resize(own);
+  return out;
 }
 
 Carried pack(std::initializer_list<const Chunks *> parts) {

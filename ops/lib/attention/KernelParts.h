@@ -52,6 +52,8 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim,
                  int64_t rows);
 void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c);
+/// How many chunks load_rows gives for a head dim.
+size_t chunk_count(const KernelSpec &s, int64_t dim);
 /// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
@@ -92,6 +94,16 @@ using Body = std::function<Carried(Value, Carried, bool masked)>;
 /// Runs `body` over a range: edge blocks masked, inner blocks unmasked when the spec
 /// splits edges (and no mask tensor forces masks everywhere), else every block masked.
 Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const Body &body);
+
+using Loader = std::function<Chunks(Value)>;
+/// Block i of a step: loaded where the body asks for it, or carried from the step before.
+using Blocks = std::function<Chunks(size_t)>;
+using BlockBody = std::function<Carried(Value, Carried, bool masked, const Blocks &blocks)>;
+/// walk() whose body also gets the blocks `loads` read at its step. With the spec's
+/// prefetch the loop carries them, read one step ahead: the next step's global loads
+/// are in flight while this step computes; without, each is read where it is used.
+Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<Loader> &loads,
+                    const BlockBody &body);
 
 /// Packs chunk lists into one carried list and back.
 Carried pack(std::initializer_list<const Chunks *> parts);

@@ -64,6 +64,7 @@ uint64_t KernelSpec::key() const {
   mix(static_cast<uint64_t>(block_kv));
   mix(static_cast<uint64_t>(num_warps));
   mix(split_edges);
+  mix(prefetch);
   return h;
 }
 

@@ -71,6 +71,7 @@ public:
     base_.block_kv = c.get("block_kv");
     base_.num_warps = static_cast<int>(c.get("num_warps"));
     base_.split_edges = impl == Impl::Tile;
+    base_.prefetch = c.get_or("prefetch", 0) != 0;
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {

@@ -1,0 +1,101 @@
+// Attention configs: every config of the tile and chunked search spaces computes what
+// the reference implementation does (interpreter, small shapes with masks that make
+// edge and inner blocks), and the tile kernels at the headline shape assemble for
+// sm_90a (configs that fit the register file without spills).
+#include "unit/AttentionReference.h"
+#include "unit/PtxasUtil.h"
+
+#include <catch2/catch.hpp>
+
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Attention.h>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+struct Result {
+  HostBuffer out, lse, dq, dk, dv;
+};
+
+/// Forward and VJP on the interpreter with one implementation and config.
+Result run(const std::string &impl, const std::optional<Config> &config, const HostBuffer &q, const HostBuffer &k,
+           const HostBuffer &v, const HostBuffer &dout, const AttentionOptions &base) {
+  AttentionOptions o = base;
+  o.implementation = impl;
+  o.config = config;
+  Result r{HostBuffer(q.dtype, dout.shape), HostBuffer(DType::F32, {1, 4, 40}), HostBuffer(q.dtype, q.shape),
+           HostBuffer(q.dtype, k.shape), HostBuffer(q.dtype, v.shape)};
+  TensorView lse = r.lse.view();
+  dot_product_attention_host(q.view(), k.view(), v.view(), r.out.view(), o, &lse);
+  dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), v.view(), r.out.view(), lse, r.dq.view(),
+                                 r.dk.view(), r.dv.view(), o);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("attention: every tile and chunked config matches the reference implementation", "[attention]") {
+  // T 40 queries, S 70 keys, 4 heads on 2 kv heads, causal with a left window: with
+  // 16- and 32-wide blocks some key blocks are fully visible (the inner loop) and some
+  // are edges.
+  const DType dt = DType::BF16;
+  HostBuffer q(dt, {1, 40, 4, 32}, randomNormal(40 * 4 * 32, dt, 1)), k(dt, {1, 70, 2, 32}, randomNormal(70 * 64, dt, 2));
+  HostBuffer v(dt, {1, 70, 2, 32}, randomNormal(70 * 64, dt, 3)), dout(dt, {1, 40, 4, 32}, randomNormal(40 * 128, dt, 4));
+  AttentionOptions o;
+  o.is_causal = true;
+  o.local_window = LocalWindow{33, std::nullopt};
+  Result ref = run("reference", std::nullopt, q, k, v, dout, o);
+  const ArgSpec qs{{1, 40, 4, 32}, dt}, ks{{1, 70, 2, 32}, dt};
+  BoundArgs fwd = bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)}, o);
+  for (const char *impl : {"tile", "chunked"}) {
+    std::vector<Config> configs = attention_op().implementation(impl).search_space(fwd);
+    // Small blocks make the loops walk several steps here.
+    configs.push_back({{"block_q", 16}, {"block_kv", 16}, {"num_warps", 1}, {"prefetch", 1}});
+    configs.push_back({{"block_q", 32}, {"block_kv", 16}, {"num_warps", 2}, {"prefetch", 1}});
+    for (const Config &c : configs) {
+      if (c.get("block_q") > 64)
+        continue;  // the interpreter's time; the GPU tests cover the large blocks
+      Result got = run(impl, c, q, k, v, dout, o);
+      INFO(impl << " " << c.to_json());
+      for (auto [name, a, b] : {std::tuple{"out", &got.out, &ref.out}, std::tuple{"dq", &got.dq, &ref.dq},
+                                std::tuple{"dk", &got.dk, &ref.dk}, std::tuple{"dv", &got.dv, &ref.dv}}) {
+        Comparison cmp = compare(name, a->values(), b->values(), a->shape, Tolerance{6e-2, 1.5e-2});
+        INFO(cmp.message);
+        CHECK(cmp.ok);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: the tile kernels at the headline shape assemble; the 8-warp ones without spills",
+          "[attention][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  if (ptxas.empty()) {
+    WARN("ptxas not found: the kernels are not assembled");
+    return;
+  }
+  const ArgSpec x{{32, 2048, 16, 64}, DType::BF16};
+  const ArgSpec lse = attention_lse_spec(x);
+  BoundArgs fwd = bind_attention({x, x, x, {}, {}, {}, {}, x, lse});
+  BoundArgs vjp = bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}});
+  // The heuristic's kernels, and configs whose accumulators fit the register file.
+  Config fwdFits{{"block_q", 128}, {"block_kv", 64}, {"num_warps", 8}, {"prefetch", 1}};
+  Config vjpFits{{"block_q", 32}, {"block_kv", 64}, {"num_warps", 4}};
+  for (const auto &[op, args, fits] : {std::tuple{&attention_op(), fwd, fwdFits}, std::tuple{&attention_vjp_op(), vjp, vjpFits}}) {
+    const Implementation &tile = op->implementation("tile");
+    for (const Config &c : {tile.heuristic(args), fits}) {
+      for (const dsl::Kernel &kernel : tile.kernels(args, c)) {
+        CompileOptions options;
+        options.assemble = false;
+        auto [status, log] = test::run_ptxas(ptxas, compile(kernel, options).ptx, "sm_90a");
+        INFO(kernel.name() << " " << c.to_json() << "\n" << log);
+        CHECK(status == 0);
+        if (c == fits)
+          CHECK(test::contains(log, "0 bytes spill stores"));
+      }
+    }
+  }
+}
