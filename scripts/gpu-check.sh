@@ -15,7 +15,14 @@ status=0
 run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; local rc=$?; tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1; }
 run gpu-tests "$bin/tokamax-gpu-tests" --durations yes
 TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
-for e in vector_add softmax gelu layer_norm matmul; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
+for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
 TAIL=20 run matmul-bench "$bin/tokamax-matmul-bench" --json "$out/matmul.json"
+# Attention beside torch's SDPA (flash and cuDNN backends) where torch is installed.
+peers=()
+if python3 -c "import torch" 2> /dev/null; then
+  TAIL=20 run attention-peers python3 "$(dirname "$0")/../bench/peers/attention.py" --json "$out/attention-peers.json"
+  peers=(--peers "$out/attention-peers.json")
+fi
+TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
 exit $status

@@ -1,0 +1,407 @@
+// tokamax-attention-bench: dot_product_attention TFLOP/s and memory, forward and
+// forward + backward, beside the peers' numbers (bench/peers/attention.py).
+//
+//   shapes (bf16, T = S, K = N, Hv = H):  S1 = B 32, T 2048, N 16, H 64
+//                                         S2 = B 4,  T 4096, N 32, H 128
+//                                         S3 = B 8,  T 8192, N 16, H 128
+//          (--shapes S1,S3 picks some; --quick runs one small shape, "Q" = B 2, T 512,
+//          N 4, H 64, with few iterations: a smoke run)
+//   rows:  each implementation (--impl, default tile,chunked,reference), causal and not,
+//          "fwd" (the forward with its lse residual) and "fwd+bwd" (forward, then the VJP)
+//   time:  median of tokamax::benchmark() with CUDA events, L2 flushed before each run;
+//          iterations drop (to 3 at least) where one call takes long (~10 s a row)
+//   TFLOP/s: fwd = 4 B N T S H, halved when causal; fwd+bwd = 3.5x fwd (backward 2.5x)
+//   peak:  extra device memory of one call (measured as peakExtraBytes describes); each
+//          row runs in a process of its own (runInChild says why)
+//   reference: skipped where its f32 logits [B, N, T, S] (and dS for the VJP) exceed 80%
+//          of the free memory; an implementation's NotSupported is printed (and kept in
+//          the JSON) as the row
+//   --json FILE: the rows; --peers FILE: the JSON attention.py writes (rows keyed by
+//          shape, causal, pass, backend), printed per row as ours / peer TFLOP/s in %
+//
+// Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
+//                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
+//                                [--quick]
+//   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
+//             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
+//   --vjp-config: the VJP's alone
+#include <tokamax/ops/Attention.h>
+#include <tokamax/runtime/Benchmark.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Memory.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace tokamax;
+using json = nlohmann::json;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t b, t, n, h;
+};
+const std::vector<Shape> kShapes = {{"S1", 32, 2048, 16, 64}, {"S2", 4, 4096, 32, 128}, {"S3", 8, 8192, 16, 128}};
+const Shape kQuickShape = {"Q", 2, 512, 4, 64};
+
+/// How --config reaches the rows' child processes.
+constexpr const char *kConfigVariable = "TOKAMAX_ATTENTION_BENCH_CONFIG";
+constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
+
+struct Row {
+  std::string shape, pass, impl;
+  bool causal = false;
+  std::string status = "ok";  ///< or why the row did not run
+  double ms = 0, tflops = 0, first_call_ms = 0;
+  int iterations = 0;
+  int64_t peak_extra_bytes = -1;
+};
+
+std::vector<std::string> splitList(const std::string &list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at)
+      items.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
+/// The device's free memory through cuMemGetInfo of the driver library (dlopen'ed by its
+/// name, as the runtime loads it; the same library once loaded).
+class FreeMemory {
+public:
+  FreeMemory() {
+    if (void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))
+      get_ = reinterpret_cast<GetInfoFn>(dlsym(lib, "cuMemGetInfo_v2"));
+  }
+  bool available() const { return get_ != nullptr; }
+  /// Free bytes on the calling thread's current context (0 when the call fails).
+  size_t operator()() const {
+    size_t free = 0, total = 0;
+    return get_ && get_(&free, &total) == 0 ? free : 0;
+  }
+
+private:
+  using GetInfoFn = int (*)(size_t *, size_t *);
+  GetInfoFn get_ = nullptr;
+};
+
+/// Peak device memory one call of `work` adds beyond what exists before it (its inputs
+/// and outputs are allocated by then): free memory before the call minus the least free
+/// memory seen while it runs (a thread samples cuMemGetInfo every ~50 us until the
+/// stream is synchronised) and after it (scratch the op takes from its stream's
+/// workspace stays allocated, so it shows there). `fresh` must be a stream no earlier
+/// call used, whose workspace starts empty. Granularity is the driver's (2 MiB pages); a
+/// temporary buffer freed between two samples can be missed.
+int64_t peakExtraBytes(const FreeMemory &freeMemory, Device &device, Stream &fresh, const std::function<void()> &work) {
+  if (!freeMemory.available())
+    return -1;
+  fresh.synchronize();
+  const size_t before = freeMemory();
+  std::atomic<size_t> lowest{before};
+  std::atomic<bool> done{false};
+  std::thread sampler([&] {
+    device.make_current();
+    while (!done.load()) {
+      const size_t now = freeMemory();
+      if (now && now < lowest.load())
+        lowest.store(now);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  work();
+  fresh.synchronize();
+  done.store(true);
+  sampler.join();
+  const size_t after = std::min(lowest.load(), freeMemory());
+  return before > after ? int64_t(before - after) : 0;
+}
+
+/// The tensors of one shape: q, k, v and dout random (out, lse, dq, dk, dv unset).
+struct Buffers {
+  Tensor q, k, v, dout, out, lse, dq, dk, dv;
+};
+
+/// A bf16 tensor holding 1 Mi values of random_host_values (standardize's: magnitudes in
+/// [0.05, 3], random signs, so logits of a few units at the default scale) over and over,
+/// starting `phase` values in: the inputs differ without generating hundreds of millions
+/// of values on the host for every row (timing does not depend on them).
+Tensor patterned(const std::vector<int64_t> &shape, const std::vector<uint16_t> &twice, size_t phase, Device &device) {
+  Tensor t = Tensor::empty(shape, DType::BF16, device);
+  const size_t period = twice.size() / 2;
+  for (size_t at = 0; at < size_t(t.numel()); at += period)
+    copy_host_to_device(t.data() + at * 2, twice.data() + phase % period,
+                        std::min(period, size_t(t.numel()) - at) * 2);
+  return t;
+}
+
+Buffers makeBuffers(const Shape &s, Device &device) {
+  const std::vector<int64_t> qShape = {s.b, s.t, s.n, s.h}, lseShape = {s.b, s.n, s.t};
+  const int64_t period = int64_t(1) << 20;
+  std::vector<uint16_t> twice(2 * period);
+  const std::vector<double> values = random_host_values(TensorSpec{{period}, DType::BF16}, 1);
+  for (int64_t i = 0; i < 2 * period; ++i)
+    store_from_double(DType::BF16, &twice[i], values[i % period]);
+  auto input = [&](size_t phase) { return patterned(qShape, twice, phase, device); };
+  return Buffers{input(0), input(262147), input(524309), input(786433),
+                 Tensor::empty(qShape, DType::BF16, device), Tensor::empty(lseShape, DType::F32, device),
+                 Tensor::empty(qShape, DType::BF16, device), Tensor::empty(qShape, DType::BF16, device),
+                 Tensor::empty(qShape, DType::BF16, device)};
+}
+
+double elapsedMs(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+/// One row, in this process (a child of the table's: see runInChild). The first call
+/// compiles (or reads the disk cache), loads the kernels and takes the stream workspace;
+/// its peak extra memory is measured, so the figure includes the kernels' code (a few
+/// MiB). Then a second call gives the time of one, from which the iterations follow
+/// (~10 s a row, 3 at least), and benchmark() times them.
+Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::string &impl, int iters) {
+  Row row{.shape = s.name, .pass = pass, .impl = impl, .causal = causal};
+  Device &device = Device::get();
+  const FreeMemory freeMemory;
+  Buffers buf = makeBuffers(s, device);
+  const double logitsBytes = 4.0 * s.b * s.n * double(s.t) * double(s.t) * (pass == "fwd" ? 1 : 2);  // + dS
+  if (impl == "reference" && freeMemory() && logitsBytes > 0.8 * double(freeMemory())) {
+    row.status = fmt::format("skipped: reference's f32 logits{} take {:.1f} GiB, {:.1f} GiB are free",
+                             pass == "fwd" ? "" : " and dS", logitsBytes / (1 << 30),
+                             double(freeMemory()) / (1 << 30));
+    return row;
+  }
+  AttentionOptions options;
+  options.is_causal = causal;
+  options.implementation = impl;
+  AttentionOptions vjpOptions = options;
+  if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
+    options.config = vjpOptions.config = Config::from_json(config);
+  if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
+    vjpOptions.config = Config::from_json(config);
+  auto call = [&](Stream &stream) {
+    dot_product_attention(buf.q, buf.k, buf.v, buf.out, stream, options, &buf.lse.view());
+    if (pass != "fwd")
+      dot_product_attention_vjp(buf.dout, buf.q, buf.k, buf.v, buf.out, buf.lse, buf.dq, buf.dk, buf.dv, stream,
+                                vjpOptions);
+  };
+  try {
+    Stream stream = Stream::create(device);
+    auto t0 = std::chrono::steady_clock::now();
+    row.peak_extra_bytes = peakExtraBytes(freeMemory, device, stream, [&] { call(stream); });
+    row.first_call_ms = elapsedMs(t0);
+    t0 = std::chrono::steady_clock::now();
+    call(stream);
+    stream.synchronize();
+    row.iterations = std::clamp(int(10000.0 / std::max(elapsedMs(t0), 1e-3)), 3, iters);
+    BenchmarkData t = benchmark(stream, [&] { call(stream); }, TimingMethod::CudaEvents, row.iterations,
+                                /*warmup=*/1, /*flush_l2=*/true);
+    const double fwdFlops = 4.0 * s.b * s.n * double(s.t) * double(s.t) * s.h * (causal ? 0.5 : 1.0);
+    row.ms = t.median;
+    row.tflops = (pass == "fwd" ? fwdFlops : 3.5 * fwdFlops) / t.median / 1e9;
+  } catch (const NotSupported &e) {
+    row.status = fmt::format("not supported: {}", e.what());
+  } catch (const Error &e) {
+    row.status = fmt::format("failed: {}", e.what());
+  }
+  return row;
+}
+
+json toJson(const Row &r) {
+  return {{"shape", r.shape}, {"causal", r.causal}, {"pass", r.pass}, {"impl", r.impl}, {"status", r.status},
+          {"ms", r.ms}, {"tflops", r.tflops}, {"iterations", r.iterations}, {"first_call_ms", r.first_call_ms},
+          {"peak_extra_bytes", r.peak_extra_bytes}};
+}
+
+Row fromJson(const json &j) {
+  Row r;
+  r.shape = j.at("shape").get<std::string>(), r.pass = j.at("pass").get<std::string>();
+  r.impl = j.at("impl").get<std::string>(), r.status = j.at("status").get<std::string>();
+  r.causal = j.at("causal").get<bool>();
+  r.ms = j.at("ms").get<double>(), r.tflops = j.at("tflops").get<double>();
+  r.first_call_ms = j.at("first_call_ms").get<double>(), r.iterations = j.at("iterations").get<int>();
+  r.peak_extra_bytes = j.at("peak_extra_bytes").get<int64_t>();
+  return r;
+}
+
+/// Runs one row in a child process (this program with --row) and reads back its Row.
+/// Each row gets a process of its own because device memory that one call takes from
+/// its stream's workspace stays allocated until the process exits (even once the stream
+/// is destroyed): in one process, rows would see each other's workspaces (a reused one
+/// hides a call's need, and fresh ones add up past the device's memory). A child that
+/// dies (out of memory, a fault) fails its row only.
+Row runInChild(const std::string &self, const Shape &s, bool causal, const std::string &pass, const std::string &impl,
+               int iters) {
+  const std::string command =
+      fmt::format("'{}' --row {} {} {} {} {} 2>&1", self, s.name, causal ? 1 : 0, pass, impl, iters);
+  std::string output;
+  if (FILE *pipe = popen(command.c_str(), "r")) {
+    char chunk[4096];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;)
+      output.append(chunk, n);
+    const int status = pclose(pipe);
+    const size_t marker = output.rfind("\nROW ");  // the child's last line
+    if (status == 0 && marker != std::string::npos)
+      return fromJson(json::parse(output.substr(marker + 5, output.find('\n', marker + 1) - marker - 5)));
+    output = fmt::format("exit status {}: {}", status, output);
+  }
+  Row row{.shape = s.name, .pass = pass, .impl = impl, .causal = causal};
+  while (!output.empty() && output.back() == '\n')
+    output.pop_back();
+  row.status = "failed: " + output.substr(output.size() > 400 ? output.size() - 400 : 0);
+  return row;
+}
+
+/// Looks up the peers' rows: (shape, causal, pass) -> backend -> TFLOP/s (0: did not run).
+using PeerTable = std::map<std::tuple<std::string, bool, std::string>, std::map<std::string, double>>;
+
+PeerTable readPeers(const std::string &path, std::vector<std::string> &backends, std::string &about) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(fmt::format("--peers: cannot read {}", path));
+  json doc = json::parse(in);
+  about = fmt::format("{} (torch {})", doc.value("device", "?"), doc.value("torch", "?"));
+  PeerTable table;
+  for (const json &r : doc.at("rows")) {
+    const std::string backend = r.at("backend").get<std::string>();
+    if (std::find(backends.begin(), backends.end(), backend) == backends.end())
+      backends.push_back(backend);
+    const auto key = std::make_tuple(r.at("shape").get<std::string>(), r.at("causal").get<bool>(),
+                                     r.at("pass").get<std::string>());
+    table[key][backend] = r.value("status", "ok") == "ok" ? r.at("tflops").get<double>() : 0.0;
+  }
+  return table;
+}
+
+} // namespace
+
+int main(int argc, char **argv) try {
+  // A child's row: --row SHAPE CAUSAL PASS IMPL ITERS (see runInChild).
+  if (argc == 7 && std::string(argv[1]) == "--row") {
+    std::vector<Shape> known = kShapes;
+    known.push_back(kQuickShape);
+    auto shape = std::find_if(known.begin(), known.end(), [&](const Shape &s) { return s.name == argv[2]; });
+    if (shape == known.end())
+      throw Error(fmt::format("--row: unknown shape \"{}\"", argv[2]));
+    Row row = measureRow(*shape, std::string(argv[3]) == "1", argv[4], argv[5], std::max(1, std::atoi(argv[6])));
+    fmt::print("\nROW {}\n", toJson(row).dump());
+    return 0;
+  }
+  std::vector<Shape> shapes;
+  std::vector<std::string> impls = {"tile", "chunked", "reference"};
+  int iters = 20;
+  bool quick = false;
+  std::string jsonPath, peersPath;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool hasValue = i + 1 < argc;
+    if (arg == "--shapes" && hasValue) {
+      for (const std::string &name : splitList(argv[++i])) {
+        auto it = std::find_if(kShapes.begin(), kShapes.end(), [&](const Shape &s) { return s.name == name; });
+        if (it == kShapes.end())
+          throw Error(fmt::format("--shapes: unknown shape \"{}\" (S1, S2, S3)", name));
+        shapes.push_back(*it);
+      }
+    } else if ((arg == "--config" || arg == "--vjp-config") && hasValue) {
+      Config::from_json(argv[++i]);  // fails here, not in every row
+      setenv(arg == "--config" ? kConfigVariable : kVjpConfigVariable, argv[i], 1);
+    } else if (arg == "--impl" && hasValue) {
+      impls = splitList(argv[++i]);
+      for (const std::string &impl : impls)
+        if (impl.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+          throw Error(fmt::format("--impl: \"{}\" is not an implementation name", impl));
+    } else if (arg == "--iters" && hasValue) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--json" && hasValue) {
+      jsonPath = argv[++i];
+    } else if (arg == "--peers" && hasValue) {
+      peersPath = argv[++i];
+    } else if (arg == "--quick") {
+      quick = true;
+    } else {
+      fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
+                         "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick]\n");
+      return 2;
+    }
+  }
+  if (quick) {
+    shapes = {kQuickShape};
+    iters = std::min(iters, 3);
+  } else if (shapes.empty()) {
+    shapes = kShapes;
+  }
+
+  std::vector<std::string> backends;
+  std::string peersAbout;
+  PeerTable peers;
+  if (!peersPath.empty())
+    peers = readPeers(peersPath, backends, peersAbout);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string device = describe(Device::get());
+  fmt::print("{}\n", device);
+  if (!peersPath.empty())
+    fmt::print("peers: {} from {}\n", peersAbout, peersPath);
+  if (!FreeMemory().available())
+    fmt::print("peak memory not measured: cuMemGetInfo_v2 not found\n");
+  std::string header = fmt::format("\n{:<5} {:<6} {:<8} {:<10} {:>9} {:>8} {:>10} {:>6}", "shape", "causal", "pass",
+                                   "impl", "ms", "TFLOP/s", "peak MiB", "iters");
+  for (const std::string &b : backends)
+    header += fmt::format(" {:>14}", "% of " + b);
+  fmt::print("{}\n", header);
+
+  json doc = {{"device", device}, {"rows", json::array()}};
+  for (const Shape &s : shapes)
+    for (bool causal : {false, true})
+      for (const std::string pass : {"fwd", "fwd+bwd"})
+        for (const std::string &impl : impls) {
+          const Row row = runInChild(self, s, causal, pass, impl, iters);
+          json j = toJson(row);
+          std::string line = fmt::format("{:<5} {:<6} {:<8} {:<10}", row.shape, causal ? "yes" : "no", pass, impl);
+          if (row.status != "ok") {
+            line += " " + row.status;
+          } else {
+            line += fmt::format(" {:>9.3f} {:>8.1f} {:>10.1f} {:>6}", row.ms, row.tflops,
+                                row.peak_extra_bytes < 0 ? -1.0 : double(row.peak_extra_bytes) / (1 << 20),
+                                row.iterations);
+            auto peer = peers.find({s.name, causal, pass});
+            for (const std::string &b : backends) {
+              const double theirs = peer == peers.end() || !peer->second.count(b) ? 0.0 : peer->second.at(b);
+              line += theirs > 0 ? fmt::format(" {:>13.1f}%", 100 * row.tflops / theirs) : fmt::format(" {:>14}", "-");
+              if (theirs > 0)
+                j["ratio_to_" + b] = row.tflops / theirs;
+            }
+          }
+          fmt::print("{}\n", line);
+          std::fflush(stdout);
+          doc["rows"].push_back(j);
+          if (!jsonPath.empty())  // after every row: a run cut short keeps what it measured
+            std::ofstream(jsonPath) << doc.dump(2) << "\n";
+        }
+  return 0;
+} catch (const std::exception &e) {
+  fmt::print(stderr, "tokamax-attention-bench: error: {}\n", e.what());
+  return 1;
+}
