@@ -44,10 +44,24 @@ struct Range {
 };
 using Dirty = std::set<Range>;
 
+/// Whether two ranges may share bytes. Double-buffered ranges of one stride are in the
+/// same frame (this iteration's buffer); against a fixed range, a double-buffered one may
+/// be in either buffer, since which is this iteration's alternates.
+bool overlap(const Range &a, const Range &b) {
+  if ((a.stride > 0) != (b.stride > 0) || (a.stride > 0 && a.stride != b.stride)) {
+    for (const Range &x : {Range{a.begin, a.end, a.stride, false}, Range{a.begin, a.end, a.stride, true}})
+      for (const Range &y : {Range{b.begin, b.end, b.stride, false}, Range{b.begin, b.end, b.stride, true}})
+        if (x.lo() < y.hi() && y.lo() < x.hi())
+          return true;
+    return false;
+  }
+  return a.lo() < b.hi() && b.lo() < a.hi();
+}
+
 bool overlaps(const Dirty &dirty, const Dirty &ranges) {
   for (const Range &a : dirty)
     for (const Range &b : ranges)
-      if (a.lo() < b.hi() && b.lo() < a.hi())
+      if (overlap(a, b))
         return true;
   return false;
 }

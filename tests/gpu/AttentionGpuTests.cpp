@@ -1,0 +1,189 @@
+// GPU numerics of dot_product_attention (forward and VJP) through the device path (op ->
+// implementation choice -> JIT -> launch) against the float64 reference of
+// unit/AttentionReference.h, computed on every host core, at shapes from one query or key
+// to 4097 (T != S), MHA / GQA 8:2 / MQA 8:1, H from 32 to 256 with Hv != H, every option,
+// bf16 / f16 on "tile" and "chunked", f32 / f64 on "chunked" and "reference"; every
+// case's forward and VJP rerun and compared bit for bit.
+#include <catch2/catch.hpp>
+
+#include "unit/AttentionTestCase.h"
+
+#include <tokamax/ops/Attention.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+Tensor upload(const HostBuffer &h) {
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  t.copy_from_host(h.bytes(), h.nbytes());
+  return t;
+}
+
+/// A device tensor holding NaN (floats), so unwritten elements show.
+Tensor poisoned(DType d, const std::vector<int64_t> &shape) { return upload(HostBuffer(d, shape)); }
+
+HostBuffer download(const Tensor &t) {
+  HostBuffer h(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+  t.copy_to_host(h.bytes(), h.nbytes());
+  return h;
+}
+
+struct DeviceRun {
+  Results results;
+  bool same_bits = true;  ///< a second forward and VJP reproduced every output bit for bit
+  std::string differing;  ///< the outputs that did not
+  double seconds = 0;     ///< both runs, with the first call's compilation
+};
+
+/// The case on the device, twice (the second into fresh poisoned outputs).
+DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
+  const Dims &d = c.dims;
+  const auto start = std::chrono::steady_clock::now();
+  Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v);
+  std::optional<Tensor> bias, mask, ql, kvl, dout;
+  for (auto [host, device] : {std::pair{&data.bias, &bias}, {&data.mask, &mask}, {&data.q_lengths, &ql},
+                              {&data.kv_lengths, &kvl}})
+    if (*host)
+      device->emplace(upload(**host));
+  if (c.vjp)
+    dout.emplace(upload(data.dout));
+  auto view = [](const std::optional<Tensor> &t) { return t ? &t->view() : nullptr; };
+  AttentionOptions options = apiOptions(c, view(bias), view(mask), view(ql), view(kvl));
+
+  std::vector<std::vector<HostBuffer>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor out = poisoned(c.dtype, d.outShape()), lse = poisoned(lseDtype(c.dtype), d.lseShape());
+    dot_product_attention(q, k, v, out, stream, options, &lse.view());
+    std::vector<HostBuffer> results;
+    if (c.vjp) {
+      Tensor dq = poisoned(c.dtype, d.qShape()), dk = poisoned(c.dtype, d.kShape()), dv = poisoned(c.dtype, d.vShape());
+      std::optional<Tensor> dbias;
+      if (bias)
+        dbias.emplace(poisoned(bias->dtype(), data.bias->shape));
+      dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, options, view(dbias));
+      stream.synchronize();
+      results = {download(out), download(lse), download(dq), download(dk), download(dv)};
+      if (dbias)
+        results.push_back(download(*dbias));
+    } else {
+      stream.synchronize();
+      results = {download(out), download(lse)};
+    }
+    runs.push_back(std::move(results));
+  }
+  DeviceRun r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const char *names[] = {"out", "lse", "dq", "dk", "dv", "dbias"};
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    if (runs[0][i].storage != runs[1][i].storage) {
+      r.same_bits = false;
+      r.differing += std::string(r.differing.empty() ? "" : ", ") + names[i];
+    }
+  std::vector<double> *into[] = {&r.results.out, &r.results.lse, &r.results.dq, &r.results.dk, &r.results.dv,
+                                 &r.results.dbias};
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    *into[i] = runs[0][i].values();
+  return r;
+}
+
+Case makeCase(const char *impl, DType dtype, Dims dims) {
+  Case c;
+  c.implementation = impl;
+  c.dtype = dtype;
+  c.dims = std::move(dims);
+  return c;
+}
+
+/// ~12 cases covering T, S in {1, 17, 128, 1000, 4097} (T != S), N = 3 K = 1, GQA 8:2,
+/// MQA 8:1, H in {32, 64, 128, 256} with Hv != H, each option, each implementation and
+/// dtype. The float64 reference of all of them is ~1e11 multiply-adds.
+std::vector<Case> deviceCases() {
+  std::vector<Case> cases;
+  auto add = [&](Case c, auto edit) {
+    edit(c);
+    c.seed = cases.size() + 1;
+    cases.push_back(std::move(c));
+  };
+  auto plain = [](Case &) {};
+  const DType bf16 = DType::BF16, f16 = DType::F16, f32 = DType::F32, f64 = DType::F64;
+  add(makeCase("tile", bf16, {.batch = {2}, .t = 1, .s = 4097, .n = 8, .k = 1, .h = 128, .hv = 128}), plain);
+  add(makeCase("tile", bf16, {.batch = {1}, .t = 4097, .s = 1000, .n = 8, .k = 2, .h = 128, .hv = 128}),
+      [](Case &c) { c.bias_dims = "bnts"; });
+  add(makeCase("tile", f16, {.batch = {1}, .t = 1000, .s = 4097, .n = 8, .k = 2, .h = 128, .hv = 64}),
+      [](Case &c) { c.options.window = Window{256, 64}, c.kv_lengths = {3000}; });
+  add(makeCase("tile", bf16, {.batch = {3}, .t = 17, .s = 128, .n = 8, .k = 1, .h = 256, .hv = 256}),
+      [](Case &c) { c.mask_dims = "bts", c.q_lengths = {17, 9, 0}; });
+  add(makeCase("tile", bf16, {.batch = {1}, .t = 1000, .s = 4097, .n = 3, .k = 1, .h = 256, .hv = 128}),
+      [](Case &c) { c.options.scale = 0.1, c.options.soft_cap = 2.0; });
+  add(makeCase("tile", f16, {.batch = {4}, .t = 17, .s = 1, .n = 8, .k = 2, .h = 32, .hv = 32}), plain);
+  add(makeCase("chunked", bf16, {.batch = {1}, .t = 4097, .s = 1000, .n = 3, .k = 1, .h = 64, .hv = 64}),
+      [](Case &c) { c.options.is_causal = true; });
+  add(makeCase("chunked", f16, {.batch = {2}, .t = 128, .s = 4097, .n = 8, .k = 2, .h = 128, .hv = 128}),
+      [](Case &c) { c.options.is_causal = true, c.q_lengths = {100, 128}, c.kv_lengths = {4097, 77}; });
+  add(makeCase("chunked", f32, {.batch = {4}, .t = 128, .s = 17, .n = 3, .k = 1, .h = 32, .hv = 64}),
+      [](Case &c) { c.bias_dims = "bnts", c.options.soft_cap = 3.0; });
+  add(makeCase("chunked", f32, {.batch = {1}, .t = 4097, .s = 17, .n = 3, .k = 1, .h = 64, .hv = 32}),
+      [](Case &c) { c.options.window = Window{8, 8}, c.mask_dims = "bnts", c.mask_empty_row = true; });
+  add(makeCase("chunked", f64, {.batch = {2}, .t = 1000, .s = 128, .n = 8, .k = 2, .h = 64, .hv = 128}),
+      [](Case &c) { c.options.is_causal = true, c.bias_dims = "ns"; });
+  add(makeCase("chunked", f64, {.batch = {2}, .t = 1, .s = 17, .n = 8, .k = 1, .h = 256, .hv = 32}), plain);
+  add(makeCase("reference", f32, {.batch = {2}, .t = 128, .s = 1000, .n = 3, .k = 1, .h = 128, .hv = 128}),
+      [](Case &c) {
+        c.options = {.is_causal = true, .window = Window{std::nullopt, 16}, .soft_cap = 4.0};
+        c.bias_dims = "nts", c.bias_dtype = DType::F32;
+      });
+  add(makeCase("reference", f64, {.batch = {1}, .t = 4097, .s = 128, .n = 8, .k = 1, .h = 64, .hv = 64}),
+      [](Case &c) { c.mask_dims = "ts", c.kv_lengths = {100}; });
+  return cases;
+}
+
+} // namespace
+
+TEST_CASE("attention on the device matches float64 and reruns bit for bit", "[gpu][attention]") {
+  Device &device = Device::get();
+  Stream stream = Stream::create(device);
+  const bool tileRuns = attention_op().implementation("tile").supported_on(device);
+  if (!tileRuns)
+    WARN("skipped: the tile attention kernels need sm_80+, this GPU is " << device.arch());
+  for (const Case &c : deviceCases()) {
+    if (c.implementation == "tile" && !tileRuns)
+      continue;
+    DYNAMIC_SECTION(describe(c)) {  // each case in a section: one that throws fails alone
+      CaseData data = makeData(c);
+      const auto start = std::chrono::steady_clock::now();
+      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
+      const double refSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      DeviceRun run = runOnDevice(c, data, stream);
+      INFO("device " << run.seconds << " s (two runs), reference " << refSeconds << " s");
+      checkResults(c, ref, run.results);
+      INFO("outputs that differ between runs: " << run.differing);
+      CHECK(run.same_bits);
+    }
+  }
+}
+
+TEST_CASE("attention's automatic choice and the reserved hopper kernel on the device", "[gpu][attention]") {
+  Device &device = Device::get();
+  auto specs = [](DType d) {
+    return AttentionSpecs{.q = {{2, 128, 8, 128}, d}, .k = {{2, 256, 2, 128}, d}, .v = {{2, 256, 2, 128}, d},
+                          .out = {{2, 128, 8, 128}, d}, .lse = ArgSpec{{2, 8, 128}, lseDtype(d)}};
+  };
+  const std::string arch = device.arch();
+  if (attention_op().implementation("tile").supported_on(device))
+    CHECK(attention_op().select(bind_attention(specs(DType::BF16)), std::nullopt, arch).name() == "tile");
+  CHECK(attention_op().select(bind_attention(specs(DType::F32)), std::nullopt, arch).name() == "chunked");
+  Stream stream = Stream::create(device);
+  Tensor q = poisoned(DType::BF16, {2, 128, 8, 128}), kv = poisoned(DType::BF16, {2, 256, 2, 128});
+  Tensor out = poisoned(DType::BF16, {2, 128, 8, 128});
+  CHECK_THROWS_AS(dot_product_attention(q, kv, kv, out, stream, {.implementation = "hopper"}), NotSupported);
+}
