@@ -492,3 +492,18 @@ TEST_CASE("matmul on the device: operands that are not 16-byte aligned get a cle
   std::vector<double> viewed(a.begin() + 8, a.end());
   CHECK(test::rel_error(tc.to_host_doubles(), test::matmul_reference(viewed, b, m, n, k, 1.0)) < 1e-5);
 }
+
+TEST_CASE("matmul on the device refuses a null a or c before launching; the context stays usable",
+          "[gpu][matmul]") {
+  // Regression: a null pointer was launched, and CUDA_ERROR_ILLEGAL_ADDRESS then poisoned
+  // the process's context.
+  Stream stream = Stream::create(Device::get());
+  Tensor a = Tensor::empty({64, 64}, DType::BF16), b = Tensor::empty({64, 64}, DType::BF16);
+  Tensor c = Tensor::empty({64, 64}, DType::F32);
+  const int64_t shape[] = {64, 64};
+  TensorView nullA(0, DType::BF16, shape, a.view().device()), nullC(0, DType::F32, shape, c.view().device());
+  CHECK_THROWS_WITH(matmul(nullA, b, c, stream), Catch::Contains("a has no data"));
+  CHECK_THROWS_WITH(matmul(a, b, nullC, stream), Catch::Contains("c has no data"));
+  CHECK_NOTHROW(matmul(a, b, c, stream));
+  CHECK_NOTHROW(stream.synchronize());
+}

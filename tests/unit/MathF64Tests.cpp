@@ -1,10 +1,11 @@
-// f64 exp, exp2, log and tanh: the GPU lowering's expansion assembles for sm_90a and
+// f64 exp, exp2, log, tanh and erf: the GPU lowering's expansion assembles for sm_90a and
 // sm_80; the attention GPU tests check its numerics in f64 against a float64 reference.
 #include "unit/PtxasUtil.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Elementwise.h>
 
 #include <catch2/catch.hpp>
 
@@ -20,18 +21,19 @@ namespace {
 Kernel f64MathKernel() {
   Kernel k("f64_math");
   TensorArg x = k.input("x", DType::F64, {256});
-  TensorArg y = k.output("y", DType::F64, {4, 256});
+  TensorArg y = k.output("y", DType::F64, {5, 256});
   Value v = x.load({0}, {256});
   y.store({0, 0}, exp(v).expand(0));
   y.store({1, 0}, exp2(v).expand(0));
   y.store({2, 0}, log(abs(v)).expand(0));
   y.store({3, 0}, tanh(v).expand(0));
+  y.store({4, 0}, erf(v).expand(0));
   return k;
 }
 
 } // namespace
 
-TEST_CASE("f64 exp, exp2, log and tanh lower to PTX that assembles", "[ptx]") {
+TEST_CASE("f64 exp, exp2, log, tanh and erf lower to PTX that assembles", "[ptx]") {
   for (const char *arch : {"sm_80", "sm_90a"}) {
     CompileOptions options;
     options.arch = arch;
@@ -47,4 +49,16 @@ TEST_CASE("f64 exp, exp2, log and tanh lower to PTX that assembles", "[ptx]") {
       CHECK(status == 0);
     }
   }
+}
+
+TEST_CASE("gelu in f64 compiles for the GPU (exact erf in f64)", "[ptx]") {
+  // Regression: gelu on f64 failed in tile-to-llvm ("math.erf on f64 runs on the
+  // interpreter only") instead of being served.
+  tokamax::ElementwiseSpec spec{4096, DType::F64};
+  CompileOptions options;
+  options.assemble = false;
+  CompiledKernel compiled = compile(gelu_kernel(spec, default_config(spec)), options);
+  CHECK(!test::contains(compiled.ptx, ".extern"));
+  if (std::string ptxas = test::ptxas_path(); !ptxas.empty())
+    CHECK(test::run_ptxas(ptxas, compiled.ptx, "sm_90a").first == 0);
 }

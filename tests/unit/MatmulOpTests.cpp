@@ -183,3 +183,35 @@ TEST_CASE("matmul op: matmul_host matches float64 with each implementation", "[m
     CHECK(test::rel_error(got, ref) < (c.out == DType::BF16 ? 1e-2 : c.out == DType::F64 ? 1e-12 : 1e-5));
   }
 }
+
+TEST_CASE("matmul op: the interpreter refuses views that do not match the binding", "[matmul][op]") {
+  // Regression: matmul_host read a row-strided a or c as if dense (a wrong answer, no
+  // error), and matmul_op().interpret did not check its views at all.
+  std::vector<float> a(16 * 32, 1.0f), b(32 * 8, 1.0f), c(16 * 8, 0.0f);
+  const int64_t aShape[] = {16, 16}, aStrides[] = {32, 1};  // every other block of 16 columns
+  TensorView strided(reinterpret_cast<uint64_t>(a.data()), DType::F32, aShape, aStrides);
+  TensorView bv = host_view(b.data(), DType::F32, {16, 8}), cv = host_view(c.data(), DType::F32, {16, 8});
+  CHECK_THROWS_WITH(matmul_host(strided, bv, cv), Catch::Contains("contiguous"));
+  const int64_t cStrides[] = {16, 1};
+  const int64_t cShape[] = {16, 8};
+  TensorView stridedC(reinterpret_cast<uint64_t>(c.data()), DType::F32, cShape, cStrides);
+  CHECK_THROWS_WITH(matmul_host(host_view(a.data(), DType::F32, {16, 16}), bv, stridedC), Catch::Contains("contiguous"));
+
+  BoundArgs args = bind_matmul(ArgSpec{{16, 16}, DType::F32}, ArgSpec{{16, 8}, DType::F32}, std::nullopt,
+                               ArgSpec{{16, 8}, DType::F32}, false, false, 1.0);
+  TensorView av = host_view(a.data(), DType::F32, {16, 16});
+  TensorView wrongShape = host_view(a.data(), DType::F32, {8, 32});
+  std::vector<TensorView> out{cv};
+  std::vector<TensorView> in{wrongShape, bv, TensorView()};
+  CHECK_THROWS_WITH(matmul_op().interpret(args, in, out, std::string("reference")), Catch::Contains("a is f32 [8, 32]"));
+  in = {strided, bv, TensorView()};
+  CHECK_THROWS_WITH(matmul_op().interpret(args, in, out, std::string("reference")), Catch::Contains("a must be contiguous"));
+  // A null pointer is refused before anything runs (on the device it would poison the context).
+  in = {TensorView(0, DType::F32, aShape), bv, TensorView()};
+  CHECK_THROWS_WITH(matmul_op().interpret(args, in, out, std::string("reference")), Catch::Contains("a has no data"));
+  std::vector<TensorView> nullOut{TensorView(0, DType::F32, cShape)};
+  in = {av, bv, TensorView()};
+  CHECK_THROWS_WITH(matmul_op().interpret(args, in, nullOut, std::string("reference")), Catch::Contains("c has no data"));
+  CHECK_NOTHROW(matmul_op().interpret(args, in, out, std::string("reference")));
+  CHECK(c[0] == 16.0f);
+}

@@ -120,7 +120,7 @@ mlir::LogicalResult lowerMemoryOp(TileLowering &t, mlir::Operation *op, bool &ha
 mlir::LogicalResult lowerElementwiseOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerReduceOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerShapeOp(TileLowering &t, mlir::Operation *op, bool &handled);
-/// exp, exp2, log, log2 and tanh of one f64 value in IEEE arithmetic (MathF64.cpp);
+/// exp, exp2, log, log2, tanh and erf of one f64 value in IEEE arithmetic (MathF64.cpp);
 /// failure for other ops.
 mlir::FailureOr<mlir::Value> lowerMathF64(mlir::OpBuilder &b, mlir::Operation *op, mlir::Value x);
 /// tile.dot on tensor cores, and conversions into dot-operand layouts (before lowerShapeOp).

@@ -2,6 +2,7 @@
 #include <tokamax/ops/Attention.h>
 
 #include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -293,29 +294,6 @@ int archNumber(const std::string &arch) {
   return v;
 }
 
-/// The views must match the bound specs (a generic Op::run caller may pass anything).
-void checkViews(const BoundArgs &args, const std::vector<std::string> &names, std::span<const TensorView> inputs,
-                std::span<const TensorView> outputs) {
-  if (inputs.size() + outputs.size() != args.args.size())
-    throw Error(fmt::format("{}: {} tensors for {} arguments", args.op, inputs.size() + outputs.size(), args.args.size()));
-  for (size_t i = 0; i < args.args.size(); ++i) {
-    const TensorView &t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
-    if (!args.args[i]) {
-      if (t.data() || t.rank())
-        throw Error(fmt::format("{}: {} is bound as absent but a tensor was passed", args.op, names[i]));
-      continue;
-    }
-    const ArgSpec &spec = *args.args[i];
-    if (!(ArgSpec::of(t) == spec))
-      throw Error(fmt::format("{}: {} is {} {} but was bound as {} {}", args.op, names[i], dtype_name(t.dtype()),
-                              format_shape(t.shape()), dtype_name(spec.dtype), shapeText(spec.shape)));
-    if (!t.is_contiguous())
-      throw Error(fmt::format("{}: {} must be contiguous (row-major)", args.op, names[i]));
-    if (!t.data() && t.numel() > 0)
-      throw Error(fmt::format("{}: {} has no data", args.op, names[i]));
-  }
-}
-
 class AttentionImplementation : public Implementation {
 public:
   AttentionImplementation(bool vjp, Impl impl) : vjp_(vjp), impl_(impl) {}
@@ -346,7 +324,7 @@ public:
   }
   void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
            std::span<const TensorView> outputs, Stream &stream) const override {
-    checkViews(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs);
+    ops_detail::check_views(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs, false);
     Problem p = problem(args);
     int device = inputs[vjp_ ? 1 : 0].device();
     if (impl_ == Impl::Reference) {
@@ -361,7 +339,7 @@ public:
   }
   void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
-    checkViews(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs);
+    ops_detail::check_views(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs, true);
     auto executor = ops_detail::host_kernel_executor();
     attention_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
   }

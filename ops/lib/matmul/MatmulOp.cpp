@@ -11,6 +11,7 @@
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/Views.h"
 #include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -29,6 +30,8 @@
 namespace tokamax {
 
 namespace {
+
+const std::vector<std::string> kMatmulArgs{"a", "b", "bias", "c"};
 
 constexpr int kInterpreterPrograms = 3;
 
@@ -224,6 +227,7 @@ public:
 
   void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
            std::span<const TensorView> outputs, Stream &stream) const override {
+    ops_detail::check_views(args, kMatmulArgs, inputs, outputs, false);
     MatmulSpec spec = matmul_spec(args);
     Device &device = Device::get(outputs[0].device());
     MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, device.sm_count());
@@ -242,6 +246,7 @@ public:
 
   void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
+    ops_detail::check_views(args, kMatmulArgs, inputs, outputs, true);
     MatmulSpec spec = matmul_spec(args);
     std::vector<HostArg> host;
     auto tensor = [&](const TensorView &t) {
@@ -275,7 +280,7 @@ private:
 class MatmulOp : public Op {
 public:
   MatmulOp()
-      : Op("matmul", {"a", "b", "bias", "c"}, 3,
+      : Op("matmul", kMatmulArgs, 3,
            {std::make_shared<MatmulImplementation>(Kind::Hopper), std::make_shared<MatmulImplementation>(Kind::Tile),
             std::make_shared<MatmulImplementation>(Kind::Reference)}) {}
 

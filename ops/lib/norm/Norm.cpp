@@ -2,6 +2,7 @@
 #include <tokamax/ops/Norm.h>
 
 #include "ops/lib/norm/NormKernels.h"
+#include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -127,37 +128,6 @@ size_t numInputs(NormKind kind, bool vjp) {
   return vjp ? 4 : 2;
 }
 
-/// The views must match the bound specs (a generic Op::run caller may pass anything).
-void checkViews(const BoundArgs &args, const std::vector<std::string> &names, std::span<const TensorView> inputs,
-                std::span<const TensorView> outputs, bool host) {
-  if (inputs.size() + outputs.size() != args.args.size())
-    throw Error(fmt::format("{}: {} tensors for {} arguments", args.op, inputs.size() + outputs.size(), args.args.size()));
-  int device = -1;
-  for (size_t i = 0; i < args.args.size(); ++i) {
-    const TensorView &t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
-    const std::string &name = names[i];
-    if (!args.args[i]) {
-      if (t.data() || t.rank())
-        throw Error(fmt::format("{}: {} is bound as absent but a tensor was passed", args.op, name));
-      continue;
-    }
-    const ArgSpec &spec = *args.args[i];
-    if (t.dtype() != spec.dtype || !std::equal(t.shape().begin(), t.shape().end(), spec.shape.begin(), spec.shape.end()))
-      throw Error(fmt::format("{}: {} is {} {} but was bound as {} {}", args.op, name, dtype_name(t.dtype()),
-                              format_shape(t.shape()), dtype_name(spec.dtype), shapeText(spec.shape)));
-    if (!t.is_contiguous())
-      throw Error(fmt::format("{}: {} must be contiguous (row-major)", args.op, name));
-    if (!t.data() && t.numel() > 0)
-      throw Error(fmt::format("{}: {} has no data", args.op, name));
-    if (!host && t.data()) {
-      if (device >= 0 && t.device() != device)
-        throw Error(fmt::format("{}: {} is on device {} but earlier tensors are on device {}", args.op, name,
-                                t.device(), device));
-      device = t.device();
-    }
-  }
-}
-
 int archNumber(const std::string &arch) {
   int v = 0;
   for (char c : arch)
@@ -199,7 +169,7 @@ public:
   }
   void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
            std::span<const TensorView> outputs, Stream &stream) const override {
-    checkViews(args, argNames(kind_, vjp_), inputs, outputs, false);
+    ops_detail::check_views(args, argNames(kind_, vjp_), inputs, outputs, false);
     int device = 0;
     for (const TensorView &t : inputs)
       if (t.data()) {
@@ -211,7 +181,7 @@ public:
   }
   void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
-    checkViews(args, argNames(kind_, vjp_), inputs, outputs, true);
+    ops_detail::check_views(args, argNames(kind_, vjp_), inputs, outputs, true);
     auto executor = norm_detail::host_executor();
     norm_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
   }
