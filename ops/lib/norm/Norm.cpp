@@ -158,13 +158,10 @@ public:
     return norm_detail::search_space(problem(args), impl_);
   }
   std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
-    std::vector<norm_detail::NormKernelSpec> specs;
-    auto recorder = norm_detail::recording_executor(specs);
+    std::vector<dsl::Kernel> kernels;
+    auto recorder = ops_detail::recording_kernel_executor(kernels);
     std::vector<TensorView> in(numInputs(kind_, vjp_)), out(args.args.size() - in.size());
     norm_detail::execute(problem(args), impl_, config, in, out, *recorder);
-    std::vector<dsl::Kernel> kernels;
-    for (const auto &spec : specs)
-      kernels.push_back(norm_detail::build_norm_kernel(spec));
     return kernels;
   }
   void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
@@ -176,13 +173,13 @@ public:
         device = t.device();
         break;
       }
-    auto executor = norm_detail::device_executor(stream, device);
+    auto executor = ops_detail::device_kernel_executor(stream, device);
     norm_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
   }
   void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
     ops_detail::check_views(args, argNames(kind_, vjp_), inputs, outputs, true);
-    auto executor = norm_detail::host_executor();
+    auto executor = ops_detail::host_kernel_executor();
     norm_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
   }
 

@@ -1,4 +1,4 @@
-//===- NormImpl.cpp - Norm implementations: plans and executors -------------===//
+//===- NormImpl.cpp - Norm implementations: plans --------------------------===//
 //
 // A call becomes a short list of kernels (NormKernels.cpp):
 //   forward, tile:       one fused kernel (rows in registers) or, with block_cols, one
@@ -13,100 +13,16 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernels.h"
 
-#include "ops/lib/Dispatch.h"
-
-#include <tokamax/compiler/Interpreter.h>
-#include <tokamax/compiler/Jit.h>
-#include <tokamax/jit/DslKernel.h>
-#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
-#include <tokamax/runtime/Memory.h>
-#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
-#include <memory>
 
 namespace tokamax::norm_detail {
 
-//===----------------------------------------------------------------------===//
-// Executors
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-class DeviceExecutor : public Executor {
-public:
-  DeviceExecutor(Stream &stream, int device) : stream_(stream), device_(Device::get(device)) {}
-
-  uint64_t scratch(size_t bytes) override { return stream_workspace(device_, stream_, bytes); }
-
-  void launch(const NormKernelSpec &spec, const std::vector<Arg> &args) override {
-    const LoadedKernel &kernel =
-        ops_detail::kernelFor(spec.key(), device_, [&] { return build_norm_kernel(spec); });
-    std::vector<KernelArg> launchArgs;
-    launchArgs.reserve(args.size());
-    for (const Arg &a : args) {
-      if (a.is_scalar)
-        launchArgs.emplace_back(a.scalar);
-      else
-        launchArgs.emplace_back(a.view);
-    }
-    kernel.launch(launchArgs, stream_.handle());
-  }
-
-  void zero(const TensorView &t) override { memset_d8(t.data(), 0, t.nbytes(), stream_.handle()); }
-
-private:
-  Stream &stream_;
-  Device &device_;
-};
-
-class HostExecutor : public Executor {
-public:
-  uint64_t scratch(size_t bytes) override {
-    buffers_.emplace_back(new double[(bytes + 7) / 8]());
-    return reinterpret_cast<uint64_t>(buffers_.back().get());
-  }
-
-  void launch(const NormKernelSpec &spec, const std::vector<Arg> &args) override {
-    std::vector<HostArg> hostArgs;
-    for (const Arg &a : args) {
-      if (a.is_scalar)
-        hostArgs.push_back(HostArg::value(a.scalar));
-      else
-        hostArgs.push_back(HostArg::tensor(reinterpret_cast<void *>(a.view.data()), a.view.nbytes()));
-    }
-    tokamax::interpret(build_norm_kernel(spec), hostArgs);
-  }
-
-  void zero(const TensorView &t) override { std::memset(reinterpret_cast<void *>(t.data()), 0, t.nbytes()); }
-
-private:
-  std::vector<std::unique_ptr<double[]>> buffers_;
-};
-
-class RecordingExecutor : public Executor {
-public:
-  explicit RecordingExecutor(std::vector<NormKernelSpec> &specs) : specs_(specs) {}
-  uint64_t scratch(size_t) override { return 256; }
-  void launch(const NormKernelSpec &spec, const std::vector<Arg> &) override { specs_.push_back(spec); }
-  void zero(const TensorView &) override {}
-
-private:
-  std::vector<NormKernelSpec> &specs_;
-};
-
-} // namespace
-
-std::unique_ptr<Executor> device_executor(Stream &stream, int device) {
-  return std::make_unique<DeviceExecutor>(stream, device);
-}
-std::unique_ptr<Executor> host_executor() { return std::make_unique<HostExecutor>(); }
-std::unique_ptr<Executor> recording_executor(std::vector<NormKernelSpec> &specs) {
-  return std::make_unique<RecordingExecutor>(specs);
+void launch(Executor &executor, const NormKernelSpec &spec, const std::vector<Executor::Arg> &args) {
+  executor.launch(spec.key(), [spec] { return build_norm_kernel(spec); }, args);
 }
 
 //===----------------------------------------------------------------------===//
@@ -196,11 +112,8 @@ void runForward(const NormProblem &p, ImplKind impl, const Config &c, std::span<
     args.push_back(shapes.asRow(out[1]));
   if (p.rstd_out)
     args.push_back(shapes.asRow(out[layer ? 2 : 1]));
-  Executor::Arg eps;
-  eps.is_scalar = true;
-  eps.scalar = p.epsilon;
-  args.push_back(eps);
-  ex.launch(s, args);
+  args.push_back(Executor::Arg::value(p.epsilon));
+  launch(ex, s, args);
 }
 
 void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<const TensorView> in,
@@ -241,7 +154,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
     args.push_back(shapes.asRow(c1));
     if (layer)
       args.push_back(shapes.asRow(c2));
-    ex.launch(coef, args);
+    launch(ex, coef, args);
   }
   NormKernelSpec dxSpec = s;
   dxSpec.kernel = KernelKind::VjpDx;
@@ -260,7 +173,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
     args.push_back(shapes.partials(pds, programs));
   if (wantOffset)
     args.push_back(shapes.partials(pdo, programs));
-  ex.launch(dxSpec, args);
+  launch(ex, dxSpec, args);
   if (!wantScale && !wantOffset)
     return;
 
@@ -287,7 +200,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
     rargs.push_back(shapes.asColumn(out[1]));
   if (wantOffset)
     rargs.push_back(shapes.asColumn(out[2]));
-  ex.launch(r, rargs);
+  launch(ex, r, rargs);
 }
 
 } // namespace

@@ -13,6 +13,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ops/lib/KernelExecutor.h"
+
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/DType.h>
@@ -106,27 +108,11 @@ Config heuristic(const NormProblem &p, ImplKind impl);
 std::vector<Config> search_space(const NormProblem &p, ImplKind impl);
 std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c);
 
-/// Where a call's kernels go: the device (JIT + launch on a stream), the interpreter, or
-/// a list (for precompilation).
-class Executor {
-public:
-  struct Arg {
-    TensorView view;
-    double scalar = 0;
-    bool is_scalar = false;
-  };
-  virtual ~Executor() = default;
-  /// A zero-initialised-not-guaranteed scratch buffer for this call.
-  virtual uint64_t scratch(size_t bytes) = 0;
-  virtual void launch(const NormKernelSpec &spec, const std::vector<Arg> &args) = 0;
-  /// Fills `t` with zeros.
-  virtual void zero(const TensorView &t) = 0;
-};
+/// Where a call's kernels go: the device, the interpreter, or a list (KernelExecutor.h).
+using Executor = ops_detail::KernelExecutor;
 
-std::unique_ptr<Executor> device_executor(Stream &stream, int device);
-std::unique_ptr<Executor> host_executor();
-/// Records the kernels' specs instead of running them.
-std::unique_ptr<Executor> recording_executor(std::vector<NormKernelSpec> &specs);
+/// Launches the kernel of `spec` (keyed by spec.key()).
+void launch(Executor &executor, const NormKernelSpec &spec, const std::vector<Executor::Arg> &args);
 
 /// Runs the call; tensors in the op's argument order (inputs, then outputs).
 void execute(const NormProblem &p, ImplKind impl, const Config &config, std::span<const TensorView> inputs,
