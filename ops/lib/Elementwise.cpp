@@ -3,6 +3,9 @@
 
 #include "ops/lib/Dispatch.h"
 
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
+
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
@@ -22,6 +25,9 @@ int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &
                             fmt::join(out.shape(), ", ")));
   if (!x.is_contiguous() || !out.is_contiguous())
     throw Error(fmt::format("{}: tensors must be contiguous", op));
+  for (auto [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}})
+    if (!t->data() && t->numel() > 0)
+      throw Error(fmt::format("{}: {} has no data (a null pointer)", op, name));
   return x.numel();
 }
 
@@ -98,12 +104,26 @@ namespace {
 template <class Build>
 void runElementwise(const char *op, Build build, std::initializer_list<KernelArg> args,
                     const TensorView &out, Stream &stream) {
+  if (out.numel() == 0)
+    return;  // an empty result: nothing to launch
   ElementwiseSpec spec{out.numel(), out.dtype()};
   ElementwiseConfig config = default_config(spec);
   Device &device = Device::get(out.device());
   uint64_t key = ops_detail::specializationKey(
       op, {spec.n, int64_t(spec.dtype), config.block, config.num_warps});
   ops_detail::kernelFor(key, device, [&] { return build(spec, config); }).launch(args, stream.handle());
+}
+
+/// The same kernel on the interpreter, host views in the kernel's parameter order.
+template <class Build>
+void runElementwiseHost(Build build, std::initializer_list<TensorView> views, const TensorView &out) {
+  if (out.numel() == 0)
+    return;
+  ElementwiseSpec spec{out.numel(), out.dtype()};
+  std::vector<HostArg> args;
+  for (const TensorView &t : views)
+    args.push_back(HostArg::tensor(reinterpret_cast<void *>(t.data()), t.nbytes()));
+  tokamax::interpret(build(spec, default_config(spec)), args);
 }
 
 /// Kernels see flat tensors.
@@ -131,6 +151,22 @@ void gelu(const TensorView &x, const TensorView &out, Stream &stream) {
   ops_detail::checkSameTensors("gelu", x, out);
   TensorView fx = flat(x), fo = flat(out);
   runElementwise("gelu", gelu_kernel, {fx, fo}, out, stream);
+}
+
+void copy_host(const TensorView &x, const TensorView &out) {
+  ops_detail::checkSameTensors("copy", x, out);
+  runElementwiseHost(copy_kernel, {x, out}, out);
+}
+
+void vector_add_host(const TensorView &x, const TensorView &y, const TensorView &out) {
+  ops_detail::checkSameTensors("vector_add", x, out);
+  ops_detail::checkSameTensors("vector_add", y, out);
+  runElementwiseHost(vector_add_kernel, {x, y, out}, out);
+}
+
+void gelu_host(const TensorView &x, const TensorView &out) {
+  ops_detail::checkSameTensors("gelu", x, out);
+  runElementwiseHost(gelu_kernel, {x, out}, out);
 }
 
 } // namespace tokamax

@@ -3,9 +3,13 @@
 
 #include "ops/lib/Dispatch.h"
 
+#include <tokamax/compiler/Interpreter.h>
+#include <tokamax/jit/DslKernel.h>
+
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <limits>
 
@@ -48,19 +52,56 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
   return k;
 }
 
-void softmax(const TensorView &x, const TensorView &y, Stream &stream) {
+namespace {
+
+struct SoftmaxCall {
+  SoftmaxSpec spec;
+  SoftmaxConfig config;
+  int64_t shape[2];
+};
+
+/// Checks the tensors and options; rows = 0 gives a call with nothing to run.
+SoftmaxCall bindSoftmax(const TensorView &x, const TensorView &y, const SoftmaxOptions &options) {
   ops_detail::checkSameTensors("softmax", x, y);
   if (x.rank() < 1)
     throw Error("softmax: x must have at least one dimension");
-  SoftmaxSpec spec{x.numel() / std::max<int64_t>(1, x.dim(-1)), x.dim(-1), x.dtype()};
-  SoftmaxConfig config = default_config(spec);
+  if (x.dim(-1) < 1)
+    throw Error(fmt::format("softmax: the last axis of x [{}] is empty", fmt::join(x.shape(), ", ")));
+  SoftmaxCall call;
+  call.spec = {x.numel() / x.dim(-1), x.dim(-1), x.dtype()};
+  call.config = options.config ? *options.config : default_config(call.spec);
+  const SoftmaxConfig &c = call.config;
+  if (c.block_rows < 1 || (c.block_rows & (c.block_rows - 1)) || c.num_warps < 1 || c.num_warps > 16 ||
+      (c.num_warps & (c.num_warps - 1)))
+    throw Error(fmt::format("softmax: config block_rows {} must be a power of two and num_warps {} a power of two "
+                            "in [1, 16]",
+                            c.block_rows, c.num_warps));
+  call.shape[0] = call.spec.rows;
+  call.shape[1] = call.spec.cols;
+  return call;
+}
+
+} // namespace
+
+void softmax(const TensorView &x, const TensorView &y, Stream &stream, const SoftmaxOptions &options) {
+  SoftmaxCall call = bindSoftmax(x, y, options);
+  if (call.spec.rows == 0)
+    return;
   Device &device = Device::get(x.device());
-  uint64_t key = ops_detail::specializationKey(
-      "softmax", {spec.rows, spec.cols, int64_t(spec.dtype), config.block_rows, config.num_warps});
-  int64_t shape[2] = {spec.rows, spec.cols};
-  TensorView x2(x.data(), x.dtype(), shape), y2(y.data(), y.dtype(), shape);
-  ops_detail::kernelFor(key, device, [&] { return softmax_kernel(spec, config); })
+  uint64_t key = ops_detail::specializationKey("softmax", {call.spec.rows, call.spec.cols, int64_t(call.spec.dtype),
+                                                           call.config.block_rows, call.config.num_warps});
+  TensorView x2(x.data(), x.dtype(), call.shape, x.device()), y2(y.data(), y.dtype(), call.shape, y.device());
+  ops_detail::kernelFor(key, device, [&] { return softmax_kernel(call.spec, call.config); })
       .launch({x2, y2}, stream.handle());
+}
+
+void softmax_host(const TensorView &x, const TensorView &y, const SoftmaxOptions &options) {
+  SoftmaxCall call = bindSoftmax(x, y, options);
+  if (call.spec.rows == 0)
+    return;
+  HostArg args[] = {HostArg::tensor(reinterpret_cast<void *>(x.data()), x.nbytes()),
+                    HostArg::tensor(reinterpret_cast<void *>(y.data()), y.nbytes())};
+  tokamax::interpret(softmax_kernel(call.spec, call.config), args);
 }
 
 } // namespace tokamax

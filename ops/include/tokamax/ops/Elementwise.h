@@ -35,4 +35,10 @@ TOKAMAX_API void vector_add(const TensorView &x, const TensorView &y, const Tens
 /// out = x * Phi(x) (exact GELU, erf form)
 TOKAMAX_API void gelu(const TensorView &x, const TensorView &out, Stream &stream);
 
+// The same on host views (host_view(...)), through the CPU interpreter. Empty tensors
+// are a no-op everywhere; a null pointer for a non-empty tensor is an Error.
+TOKAMAX_API void copy_host(const TensorView &x, const TensorView &out);
+TOKAMAX_API void vector_add_host(const TensorView &x, const TensorView &y, const TensorView &out);
+TOKAMAX_API void gelu_host(const TensorView &x, const TensorView &out);
+
 } // namespace tokamax

@@ -4,6 +4,8 @@
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Tensor.h>
 
+#include <optional>
+
 namespace tokamax {
 class Stream;
 
@@ -23,7 +25,15 @@ inline constexpr int64_t kSoftmaxMaxCols = 32768;
 
 TOKAMAX_API SoftmaxConfig default_config(const SoftmaxSpec &spec);
 TOKAMAX_API dsl::Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config);
+struct TOKAMAX_API SoftmaxOptions {
+  /// Overrides default_config (block_rows a power of two, num_warps 1 to 16).
+  std::optional<SoftmaxConfig> config;
+};
+
 /// y = softmax(x) along the last axis; x and y of shape [..., cols] (leading axes flattened).
-TOKAMAX_API void softmax(const TensorView &x, const TensorView &y, Stream &stream);
+/// No rows is a no-op; an empty last axis is an Error.
+TOKAMAX_API void softmax(const TensorView &x, const TensorView &y, Stream &stream, const SoftmaxOptions &options = {});
+/// The same on host views, through the CPU interpreter.
+TOKAMAX_API void softmax_host(const TensorView &x, const TensorView &y, const SoftmaxOptions &options = {});
 
 } // namespace tokamax
