@@ -99,3 +99,12 @@ TEST_CASE("attention: the tile kernels at the headline shape assemble; the 8-war
     }
   }
 }
+
+TEST_CASE("attention: more batch rows than a grid dimension holds is refused with the reason", "[attention]") {
+  const ArgSpec q{{70000, 4, 1, 16}, DType::BF16};
+  BoundArgs args = bind_attention({q, q, q, {}, {}, {}, {}, q, attention_lse_spec(q)});
+  for (const auto &impl : attention_op().implementations())
+    CHECK(impl->why_not(args).has_value());
+  CHECK_THROWS_AS(attention_op().select(args, std::nullopt, "sm_90a"), NotSupported);
+  CHECK_THROWS_WITH(attention_op().select(args, std::string("chunked"), "sm_90a"), Catch::Contains("65535"));
+}

@@ -41,6 +41,9 @@ int64_t registerEstimate(const Problem &p, const Config &c) {
 } // namespace
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  // Programs run over (blocks, heads, batch rows): grid y and z stop at 65535.
+  if (p.B > 65535 || std::max(p.N, p.K) > 65535)
+    return fmt::format("{} batch rows and {} heads: at most 65535 of each", p.B, std::max(p.N, p.K));
   switch (impl) {
   case Impl::Tile:
     if (!isHalf(p.dtype))
