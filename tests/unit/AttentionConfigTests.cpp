@@ -108,3 +108,23 @@ TEST_CASE("attention: more batch rows than a grid dimension holds is refused wit
   CHECK_THROWS_AS(attention_op().select(args, std::nullopt, "sm_90a"), NotSupported);
   CHECK_THROWS_WITH(attention_op().select(args, std::string("chunked"), "sm_90a"), Catch::Contains("65535"));
 }
+
+TEST_CASE("attention: no queries is a no-op; the VJP's dk and dv are zero", "[attention]") {
+  const DType dt = DType::F32;
+  HostBuffer q(dt, {2, 0, 2, 16}), k(dt, {2, 5, 2, 16}, randomNormal(2 * 5 * 2 * 16, dt, 1));
+  HostBuffer v(dt, {2, 5, 2, 16}, randomNormal(2 * 5 * 2 * 16, dt, 2)), out(dt, {2, 0, 2, 16}), lse(dt, {2, 2, 0});
+  for (const char *impl : {"chunked", "reference"}) {
+    HostBuffer dq(dt, {2, 0, 2, 16}), dk(dt, {2, 5, 2, 16}), dv(dt, {2, 5, 2, 16});  // NaN-filled
+    AttentionOptions o;
+    o.implementation = impl;
+    TensorView lv = lse.view();
+    CHECK_NOTHROW(dot_product_attention_host(q.view(), k.view(), v.view(), out.view(), o, &lv));
+    CHECK_NOTHROW(dot_product_attention_vjp_host(out.view(), q.view(), k.view(), v.view(), out.view(), lv, dq.view(),
+                                                 dk.view(), dv.view(), o));
+    for (int64_t i = 0; i < dk.numel(); ++i) {
+      INFO(impl << " element " << i);
+      REQUIRE(dk.at(i) == 0.0);
+      REQUIRE(dv.at(i) == 0.0);
+    }
+  }
+}

@@ -68,8 +68,10 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   if (v.shape[nb] != g.S || v.shape[nb + 1] != g.K)
     throw Error(fmt::format("{}: v must be [batch..., {}, {}, Hv] like k's seq and heads, got {}", op, g.S, g.K,
                             shapeText(v.shape)));
-  for (auto [name, d] : {std::pair{"q's seq", g.T}, std::pair{"k's seq", g.S}, std::pair{"q's heads", g.N},
-                         std::pair{"k's heads", g.K}, std::pair{"head_dim", g.H}, std::pair{"v's head_dim", g.Hv}})
+  // No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
+  // no keys has no softmax to take.
+  for (auto [name, d] : {std::pair{"k's seq", g.S}, std::pair{"q's heads", g.N}, std::pair{"k's heads", g.K},
+                         std::pair{"head_dim", g.H}, std::pair{"v's head_dim", g.Hv}})
     if (d < 1)
       throw Error(fmt::format("{}: {} must be at least 1, got {}", op, name, d));
   if (g.N % g.K != 0)

@@ -175,6 +175,12 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
 
 void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> inputs,
              std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) {
+  if (p.B == 0 || p.T == 0) {  // no queries: empty results, and no key gets a gradient
+    for (const TensorView &t : outputs)
+      if (t.data())
+        executor.zero(t);
+    return;
+  }
   if (p.vjp)
     backward(p, impl, config, inputs, outputs, executor);
   else

@@ -3,6 +3,8 @@
 // Layout (batch, seq, heads, head_dim), any number (>= 0) of batch dims B... in front:
 //   q [B..., T, N, H], k [B..., S, K, H], v [B..., S, K, Hv] -> out [B..., T, N, Hv]
 // GQA / MQA: N % K == 0 and query head n reads kv head n / (N / K). H, Hv <= 256.
+// No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
+// S, N, K, H and Hv must be at least 1; batch rows and heads at most 65535.
 //
 //   logits = scale * q k^T + bias           (scale defaults to 1 / sqrt(H))
 //   logits = cap * tanh(logits / cap)       (logits_soft_cap)
