@@ -7,6 +7,7 @@
 #include <tokamax/runtime/Stream.h>
 
 #include <cstring>
+#include <string>
 
 namespace tokamax::ops_detail {
 
@@ -16,6 +17,17 @@ inline int64_t next_power_of_two(int64_t v) {
   while (p < v)
     p *= 2;
   return p;
+}
+
+/// The compute capability in an arch name: 90 for "sm_90a", 80 for "sm_80".
+inline int arch_number(const std::string &arch) {
+  int v = 0;
+  for (char c : arch)
+    if (c >= '0' && c <= '9')
+      v = v * 10 + (c - '0');
+    else if (v)
+      break;
+  return v;
 }
 
 /// Hashes the fields of a spec and config together with the op name.

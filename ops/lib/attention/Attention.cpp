@@ -2,6 +2,7 @@
 #include <tokamax/ops/Attention.h>
 
 #include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/Dispatch.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -137,6 +138,18 @@ void checkLengths(const char *op, const char *name, const std::optional<ArgSpec>
                             shapeText(a->shape)));
 }
 
+/// q, k, v and the optional operands forward and VJP share.
+Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v,
+                       const std::optional<ArgSpec> &bias, const std::optional<ArgSpec> &mask,
+                       const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths) {
+  Geometry g = geometry(op, q, k, v);
+  checkBroadcast(op, "bias", bias, g, false);
+  checkBroadcast(op, "mask", mask, g, true);
+  checkLengths(op, "q_seq_lengths", qLengths, g);
+  checkLengths(op, "kv_seq_lengths", kvLengths, g);
+  return g;
+}
+
 std::map<std::string, std::string> attributes(const char *op, const Geometry &g, const AttentionOptions &o) {
   double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(g.H));
   if (!std::isfinite(scale))
@@ -196,11 +209,7 @@ ArgSpec attention_lse_spec(const ArgSpec &q) {
 
 BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
   const char *op = "attention";
-  Geometry g = geometry(op, a.q, a.k, a.v);
-  checkBroadcast(op, "bias", a.bias, g, false);
-  checkBroadcast(op, "mask", a.mask, g, true);
-  checkLengths(op, "q_seq_lengths", a.q_seq_lengths, g);
-  checkLengths(op, "kv_seq_lengths", a.kv_seq_lengths, g);
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
   checkExact(op, "out", a.out, withBatch(g, {g.T, g.N, g.Hv}), g.dtype);
   if (a.lse)
     checkExact(op, "lse", *a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
@@ -211,11 +220,7 @@ BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
 
 BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions &o) {
   const char *op = "attention_vjp";
-  Geometry g = geometry(op, a.q, a.k, a.v);
-  checkBroadcast(op, "bias", a.bias, g, false);
-  checkBroadcast(op, "mask", a.mask, g, true);
-  checkLengths(op, "q_seq_lengths", a.q_seq_lengths, g);
-  checkLengths(op, "kv_seq_lengths", a.kv_seq_lengths, g);
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
   std::vector<int64_t> outShape = withBatch(g, {g.T, g.N, g.Hv});
   checkExact(op, "dout", a.dout, outShape, g.dtype);
   checkExact(op, "out", a.out, outShape, g.dtype);
@@ -286,16 +291,6 @@ namespace {
 // Ops and implementations
 //===----------------------------------------------------------------------===//
 
-int archNumber(const std::string &arch) {
-  int v = 0;
-  for (char c : arch)
-    if (c >= '0' && c <= '9')
-      v = v * 10 + (c - '0');
-    else if (v)
-      break;
-  return v;
-}
-
 class AttentionImplementation : public Implementation {
 public:
   AttentionImplementation(bool vjp, Impl impl) : vjp_(vjp), impl_(impl) {}
@@ -303,7 +298,7 @@ public:
 
   std::string name() const override { return attention_detail::impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
-    return impl_ == Impl::Reference || archNumber(arch) >= 80;
+    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
     return attention_detail::why_not(problem(args), impl_);

@@ -1,8 +1,9 @@
 //===- Configs.cpp - Attention configs: heuristics, search spaces, checks ---===//
 //
 // Every implementation takes block_q (query rows per program), block_kv (keys per
-// step) and num_warps. The tile heuristic follows FlashAttention-2's defaults (64-row
-// query blocks, 64-key steps, 4 warps; narrower steps and more warps as the head dim
+// step), num_warps and, for the flash kernels, prefetch. The tile heuristic starts from
+// FlashAttention-2's defaults (64-row query blocks, 64-key steps, 4 warps; 128-row blocks
+// for the forward at H <= 64, as measured; narrower steps and more warps as the head dim
 // grows so the accumulator and scores stay in registers); exact (f32 / f64) products
 // use small blocks, since their [rows, keys, 16] partial products live in registers.
 //

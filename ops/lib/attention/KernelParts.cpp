@@ -82,11 +82,6 @@ void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Valu
   }
 }
 
-size_t chunk_count(const KernelSpec &s, int64_t dim) {
-  int64_t padded = padded_head_dim(dim);
-  return static_cast<size_t>(padded / chunkWidth(s, padded));
-}
-
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim) {
   int64_t padded = padded_head_dim(dim), width = chunkWidth(s, padded);
   Chunks chunks;

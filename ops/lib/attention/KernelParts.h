@@ -52,8 +52,6 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim,
                  int64_t rows);
 void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c);
-/// How many chunks load_rows gives for a head dim.
-size_t chunk_count(const KernelSpec &s, int64_t dim);
 /// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.

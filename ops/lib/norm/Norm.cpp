@@ -2,6 +2,7 @@
 #include <tokamax/ops/Norm.h>
 
 #include "ops/lib/norm/NormKernels.h"
+#include "ops/lib/Dispatch.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -128,16 +129,6 @@ size_t numInputs(NormKind kind, bool vjp) {
   return vjp ? 4 : 2;
 }
 
-int archNumber(const std::string &arch) {
-  int v = 0;
-  for (char c : arch)
-    if (c >= '0' && c <= '9')
-      v = v * 10 + (c - '0');
-    else if (v)
-      break;
-  return v;
-}
-
 class NormImplementation : public Implementation {
 public:
   NormImplementation(NormKind kind, bool vjp, ImplKind impl) : kind_(kind), vjp_(vjp), impl_(impl) {}
@@ -145,7 +136,7 @@ public:
 
   std::string name() const override { return impl_ == ImplKind::Tile ? "tile" : "reference"; }
   bool supported_on(const std::string &arch) const override {
-    return impl_ == ImplKind::Reference || archNumber(arch) >= 80;
+    return impl_ == ImplKind::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
     return norm_detail::why_not(problem(args), impl_);

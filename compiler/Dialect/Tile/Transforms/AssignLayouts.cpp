@@ -101,7 +101,7 @@ private:
   /// The layout `value` will get from the ops that make it, looking through elementwise
   /// ops to a tile.dot (its mma layout), a reduction of one (a slice of it) or a loop
   /// result; null when nothing decides it.
-  Attribute predict(Value value, scf::ForOp loop, int depth = 0) {
+  Attribute predict(Value value, int depth = 0) {
     Operation *def = value.getDefiningOp();
     if (!def || depth > 32)
       return {};
@@ -110,19 +110,19 @@ private:
     if (auto reduce = dyn_cast<ReduceOp>(def)) {
       if (!isa<RankedTensorType>(reduce.getResult().getType()))
         return {};
-      if (Attribute parent = predict(reduce.getSource(), loop, depth + 1))
+      if (Attribute parent = predict(reduce.getSource(), depth + 1))
         return SliceLayoutAttr::get(def->getContext(), reduce.getAxis(), parent);
       return {};
     }
     if (auto expand = dyn_cast<ExpandDimsOp>(def)) {
-      auto slice = dyn_cast_or_null<SliceLayoutAttr>(predict(expand.getSource(), loop, depth + 1));
+      auto slice = dyn_cast_or_null<SliceLayoutAttr>(predict(expand.getSource(), depth + 1));
       return slice && slice.getDim() == static_cast<unsigned>(expand.getAxis()) ? slice.getParent() : Attribute();
     }
     if (auto broadcast = dyn_cast<BroadcastOp>(def))
-      return predict(broadcast.getSource(), loop, depth + 1);
+      return predict(broadcast.getSource(), depth + 1);
     if (auto inner = dyn_cast<scf::ForOp>(def)) {
       auto yield = cast<scf::YieldOp>(inner.getBody()->getTerminator());
-      return predict(yield.getOperand(cast<OpResult>(value).getResultNumber()), inner, depth + 1);
+      return predict(yield.getOperand(cast<OpResult>(value).getResultNumber()), depth + 1);
     }
     bool elementwise = isa<CastOp>(def) || def->getDialect()->getNamespace() == "arith" ||
                        def->getDialect()->getNamespace() == "math";
@@ -130,7 +130,7 @@ private:
       return {};
     for (Value operand : def->getOperands())
       if (isa<RankedTensorType>(operand.getType()) && !isFreeProducer(operand))
-        if (Attribute layout = predict(operand, loop, depth + 1))
+        if (Attribute layout = predict(operand, depth + 1))
           return layout;
     return {};
   }
@@ -341,7 +341,7 @@ private:
             break;
           }
       if (!done && isa<RankedTensorType>(arg.getType()))
-        if (Attribute layout = predict(next, loop))
+        if (Attribute layout = predict(next))
           convertOperand(loop, *loop.getTiedLoopInit(arg), layout);
     }
     for (auto [init, arg, result] :
