@@ -80,13 +80,13 @@ int firstCall() {
 
 /// GB/s of explicit configurations (what the autotuner will search).
 void sweep(Stream &stream, Device &device) {
-  auto run = [&](const std::string &label, uint64_t key, const std::function<dsl::Kernel()> &build,
+  auto run = [&](const std::string &label, int64_t key, const std::function<dsl::Kernel()> &build,
                  const Tensor &x, const Tensor &y) {
-    const LoadedKernel &k = Jit::instance().get_ir(key, device, [&] { return build().ir(); });
+    const LoadedKernel &k = Jit::instance().get_ir(KernelKey("bench.sweep", {key}), device, [&] { return build().ir(); });
     auto t = time_on_stream(stream, [&] { k.launch({x.view(), y.view()}, stream.handle()); }, 3, 20);
     fmt::print("  {:<48} {:8.3f} ms {:6.0f} GB/s\n", label, t.median, 2.0 * x.nbytes() / t.median / 1e6);
   };
-  uint64_t key = 1000;
+  int64_t key = 1000;
   fmt::print("\nsweep:\n");
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16384, 4096}, {1048576, 64}}) {
     Tensor x = randomTensor({rows, cols}, DType::BF16, 7), y = Tensor::empty({rows, cols}, DType::BF16);

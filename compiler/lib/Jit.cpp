@@ -5,11 +5,13 @@
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Hash.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <array>
+#include <bit>
 #include <future>
 #include <mutex>
 #include <shared_mutex>
@@ -166,13 +168,65 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
                    info_.dynamic_shared ? info_.shared_bytes : 0, stream, pointers);
 }
 
+KernelKey::KernelKey(std::string_view op) : op_(op), hash_(hash64(op)) {}
+
+KernelKey::KernelKey(std::string_view op, std::initializer_list<int64_t> fields) : KernelKey(op) {
+  fields_.reserve(fields.size());
+  for (int64_t f : fields)
+    add(f);
+}
+
+KernelKey &KernelKey::add(uint64_t field) {
+  fields_.push_back(field);
+  hash_ = hash_combine(hash_, field);
+  return *this;
+}
+
+KernelKey &KernelKey::add(double field) { return add(std::bit_cast<uint64_t>(field)); }
+
+KernelKey KernelKey::with_hash(uint64_t hash) const {
+  KernelKey key = *this;
+  key.hash_ = hash;
+  return key;
+}
+
+namespace {
+
+/// A kernel key on one device: looked up by reference (no copy on the hot path).
+struct SlotRef {
+  const KernelKey *key;
+  int ordinal;
+};
+struct SlotKey {
+  KernelKey key;
+  int ordinal;
+};
+struct SlotHash {
+  using is_transparent = void;
+  static size_t mix(uint64_t hash, int ordinal) {
+    return hash ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ordinal + 1));
+  }
+  size_t operator()(const SlotKey &k) const { return mix(k.key.hash(), k.ordinal); }
+  size_t operator()(const SlotRef &k) const { return mix(k.key->hash(), k.ordinal); }
+};
+struct SlotEqual {
+  using is_transparent = void;
+  static bool same(const KernelKey &a, int oa, const KernelKey &b, int ob) { return oa == ob && a == b; }
+  bool operator()(const SlotKey &a, const SlotKey &b) const { return same(a.key, a.ordinal, b.key, b.ordinal); }
+  bool operator()(const SlotRef &a, const SlotKey &b) const { return same(*a.key, a.ordinal, b.key, b.ordinal); }
+  bool operator()(const SlotKey &a, const SlotRef &b) const { return same(a.key, a.ordinal, *b.key, b.ordinal); }
+};
+
+} // namespace
+
 struct Jit::State {
   struct Slot {
     std::shared_future<std::shared_ptr<LoadedKernel>> future;
     const LoadedKernel *ready = nullptr;
   };
   mutable std::shared_mutex mutex;
-  std::unordered_map<uint64_t, Slot> kernels;  // key mixed with the device ordinal
+  // The whole key is kept and compared: a hash collision is a miss, not another kernel.
+  std::unordered_map<SlotKey, Slot, SlotHash, SlotEqual> kernels;
   std::mutex statsMutex;
   JitStats stats;
   std::unique_ptr<DiskCache> disk;
@@ -189,13 +243,9 @@ Jit &Jit::instance() {
   return jit;
 }
 
-static uint64_t slotKey(uint64_t key, int ordinal) {
-  return key ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ordinal + 1));
-}
-
-const LoadedKernel *Jit::find(uint64_t key, const Device &device) const {
+const LoadedKernel *Jit::find(const KernelKey &key, const Device &device) const {
   std::shared_lock lock(state_->mutex);
-  auto it = state_->kernels.find(slotKey(key, device.ordinal()));
+  auto it = state_->kernels.find(SlotRef{&key, device.ordinal()});
   return it == state_->kernels.end() ? nullptr : it->second.ready;
 }
 
@@ -208,9 +258,9 @@ static std::string kernelName(const std::string &ir) {
   return ir.substr(at, ir.find('(', at) - at);
 }
 
-const LoadedKernel &Jit::get_ir(uint64_t key, Device &device, const std::function<std::string()> &irSource,
+const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std::function<std::string()> &irSource,
                                 KernelSource *source) {
-  uint64_t slot = slotKey(key, device.ordinal());
+  const SlotRef slot{&key, device.ordinal()};
   std::promise<std::shared_ptr<LoadedKernel>> promise;
   std::shared_future<std::shared_ptr<LoadedKernel>> future;
   bool owner = false;
@@ -228,7 +278,7 @@ const LoadedKernel &Jit::get_ir(uint64_t key, Device &device, const std::functio
       future = it->second.future;
     } else {
       future = promise.get_future().share();
-      state_->kernels[slot].future = future;
+      state_->kernels[SlotKey{key, device.ordinal()}].future = future;
       owner = true;
     }
   }
@@ -266,7 +316,10 @@ const LoadedKernel &Jit::get_ir(uint64_t key, Device &device, const std::functio
     promise.set_value(loaded);
     {
       std::unique_lock lock(state_->mutex);
-      state_->kernels[slot].ready = loaded.get();
+      auto it = state_->kernels.find(slot);
+      if (it == state_->kernels.end())  // clear() ran meanwhile
+        it = state_->kernels.emplace(SlotKey{key, device.ordinal()}, State::Slot{future, nullptr}).first;
+      it->second.ready = loaded.get();
     }
     {
       std::lock_guard s(state_->statsMutex);
@@ -278,7 +331,8 @@ const LoadedKernel &Jit::get_ir(uint64_t key, Device &device, const std::functio
   } catch (...) {
     promise.set_exception(std::current_exception());
     std::unique_lock lock(state_->mutex);
-    state_->kernels.erase(slot);
+    if (auto it = state_->kernels.find(slot); it != state_->kernels.end())
+      state_->kernels.erase(it);
     throw;
   }
 }

@@ -23,7 +23,7 @@ void interpret(const dsl::Kernel &kernel, std::span<HostArg> args) {
 
 void run_on_device(const dsl::Kernel &kernel, std::span<HostArg> args, Device &device) {
   std::string ir = kernel.ir();
-  const LoadedKernel &loaded = Jit::instance().get_ir(hash64(ir), device, [&] { return ir; });
+  const LoadedKernel &loaded = Jit::instance().get_ir(KernelKey(ir), device, [&] { return ir; });  // the IR is the key
   const auto &params = loaded.info().params;
   if (args.size() != params.size())
     throw Error(fmt::format("{}: expected {} arguments, got {}", kernel.name(), params.size(), args.size()));

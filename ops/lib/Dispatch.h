@@ -30,17 +30,14 @@ inline int arch_number(const std::string &arch) {
   return v;
 }
 
-/// Hashes the fields of a spec and config together with the op name.
-inline uint64_t specializationKey(const char *op, std::initializer_list<int64_t> fields) {
-  uint64_t h = hash64(op);
-  for (int64_t f : fields)
-    h = hash_combine(h, static_cast<uint64_t>(f));
-  return h;
+/// The op name with the fields of a spec and config.
+inline KernelKey specializationKey(const char *op, std::initializer_list<int64_t> fields) {
+  return KernelKey(op, fields);
 }
 
 /// The loaded kernel for `key` (one hash lookup once compiled).
 template <class Build>
-const LoadedKernel &kernelFor(uint64_t key, Device &device, Build &&build) {
+const LoadedKernel &kernelFor(const KernelKey &key, Device &device, Build &&build) {
   if (const LoadedKernel *k = Jit::instance().find(key, device))
     return *k;
   return Jit::instance().get_ir(key, device, [&] { return build().ir(); });

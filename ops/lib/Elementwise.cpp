@@ -109,7 +109,7 @@ void runElementwise(const char *op, Build build, std::initializer_list<KernelArg
   ElementwiseSpec spec{out.numel(), out.dtype()};
   ElementwiseConfig config = default_config(spec);
   Device &device = Device::get(out.device());
-  uint64_t key = ops_detail::specializationKey(
+  KernelKey key = ops_detail::specializationKey(
       op, {spec.n, int64_t(spec.dtype), config.block, config.num_warps});
   ops_detail::kernelFor(key, device, [&] { return build(spec, config); }).launch(args, stream.handle());
 }

@@ -28,7 +28,7 @@ constexpr int kWorkspace = -1;
 /// One kernel launch of a glue op: how to build it, its cache key, and what each of its
 /// parameters is bound to (an argument slot, or kWorkspace).
 struct Launch {
-  uint64_t key;
+  KernelKey key;
   std::function<Kernel()> build;
   std::vector<int> params;
 };
@@ -174,7 +174,7 @@ const Op &sum_op() {
           padded *= 2;
         Plan plan;
         plan.workspace_bytes = size_t(programs) * 4;
-        uint64_t key = ops_detail::specializationKey("sum.partials", {n, int64_t(dtype)});
+        KernelKey key = ops_detail::specializationKey("sum.partials", {n, int64_t(dtype)});
         plan.launches.push_back({key, [=] {
           Kernel k("sum_partials", {8});
           TensorArg x = k.input("x", dtype, {n});
@@ -257,8 +257,8 @@ const Op &fill_op() {
         bool fromInput = args.has(0);
         double value = args.attributes.count("value") ? args.float_attribute("value") : 0.0;
         Plan plan;
-        uint64_t key = ops_detail::specializationKey("fill", {n, int64_t(to), fromInput});
-        key = hash_combine(key, std::hash<double>{}(value));
+        KernelKey key = ops_detail::specializationKey("fill", {n, int64_t(to), fromInput});
+        key.add(value);
         plan.launches.push_back({key, [=] {
           const int64_t block = 2048;
           Kernel k("fill", {8});

@@ -23,7 +23,7 @@ public:
 
   uint64_t scratch(size_t bytes) override { return stream_workspace(device_, stream_, bytes); }
 
-  void launch(uint64_t key, const Build &build, const std::vector<Arg> &args) override {
+  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) override {
     const LoadedKernel &kernel = kernelFor(key, device_, build);
     std::vector<KernelArg> launchArgs;
     launchArgs.reserve(args.size());
@@ -54,7 +54,7 @@ public:
     return reinterpret_cast<uint64_t>(buffers_.back().get());
   }
 
-  void launch(uint64_t, const Build &build, const std::vector<Arg> &args) override {
+  void launch(const KernelKey &, const Build &build, const std::vector<Arg> &args) override {
     std::vector<HostArg> hostArgs;
     hostArgs.reserve(args.size());
     for (const Arg &a : args) {
@@ -80,7 +80,7 @@ class RecordingKernelExecutor : public KernelExecutor {
 public:
   explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
   uint64_t scratch(size_t) override { return 256; }
-  void launch(uint64_t, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
+  void launch(const KernelKey &, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
   void zero(const TensorView &) override {}
   int device() const override { return 0; }
 

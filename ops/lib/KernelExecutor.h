@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Tensor.h>
 
@@ -43,7 +44,7 @@ public:
   /// The call's one scratch buffer (16-byte aligned, contents undefined): carve every
   /// workspace of a call out of a single request.
   virtual uint64_t scratch(size_t bytes) = 0;
-  virtual void launch(uint64_t key, const Build &build, const std::vector<Arg> &args) = 0;
+  virtual void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) = 0;
   /// Fills the bytes of `t` with zeros.
   virtual void zero(const TensorView &t) = 0;
   /// The device tensors live on (views of scratch take it); 0 on the host.

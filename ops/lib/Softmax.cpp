@@ -88,7 +88,7 @@ void softmax(const TensorView &x, const TensorView &y, Stream &stream, const Sof
   if (call.spec.rows == 0)
     return;
   Device &device = Device::get(x.device());
-  uint64_t key = ops_detail::specializationKey("softmax", {call.spec.rows, call.spec.cols, int64_t(call.spec.dtype),
+  KernelKey key = ops_detail::specializationKey("softmax", {call.spec.rows, call.spec.cols, int64_t(call.spec.dtype),
                                                            call.config.block_rows, call.config.num_warps});
   TensorView x2(x.data(), x.dtype(), call.shape, x.device()), y2(y.data(), y.dtype(), call.shape, y.device());
   ops_detail::kernelFor(key, device, [&] { return softmax_kernel(call.spec, call.config); })

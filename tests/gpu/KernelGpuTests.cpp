@@ -286,3 +286,42 @@ TEST_CASE("must-hit mode refuses to compile", "[gpu]") {
   softmax(x, y, stream); // compiles now
   stream.synchronize();
 }
+
+TEST_CASE("kernel keys whose hashes collide get their own kernels", "[gpu]") {
+  Device &device = Device::get();
+  Stream stream = Stream::create(device);
+  const int64_t n = 300;
+  auto affine = [&](const char *name, double mul, double add) {
+    Kernel k(name, {.num_warps = 4});
+    TensorArg x = k.input("x", DType::F32, {n});
+    TensorArg y = k.output("y", DType::F32, {n});
+    k.grid(1);
+    y.store({0}, x.load({0}, {512}) * mul + add);
+    return k;
+  };
+  // Two different keys forced onto one hash: a hit must compare the whole key.
+  const uint64_t hash = 0x5eed;
+  KernelKey twice = KernelKey("collision", {n, 1}).with_hash(hash);
+  KernelKey plusOne = KernelKey("collision", {n, 2}).with_hash(hash);
+  REQUIRE(twice.hash() == plusOne.hash());
+  REQUIRE_FALSE(twice == plusOne);
+  std::vector<double> input = random_values(n, DType::F32, 11);
+  std::vector<float> floats(input.begin(), input.end());
+  const int64_t shape[] = {n};
+  Tensor x = Tensor::from_host_floats(floats, shape, DType::F32, device);
+  Tensor y = Tensor::empty({n}, DType::F32, device);
+  auto run = [&](const KernelKey &key, const Kernel &k) {
+    const LoadedKernel &loaded = Jit::instance().get_ir(key, device, [&] { return k.ir(); });
+    CHECK(Jit::instance().find(key, device) == &loaded);
+    loaded.launch({x.view(), y.view()}, stream.handle());
+    stream.synchronize();
+    return y.to_host_doubles();
+  };
+  std::vector<double> a = run(twice, affine("times_two", 2.0, 0.0));
+  std::vector<double> b = run(plusOne, affine("plus_one", 1.0, 1.0));
+  CHECK(Jit::instance().find(twice, device) != Jit::instance().find(plusOne, device));
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(a[i] == static_cast<double>(static_cast<float>(2.0 * static_cast<float>(input[i]))));
+    CHECK(b[i] == static_cast<double>(static_cast<float>(static_cast<float>(input[i]) + 1.0f)));
+  }
+}

@@ -1,5 +1,6 @@
 // Tests for the on-disk kernel cache (DiskCache, CacheKey) and the hashes.
 
+#include <tokamax/compiler/Jit.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
@@ -438,4 +439,20 @@ TEST_CASE("a failed store throws and leaves no entry", "[cache]") {
   CHECK_THROWS_AS(cache.store(make_key(), make_entry()), Error);
   CHECK_THROWS_WITH(cache.store(make_key(), make_entry()), Catch::Contains(not_a_dir.string()));
   CHECK_FALSE(cache.load(make_key()));
+}
+
+TEST_CASE("kernel keys compare whole: op, every field and its order", "[runtime]") {
+  KernelKey a("op", {1, 2, 3}), b("op", {1, 2, 3});
+  CHECK(a == b);
+  CHECK(a.hash() == b.hash());
+  CHECK_FALSE(a == KernelKey("op", {1, 3, 2}));
+  CHECK_FALSE(a == KernelKey("op2", {1, 2, 3}));
+  CHECK_FALSE(a == KernelKey("op", {1, 2}));
+  // A forced hash collision still tells the keys apart.
+  KernelKey c = KernelKey("op", {1, 2, 4}).with_hash(a.hash());
+  CHECK(c.hash() == a.hash());
+  CHECK_FALSE(c == a);
+  // Doubles go in by their bit pattern: -0.0 and 0.0 are different specialisations.
+  CHECK_FALSE(KernelKey("x").add(0.0) == KernelKey("x").add(-0.0));
+  CHECK(KernelKey("x").add(int64_t(5)).fields().size() == 1);
 }

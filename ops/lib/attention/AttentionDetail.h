@@ -86,7 +86,7 @@ struct KernelSpec {
   /// Flash kernels: each loop reads its next blocks one step ahead (config "prefetch").
   bool prefetch = false;
 
-  uint64_t key() const;
+  KernelKey key() const;
   std::string name() const;
 };
 

@@ -34,10 +34,10 @@ double Problem::logits_bytes() const {
   return static_cast<double>(B) * N * T * S * dtype_size(compute);
 }
 
-uint64_t KernelSpec::key() const {
-  uint64_t h = hash64("attention");
-  auto mix = [&](uint64_t v) { h = hash_combine(h, v); };
-  auto mixDouble = [&](double d) { mix(std::bit_cast<uint64_t>(d)); };
+KernelKey KernelSpec::key() const {
+  KernelKey h("attention");
+  auto mix = [&](uint64_t v) { h.add(v); };
+  auto mixDouble = [&](double d) { h.add(d); };
   mix(static_cast<uint64_t>(kind));
   mix(p.vjp);
   for (int64_t v : {p.B, p.T, p.S, p.N, p.K, p.H, p.Hv, p.left, p.right})

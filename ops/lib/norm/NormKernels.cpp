@@ -28,17 +28,17 @@ int64_t NormKernelSpec::groups() const {
   return strided() ? outer * cdiv(inner, block_rows) : cdiv(outer, block_rows);
 }
 
-uint64_t NormKernelSpec::key() const {
+KernelKey NormKernelSpec::key() const {
   auto opt = [](const std::optional<DType> &d) { return d ? uint64_t(*d) + 1 : 0; };
   uint64_t fields[] = {uint64_t(kernel), uint64_t(mode),      uint64_t(kind),      uint64_t(outer),
                        uint64_t(n),      uint64_t(inner),     uint64_t(x),         uint64_t(compute),
                        opt(scale),       opt(offset),         uint64_t(mean_out),  uint64_t(rstd_out),
                        opt(dscale),      opt(doffset),        uint64_t(block_rows), uint64_t(block_cols),
                        uint64_t(num_warps), uint64_t(programs), uint64_t(residual)};
-  uint64_t h = hash64("tokamax.norm.v1");
+  KernelKey key("tokamax.norm.v1");
   for (uint64_t f : fields)
-    h = hash_combine(h, f);
-  return h;
+    key.add(f);
+  return key;
 }
 
 std::string NormKernelSpec::describe() const {

@@ -67,7 +67,7 @@ struct NormKernelSpec {
   bool strided() const { return inner > 1; }
   /// Row groups (programs of a Fwd / VjpCoef grid; iterations of VjpDx).
   int64_t groups() const;
-  uint64_t key() const;
+  KernelKey key() const;
   std::string describe() const;
 };
 

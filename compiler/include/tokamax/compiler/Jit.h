@@ -16,11 +16,43 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace tokamax {
 
 class Device;
 class Stream;
+
+/// The identity of a kernel specialisation: the op's name and the values that select
+/// its IR. The in-memory cache finds a kernel by the key's hash and compares the whole
+/// key on a hit, so two keys whose hashes collide never share a kernel.
+class TOKAMAX_API KernelKey {
+public:
+  explicit KernelKey(std::string_view op);
+  KernelKey(std::string_view op, std::initializer_list<int64_t> fields);
+
+  KernelKey &add(uint64_t field);
+  KernelKey &add(int64_t field) { return add(static_cast<uint64_t>(field)); }
+  KernelKey &add(int field) { return add(static_cast<uint64_t>(static_cast<int64_t>(field))); }
+  KernelKey &add(bool field) { return add(static_cast<uint64_t>(field)); }
+  KernelKey &add(double field);  ///< by its bit pattern
+
+  uint64_t hash() const { return hash_; }
+  const std::string &op() const { return op_; }
+  std::span<const uint64_t> fields() const { return fields_; }
+  bool operator==(const KernelKey &other) const {
+    return hash_ == other.hash_ && op_ == other.op_ && fields_ == other.fields_;
+  }
+  /// The same key under another hash (tests force collisions with it).
+  KernelKey with_hash(uint64_t hash) const;
+
+private:
+  std::string op_;
+  std::vector<uint64_t> fields_;
+  uint64_t hash_;
+};
 
 /// One launch argument: a tensor or a scalar, in the kernel's parameter order.
 struct TOKAMAX_API KernelArg {
@@ -71,11 +103,11 @@ public:
   static Jit &instance();
 
   /// Hot path: the kernel already loaded for (key, device), or null.
-  const LoadedKernel *find(uint64_t key, const Device &device) const;
+  const LoadedKernel *find(const KernelKey &key, const Device &device) const;
   /// Cold path: builds the kernel's tile IR text, compiles it (or reads it from disk) and
   /// loads it, once even when many threads ask at the same time. Throws tokamax::Error on
   /// failure (and the next call tries again).
-  const LoadedKernel &get_ir(uint64_t key, Device &device, const std::function<std::string()> &ir,
+  const LoadedKernel &get_ir(const KernelKey &key, Device &device, const std::function<std::string()> &ir,
                              KernelSource *source = nullptr);
 
   JitStats stats() const;
