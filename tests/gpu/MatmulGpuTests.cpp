@@ -507,3 +507,39 @@ TEST_CASE("matmul on the device refuses a null a or c before launching; the cont
   CHECK_NOTHROW(matmul(a, b, c, stream));
   CHECK_NOTHROW(stream.synchronize());
 }
+
+TEST_CASE("matmul on the device: empty products; M or N = 0 is a no-op, K = 0 gives bias or 0", "[gpu][matmul]") {
+  Device &device = Device::get();
+  Stream stream = Stream::create(device);
+  const int64_t m = 37, n = 24;
+  std::vector<float> biasValues(n), garbage(m * n, std::nanf(""));
+  for (int64_t j = 0; j < n; ++j)
+    biasValues[j] = 0.5f * float(j) - 3.0f;
+  const int64_t biasShape[] = {n}, cShape[] = {m, n};
+  Tensor bias = Tensor::from_host_floats(biasValues, biasShape, DType::F32, device);
+  const int64_t aShape[] = {m, 0}, bShape[] = {0, n};
+  TensorView a(0, DType::BF16, aShape, device.ordinal()), b(0, DType::BF16, bShape, device.ordinal());
+  for (const char *impl : {"", "hopper", "tile", "reference"}) {
+    INFO("implementation \"" << impl << "\"");
+    MatmulOptions options;
+    options.implementation = impl;
+    Tensor c = Tensor::from_host_floats(garbage, cShape, DType::F32, device);
+    matmul(a, b, c, stream, options);
+    stream.synchronize();
+    for (double v : c.to_host_doubles())
+      CHECK(v == 0.0);
+    c = Tensor::from_host_floats(garbage, cShape, DType::F32, device);
+    options.bias = bias.view();
+    matmul(a, b, c, stream, options);
+    stream.synchronize();
+    std::vector<double> got = c.to_host_doubles();
+    for (int64_t i = 0; i < m * n; ++i)
+      CHECK(got[i] == biasValues[i % n]);
+    // No rows: a no-op (nothing launched, the context stays usable).
+    const int64_t emptyA[] = {0, 16}, kb[] = {16, n}, emptyC[] = {0, n};
+    Tensor bb = Tensor::empty(kb, DType::BF16, device);
+    matmul(TensorView(0, DType::BF16, emptyA, device.ordinal()), bb, TensorView(0, DType::F32, emptyC, device.ordinal()),
+           stream, options);
+    CHECK_NOTHROW(stream.synchronize());
+  }
+}

@@ -215,3 +215,43 @@ TEST_CASE("matmul op: the interpreter refuses views that do not match the bindin
   CHECK_NOTHROW(matmul_op().interpret(args, in, out, std::string("reference")));
   CHECK(c[0] == 16.0f);
 }
+
+TEST_CASE("matmul op: empty products; no rows or columns is a no-op, K = 0 gives bias or 0", "[matmul][op]") {
+  // Regression: M = 0 threw "needs M, N, K >= 1" while layer_norm on [0, 64] was a no-op.
+  for (const char *impl : {"", "tile", "reference"}) {
+    INFO("implementation \"" << impl << "\"");
+    MatmulOptions options;
+    options.implementation = impl;
+    // M = 0 and N = 0: nothing to write, nothing read (null views are fine when empty).
+    std::vector<float> b(4 * 8, 1.0f);
+    CHECK_NOTHROW(matmul_host(host_view(nullptr, DType::F32, {0, 4}), host_view(b.data(), DType::F32, {4, 8}),
+                              host_view(nullptr, DType::F32, {0, 8}), options));
+    std::vector<float> a(5 * 4, 1.0f);
+    CHECK_NOTHROW(matmul_host(host_view(a.data(), DType::F32, {5, 4}), host_view(nullptr, DType::F32, {4, 0}),
+                              host_view(nullptr, DType::F32, {5, 0}), options));
+    // K = 0: an empty sum. c = bias in every row, or zeros; c starts as garbage.
+    std::vector<float> c(5 * 8, std::nanf("")), bias(8);
+    for (int j = 0; j < 8; ++j)
+      bias[j] = 0.25f * float(j) - 1.0f;
+    MatmulOptions withBias = options;
+    withBias.bias = host_view(bias.data(), DType::F32, {8});
+    matmul_host(host_view(nullptr, DType::F32, {5, 0}), host_view(nullptr, DType::F32, {0, 8}),
+                host_view(c.data(), DType::F32, {5, 8}), withBias);
+    for (int i = 0; i < 5 * 8; ++i)
+      CHECK(c[i] == bias[i % 8]);
+    std::fill(c.begin(), c.end(), std::nanf(""));
+    matmul_host(host_view(nullptr, DType::F32, {5, 0}), host_view(nullptr, DType::F32, {0, 8}),
+                host_view(c.data(), DType::F32, {5, 8}), options);
+    for (float v : c)
+      CHECK(v == 0.0f);
+  }
+  // Negative sizes are impossible in a view; shapes that disagree are still refused.
+  CHECK_THROWS_WITH(bind_matmul(ArgSpec{{0, 4}, DType::F32}, ArgSpec{{3, 8}, DType::F32}, std::nullopt,
+                                ArgSpec{{0, 8}, DType::F32}, false, false, 1.0),
+                    Catch::Contains("op(a) is [0, 4], op(b) is [3, 8]"));
+  // The kernels are built only for non-empty products.
+  BoundArgs empty = bind_matmul(ArgSpec{{0, 4}, DType::BF16}, ArgSpec{{4, 8}, DType::BF16}, std::nullopt,
+                                ArgSpec{{0, 8}, DType::F32}, false, false, 1.0);
+  for (const auto &impl : matmul_op().implementations())
+    CHECK(impl->kernels(empty, impl->heuristic(empty)).empty());
+}

@@ -16,8 +16,13 @@ namespace tokamax {
 using namespace dsl;
 
 void check_matmul_spec(const MatmulSpec &spec, bool reference) {
+  // (The op serves empty products without a kernel; a kernel needs every extent.)
   if (spec.m < 1 || spec.n < 1 || spec.k < 1)
     throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
+  check_matmul_dtypes(spec, reference);
+}
+
+void check_matmul_dtypes(const MatmulSpec &spec, bool reference) {
   if (!is_floating(spec.dtype))
     throw Error(fmt::format("matmul: dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2, got {}",
                             dtype_name(spec.dtype)));

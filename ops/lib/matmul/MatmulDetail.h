@@ -10,6 +10,8 @@ namespace tokamax {
 /// Throws Error (bad spec) or NotSupported (f64 off the reference kernel) naming the
 /// problem; `reference`: the spec is for matmul_reference_kernel.
 void check_matmul_spec(const MatmulSpec &spec, bool reference);
+/// The dtype rules alone (bind_matmul: any extent may be 0).
+void check_matmul_dtypes(const MatmulSpec &spec, bool reference);
 /// Why the tile kernel (mma.sync) cannot serve `spec`'s dtype (f64, fp8); empty when it can.
 std::string tile_unsupported(const MatmulSpec &spec);
 /// Whether the rows of a and b (as stored) are whole 16-byte chunks: TMA (hopper) and

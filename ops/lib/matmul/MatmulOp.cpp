@@ -18,6 +18,7 @@
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 namespace tokamax {
@@ -72,6 +74,37 @@ MatmulConfig fromConfig(const Config &config, int sm_count) {
 }
 
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/// The rule for empty tensors: no rows or columns of c is a no-op; K = 0 (an empty sum)
+/// makes c = bias in every row, or 0. Returns whether the call was one of those.
+bool emptyProduct(const MatmulSpec &spec, std::span<const TensorView> inputs, const TensorView &c, Stream *stream) {
+  if (spec.m > 0 && spec.n > 0 && spec.k > 0)
+    return false;
+  if (spec.m == 0 || spec.n == 0)
+    return true;
+  const size_t row = c.nbytes() / spec.m;
+  if (!stream) {  // host views
+    auto *out = reinterpret_cast<uint8_t *>(c.data());
+    for (int64_t r = 0; r < spec.m; ++r) {
+      if (spec.has_bias)
+        std::memcpy(out + r * row, reinterpret_cast<const void *>(inputs[2].data()), row);
+      else
+        std::memset(out + r * row, 0, row);
+    }
+    return true;
+  }
+  if (!spec.has_bias) {
+    memset_d8(c.data(), 0, c.nbytes(), stream->handle());
+    return true;
+  }
+  // Row 0 from bias, then the rows so far doubled: log2(M) copies.
+  copy_device_to_device(c.data(), inputs[2].data(), row, stream->handle());
+  for (int64_t done = 1; done < spec.m; done *= 2) {
+    int64_t rows = std::min(done, spec.m - done);
+    copy_device_to_device(c.data() + done * row, c.data(), rows * row, stream->handle());
+  }
+  return true;
+}
 
 class MatmulImplementation : public Implementation {
 public:
@@ -221,7 +254,9 @@ public:
   /// What run() builds on a GPU of the H100 / H200's 132 SMs (for precompilation).
   std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
     std::vector<dsl::Kernel> kernels;
-    kernels.push_back(build(matmul_spec(args), config, 132));
+    MatmulSpec spec = matmul_spec(args);
+    if (spec.m > 0 && spec.n > 0 && spec.k > 0)  // empty products launch nothing
+      kernels.push_back(build(spec, config, 132));
     return kernels;
   }
 
@@ -229,9 +264,11 @@ public:
            std::span<const TensorView> outputs, Stream &stream) const override {
     ops_detail::check_views(args, kMatmulArgs, inputs, outputs, false);
     MatmulSpec spec = matmul_spec(args);
+    if (emptyProduct(spec, inputs, outputs[0], &stream))
+      return;
     Device &device = Device::get(outputs[0].device());
     MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, device.sm_count());
-    uint64_t key = ops_detail::specializationKey(
+    KernelKey key = ops_detail::specializationKey(
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
@@ -248,6 +285,8 @@ public:
                  std::span<const TensorView> outputs) const override {
     ops_detail::check_views(args, kMatmulArgs, inputs, outputs, true);
     MatmulSpec spec = matmul_spec(args);
+    if (emptyProduct(spec, inputs, outputs[0], nullptr))
+      return;
     std::vector<HostArg> host;
     auto tensor = [&](const TensorView &t) {
       host.push_back(HostArg::tensor(reinterpret_cast<void *>(t.data()), t.nbytes()));
@@ -325,7 +364,7 @@ BoundArgs bind_matmul(const ArgSpec &a, const ArgSpec &b, const std::optional<Ar
   BoundArgs bound{"matmul",
                   {a, b, bias, c},
                   {{"trans_a", trans_a ? "1" : "0"}, {"trans_b", trans_b ? "1" : "0"}, {"alpha", fmt::format("{}", alpha)}}};
-  check_matmul_spec(matmul_spec(bound), true);  // dtypes (any implementation's)
+  check_matmul_dtypes(matmul_spec(bound), true);  // any implementation's dtypes
   return bound;
 }
 
