@@ -42,6 +42,9 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(const std::string &arch
     return v;
   }();
   llvm::TargetOptions options;
+  // a * b + c may become one fma (as nvcc's default -fmad=true): exp2(x * scale - max)
+  // in attention's softmax is one FFMA, not a rounded multiply and a subtract.
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
   auto level = optLevel >= 3 ? llvm::CodeGenOptLevel::Aggressive
                : optLevel == 2 ? llvm::CodeGenOptLevel::Default
                : optLevel == 1 ? llvm::CodeGenOptLevel::Less

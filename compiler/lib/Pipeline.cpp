@@ -40,7 +40,7 @@ const char *ptx_isa_version() { return "8.0"; }
 
 std::string llvm_version() { return "LLVM " LLVM_VERSION_STRING; }
 
-std::string CompileOptions::key() const { return fmt::format("opt={};assemble={}", opt_level, assemble); }
+std::string CompileOptions::key() const { return fmt::format("opt={};assemble={};fma=contract", opt_level, assemble); }
 
 namespace {
 

@@ -11,6 +11,9 @@
 //   than one instruction read single elements from the swizzled tile instead; rows
 //   narrower than 16 bytes take the generic conversion through scratch (LowerShape.cpp).
 //   The B operand's region follows A's (tile-allocate-shared): one barrier per dot.
+//   Conversions that feed the dot right after them are lowered with it: the dot
+//   stores, waits once and reads each K step's fragments just before that step's
+//   mma.sync, so the operand never sits in registers whole.
 // - The dot itself issues one mma.sync per 16x8 accumulator tile and K step:
 //   m16n8k16 for bf16/f16, m16n8k8 on tf32 (cvt.rna) for f32. K below one instruction is
 //   zero-padded in registers. Other element types (f64, integers, fp8) stay on the CPU
@@ -105,8 +108,11 @@ struct StagedOperand {
     }
   }
 
+  /// The result registers of K steps `steps` (the others null), after a barrier.
+  FailureOr<Registers> read(KSteps steps = {}) { return readDotOperand(t, op, dstType, cd, staging, base, steps); }
+
   LogicalResult load() {
-    FailureOr<Registers> regs = readDotOperand(t, op, dstType, cd, staging, base);
+    FailureOr<Registers> regs = read();
     if (failed(regs))
       return failure();
     t.setRegs(op.getResult(), std::move(*regs));
@@ -211,18 +217,52 @@ FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensor
 
 namespace {
 
+/// Whether `op` goes through a swizzled tile (rather than renaming registers or the
+/// generic conversion).
+bool isStaged(TileLowering &t, ConvertLayoutOp op) {
+  if (stagedDotOperandDim(op) < 0 || smVersion(t.arch()) < 80)
+    return false;
+  // An accumulator whose warps own whole rows is already the next dot's A operand
+  // (after a cast to 16 bits): the generic lowering renames its registers.
+  return op->hasAttr(kScratchWithPreviousAttr) ||
+         !threadLocalRegisters(op.getSource().getType(), op.getResult().getType());
+}
+
+/// Whether a staged conversion is lowered by the dot that consumes it: its only user is
+/// the dot right after it (after the dot's other staged conversion at most). The dot
+/// then reads the operand one K step at a time between its mma.sync steps, so one
+/// step's fragments are live instead of the whole operand (64 registers per thread for
+/// the [64, 64] B operand of an attention step).
+bool lowersWithDot(TileLowering &t, ConvertLayoutOp op) {
+  if (!isStaged(t, op) || !op->hasOneUse())
+    return false;
+  Operation *dot = *op->user_begin();
+  if (!isa<DotOp>(dot) || dot->getBlock() != op->getBlock())
+    return false;
+  if (Operation *next = op->getNextNode(); next != dot) {
+    auto other = dyn_cast<ConvertLayoutOp>(next);
+    if (!other || other->getNextNode() != dot || !other->hasOneUse() || *other->user_begin() != dot ||
+        !other->hasAttr(kScratchWithPreviousAttr) || !isStaged(t, other))
+      return false;
+  }
+  // Staged together with the previous conversion: both go with the dot or neither.
+  if (op->hasAttr(kScratchWithPreviousAttr)) {
+    auto previous = dyn_cast_or_null<ConvertLayoutOp>(op->getPrevNode());
+    return previous && previous->hasOneUse() && *previous->user_begin() == dot && lowersWithDot(t, previous);
+  }
+  return true;
+}
+
 /// convert_layout into a dot-operand layout through swizzled tiles; a dot's B operand
 /// conversion marked tile.scratch_with_previous is staged together with A's. Leaves
 /// `handled` false when the generic conversion must do it.
 LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handled) {
+  if (!isStaged(t, op))
+    return success();
   int cd = stagedDotOperandDim(op);
-  if (cd < 0 || smVersion(t.arch()) < 80)
-    return success();
-  // An accumulator whose warps own whole rows is already the next dot's A operand
-  // (after a cast to 16 bits): the generic lowering renames its registers.
-  if (!op->hasAttr(kScratchWithPreviousAttr) && threadLocalRegisters(op.getSource().getType(), op.getResult().getType()))
-    return success();
   handled = true;
+  if (lowersWithDot(t, op))
+    return success();  // lowerDot stages it
   if (op->hasAttr(kScratchWithPreviousAttr) && t.hasRegs(op.getResult()))
     return success();  // staged with the A operand
   if (!t.sharedBase())
@@ -357,11 +397,52 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
               "f32 accumulation";
   if (smVersion(t.arch()) < 80)
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
-  FailureOr<Registers> result =
-      emitMmaSync(t, op, aType, bType, accType, t.regs(op.getA()), t.regs(op.getB()), t.regs(op.getAcc()));
-  if (failed(result))
-    return failure();
-  t.setRegs(op.getResult(), std::move(*result));
+  // Operands whose conversions go with this dot: stored together, one barrier, then
+  // each K step's fragments read right before that step's mma.sync.
+  std::vector<StagedOperand> staged;
+  SmallVector<Registers, 2> operands{Registers(), Registers()};
+  for (unsigned i = 0; i < 2; ++i) {
+    auto convert = op->getOperand(i).getDefiningOp<ConvertLayoutOp>();
+    if (convert && lowersWithDot(t, convert)) {
+      staged.emplace_back(t, convert, stagedDotOperandDim(convert));
+      operands[i] = Registers(getDistribution(cast<RankedTensorType>(convert.getType())).num_registers());
+    } else {
+      operands[i] = t.regs(op->getOperand(i));
+    }
+  }
+  if (staged.empty()) {
+    FailureOr<Registers> result =
+        emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], t.regs(op.getAcc()));
+    if (failed(result))
+      return failure();
+    t.setRegs(op.getResult(), std::move(*result));
+    return success();
+  }
+  for (StagedOperand &operand : staged)
+    operand.store();
+  t.barrier();
+  const unsigned kpi = 8 * cast<DotOperandLayoutAttr>(aType.getEncoding()).getKWidth();
+  const unsigned repK = std::max<int64_t>(1, aType.getDimSize(1) / kpi);
+  Registers acc = t.regs(op.getAcc());
+  for (unsigned rk = 0; rk < repK; ++rk) {
+    KSteps step{rk, rk + 1};
+    for (StagedOperand &operand : staged) {
+      FailureOr<Registers> regs = operand.read(step);
+      if (failed(regs))
+        return failure();
+      Registers &into = operands[operand.op.getResult() == op.getA() ? 0 : 1];
+      for (size_t r = 0; r < regs->size(); ++r)
+        if ((*regs)[r])
+          into[r] = (*regs)[r];
+    }
+    FailureOr<Registers> result = emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], acc, step);
+    if (failed(result))
+      return failure();
+    acc = std::move(*result);
+  }
+  for (StagedOperand &operand : staged)
+    t.setRegs(operand.op.getResult(), operands[operand.op.getResult() == op.getA() ? 0 : 1]);
+  t.setRegs(op.getResult(), std::move(acc));
   return success();
 }
 

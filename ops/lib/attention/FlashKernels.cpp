@@ -45,11 +45,11 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
     auto parts = unpack(carried, {1, 1, accSize});
     Value mOld = parts[0][0], lOld = parts[1][0];
     Chunks kb = blocks(0);
-    Value x = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, false).log2;
-    Value mNew = maximum(mOld, x.max(1));
+    Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, false);
+    Value mNew = maximum(mOld, sc.max_log2(1));
     // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
     Value mUse = where(mNew == -INFINITY, 0.0, mNew);
-    Value prob = exp2(x - mUse.expand(1));
+    Value prob = sc.exp2_minus(mUse, 1);
     Value alpha = exp2(mOld - mUse);
     Chunks a = product_nn(s, prob, blocks(1), scale_rows(parts[2], alpha));
     Chunks mn{mNew}, ln{lOld * alpha + prob.sum(1)};
@@ -146,7 +146,7 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
       Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
       Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
       Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, natural);
-      Value probT = exp2(sc.log2 - lse2.expand(0));  // [bkv, bq]
+      Value probT = sc.exp2_minus(lse2, 0);  // [bkv, bq]
       Chunks dvNew = product_nn(s, probT, d, parts[1]);
       Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), delta, 0, sc);
       if (ds)
@@ -183,7 +183,7 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
     Chunks kb = blocks(0);
     Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, natural);
-    Value prob = exp2(sc.log2 - lse2.expand(1));
+    Value prob = sc.exp2_minus(lse2, 1);
     Value dsBlock = scoreGradient(p, prob, product_nt(s, k, d, blocks(1)), delta, 1, sc);
     return product_nn(s, dsBlock, kb, carried);
   };

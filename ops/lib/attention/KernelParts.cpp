@@ -140,6 +140,10 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
   Scores r;
   if (!p.bias && p.softcap == 0 && !natural) {
     r.log2 = qk * (p.scale * kLog2e);  // the scale folded into exp2's argument
+    if (p.scale > 0) {
+      r.raw = qk;
+      r.factor = p.scale * kLog2e;
+    }
   } else {
     Value x = qk * p.scale;
     if (p.bias)
@@ -169,6 +173,8 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
     valid = valid.broadcast_to(qk.shape());
   r.valid = valid;
   r.log2 = where(valid, r.log2, -INFINITY);
+  if (r.factor > 0)
+    r.raw = where(valid, r.raw, -INFINITY);
   return r;
 }
 

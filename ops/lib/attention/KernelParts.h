@@ -71,6 +71,18 @@ struct Scores {
   Value log2;     ///< logits in log2 units, -inf where masked
   Value natural;  ///< capped logits in natural units, unmasked (when asked for)
   Value valid;    ///< the mask (bool), when `masked`
+  /// Without bias or soft cap and with a positive scale: the raw products (masked), and
+  /// log2 == raw * factor. A row max of raw times the factor is log2's row max, and
+  /// exp2(raw * factor - m) is one fma per element instead of a multiply and a subtract.
+  Value raw;
+  double factor = 0;
+
+  /// Row max along `axis` in log2 units.
+  Value max_log2(int axis) const { return factor > 0 ? raw.max(axis) * factor : log2.max(axis); }
+  /// exp2(log2 - m) with m broadcast along `axis`.
+  Value exp2_minus(const Value &m, int axis) const {
+    return factor > 0 ? exp2(raw * factor - m.expand(axis)) : exp2(log2 - m.expand(axis));
+  }
 };
 /// Scores of qk (raw q . k products; [BQ, BKV], or [BKV, BQ] when kv_major) for queries
 /// [t0, t0 + BQ) and keys [j0, j0 + BKV) of head n. Without `masked` no mask is formed

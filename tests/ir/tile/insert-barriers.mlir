@@ -156,3 +156,31 @@ func.func @fixed_after_double_buffered(%x: !tile.ptr<f32>, %n: i32) {
   }
   return
 }
+
+// -----
+
+// A loop whose user would overwrite what a user before the loop reads, where the back
+// edge alone needs no barrier (each iteration's two users take disjoint regions, as
+// -tile-allocate-shared gives attention's K and V blocks): one barrier before the loop,
+// none inside it.
+
+// CHECK-LABEL: func.func @barrier_before_loop
+// CHECK: tile.reshape
+// CHECK-NEXT: tile.barrier
+// CHECK-NEXT: scf.for
+// CHECK-NOT: tile.barrier
+// CHECK: return
+func.func @barrier_before_loop(%x: !tile.ptr<f32>, %n: i32) {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 1024, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
+  %1 = tile.reshape %0 : tensor<32x64xf32> -> tensor<8x256xf32>
+  scf.for %i = %c0 to %n step %c1 : i32 {
+    %2 = tile.block_load %x[%i, %c0] {dims = array<i64: 1024, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
+    %3 = tile.reshape %2 {tile.scratch_offset = 0 : i64} : tensor<32x64xf32> -> tensor<8x256xf32>
+    %4 = tile.block_load %x[%i, %c0] {dims = array<i64: 1024, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<32x64xf32>
+    %5 = tile.reshape %4 {tile.scratch_offset = 8192 : i64} : tensor<32x64xf32> -> tensor<8x256xf32>
+    scf.yield
+  }
+  return
+}

@@ -5,8 +5,10 @@
 // still be reading, so a barrier goes before a user whose region overlaps one read since
 // the last barrier on some path to it. The two operand conversions of a tile.dot are
 // staged together (see tile-allocate-shared) and, double-buffered in a k-loop, need no
-// barrier at the back edge: one barrier per iteration remains, their own. Loops iterate
-// to a fixed point; branches join. A warp-specialized tile.tma_dot's ring is a region of
+// barrier at the back edge: one barrier per iteration remains, their own. A loop whose
+// users would overwrite what is read before it, where the back edge alone would not need
+// that barrier, gets one before it instead of one per iteration. Loops iterate to a fixed
+// point; branches join. A warp-specialized tile.tma_dot's ring is a region of
 // its own whose reuse its mbarriers order: it never needs a barrier.
 //
 //===----------------------------------------------------------------------===//
@@ -99,8 +101,8 @@ void insertBarrierBefore(Operation *op) {
 }
 
 /// The scratch ranges still being read after `block` runs from `dirty`; barriers are
-/// inserted when `insert` is set.
-Dirty walk(Block &block, Dirty dirty, bool insert) {
+/// inserted when `insert` is set, else counted in `needed` (when given).
+Dirty walk(Block &block, Dirty dirty, bool insert, int *needed = nullptr) {
   for (Operation &op : llvm::make_early_inc_range(block)) {
     if (isa<BarrierOp>(op)) {
       dirty.clear();
@@ -108,13 +110,13 @@ Dirty walk(Block &block, Dirty dirty, bool insert) {
     }
     if (op.getNumRegions() > 0) {
       bool loop = isa<LoopLikeOpInterface>(op);
-      auto walkRegions = [&](const Dirty &entry, bool doInsert) {
+      auto walkRegions = [&](const Dirty &entry, bool doInsert, int *count = nullptr) {
         Dirty exit = entry, out;
         for (Region &region : op.getRegions()) {
           if (region.empty())
             continue;
           // A loop's regions run in sequence; a branch's regions are alternatives.
-          Dirty after = walk(region.front(), loop ? exit : entry, doInsert);
+          Dirty after = walk(region.front(), loop ? exit : entry, doInsert, count);
           if (loop)
             exit = after;
           else
@@ -123,25 +125,39 @@ Dirty walk(Block &block, Dirty dirty, bool insert) {
         return loop ? exit : out;
       };
       if (loop) {
-        // Double-buffered users want no barrier inside the loop for what came before it.
+        // The state at the top of the body: what came before, joined with what the
+        // back edge brings, to a fixed point.
+        auto topOfBody = [&](const Dirty &before) {
+          Dirty entry = before;
+          for (int i = 0; i < 8; ++i) {
+            Dirty next = join(before, flip(walkRegions(entry, false), false));
+            if (next == entry)
+              break;
+            entry = next;
+          }
+          return entry;
+        };
+        // What came before the loop gets one barrier before it rather than barriers
+        // inside it on every iteration (double-buffered users always want it).
         bool doubleBuffered = false;
         op.walk([&](Operation *inner) { doubleBuffered |= getScratchStride(inner) > 0; });
-        if (doubleBuffered && !dirty.empty()) {
+        int withBefore = 0, withoutBefore = 0;
+        if (!dirty.empty() && !doubleBuffered) {
+          walkRegions(topOfBody(dirty), false, &withBefore);
+          walkRegions(topOfBody({}), false, &withoutBefore);
+        }
+        if (!dirty.empty() && (doubleBuffered || withBefore > withoutBefore)) {
           if (insert)
             insertBarrierBefore(&op);
+          else if (needed)
+            ++*needed;
           dirty.clear();
         }
-        Dirty entry = dirty;
-        for (int i = 0; i < 8; ++i) {
-          Dirty next = join(dirty, flip(walkRegions(entry, false), false));
-          if (next == entry)
-            break;
-          entry = next;
-        }
+        Dirty entry = topOfBody(dirty);
         // The loop may run zero times; after it either buffer may be being read.
-        dirty = join(dirty, flip(walkRegions(entry, insert), true));
+        dirty = join(dirty, flip(walkRegions(entry, insert, needed), true));
       } else {
-        dirty = join(dirty, walkRegions(dirty, insert));
+        dirty = join(dirty, walkRegions(dirty, insert, needed));
       }
       continue;
     }
@@ -153,8 +169,12 @@ Dirty walk(Block &block, Dirty dirty, bool insert) {
     Operation *next = op.getNextNode();
     if (next && next->hasAttr(kScratchWithPreviousAttr) && getScratchBytes(next) > 0)
       ranges.insert(rangeOf(next));
-    if (overlaps(dirty, ranges) && insert)
-      insertBarrierBefore(&op);
+    if (overlaps(dirty, ranges)) {
+      if (insert)
+        insertBarrierBefore(&op);
+      else if (needed)
+        ++*needed;
+    }
     // The users' own barrier orders everything before it; then they read their ranges.
     dirty = ranges;
   }
