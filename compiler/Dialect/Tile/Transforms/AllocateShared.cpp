@@ -5,8 +5,7 @@
 // (LowerDot.cpp) are staged together instead: A at 0, B after it (tile.scratch_offset,
 // tile.scratch_with_previous), written before one barrier and read after it. In a loop
 // body they also alternate between two such buffers (tile.scratch_stride), so a k-loop
-// needs one barrier per iteration: the next iteration writes the other buffer. Other
-// staged operands of one loop body get disjoint regions, each with its own barrier. A
+// needs one barrier per iteration: the next iteration writes the other buffer. A
 // warp-specialized tile.tma_dot's ring is in use across the rest of the kernel: it gets
 // a region of its own after the shared ones.
 //
@@ -29,7 +28,6 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
   void runOnOperation() override {
     getOperation().walk([&](func::FuncOp func) {
       auto i64 = [&](int64_t v) { return IntegerAttr::get(IntegerType::get(func.getContext(), 64), v); };
-      auto round = [](int64_t v) { return (v + 127) / 128 * 128; };
       func.walk([&](DotOp dot) {
         auto a = dot.getA().getDefiningOp<ConvertLayoutOp>();
         auto b = dot.getB().getDefiningOp<ConvertLayoutOp>();
@@ -37,6 +35,7 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         if (!a || !b || a->getNextNode() != b || stagedDotOperandDim(a) < 0 || stagedDotOperandDim(b) < 0 ||
             b->hasAttr(kScratchWithPreviousAttr) || getScratchBytes(a) == 0)
           return;
+        auto round = [](int64_t v) { return (v + 127) / 128 * 128; };
         int64_t offset = round(getScratchBytes(a));
         b->setAttr(kScratchOffsetAttr, i64(offset));
         b->setAttr(kScratchWithPreviousAttr, UnitAttr::get(func.getContext()));
@@ -45,31 +44,6 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         if (isa<scf::ForOp>(a->getParentOp()) && 2 * stride <= 48 * 1024) {
           a->setAttr(kScratchStrideAttr, i64(stride));
           b->setAttr(kScratchStrideAttr, i64(stride));
-        }
-      });
-      // The other staged operands of a loop body (attention's K and V blocks, each
-      // feeding its own dot) take disjoint regions: a stage's writes then overlap no
-      // read since the last barrier, and each needs only its own barrier.
-      func.walk([&](scf::ForOp loop) {
-        SmallVector<Operation *> single;
-        for (Operation &op : *loop.getBody()) {
-          auto convert = dyn_cast<ConvertLayoutOp>(&op);
-          if (!convert || stagedDotOperandDim(convert) < 0 || getScratchBytes(convert) == 0 ||
-              convert->hasAttr(kScratchWithPreviousAttr) || convert->hasAttr(kScratchOffsetAttr))
-            continue;
-          if (Operation *next = convert->getNextNode(); next && next->hasAttr(kScratchWithPreviousAttr))
-            continue;  // the A operand of a staged pair
-          single.push_back(convert);
-        }
-        int64_t total = 0;
-        for (Operation *op : single)
-          total += round(getScratchBytes(op));
-        if (single.size() < 2 || total > 48 * 1024)
-          return;
-        int64_t offset = 0;
-        for (Operation *op : single) {
-          op->setAttr(kScratchOffsetAttr, i64(offset));
-          offset += round(getScratchBytes(op));
         }
       });
       int64_t bytes = 0;
