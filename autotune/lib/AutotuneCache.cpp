@@ -18,6 +18,7 @@
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/PrivateFiles.h>
 #include <tokamax/runtime/detail/DriverApi.h>
 
 #include <fmt/format.h>
@@ -46,6 +47,7 @@ namespace {
 struct CacheState {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const AutotuningResult>> by_device;  // by key
+  std::mutex reported_mutex;  // guards `reported` (warnings come with or without `mutex`)
   std::set<std::string> reported;  // files already warned about
   std::map<CUcontext, std::optional<DeviceInfo>> contexts;
   std::atomic<uint64_t> generation{1};
@@ -58,18 +60,43 @@ CacheState& state() {
 
 void warn_once(const std::string& path, const std::string& message) {
   CacheState& s = state();
+  std::lock_guard lock(s.reported_mutex);
   if (!s.reported.insert(path).second)
     return;
   std::fprintf(stderr, "tokamax: warning: %s\n", message.c_str());
 }
 
+// The cache file's text, read only from a private directory (PrivateFiles.h), never
+// through a symbolic link and only when this user owns it; nullopt on a miss or a
+// refusal (warned once).
 std::optional<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::error_code ec;
+  if (!fs::exists(path.parent_path(), ec))
     return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  for (const fs::path& dir : {path.parent_path().parent_path(), path.parent_path()})
+    if (std::string why = private_files::why_untrusted(dir); !why.empty()) {
+      warn_once(path.string(), fmt::format("ignoring the autotuning cache {}: {}", path.string(), why));
+      return std::nullopt;
+    }
+  std::string why;
+  int fd = private_files::open_private_file(path, why);
+  if (fd < 0) {
+    if (!why.empty())
+      warn_once(path.string(), fmt::format("ignoring the autotuning cache {}: {}", path.string(), why));
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 // Parses a cache file; nullopt (with a reason) when it is unusable for `device`.
@@ -92,7 +119,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
   std::random_device rd;
   const fs::path tmp = path.parent_path() /
                        fmt::format("{}.tmp.{}.{:08x}", path.filename().string(), ::getpid(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     throw Error(fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno)));
   auto fail = [&](const char* what) {
@@ -126,7 +153,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
 struct FileLock {
   int fd = -1;
   explicit FileLock(const fs::path& path) {
-    fd = ::open((path.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd = ::open((path.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0)
       while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
       }
@@ -227,10 +254,12 @@ void update_autotuning_cache(const AutotuningResult& result) {
   if (DiskCache::disabled_by_environment())
     return;
   const fs::path path = autotuning_cache_path(result.device());
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec)
-    throw Error(fmt::format("cannot create {}: {}", path.parent_path().string(), ec.message()));
+  // Private directories only: another user's (or a world-writable) one is refused.
+  for (const fs::path& dir : {path.parent_path().parent_path(), path.parent_path()})
+    if (std::string why = private_files::make_private_directory(dir); !why.empty()) {
+      warn_once(path.string(), fmt::format("not writing the autotuning cache {}: {}", path.string(), why));
+      return;
+    }
 
   auto merged = std::make_shared<AutotuningResult>(result.device());
   {
@@ -249,7 +278,10 @@ void update_autotuning_cache(const AutotuningResult& result) {
   CacheState& s = state();
   std::lock_guard lock(s.mutex);
   s.by_device[result.device().key()] = merged;
-  s.reported.erase(path.string());
+  {
+    std::lock_guard reported(s.reported_mutex);
+    s.reported.erase(path.string());
+  }
   s.generation.fetch_add(1, std::memory_order_release);
 }
 
@@ -257,7 +289,10 @@ void reset_autotuning_cache() {
   CacheState& s = state();
   std::lock_guard lock(s.mutex);
   s.by_device.clear();
-  s.reported.clear();
+  {
+    std::lock_guard reported(s.reported_mutex);
+    s.reported.clear();
+  }
   s.generation.fetch_add(1, std::memory_order_release);
 }
 

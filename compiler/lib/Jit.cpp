@@ -6,6 +6,7 @@
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
+#include <tokamax/runtime/PrivateFiles.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include <array>
 #include <bit>
 #include <future>
+#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -306,8 +308,14 @@ const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std:
                                 name, digest.substr(0, 16)));
       CompiledKernel compiled = compile_ir(ir, options);
       entry = toEntry(compiled);
-      if (state_->disk)
-        state_->disk->store(cacheKey, *entry);
+      if (state_->disk) {
+        try {
+          state_->disk->store(cacheKey, *entry);
+        } catch (const Error &e) {  // a full or read-only disk: the call still succeeds
+          static std::once_flag warned;
+          std::call_once(warned, [&] { std::fprintf(stderr, "tokamax: warning: kernel cache: %s\n", e.what()); });
+        }
+      }
       from = KernelSource::Compiled;
     }
     LaunchInfo info = LaunchInfo::from_json(entry->metadata_json);
@@ -351,6 +359,9 @@ PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
                                const CompileOptions &options, const std::string &cacheDir) {
   CacheKey key = makeKey(name, ir, options);
   DiskCache disk(cacheDir);
+  // Precompiling into a cache nobody may load from would only look like success.
+  if (!disk.usable())
+    throw Error(fmt::format("cannot precompile into {}: {}", cacheDir, private_files::why_untrusted(cacheDir)));
   PrecompileResult result;
   result.digest = key.digest();
   if (disk.load(key)) {

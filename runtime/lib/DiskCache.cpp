@@ -10,6 +10,7 @@
 
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
+#include <tokamax/runtime/PrivateFiles.h>
 
 #include "CacheFile.h"
 
@@ -176,7 +177,16 @@ fs::path DiskCache::default_directory() {
     return fs::path(xdg) / "tokamax";
   if (const char* home = env_nonempty("HOME"))
     return fs::path(home) / ".cache" / "tokamax";
-  return fs::path(fmt::format("/tmp/tokamax-{}", ::getuid()));
+  // /tmp/tokamax-<uid> is a name anyone can take first: used only while it is missing
+  // (then made 0700) or this user's private directory; else a fresh mkdtemp directory,
+  // one per process.
+  fs::path shared = fmt::format("/tmp/tokamax-{}", ::geteuid());
+  std::error_code ec;
+  if (!fs::exists(shared, ec) || private_files::why_untrusted(shared).empty())
+    return shared;
+  static const fs::path fallback = private_files::make_private_temp_directory(
+      fmt::format("tokamax-{}-", ::geteuid()));
+  return fallback.empty() ? shared : fallback;  // (refused on use, with the reason)
 }
 
 bool DiskCache::disabled_by_environment() { return env_truthy("TOKAMAX_CACHE_DISABLE"); }
@@ -193,6 +203,21 @@ void DiskCache::set_warning_handler(std::function<void(const std::string&)> hand
 
 DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {}
 
+bool DiskCache::usable() const {
+  int trust = trust_.load(std::memory_order_acquire);
+  if (trust != 0)
+    return trust > 0;
+  std::error_code ec;
+  if (!fs::exists(root_, ec))
+    return true;  // nothing to read; store() creates it private
+  std::string why = private_files::why_untrusted(root_);
+  trust_.store(why.empty() ? 1 : -1, std::memory_order_release);
+  if (!why.empty())
+    warn_once(root_, fmt::format("not using the kernel cache {}: {}; running without a disk cache",
+                                 root_.string(), why));
+  return why.empty();
+}
+
 fs::path DiskCache::entry_path(const CacheKey& key) const {
   return entry_path_for_digest(key.digest());
 }
@@ -207,12 +232,17 @@ std::optional<CacheEntry> DiskCache::load(const CacheKey& key) {
   std::string key_text = key.to_string();
   std::string digest = sha256_hex(key_text);
   fs::path path = entry_path_for_digest(digest);
+  if (!usable())
+    return std::nullopt;
 
-  cache_file::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string refused;
+  cache_file::Fd fd(private_files::open_private_file(path, refused));
   struct stat st;
   if (!fd || ::fstat(fd.get(), &st) != 0) {
     int err = errno;
-    if (!is_miss_errno(err))
+    if (!refused.empty())
+      warn_once(path, fmt::format("not loading cache entry {}: {}", path.string(), refused));
+    else if (!is_miss_errno(err))
       warn_once(path, fmt::format("cannot read cache entry {}: {}", path.string(),
                                   std::strerror(err)));
     return std::nullopt;
@@ -259,10 +289,13 @@ void DiskCache::store(const CacheKey& key, const CacheEntry& entry) {
   fs::path final_path = entry_path_for_digest(digest);
   fs::path dir = final_path.parent_path();
 
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw Error(fmt::format("cannot create cache directory {}: {}", dir.string(), ec.message()));
+  if (!usable())
+    return;
+  std::string why = private_files::make_private_directory(dir);
+  if (!usable())  // the root exists now: refused if another user made it first
+    return;
+  if (!why.empty())
+    throw Error(fmt::format("cannot use cache directory {}: {}", dir.string(), why));
 
   // Unique per process and call, so concurrent writers never share a temp file.
   fs::path tmp;
@@ -271,7 +304,7 @@ void DiskCache::store(const CacheKey& key, const CacheEntry& entry) {
   for (int attempt = 0; attempt < 8 && !fd; ++attempt) {
     tmp = dir / fmt::format("{}{}{}.{:016x}", digest, cache_file::kTempMarker, ::getpid(),
                             random_suffix());
-    fd = cache_file::Fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    fd = cache_file::Fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     err = fd ? 0 : errno;
     if (err != EEXIST)
       break;

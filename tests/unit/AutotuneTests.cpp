@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -348,5 +349,41 @@ TEST_CASE("TOKAMAX_CACHE_DISABLE turns the autotuning cache off", "[autotune]") 
   update_autotuning_cache(sample_result());
   CHECK(!fs::exists(autotuning_cache_path(test_device())));
   CHECK(autotuning_cache(test_device())->empty());
+  reset_autotuning_cache();
+}
+
+TEST_CASE("the autotuning cache is private: 0700 / 0600, no symlinks, no shared directories", "[autotune][privacy]") {
+  TempDir dir;
+  EnvGuard cache_dir("TOKAMAX_CACHE_DIR", (dir.path / "cache").c_str());
+  EnvGuard enabled("TOKAMAX_CACHE_DISABLE", nullptr);
+  const DeviceInfo device = test_device();
+  reset_autotuning_cache();
+  update_autotuning_cache(sample_result());
+  const fs::path path = autotuning_cache_path(device);
+  auto mode = [](const fs::path &p) {
+    struct stat st;
+    REQUIRE(::lstat(p.c_str(), &st) == 0);
+    return st.st_mode & 07777;
+  };
+  CHECK(mode(path.parent_path()) == 0700);
+  CHECK(mode(path) == 0600);
+  reset_autotuning_cache();
+  CHECK(autotuning_cache(device)->size() == 2);
+  // A cache file reached through a symbolic link is not read.
+  const fs::path real = dir.path / "real.json";
+  fs::rename(path, real);
+  fs::create_symlink(real, path);
+  reset_autotuning_cache();
+  CHECK(autotuning_cache(device)->empty());
+  fs::remove(path);
+  fs::rename(real, path);
+  // Nor one in a directory others may write to; writing there is refused (a warning).
+  REQUIRE(::chmod(path.parent_path().c_str(), 0777) == 0);
+  reset_autotuning_cache();
+  CHECK(autotuning_cache(device)->empty());
+  CHECK_NOTHROW(update_autotuning_cache(sample_result()));
+  REQUIRE(::chmod(path.parent_path().c_str(), 0700) == 0);
+  reset_autotuning_cache();
+  CHECK(autotuning_cache(device)->size() == 2);
   reset_autotuning_cache();
 }

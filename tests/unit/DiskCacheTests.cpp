@@ -433,12 +433,25 @@ TEST_CASE("prune removes stale temp files", "[cache][maintenance]") {
 
 TEST_CASE("a failed store throws and leaves no entry", "[cache]") {
   TempDir dir;
-  fs::path not_a_dir = dir.path / "file";
+  fs::path not_a_dir = dir.path / "v1";  // where the entries' directories must go
   write_bytes(not_a_dir, {1, 2, 3});
-  DiskCache cache(not_a_dir);
+  DiskCache cache(dir.path);
   CHECK_THROWS_AS(cache.store(make_key(), make_entry()), Error);
   CHECK_THROWS_WITH(cache.store(make_key(), make_entry()), Catch::Contains(not_a_dir.string()));
   CHECK_FALSE(cache.load(make_key()));
+}
+
+TEST_CASE("a cache root that is not a directory is refused: no store, no load, one warning", "[cache]") {
+  TempDir dir;
+  WarningCapture warnings;
+  fs::path not_a_dir = dir.path / "file";
+  write_bytes(not_a_dir, {1, 2, 3});
+  DiskCache cache(not_a_dir);
+  CHECK_FALSE(cache.usable());
+  CHECK_NOTHROW(cache.store(make_key(), make_entry()));
+  CHECK_FALSE(cache.load(make_key()));
+  REQUIRE(warnings.count() == 1);
+  CHECK_THAT(warnings.messages[0], Catch::Contains("not a directory"));
 }
 
 TEST_CASE("kernel keys compare whole: op, every field and its order", "[runtime]") {

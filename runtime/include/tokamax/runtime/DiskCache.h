@@ -11,6 +11,7 @@
 
 #include <tokamax/runtime/Export.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -76,8 +77,9 @@ public:
   };
 
   /// $TOKAMAX_CACHE_DIR, else $XDG_CACHE_HOME/tokamax, else $HOME/.cache/tokamax,
-  /// else /tmp/tokamax-<uid>. Empty variables (and a relative XDG_CACHE_HOME,
-  /// as the XDG spec says) are ignored.
+  /// else /tmp/tokamax-<uid> when it does not exist yet or is this user's private
+  /// directory, else (another user made it first) a fresh private mkdtemp directory.
+  /// Empty variables (and a relative XDG_CACHE_HOME, as the XDG spec says) are ignored.
   static std::filesystem::path default_directory();
   /// TOKAMAX_CACHE_DISABLE=1 (also true/yes/on): callers should bypass the cache.
   static bool disabled_by_environment();
@@ -89,9 +91,16 @@ public:
   /// prints "tokamax: warning: <message>" to stderr.
   static void set_warning_handler(std::function<void(const std::string&)> handler);
 
+  /// The cache is private (PrivateFiles.h): directories it creates are 0700, and a root
+  /// that another user owns or may write to is refused (one warning) and never read
+  /// from: load() misses and store() does nothing. Entries are read only when they are
+  /// regular files of this user's, never through a symbolic link.
   explicit DiskCache(std::filesystem::path root);
 
   const std::filesystem::path& root() const { return root_; }
+  /// Whether the root may be used (it does not exist yet, or it is private); the first
+  /// refusal is warned and sticks.
+  bool usable() const;
   /// Where the entry for `key` lives (whether or not it exists).
   std::filesystem::path entry_path(const CacheKey& key) const;
   std::filesystem::path entry_path_for_digest(std::string_view digest) const;
@@ -117,6 +126,7 @@ public:
 
 private:
   std::filesystem::path root_;
+  mutable std::atomic<int> trust_{0};  ///< 0 not checked, 1 trusted, -1 refused
 };
 
 } // namespace tokamax
