@@ -6,9 +6,9 @@
 // file, so readers see the old or the new file, never a partial one, and concurrent
 // writers lose nothing. Readers keep one parsed copy per device for the process.
 //
-// The config provider that consults it is pushed when libtokamax loads, before any
-// AutotuningScope can exist, so it sits beneath every scope: resolution is explicit
-// config -> scopes -> this cache -> heuristic. It tunes for the device whose primary
+// The config provider that consults it is a process-wide one, added when libtokamax
+// loads, beneath every thread's scopes: resolution is explicit config -> the calling
+// thread's scopes -> this cache -> heuristic. It tunes for the device whose primary
 // context is current on the calling thread, and answers nothing when there is none
 // (e.g. interpreter calls on a machine without a GPU).
 //
@@ -217,8 +217,8 @@ std::optional<Config> cache_provider(const BoundArgs& args, const std::string& i
   }
 }
 
-// Beneath every scope: pushed while libtokamax loads.
-[[maybe_unused]] const uint64_t kCacheProviderId = push_config_provider(cache_provider);
+// Beneath every thread's scopes: added while libtokamax loads.
+[[maybe_unused]] const bool kCacheProviderAdded = (add_process_config_provider(cache_provider), true);
 
 } // namespace
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <charconv>
 #include <mutex>
+#include <atomic>
 #include <shared_mutex>
 
 namespace tokamax {
@@ -233,35 +234,49 @@ bool Implementation::supported_on(const Device &device) const { return supported
 
 namespace {
 
-struct ProviderStack {
+using Providers = std::vector<std::pair<uint64_t, ConfigProvider>>;  // oldest first
+
+/// This thread's scopes: no lock, and no other thread's scope applies to its calls.
+Providers &threadProviders() {
+  thread_local Providers providers;
+  return providers;
+}
+
+struct ProcessProviders {
   std::shared_mutex mutex;
-  std::vector<std::pair<uint64_t, ConfigProvider>> providers;  // oldest first
-  uint64_t next = 1;
+  std::vector<ConfigProvider> providers;  // asked in order, after the thread's
 };
 
-ProviderStack &providerStack() {
-  static ProviderStack stack;
-  return stack;
+ProcessProviders &processProviders() {
+  static ProcessProviders *p = new ProcessProviders;  // leaked: calls may run during exit
+  return *p;
 }
+
+std::atomic<uint64_t> nextProviderId{1};
 
 } // namespace
 
 uint64_t push_config_provider(ConfigProvider provider) {
   if (!provider)
     throw Error("push_config_provider: the provider is empty");
-  ProviderStack &s = providerStack();
-  std::unique_lock lock(s.mutex);
-  uint64_t id = s.next++;
-  s.providers.emplace_back(id, std::move(provider));
+  uint64_t id = nextProviderId.fetch_add(1);
+  threadProviders().emplace_back(id, std::move(provider));
   return id;
 }
 
 void pop_config_provider(uint64_t id) {
-  ProviderStack &s = providerStack();
-  std::unique_lock lock(s.mutex);
-  auto it = std::find_if(s.providers.begin(), s.providers.end(), [&](const auto &p) { return p.first == id; });
-  if (it != s.providers.end())
-    s.providers.erase(it);
+  Providers &s = threadProviders();
+  auto it = std::find_if(s.begin(), s.end(), [&](const auto &p) { return p.first == id; });
+  if (it != s.end())
+    s.erase(it);
+}
+
+void add_process_config_provider(ConfigProvider provider) {
+  if (!provider)
+    throw Error("add_process_config_provider: the provider is empty");
+  ProcessProviders &p = processProviders();
+  std::unique_lock lock(p.mutex);
+  p.providers.push_back(std::move(provider));
 }
 
 //===----------------------------------------------------------------------===//
@@ -324,18 +339,19 @@ Config Op::resolve_config(const Implementation &impl, const BoundArgs &args,
                               explicitConfig->to_json(), impl.name(), *problem));
     return *explicitConfig;
   }
-  ProviderStack &s = providerStack();
+  const std::string implName = impl.name();
+  // A stale or foreign config (say from an old autotuning file) is skipped.
+  auto usable = [&](const std::optional<Config> &c) { return c && !impl.check_config(args, *c); };
+  const Providers &mine = threadProviders();
+  for (auto it = mine.rbegin(); it != mine.rend(); ++it)
+    if (std::optional<Config> c = it->second(args, implName); usable(c))
+      return *c;
+  ProcessProviders &p = processProviders();
   {
-    std::shared_lock lock(s.mutex);
-    if (!s.providers.empty()) {
-      std::string implName = impl.name();
-      for (auto it = s.providers.rbegin(); it != s.providers.rend(); ++it) {
-        std::optional<Config> c = it->second(args, implName);
-        // A stale or foreign config (say from an old autotuning file) is skipped.
-        if (c && !impl.check_config(args, *c))
-          return *c;
-      }
-    }
+    std::shared_lock lock(p.mutex);
+    for (const ConfigProvider &provider : p.providers)
+      if (std::optional<Config> c = provider(args, implName); usable(c))
+        return *c;
   }
   return impl.heuristic(args);
 }

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
+#include <atomic>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -386,4 +388,35 @@ TEST_CASE("the autotuning cache is private: 0700 / 0600, no symlinks, no shared 
   reset_autotuning_cache();
   CHECK(autotuning_cache(device)->size() == 2);
   reset_autotuning_cache();
+}
+
+TEST_CASE("autotuning scopes are per thread: concurrent threads get their own configs", "[autotune][concurrency]") {
+  const BoundArgs args = make_args(8, 64);
+  // Four threads with four different scopes (one handed a result opened elsewhere) and
+  // one thread without a scope, all resolving the same call at once, many times.
+  auto shared = std::make_shared<const AutotuningResult>(rows_result(args, 16));
+  AutotuningScope mainScope(rows_result(args, 32));  // this thread's only
+  std::atomic<int> wrong{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int64_t rows : {0, 2, 4, 8, 16}) {
+    threads.emplace_back([&, rows] {
+      std::optional<AutotuningScope> scope;
+      if (rows == 16)
+        scope.emplace(shared);  // handed the result: opens its own scope with it
+      else if (rows > 0)
+        scope.emplace(rows_result(args, rows));
+      while (!go)
+        std::this_thread::yield();
+      const int64_t expected = rows == 0 ? 1 : rows;  // no scope: the heuristic
+      for (int i = 0; i < 20000; ++i)
+        if (resolved_rows(args) != expected)
+          ++wrong;
+    });
+  }
+  go = true;
+  for (std::thread &t : threads)
+    t.join();
+  CHECK(wrong == 0);
+  CHECK(resolved_rows(args) == 32);  // the main thread's scope, untouched by the others
 }

@@ -11,13 +11,15 @@
 //      a candidate that fails to compile or run is recorded with its error, not fatal.
 // The result is an AutotuningResult: per BoundArgs, the choice and every candidate's
 // numbers. It serialises to versioned JSON, merges, and applies to calls in two ways:
-//   - AutotuningScope (RAII) pushes it as a config provider (Op.h); nested scopes: the
-//     innermost that has a config for the call wins; leaving a scope restores the outer.
+//   - AutotuningScope (RAII) pushes it as a config provider (Op.h) of the thread that
+//     opens it, for that thread's calls only (another thread handed the result opens a
+//     scope of its own); nested scopes: the innermost that has a config for the call
+//     wins; leaving a scope restores the outer.
 //   - a per-device autotuning cache, <kernel cache dir>/autotune/<device key>.json,
 //     written by autotune() (atomically: temp file + rename) and read by a provider that
 //     libtokamax installs at load time beneath every scope.
-// Config resolution is therefore: explicit config -> active scopes (innermost first) ->
-// the per-device cache -> the implementation's heuristic.
+// Config resolution is therefore: explicit config -> the calling thread's scopes
+// (innermost first) -> the per-device cache -> the implementation's heuristic.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -117,7 +119,8 @@ private:
   std::multimap<uint64_t, std::string> by_hash_;  // BoundArgs::hash() -> key, for lookups
 };
 
-/// Makes `result` a config provider for the scope's lifetime (see the file comment).
+/// Makes `result` a config provider of the calling thread for the scope's lifetime (see
+/// the file comment); open and close it on one thread.
 class TOKAMAX_API AutotuningScope {
 public:
   explicit AutotuningScope(AutotuningResult result);

@@ -139,10 +139,15 @@ public:
 /// std::nullopt when it has none for (args, implementation name).
 using ConfigProvider = std::function<std::optional<Config>(const BoundArgs &args, const std::string &implementation)>;
 
-/// The process-wide stack of config providers Op::resolve_config asks, newest first.
-/// push returns an id; pop removes that provider (scopes may end in any order).
+/// The calling thread's stack of config providers, which Op::resolve_config asks newest
+/// first for calls made on this thread: a scope applies to the thread that opened it (a
+/// thread handed an AutotuningResult opens its own scope with it). push returns an id;
+/// pop removes that provider from the calling thread's stack (scopes may end in any order).
 TOKAMAX_API uint64_t push_config_provider(ConfigProvider provider);
 TOKAMAX_API void pop_config_provider(uint64_t id);
+/// A provider for every thread, asked after the calling thread's own (the per-device
+/// autotuning cache); it stays for the process.
+TOKAMAX_API void add_process_config_provider(ConfigProvider provider);
 
 /// Pushes a provider for the scope's lifetime.
 class TOKAMAX_API ConfigProviderScope {
