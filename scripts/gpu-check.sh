@@ -25,4 +25,14 @@ if python3 -c "import torch" 2> /dev/null; then
   peers=(--peers "$out/attention-peers.json")
 fi
 TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
+# Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
+# installed: the cases below are small enough for the slow tools; a failed assertion
+# under any tool fails the check as a tool error does.
+if command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; then
+  echo "== sanitize"
+  OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
+    "dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 300 || status=1
+  OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
+    "hopper matmul on the device: configs, long K, auto choice" 600 || status=1
+fi
 exit $status

@@ -300,6 +300,11 @@ struct TmaDotLowering {
           ptx.mbarrierWait(empty(prevStage), parityOf(prev));
           issue(prevStage, add(prev, stages));
         });
+        // Thread 0 may still be waiting on the empty barrier while its warp goes on:
+        // the next iteration's ldmatrix and wgmma are .sync.aligned and need the whole
+        // warp (found under compute-sanitizer memcheck, whose slower memory operations
+        // kept warp 0 apart: A read from registers came out garbage).
+        ptx.syncWarp();
       }
       b.create<scf::YieldOp>(loc, acc);
     }

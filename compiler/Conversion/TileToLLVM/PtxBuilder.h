@@ -67,6 +67,9 @@ public:
   void mbarrierWait(mlir::Value bar, mlir::Value parity);
   /// Orders this thread's generic-proxy shared accesses before later async-proxy ones.
   void fenceProxyAsyncShared();
+  /// bar.warp.sync over the whole warp: reconverges it after a branch some of its
+  /// threads took, before a .sync.aligned instruction (ldmatrix, wgmma) that needs all.
+  void syncWarp();
   /// 2-D TMA load of one box at (inner, outer) through the tensor map at generic
   /// address `tensorMap` into `dst`, completing on `bar`.
   void tmaLoad2d(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,

@@ -42,6 +42,8 @@ void PtxBuilder::mbarrierWait(Value bar, Value parity) {
           "r,r", true);
 }
 
+void PtxBuilder::syncWarp() { asmCall(Type(), ValueRange{}, "bar.warp.sync -1;", "", true); }
+
 void PtxBuilder::fenceProxyAsyncShared() { asmCall(Type(), ValueRange{}, "fence.proxy.async.shared::cta;", "", true); }
 
 void PtxBuilder::tmaLoad2d(Value dst, Value tensorMap, Value inner, Value outer, Value bar) {

@@ -204,3 +204,27 @@ func.func @a_in_registers(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %c: !tile.ptr<
   tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
   return
 }
+
+// -----
+
+// In order with A from registers: thread 0 refills the released stage inside a branch
+// only it takes (waiting on the empty barrier), so the warp reconverges (bar.warp.sync)
+// before the next iteration's ldmatrix and wgmma, which need the whole warp.
+
+// CHECK-LABEL: llvm.func @in_order_a_in_registers
+// CHECK: scf.for
+// CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: scf.if
+// CHECK: mbarrier.try_wait.parity
+// CHECK: cp.async.bulk.tensor.2d
+// CHECK: llvm.inline_asm has_side_effects asm_dialect = att "bar.warp.sync -1;"
+// CHECK-NEXT: scf.yield
+func.func @in_order_a_in_registers(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<64x128xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc {a_dims = array<i64: 64, 1000>, b_dims = array<i64: 128, 1000>, block_k = 16 : i64, stages = 8 : i64, trans_a = false, trans_b = true, a_in_registers = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<64x128xf32>
+  tile.block_store %c[%c0, %c0], %r {dims = array<i64: 64, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<64x128xf32>
+  return
+}
