@@ -543,3 +543,22 @@ TEST_CASE("matmul on the device: empty products; M or N = 0 is a no-op, K = 0 gi
     CHECK_NOTHROW(stream.synchronize());
   }
 }
+
+TEST_CASE("hopper matmul with A in registers in order at block_k 16 (wrong under memcheck before the warp reconverged)",
+          "[gpu][matmul][hopper]") {
+  // Regression: thread 0's refill branch left warp 0 diverged at the next iteration's
+  // .sync.aligned ldmatrix / wgmma; under compute-sanitizer memcheck these two cases
+  // came out with relative error inf. scripts/gpu-sanitize.sh runs this case.
+  if (!hopperOrSkip())
+    return;
+  Stream stream = Stream::create(Device::get());
+  for (int t = 0; t < 2; ++t) {
+    MatmulConfig config = default_hopper_config({});
+    config.block_k = 16, config.num_stages = 8, config.a_in_registers = true;
+    config.warp_specialize = false, config.programs = 0;
+    Case c{1000, 520, 1000, t ? DType::F16 : DType::BF16, DType::F32, false, t == 1, t == 0, 1.0, "hopper", config};
+    double err = runCase(c, stream);
+    INFO(describe(c) << ": relative error " << err);
+    CHECK(err < tolerance(c.dtype, c.out, c.k));
+  }
+}
