@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/ScopedState.h"
 #include "common/TempDir.h"
 
 #include <cstdlib>
@@ -30,17 +31,7 @@ struct TempDir : test::TempDir {
   TempDir() : test::TempDir("tokamax-autotune") {}
 };
 
-// Sets (or unsets, for nullptr) an environment variable for the scope.
-struct EnvGuard {
-  std::string name;
-  std::optional<std::string> saved;
-  EnvGuard(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str()))
-      saved = v;
-    value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
-  }
-  ~EnvGuard() { saved ? ::setenv(name.c_str(), saved->c_str(), 1) : ::unsetenv(name.c_str()); }
-};
+using test::EnvGuard;
 
 BoundArgs make_args(int64_t rows, int64_t cols, DType dtype = DType::BF16) {
   BoundArgs a;

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/ScopedState.h"
 #include "common/TempDir.h"
 
 #include <cstdlib>
@@ -34,35 +35,8 @@ struct TempDir : test::TempDir {
   TempDir() : test::TempDir("tokamax-privacy") {}
 };
 
-struct WarningCapture {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  WarningCapture() {
-    DiskCache::set_warning_handler([this](const std::string &m) {
-      std::lock_guard lock(mutex);
-      messages.push_back(m);
-    });
-  }
-  ~WarningCapture() { DiskCache::set_warning_handler(nullptr); }
-  bool any(const std::string &what) {
-    std::lock_guard lock(mutex);
-    for (const std::string &m : messages)
-      if (m.find(what) != std::string::npos)
-        return true;
-    return false;
-  }
-};
-
-struct EnvGuard {
-  std::string name;
-  std::optional<std::string> saved;
-  EnvGuard(std::string n, const char *value) : name(std::move(n)) {
-    if (const char *v = std::getenv(name.c_str()))
-      saved = v;
-    value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
-  }
-  ~EnvGuard() { saved ? ::setenv(name.c_str(), saved->c_str(), 1) : ::unsetenv(name.c_str()); }
-};
+using test::EnvGuard;
+using test::WarningCapture;
 
 CacheKey key() {
   return {"privacy", "tile.func @privacy() {\n}\n", "sm_90a", "8.0", "opt=3", "0.1.0", "22.0.0", "nvJitLink 13.0"};

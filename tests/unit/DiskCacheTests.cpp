@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/ScopedState.h"
 #include "common/TempDir.h"
 
 #include <algorithm>
@@ -32,34 +33,8 @@ struct TempDir : test::TempDir {
   TempDir() : test::TempDir("tokamax-diskcache") {}
 };
 
-// Collects warnings for the scope; restores the default handler after.
-struct WarningCapture {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  WarningCapture() {
-    DiskCache::set_warning_handler([this](const std::string& m) {
-      std::lock_guard lock(mutex);
-      messages.push_back(m);
-    });
-  }
-  ~WarningCapture() { DiskCache::set_warning_handler(nullptr); }
-  size_t count() { std::lock_guard lock(mutex); return messages.size(); }
-};
-
-// Sets (or unsets, for nullptr) an environment variable for the scope.
-struct EnvGuard {
-  std::string name;
-  std::optional<std::string> saved;
-  static void put(const std::string& n, const char* v) {
-    v ? ::setenv(n.c_str(), v, 1) : ::unsetenv(n.c_str());
-  }
-  EnvGuard(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str()))
-      saved = v;
-    put(name, value);
-  }
-  ~EnvGuard() { put(name, saved ? saved->c_str() : nullptr); }
-};
+using test::EnvGuard;
+using test::WarningCapture;
 
 CacheKey make_key(const std::string& name = "matmul_128x128") {
   std::string ir = "tile.func @" + name + "(%a: !tile<128xf16>) {\n  tile.return\n}\n";
