@@ -170,9 +170,10 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
                    info_.dynamic_shared ? info_.shared_bytes : 0, stream, pointers);
 }
 
-KernelKey::KernelKey(std::string_view op) : op_(op), hash_(hash64(op)) {}
+// One allocation for the fields of any op's key on the hot path (attention's has ~40).
+KernelKey::KernelKey(std::string_view op) : op_(op), hash_(hash64(op)) { fields_.reserve(48); }
 
-KernelKey::KernelKey(std::string_view op, std::initializer_list<int64_t> fields) : KernelKey(op) {
+KernelKey::KernelKey(std::string_view op, std::initializer_list<int64_t> fields) : op_(op), hash_(hash64(op)) {
   fields_.reserve(fields.size());
   for (int64_t f : fields)
     add(f);
