@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -66,6 +67,12 @@ void warn_once(const std::string& path, const std::string& message) {
   std::fprintf(stderr, "tokamax: warning: %s\n", message.c_str());
 }
 
+// The directories a cache file lives in, each of which must be private: the kernel
+// cache's root and its autotune/ folder.
+std::array<fs::path, 2> cacheDirectories(const fs::path& path) {
+  return {path.parent_path().parent_path(), path.parent_path()};
+}
+
 // The cache file's text, read only from a private directory (PrivateFiles.h), never
 // through a symbolic link and only when this user owns it; nullopt on a miss or a
 // refusal (warned once).
@@ -73,7 +80,7 @@ std::optional<std::string> read_file(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path.parent_path(), ec))
     return std::nullopt;
-  for (const fs::path& dir : {path.parent_path().parent_path(), path.parent_path()})
+  for (const fs::path& dir : cacheDirectories(path))
     if (std::string why = private_files::why_untrusted(dir); !why.empty()) {
       warn_once(path.string(), fmt::format("ignoring the autotuning cache {}: {}", path.string(), why));
       return std::nullopt;
@@ -255,7 +262,7 @@ void update_autotuning_cache(const AutotuningResult& result) {
     return;
   const fs::path path = autotuning_cache_path(result.device());
   // Private directories only: another user's (or a world-writable) one is refused.
-  for (const fs::path& dir : {path.parent_path().parent_path(), path.parent_path()})
+  for (const fs::path& dir : cacheDirectories(path))
     if (std::string why = private_files::make_private_directory(dir); !why.empty()) {
       warn_once(path.string(), fmt::format("not writing the autotuning cache {}: {}", path.string(), why));
       return;

@@ -13,8 +13,8 @@
 
 #include <array>
 #include <bit>
-#include <future>
 #include <cstdio>
+#include <future>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>

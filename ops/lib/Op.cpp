@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <mutex>
 #include <atomic>
+#include <mutex>
 #include <shared_mutex>
 
 namespace tokamax {

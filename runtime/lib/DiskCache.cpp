@@ -229,12 +229,13 @@ fs::path DiskCache::entry_path_for_digest(std::string_view digest) const {
 }
 
 std::optional<CacheEntry> DiskCache::load(const CacheKey& key) {
+  if (!usable())
+    return std::nullopt;
   std::string key_text = key.to_string();
   std::string digest = sha256_hex(key_text);
   fs::path path = entry_path_for_digest(digest);
-  if (!usable())
-    return std::nullopt;
 
+  // A regular file of this user's, reached without a symbolic link (else refused).
   std::string refused;
   cache_file::Fd fd(private_files::open_private_file(path, refused));
   struct stat st;
@@ -253,8 +254,6 @@ std::optional<CacheEntry> DiskCache::load(const CacheKey& key) {
     cache_file::unlink_if_same(path, st);
     return std::nullopt;
   };
-  if (!S_ISREG(st.st_mode))
-    return discard("not a regular file");
   if (static_cast<uint64_t>(st.st_size) > cache_file::kMaxEntryBytes)
     return discard(fmt::format("implausibly large ({} bytes)", st.st_size));
 

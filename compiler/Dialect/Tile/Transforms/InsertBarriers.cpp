@@ -141,19 +141,25 @@ Dirty walk(Block &block, Dirty dirty, bool insert, int *needed = nullptr) {
         // inside it on every iteration (double-buffered users always want it).
         bool doubleBuffered = false;
         op.walk([&](Operation *inner) { doubleBuffered |= getScratchStride(inner) > 0; });
-        int withBefore = 0, withoutBefore = 0;
-        if (!dirty.empty() && !doubleBuffered) {
-          walkRegions(topOfBody(dirty), false, &withBefore);
-          walkRegions(topOfBody({}), false, &withoutBefore);
-        }
-        if (!dirty.empty() && (doubleBuffered || withBefore > withoutBefore)) {
-          if (insert)
-            insertBarrierBefore(&op);
-          else if (needed)
-            ++*needed;
-          dirty.clear();
-        }
         Dirty entry = topOfBody(dirty);
+        if (!dirty.empty()) {
+          Dirty clean = topOfBody({});
+          bool before = doubleBuffered;
+          if (!before) {
+            int withBefore = 0, withoutBefore = 0;
+            walkRegions(entry, false, &withBefore);
+            walkRegions(clean, false, &withoutBefore);
+            before = withBefore > withoutBefore;
+          }
+          if (before) {
+            if (insert)
+              insertBarrierBefore(&op);
+            else if (needed)
+              ++*needed;
+            dirty.clear();
+            entry = std::move(clean);
+          }
+        }
         // The loop may run zero times; after it either buffer may be being read.
         dirty = join(dirty, flip(walkRegions(entry, insert, needed), true));
       } else {
