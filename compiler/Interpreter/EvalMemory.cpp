@@ -208,6 +208,22 @@ bool evalMemory(Interpreter &in, Operation *op) {
     in.set(load.getResult(), std::move(r));
     return true;
   }
+  if (auto copy = dyn_cast<tile::AsyncBlockLoadOp>(op)) {
+    // The block, then its unit dims dropped (the same elements in the same order).
+    auto type = copy.getResult().getType();
+    HostTile r = HostTile::of(RankedTensorType::get(copy.getBlock(), type.getElementType()));
+    int32_t arg = in.get(copy.getBase()).arg[0];
+    forEachBlockElement(in, copy.getBase(), copy.getOffsets(), copy.getDims(), copy.getStrides(), r.shape,
+                        [&](size_t k, bool inBounds, int64_t offset) {
+                          if (!inBounds)
+                            return r.setFromDouble(k, 0.0);
+                          in.checkAccess("tile.async_block_load", arg, offset);
+                          in.readElem(arg, offset, r, k);
+                        });
+    r.shape.assign(type.getShape().begin(), type.getShape().end());
+    in.set(copy.getResult(), std::move(r));
+    return true;
+  }
   if (auto store = dyn_cast<tile::BlockStoreOp>(op))
     return storeBlock(in, "tile.block_store", store.getBase(), store.getOffsets(), store.getDims(),
                       store.getStrides(),

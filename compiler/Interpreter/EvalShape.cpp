@@ -147,7 +147,7 @@ bool evalShape(Interpreter &in, Operation *op) {
     in.set(trans.getResult(), std::move(r));
     return true;
   }
-  if (isa<tile::BarrierOp>(op))
+  if (isa<tile::BarrierOp, tile::AsyncWaitOp>(op))
     return true;
   return false;
 }

@@ -385,6 +385,18 @@ std::vector<Value> Kernel::if_else(const Value &cond, const std::function<std::v
   return out;
 }
 
+SharedBuffer Kernel::shared_buffer(int64_t slots) {
+  if (slots < 1 || slots > 8)
+    builder_->fail(fmt::format("kernel {}: shared_buffer needs 1 to 8 slots, got {}", name(), slots));
+  return SharedBuffer{builder_->sharedBuffers++, slots};
+}
+
+void Kernel::wait_async(int pending) {
+  if (pending < 0 || pending > 7)
+    builder_->fail(fmt::format("kernel {}: wait_async takes 0 to 7 pending copies, got {}", name(), pending));
+  builder_->b().create<tile::AsyncWaitOp>(builder_->loc(), pending);
+}
+
 void Kernel::when(const Value &cond, const std::function<void()> &body) {
   if_else(cond, [&] { body(); return std::vector<Value>{}; }, [] { return std::vector<Value>{}; });
 }

@@ -30,6 +30,7 @@ public:
   const std::string &name() const { return name_; }
   int numWarps() const { return options.num_warps; }
   std::vector<int64_t> grid{1, 1, 1};
+  int64_t sharedBuffers = 0;  ///< ids handed out by Kernel::shared_buffer
 
   /// Appends a kernel parameter and returns its block argument.
   mlir::Value addParameter(const std::string &name, mlir::Type type, bool isOutput,

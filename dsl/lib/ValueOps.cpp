@@ -440,6 +440,45 @@ Value TensorArg::load(std::vector<Value> offsets, std::vector<int64_t> block, do
   return kb.wrap(op);
 }
 
+Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
+                            const Value &slot) const {
+  KernelBuilder &kb = *builder_;
+  if (buffer.id < 0 || buffer.id >= kb.sharedBuffers)
+    kb.fail(fmt::format("load_async {}: the buffer does not come from this kernel's shared_buffer()", name_));
+  if (block.size() != shape_.size())
+    kb.fail(fmt::format("load_async {}: block [{}] must have the tensor's rank {}", name_, fmt::join(block, ", "),
+                        shape_.size()));
+  std::vector<int64_t> kept;
+  for (int64_t d : block) {
+    if (!isPowerOfTwo(d))
+      kb.fail(fmt::format("load_async {}: block dimensions must be powers of two, got [{}]", name_,
+                          fmt::join(block, ", ")));
+    if (d != 1)
+      kept.push_back(d);
+  }
+  if (kept.size() > 2 || block.back() == 1)
+    kb.fail(fmt::format("load_async {}: the block [{}] must have at most two non-unit dims, the last one of them",
+                        name_, fmt::join(block, ", ")));
+  while (kept.size() < 2)
+    kept.insert(kept.begin(), 1);
+  const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
+  if (bytes != 2 && bytes != 4)
+    kb.fail(fmt::format("load_async {}: copies 16- or 32-bit elements, got {}", name_, dtype_name(dtype_)));
+  const int64_t chunk = 16 / bytes;
+  if (block.back() % chunk != 0 || shape_.back() % chunk != 0)
+    kb.fail(fmt::format("load_async {}: the block's and the tensor's last dims must be multiples of {} (16 bytes), "
+                        "got {} and {}",
+                        name_, chunk, block.back(), shape_.back()));
+  auto offs = blockOffsets(kb, name_, shape_.size(), offsets, "load_async");
+  mlir::Value slotValue = kb.index(slot, "load_async");
+  auto type = RankedTensorType::get(kept, tile::toMlirType(&kb.context(), dtype_));
+  auto op = kb.b().create<tile::AsyncBlockLoadOp>(
+      kb.loc(), type, kb.func().getArgument(index_), offs, slotValue, kb.b().getDenseI64ArrayAttr(shape_),
+      kb.b().getDenseI64ArrayAttr(strides_), kb.b().getDenseI64ArrayAttr(block), kb.b().getI64IntegerAttr(buffer.id),
+      kb.b().getI64IntegerAttr(buffer.slots));
+  return kb.wrap(op);
+}
+
 void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
   KernelBuilder &kb = *builder_;
   Type elem = tile::toMlirType(&kb.context(), dtype_);

@@ -2,6 +2,7 @@
 // the interpreter, both checked against float64 host references, on odd shapes.
 #include <catch2/catch.hpp>
 
+#include "common/AsyncRingKernel.h"
 #include "common/Numerics.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -198,6 +199,31 @@ TEST_CASE("shapes, gathers, atomics and loops on the device", "[gpu]") {
   auto [devT, interpT] = runBoth(k, buffers, 4);
   CHECK(std::fabs(devT[0] - refTotal) <= 1e-4 * std::fabs(refTotal));
   CHECK(std::fabs(interpT[0] - refTotal) <= 1e-4 * std::fabs(refTotal));
+}
+
+TEST_CASE("double-buffered async copies into shared memory feed dots on the device", "[gpu]") {
+  // Ragged row counts (zero-filled past the end), a head dim that is not a power of two
+  // (zero-filled columns), bf16 and f16; c from dots reading the ring, s elementwise.
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 64}, {17, 40}, {100, 40}, {1000, 64}}) {
+      INFO(dtype_name(dtype) << " rows " << rows << " dim " << dim);
+      test::AsyncRingShape sh;
+      sh.rows = rows;
+      sh.dim = dim;
+      Kernel k = test::async_ring_kernel(sh, dtype);
+      auto q = random_values(sh.kQ * dim, dtype, 31, 0.05, 1.0);
+      auto kv = random_values(sh.batch * rows * sh.heads * dim, dtype, 32, 0.05, 1.0);
+      std::vector<double> refC, refS;
+      test::async_ring_reference(sh, q, kv, refC, refS);
+      std::vector<Buffer> buffers = {Buffer(dtype, q), Buffer(dtype, kv), Buffer(DType::F32, refC.size()),
+                                     Buffer(DType::F32, refS.size())};
+      auto [devC, interpC] = runBoth(k, buffers, 2);
+      CHECK(test::rel_error(devC, refC) <= 1e-5);
+      CHECK(test::rel_error(interpC, refC) <= 1e-5);
+      auto [devS, interpS] = runBoth(k, buffers, 3);
+      CHECK(test::rel_error(devS, refS) <= 1e-6);
+      CHECK(test::rel_error(interpS, refS) <= 1e-6);
+    }
 }
 
 TEST_CASE("example ops on the device at odd and large shapes", "[gpu]") {

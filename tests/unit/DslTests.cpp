@@ -175,6 +175,34 @@ TEST_CASE("block loads need power-of-two blocks of the tensor's rank", "[dsl]") 
   CHECK_THROWS_WITH(f.wf.reshape({3, 4}), Contains("reshape: tile dimensions must be powers of two, got [3, 4]"));
 }
 
+TEST_CASE("asynchronous copies check their block, dtype, buffer and slot", "[dsl]") {
+  Kernel k("async");
+  auto x = k.input("x", DType::BF16, {4, 100, 64});
+  auto odd = k.input("odd", DType::BF16, {100, 30});
+  auto bytes = k.input("bytes", DType::I8, {100, 64});
+  dsl::SharedBuffer ring = k.shared_buffer(2);
+  Value slot = k.constant(0, DType::I32);
+  CHECK_NOTHROW(x.load_async({0, 0, 0}, {1, 32, 64}, ring, slot));
+  CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {2, 32, 64}, ring, slot),
+                    Contains("load_async x: the block [2, 32, 64] must have at most two non-unit dims"));
+  CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 64, 1}, ring, slot), Contains("the last one of them"));
+  CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 24, 64}, ring, slot),
+                    Contains("load_async x: block dimensions must be powers of two"));
+  CHECK_THROWS_WITH(x.load_async({0, 0}, {1, 32, 64}, ring, slot),
+                    Contains("load_async x: needs 3 offsets (one per dimension), got 2"));
+  CHECK_THROWS_WITH(odd.load_async({0, 0}, {32, 32}, ring, slot),
+                    Contains("load_async odd: the block's and the tensor's last dims must be multiples of 8 "
+                             "(16 bytes), got 32 and 30"));
+  CHECK_THROWS_WITH(bytes.load_async({0, 0}, {32, 64}, ring, slot),
+                    Contains("load_async bytes: copies 16- or 32-bit elements, got i8"));
+  CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 32, 64}, dsl::SharedBuffer{}, slot),
+                    Contains("load_async x: the buffer does not come from this kernel's shared_buffer()"));
+  CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 32, 64}, ring, k.constant(0, DType::F32)),
+                    Contains("load_async: expected an i32 scalar, got f32 scalar"));
+  CHECK_THROWS_WITH(k.shared_buffer(0), Contains("shared_buffer needs 1 to 8 slots, got 0"));
+  CHECK_THROWS_WITH(k.wait_async(-1), Contains("wait_async takes 0 to 7 pending copies, got -1"));
+}
+
 TEST_CASE("block accesses need one i32 offset per dimension", "[dsl]") {
   Fixture f;
   CHECK_THROWS_AS(f.x.load({0}, {4, 256}), Error);

@@ -1,6 +1,8 @@
 // Interpreter runs of DSL-built kernels.
 #include "InterpreterTestUtil.h"
 
+#include "common/AsyncRingKernel.h"
+
 namespace dsl = tokamax::dsl;
 
 TEST_CASE("interpreter: DSL row scale with block loads (the Kernel.h example)", "[interpreter]") {
@@ -203,3 +205,30 @@ TEST_CASE("interpreter: DSL kernels report bad arguments by parameter name", "[i
                                               Catch::Contains("72"));
 }
 
+
+TEST_CASE("interpreter: DSL double-buffered async copies feed a dot and elementwise math", "[interpreter]") {
+  std::mt19937 rng(26);
+  for (int64_t rows : {int64_t(1), int64_t(17), int64_t(100)}) {
+    INFO("rows=" << rows);
+    test::AsyncRingShape sh;
+    sh.rows = rows;
+    dsl::Kernel k = test::async_ring_kernel(sh, DType::BF16);
+    const int64_t Q = sh.kQ, step = sh.kStep, D = sh.kDimBlock;
+    Buf qb(DType::BF16, Q * sh.dim), kb(DType::BF16, sh.batch * rows * sh.heads * sh.dim);
+    Buf cb(DType::F32, sh.batch * Q * step), sb(DType::F32, sh.batch * step * D);
+    fill(qb, rng, -1, 1);
+    fill(kb, rng, -1, 1);
+    std::vector<HostArg> args{qb.arg(), kb.arg(), cb.arg(), sb.arg()};
+    interpret(k, args);
+    std::vector<double> q(qb.n), kv(kb.n), c, s;
+    for (size_t i = 0; i < qb.n; ++i)
+      q[i] = qb.get(i);
+    for (size_t i = 0; i < kb.n; ++i)
+      kv[i] = kb.get(i);
+    test::async_ring_reference(sh, q, kv, c, s);
+    for (size_t i = 0; i < c.size(); ++i)
+      REQUIRE(std::fabs(cb.get(i) - c[i]) <= 1e-5 * (1 + std::fabs(c[i])));
+    for (size_t i = 0; i < s.size(); ++i)
+      REQUIRE(std::fabs(sb.get(i) - s[i]) <= 1e-6 * (1 + std::fabs(s[i])));
+  }
+}

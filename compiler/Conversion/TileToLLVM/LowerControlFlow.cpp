@@ -14,6 +14,14 @@ namespace tokamax::tile {
 
 namespace {
 
+/// Registers per thread of a tile (a shared tile: its address), 1 for a scalar.
+int64_t registerCount(Value v) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || isSharedTile(type))
+    return 1;
+  return getDistribution(type).num_registers();
+}
+
 SmallVector<Value> flatten(TileLowering &t, ValueRange values) {
   SmallVector<Value> flat;
   for (Value v : values)
@@ -87,11 +95,9 @@ LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) 
     // Types are only known after lowering the branch: lower into a scratch if first.
     SmallVector<Type> types;
     for (Value v : branch.getResults())
-      for (int64_t i = 0, n = isa<RankedTensorType>(v.getType())
-                                 ? getDistribution(cast<RankedTensorType>(v.getType())).num_registers()
-                                 : 1;
-           i < n; ++i)
-        types.push_back(t.registerType(getElementTypeOrSelf(v.getType())));
+      for (int64_t i = 0, n = registerCount(v); i < n; ++i)
+        types.push_back(isSharedTile(v.getType()) ? LLVM::LLVMPointerType::get(b.getContext(), 3)
+                                                  : t.registerType(getElementTypeOrSelf(v.getType())));
     auto lowered = b.create<scf::IfOp>(branch.getLoc(), types, t.regs(branch.getCondition())[0],
                                        hasElse);
     if (failed(lowerRegionBody(t, thenBlock, lowered.getThenRegion().front())))
@@ -101,9 +107,7 @@ LogicalResult lowerControlFlowOp(TileLowering &t, Operation *op, bool &handled) 
       return failure();
     size_t pos = 0;
     for (Value v : branch.getResults()) {
-      size_t n = isa<RankedTensorType>(v.getType())
-                     ? getDistribution(cast<RankedTensorType>(v.getType())).num_registers()
-                     : 1;
+      size_t n = registerCount(v);
       t.setRegs(v, Registers(lowered.getResults().begin() + pos, lowered.getResults().begin() + pos + n));
       pos += n;
     }

@@ -13,7 +13,9 @@
 //   The B operand's region follows A's (tile-allocate-shared): one barrier per dot.
 //   Conversions that feed the dot right after them are lowered with it: the dot
 //   stores, waits once and reads each K step's fragments just before that step's
-//   mma.sync, so the operand never sits in registers whole.
+//   mma.sync, so the operand never sits in registers whole. An operand read from a
+//   shared tile (tile.async_block_load's, LowerAsyncCopy.cpp) is read the same way,
+//   with nothing to store and no barrier.
 // - The dot itself issues one mma.sync per 16x8 accumulator tile and K step:
 //   m16n8k16 for bf16/f16, m16n8k8 on tf32 (cvt.rna) for f32. K below one instruction is
 //   zero-padded in registers. Other element types (f64, integers, fp8) stay on the CPU
@@ -25,6 +27,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
 #include <cstdio>
+#include <functional>
 
 using namespace mlir;
 
@@ -397,20 +400,29 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
               "f32 accumulation";
   if (smVersion(t.arch()) < 80)
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
-  // Operands whose conversions go with this dot: stored together, one barrier, then
-  // each K step's fragments read right before that step's mma.sync.
+  // Operands whose conversions go with this dot (stored together, one barrier) or that
+  // it reads from shared tiles: each K step's fragments are read right before that
+  // step's mma.sync.
   std::vector<StagedOperand> staged;
+  std::vector<std::pair<unsigned, std::function<FailureOr<Registers>(KSteps)>>> readers;
   SmallVector<Registers, 2> operands{Registers(), Registers()};
   for (unsigned i = 0; i < 2; ++i) {
     auto convert = op->getOperand(i).getDefiningOp<ConvertLayoutOp>();
-    if (convert && lowersWithDot(t, convert)) {
+    if (convert && readsSharedAtDot(convert)) {
+      SharedTileView view = sharedTileView(t, convert.getSource());
+      auto dstType = cast<RankedTensorType>(convert.getType());
+      readers.emplace_back(i, [&t, convert, view, dstType](KSteps steps) {
+        return readDotOperand(t, convert, dstType, view.cd, view.staging, view.base, steps);
+      });
+    } else if (convert && lowersWithDot(t, convert)) {
       staged.emplace_back(t, convert, stagedDotOperandDim(convert));
-      operands[i] = Registers(getDistribution(cast<RankedTensorType>(convert.getType())).num_registers());
     } else {
       operands[i] = t.regs(op->getOperand(i));
+      continue;
     }
+    operands[i] = Registers(getDistribution(cast<RankedTensorType>(convert.getType())).num_registers());
   }
-  if (staged.empty()) {
+  if (staged.empty() && readers.empty()) {
     FailureOr<Registers> result =
         emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], t.regs(op.getAcc()));
     if (failed(result))
@@ -418,30 +430,34 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
     t.setRegs(op.getResult(), std::move(*result));
     return success();
   }
-  for (StagedOperand &operand : staged)
+  for (StagedOperand &operand : staged) {
     operand.store();
-  t.barrier();
+    unsigned index = operand.op.getResult() == op.getA() ? 0 : 1;
+    readers.emplace_back(index, [&operand](KSteps steps) { return operand.read(steps); });
+  }
+  if (!staged.empty())
+    t.barrier();
   const unsigned kpi = 8 * cast<DotOperandLayoutAttr>(aType.getEncoding()).getKWidth();
   const unsigned repK = std::max<int64_t>(1, aType.getDimSize(1) / kpi);
   Registers acc = t.regs(op.getAcc());
   for (unsigned rk = 0; rk < repK; ++rk) {
     KSteps step{rk, rk + 1};
-    for (StagedOperand &operand : staged) {
-      FailureOr<Registers> regs = operand.read(step);
+    for (auto &[index, read] : readers) {
+      FailureOr<Registers> regs = read(step);
       if (failed(regs))
         return failure();
-      Registers &into = operands[operand.op.getResult() == op.getA() ? 0 : 1];
       for (size_t r = 0; r < regs->size(); ++r)
         if ((*regs)[r])
-          into[r] = (*regs)[r];
+          operands[index][r] = (*regs)[r];
     }
     FailureOr<Registers> result = emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], acc, step);
     if (failed(result))
       return failure();
     acc = std::move(*result);
   }
-  for (StagedOperand &operand : staged)
-    t.setRegs(operand.op.getResult(), operands[operand.op.getResult() == op.getA() ? 0 : 1]);
+  for (unsigned i = 0; i < 2; ++i)
+    if (auto convert = op->getOperand(i).getDefiningOp<ConvertLayoutOp>(); convert && !t.hasRegs(convert.getResult()))
+      t.setRegs(convert.getResult(), operands[i]);
   t.setRegs(op.getResult(), std::move(acc));
   return success();
 }

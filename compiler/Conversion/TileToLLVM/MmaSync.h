@@ -1,7 +1,7 @@
 //===- MmaSync.h - Shared pieces of the mma.sync lowerings ---------*- C++ -*-===//
 //
-// tile.dot (operands staged per dot) and tile.cp_async_dot (operands streamed through a
-// ring) share the swizzled shared-memory tile, the ldmatrix reads of dot-operand
+// tile.dot (operands staged per dot, or read from shared tiles) and tile.cp_async_dot
+// (operands streamed through a ring) share the swizzled shared-memory tile, the ldmatrix reads of dot-operand
 // registers from it, and the mma.sync issue over a whole K range.
 //
 //===----------------------------------------------------------------------===//
@@ -64,6 +64,18 @@ struct KSteps {
 /// the K steps `steps` are read (the others stay null). `op` names errors.
 mlir::FailureOr<Registers> readDotOperand(TileLowering &t, mlir::Operation *op, mlir::RankedTensorType dstType,
                                           int cd, const Staging &tile, mlir::Value base, KSteps steps = {});
+
+/// A shared tile (#tile.shared, LowerAsyncCopy.cpp): its swizzled storage, the tile
+/// dim along a stored row, and its address (an llvm pointer into address space 3).
+struct SharedTileView {
+  int cd;
+  Staging staging;
+  mlir::Value base;
+};
+SharedTileView sharedTileView(TileLowering &t, mlir::Value tile);
+/// Whether `op` reads a shared tile into a dot-operand layout for the one dot right
+/// after it in its block: that dot reads the tile itself, one K step at a time.
+bool readsSharedAtDot(ConvertLayoutOp op);
 
 /// acc + a @ b on mma.sync (m16n8k16 for bf16/f16, m16n8k8 on tf32 for f32) from the
 /// registers of a and b in their dot-operand layouts and acc in the mma layout, over the

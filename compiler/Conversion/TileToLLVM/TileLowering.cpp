@@ -62,7 +62,7 @@ LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) 
 LogicalResult TileLowering::lowerOp(Operation *op) {
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
-                                          lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerDotOp, lowerShapeOp,
+                                          lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerAsyncCopyOp, lowerDotOp, lowerShapeOp,
                                           lowerElementwiseOp};
   for (Lowering lower : families) {
     bool handled = false;

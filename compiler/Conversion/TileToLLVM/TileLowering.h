@@ -139,6 +139,9 @@ mlir::LogicalResult lowerTmaStoreOp(TileLowering &t, mlir::Operation *op, bool &
 /// tile.cp_async_dot: the cp.async ring + ldmatrix + mma.sync main loop (sm_80+).
 mlir::LogicalResult lowerCpAsyncDotOp(TileLowering &t, mlir::Operation *op, bool &handled);
 mlir::LogicalResult lowerControlFlowOp(TileLowering &t, mlir::Operation *op, bool &handled);
+/// tile.async_block_load / tile.async_wait, and trans of and conversions out of shared
+/// tiles (before lowerDotOp and lowerShapeOp).
+mlir::LogicalResult lowerAsyncCopyOp(TileLowering &t, mlir::Operation *op, bool &handled);
 
 /// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).
 int64_t knownMultipleOf(mlir::Value value);

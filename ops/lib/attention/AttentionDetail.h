@@ -85,6 +85,10 @@ struct KernelSpec {
   bool split_edges = false;
   /// Flash kernels: each loop reads its next blocks one step ahead (config "prefetch").
   bool prefetch = false;
+  /// Flash kernels on tensor cores: the blocks each loop walks are copied into a
+  /// double-buffered shared ring with cp.async one step ahead and read by the products
+  /// from there (config "async_copy"; rows of whole 16-byte chunks only).
+  bool async_copy = false;
 
   KernelKey key() const;
   std::string name() const;
@@ -104,6 +108,11 @@ std::optional<std::string> why_not(const Problem &p, Impl impl);
 Config heuristic(const Problem &p, Impl impl);
 std::vector<Config> search_space(const Problem &p, Impl impl);
 std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config);
+
+/// Whether the tile kernels can copy their blocks with cp.async (tensor-core dtypes,
+/// head dims of whole 16-byte chunks); a config asking for it elsewhere gets the
+/// register path.
+bool async_copy_serves(const Problem &p, Impl impl);
 
 /// The padded tile extent of a head dim (a power of two >= 16).
 int64_t padded_head_dim(int64_t d);

@@ -1,7 +1,9 @@
 //===- Configs.cpp - Attention configs: heuristics, search spaces, checks ---===//
 //
 // Every implementation takes block_q (query rows per program), block_kv (keys per
-// step), num_warps and, for the flash kernels, prefetch. The tile heuristic starts from
+// step), num_warps and, for the flash kernels, prefetch and async_copy (the blocks a
+// loop walks go through a double-buffered cp.async ring in shared memory instead of
+// registers; the tile heuristic's choice wherever the head dims allow it). The tile heuristic starts from
 // FlashAttention-2's defaults (64-row query blocks, 64-key steps, 4 warps; 128-row blocks
 // for the forward at H <= 64, as measured; narrower steps and more warps as the head dim
 // grows so the accumulator and scores stay in registers); exact (f32 / f64) products
@@ -34,12 +36,16 @@ int64_t registerEstimate(const Problem &p, const Config &c) {
   int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
   int64_t words = c.get("block_q") * (padded_head_dim(p.Hv) + c.get("block_kv")) +
                   (p.vjp ? c.get("block_kv") * dims : 0);
-  if (c.get_or("prefetch", 0))  // the next step's blocks, 16-bit
+  if (c.get_or("prefetch", 0) && !c.get_or("async_copy", 0))  // the next step's blocks, 16-bit
     words += (p.vjp ? c.get("block_q") : c.get("block_kv")) * dims / 2;
   return words * (p.compute == DType::F64 ? 2 : 1) / threads;
 }
 
 } // namespace
+
+bool async_copy_serves(const Problem &p, Impl impl) {
+  return impl == Impl::Tile && isHalf(p.dtype) && p.H % 8 == 0 && p.Hv % 8 == 0;
+}
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
   // Programs run over (blocks, heads, batch rows): grid y and z stop at 65535.
@@ -84,7 +90,10 @@ Config heuristic(const Problem &p, Impl impl) {
   // 64 x 32 on 4 warps 131-142.
   if (impl == Impl::Tile && p.vjp && dim == 128)
     bkv = 64, warps = 8;
-  return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
+  Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
+  if (async_copy_serves(p, impl))
+    c.set("async_copy", 1);
+  return c;
 }
 
 std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
@@ -92,11 +101,12 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     if (!c.has(key))
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
-    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch")
+    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch" && key != "async_copy")
       return fmt::format("unknown key \"{}\"", key);
-  if (c.has("prefetch") && (impl == Impl::Reference || (c.get("prefetch") != 0 && c.get("prefetch") != 1)))
-    return impl == Impl::Reference ? std::string("reference takes no \"prefetch\"")
-                                   : fmt::format("prefetch must be 0 or 1, got {}", c.get("prefetch"));
+  for (const char *key : {"prefetch", "async_copy"})
+    if (c.has(key) && (impl == Impl::Reference || (c.get(key) != 0 && c.get(key) != 1)))
+      return impl == Impl::Reference ? fmt::format("reference takes no \"{}\"", key)
+                                     : fmt::format("{} must be 0 or 1, got {}", key, c.get(key));
   for (const char *key : {"block_q", "block_kv"}) {
     int64_t v = c.get(key);
     if (v < 16 || v > 256 || (v & (v - 1)))
@@ -116,8 +126,10 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
   std::vector<Config> space{heuristic(p, impl)};
   auto add = [&](int64_t bq, int64_t bkv, int64_t warps, int64_t prefetch = 0) {
     Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
-    if (prefetch)
+    if (prefetch == 1)
       c.set("prefetch", 1);
+    if (prefetch == 2)
+      c.set("async_copy", 1);
     if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c) &&
         registerEstimate(p, c) <= 128)
       space.push_back(c);
@@ -131,8 +143,8 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
   for (int64_t bq : {64, 128})
     for (int64_t bkv : {32, 64, 128})
       for (int64_t warps : {4, 8})
-        for (int64_t prefetch : {0, 1})
-          if (bq <= pow2AtLeast(p.T, 16) || bq == 64)
+        for (int64_t prefetch : {0, 1, 2})  // registers, one step ahead, cp.async ring
+          if ((bq <= pow2AtLeast(p.T, 16) || bq == 64) && (prefetch != 2 || async_copy_serves(p, impl)))
             add(bq, bkv, warps, prefetch);
   return space;
 }

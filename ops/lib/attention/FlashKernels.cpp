@@ -38,9 +38,8 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
   Chunks acc = zero_rows(s, k, bq, p.Hv);
   const size_t accSize = acc.size();
 
-  // K and V blocks of step j0.
-  std::vector<Loader> kv{[&](Value j0) { return load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv); },
-                         [&](Value j0) { return load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv); }};
+  // K and V blocks of each step.
+  std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
     auto parts = unpack(carried, {1, 1, accSize});
     Value mOld = parts[0][0], lOld = parts[1][0];
@@ -138,8 +137,7 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 
   Carried sums = k.loop(0, p.group(), 1, pack({&dkAcc, &dvAcc}), [&](Value g, Carried outer) {
     Value n = h * p.group() + g;
-    std::vector<Loader> qd{[&](Value t0) { return load_rows(s, in.q, pr.b, t0, n, p.H, bq); },
-                           [&](Value t0) { return load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq); }};
+    std::vector<BlockSource> qd{{in.q, n, p.H, bq}, {ct.dout, n, p.Hv, bq}};
     BlockBody body = [&](Value t0, Carried carried, bool masked, const Blocks &blocks) {
       auto parts = unpack(carried, {nk, nv});
       Chunks q = blocks(0), d = blocks(1);
@@ -178,8 +176,7 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
   Chunks acc = zero_rows(s, k, bq, p.H);
   const bool natural = p.softcap != 0;
-  std::vector<Loader> kv{[&](Value j0) { return load_rows(s, in.k, pr.b, j0, kvh, p.H, bkv); },
-                         [&](Value j0) { return load_rows(s, in.v, pr.b, j0, kvh, p.Hv, bkv); }};
+  std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
     Chunks kb = blocks(0);
     Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, natural);

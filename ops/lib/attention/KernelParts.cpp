@@ -255,16 +255,67 @@ Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const B
   return run(r.inner_hi, r.hi, true, std::move(carried));
 }
 
-Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<Loader> &loads,
+namespace {
+
+/// The async_copy walk: every source gets a two-slot shared buffer; step j reads slot
+/// `slot` (copied during the step before) and copies step j + step into the other.
+Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
+                  const BlockBody &body) {
+  Kernel &k = pr.k;
+  std::vector<dsl::SharedBuffer> buffers;
+  for (size_t i = 0; i < sources.size(); ++i)
+    buffers.push_back(k.shared_buffer(2));
+  auto copyAll = [&](Value r0, Value slot) {
+    Carried blocks;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const BlockSource &src = sources[i];
+      blocks.push_back(
+          src.t.load_async({pr.b, r0, src.head, 0}, {1, src.rows, 1, padded_head_dim(src.dim)}, buffers[i], slot));
+    }
+    return blocks;
+  };
+  const size_t own = carried.size();
+  Value first = zeroI32(k);
+  Carried blocks = copyAll(r.lo, first);
+  carried.insert(carried.end(), blocks.begin(), blocks.end());
+  carried.push_back(first);
+  Carried out = walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
+    Value slot = c.back();
+    Carried current(c.begin() + own, c.end() - 1);
+    // This step's copies have landed and every thread is done with the other slot.
+    k.wait_async(0);
+    Value other = 1 - slot;
+    Carried next = copyAll(j + step, other);  // past the range: zero-filled or unused
+    c.resize(own);
+    Carried result = body(j, std::move(c), masked, [&](size_t i) { return Chunks{current[i]}; });
+    result.insert(result.end(), next.begin(), next.end());
+    result.push_back(other);
+    return result;
+  });
+  // The last copies land, and every read ends, before anything reuses the slots.
+  k.wait_async(0);
+  out.resize(own);
+  return out;
+}
+
+} // namespace
+
+Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
                     const BlockBody &body) {
+  auto load = [&](size_t i, Value r0) {
+    const BlockSource &src = sources[i];
+    return load_rows(pr.s, src.t, pr.b, r0, src.head, src.dim, src.rows);
+  };
+  if (pr.s.async_copy)
+    return walkAsync(pr, r, step, std::move(carried), sources, body);
   if (!pr.s.prefetch)
     return walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
-      return body(j, std::move(c), masked, [&](size_t i) { return loads[i](j); });
+      return body(j, std::move(c), masked, [&](size_t i) { return load(i, j); });
     });
   auto loadAll = [&](Value j, std::vector<size_t> &sizes) {
     Carried all;
-    for (const Loader &load : loads) {
-      Chunks part = load(j);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      Chunks part = load(i, j);
       sizes.push_back(part.size());
       all.insert(all.end(), part.begin(), part.end());
     }

@@ -105,14 +105,22 @@ using Body = std::function<Carried(Value, Carried, bool masked)>;
 /// splits edges (and no mask tensor forces masks everywhere), else every block masked.
 Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const Body &body);
 
-using Loader = std::function<Chunks(Value)>;
-/// Block i of a step: loaded where the body asks for it, or carried from the step before.
+/// Rows [r0, r0 + rows) of head `head` of a [B, R, heads, dim] tensor: what a loop
+/// reads at each step r0 (load_rows of the program's batch row).
+struct BlockSource {
+  TensorArg t;
+  Value head;
+  int64_t dim, rows;
+};
+/// Block i of a step, as load_rows gives it (one chunk per product operand).
 using Blocks = std::function<Chunks(size_t)>;
 using BlockBody = std::function<Carried(Value, Carried, bool masked, const Blocks &blocks)>;
-/// walk() whose body also gets the blocks `loads` read at its step. With the spec's
-/// prefetch the loop carries them, read one step ahead: the next step's global loads
-/// are in flight while this step computes; without, each is read where it is used.
-Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<Loader> &loads,
+/// walk() whose body also gets the blocks of `sources` at its step. With the spec's
+/// async_copy they are copied into a double-buffered shared ring one step ahead (the
+/// loop carries the slot; one wait and barrier per step) and the products read them
+/// there; with prefetch the loop carries them in registers, read one step ahead;
+/// without either, each is read where it is used.
+Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
                     const BlockBody &body);
 
 /// Packs chunk lists into one carried list and back.

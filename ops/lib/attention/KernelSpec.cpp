@@ -65,6 +65,7 @@ KernelKey KernelSpec::key() const {
   mix(static_cast<uint64_t>(num_warps));
   mix(split_edges);
   mix(prefetch);
+  mix(async_copy);
   return h;
 }
 

@@ -72,6 +72,7 @@ public:
     base_.num_warps = static_cast<int>(c.get("num_warps"));
     base_.split_edges = impl == Impl::Tile;
     base_.prefetch = c.get_or("prefetch", 0) != 0;
+    base_.async_copy = c.get_or("async_copy", 0) != 0 && async_copy_serves(p, impl);
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {

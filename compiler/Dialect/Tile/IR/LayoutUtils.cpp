@@ -81,6 +81,11 @@ static void collectKept(Attribute layout, Attribute &root, std::vector<unsigned>
     kept.push_back(d);
 }
 
+bool isSharedTile(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && isa_and_nonnull<SharedLayoutAttr>(tensor.getEncoding());
+}
+
 compiler::Distribution getDistribution(RankedTensorType type) {
   Attribute root;
   std::vector<unsigned> kept;
@@ -131,7 +136,7 @@ static int64_t linearOf(const std::vector<int64_t> &coords, ArrayRef<int64_t> sh
 }
 
 std::optional<std::vector<int64_t>> threadLocalRegisters(RankedTensorType source, RankedTensorType result) {
-  if (!source.getEncoding() || !result.getEncoding())
+  if (!source.getEncoding() || !result.getEncoding() || isSharedTile(source) || isSharedTile(result))
     return std::nullopt;
   compiler::Distribution in = getDistribution(source), out = getDistribution(result);
   if (in.num_warps() != out.num_warps())
@@ -186,6 +191,8 @@ int64_t getScratchBytes(Operation *op) {
   // (ldmatrix from a swizzled copy) is the convert_layout into the dot-operand layout
   // that tile-assign-layouts puts before it, sized below like any conversion.
   if (isa<ConvertLayoutOp, ReshapeOp>(op)) {
+    if (isSharedTile(op->getOperand(0).getType()))
+      return 0;  // read straight from the shared tile
     auto type = cast<RankedTensorType>(op->getResult(0).getType());
     if (threadLocalRegisters(cast<RankedTensorType>(op->getOperand(0).getType()), type))
       return 0;  // registers are renamed (tile-to-llvm)
@@ -205,7 +212,8 @@ int64_t getScratchStride(Operation *op) {
 int stagedDotOperandDim(ConvertLayoutOp op) {
   auto src = cast<RankedTensorType>(op.getSource().getType());
   auto dst = cast<RankedTensorType>(op.getResult().getType());
-  if (!isa_and_nonnull<DotOperandLayoutAttr>(dst.getEncoding()) || src.getRank() != 2 || !src.getEncoding())
+  if (!isa_and_nonnull<DotOperandLayoutAttr>(dst.getEncoding()) || src.getRank() != 2 || !src.getEncoding() ||
+      isSharedTile(src))
     return -1;
   unsigned bytes = elementBytes(src.getElementType());
   if (bytes != 2 && bytes != 4)

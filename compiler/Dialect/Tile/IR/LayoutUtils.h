@@ -40,6 +40,10 @@ unsigned elementBytes(mlir::Type type);
 /// The default (anchor) layout of a tile type for a kernel of `numWarps` warps.
 BlockedLayoutAttr getDefaultLayout(mlir::RankedTensorType type, unsigned numWarps);
 
+/// Whether `type` is a tile held in shared memory (#tile.shared) rather than registers:
+/// its one "register" is the tile's shared-memory address (i32).
+bool isSharedTile(mlir::Type type);
+
 /// Distribution of a tensor whose type carries a blocked, mma, dot-operand or slice layout.
 compiler::Distribution getDistribution(mlir::RankedTensorType type);
 
@@ -86,6 +90,10 @@ std::optional<std::vector<int64_t>> threadLocalRegisters(mlir::RankedTensorType 
 
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
+
+/// Attribute name on tile.async_block_load: bytes of one slot of its buffer (the
+/// buffer's region starts at tile.scratch_offset; slot s at offset + s * slot bytes).
+inline constexpr llvm::StringLiteral kSlotBytesAttr = "tile.slot_bytes";
 
 /// Attribute name on scratch users placed away from offset 0 (tile-allocate-shared).
 inline constexpr llvm::StringLiteral kScratchOffsetAttr = "tile.scratch_offset";

@@ -1,5 +1,6 @@
 //===- TileOps.cpp - Verifiers and folds of tile operations -----------------===//
 #include "compiler/Dialect/Tile/IR/TileDialect.h"
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
@@ -109,6 +110,44 @@ LogicalResult StoreOp::verify() {
 LogicalResult BlockLoadOp::verify() {
   return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(),
                            getStrides(), getResult().getType());
+}
+
+LogicalResult AsyncBlockLoadOp::verify() {
+  ArrayRef<int64_t> dims = getDims(), strides = getStrides(), block = getBlock();
+  if (block.size() != dims.size())
+    return emitOpError("block has ") << block.size() << " dims, the tensor " << dims.size();
+  auto type = getResult().getType();
+  SmallVector<int64_t> kept;
+  for (int64_t d : block)
+    if (d != 1)
+      kept.push_back(d);
+  while (kept.size() < 2)
+    kept.insert(kept.begin(), 1);
+  if (type.getRank() != 2 || ArrayRef<int64_t>(kept) != type.getShape())
+    return emitOpError("result must be the block without its unit dims (2-D), got ") << type;
+  if (block.back() == 1)
+    return emitOpError("the block's last dim must not be a unit dim (it is the contiguous one)");
+  // The block as tile.block_load would read it: same checks on offsets, dims, dtype.
+  auto full = RankedTensorType::get(block, type.getElementType());
+  if (failed(verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), dims, strides, full)))
+    return failure();
+  unsigned bytes = elementBytes(type.getElementType());
+  const int64_t chunk = 16 / std::max(1u, bytes);
+  if (bytes != 2 && bytes != 4)
+    return emitOpError("copies 16- or 32-bit elements, got ") << type.getElementType();
+  if (strides.back() != 1)
+    return emitOpError("the last dim must be contiguous (stride 1), got stride ") << strides.back();
+  if (block.back() % chunk != 0 || dims.back() % chunk != 0)
+    return emitOpError("the block's and the tensor's last dims must be whole 16-byte chunks (multiples of ")
+           << chunk << "), got " << block.back() << " and " << dims.back();
+  for (size_t d = 0; d + 1 < strides.size(); ++d)
+    if (strides[d] % chunk != 0)
+      return emitOpError("stride ") << strides[d] << " of dim " << d << " is not a multiple of 16 bytes";
+  if (getSlots() < 1 || getBuffer() < 0)
+    return emitOpError("needs slots >= 1 and buffer >= 0");
+  if (auto layout = type.getEncoding(); layout && !isa<SharedLayoutAttr>(layout))
+    return emitOpError("result lives in shared memory (#tile.shared), got ") << layout;
+  return success();
 }
 
 LogicalResult BlockStoreOp::verify() {

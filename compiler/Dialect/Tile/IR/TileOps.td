@@ -115,6 +115,45 @@ def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite
   let hasVerifier = 1;
 }
 
+def Tile_AsyncBlockLoadOp : Tile_Op<"async_block_load", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "copy a block of a strided tensor into a slot of a shared-memory buffer (cp.async)";
+  let description = [{
+    The block of `block` elements at `offsets` (one per dimension) of the tensor behind
+    `base` (`dims`, `strides` as tile.block_load) is copied into slot `slot` (0 <=
+    slot < `slots`) of the kernel's shared buffer number `buffer`; elements outside the
+    tensor read as zero. The result is that block with its unit dimensions dropped (2-D),
+    held in shared memory (#tile.shared), and is valid only after a tile.async_wait
+    that covers this copy and until a later copy into the same slot: ordering the slots
+    is the kernel's job. Every op naming one buffer shares its slots (a loop's copy
+    and the copy before the loop that it continues).
+
+    On the GPU (sm_80+) every thread copies 16-byte chunks with cp.async and commits
+    one group; the last dimension must be contiguous (stride 1), the block's and the
+    tensor's last dims whole 16-byte chunks, and every other stride a multiple of 16
+    bytes. The interpreter loads the block.
+  }];
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, I32:$slot,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$block, I64Attr:$buffer, I64Attr:$slots);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` `slot` $slot attr-dict `:` type($base) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_AsyncWaitOp : Tile_Op<"async_wait", []> {
+  let summary = "wait for this thread's tile.async_block_load copies, then a block-wide barrier";
+  let description = [{
+    Waits until at most `pending` of the calling thread's most recent copy groups (one
+    per tile.async_block_load) are still in flight, then synchronizes the block: every
+    thread's completed copies are visible to all, and every thread has finished reading
+    what it read before (so a slot read before the wait may be refilled after it).
+  }];
+  let arguments = (ins DefaultValuedAttr<I32Attr, "0">:$pending);
+  let assemblyFormat = "attr-dict";
+}
+
 def Tile_TmaStoreOp : Tile_Op<"tma_store", [MemoryEffects<[MemWrite]>]> {
   let summary = "store a 2-D block of a kernel tensor with TMA (sm_90a), dropping what falls outside";
   let description = [{

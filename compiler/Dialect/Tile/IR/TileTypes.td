@@ -119,6 +119,17 @@ def Tile_DotOperandLayoutAttr : Tile_Attr<"DotOperandLayout", "dot_op"> {
   let genVerifyDecl = 1;
 }
 
+// A 2-D tile held in shared memory rather than registers: what tile.async_block_load
+// writes (rows of the source tensor, 16-byte chunks XOR-swizzled by row as tile.dot's
+// operand staging) and what tile.trans of such a tile names (the same bytes, the other
+// dimension contiguous). `contiguousDim` is the tile dimension along a stored row. Its
+// consumers read it with ldmatrix (a dot operand) or element loads (anything else).
+def Tile_SharedLayoutAttr : Tile_Attr<"SharedLayout", "shared"> {
+  let summary = "a 2-D tile in shared memory, stored rows along `contiguousDim`";
+  let parameters = (ins "unsigned":$contiguousDim);
+  let assemblyFormat = "`<` `{` struct(params) `}` `>`";
+}
+
 def Tile_ReduceKind : I32EnumAttr<"ReduceKind", "reduction combiner", [
     I32EnumAttrCase<"Sum", 0, "sum">, I32EnumAttrCase<"Max", 1, "max">,
     I32EnumAttrCase<"Min", 2, "min">, I32EnumAttrCase<"Argmax", 3, "argmax">]> {

@@ -7,13 +7,17 @@
 // body they also alternate between two such buffers (tile.scratch_stride), so a k-loop
 // needs one barrier per iteration: the next iteration writes the other buffer. A
 // warp-specialized tile.tma_dot's ring is in use across the rest of the kernel: it gets
-// a region of its own after the shared ones.
+// a region of its own after the shared ones, and so does each shared buffer that
+// tile.async_block_load ops fill (slots x the largest block copied into it, in use from
+// the copy until a later one into the slot).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <map>
 
 namespace tokamax::tile {
 #define GEN_PASS_DEF_TILEALLOCATESHARED
@@ -54,6 +58,24 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
           own.push_back(op);
         else if (int64_t need = getScratchBytes(op))
           bytes = std::max(bytes, getScratchOffset(op) + getScratchStride(op) + need);
+      });
+      // Shared buffers of asynchronous copies: every op naming buffer b gets b's region.
+      std::map<int64_t, std::pair<int64_t, int64_t>> buffers;  // id -> (slots, slot bytes)
+      func.walk([&](AsyncBlockLoadOp copy) {
+        auto type = copy.getResult().getType();
+        auto &[slots, slotBytes] = buffers[copy.getBuffer()];
+        slots = std::max<int64_t>(slots, copy.getSlots());
+        slotBytes = std::max(slotBytes, (type.getNumElements() * elementBytes(type.getElementType()) + 127) / 128 * 128);
+      });
+      std::map<int64_t, int64_t> bufferOffsets;
+      for (auto &[id, size] : buffers) {
+        bytes = (bytes + 127) / 128 * 128;
+        bufferOffsets[id] = bytes;
+        bytes += size.first * size.second;
+      }
+      func.walk([&](AsyncBlockLoadOp copy) {
+        copy->setAttr(kScratchOffsetAttr, i64(bufferOffsets.at(copy.getBuffer())));
+        copy->setAttr(kSlotBytesAttr, i64(buffers.at(copy.getBuffer()).second));
       });
       // A warp-specialized tma_dot's producer refills its ring while the other warps
       // run what follows it, and TMA reads a tma_store's strips after the op is done:

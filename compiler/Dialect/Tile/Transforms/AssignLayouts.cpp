@@ -17,6 +17,10 @@
 //    the operands' trip through shared memory). Loop-carried accumulators take the mma
 //    layout from the start, so k-loops never convert the accumulator.
 // 7. tile.cp_async_dot: the accumulator and result take tile.dot's mma.sync layout.
+// 8. tile.async_block_load results live in shared memory (#tile.shared, rows along the
+//    last dim); tile.trans of one names the same bytes with the other dim contiguous;
+//    a dot converts it into its operand layout (ldmatrix straight from it), any other
+//    user into the default layout first.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -242,6 +246,20 @@ private:
       return; // handled by the parent
     if (isa<ConvertLayoutOp>(op))
       return;
+    if (auto copy = dyn_cast<AsyncBlockLoadOp>(op))
+      return setLayout(copy.getResult(), SharedLayoutAttr::get(op->getContext(), 1));
+    if (auto trans = dyn_cast<TransOp>(op); trans && isSharedTile(trans.getSource().getType())) {
+      // Result dim i is source dim order[i]: the contiguous dim moves with it.
+      unsigned cd = cast<SharedLayoutAttr>(getLayout(trans.getSource().getType())).getContiguousDim();
+      unsigned moved = static_cast<unsigned>(llvm::find(trans.getOrder(), static_cast<int32_t>(cd)) -
+                                             trans.getOrder().begin());
+      return setLayout(trans.getResult(), SharedLayoutAttr::get(op->getContext(), moved));
+    }
+    // Only dots (and trans) read shared tiles as they are: others get registers first.
+    if (!isa<DotOp>(op))
+      for (OpOperand &operand : op->getOpOperands())
+        if (isSharedTile(operand.get().getType()))
+          convertOperand(op, operand, defaultFor(operand.get().getType()));
     if (auto dot = dyn_cast<DotOp>(op))
       if (MmaLayoutAttr mma = mmaLayoutFor(dot, numWarps, rowsPerWarp)) {
         Type elem = dot.getA().getType().getElementType();

@@ -94,7 +94,7 @@ Range rangeOf(Operation *op) {
 
 void insertBarrierBefore(Operation *op) {
   Operation *prev = op->getPrevNode();
-  if (prev && isa<BarrierOp>(prev))
+  if (prev && isa<BarrierOp, AsyncWaitOp>(prev))
     return;
   OpBuilder builder(op);
   builder.create<BarrierOp>(op->getLoc());
@@ -104,7 +104,7 @@ void insertBarrierBefore(Operation *op) {
 /// inserted when `insert` is set, else counted in `needed` (when given).
 Dirty walk(Block &block, Dirty dirty, bool insert, int *needed = nullptr) {
   for (Operation &op : llvm::make_early_inc_range(block)) {
-    if (isa<BarrierOp>(op)) {
+    if (isa<BarrierOp, AsyncWaitOp>(op)) {  // tile.async_wait ends in a barrier
       dirty.clear();
       continue;
     }

@@ -22,7 +22,8 @@
 //
 // Conversions whose layouts another op fixes (into or out of dot-operand layouts, into
 // or out of tile.dot, tile.tma_dot, tile.cp_async_dot and tile.reduce) are left alone,
-// except that rule 1 drops exact no-ops and round trips. Every replacement has exactly
+// except that rule 1 drops exact no-ops and round trips; reads of shared tiles
+// (#tile.shared) stay where they are. Every replacement has exactly
 // the type of the value it replaces, so no op ever sees a new operand type.
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +59,8 @@ bool fixesLayout(Operation *op) { return isa<DotOp, TmaDotOp, CpAsyncDotOp, Redu
 
 /// A conversion into or out of a layout some op fixes: only exact no-ops may go.
 bool isPinned(ConvertLayoutOp op) {
+  if (isSharedTile(op.getSource().getType()) || isSharedTile(op.getType()))
+    return true;  // a read of a shared tile: where it happens matters
   if (isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getType())) ||
       isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getSource().getType())))
     return true;

@@ -166,6 +166,13 @@ struct TOKAMAX_API CpAsyncDotOptions {
 TOKAMAX_API Value cp_async_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0,
                                const Value &acc, const CpAsyncDotOptions &options = {});
 
+/// A shared-memory buffer of `slots` slots that TensorArg::load_async fills
+/// (Kernel::shared_buffer). Each slot holds the largest block copied into it.
+struct SharedBuffer {
+  int64_t id = -1;
+  int64_t slots = 0;
+};
+
 /// A tensor parameter of the kernel: a pointer plus the static shape and strides.
 class TOKAMAX_API TensorArg {
 public:
@@ -177,6 +184,15 @@ public:
   /// Loads the block of `block` elements starting at `offsets` (one per dimension);
   /// elements outside the tensor read as `padding`.
   Value load(std::vector<Value> offsets, std::vector<int64_t> block, double padding = 0.0) const;
+  /// Starts copying the block at `offsets` into slot `slot` (an i32 in [0, slots)) of
+  /// `buffer`, elements outside the tensor read as zero (cp.async on sm_80+), and
+  /// returns it with its unit dims dropped: a 2-D tile held in shared memory. Read it
+  /// (as a dot operand, transposed, or anywhere else) only after a Kernel::wait_async
+  /// that covers the copy, and before the next copy into that slot. 16- or 32-bit
+  /// dtypes; the last dim contiguous with the block's and the tensor's last dims whole
+  /// 16-byte chunks, the last offset a multiple of one, other strides of 16 bytes.
+  Value load_async(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
+                   const Value &slot) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.
   void store(std::vector<Value> offsets, const Value &tile) const;
   /// The same for a [BM, BN] tile (BM <= 256, BN whole 128-byte strips) of a 2-D bf16,
@@ -234,6 +250,13 @@ public:
   std::vector<Value> loop(const Value &lo, const Value &hi, const Value &step,
                           std::vector<Value> carried,
                           const std::function<std::vector<Value>(Value, std::vector<Value>)> &body);
+  /// A shared-memory buffer of `slots` slots for TensorArg::load_async.
+  SharedBuffer shared_buffer(int64_t slots);
+  /// Waits until at most `pending` of this thread's latest load_async copies are in
+  /// flight, then a barrier of the whole program: every thread's finished copies are
+  /// visible, and every read before the wait is done (its slots may be refilled).
+  void wait_async(int pending = 0);
+
   /// cond ? then_branch() : else_branch(); both return values of the same types.
   std::vector<Value> if_else(const Value &cond, const std::function<std::vector<Value>()> &then_branch,
                              const std::function<std::vector<Value>()> &else_branch);

@@ -1,0 +1,162 @@
+//===- LowerAsyncCopy.cpp - Shared tiles: cp.async copies and their readers ---===//
+//
+// A tile.async_block_load result lives in shared memory (#tile.shared): its one register
+// is the address of its slot. The copy itself is every thread's 16-byte cp.async chunks
+// of the block (zero-filled outside the tensor) stored as a swizzled tile (Staging, the
+// layout tile.dot's operand staging and ldmatrix reads use), then one committed group.
+// tile.async_wait is cp.async.wait_group plus a block barrier. tile.trans of a shared
+// tile renames its address (the type says which dim is contiguous). A conversion out of
+// a shared tile reads it: into a dot-operand layout with ldmatrix (readDotOperand; the
+// dot itself reads one K step at a time when the conversion feeds only it), into any
+// other layout one element per register.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+SharedTileView sharedTileView(TileLowering &t, Value tile) {
+  auto type = cast<RankedTensorType>(tile.getType());
+  int cd = static_cast<int>(cast<SharedLayoutAttr>(type.getEncoding()).getContiguousDim());
+  unsigned bytes = elementBytes(t.registerType(type.getElementType()));
+  return {cd, Staging(type.getDimSize(1 - cd), type.getDimSize(cd), bytes), t.regs(tile)[0]};
+}
+
+bool readsSharedAtDot(ConvertLayoutOp op) {
+  if (!isSharedTile(op.getSource().getType()) || !isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getType())) ||
+      !op->hasOneUse())
+    return false;
+  Operation *user = *op->user_begin();
+  return isa<DotOp>(user) && user->getBlock() == op->getBlock();
+}
+
+namespace {
+
+LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  if (smVersion(t.arch()) < 80)
+    return op.emitOpError("needs cp.async (sm_80 or newer), compiling for ") << t.arch();
+  if (!t.sharedBase() || !op->hasAttr(kSlotBytesAttr))
+    return op.emitOpError("needs its shared buffer (run tile-allocate-shared first)");
+  auto type = op.getResult().getType();
+  Type elem = t.registerType(type.getElementType());
+  unsigned bytes = elementBytes(elem);
+  ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides(), block = op.getBlock();
+  const int64_t last = static_cast<int64_t>(dims.size()) - 1;
+  Staging s(type.getDimSize(0), type.getDimSize(1), bytes);
+  if (knownMultipleOf(t.regs(op.getOffsets()[last])[0]) % s.chunk != 0)
+    return op.emitOpError("the last offset must be a known multiple of ") << s.chunk
+                                                                          << " elements (16-byte chunks)";
+  // The tensor dim the tile's rows run along (none for a single row).
+  int64_t rowDim = -1;
+  for (int64_t d = 0; d < last; ++d)
+    if (block[d] != 1)
+      rowDim = d;
+
+  I32 m{t, loc};
+  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  int64_t slotBytes = op->getAttrOfType<IntegerAttr>(kSlotBytesAttr).getInt();
+  Value slotOffset = b.create<arith::MulIOp>(loc, t.regs(op.getSlot())[0], m.c(slotBytes));
+  Value slot = b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
+  Value slotAddr = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), slot);
+  Value global = t.regs(op.getBase())[0];
+  const int64_t perRow = s.cols / s.chunk, chunks = s.rows * perRow, threads = 32 * getNumWarps(op);
+  Value tid = t.threadId();
+  auto ult = [&](Value x, int64_t bound) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, x, m.c(bound));
+  };
+  for (int64_t first = 0; first < chunks; first += threads) {
+    auto copyChunk = [&] {
+      Value c = m.add(tid, m.c(first));
+      Value row = m.div(c, perRow), col = m.mul(m.rem(c, perRow), s.chunk);
+      Value inside = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
+      Value index = t.i64(0);
+      for (int64_t d = 0; d <= last; ++d) {
+        Value g = t.regs(op.getOffsets()[d])[0];
+        if (d == rowDim)
+          g = m.add(g, row);
+        if (d == last)
+          g = m.add(g, col);
+        inside = b.create<arith::AndIOp>(loc, inside, ult(g, dims[d]));
+        Value term = b.create<arith::MulIOp>(loc, b.create<arith::ExtUIOp>(loc, b.getI64Type(), g), t.i64(strides[d]));
+        index = b.create<arith::AddIOp>(loc, index, term);
+      }
+      // Outside the tensor nothing is read (zero fill): point at its first element.
+      index = b.create<arith::SelectOp>(loc, inside, index, t.i64(0));
+      Value src = b.create<LLVM::GEPOp>(loc, global.getType(), elem, global, ValueRange{index});
+      Value dst = m.add(slotAddr, m.mul(s.index(m, row, col), bytes));
+      t.ptx(loc).cpAsync16(dst, src, inside);
+    };
+    if (first + threads <= chunks) {
+      copyChunk();
+      continue;
+    }
+    auto guard = b.create<scf::IfOp>(loc, ult(m.add(tid, m.c(first)), chunks), /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&guard.getThenRegion().front());
+    copyChunk();
+  }
+  t.ptx(loc).cpAsyncCommitGroup();
+  t.setRegs(op.getResult(), {slot});
+  return success();
+}
+
+/// A conversion out of a shared tile: ldmatrix into a dot-operand layout, else one load
+/// per register.
+LogicalResult lowerRead(TileLowering &t, ConvertLayoutOp op) {
+  if (readsSharedAtDot(op))
+    return success();  // lowerDot reads it, one K step at a time
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  SharedTileView view = sharedTileView(t, op.getSource());
+  auto dstType = cast<RankedTensorType>(op.getType());
+  if (isSharedTile(dstType))
+    return op.emitOpError("cannot move a shared tile to another shared layout");
+  if (isa<DotOperandLayoutAttr>(dstType.getEncoding())) {
+    FailureOr<Registers> regs = readDotOperand(t, op, dstType, view.cd, view.staging, view.base);
+    if (failed(regs))
+      return failure();
+    t.setRegs(op.getResult(), std::move(*regs));
+    return success();
+  }
+  I32 m{t, loc};
+  Type elem = t.registerType(dstType.getElementType());
+  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  Registers result;
+  for (int64_t r = 0, n = getDistribution(dstType).num_registers(); r < n; ++r) {
+    Registers coords = t.coords(dstType, r);
+    Value index = view.staging.index(m, coords[1 - view.cd], coords[view.cd]);
+    Value ptr = b.create<LLVM::GEPOp>(loc, ptrType, elem, view.base, ValueRange{index});
+    result.push_back(b.create<LLVM::LoadOp>(loc, elem, ptr));
+  }
+  t.setRegs(op.getResult(), std::move(result));
+  return success();
+}
+
+} // namespace
+
+LogicalResult lowerAsyncCopyOp(TileLowering &t, Operation *op, bool &handled) {
+  handled = true;
+  if (auto copy = dyn_cast<AsyncBlockLoadOp>(op))
+    return lowerCopy(t, copy);
+  if (auto wait = dyn_cast<AsyncWaitOp>(op)) {
+    t.ptx(op->getLoc()).cpAsyncWaitGroup(wait.getPending());
+    t.barrier();
+    return success();
+  }
+  if (auto trans = dyn_cast<TransOp>(op); trans && isSharedTile(trans.getSource().getType())) {
+    t.setRegs(trans.getResult(), t.regs(trans.getSource()));
+    return success();
+  }
+  if (auto convert = dyn_cast<ConvertLayoutOp>(op); convert && isSharedTile(convert.getSource().getType()))
+    return lowerRead(t, convert);
+  handled = false;
+  return success();
+}
+
+} // namespace tokamax::tile
