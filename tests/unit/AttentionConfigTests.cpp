@@ -55,6 +55,9 @@ TEST_CASE("attention: every tile and chunked config matches the reference implem
     // Small blocks make the loops walk several steps here.
     configs.push_back({{"block_q", 16}, {"block_kv", 16}, {"num_warps", 1}, {"prefetch", 1}});
     configs.push_back({{"block_q", 32}, {"block_kv", 16}, {"num_warps", 2}, {"prefetch", 1}});
+    // Rings deeper than the steps some loops walk.
+    configs.push_back({{"block_q", 16}, {"block_kv", 16}, {"num_warps", 1}, {"async_copy", 1}, {"stages", 4}});
+    configs.push_back({{"block_q", 32}, {"block_kv", 16}, {"num_warps", 2}, {"async_copy", 1}, {"stages", 3}});
     for (const Config &c : configs) {
       if (c.get("block_q") > 64)
         continue;  // the interpreter's time; the GPU tests cover the large blocks
@@ -82,7 +85,7 @@ TEST_CASE("attention: the tile kernels at the headline shape assemble; the 8-war
   BoundArgs fwd = bind_attention({x, x, x, {}, {}, {}, {}, x, lse});
   BoundArgs vjp = bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}});
   // The heuristic's kernels, and configs whose accumulators fit the register file.
-  Config fwdFits{{"block_q", 128}, {"block_kv", 64}, {"num_warps", 8}, {"prefetch", 1}};
+  Config fwdFits{{"block_q", 128}, {"block_kv", 32}, {"num_warps", 4}, {"async_copy", 1}};
   Config vjpFits{{"block_q", 32}, {"block_kv", 64}, {"num_warps", 4}};
   for (const auto &[op, args, fits] : {std::tuple{&attention_op(), fwd, fwdFits}, std::tuple{&attention_vjp_op(), vjp, vjpFits}}) {
     const Implementation &tile = op->implementation("tile");
@@ -127,4 +130,43 @@ TEST_CASE("attention: no queries is a no-op; the VJP's dk and dv are zero", "[at
       REQUIRE(dv.at(i) == 0.0);
     }
   }
+}
+
+TEST_CASE("attention: configs are checked key by key; the cp.async ring where head dims allow it", "[attention]") {
+  auto bind = [](int64_t h, DType dt) {
+    const ArgSpec x{{2, 64, 4, h}, dt};
+    return bind_attention({x, x, x, {}, {}, {}, {}, x, attention_lse_spec(x)});
+  };
+  const Implementation &tile = attention_op().implementation("tile");
+  const Implementation &reference = attention_op().implementation("reference");
+  BoundArgs args = bind(64, DType::BF16);
+  CHECK(tile.heuristic(args).get_or("async_copy", 0) == 1);
+  // Rows of 20 bf16 are not whole 16-byte chunks: the heuristic keeps registers.
+  CHECK(tile.heuristic(bind(20, DType::BF16)).get_or("async_copy", 0) == 0);
+  CHECK(attention_op().implementation("chunked").heuristic(bind(64, DType::F32)).get_or("async_copy", 0) == 0);
+  for (const Config &c : tile.search_space(args))
+    CHECK_FALSE(tile.check_config(args, c).has_value());
+  auto why = [&](const Implementation &impl, const BoundArgs &a, Config c) {
+    auto reason = impl.check_config(a, c);
+    return reason ? *reason : std::string("(accepted)");
+  };
+  Config base{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 4}};
+  Config c = base;
+  c.set("stages", 3);
+  CHECK_THAT(why(tile, args, c), Catch::Contains("stages (the cp.async ring's slots) must be 2, 3 or 4"));
+  c.set("async_copy", 1);
+  CHECK(why(tile, args, c) == "(accepted)");
+  c.set("stages", 5);
+  CHECK_THAT(why(tile, args, c), Catch::Contains("must be 2, 3 or 4 with \"async_copy\": 1, got 5"));
+  c = base;
+  c.set("async_copy", 2);
+  CHECK_THAT(why(tile, args, c), Catch::Contains("async_copy must be 0 or 1, got 2"));
+  c = base;
+  c.set("async_copy", 1);
+  CHECK_THAT(why(reference, args, c), Catch::Contains("reference takes no \"async_copy\""));
+  c = base;
+  c.set("stages_", 2);
+  CHECK_THAT(why(tile, args, c), Catch::Contains("unknown key \"stages_\""));
+  Config big{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"async_copy", 1}, {"stages", 4}};
+  CHECK_THAT(why(tile, bind(256, DType::BF16), big), Catch::Contains("KiB of shared memory (at most 220)"));
 }

@@ -86,9 +86,11 @@ struct KernelSpec {
   /// Flash kernels: each loop reads its next blocks one step ahead (config "prefetch").
   bool prefetch = false;
   /// Flash kernels on tensor cores: the blocks each loop walks are copied into a
-  /// double-buffered shared ring with cp.async one step ahead and read by the products
+  /// shared ring with cp.async ahead of their step and read by the products
   /// from there (config "async_copy"; rows of whole 16-byte chunks only).
   bool async_copy = false;
+  /// Slots of that ring (config "stages"): blocks are copied stages - 1 steps ahead.
+  int stages = 2;
 
   KernelKey key() const;
   std::string name() const;

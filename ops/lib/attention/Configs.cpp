@@ -2,8 +2,8 @@
 //
 // Every implementation takes block_q (query rows per program), block_kv (keys per
 // step), num_warps and, for the flash kernels, prefetch and async_copy (the blocks a
-// loop walks go through a double-buffered cp.async ring in shared memory instead of
-// registers; the tile heuristic's choice wherever the head dims allow it). The tile heuristic starts from
+// loop walks go through a cp.async ring of `stages` slots, default 2, in shared memory
+// instead of registers; the tile heuristic's choice wherever the head dims allow it). The tile heuristic starts from
 // FlashAttention-2's defaults (64-row query blocks, 64-key steps, 4 warps; 128-row blocks
 // for the forward at H <= 64, as measured; narrower steps and more warps as the head dim
 // grows so the accumulator and scores stay in registers); exact (f32 / f64) products
@@ -39,6 +39,16 @@ int64_t registerEstimate(const Problem &p, const Config &c) {
   if (c.get_or("prefetch", 0) && !c.get_or("async_copy", 0))  // the next step's blocks, 16-bit
     words += (p.vjp ? c.get("block_q") : c.get("block_kv")) * dims / 2;
   return words * (p.compute == DType::F64 ? 2 : 1) / threads;
+}
+
+/// Shared-memory bytes of the cp.async ring (every stage of the blocks a loop walks)
+/// plus the staging of the operands held across it.
+int64_t sharedEstimate(const Problem &p, const Config &c) {
+  if (!c.get_or("async_copy", 0))
+    return 0;
+  int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
+  int64_t rows = std::max(c.get("block_q"), c.get("block_kv"));
+  return c.get_or("stages", 2) * rows * dims * 2 + rows * dims * 2;
 }
 
 } // namespace
@@ -101,8 +111,12 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     if (!c.has(key))
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
-    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch" && key != "async_copy")
+    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch" && key != "async_copy" &&
+        key != "stages")
       return fmt::format("unknown key \"{}\"", key);
+  if (c.has("stages") && (!c.get_or("async_copy", 0) || c.get("stages") < 2 || c.get("stages") > 4))
+    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
+                       c.get("stages"));
   for (const char *key : {"prefetch", "async_copy"})
     if (c.has(key) && (impl == Impl::Reference || (c.get(key) != 0 && c.get(key) != 1)))
       return impl == Impl::Reference ? fmt::format("reference takes no \"{}\"", key)
@@ -115,6 +129,9 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   int64_t w = c.get("num_warps");
   if (w != 1 && w != 2 && w != 4 && w != 8)
     return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (sharedEstimate(p, c) > 220 * 1024)
+    return fmt::format("the cp.async ring of {} stages of {} x {} blocks needs ~{} KiB of shared memory (at most 220)",
+                       c.get_or("stages", 2), c.get("block_q"), c.get("block_kv"), sharedEstimate(p, c) / 1024);
   if (registerEstimate(p, c) > 256)
     return fmt::format("block_q {} x block_kv {} with {} warps needs ~{} registers per thread for the "
                        "accumulators alone",
@@ -128,8 +145,11 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
     if (prefetch == 1)
       c.set("prefetch", 1);
-    if (prefetch == 2)
+    if (prefetch >= 2) {
       c.set("async_copy", 1);
+      if (prefetch == 3)
+        c.set("stages", 3);
+    }
     if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c) &&
         registerEstimate(p, c) <= 128)
       space.push_back(c);
@@ -143,8 +163,8 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
   for (int64_t bq : {64, 128})
     for (int64_t bkv : {32, 64, 128})
       for (int64_t warps : {4, 8})
-        for (int64_t prefetch : {0, 1, 2})  // registers, one step ahead, cp.async ring
-          if ((bq <= pow2AtLeast(p.T, 16) || bq == 64) && (prefetch != 2 || async_copy_serves(p, impl)))
+        for (int64_t prefetch : {0, 1, 2, 3})  // registers, one step ahead, cp.async ring of 2 or 3
+          if ((bq <= pow2AtLeast(p.T, 16) || bq == 64) && (prefetch < 2 || async_copy_serves(p, impl)))
             add(bq, bkv, warps, prefetch);
   return space;
 }

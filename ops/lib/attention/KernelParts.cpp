@@ -257,17 +257,19 @@ Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const B
 
 namespace {
 
-/// The async_copy walk: every source gets a two-slot shared buffer; step j reads slot
-/// `slot` (copied during the step before) and copies step j + step into the other.
+/// The async_copy walk: every source gets a shared buffer of `stages` slots; step j
+/// reads the slot copied stages - 1 steps before and copies step j + stages - 1 into
+/// the slot step j - 1 read. The loop carries the blocks in flight and j's slot.
 Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
                   const BlockBody &body) {
   Kernel &k = pr.k;
+  const int64_t stages = pr.s.stages, n = static_cast<int64_t>(sources.size());
   std::vector<dsl::SharedBuffer> buffers;
-  for (size_t i = 0; i < sources.size(); ++i)
-    buffers.push_back(k.shared_buffer(2));
+  for (int64_t i = 0; i < n; ++i)
+    buffers.push_back(k.shared_buffer(stages));
   auto copyAll = [&](Value r0, Value slot) {
     Carried blocks;
-    for (size_t i = 0; i < sources.size(); ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       const BlockSource &src = sources[i];
       blocks.push_back(
           src.t.load_async({pr.b, r0, src.head, 0}, {1, src.rows, 1, padded_head_dim(src.dim)}, buffers[i], slot));
@@ -275,21 +277,23 @@ Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, co
     return blocks;
   };
   const size_t own = carried.size();
-  Value first = zeroI32(k);
-  Carried blocks = copyAll(r.lo, first);
-  carried.insert(carried.end(), blocks.begin(), blocks.end());
-  carried.push_back(first);
+  for (int64_t ahead = 0; ahead + 1 < stages; ++ahead) {  // past the range: zero-filled or unused
+    Carried blocks = copyAll(r.lo + ahead * step, k.constant(static_cast<double>(ahead), DType::I32));
+    carried.insert(carried.end(), blocks.begin(), blocks.end());
+  }
+  carried.push_back(zeroI32(k));
   Carried out = walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
     Value slot = c.back();
-    Carried current(c.begin() + own, c.end() - 1);
-    // This step's copies have landed and every thread is done with the other slot.
-    k.wait_async(0);
-    Value other = 1 - slot;
-    Carried next = copyAll(j + step, other);  // past the range: zero-filled or unused
+    Carried inFlight(c.begin() + own, c.end() - 1);
+    // Step j's copies have landed (later steps' may not have), and every thread is done
+    // with step j - 1's slot.
+    k.wait_async(static_cast<int>((stages - 2) * n));
+    Carried next = copyAll(j + (stages - 1) * step, (slot + (stages - 1)) % stages);
     c.resize(own);
-    Carried result = body(j, std::move(c), masked, [&](size_t i) { return Chunks{current[i]}; });
+    Carried result = body(j, std::move(c), masked, [&](size_t i) { return Chunks{inFlight[i]}; });
+    result.insert(result.end(), inFlight.begin() + n, inFlight.end());
     result.insert(result.end(), next.begin(), next.end());
-    result.push_back(other);
+    result.push_back((slot + 1) % stages);
     return result;
   });
   // The last copies land, and every read ends, before anything reuses the slots.

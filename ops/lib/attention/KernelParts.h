@@ -116,9 +116,9 @@ struct BlockSource {
 using Blocks = std::function<Chunks(size_t)>;
 using BlockBody = std::function<Carried(Value, Carried, bool masked, const Blocks &blocks)>;
 /// walk() whose body also gets the blocks of `sources` at its step. With the spec's
-/// async_copy they are copied into a double-buffered shared ring one step ahead (the
-/// loop carries the slot; one wait and barrier per step) and the products read them
-/// there; with prefetch the loop carries them in registers, read one step ahead;
+/// async_copy they are copied into a shared ring of `stages` slots, stages - 1 steps
+/// ahead (the loop carries the slot; one wait and barrier per step), and the products
+/// read them there; with prefetch the loop carries them in registers, read one step ahead;
 /// without either, each is read where it is used.
 Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
                     const BlockBody &body);

@@ -66,6 +66,7 @@ KernelKey KernelSpec::key() const {
   mix(split_edges);
   mix(prefetch);
   mix(async_copy);
+  mix(static_cast<uint64_t>(stages));
   return h;
 }
 

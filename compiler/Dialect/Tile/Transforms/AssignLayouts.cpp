@@ -87,13 +87,15 @@ private:
 
   /// Makes `operand` of `op` carry `layout`, inserting a conversion before `op`, or
   /// before the outermost loop around `op` the value is invariant in (a Q tile converted
-  /// into a dot operand once, not per iteration).
+  /// into a dot operand once, not per iteration) unless it reads a shared tile.
   void convertOperand(Operation *op, OpOperand &operand, Attribute layout) {
     auto type = dyn_cast<RankedTensorType>(operand.get().getType());
     if (!type || type.getEncoding() == layout)
       return;
     Operation *at = op;
-    while (auto loop = at->getParentOfType<scf::ForOp>()) {
+    // A read of a shared tile stays where its user is: only a tile.async_wait there (in
+    // the loop, say) makes the copy visible.
+    while (auto loop = isSharedTile(type) ? scf::ForOp() : at->getParentOfType<scf::ForOp>()) {
       if (!loop.isDefinedOutsideOfLoop(operand.get()))
         break;
       at = loop;
