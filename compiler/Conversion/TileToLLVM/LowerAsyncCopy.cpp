@@ -64,32 +64,65 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   Value slotOffset = b.create<arith::MulIOp>(loc, t.regs(op.getSlot())[0], m.c(slotBytes));
   Value slot = b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
   Value slotAddr = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), slot);
+  // The block's origin (sign-extended offsets: a negative one is fine where the row
+  // it reaches is inside) and whether its unit dims are inside, once per copy; per
+  // chunk only its row and column, which depend on the thread alone (hoisted from loops).
   Value global = t.regs(op.getBase())[0];
-  const int64_t perRow = s.cols / s.chunk, chunks = s.rows * perRow, threads = 32 * getNumWarps(op);
-  Value tid = t.threadId();
+  Value origin = t.i64(0);
+  Value unitDimsInside = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
   auto ult = [&](Value x, int64_t bound) {
     return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, x, m.c(bound));
   };
-  for (int64_t first = 0; first < chunks; first += threads) {
+  for (int64_t d = 0; d <= last; ++d) {
+    Value offset = t.regs(op.getOffsets()[d])[0];
+    Value term = b.create<arith::MulIOp>(loc, b.create<arith::ExtSIOp>(loc, b.getI64Type(), offset), t.i64(strides[d]));
+    origin = b.create<arith::AddIOp>(loc, origin, term);
+    if (d != rowDim && d != last)
+      unitDimsInside = b.create<arith::AndIOp>(loc, unitDimsInside, ult(offset, dims[d]));
+  }
+  Value blockBase = b.create<LLVM::GEPOp>(loc, global.getType(), elem, global, ValueRange{origin});
+  Value rowOffset = rowDim >= 0 ? t.regs(op.getOffsets()[rowDim])[0] : Value();
+  Value colOffset = t.regs(op.getOffsets()[last])[0];
+  const int64_t rowStride = rowDim >= 0 ? strides[rowDim] : 0;
+  const int64_t perRow = s.cols / s.chunk, chunks = s.rows * perRow, threads = 32 * getNumWarps(op);
+  Value tid = t.threadId();
+  // Thread tid copies chunks tid, tid + threads, ...: when a row holds a whole number of
+  // the threads' chunks, each next one is `rowStep` rows further down the same column,
+  // at constant distances from the first in global and (where the swizzle phase repeats)
+  // shared memory: one address computation per thread instead of one per chunk.
+  const bool regular = threads % perRow == 0;
+  const int64_t rowStep = regular ? threads / perRow : 0;
+  const bool samePhase = regular && rowStep % (s.perPhase * s.maxPhase) == 0;
+  Value row0 = m.div(tid, perRow), col0 = m.mul(m.rem(tid, perRow), s.chunk);
+  auto elementOffset = [&](Value row, Value col) {
+    return b.create<arith::AddIOp>(
+        loc, b.create<arith::MulIOp>(loc, b.create<arith::ExtUIOp>(loc, b.getI64Type(), row), t.i64(rowStride)),
+        b.create<arith::ExtUIOp>(loc, b.getI64Type(), col));
+  };
+  Value within0 = elementOffset(row0, col0);
+  Value dst0 = m.add(slotAddr, m.mul(s.index(m, row0, col0), bytes));
+  for (int64_t first = 0, i = 0; first < chunks; first += threads, ++i) {
     auto copyChunk = [&] {
-      Value c = m.add(tid, m.c(first));
-      Value row = m.div(c, perRow), col = m.mul(m.rem(c, perRow), s.chunk);
-      Value inside = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
-      Value index = t.i64(0);
-      for (int64_t d = 0; d <= last; ++d) {
-        Value g = t.regs(op.getOffsets()[d])[0];
-        if (d == rowDim)
-          g = m.add(g, row);
-        if (d == last)
-          g = m.add(g, col);
-        inside = b.create<arith::AndIOp>(loc, inside, ult(g, dims[d]));
-        Value term = b.create<arith::MulIOp>(loc, b.create<arith::ExtUIOp>(loc, b.getI64Type(), g), t.i64(strides[d]));
-        index = b.create<arith::AddIOp>(loc, index, term);
+      Value row, col, within, dst;
+      if (regular) {
+        row = m.add(row0, m.c(i * rowStep));
+        col = col0;
+        within = b.create<arith::AddIOp>(loc, within0, t.i64(i * rowStep * rowStride));
+        dst = samePhase ? m.add(dst0, m.c(i * rowStep * s.cols * bytes))
+                        : m.add(slotAddr, m.mul(s.index(m, row, col), bytes));
+      } else {
+        Value c = m.add(tid, m.c(first));
+        row = m.div(c, perRow);
+        col = m.mul(m.rem(c, perRow), s.chunk);
+        within = elementOffset(row, col);
+        dst = m.add(slotAddr, m.mul(s.index(m, row, col), bytes));
       }
+      Value inside = b.create<arith::AndIOp>(loc, unitDimsInside, ult(m.add(colOffset, col), dims[last]));
+      if (rowOffset)
+        inside = b.create<arith::AndIOp>(loc, inside, ult(m.add(rowOffset, row), dims[rowDim]));
+      Value src = b.create<LLVM::GEPOp>(loc, global.getType(), elem, blockBase, ValueRange{within});
       // Outside the tensor nothing is read (zero fill): point at its first element.
-      index = b.create<arith::SelectOp>(loc, inside, index, t.i64(0));
-      Value src = b.create<LLVM::GEPOp>(loc, global.getType(), elem, global, ValueRange{index});
-      Value dst = m.add(slotAddr, m.mul(s.index(m, row, col), bytes));
+      src = b.create<LLVM::SelectOp>(loc, inside, src, global);
       t.ptx(loc).cpAsync16(dst, src, inside);
     };
     if (first + threads <= chunks) {

@@ -96,9 +96,10 @@ Config heuristic(const Problem &p, Impl impl) {
   int64_t warps = dim >= 256 ? 8 : 4;
   if (p.vjp && dim >= 128)
     bkv = 32;
-  // The tile VJP at H 128 on the H200 (S2 fwd+bwd): 64 x 64 on 8 warps 164-172 TFLOP/s,
-  // 64 x 32 on 4 warps 131-142.
-  if (impl == Impl::Tile && p.vjp && dim == 128)
+  // The tile VJP at H 128 on the H200 (S2 fwd+bwd): through registers 64 x 64 on 8 warps
+  // 164-172 TFLOP/s, 64 x 32 on 4 warps 131-142; through the cp.async ring 64 x 32 on 4
+  // warps 242, 64 x 64 on 8 warps 232.
+  if (impl == Impl::Tile && p.vjp && dim == 128 && !async_copy_serves(p, impl))
     bkv = 64, warps = 8;
   Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
   if (async_copy_serves(p, impl))
