@@ -13,7 +13,8 @@ export TOKAMAX_CACHE_DIR=$work/cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 status=0
 run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; local rc=$?; tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1; }
-run gpu-tests "$bin/tokamax-gpu-tests" --durations yes
+run gpu-tests "$bin/tokamax-gpu-tests" "~[load]" --durations yes
+TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
 TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
 for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
@@ -31,7 +32,7 @@ TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked -
 if command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; then
   echo "== sanitize"
   OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
-    "dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 300 || status=1
+    "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 900 || status=1
   OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
     "hopper matmul with A in registers in order at block_k 16*" 600 || status=1
 fi
