@@ -240,6 +240,16 @@ Distribution Distribution::dot_operand(const DotOperandLayout &layout, std::vect
 
 unsigned Distribution::contiguous_registers() const { return dims_.empty() ? 1 : contiguous_; }
 
+bool Distribution::has_thread_replicas() const {
+  for (const Dim &d : dims_)
+    if (int64_t(d.lanes - 1) * d.lane_scale + int64_t(d.warps - 1) * d.warp_scale >= d.size)
+      return true;
+  for (const Dropped &d : dropped_)
+    if (d.lanes > 1 || d.warps > 1)
+      return true;
+  return false;
+}
+
 bool Distribution::needs_wrap(size_t i) const { return dims_[i].coverage > dims_[i].size; }
 
 unsigned Distribution::distinct_lanes(size_t i) const {

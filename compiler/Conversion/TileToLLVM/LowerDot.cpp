@@ -90,11 +90,21 @@ struct StagedOperand {
 
   /// Every thread writes its elements, `vec` contiguous ones per store.
   void store() {
+    unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
+    // Replicas in other threads hold the same values: only the owner writes them.
+    if (in.has_thread_replicas()) {
+      t.when(loc, t.threadOwns(srcType), [&] { storeOwn(vec); });
+      return;
+    }
+    storeOwn(vec);
+  }
+
+private:
+  void storeOwn(unsigned vec) {
     OpBuilder &b = t.builder();
     I32 m{t, loc};
     const Registers &regs = t.regs(op.getSource());
     auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
-    unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
     for (int64_t r = 0; r < in.num_registers(); r += vec) {
       if (!in.register_owns(r))
         continue;
@@ -111,6 +121,7 @@ struct StagedOperand {
     }
   }
 
+public:
   /// The result registers of K steps `steps` (the others null), after a barrier.
   FailureOr<Registers> read(KSteps steps = {}) { return readDotOperand(t, op, dstType, cd, staging, base, steps); }
 

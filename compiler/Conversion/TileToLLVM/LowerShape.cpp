@@ -87,14 +87,21 @@ LogicalResult moveThroughScratch(TileLowering &t, Operation *op, Value source, V
   };
   compiler::Distribution in = getDistribution(inType);
   const Registers &regs = t.regs(source);
-  for (int64_t r = 0; r < in.num_registers(); ++r) {
-    if (!in.register_owns(r))
-      continue;
-    Value v = regs[r];
-    if (elem.isInteger(1))
-      v = b.create<arith::ExtUIOp>(loc, memElem, v);
-    b.create<LLVM::StoreOp>(loc, v, slot(linearIndex(t, loc, inType, t.coords(inType, r))));
-  }
+  auto store = [&] {
+    for (int64_t r = 0; r < in.num_registers(); ++r) {
+      if (!in.register_owns(r))
+        continue;
+      Value v = regs[r];
+      if (elem.isInteger(1))
+        v = b.create<arith::ExtUIOp>(loc, memElem, v);
+      b.create<LLVM::StoreOp>(loc, v, slot(linearIndex(t, loc, inType, t.coords(inType, r))));
+    }
+  };
+  // Replicas in other threads hold the same values: only the owner writes them.
+  if (in.has_thread_replicas())
+    t.when(loc, t.threadOwns(inType), store);
+  else
+    store();
   t.barrier();
   compiler::Distribution out = getDistribution(outType);
   Registers moved;

@@ -176,3 +176,26 @@ func.func @loop(%x: !tile.ptr<f32>, %y: !tile.ptr<f32>, %n: i32) {
   tile.block_store %y[%c0], %r {dims = array<i64: 1024>, strides = array<i64: 1>} : <f32>, tensor<1024xf32>
   return
 }
+
+// -----
+
+// A [16, 32] bf16 tile on 4 warps: the default layout (8-element vectors, 128 threads)
+// covers 1024 elements, so every element sits in two threads. Staged into a dot operand
+// (sm_80), only the owning thread stores it: the stores are inside a branch on the
+// owner test, then one barrier, then ldmatrix.
+// CHECK-LABEL: llvm.func @replicated_operand
+// CHECK: scf.if
+// CHECK: llvm.store {{.*}} : vector<8xbf16>, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK: nvvm.barrier0
+// CHECK: ldmatrix
+func.func @replicated_operand(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32} {
+  %c0 = arith.constant 0 : i32
+  %ta = tile.block_load %a[%c0, %c0] {dims = array<i64: 16, 32>, strides = array<i64: 32, 1>} : !tile.ptr<bf16> -> tensor<16x32xbf16>
+  %tb = tile.block_load %b[%c0, %c0] {dims = array<i64: 32, 64>, strides = array<i64: 64, 1>} : !tile.ptr<bf16> -> tensor<32x64xbf16>
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<16x64xf32>
+  %d = tile.dot %ta, %tb, %acc : tensor<16x32xbf16>, tensor<32x64xbf16> -> tensor<16x64xf32>
+  tile.block_store %c[%c0, %c0], %d {dims = array<i64: 16, 64>, strides = array<i64: 64, 1>} : !tile.ptr<f32>, tensor<16x64xf32>
+  return
+}

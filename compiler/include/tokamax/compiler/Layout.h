@@ -125,6 +125,9 @@ public:
   const std::vector<int64_t> &register_offset(int64_t r) const { return offsets_[r]; }
   /// Number of contiguous registers along the fastest tile dimension (vector width).
   unsigned contiguous_registers() const;
+  /// True when threads other than a element's owner hold it too (a layout larger than
+  /// its tile, or dims reduced away): writers to shared memory then let the owner store.
+  bool has_thread_replicas() const;
   /// True when some (base + offset) may reach the extent, so code must wrap it.
   bool needs_wrap(size_t dim) const;
 
