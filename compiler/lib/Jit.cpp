@@ -13,7 +13,6 @@
 
 #include <array>
 #include <bit>
-#include <cstdio>
 #include <future>
 #include <mutex>
 #include <shared_mutex>
@@ -309,14 +308,8 @@ const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std:
                                 name, digest.substr(0, 16)));
       CompiledKernel compiled = compile_ir(ir, options);
       entry = toEntry(compiled);
-      if (state_->disk) {
-        try {
-          state_->disk->store(cacheKey, *entry);
-        } catch (const Error &e) {  // a full or read-only disk: the call still succeeds
-          static std::once_flag warned;
-          std::call_once(warned, [&] { std::fprintf(stderr, "tokamax: warning: kernel cache: %s\n", e.what()); });
-        }
-      }
+      if (state_->disk)  // a full or read-only disk warns once; the call still succeeds
+        state_->disk->try_store(cacheKey, *entry);
       from = KernelSource::Compiled;
     }
     LaunchInfo info = LaunchInfo::from_json(entry->metadata_json);

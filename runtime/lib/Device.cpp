@@ -114,6 +114,13 @@ void Device::make_current() const {
   check(detail::driver().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
+size_t Device::free_memory() const {
+  make_current();
+  size_t free = 0, total = 0;
+  check(detail::driver().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  return free;
+}
+
 std::string describe(const Device& device) {
   return fmt::format("device {}: {} ({}, cc {}.{}, {} SMs @ {} MHz, {:.1f} GiB @ {}-bit "
                      "{} MHz, L2 {} MiB, smem/block {} KiB)",

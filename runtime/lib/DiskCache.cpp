@@ -70,12 +70,13 @@ WarningState& warnings() {
   return *state;
 }
 
-void warn_once(const fs::path& path, const std::string& message) {
+// `what` is usually a path (implicitly its string).
+void warn_once(const std::string& what, const std::string& message) {
   std::function<void(const std::string&)> handler;
   {
     auto& w = warnings();
     std::lock_guard lock(w.mutex);
-    if (!w.reported.insert(path.string()).second)
+    if (!w.reported.insert(what).second)
       return;
     handler = w.handler;
   }
@@ -86,10 +87,10 @@ void warn_once(const fs::path& path, const std::string& message) {
     std::fprintf(stderr, "tokamax: warning: %s\n", message.c_str());
 }
 
-void forget_reported(const fs::path& path) {
+void forget_reported(const std::string& what) {
   auto& w = warnings();
   std::lock_guard lock(w.mutex);
-  w.reported.erase(path.string());
+  w.reported.erase(what);
 }
 
 // ---- POSIX helpers ----------------------------------------------------------
@@ -335,6 +336,23 @@ void DiskCache::store(const CacheKey& key, const CacheEntry& entry) {
   // Persist the rename; best effort: the entry is already published and valid.
   if (cache_file::Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir_fd)
     ::fsync(dir_fd.get());
+}
+
+bool DiskCache::try_store(const CacheKey& key, const CacheEntry& entry) {
+  if (!usable())
+    return false;
+  try {
+    store(key, entry);
+    return true;
+  } catch (const Error& e) {
+    // A full or read-only disk fails every store alike: one warning per root, not one
+    // per kernel.
+    warn_once("store failed: " + root_.string(),
+              fmt::format("not caching compiled kernels in {} (further failures are not "
+                          "reported): {}",
+                          root_.string(), e.what()));
+    return false;
+  }
 }
 
 // ---- Maintenance ------------------------------------------------------------------

@@ -15,7 +15,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -151,12 +153,41 @@ std::string error_string(const DriverApi& api, int result) {
   return "unknown error";
 }
 
+// The kernel last launched successfully on this thread: a fixed buffer, so noting it
+// costs the launch path a copy, not an allocation.
+thread_local char last_launch[128];
+
+// Errors that a faulting kernel leaves in its context (sticky: every later call in the
+// process reports them). They surface at a later synchronize or copy, which knows no
+// kernel, so the message names the last kernel launched here.
+bool is_kernel_fault(int result) {
+  switch (result) {
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+  case CUDA_ERROR_LAUNCH_TIMEOUT:
+  case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR:
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+  case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+  case CUDA_ERROR_INVALID_PC:
+  case CUDA_ERROR_LAUNCH_FAILED:
+    return true;
+  default:
+    return false;
+  }
+}
+
 [[noreturn]] void throw_error(const DriverApi& api, int result, const char* call,
                               std::string_view detail) {
   std::string name = error_name(api, result);
   std::string message = fmt::format("{}: {}: {}", call, name, error_string(api, result));
   if (!detail.empty())
     message += fmt::format("\n{}", detail);
+  if (is_kernel_fault(result) && last_launch[0])
+    message += fmt::format("\na kernel faulted: the last kernel launched on this thread was '{}' "
+                           "(the fault may be an earlier kernel's); the CUDA context stays "
+                           "unusable for the rest of the process",
+                           last_launch);
   throw DriverError(result, std::move(name), message);
 }
 
@@ -178,6 +209,12 @@ const DriverApi& driver() {
 CUresult driver_init_result() {
   (void)driver();
   return loaded().init;
+}
+
+void note_launch(std::string_view kernel) noexcept {
+  const size_t n = std::min(kernel.size(), sizeof(last_launch) - 1);
+  std::memcpy(last_launch, kernel.data(), n);
+  last_launch[n] = '\0';
 }
 
 void throw_driver_error(int result, const char* call, std::string_view detail) {

@@ -17,11 +17,19 @@ DeviceBuffer::DeviceBuffer(size_t bytes, Device& device) : size_(bytes), device_
   device.make_current();
   CUdeviceptr ptr = 0;
   CUresult r = detail::driver().cuMemAlloc(&ptr, bytes);
-  if (r != CUDA_SUCCESS)
+  if (r != CUDA_SUCCESS) {
+    // What was free says whether the request or other allocations are to blame; queried
+    // without throwing, since the context may be the reason for the failure.
+    size_t free = 0, total = 0;
+    const bool known = detail::driver().cuMemGetInfo(&free, &total) == CUDA_SUCCESS;
     detail::throw_driver_error(
         r, "cuMemAlloc",
-        fmt::format("while allocating {} bytes on device {} ({})", bytes, device.ordinal(),
-                    device.name()));
+        fmt::format("while allocating {} bytes ({:.2f} GiB) on device {} ({}); {}", bytes,
+                    double(bytes) / double(1ull << 30), device.ordinal(), device.name(),
+                    known ? fmt::format("{} bytes ({:.2f} GiB) free of {}", free,
+                                        double(free) / double(1ull << 30), total)
+                          : std::string("free memory unknown")));
+  }
   ptr_ = ptr;
 }
 
@@ -54,9 +62,21 @@ void DeviceBuffer::reset() noexcept {
   device_ = nullptr;
 }
 
+namespace {
+// A null address with bytes to move is a caller's bug; the driver would fault (host
+// side) or poison the context, so it is refused before the driver is touched.
+void check_addresses(const char* call, bool dst, bool src) {
+  if (!dst)
+    throw Error(fmt::format("{}: dst is a null pointer", call));
+  if (!src)
+    throw Error(fmt::format("{}: src is a null pointer", call));
+}
+} // namespace
+
 void copy_host_to_device(uint64_t dst, const void* src, size_t bytes, CUstream stream) {
   if (bytes == 0)
     return;
+  check_addresses("copy_host_to_device", dst != 0, src != nullptr);
   detail::ensure_current_context();
   const detail::DriverApi& api = detail::driver();
   if (stream)
@@ -68,6 +88,7 @@ void copy_host_to_device(uint64_t dst, const void* src, size_t bytes, CUstream s
 void copy_device_to_host(void* dst, uint64_t src, size_t bytes, CUstream stream) {
   if (bytes == 0)
     return;
+  check_addresses("copy_device_to_host", dst != nullptr, src != 0);
   detail::ensure_current_context();
   const detail::DriverApi& api = detail::driver();
   if (stream)
@@ -79,6 +100,7 @@ void copy_device_to_host(void* dst, uint64_t src, size_t bytes, CUstream stream)
 void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, CUstream stream) {
   if (bytes == 0)
     return;
+  check_addresses("copy_device_to_device", dst != 0, src != 0);
   detail::ensure_current_context();
   const detail::DriverApi& api = detail::driver();
   if (stream)
@@ -90,6 +112,7 @@ void copy_device_to_device(uint64_t dst, uint64_t src, size_t bytes, CUstream st
 void memset_d8(uint64_t dst, uint8_t value, size_t bytes, CUstream stream) {
   if (bytes == 0)
     return;
+  check_addresses("memset_d8", dst != 0, true);
   detail::ensure_current_context();
   const detail::DriverApi& api = detail::driver();
   if (stream)

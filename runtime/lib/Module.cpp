@@ -19,6 +19,7 @@ void KernelFunction::launch(std::array<uint32_t, 3> grid, std::array<uint32_t, 3
                                       block[2], shared_bytes, stream, params, nullptr);
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_launch_error(r, grid, block, shared_bytes);
+  detail::note_launch(name_);
 }
 
 void KernelFunction::throw_launch_error(int result, std::array<uint32_t, 3> grid,

@@ -114,6 +114,10 @@ Tensor Tensor::empty(std::span<const int64_t> shape, DType dtype, Device& device
   check_rank(shape);
   check_dims(shape);
   const int64_t n = checked_numel(shape);
+  // The byte count must not wrap to a small (or zero) allocation.
+  if (size_t(n) > std::numeric_limits<size_t>::max() / dtype_size(dtype))
+    throw Error(fmt::format("shape {} of {} needs more than 2^64 bytes ({} elements of {} bytes)",
+                            format_shape(shape), dtype_name(dtype), n, dtype_size(dtype)));
   DeviceBuffer buffer(size_t(n) * dtype_size(dtype), device);
   TensorView view(buffer.ptr(), dtype, shape, device.ordinal());
   return Tensor(std::move(buffer), view);

@@ -48,6 +48,8 @@ public:
   int memory_bus_width() const { return memory_bus_width_; } // In bits.
   size_t max_shared_memory_per_block_optin() const { return max_smem_optin_; }
   int l2_cache_bytes() const { return l2_cache_bytes_; }
+  // Device memory free right now (cuMemGetInfo in this device's context).
+  size_t free_memory() const;
 
   // Makes this device's primary context current on the calling thread.
   void make_current() const;

@@ -112,6 +112,11 @@ public:
   /// Atomically publishes `entry` for `key`, replacing any previous one. Throws
   /// tokamax::Error on I/O failure; a failed store never leaves a partial entry.
   void store(const CacheKey& key, const CacheEntry& entry);
+  /// store() for callers that run on without the cache (the JIT): an I/O failure (a
+  /// full disk, a read-only directory) is reported once per root through the warning
+  /// handler instead of thrown, and leaves no partial entry. True if the entry was
+  /// published.
+  bool try_store(const CacheKey& key, const CacheEntry& entry);
 
   /// Every entry file, sorted by path, with header-level checks only.
   std::vector<EntryInfo> list() const;

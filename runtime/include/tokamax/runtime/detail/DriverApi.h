@@ -89,6 +89,10 @@ TOKAMAX_API CUresult driver_init_result();
 [[noreturn]] TOKAMAX_API void throw_driver_error(int result, const char* call,
                                                  std::string_view detail = {});
 
+// Records the kernel just launched on this thread, so that a kernel fault reported by a
+// later call (a sticky error at a synchronize or copy) names it. No allocation.
+TOKAMAX_API void note_launch(std::string_view kernel) noexcept;
+
 // Makes device 0's primary context current when this thread has none, so the
 // context-free helpers (copies, events) work on a fresh thread.
 TOKAMAX_API void ensure_current_context();
