@@ -98,8 +98,6 @@ private:
 
 std::vector<Candidate> enumerate(const Op& op, const BoundArgs& args, const Device& device,
                                  const AutotuneOptions& options) {
-  for (const std::string& name : options.implementations)
-    (void)op.implementation(name);  // throws listing the known names
   std::vector<Candidate> candidates;
   std::vector<std::string> reasons;
   for (const auto& impl : op.implementations()) {
@@ -227,14 +225,31 @@ void time_all(std::vector<Candidate>& candidates, const BoundArgs& args, const O
   }
 }
 
-TuningEntry tune_one(const Op& op, const BoundArgs& args, Device& device,
-                     const AutotuneOptions& options) {
+/// Everything about a call and the options that can be wrong without a device, so that a
+/// bad call is refused before a GPU is touched (or found missing).
+void check_call(const Op& op, const BoundArgs& args, const AutotuneOptions& options) {
   if (args.op != op.name())
     throw Error(fmt::format("autotune {}: the arguments are bound for op \"{}\"", op.name(),
                             args.op));
   if (options.iterations < 1)
     throw Error(fmt::format("autotune: iterations must be >= 1 (got {})", options.iterations));
+  if (options.warmup < 0)
+    throw Error(fmt::format("autotune: warmup must be >= 0 (got {})", options.warmup));
   op.validate(args);
+  for (const std::string& name : options.implementations)
+    (void)op.implementation(name);  // throws listing the known names
+}
+
+const Op& registered_op(const BoundArgs& args) {
+  const Op* op = find_op(args.op);
+  if (!op)
+    throw Error(fmt::format("autotune: no registered op named \"{}\"", args.op));
+  return *op;
+}
+
+TuningEntry tune_one(const Op& op, const BoundArgs& args, Device& device,
+                     const AutotuneOptions& options) {
+  check_call(op, args, options);
   std::vector<Candidate> candidates = enumerate(op, args, device, options);
   Progress progress(options.progress, op.name());
   compile_all(candidates, args, device, options, progress);
@@ -274,6 +289,7 @@ void persist(const AutotuningResult& result, const AutotuneOptions& options) {
 } // namespace
 
 AutotuningResult autotune(const Op& op, const BoundArgs& args, const AutotuneOptions& options) {
+  check_call(op, args, options);
   Device& device = Device::get(options.device);
   AutotuningResult result(DeviceInfo::of(device));
   result.add(tune_one(op, args, device, options));
@@ -282,15 +298,14 @@ AutotuningResult autotune(const Op& op, const BoundArgs& args, const AutotuneOpt
 }
 
 AutotuningResult autotune(const std::vector<BoundArgs>& calls, const AutotuneOptions& options) {
+  for (const BoundArgs& args : calls)
+    check_call(registered_op(args), args, options);
   Device& device = Device::get(options.device);
   AutotuningResult result(DeviceInfo::of(device));
   for (const BoundArgs& args : calls) {
     if (result.find(args))
       continue;
-    const Op* op = find_op(args.op);
-    if (!op)
-      throw Error(fmt::format("autotune: no registered op named \"{}\"", args.op));
-    result.add(tune_one(*op, args, device, options));
+    result.add(tune_one(registered_op(args), args, device, options));
   }
   persist(result, options);
   return result;

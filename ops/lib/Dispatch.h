@@ -43,7 +43,9 @@ const LoadedKernel &kernelFor(const KernelKey &key, Device &device, Build &&buil
   return Jit::instance().get_ir(key, device, [&] { return build().ir(); });
 }
 
-/// Validates that x and out agree and are contiguous; returns the element count.
-int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out);
+/// Validates that x and out (named `x_name`, `out_name` in errors) agree, are contiguous, have data
+/// and sit on one device; returns the element count.
+int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out, const char *x_name = "x",
+                         const char *out_name = "out");
 
 } // namespace tokamax::ops_detail

@@ -17,17 +17,23 @@ using namespace dsl;
 
 namespace ops_detail {
 
-int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out) {
+int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out, const char *xName,
+                         const char *outName) {
   if (x.dtype() != out.dtype())
-    throw Error(fmt::format("{}: x is {} but out is {}", op, dtype_name(x.dtype()), dtype_name(out.dtype())));
+    throw Error(fmt::format("{}: {} is {} but {} is {}", op, xName, dtype_name(x.dtype()), outName, dtype_name(out.dtype())));
   if (!std::equal(x.shape().begin(), x.shape().end(), out.shape().begin(), out.shape().end()))
-    throw Error(fmt::format("{}: x has shape [{}] but out has [{}]", op, fmt::join(x.shape(), ", "),
+    throw Error(fmt::format("{}: {} has shape [{}] but {} has [{}]", op, xName, fmt::join(x.shape(), ", "), outName,
                             fmt::join(out.shape(), ", ")));
-  if (!x.is_contiguous() || !out.is_contiguous())
-    throw Error(fmt::format("{}: tensors must be contiguous", op));
-  for (auto [name, t] : {std::pair{"x", &x}, std::pair{"out", &out}})
+  for (auto [name, t] : {std::pair{xName, &x}, std::pair{outName, &out}}) {
+    if (!t->is_contiguous())
+      throw Error(fmt::format("{}: {} must be contiguous (row-major)", op, name));
     if (!t->data() && t->numel() > 0)
       throw Error(fmt::format("{}: {} has no data (a null pointer)", op, name));
+  }
+  // One kernel runs on one device (host views all say device 0).
+  if (x.device() != out.device())
+    throw Error(fmt::format("{}: {} is on device {} but {} is on device {}", op, xName, x.device(), outName,
+                            out.device()));
   return x.numel();
 }
 
@@ -37,7 +43,7 @@ namespace {
 
 void checkFloat(const char *op, DType dtype) {
   if (dtype != DType::BF16 && dtype != DType::F16 && dtype != DType::F32 && dtype != DType::F64)
-    throw Error(fmt::format("{}: dtype must be bf16, f16, f32 or f64, got {}", op, dtype_name(dtype)));
+    throw Error(fmt::format("{}: x must be bf16, f16, f32 or f64, got {}", op, dtype_name(dtype)));
 }
 
 DType computeType(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
@@ -142,7 +148,7 @@ void copy(const TensorView &x, const TensorView &out, Stream &stream) {
 
 void vector_add(const TensorView &x, const TensorView &y, const TensorView &out, Stream &stream) {
   ops_detail::checkSameTensors("vector_add", x, out);
-  ops_detail::checkSameTensors("vector_add", y, out);
+  ops_detail::checkSameTensors("vector_add", y, out, "y");
   TensorView fx = flat(x), fy = flat(y), fo = flat(out);
   runElementwise("vector_add", vector_add_kernel, {fx, fy, fo}, out, stream);
 }
@@ -160,7 +166,7 @@ void copy_host(const TensorView &x, const TensorView &out) {
 
 void vector_add_host(const TensorView &x, const TensorView &y, const TensorView &out) {
   ops_detail::checkSameTensors("vector_add", x, out);
-  ops_detail::checkSameTensors("vector_add", y, out);
+  ops_detail::checkSameTensors("vector_add", y, out, "y");
   runElementwiseHost(vector_add_kernel, {x, y, out}, out);
 }
 

@@ -90,7 +90,7 @@ Function Function::trace(std::vector<ArgSpec> inputs,
 
 const ArgSpec &Tracer::spec(Sym s) const {
   if (s.id < 0 || s.id >= static_cast<int>(f_.values_.size()))
-    throw Error("Tracer: unknown value");
+    throw Error(fmt::format("Tracer: Sym {} is not a value of this function (it has {})", s.id, f_.values_.size()));
   return f_.values_[s.id];
 }
 
@@ -128,7 +128,8 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
   auto id = [](const std::optional<Sym> &s) { return s ? s->id : -1; };
   const ArgSpec &qs = spec(q), &vs = spec(v);
   ArgSpec out = qs;
-  out.shape.back() = vs.shape.back();
+  if (!out.shape.empty() && !vs.shape.empty())  // else bind_attention names the bad rank
+    out.shape.back() = vs.shape.back();
   // The residual lse is always produced: a later grad() needs it.
   BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
                                 specOf(kv_seq_lengths), out, attention_lse_spec(qs)},

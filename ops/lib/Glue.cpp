@@ -9,6 +9,7 @@
 #include <tokamax/ops/Function.h>
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/Views.h"
 
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Error.h>
@@ -44,7 +45,8 @@ bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType
 
 class GlueImplementation : public Implementation {
 public:
-  explicit GlueImplementation(Planner planner) : planner_(std::move(planner)) {}
+  GlueImplementation(std::vector<std::string> argNames, Planner planner)
+      : argNames_(std::move(argNames)), planner_(std::move(planner)) {}
   std::string name() const override { return "reference"; }
   std::optional<std::string> why_not(const BoundArgs &) const override { return std::nullopt; }
   Config heuristic(const BoundArgs &) const override { return {}; }
@@ -58,6 +60,7 @@ public:
 
   void run(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
            std::span<const TensorView> outputs, Stream &stream) const override {
+    ops_detail::check_views(args, argNames_, inputs, outputs, false);
     Plan plan = planner_(args);
     Device &device = Device::get(inputs.empty() ? 0 : inputs[0].device());
     TensorView workspace;
@@ -87,6 +90,7 @@ public:
 
   void interpret(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
+    ops_detail::check_views(args, argNames_, inputs, outputs, true);
     Plan plan = planner_(args);
     std::vector<float> workspace(plan.workspace_bytes / 4 + 1);
     int64_t n = static_cast<int64_t>(plan.workspace_bytes / 4);
@@ -108,15 +112,15 @@ private:
       return workspace;
     return static_cast<size_t>(p) < inputs.size() ? inputs[p] : outputs[p - inputs.size()];
   }
+  std::vector<std::string> argNames_;
   Planner planner_;
 };
 
 class GlueOp : public Op {
 public:
-  GlueOp(std::string name, std::vector<std::string> argNames, size_t numInputs,
+  GlueOp(std::string name, const std::vector<std::string> &argNames, size_t numInputs,
          std::function<void(const BoundArgs &)> validate, Planner planner)
-      : Op(std::move(name), std::move(argNames), numInputs,
-           {std::make_shared<GlueImplementation>(std::move(planner))}),
+      : Op(std::move(name), argNames, numInputs, {std::make_shared<GlueImplementation>(argNames, std::move(planner))}),
         validate_(std::move(validate)) {}
   void validate(const BoundArgs &args) const override { validate_(args); }
 
@@ -124,12 +128,15 @@ private:
   std::function<void(const BoundArgs &)> validate_;
 };
 
-void expectArgs(const BoundArgs &args, size_t n) {
-  if (args.args.size() != n)
-    throw Error(fmt::format("{}: expected {} arguments, got {}", args.op, n, args.args.size()));
-  for (size_t i = 0; i < n; ++i)
-    if (!args.has(i))
-      throw Error(fmt::format("{}: argument {} is required", args.op, i));
+void expectArgs(const BoundArgs &args, const std::vector<const char *> &names, bool firstOptional = false) {
+  if (args.args.size() != names.size())
+    throw Error(fmt::format("{}: expected {} arguments, got {}", args.op, names.size(), args.args.size()));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (args.has(i))
+      ops_detail::check_spec(args.op.c_str(), names[i], *args.args[i]);
+    else if (i > 0 || !firstOptional)
+      throw Error(fmt::format("{}: {} is required", args.op, names[i]));
+  }
 }
 
 /// Elementwise over flat tensors: out = body(inputs...).
@@ -156,7 +163,7 @@ const Op &sum_op() {
   static const GlueOp op(
       "sum", {"x", "out"}, 1,
       [](const BoundArgs &args) {
-        expectArgs(args, 2);
+        expectArgs(args, {"x", "out"});
         if (!isFloat(args.arg(0).dtype))
           throw Error("sum: x must be a floating-point tensor, got " + std::string(dtype_name(args.arg(0).dtype)));
         if (args.arg(1).dtype != DType::F32 || args.arg(1).numel() != 1)
@@ -165,14 +172,23 @@ const Op &sum_op() {
       [](const BoundArgs &args) {
         // Deterministic two stages: each program sums a strided set of blocks into one
         // partial; one program then sums the partials in order.
-        int64_t n = std::max<int64_t>(1, args.arg(0).numel());
+        int64_t n = args.arg(0).numel();
+        Plan plan;
+        if (n == 0) {  // an empty sum: out = 0, and nothing of x is read
+          plan.launches.push_back({ops_detail::specializationKey("sum.empty", {}), [] {
+            Kernel k("sum_empty", {1});
+            TensorArg out = k.output("out", DType::F32, {1});
+            out.store({0}, k.full({1}, 0.0, DType::F32));
+            return k;
+          }, {1}});
+          return plan;
+        }
         DType dtype = args.arg(0).dtype;
         const int64_t block = 2048;
         int64_t programs = std::min<int64_t>(1024, cdiv(n, block));
         int64_t padded = 1;
         while (padded < programs)
           padded *= 2;
-        Plan plan;
         plan.workspace_bytes = size_t(programs) * 4;
         KernelKey key = ops_detail::specializationKey("sum.partials", {n, int64_t(dtype)});
         plan.launches.push_back({key, [=] {
@@ -204,16 +220,18 @@ const Op &add_op() {
   static const GlueOp op(
       "add", {"a", "b", "out"}, 2,
       [](const BoundArgs &args) {
-        expectArgs(args, 3);
+        expectArgs(args, {"a", "b", "out"});
         if (!(args.arg(0) == args.arg(1)) || !(args.arg(0) == args.arg(2)))
           throw Error("add: a, b and out must have one shape and dtype");
         if (!isFloat(args.arg(0).dtype))
           throw Error("add: needs floating-point tensors");
       },
       [](const BoundArgs &args) {
-        ElementwiseSpec spec{std::max<int64_t>(1, args.arg(0).numel()), args.arg(0).dtype};
+        ElementwiseSpec spec{args.arg(0).numel(), args.arg(0).dtype};
         ElementwiseConfig config = default_config(spec);
         Plan plan;
+        if (spec.n == 0)
+          return plan;  // empty tensors: nothing to add
         plan.launches.push_back({ops_detail::specializationKey("vector_add", {spec.n, int64_t(spec.dtype),
                                                                              config.block, config.num_warps}),
                                  [=] { return vector_add_kernel(spec, config); }, {0, 1, 2}});
@@ -226,14 +244,16 @@ const Op &cast_op() {
   static const GlueOp op(
       "cast", {"x", "out"}, 1,
       [](const BoundArgs &args) {
-        expectArgs(args, 2);
+        expectArgs(args, {"x", "out"});
         if (args.arg(0).shape != args.arg(1).shape)
           throw Error("cast: x and out must have one shape");
       },
       [](const BoundArgs &args) {
-        int64_t n = std::max<int64_t>(1, args.arg(0).numel());
+        int64_t n = args.arg(0).numel();
         DType from = args.arg(0).dtype, to = args.arg(1).dtype;
         Plan plan;
+        if (n == 0)
+          return plan;
         plan.launches.push_back({ops_detail::specializationKey("cast", {n, int64_t(from), int64_t(to)}), [=] {
           return flatKernel("cast", {from}, to, n, [&](Kernel &, std::vector<Value> &t) { return t[0].to(to); });
         }, {0, 1}});
@@ -246,17 +266,18 @@ const Op &fill_op() {
   static const GlueOp op(
       "fill", {"g", "out"}, 1,
       [](const BoundArgs &args) {
-        if (args.args.size() != 2 || !args.has(1))
-          throw Error("fill: expected (g or nothing, out)");
+        expectArgs(args, {"g", "out"}, true);
         if (args.has(0) && (args.arg(0).dtype != DType::F32 || args.arg(0).numel() != 1))
           throw Error("fill: g must be an f32 tensor of one element");
       },
       [](const BoundArgs &args) {
-        int64_t n = std::max<int64_t>(1, args.arg(1).numel());
+        int64_t n = args.arg(1).numel();
         DType to = args.arg(1).dtype;
         bool fromInput = args.has(0);
         double value = args.attributes.count("value") ? args.float_attribute("value") : 0.0;
         Plan plan;
+        if (n == 0)
+          return plan;
         KernelKey key = ops_detail::specializationKey("fill", {n, int64_t(to), fromInput});
         key.add(value);
         plan.launches.push_back({key, [=] {

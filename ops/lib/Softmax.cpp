@@ -35,7 +35,7 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
     throw NotSupported(fmt::format("softmax: rows of {} elements exceed the {} a program holds in registers",
                                    spec.cols, kSoftmaxMaxCols));
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && spec.dtype != DType::F32 && spec.dtype != DType::F64)
-    throw Error(fmt::format("softmax: dtype must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
+    throw Error(fmt::format("softmax: x must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
   DType f = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
   int64_t cols = ops_detail::next_power_of_two(spec.cols);
   Kernel k("softmax", {config.num_warps});
@@ -54,6 +54,8 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
 
 namespace {
 
+constexpr int64_t kSoftmaxMaxBlockElements = 65536;
+
 struct SoftmaxCall {
   SoftmaxSpec spec;
   SoftmaxConfig config;
@@ -62,7 +64,7 @@ struct SoftmaxCall {
 
 /// Checks the tensors and options; rows = 0 gives a call with nothing to run.
 SoftmaxCall bindSoftmax(const TensorView &x, const TensorView &y, const SoftmaxOptions &options) {
-  ops_detail::checkSameTensors("softmax", x, y);
+  ops_detail::checkSameTensors("softmax", x, y, "x", "y");
   if (x.rank() < 1)
     throw Error("softmax: x must have at least one dimension");
   if (x.dim(-1) < 1)
@@ -76,6 +78,13 @@ SoftmaxCall bindSoftmax(const TensorView &x, const TensorView &y, const SoftmaxO
     throw Error(fmt::format("softmax: config block_rows {} must be a power of two and num_warps {} a power of two "
                             "in [1, 16]",
                             c.block_rows, c.num_warps));
+  // One program holds block_rows padded rows in registers: bounded like the norms' blocks
+  // (an absurd block_rows would otherwise build a tile the size of memory).
+  const int64_t paddedCols = ops_detail::next_power_of_two(call.spec.cols);
+  if (c.block_rows > kSoftmaxMaxBlockElements / paddedCols)
+    throw Error(fmt::format("softmax: config block_rows {} holds {} padded columns each, over the {} elements one "
+                            "program holds",
+                            c.block_rows, paddedCols, kSoftmaxMaxBlockElements));
   call.shape[0] = call.spec.rows;
   call.shape[1] = call.spec.cols;
   return call;

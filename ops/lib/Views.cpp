@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace tokamax::ops_detail {
 
@@ -37,6 +38,19 @@ void check_views(const BoundArgs &args, const std::vector<std::string> &names, s
                                 t.device(), device));
       device = t.device();
     }
+  }
+}
+
+void check_spec(const char *op, const char *name, const ArgSpec &spec) {
+  int64_t n = 1;
+  for (size_t i = 0; i < spec.shape.size(); ++i) {
+    const int64_t d = spec.shape[i];
+    if (d < 0)
+      throw Error(fmt::format("{}: {} has a negative size {} in dim {} of shape [{}]", op, name, d, i,
+                              fmt::join(spec.shape, ", ")));
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throw Error(fmt::format("{}: {} of shape [{}] has more than 2^63 elements", op, name, fmt::join(spec.shape, ", ")));
+    n *= d;
   }
 }
 

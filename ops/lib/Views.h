@@ -3,6 +3,7 @@
 
 #include <tokamax/ops/Op.h>
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,5 +17,13 @@ namespace tokamax::ops_detail {
 /// Throws Error naming the argument; nothing is launched before it returns.
 void check_views(const BoundArgs &args, const std::vector<std::string> &names, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs, bool host);
+
+/// A spec built by hand (ArgSpec is a plain struct) may hold what no tensor can: a
+/// negative dim, or more than 2^63 elements. Throws Error naming `op` and `name`.
+void check_spec(const char *op, const char *name, const ArgSpec &spec);
+inline void check_spec(const char *op, const char *name, const std::optional<ArgSpec> &spec) {
+  if (spec)
+    check_spec(op, name, *spec);
+}
 
 } // namespace tokamax::ops_detail

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -342,6 +343,9 @@ int64_t TensorSpec::numel() const {
   for (int64_t d : shape) {
     if (d < 0)
       throw Error(fmt::format("TensorSpec: negative dimension in shape {}", format_shape(shape)));
+    // A wrapped count would size the host buffer wrongly (or throw bad_alloc, not Error).
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throw Error(fmt::format("TensorSpec: shape {} has more than 2^63 elements", format_shape(shape)));
     n *= d;
   }
   return n;

@@ -37,6 +37,7 @@ TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int
   if (box_inner * dtype_size(dtype) > swizzle_bytes || box_outer > 256 || box_inner == 0 || box_outer == 0)
     throw Error(fmt::format("{}: TMA box {} x {} exceeds the {}-byte swizzle or 256 rows", what, box_outer,
                             box_inner, swizzle_bytes));
+  const CUtensorMapDataType type = tmaType(dtype, what);  // refused before the driver is touched
   const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                            : CU_TENSOR_MAP_SWIZZLE_32B;
@@ -46,7 +47,7 @@ TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int
   cuuint32_t box[2] = {box_inner, box_outer};
   cuuint32_t elementStrides[2] = {1, 1};
   CUresult r = detail::driver().cuTensorMapEncodeTiled(
-      reinterpret_cast<CUtensorMap *>(&map), tmaType(dtype, what), 2, reinterpret_cast<void *>(address), dims,
+      reinterpret_cast<CUtensorMap *>(&map), type, 2, reinterpret_cast<void *>(address), dims,
       strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)

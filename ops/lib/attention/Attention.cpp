@@ -44,6 +44,8 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
                               shapeText(a.shape)));
   };
   rank("q", q), rank("k", k), rank("v", v);
+  // Negative dims (a hand-built spec) and element counts past int64 are refused up front.
+  ops_detail::check_spec(op, "q", q), ops_detail::check_spec(op, "k", k), ops_detail::check_spec(op, "v", v);
   if (!isFloat(q.dtype))
     throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}", op, dtype_name(q.dtype)));
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})

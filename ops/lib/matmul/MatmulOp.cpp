@@ -139,6 +139,8 @@ public:
     for (int64_t v : {c.block_m, c.block_n, c.block_k, int64_t(c.num_warps)})
       if (!isPowerOfTwo(v))
         return fmt::format("block sizes and num_warps must be powers of two, got {}", config.to_json());
+    if (c.group_m < 1)
+      return fmt::format("group_m must be at least 1, got {}", c.group_m);
     MatmulSpec spec = matmul_spec(args);
     int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
     if (kind_ == Kind::Tile)
@@ -347,6 +349,10 @@ public:
 
 BoundArgs bind_matmul(const ArgSpec &a, const ArgSpec &b, const std::optional<ArgSpec> &bias, const ArgSpec &c,
                       bool trans_a, bool trans_b, double alpha) {
+  ops_detail::check_spec("matmul", "a", a);
+  ops_detail::check_spec("matmul", "b", b);
+  ops_detail::check_spec("matmul", "bias", bias);
+  ops_detail::check_spec("matmul", "c", c);
   if (a.shape.size() != 2 || b.shape.size() != 2 || c.shape.size() != 2)
     throw Error(fmt::format("matmul: a, b and c must be 2-D, got a {}, b {}, c {}", describe(a), describe(b),
                             describe(c)));
@@ -407,8 +413,11 @@ std::optional<std::string> explicitImplementation(const MatmulOptions &options) 
 
 void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
             const MatmulOptions &options) {
-  if (!a.is_contiguous() || !b.is_contiguous() || !c.is_contiguous() || (options.bias && !options.bias->is_contiguous()))
-    throw Error("matmul: a, b, c and bias must be contiguous (use trans_a / trans_b for transposes)");
+  for (auto [name, t] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}})
+    if (!t->is_contiguous())
+      throw Error(fmt::format("matmul: {} must be contiguous (use trans_a / trans_b for transposes)", name));
+  if (options.bias && !options.bias->is_contiguous())
+    throw Error("matmul: bias must be contiguous");
   BoundArgs args = bindCall(a, b, c, options);
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
   std::optional<std::string> implementation = explicitImplementation(options);

@@ -70,6 +70,7 @@ void checkParameter(const char *op, const char *name, const std::optional<ArgSpe
 void checkResidual(const char *op, const char *name, const std::optional<ArgSpec> &a, int64_t rows, DType compute) {
   if (!a)
     return;
+  ops_detail::check_spec(op, name, *a);  // numel alone would let [-1, -3] pass for 3 rows
   if (a->numel() != rows)
     throw Error(fmt::format("{}: {} must hold one value per row ({} values, e.g. x's shape without the axis), got "
                             "shape {}",
@@ -97,6 +98,7 @@ struct Geometry {
 };
 
 Geometry geometry(const char *op, const ArgSpec &x, int axis) {
+  ops_detail::check_spec(op, "x", x);
   checkX(op, "x", x);
   Geometry g;
   g.axis = canonicalAxis(op, axis, x);
