@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <tokamax/ops/Function.h>
+#include <tokamax/runtime/DType.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -86,4 +88,86 @@ TEST_CASE("grad of layer_norm -> layer_norm -> sum matches finite differences in
   INFO("max |grad| " << maxGrad << ", max error " << maxErr);
   CHECK(maxGrad > 0.01);
   CHECK(maxErr <= 2e-3 * std::max(1.0, maxGrad));
+}
+
+TEST_CASE("a function and its gradient round-trip through JSON and compute the same bits", "[function][json]") {
+  const int64_t rows = 5, cols = 33;
+  Function f = Function::trace({ArgSpec{{rows, cols}, DType::BF16}, ArgSpec{{cols}, DType::F32}},
+                               [](Tracer &t, std::span<const Sym> in) {
+                                 Sym y = t.layer_norm(in[0], in[1]);
+                                 return std::vector<Sym>{t.sum(t.cast(t.layer_norm(y, in[1]), DType::F32))};
+                               });
+  Function g = grad(f, {0, 1});
+  for (const Function *fn : {&f, &g}) {
+    const std::string text = fn->to_json();
+    Function back = Function::from_json(text);
+    CHECK(back.to_json() == text);
+    REQUIRE(back.calls().size() == fn->calls().size());
+    for (size_t i = 0; i < back.calls().size(); ++i) {
+      CHECK(back.calls()[i].op == fn->calls()[i].op);
+      CHECK(back.calls()[i].slots == fn->calls()[i].slots);
+      CHECK(back.calls()[i].implementation == fn->calls()[i].implementation);
+    }
+    // Both on the interpreter, same inputs: the same bits out.
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(0.25f, 2.0f);
+    std::vector<std::vector<uint8_t>> in, outA, outB;
+    std::vector<TensorView> inViews, aViews, bViews;
+    for (const ArgSpec &s : fn->input_specs()) {
+      in.emplace_back(s.numel() * dtype_size(s.dtype));
+      for (int64_t e = 0; e < s.numel(); ++e)
+        store_from_double(s.dtype, in.back().data() + e * dtype_size(s.dtype), dist(rng));
+    }
+    for (const ArgSpec &s : fn->output_specs()) {
+      outA.emplace_back(s.numel() * dtype_size(s.dtype));
+      outB.emplace_back(s.numel() * dtype_size(s.dtype), 0xA5);
+    }
+    for (size_t i = 0; i < in.size(); ++i)
+      inViews.push_back(host_view(in[i].data(), fn->input_specs()[i].dtype, fn->input_specs()[i].shape));
+    for (size_t i = 0; i < outA.size(); ++i) {
+      aViews.push_back(host_view(outA[i].data(), fn->output_specs()[i].dtype, fn->output_specs()[i].shape));
+      bViews.push_back(host_view(outB[i].data(), fn->output_specs()[i].dtype, fn->output_specs()[i].shape));
+    }
+    fn->interpret(inViews, aViews);
+    back.interpret(inViews, bViews);
+    CHECK(outA == outB);
+  }
+}
+
+TEST_CASE("Function::from_json names what is wrong", "[function][json]") {
+  Function f = headline(3, 17, DType::F32);
+  const std::string good = f.to_json();
+  // Each case edits the good text (first occurrence of `from` -> `to`).
+  auto edited = [&](const std::string &from, const std::string &to) {
+    std::string s = good;
+    size_t at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string text, message;
+  };
+  const std::vector<Case> cases{
+      {"{", "not valid JSON"},
+      {"[]", "not a function"},
+      {edited("\"version\":2", "\"version\":3"), "format version 3 comes from a newer library"},
+      {edited("\"version\":2", "\"version\":1"), "lists the calls only"},
+      {edited("\"version\":2", "\"version\":\"2\""), "\"version\" must be a positive integer"},
+      {edited("\"format\":\"tokamax-function\"", "\"format\":\"tokamax-function\",\"extra\":1"), "unknown key \"extra\""},
+      {edited("\"inputs\":[0,1]", "\"inputs\":[0,0]"), "inputs[1] = 0 is listed twice"},
+      {edited("\"inputs\":[0,1]", "\"inputs\":[0,99]"), "inputs[1] = 99 is not a value id"},
+      {edited("\"outputs\":[", "\"outputs\":[\"x\","), "outputs[0] must be a value id"},
+      {edited("\"op\":\"layer_norm\"", "\"op\":\"layer_nrom\""), "calls[0]: unknown op \"layer_nrom\""},
+      {edited("\"implementation\":null", "\"implementation\":\"fastest\""), "calls[0].implementation"},
+      {edited("\"implementation\":null", "\"implementation\":7"), "must be a name or null"},
+      {edited("\"slots\":[0,1,", "\"slots\":[2,1,"), "value 2 is read before any call writes it"},
+      {edited("\"slots\":[0,1,", "\"slots\":[0,"), "layer_norm takes"},
+      {edited("\"slots\":[0,1,", "\"slots\":[1,1,"), "value 1 is"},
+      {edited("\"values\":[{\"dtype\":\"f32\"", "\"values\":[{\"dtype\":\"f33\""), "values[0]"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.text);
+    CHECK_THROWS_AS(Function::from_json(c.text), Error);
+    CHECK_THROWS_WITH(Function::from_json(c.text), Catch::Contains(c.message));
+  }
 }

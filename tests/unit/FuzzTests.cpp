@@ -7,6 +7,8 @@
 // parses to the same value. The sequences are fixed by the seed, so a failure names the
 // iteration that reproduces it. With TOKAMAX_FUZZ_ITERATIONS the loops run longer.
 #include <tokamax/autotune/Autotune.h>
+#include <tokamax/ops/Attention.h>
+#include <tokamax/ops/Function.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
@@ -123,6 +125,23 @@ TEST_CASE("fuzz: BoundArgs, Config and ArgSpec JSON are parsed or refused with E
   fuzz("Config", {config.to_json(), "{}"}, n, [](const std::string &s) { return Config::from_json(s).to_json(); });
   fuzz("ArgSpec", {ArgSpec{{3, 0, 7}, DType::F8E4M3}.to_json(), ArgSpec{{}, DType::I32}.to_json()}, n,
        [](const std::string &s) { return ArgSpec::from_json(s).to_json(); });
+}
+
+TEST_CASE("fuzz: Function JSON is parsed or refused with Error", "[fuzz][function]") {
+  // A layer_norm -> attention -> sum function and its gradient: every op kind, glue ops,
+  // pinned implementations and absent arguments appear in the seeds.
+  const ArgSpec x{{2, 8, 2, 16}, DType::BF16}, scale{{16}, DType::F32};
+  Function f = Function::trace({x, scale}, [](Tracer &t, std::span<const Sym> in) {
+    Sym y = t.layer_norm(in[0], in[1]);
+    AttentionOptions o;
+    o.is_causal = true;
+    o.implementation = "chunked";
+    return std::vector<Sym>{t.sum(t.cast(t.dot_product_attention(y, y, y, o), DType::F32))};
+  });
+  const int n = iterations(2000);
+  int parsed = fuzz("Function", {f.to_json(), grad(f, {0, 1}).to_json()}, n,
+                    [](const std::string &s) { return Function::from_json(s).to_json(); });
+  CHECK(parsed > 0);  // some mutations (e.g. whitespace) keep a valid function
 }
 
 TEST_CASE("fuzz: AutotuningResult::loads parses or refuses with Error", "[fuzz][autotune]") {

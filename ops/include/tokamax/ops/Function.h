@@ -89,8 +89,13 @@ public:
   /// Runs every call on the host through the interpreter (host views: see host_view()).
   void interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const;
 
-  /// The recorded calls as JSON (what `tokamax-compile` can precompile, or an export lists).
+  /// The whole function as JSON: its values' specs, inputs, outputs and calls (op
+  /// arguments, the values bound to them, a pinned implementation). Format version 2.
   std::string to_json() const;
+  /// The function to_json wrote. Every op must be registered, every call valid for its
+  /// op and its values, and every value written once before it is read; throws Error
+  /// naming the offending field otherwise.
+  static Function from_json(const std::string &text);
 
   Function() = default;
   Function(const Function &other);
