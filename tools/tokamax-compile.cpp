@@ -1,11 +1,14 @@
 // tokamax-compile: fills and maintains kernel caches ahead of time, with no GPU needed.
 //
 //   tokamax-compile precompile --arch sm_90a --cache-dir DIR [--dump-dir DIR] [--filter S]
+//                              [--function F.json [--autotune R.json]]
 //   tokamax-compile ls [--cache-dir DIR]
 //   tokamax-compile verify [--cache-dir DIR] [--remove-bad]
 //   tokamax-compile prune --max-size 1G [--cache-dir DIR]
+#include <tokamax/autotune/Autotune.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Function.h>
 #include <tokamax/ops/Registry.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
@@ -14,6 +17,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <unistd.h>
 
 namespace {
@@ -36,14 +42,44 @@ std::string human(uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+std::string readFile(const std::string &path, const char *what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw tokamax::Error(fmt::format("{}: cannot read '{}'", what, path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// The kernels of a traced Function (its JSON) for `arch`, with an autotuning result's
+/// configs where it has them, as registered kernels.
+std::vector<tokamax::RegisteredKernel> functionKernels(const std::string &path, const std::string &autotunePath,
+                                                       const std::string &arch) {
+  tokamax::Function f = tokamax::Function::from_json(readFile(path, "--function"));
+  std::unique_ptr<tokamax::AutotuningScope> scope;
+  if (!autotunePath.empty())
+    scope = std::make_unique<tokamax::AutotuningScope>(
+        tokamax::AutotuningResult::loads(readFile(autotunePath, "--autotune")));
+  std::vector<tokamax::RegisteredKernel> kernels;
+  for (tokamax::dsl::Kernel &k : f.kernels(arch)) {
+    auto shared = std::make_shared<tokamax::dsl::Kernel>(std::move(k));
+    kernels.push_back({shared->name(), [shared] { return std::move(*shared); }, ""});
+  }
+  fmt::print("{}: {} calls, {} kernels for {}\n", path, f.calls().size(), kernels.size(), arch);
+  return kernels;
+}
+
 int precompile(const std::string &arch, const std::string &cacheDir, const std::string &dumpDir,
-               const std::string &filter) {
+               const std::string &filter, const std::string &functionPath, const std::string &autotunePath) {
   if (arch.rfind("sm_", 0) != 0)
     throw tokamax::Error("--arch must look like sm_80 or sm_90a, got '" + arch + "'");
   tokamax::CompileOptions options;
   options.arch = arch;
   options.dump_dir = dumpDir;
-  auto kernels = tokamax::registered_kernels();
+  if (!autotunePath.empty() && functionPath.empty())
+    throw tokamax::Error("--autotune needs --function (the calls whose configs it holds)");
+  auto kernels = functionPath.empty() ? tokamax::registered_kernels()
+                                      : functionKernels(functionPath, autotunePath, arch);
   bool tty = isatty(STDERR_FILENO);
   size_t done = 0, hits = 0, selected = 0;
   auto wanted = [&](const tokamax::RegisteredKernel &k) {
@@ -92,6 +128,10 @@ int main(int argc, char **argv) {
   pre->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
   pre->add_option("--dump-dir", dumpDir, "write every pipeline stage of every kernel here");
   pre->add_option("--filter", filter, "only kernels whose name contains this");
+  std::string functionPath, autotunePath;
+  pre->add_option("--function", functionPath,
+                  "the kernels of this traced function (Function::to_json) instead of the registered ones");
+  pre->add_option("--autotune", autotunePath, "an AutotuningResult (JSON) whose configs the function's calls use");
 
   auto *ls = app.add_subcommand("ls", "list cache entries");
   ls->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
@@ -109,7 +149,7 @@ int main(int argc, char **argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*pre)
-      return precompile(arch, cacheDir, dumpDir, filter);
+      return precompile(arch, cacheDir, dumpDir, filter, functionPath, autotunePath);
     tokamax::DiskCache cache(cacheDir);
     if (*ls) {
       auto entries = cache.list();

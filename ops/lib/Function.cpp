@@ -1,6 +1,8 @@
 //===- Function.cpp - Traced functions of ops and their gradients -----------===//
 #include <tokamax/ops/Function.h>
 
+#include <tokamax/dsl/Kernel.h>
+
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <set>
 
 namespace tokamax {
 
@@ -224,6 +227,19 @@ void Function::interpret(std::span<const TensorView> inputs, std::span<const Ten
   }, [&](const Call &call, std::vector<TensorView> &in, std::vector<TensorView> &out) {
     call.op->interpret(call.args, in, out, call.implementation);
   });
+}
+
+std::vector<dsl::Kernel> Function::kernels(const std::string &arch) const {
+  std::vector<dsl::Kernel> all;
+  std::set<std::string> seen;  // two calls with equal arguments build the same kernels
+  for (const Call &call : calls_) {
+    const Implementation &impl = call.op->select(call.args, call.implementation, arch);
+    Config config = call.op->resolve_config(impl, call.args, std::nullopt);
+    for (dsl::Kernel &k : impl.kernels(call.args, config))
+      if (seen.insert(k.ir()).second)
+        all.push_back(std::move(k));
+  }
+  return all;
 }
 
 //===----------------------------------------------------------------------===//

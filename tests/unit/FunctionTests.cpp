@@ -1,12 +1,17 @@
 // Functions: tracing, running on the interpreter, and grad against finite differences.
 #include <catch2/catch.hpp>
 
+#include <tokamax/autotune/Autotune.h>
+#include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/runtime/DType.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <set>
 
 using namespace tokamax;
 
@@ -170,4 +175,61 @@ TEST_CASE("Function::from_json names what is wrong", "[function][json]") {
     CHECK_THROWS_AS(Function::from_json(c.text), Error);
     CHECK_THROWS_WITH(Function::from_json(c.text), Catch::Contains(c.message));
   }
+}
+
+TEST_CASE("a function's kernels for an arch: each once, configs from the calling thread's autotuning scope",
+          "[function]") {
+  Function f = headline(3, 17, DType::F32);
+  Function g = grad(f, {0, 1});
+  std::vector<dsl::Kernel> forward = f.kernels("sm_90a"), gradient = g.kernels("sm_90a");
+  CHECK_FALSE(forward.empty());
+  CHECK(gradient.size() > forward.size());
+  std::set<std::string> irs;
+  for (const dsl::Kernel &k : gradient)
+    CHECK(irs.insert(k.ir()).second);
+  // The two forward layer norms share their arguments: one set of kernels.
+  std::set<std::string> forwardIrs;
+  for (const dsl::Kernel &k : forward)
+    forwardIrs.insert(k.ir());
+  std::set<std::string> firstCall;
+  const Function::Call &ln = f.calls()[0];
+  const Implementation &tile = ln.op->implementation("tile");
+  for (const dsl::Kernel &k : tile.kernels(ln.args, tile.heuristic(ln.args)))
+    firstCall.insert(k.ir());
+  for (const std::string &ir : firstCall)
+    CHECK(forwardIrs.count(ir) == 1);
+
+  // A scope naming another config for the layer norms changes their kernels.
+  Config other{{"block_rows", 1}, {"num_warps", 1}};
+  REQUIRE_FALSE(tile.check_config(ln.args, other).has_value());
+  REQUIRE(other != tile.heuristic(ln.args));
+  AutotuningResult tuned;
+  tuned.add(TuningEntry{ln.args, "tile", other, {}});
+  AutotuningScope scope(tuned);
+  std::set<std::string> scoped;
+  for (const dsl::Kernel &k : f.kernels("sm_90a"))
+    scoped.insert(k.ir());
+  CHECK(scoped != forwardIrs);
+  for (const dsl::Kernel &k : tile.kernels(ln.args, other))
+    CHECK(scoped.count(k.ir()) == 1);
+}
+
+TEST_CASE("the function JSON of format version 2 kept in tests/data still loads and prints the same", "[function][json]") {
+  // The headline gradient (layer_norm tile -> attention chunked -> layer_norm -> attention
+  // tile -> sum, wrt x and scale) as this format version wrote it; later versions must
+  // keep reading it.
+  std::ifstream in(std::string(TOKAMAX_TEST_DATA) + "/headline-grad-function.json");
+  REQUIRE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  Function g = Function::from_json(text);
+  CHECK(g.to_json() == text);
+  CHECK(g.inputs().size() == 2);
+  CHECK(g.outputs().size() == 2);
+  std::set<std::string> ops;
+  for (const Function::Call &c : g.calls())
+    ops.insert(c.op->name());
+  for (const char *name : {"layer_norm", "layer_norm_vjp", "attention", "attention_vjp", "sum"})
+    CHECK(ops.count(name) == 1);
 }

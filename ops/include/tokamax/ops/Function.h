@@ -89,6 +89,12 @@ public:
   /// Runs every call on the host through the interpreter (host views: see host_view()).
   void interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const;
 
+  /// The DSL kernels its calls run on `arch` (sm_80, sm_90a, ...), each once: every
+  /// call's implementation as on that arch (pinned, else auto) with its config as a
+  /// call would resolve it on this thread (an AutotuningScope's, else the heuristic).
+  /// What `tokamax-compile precompile --function` compiles; needs no GPU.
+  std::vector<dsl::Kernel> kernels(const std::string &arch) const;
+
   /// The whole function as JSON: its values' specs, inputs, outputs and calls (op
   /// arguments, the values bound to them, a pinned implementation). Format version 2.
   std::string to_json() const;
