@@ -2,8 +2,8 @@
 # Builds the library and unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 # (the runtime, ops, autotuning and the tests; the interpreter with UBSan only; never the
 # prebuilt MLIR / LLVM libraries, see CMakeLists.txt) and runs the unit tests of the
-# runtime, caches, parsers (with the seeded fuzz loops), autotuning and the interpreter
-# under them. Any report fails the run.
+# runtime, caches, parsers (with the seeded fuzz loops), autotuning, the interpreter,
+# fault injection, bad input at every entry point and Functions (JSON) under them. Any report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DTOKAMAX_SANITIZE=ON \
@@ -13,4 +13,4 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TOKAMAX_FUZZ_ITERATIONS=${TOKAMAX_FUZZ_ITERATIONS:-20000}
 build-asan/tests/tokamax-unit-tests \
-  "[runtime],[cache],[privacy],[hash],[dtype],[tensor],[driver],[maintenance],[concurrency],[fuzz],[autotune],[op],[interpreter]"
+  "[runtime],[cache],[privacy],[hash],[dtype],[tensor],[driver],[maintenance],[concurrency],[fuzz],[autotune],[op],[interpreter],[faults],[bad-input],[function],[kernel-cases]"
