@@ -13,7 +13,6 @@ using namespace mlir;
 namespace tokamax::dsl {
 
 namespace {
-bool isPowerOfTwo(int64_t v) { return v > 0 && !(v & (v - 1)); }
 
 void checkIdentifier(const std::string &name, const char *what) {
   bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');

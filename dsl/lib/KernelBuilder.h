@@ -69,6 +69,8 @@ std::string typeString(mlir::Type type);
 /// The builder of whichever operand is not a literal (throws when both are literals).
 KernelBuilder &builderOf(const char *op, std::initializer_list<const Value *> values);
 /// Element type of a tile, or the type of a scalar.
+inline bool isPowerOfTwo(int64_t v) { return v > 0 && !(v & (v - 1)); }
+
 inline mlir::Type elementType(mlir::Value v) { return mlir::getElementTypeOrSelf(v.getType()); }
 inline llvm::ArrayRef<int64_t> shapeOf(mlir::Value v) {
   if (auto t = llvm::dyn_cast<mlir::RankedTensorType>(v.getType()))
