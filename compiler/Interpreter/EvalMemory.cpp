@@ -141,6 +141,21 @@ template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot o
 
 /// Writes `value` into the block at `offsets` of the tensor behind `base` (`dims`,
 /// `strides`), dropping what falls outside it.
+/// The block of `type` at `offsets` of the tensor behind `base`; elements outside it read
+/// as `padding`.
+HostTile loadBlock(Interpreter &in, const char *name, Value base, ValueRange offsets, ArrayRef<int64_t> dims,
+                   ArrayRef<int64_t> strides, RankedTensorType type, double padding) {
+  HostTile r = HostTile::of(type);
+  int32_t arg = in.get(base).arg[0];
+  forEachBlockElement(in, base, offsets, dims, strides, r.shape, [&](size_t k, bool inBounds, int64_t offset) {
+    if (!inBounds)
+      return r.setFromDouble(k, padding);
+    in.checkAccess(name, arg, offset);
+    in.readElem(arg, offset, r, k);
+  });
+  return r;
+}
+
 void storeBlock(Interpreter &in, const char *name, Value base, ValueRange offsets, ArrayRef<int64_t> dims,
                 ArrayRef<int64_t> strides, Value value) {
   const HostTile &val = in.get(value);
@@ -195,31 +210,15 @@ bool evalMemory(Interpreter &in, Operation *op) {
     return true;
   }
   if (auto load = dyn_cast<tile::BlockLoadOp>(op)) {
-    HostTile r = HostTile::of(load.getType());
-    int32_t arg = in.get(load.getBase()).arg[0];
-    double padding = load.getPadding().convertToDouble();
-    forEachBlockElement(in, load.getBase(), load.getOffsets(), load.getDims(), load.getStrides(),
-                        r.shape, [&](size_t k, bool inBounds, int64_t offset) {
-                          if (!inBounds)
-                            return r.setFromDouble(k, padding);
-                          in.checkAccess("tile.block_load", arg, offset);
-                          in.readElem(arg, offset, r, k);
-                        });
-    in.set(load.getResult(), std::move(r));
+    in.set(load.getResult(), loadBlock(in, "tile.block_load", load.getBase(), load.getOffsets(), load.getDims(),
+                                       load.getStrides(), load.getType(), load.getPadding().convertToDouble()));
     return true;
   }
   if (auto copy = dyn_cast<tile::AsyncBlockLoadOp>(op)) {
     // The block, then its unit dims dropped (the same elements in the same order).
     auto type = copy.getResult().getType();
-    HostTile r = HostTile::of(RankedTensorType::get(copy.getBlock(), type.getElementType()));
-    int32_t arg = in.get(copy.getBase()).arg[0];
-    forEachBlockElement(in, copy.getBase(), copy.getOffsets(), copy.getDims(), copy.getStrides(), r.shape,
-                        [&](size_t k, bool inBounds, int64_t offset) {
-                          if (!inBounds)
-                            return r.setFromDouble(k, 0.0);
-                          in.checkAccess("tile.async_block_load", arg, offset);
-                          in.readElem(arg, offset, r, k);
-                        });
+    HostTile r = loadBlock(in, "tile.async_block_load", copy.getBase(), copy.getOffsets(), copy.getDims(),
+                           copy.getStrides(), RankedTensorType::get(copy.getBlock(), type.getElementType()), 0.0);
     r.shape.assign(type.getShape().begin(), type.getShape().end());
     in.set(copy.getResult(), std::move(r));
     return true;
