@@ -11,6 +11,7 @@
 #include "tokamax/runtime/Benchmark.h"
 
 #include "Cupti.h"
+#include "TimingArgs.h"
 
 #include "tokamax/runtime/Device.h"
 #include "tokamax/runtime/Error.h"
@@ -293,12 +294,7 @@ struct Runner {
 
 BenchmarkData benchmark(Stream& stream, const std::function<void()>& work, TimingMethod method,
                         int iterations, int warmup, bool flush_l2) {
-  if (iterations < 1)
-    throw Error(fmt::format("benchmark: iterations must be >= 1 (got {})", iterations));
-  if (warmup < 0)
-    throw Error(fmt::format("benchmark: warmup must be >= 0 (got {})", warmup));
-  if (!work)
-    throw Error("benchmark: no work to time");
+  detail::check_timing_args("benchmark", work, iterations, warmup);
   Runner runner{stream, work, iterations, warmup};
   if (flush_l2)
     runner.flush = flush_buffer(current_device());

@@ -1,13 +1,12 @@
 //===- Timing.cpp - Device-time measurement ---------------------------------===//
 #include <tokamax/runtime/Timing.h>
 
+#include "TimingArgs.h"
+
 #include <tokamax/runtime/Device.h>
-#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Event.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
@@ -16,13 +15,7 @@ namespace tokamax {
 
 Timings time_on_stream(Stream &stream, const std::function<void()> &work, int warmup, int iterations,
                        bool flush_l2) {
-  // Refused before the device is touched (a negative count would size the event vectors).
-  if (iterations < 1)
-    throw Error(fmt::format("time_on_stream: iterations must be >= 1 (got {})", iterations));
-  if (warmup < 0)
-    throw Error(fmt::format("time_on_stream: warmup must be >= 0 (got {})", warmup));
-  if (!work)
-    throw Error("time_on_stream: no work to time");
+  detail::check_timing_args("time_on_stream", work, iterations, warmup);
   constexpr size_t kFlushBytes = size_t(256) << 20;
   DeviceBuffer flush = flush_l2 ? DeviceBuffer(kFlushBytes, Device::get()) : DeviceBuffer();
   for (int i = 0; i < warmup; ++i)
