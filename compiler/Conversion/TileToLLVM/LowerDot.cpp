@@ -90,18 +90,13 @@ struct StagedOperand {
 
   /// Every thread writes its elements, `vec` contiguous ones per store.
   void store() {
-    unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
-    // Replicas in other threads hold the same values: only the owner writes them.
-    if (in.has_thread_replicas()) {
-      t.when(loc, t.threadOwns(srcType), [&] { storeOwn(vec); });
-      return;
-    }
-    storeOwn(vec);
+    t.asOwner(loc, srcType, [&] { storeOwn(); });  // replicas in other threads hold the same values
   }
 
 private:
-  void storeOwn(unsigned vec) {
+  void storeOwn() {
     OpBuilder &b = t.builder();
+    unsigned vec = std::min<unsigned>(in.contiguous_registers(), staging.chunk);
     I32 m{t, loc};
     const Registers &regs = t.regs(op.getSource());
     auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);

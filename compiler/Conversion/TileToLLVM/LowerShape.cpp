@@ -97,11 +97,7 @@ LogicalResult moveThroughScratch(TileLowering &t, Operation *op, Value source, V
       b.create<LLVM::StoreOp>(loc, v, slot(linearIndex(t, loc, inType, t.coords(inType, r))));
     }
   };
-  // Replicas in other threads hold the same values: only the owner writes them.
-  if (in.has_thread_replicas())
-    t.when(loc, t.threadOwns(inType), store);
-  else
-    store();
+  t.asOwner(loc, inType, store);  // replicas in other threads hold the same values
   t.barrier();
   compiler::Distribution out = getDistribution(outType);
   Registers moved;

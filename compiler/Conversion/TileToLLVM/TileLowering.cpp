@@ -25,6 +25,13 @@ void TileLowering::when(Location loc, Value cond, llvm::function_ref<void()> bod
   body();
 }
 
+void TileLowering::asOwner(Location loc, RankedTensorType type, llvm::function_ref<void()> body) {
+  if (getDistribution(type).has_thread_replicas())
+    when(loc, threadOwns(type), body);
+  else
+    body();
+}
+
 bool TileLowering::hasFp8Conversions() const {
   // cvt between f32 and fp8 exists from sm_89.
   int major = 0, minor = 0;

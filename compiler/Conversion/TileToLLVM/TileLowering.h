@@ -86,6 +86,10 @@ public:
   void barrier();
   /// Emits `body` at the builder's point inside an scf.if on `cond` (no results).
   void when(mlir::Location loc, mlir::Value cond, llvm::function_ref<void()> body);
+  /// Emits `body` (stores of this thread's elements of a tile of `type` to shared memory)
+  /// for the owning thread of each element only, where other threads hold replicas of
+  /// them (a layout larger than its tile, dims reduced away); as it is otherwise.
+  void asOwner(mlir::Location loc, mlir::RankedTensorType type, llvm::function_ref<void()> body);
   /// Thread 0 has TMA stores in flight (bulk groups): it waits for them before the
   /// kernel returns.
   void noteBulkStores() { bulkStores_ = true; }
