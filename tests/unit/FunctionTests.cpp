@@ -184,6 +184,8 @@ TEST_CASE("a function's kernels for an arch: each once, configs from the calling
   std::vector<dsl::Kernel> forward = f.kernels("sm_90a"), gradient = g.kernels("sm_90a");
   CHECK_FALSE(forward.empty());
   CHECK(gradient.size() > forward.size());
+  for (const char *bad : {"", "90a", "sm_", "sm_x0", "compute_90"})
+    CHECK_THROWS_WITH(f.kernels(bad), Catch::Contains("arch must look like sm_80 or sm_90a"));
   std::set<std::string> irs;
   for (const dsl::Kernel &k : gradient)
     CHECK(irs.insert(k.ir()).second);
