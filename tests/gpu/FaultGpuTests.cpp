@@ -174,12 +174,20 @@ TEST_CASE("a kernel that faults: an Error naming the driver error and the kernel
   INFO("child output:\n" << output);
   REQUIRE(WIFEXITED(status));  // not killed by SIGABRT or SIGSEGV
   CHECK(WEXITSTATUS(status) == 0);
+  // The driver names a store through a wild pointer by where the address falls: outside
+  // every allocation (ILLEGAL_ADDRESS) or outside the global window (INVALID_ADDRESS_SPACE,
+  // seen on the H200 with driver 580).
   const std::string caught = lineStarting(output, "caught: ");
-  CHECK_THAT(caught, Contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+  std::string error;
+  for (const char *name : {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE"})
+    if (caught.find(name) != std::string::npos)
+      error = name;
+  INFO("caught: " << caught);
+  REQUIRE(!error.empty());
   CHECK_THAT(output, Contains(fmt::format("last kernel launched on this thread was '{}'", kWildKernel)));
-  // Every later call reports the sticky error, still naming the kernel.
+  // Every later call reports the same sticky error, still naming the kernel.
   const std::string after = lineStarting(output, "after: ");
-  CHECK_THAT(after, Contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+  CHECK_THAT(after, Contains(error));
   CHECK_THAT(output.substr(output.find("after: ")), Contains(kWildKernel));
 }
 

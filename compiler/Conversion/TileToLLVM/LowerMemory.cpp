@@ -385,6 +385,11 @@ LogicalResult lowerAtomic(TileLowering &t, Operation *op, Value ptrs, Value mask
     Value old;
     if (auto cas = dyn_cast<AtomicCASOp>(op)) {
       old = ptx.atomic("cas", elem.isInteger(32) ? "b32" : "b64", ptr, pred, operands, elem);
+    } else if (cast<AtomicRMWOp>(op).getKind() == AtomicKind::Add && op->getResult(0).use_empty()) {
+      // Nobody reads the old value: a reduction, which needs no round trip to the thread.
+      ptx.reduction("add", elem.isInteger(32) ? "u32" : elem.isInteger(64) ? "u64" : ty, ptr, pred,
+                    operands[0]);
+      old = b.create<arith::ConstantOp>(loc, b.getZeroAttr(elem));
     } else if (cast<AtomicRMWOp>(op).getKind() == AtomicKind::Add) {
       old = ptx.atomic("add", elem.isInteger(32) ? "u32" : elem.isInteger(64) ? "u64" : ty, ptr,
                        pred, operands, elem);

@@ -137,6 +137,16 @@ Value PtxBuilder::atomic(StringRef op, StringRef type, Value ptr, Value pred, Va
   return asmCall(resultType, operands, text, constraints, true);
 }
 
+void PtxBuilder::reduction(StringRef op, StringRef type, Value ptr, Value pred, Value value) {
+  unsigned bits = value.getType().getIntOrFloatBitWidth();
+  char c = value.getType().isF32() ? 'f' : value.getType().isF64() ? 'd' : constraintFor(bits);
+  std::string text = llvm::formatv("{{\n .reg .pred p;\n setp.ne.b32 p, $1, 0;\n @p red.global.{0}.{1} [$0], $2;\n}",
+                                   op, type)
+                         .str();
+  asmCall(Type(), ValueRange{ptr, b.create<LLVM::ZExtOp>(loc, b.getI32Type(), pred), value}, text,
+          std::string("l,r,") + c, true);
+}
+
 SmallVector<Value> PtxBuilder::ldmatrix(Value addr, unsigned count, bool trans) {
   std::string outs, constraints;
   for (unsigned i = 0; i < count; ++i) {

@@ -36,6 +36,10 @@ public:
   mlir::Value atomic(llvm::StringRef op, llvm::StringRef type, mlir::Value ptr,
                      mlir::Value pred, mlir::ValueRange args, mlir::Type resultType);
 
+  /// `red.global.<op>.<type>` if `pred` holds: the atomic whose old value nobody reads.
+  void reduction(llvm::StringRef op, llvm::StringRef type, mlir::Value ptr, mlir::Value pred,
+                 mlir::Value value);
+
   /// `ldmatrix.sync.aligned.m8n8.x<count>[.trans].shared.b16` from the 32-bit shared
   /// address `addr` (this lane's row); returns `count` i32 registers.
   llvm::SmallVector<mlir::Value> ldmatrix(mlir::Value addr, unsigned count, bool trans);
