@@ -25,8 +25,6 @@
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
-//   --impl NAME+atomic-dq: NAME's rows with the nondeterministic VJP (deterministic =
-//             false: dq added with atomics in the dk/dv pass); fwd+bwd rows only
 #include <tokamax/ops/Attention.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
@@ -198,11 +196,8 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   }
   AttentionOptions options;
   options.is_causal = causal;
-  const std::string atomicSuffix = "+atomic-dq";
-  const bool atomicDq = impl.size() > atomicSuffix.size() && impl.ends_with(atomicSuffix);
-  options.implementation = atomicDq ? impl.substr(0, impl.size() - atomicSuffix.size()) : impl;
+  options.implementation = impl;
   AttentionOptions vjpOptions = options;
-  vjpOptions.deterministic = !atomicDq;
   if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
@@ -336,7 +331,7 @@ int main(int argc, char **argv) try {
     } else if (arg == "--impl" && hasValue) {
       impls = splitList(argv[++i]);
       for (const std::string &impl : impls)
-        if (impl.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-+") != std::string::npos)
+        if (impl.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
           throw Error(fmt::format("--impl: \"{}\" is not an implementation name", impl));
     } else if (arg == "--iters" && hasValue) {
       iters = std::max(1, std::atoi(argv[++i]));
@@ -371,7 +366,7 @@ int main(int argc, char **argv) try {
     fmt::print("peers: {} from {}\n", peersAbout, peersPath);
   if (!FreeMemory().available())
     fmt::print("peak memory not measured: cuMemGetInfo_v2 not found\n");
-  std::string header = fmt::format("\n{:<5} {:<6} {:<8} {:<17} {:>9} {:>8} {:>10} {:>6}", "shape", "causal", "pass",
+  std::string header = fmt::format("\n{:<5} {:<6} {:<8} {:<10} {:>9} {:>8} {:>10} {:>6}", "shape", "causal", "pass",
                                    "impl", "ms", "TFLOP/s", "peak MiB", "iters");
   for (const std::string &b : backends)
     header += fmt::format(" {:>14}", "% of " + b);
@@ -382,11 +377,9 @@ int main(int argc, char **argv) try {
     for (bool causal : {false, true})
       for (const std::string pass : {"fwd", "fwd+bwd"})
         for (const std::string &impl : impls) {
-          if (pass == "fwd" && impl.ends_with("+atomic-dq"))  // the forward is the plain implementation's
-            continue;
           const Row row = runInChild(self, s, causal, pass, impl, iters);
           json j = toJson(row);
-          std::string line = fmt::format("{:<5} {:<6} {:<8} {:<17}", row.shape, causal ? "yes" : "no", pass, impl);
+          std::string line = fmt::format("{:<5} {:<6} {:<8} {:<10}", row.shape, causal ? "yes" : "no", pass, impl);
           if (row.status != "ok") {
             line += " " + row.status;
           } else {

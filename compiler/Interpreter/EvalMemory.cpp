@@ -168,6 +168,26 @@ void storeBlock(Interpreter &in, const char *name, Value base, ValueRange offset
   });
 }
 
+/// Adds the block `op` holds (its unit dims dropped) into memory, element by element.
+void addBlock(Interpreter &in, tile::BlockAtomicAddOp op) {
+  const HostTile &val = in.get(op.getValue());
+  int32_t arg = in.get(op.getBase()).arg[0];
+  std::vector<int64_t> block(op.getBlock().begin(), op.getBlock().end());
+  HostTile sum = HostTile::make(val.elem, {});
+  forEachBlockElement(in, op.getBase(), op.getOffsets(), op.getDims(), op.getStrides(), block,
+                      [&](size_t k, bool inBounds, int64_t offset) {
+                        if (!inBounds)
+                          return;
+                        in.checkAccess("tile.block_atomic_add", arg, offset);
+                        in.readElem(arg, offset, sum, 0);
+                        if (sum.kind == Kind::Float)
+                          sum.f[0] = roundFloat(sum.elem, sum.f[0] + val.f[val.at(k)]);
+                        else
+                          sum.i[0] = wrapInt(sum.bits(), static_cast<int64_t>(uint64_t(sum.i[0]) + uint64_t(val.i[val.at(k)])));
+                        in.writeElem(arg, offset, sum, 0);
+                      });
+}
+
 } // namespace
 
 bool evalMemory(Interpreter &in, Operation *op) {
@@ -235,6 +255,8 @@ bool evalMemory(Interpreter &in, Operation *op) {
            true;
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
+  if (auto add = dyn_cast<tile::BlockAtomicAddOp>(op))
+    return addBlock(in, add), true;
   if (auto dot = dyn_cast<tile::TmaDotOp>(op))
     return evalMainLoopDot(in, dot), true;
   if (auto dot = dyn_cast<tile::CpAsyncDotOp>(op))

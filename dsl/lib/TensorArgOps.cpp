@@ -101,6 +101,35 @@ void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
                                     kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_));
 }
 
+void TensorArg::atomic_add(std::vector<Value> offsets, std::vector<int64_t> block, const Value &tile) const {
+  KernelBuilder &kb = *builder_;
+  if (dtype_ != DType::F32 && dtype_ != DType::F64 && dtype_ != DType::I32 && dtype_ != DType::I64)
+    kb.fail(fmt::format("atomic_add {}: adds into f32, f64, i32 or i64 tensors, got {}", name_, dtype_name(dtype_)));
+  if (block.size() != shape_.size())
+    kb.fail(fmt::format("atomic_add {}: block [{}] must have the tensor's rank {}", name_, fmt::join(block, ", "),
+                        shape_.size()));
+  std::vector<int64_t> kept;
+  for (int64_t d : block) {
+    if (d < 1 || (d & (d - 1)) != 0)
+      kb.fail(fmt::format("atomic_add {}: block dims must be powers of two, got [{}]", name_, fmt::join(block, ", ")));
+    if (d != 1)
+      kept.push_back(d);
+  }
+  Type elem = tile::toMlirType(&kb.context(), dtype_);
+  mlir::Value v = kb.materialize(tile, elem);
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || type.getShape() != ArrayRef<int64_t>(kept))
+    kb.fail(fmt::format("atomic_add {}: needs the block [{}] without its unit dims, [{}], got {}", name_,
+                        fmt::join(block, ", "), fmt::join(kept, ", "), shapeString(v.getType())));
+  if (type.getElementType() != elem)
+    kb.fail(fmt::format("atomic_add {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", name_,
+                        typeString(type), dtype_name(dtype_)));
+  auto offs = blockOffsets(kb, name_, shape_.size(), offsets, "atomic_add");
+  kb.b().create<tile::BlockAtomicAddOp>(kb.loc(), kb.func().getArgument(index_), offs, v,
+                                        kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_),
+                                        kb.b().getDenseI64ArrayAttr(block));
+}
+
 void TensorArg::tma_store(std::vector<Value> offsets, const Value &tile) const {
   KernelBuilder &kb = *builder_;
   Type elem = tile::toMlirType(&kb.context(), dtype_);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/AsyncRingKernel.h"
+#include "common/BlockAtomicKernel.h"
 #include "common/Numerics.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -223,6 +224,25 @@ TEST_CASE("double-buffered async copies into shared memory feed dots on the devi
       auto [devS, interpS] = runBoth(k, buffers, 3);
       CHECK(test::rel_error(devS, refS) <= 1e-6);
       CHECK(test::rel_error(interpS, refS) <= 1e-6);
+    }
+}
+
+TEST_CASE("block atomic adds of dot results from overlapping programs on the device", "[gpu]") {
+  // Rows that end inside the first block, inside the last, and past every block.
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int64_t rows : {int64_t(1), int64_t(100), int64_t(300)}) {
+      INFO(dtype_name(dtype) << " rows " << rows);
+      test::BlockAtomicShape sh;
+      sh.rows = rows;
+      Kernel k = test::block_atomic_kernel(sh, dtype);
+      auto a = random_values(sh.kBlock * sh.kK, dtype, 41);
+      auto b = random_values(sh.programs * sh.kK * sh.kBlock, dtype, 42);
+      auto init = random_values(2 * rows * 3 * sh.kBlock, DType::F32, 43);
+      std::vector<double> ref = test::block_atomic_reference(sh, a, b, init);
+      std::vector<Buffer> buffers = {Buffer(dtype, a), Buffer(dtype, b), Buffer(DType::F32, init)};
+      auto [dev, interp] = runBoth(k, buffers, 2);
+      CHECK(test::rel_error(dev, ref) <= 1e-5);
+      CHECK(test::rel_error(interp, ref) <= 1e-5);
     }
 }
 

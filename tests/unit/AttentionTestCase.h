@@ -37,7 +37,6 @@ struct Case {
   std::vector<int32_t> q_lengths, kv_lengths;
   std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
   bool vjp = true;
-  bool deterministic = true;  ///< false: the VJP may add dq with atomics
   double tolerance_factor = 1;
   uint64_t seed = 1;
 };
@@ -68,7 +67,7 @@ inline std::string describe(const Case &c) {
     s += fmt::format(" kv_len [{}]", fmt::join(c.kv_lengths, ","));
   if (c.config)
     s += " config " + c.config->to_json();
-  return s + (c.vjp ? (c.deterministic ? " fwd+vjp" : " fwd+vjp (atomic dq)") : " fwd");
+  return s + (c.vjp ? " fwd+vjp" : " fwd");
 }
 
 inline DType lseDtype(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
@@ -137,7 +136,6 @@ inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::Tensor
   if (!c.implementation.empty())
     o.implementation = c.implementation;
   o.config = c.config;
-  o.deterministic = c.deterministic;
   return o;
 }
 

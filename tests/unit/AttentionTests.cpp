@@ -271,15 +271,6 @@ TEST_CASE("attention: argument order / attributes / the residual's spec", "[atte
   CHECK(opts.attributes.count("window_right") == 0);
   CHECK(opts.float_attribute("logits_soft_cap") == 30.0);
   CHECK(BoundArgs::from_json(opts.to_json()) == opts);
-  // deterministic = false is the VJP's alone (the forward is deterministic either way).
-  AttentionOptions nondeterministic;
-  nondeterministic.deterministic = false;
-  CHECK(bind_attention(goodSpecs(), nondeterministic) == plain);
-  CHECK(bind_attention_vjp(goodVjpSpecs()).attributes.count("deterministic") == 0);
-  BoundArgs atomicVjp = bind_attention_vjp(goodVjpSpecs(), nondeterministic);
-  CHECK(atomicVjp.attribute("deterministic") == "0");
-  CHECK_NOTHROW(attention_vjp_op().validate(atomicVjp));
-  CHECK(BoundArgs::from_json(atomicVjp.to_json()) == atomicVjp);
   CHECK_FALSE(plain.has(3));  // no bias
   CHECK(plain.has(8));        // lse
 
@@ -428,30 +419,6 @@ TEST_CASE("attention: rows that see no key give zeros / +inf lse / no NaN", "[at
         CHECK(std::none_of(values->begin(), values->end(), [](double x) { return std::isnan(x); }));
       checkResults(c, ref, got);
     }
-}
-
-TEST_CASE("attention: the nondeterministic VJP (dq added with atomics) matches float64", "[attention]") {
-  // Each key block adds its share of dq into an f32 sum; many key blocks (16 x 16
-  // configs) and GQA make many adds per element, causal / window / lengths skip some.
-  const tokamax::Config small{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 1}};
-  std::vector<Case> variants;
-  auto add = [&](ImplDtype id, Dims dims, auto edit) {
-    Case c = makeCase(id, std::move(dims));
-    c.deterministic = false;
-    edit(c);
-    variants.push_back(c);
-  };
-  const Dims gqa{.batch = {2}, .t = 17, .s = 40, .n = 4, .k = 2, .h = 64, .hv = 32};
-  for (const ImplDtype &id : kImplDtypes) {
-    add(id, gqa, [](Case &) {});
-    add(id, gqa, [&](Case &c) { c.config = small, c.options.is_causal = true, c.kv_lengths = {33, 40}; });
-  }
-  add({"tile", DType::BF16}, {.batch = {1}, .t = 40, .s = 17, .n = 3, .k = 1, .h = 20, .hv = 12},
-      [&](Case &c) { c.config = small, c.options.window = Window{3, 4}, c.bias_dims = "nts", c.q_lengths = {31}; });
-  add({"chunked", DType::F32}, {.batch = {}, .t = 40, .s = 17, .n = 2, .k = 1, .h = 32, .hv = 32},
-      [&](Case &c) { c.config = small, c.mask_dims = "ts", c.options.soft_cap = 2.0; });
-  for (const Case &c : variants)
-    DYNAMIC_SECTION(describe(c)) { check(c); }
 }
 
 TEST_CASE("attention: reruns give the same bits", "[attention]") {

@@ -2,6 +2,7 @@
 #include "InterpreterTestUtil.h"
 
 #include "common/AsyncRingKernel.h"
+#include "common/BlockAtomicKernel.h"
 
 namespace dsl = tokamax::dsl;
 
@@ -231,4 +232,42 @@ TEST_CASE("interpreter: DSL double-buffered async copies feed a dot and elementw
     for (size_t i = 0; i < s.size(); ++i)
       REQUIRE(std::fabs(sb.get(i) - s[i]) <= 1e-6 * (1 + std::fabs(s[i])));
   }
+}
+
+TEST_CASE("interpreter: DSL block atomic adds of dot results from overlapping programs", "[interpreter]") {
+  std::mt19937 rng(27);
+  for (int64_t rows : {int64_t(1), int64_t(100), int64_t(300)}) {
+    INFO("rows=" << rows);
+    test::BlockAtomicShape sh;
+    sh.rows = rows;
+    dsl::Kernel k = test::block_atomic_kernel(sh, DType::BF16);
+    const int64_t n = sh.kBlock, kk = sh.kK;
+    Buf ab(DType::BF16, n * kk), bb(DType::BF16, sh.programs * kk * n), ob(DType::F32, 2 * rows * 3 * n);
+    fill(ab, rng, -1, 1);
+    fill(bb, rng, -1, 1);
+    fill(ob, rng, -1, 1);
+    auto values = [](const Buf &buf) {
+      std::vector<double> v(buf.n);
+      for (size_t i = 0; i < buf.n; ++i)
+        v[i] = buf.get(i);
+      return v;
+    };
+    std::vector<double> ref = test::block_atomic_reference(sh, values(ab), values(bb), values(ob));
+    std::vector<HostArg> args{ab.arg(), bb.arg(), ob.arg()};
+    interpret(k, args);
+    for (size_t i = 0; i < ref.size(); ++i)
+      REQUIRE(std::fabs(ob.get(i) - ref[i]) <= 1e-5 * (1 + std::fabs(ref[i])));
+  }
+}
+
+TEST_CASE("interpreter: DSL block atomic adds check dtype and block shape", "[interpreter]") {
+  dsl::Kernel k("bad_atomic_add");
+  auto half = k.output("half", DType::BF16, {8, 64});
+  auto out = k.output("out", DType::F32, {2, 8, 64});
+  dsl::Value t = k.full({8, 64}, 1.0, DType::F32);
+  CHECK_THROWS_WITH(half.atomic_add({0, 0}, {8, 64}, t.to(DType::BF16)),
+                    Catch::Contains("atomic_add half: adds into f32, f64, i32 or i64 tensors, got bf16"));
+  CHECK_THROWS_WITH(out.atomic_add({0, 0, 0}, {8, 64}, t), Catch::Contains("must have the tensor's rank 3"));
+  CHECK_THROWS_WITH(out.atomic_add({0, 0, 0}, {1, 4, 64}, t), Catch::Contains("needs the block [1, 4, 64] without its unit dims, [4, 64]"));
+  CHECK_THROWS_WITH(out.atomic_add({0, 0, 0}, {1, 8, 64}, t.to(DType::F64)), Catch::Contains("does not match the tensor dtype f32"));
 }

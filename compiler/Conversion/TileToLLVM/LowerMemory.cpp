@@ -356,6 +356,42 @@ LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
   return success();
 }
 
+/// One red.global.add per element this thread owns; the value's dims are the block's
+/// dims that are not unit dims, in order.
+LogicalResult lowerBlockAtomicAdd(TileLowering &t, BlockAtomicAddOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto type = op.getValue().getType();
+  Type elem = type.getElementType();
+  std::string ty = elem.isF32() ? "f32" : elem.isF64() ? "f64" : elem.isInteger(32) ? "u32" : "u64";
+  ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides(), block = op.getBlock();
+  const Registers &values = t.regs(op.getValue());
+  Value owns = t.threadOwns(type);
+  Value base = t.regs(op.getBase())[0];
+  compiler::Distribution dist = getDistribution(type);
+  for (int64_t r = 0; r < dist.num_registers(); ++r) {
+    if (!dist.register_owns(r))
+      continue;
+    Registers coords = t.coords(type, r);
+    Value inBounds = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
+    Value linear = t.i64(0);
+    size_t kept = 0;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      Value idx = t.regs(op.getOffsets()[d])[0];
+      if (block[d] != 1 && kept < coords.size())
+        idx = b.create<arith::AddIOp>(loc, idx, coords[kept++]);
+      // Unsigned compare also rejects negative indices.
+      inBounds = b.create<arith::AndIOp>(
+          loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, idx, t.i32(dims[d])));
+      Value wide = b.create<arith::ExtSIOp>(loc, b.getI64Type(), idx);
+      linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(strides[d])));
+    }
+    Value ptr = b.create<LLVM::GEPOp>(loc, base.getType(), elem, base, ValueRange{linear});
+    t.ptx(loc).reduction("add", ty, ptr, b.create<arith::AndIOp>(loc, inBounds, owns), values[r]);
+  }
+  return success();
+}
+
 Value maskAt(TileLowering &t, Value mask, size_t i) {
   if (!mask)
     return t.builder().create<arith::ConstantOp>(t.builder().getUnknownLoc(),
@@ -422,6 +458,8 @@ LogicalResult lowerMemoryOp(TileLowering &t, Operation *op, bool &handled) {
   Location loc = op->getLoc();
   if (auto load = dyn_cast<BlockLoadOp>(op))
     return lowerBlockLoad(t, load);
+  if (auto add = dyn_cast<BlockAtomicAddOp>(op))
+    return lowerBlockAtomicAdd(t, add);
   if (auto store = dyn_cast<BlockStoreOp>(op))
     return lowerBlockStore(t, store);
   if (auto load = dyn_cast<LoadOp>(op)) {

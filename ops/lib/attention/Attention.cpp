@@ -13,7 +13,6 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
-#include <string_view>
 
 namespace tokamax {
 
@@ -171,9 +170,6 @@ std::map<std::string, std::string> attributes(const char *op, const Geometry &g,
       throw Error(fmt::format("{}: logits_soft_cap must be positive and finite, got {}", op, *o.logits_soft_cap));
     a["logits_soft_cap"] = fmt::format("{}", *o.logits_soft_cap);
   }
-  // Only the VJP has a nondeterministic variant; the forward's key ignores the option.
-  if (!o.deterministic && std::string_view(op) == "attention_vjp")
-    a["deterministic"] = "0";
   return a;
 }
 
@@ -191,8 +187,6 @@ AttentionOptions optionsOf(const BoundArgs &b) {
   }
   if (b.attributes.count("logits_soft_cap"))
     o.logits_soft_cap = b.float_attribute("logits_soft_cap");
-  if (b.attributes.count("deterministic"))
-    o.deterministic = b.int_attribute("deterministic") != 0;
   return o;
 }
 
@@ -288,7 +282,6 @@ Problem problem_of(const BoundArgs &b) {
   p.kv_lengths = b.has(opt + 3);
   p.lse_out = !p.vjp && b.has(8);
   p.dbias = p.vjp && b.has(13);
-  p.atomic_dq = p.vjp && b.attributes.count("deterministic") && b.int_attribute("deterministic") == 0;
   return p;
 }
 
@@ -399,7 +392,7 @@ public:
                               fmt::join(arg_names(), ", "), b.args.size()));
     for (const auto &[key, value] : b.attributes)
       if (key != "scale" && key != "is_causal" && key != "window_left" && key != "window_right" &&
-          key != "logits_soft_cap" && key != "deterministic")
+          key != "logits_soft_cap")
         throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
     auto need = [&](size_t i) -> const ArgSpec & {
       if (!b.args[i])

@@ -48,9 +48,6 @@ struct Problem {
   bool q_lengths = false, kv_lengths = false;
   bool lse_out = false;  ///< forward: the caller wants lse
   bool dbias = false;    ///< VJP: the caller wants dbias
-  /// VJP: the caller allows nondeterminism; the flash VJPs add dq with f32 atomics in
-  /// the dk/dv pass (into a zeroed workspace that DqScale then scales and casts).
-  bool atomic_dq = false;
 
   int64_t group() const { return N / K; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.
@@ -65,7 +62,6 @@ enum class KernelKind : uint8_t {
   Delta,         ///< delta = rowsum(dout * out)
   FlashDkDv,     ///< per KV block: dk, dv (and dS into a workspace for dbias)
   FlashDq,       ///< per query block: dq
-  DqScale,       ///< dq = scale * the f32 dq workspace the dk/dv pass added into
   DbiasReduce,   ///< dS [B, N, T, S] summed over bias's broadcast dims -> dbias
   Logits,        ///< reference: masked, capped logits -> [B, N, T, S]
   RowStats,      ///< reference: lse of each logits row (max, then sum)

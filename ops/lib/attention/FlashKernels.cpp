@@ -9,9 +9,7 @@
 //   delta:   rowsum(dout * out);
 //   dk/dv:   one program per (key block, kv head, batch row), walking the query blocks
 //            of every query head of the group (GQA sums stay in the program);
-//   dq:      one program per (query block, head, batch row), walking the key blocks;
-//            or, when the caller allows nondeterminism, added by dk/dv with atomics
-//            into an f32 sum that dq_scale scales and casts.
+//   dq:      one program per (query block, head, batch row), walking the key blocks.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
@@ -124,11 +122,9 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
   Cotangents ct = declareCotangents(k, p);
   TensorArg dk = k.output("dk", p.dtype, {p.B, p.S, p.K, p.H});
   TensorArg dv = k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv});
-  std::optional<TensorArg> ds, dqSum;
+  std::optional<TensorArg> ds;
   if (p.dbias)
     ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
-  if (p.atomic_dq)
-    dqSum = k.output("dq_sum", p.compute, {p.B, p.T, p.N, p.H});
   k.grid(cdiv(p.S, bkv), p.K, p.B);
   Program pr = program(k, s, in, k.program_id(2));
   Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
@@ -154,9 +150,6 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
       if (ds)
         ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
       Chunks dkNew = product_nn(s, dsT, q, parts[0]);
-      // dq's share of this key block (unscaled), added where other key blocks add theirs.
-      if (dqSum)
-        add_rows(k, *dqSum, pr.b, t0, n, product_nn(s, dsT.trans(), kb, zero_rows(s, k, bq, p.H)), p.T % bq != 0);
       return pack({&dkNew, &dvNew});
     };
     return walk_blocks(pr, range, bq, std::move(outer), qd, body);
@@ -193,21 +186,6 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   };
   Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, acc, kv, body);
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
-  return k;
-}
-
-Kernel dq_scale_kernel(const KernelSpec &s) {
-  const Problem &p = s.p;
-  const int64_t bq = s.block_q;
-  Kernel k(s.name(), kernel_options(s));
-  TensorArg sum = k.input("dq_sum", p.compute, {p.B, p.T, p.N, p.H});
-  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
-  k.grid(cdiv(p.T, bq), p.N, p.B);
-  Value t0 = k.program_id(0) * bq, n = k.program_id(1), b = k.program_id(2);
-  Chunks rows;
-  for (const Value &c : load_rows(s, sum, b, t0, n, p.H, bq))
-    rows.push_back(c.to(p.compute));
-  store_rows(s, dq, b, t0, n, scale_all(rows, p.scale));
   return k;
 }
 

@@ -82,33 +82,6 @@ void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Valu
   }
 }
 
-void add_rows(Kernel &k, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c, bool rows_may_overhang) {
-  const auto &sh = t.shape();
-  const int64_t rowStride = sh[2] * sh[3];
-  // The block's first element in i64 (the tensor may pass 2^31 elements); offsets inside
-  // the block in i32 while they fit.
-  auto i64 = [](const Value &v) { return v.to(DType::I64); };
-  Value origin = t.ptr() + ((i64(b) * sh[1] + i64(r0)) * sh[2] + i64(head)) * sh[3];
-  int64_t col = 0;
-  for (const Value &chunk : c) {
-    const int64_t rows = chunk.shape()[0], width = chunk.shape()[1];
-    Value r = k.arange(0, rows), j = k.arange(0, width) + col;
-    Value offsets = r.expand(1) * rowStride + j.expand(0);
-    if (rows * rowStride >= (int64_t(1) << 31))
-      offsets = i64(r).expand(1) * rowStride + i64(j).expand(0);
-    // Masks only where the block can pass the tensor (each one costs registers per element).
-    Value inside;
-    if (rows_may_overhang)
-      inside = ((r0 + r) < sh[1]).expand(1);
-    if (col + width > sh[3]) {
-      Value cols = (j < sh[3]).expand(0);
-      inside = inside.valid() ? inside & cols : cols;
-    }
-    dsl::atomic_add(origin + offsets, chunk, inside.valid() ? inside.broadcast_to({rows, width}) : Value());
-    col += width;
-  }
-}
-
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim) {
   int64_t padded = padded_head_dim(dim), width = chunkWidth(s, padded);
   Chunks chunks;

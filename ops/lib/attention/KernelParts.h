@@ -52,10 +52,6 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim,
                  int64_t rows);
 void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c);
-/// Adds chunks (as load_rows lays them out) into rows [r0, r0 + rows) of head `head` of
-/// a contiguous [B, R, heads, dim] tensor with atomics; elements outside are dropped
-/// (rows are only tested when `rows_may_overhang`: r0 + rows may pass R).
-void add_rows(Kernel &k, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c, bool rows_may_overhang);
 /// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
@@ -136,7 +132,6 @@ Kernel flash_forward_kernel(const KernelSpec &s);
 Kernel delta_kernel(const KernelSpec &s);
 Kernel flash_dkdv_kernel(const KernelSpec &s);
 Kernel flash_dq_kernel(const KernelSpec &s);
-Kernel dq_scale_kernel(const KernelSpec &s);
 Kernel dbias_reduce_kernel(const KernelSpec &s);
 Kernel logits_kernel(const KernelSpec &s);
 Kernel row_stats_kernel(const KernelSpec &s);

@@ -59,7 +59,6 @@ KernelKey KernelSpec::key() const {
   mix(p.kv_lengths);
   mix(p.lse_out);
   mix(p.dbias);
-  mix(p.atomic_dq);
   mix(static_cast<uint64_t>(product));
   mix(static_cast<uint64_t>(block_q));
   mix(static_cast<uint64_t>(block_kv));
@@ -72,8 +71,8 @@ KernelKey KernelSpec::key() const {
 }
 
 std::string KernelSpec::name() const {
-  static const char *names[] = {"flash_forward", "delta",  "flash_dkdv", "flash_dq", "dq_scale", "dbias_reduce",
-                                "logits",        "row_stats", "output",   "ref_ds",   "ref_dq",   "ref_dkdv"};
+  static const char *names[] = {"flash_forward", "delta",   "flash_dkdv", "flash_dq", "dbias_reduce", "logits",
+                                "row_stats",     "output",  "ref_ds",     "ref_dq",   "ref_dkdv"};
   return fmt::format("attention_{}_{}_h{}_{}x{}", names[static_cast<int>(kind)], dtype_name(p.dtype), p.H, block_q,
                      block_kv);
 }
@@ -88,8 +87,6 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
     return flash_dkdv_kernel(s);
   case KernelKind::FlashDq:
     return flash_dq_kernel(s);
-  case KernelKind::DqScale:
-    return dq_scale_kernel(s);
   case KernelKind::DbiasReduce:
     return dbias_reduce_kernel(s);
   case KernelKind::Logits:

@@ -3,10 +3,8 @@
 //   forward, chunked / tile: one flash kernel (out, lse);
 //   forward, reference:      logits -> row stats (lse) -> output;
 //   VJP, chunked / tile:     delta -> dk/dv (+ dS for dbias) -> dq (-> dbias reduce);
-//                            nondeterministic: delta -> dk/dv adding dq into an f32
-//                            workspace with atomics -> dq scale (-> dbias reduce);
 //   VJP, reference:          logits, delta -> dS -> dq, dk/dv (-> dbias reduce).
-// Workspaces (lse when the caller wants none, delta, logits, dS, the f32 dq sum) are carved out of the
+// Workspaces (lse when the caller wants none, delta, logits, dS) are carved out of the
 // call's one scratch buffer.
 //
 //===----------------------------------------------------------------------===//
@@ -145,11 +143,8 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
   size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
   size_t ds = p.dbias || reference ? ws.add(p.logits_bytes()) : 0;
   size_t logits = reference ? ws.add(p.logits_bytes()) : 0;
-  const bool atomicDq = p.atomic_dq && !reference;
-  size_t dqSum = atomicDq ? ws.add(double(p.B) * p.T * p.N * p.H * dtype_size(p.compute)) : 0;
   ws.allocate(ex);
   TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds));
-  TensorView dqSumView = w.as(ws.at(dqSum), p.compute, {p.B, p.T, p.N, p.H});
   launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
   if (!reference) {
     if (p.dbias)
@@ -162,16 +157,9 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
     dkdv.emplace_back(w.v(out[2]));
     if (p.dbias)
       dkdv.emplace_back(dsView);
-    if (atomicDq) {
-      ex.zero(dqSumView);
-      dkdv.emplace_back(dqSumView);
-      launcher.launch(KernelKind::FlashDkDv, dkdv);
-      launcher.launch(KernelKind::DqScale, {dqSumView, w.q(out[0])}, 64);
-    } else {
-      launcher.launch(KernelKind::FlashDkDv, dkdv);
-      dq.emplace_back(w.q(out[0]));
-      launcher.launch(KernelKind::FlashDq, dq);
-    }
+    launcher.launch(KernelKind::FlashDkDv, dkdv);
+    dq.emplace_back(w.q(out[0]));
+    launcher.launch(KernelKind::FlashDq, dq);
   } else {
     TensorView logitsView = w.square(ws.at(logits));
     std::vector<Arg> args = operands;

@@ -33,3 +33,28 @@ func.func @fetch_add(%x: !tile.ptr<f32>, %y: !tile.ptr<f32>, %v: f32) attributes
   tile.block_store %y[%c0], %old {dims = array<i64: 128>, strides = array<i64: 1>} : <f32>, tensor<128xf32>
   return
 }
+
+// -----
+
+// tile.block_atomic_add of a dot result: the [64, 64] f32 mma accumulator (4 warps along
+// M) goes into block [1, 64, 1, 64] of a [2, 100, 3, 64] tensor straight from the
+// registers that hold it: 32 red.global.add per thread, each with its own bounds test,
+// and no trip through shared memory after the dot.
+
+// CHECK-LABEL: llvm.func @accumulate_dot
+// CHECK-COUNT-8: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// CHECK-NOT: {{st.shared|llvm.store|nvvm.barrier0}}
+// CHECK-COUNT-32: @p red.global.add.f32 [$0], $2;
+// CHECK-NOT: red.global
+// CHECK: llvm.return
+func.func @accumulate_dot(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>, %row: i32) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %ta = tile.block_load %a[%c0, %c0] {dims = array<i64: 64, 16>, strides = array<i64: 16, 1>} : !tile.ptr<bf16> -> tensor<64x16xbf16>
+  %tb = tile.block_load %b[%c0, %c0] {dims = array<i64: 16, 64>, strides = array<i64: 64, 1>} : !tile.ptr<bf16> -> tensor<16x64xbf16>
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<64x64xf32>
+  %d = tile.dot %ta, %tb, %acc : tensor<64x16xbf16>, tensor<16x64xbf16> -> tensor<64x64xf32>
+  tile.block_atomic_add %c[%c1, %row, %c1, %c0], %d {dims = array<i64: 2, 100, 3, 64>, strides = array<i64: 19200, 192, 64, 1>, block = array<i64: 1, 64, 1, 64>} : !tile.ptr<f32>, tensor<64x64xf32>
+  return
+}

@@ -219,6 +219,38 @@ func.func @block_load_offset_type(%x: !tile.ptr<f32>, %i: i64) {
 
 // -----
 
+func.func @block_atomic_add_element_type(%x: !tile.ptr<bf16>, %i: i32, %v: tensor<4x64xbf16>) {
+  // expected-error @+1 {{'tile.block_atomic_add' op adds f32, f64, i32 or i64 elements, got 'bf16'}}
+  tile.block_atomic_add %x[%i, %i], %v {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 4, 64>} : <bf16>, tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @block_atomic_add_block_shape(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
+  // expected-error @+1 {{'tile.block_atomic_add' op value must be the block without its unit dims, got 'tensor<4x64xf32>'}}
+  tile.block_atomic_add %x[%i, %i, %i], %v {dims = array<i64: 8, 64, 64>, strides = array<i64: 4096, 64, 1>, block = array<i64: 1, 8, 64>} : <f32>, tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @block_atomic_add_block_rank(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
+  // expected-error @+1 {{'tile.block_atomic_add' op block has 2 dims, the tensor 3}}
+  tile.block_atomic_add %x[%i, %i, %i], %v {dims = array<i64: 8, 64, 64>, strides = array<i64: 4096, 64, 1>, block = array<i64: 4, 64>} : <f32>, tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @block_atomic_add_offsets(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
+  // expected-error @+1 {{'tile.block_atomic_add' op needs one offset per tensor dimension (3), got 2}}
+  tile.block_atomic_add %x[%i, %i], %v {dims = array<i64: 8, 64, 64>, strides = array<i64: 4096, 64, 1>, block = array<i64: 1, 4, 64>} : <f32>, tensor<4x64xf32>
+  return
+}
+
+// -----
+
 func.func @block_store_offsets(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
   // expected-error @+1 {{'tile.block_store' op needs one offset per tensor dimension (2), got 3}}
   tile.block_store %x[%i, %i, %i], %v {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<4x64xf32>

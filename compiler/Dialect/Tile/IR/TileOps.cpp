@@ -150,6 +150,24 @@ LogicalResult AsyncBlockLoadOp::verify() {
   return success();
 }
 
+LogicalResult BlockAtomicAddOp::verify() {
+  ArrayRef<int64_t> dims = getDims(), block = getBlock();
+  if (block.size() != dims.size())
+    return emitOpError("block has ") << block.size() << " dims, the tensor " << dims.size();
+  auto type = getValue().getType();
+  SmallVector<int64_t> kept;
+  for (int64_t d : block)
+    if (d != 1)
+      kept.push_back(d);
+  if (ArrayRef<int64_t>(kept) != type.getShape() && !(kept.empty() && type.getNumElements() == 1))
+    return emitOpError("value must be the block without its unit dims, got ") << type;
+  Type elem = type.getElementType();
+  if (!elem.isF32() && !elem.isF64() && !elem.isInteger(32) && !elem.isInteger(64))
+    return emitOpError("adds f32, f64, i32 or i64 elements, got ") << elem;
+  return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), dims, getStrides(),
+                           RankedTensorType::get(block, elem));
+}
+
 LogicalResult BlockStoreOp::verify() {
   return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(),
                            getStrides(), getValue().getType());

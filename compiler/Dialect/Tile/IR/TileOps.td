@@ -115,6 +115,23 @@ def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite
   let hasVerifier = 1;
 }
 
+def Tile_BlockAtomicAddOp : Tile_BlockAccess<"block_atomic_add", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "add a tile into a rectangular block of a strided tensor with atomic adds";
+  let description = [{
+    `value` is the block of extents `block` (one per tensor dimension) with its unit dims
+    dropped, as tile.async_block_load gives it. Each element is added once, by the thread
+    that owns it, with a relaxed atomic add (red.global.add): blocks of several programs
+    may overlap, in an unspecified order. Elements outside the tensor are dropped.
+  }];
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$block);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
+  }];
+  let extraClassDeclaration = blockAccessDecls;
+  let hasVerifier = 1;
+}
+
 def Tile_AsyncBlockLoadOp : Tile_Op<"async_block_load", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "copy a block of a strided tensor into a slot of a shared-memory buffer (cp.async)";
   let description = [{

@@ -294,7 +294,7 @@ private:
           convertOperand(op, operand, defaultFor(operand.get().getType()));
       return;
     }
-    if (isa<BlockStoreOp, TmaStoreOp>(op))
+    if (isa<BlockStoreOp, TmaStoreOp, BlockAtomicAddOp>(op))
       return; // stores take the layout their value has
     if (isa<StoreOp, LoadOp, AtomicRMWOp, AtomicCASOp>(op))
       return assignElementwise(op);

@@ -195,6 +195,13 @@ public:
                    const Value &slot) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.
   void store(std::vector<Value> offsets, const Value &tile) const;
+  /// Adds `tile`, the block of `block` elements at `offsets` with its unit dims dropped
+  /// (e.g. a [rows, cols] dot result into block {1, rows, 1, cols}), into an f32, f64,
+  /// i32 or i64 tensor with atomic adds; elements outside the tensor are dropped. Blocks
+  /// of several programs may overlap: their adds land in no fixed order (float sums may
+  /// differ in their last bits between runs). No layout conversion: each thread adds the
+  /// elements it holds.
+  void atomic_add(std::vector<Value> offsets, std::vector<int64_t> block, const Value &tile) const;
   /// The same for a [BM, BN] tile (BM <= 256, BN whole 128-byte strips) of a 2-D bf16,
   /// f16 or f32 tensor with rows of 16-byte multiples, written through shared memory by
   /// TMA (sm_90a): the threads go on while it is written out. The tile must be a dot

@@ -34,11 +34,7 @@
 // The VJP (dq, dk, dv, dbias) follows FlashAttention-2: delta = rowsum(dout * out), dk/dv
 // per key block walking the query blocks (GQA heads of a group summed in the program),
 // dq per query block in a separate pass; dbias from dS reduced over its broadcast dims.
-// Every implementation is deterministic by default: reruns are bitwise identical. With
-// deterministic = false the tile and chunked VJPs add each dq contribution with f32
-// atomics in the dk/dv pass instead (FlashAttention-2's 5 products per block pair
-// instead of 7, one f32 [B..., T, N, H] workspace); reruns may then differ in the last
-// bits of dq.
+// Every implementation is deterministic: reruns are bitwise identical.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -70,9 +66,6 @@ struct TOKAMAX_API AttentionOptions {
   /// "tile", "chunked" or "reference" ("hopper" reserved); std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
-  /// VJP only: false lets the flash VJPs accumulate dq with atomics (faster; dq's last
-  /// bits may differ between reruns). The forward is always deterministic.
-  bool deterministic = true;
 };
 
 // ---- Device tensors, launched on `stream` (asynchronous). ----
@@ -109,8 +102,7 @@ TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const Te
 //   attention_vjp: dout, q, k, v, out, lse, bias?, mask?, q_seq_lengths?, kv_seq_lengths?
 //                  | dq, dk, dv, dbias?
 // Attributes (canonical printed values): "scale", "is_causal" ("0"/"1"), "window_left",
-// "window_right" (present only when bounded), "logits_soft_cap" (present only when set),
-// "deterministic" (attention_vjp only, "0", present only when false).
+// "window_right" (present only when bounded), "logits_soft_cap" (present only when set).
 
 /// The specs of one call (bias / mask / lengths / lse / dbias optional).
 struct TOKAMAX_API AttentionSpecs {
