@@ -112,15 +112,24 @@ LogicalResult BlockLoadOp::verify() {
                            getStrides(), getResult().getType());
 }
 
+namespace {
+/// A block's extents without its unit dims: the shape of the tile that holds the block
+/// (tile.async_block_load's result, tile.block_atomic_add's value).
+SmallVector<int64_t> withoutUnitDims(ArrayRef<int64_t> block) {
+  SmallVector<int64_t> kept;
+  for (int64_t d : block)
+    if (d != 1)
+      kept.push_back(d);
+  return kept;
+}
+} // namespace
+
 LogicalResult AsyncBlockLoadOp::verify() {
   ArrayRef<int64_t> dims = getDims(), strides = getStrides(), block = getBlock();
   if (block.size() != dims.size())
     return emitOpError("block has ") << block.size() << " dims, the tensor " << dims.size();
   auto type = getResult().getType();
-  SmallVector<int64_t> kept;
-  for (int64_t d : block)
-    if (d != 1)
-      kept.push_back(d);
+  SmallVector<int64_t> kept = withoutUnitDims(block);
   while (kept.size() < 2)
     kept.insert(kept.begin(), 1);
   if (type.getRank() != 2 || ArrayRef<int64_t>(kept) != type.getShape())
@@ -155,10 +164,7 @@ LogicalResult BlockAtomicAddOp::verify() {
   if (block.size() != dims.size())
     return emitOpError("block has ") << block.size() << " dims, the tensor " << dims.size();
   auto type = getValue().getType();
-  SmallVector<int64_t> kept;
-  for (int64_t d : block)
-    if (d != 1)
-      kept.push_back(d);
+  SmallVector<int64_t> kept = withoutUnitDims(block);
   if (ArrayRef<int64_t>(kept) != type.getShape() && !(kept.empty() && type.getNumElements() == 1))
     return emitOpError("value must be the block without its unit dims, got ") << type;
   Type elem = type.getElementType();
