@@ -168,6 +168,20 @@ TEST_CASE("norm: configs come from explicit values, then providers, then the heu
   // Long rows loop over column blocks; every search-space entry is valid.
   BoundArgs wide = layerArgs(DType::BF16, {4, 65536});
   CHECK(op.implementation("tile").heuristic(wide).has("block_cols"));
+  // The tile heuristic's choice is a valid config for both norms, forward and VJP, at
+  // every row length it has a rule for.
+  for (int64_t cols : {64, 1000, 1024, 4096, 8192, 16384, 20000, 65536})
+    for (const Op *norm : {&layer_norm_op(), &rms_norm_op(), &layer_norm_vjp_op(), &rms_norm_vjp_op()}) {
+      ArgSpec x{{64, cols}, DType::BF16}, s{{cols}, DType::F32}, r{{64}, DType::F32};
+      BoundArgs a = norm == &layer_norm_op()       ? bind_layer_norm(x, s, s, x, r, r, -1, 1e-5)
+                    : norm == &rms_norm_op()       ? bind_rms_norm(x, s, x, r, -1, 1e-5)
+                    : norm == &layer_norm_vjp_op() ? bind_layer_norm_vjp(x, x, s, r, r, x, s, s, -1)
+                                                   : bind_rms_norm_vjp(x, x, s, r, x, s, -1);
+      const Implementation &tile = norm->implementation("tile");
+      Config c = tile.heuristic(a);
+      INFO(norm->name() << " cols " << cols << " heuristic " << c.to_json());
+      CHECK_FALSE(tile.check_config(a, c).has_value());
+    }
   for (const auto &impl : op.implementations())
     for (const BoundArgs &a : {args, wide, layerArgs(DType::F32, {3, 17, 5}, 1)}) {
       if (impl->why_not(a))
