@@ -115,21 +115,27 @@ Config heuristic(const NormProblem &p, ImplKind impl) {
   if (impl == ImplKind::Tile) {
     if (p.n <= fusedLimit(p)) {
       int64_t cols = next_pow2(p.n);
-      // Forward rows of 8192+ (H200, bf16 16384 x 8192, kernel time): layer_norm walks
-      // 2048-column blocks on 8 warps, 3901 GB/s against 2816 for the whole row on 16;
-      // rms_norm takes two rows on 16 warps, 4018 against 3279 for one.
+      // From the H200 config search (bf16, kernel time; tests/gpu/NormGpuTests.cpp "norm
+      // timings and config search"). Forward rows of 8192+ columns: layer_norm walks
+      // quarter-row blocks on 8 warps (16384x8192: 3921 GB/s against 2816 for the whole
+      // row on 16; 4096x16384: 3597), rms_norm holds 16384 elements on 8 warps (16384x8192
+      // two rows: 4041 against 3279; 4096x16384 one row: 3767 against 3577 on 16).
       if (!p.vjp && cols >= 8192) {
         if (p.kind == NormKind::Layer)
-          return Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 8}};
-        return Config{{"block_rows", 2}, {"num_warps", 16}};
+          return Config{{"block_rows", 1}, {"block_cols", cols / 4}, {"num_warps", 8}};
+        return Config{{"block_rows", std::clamp<int64_t>(16384 / cols, 1, next_pow2(p.rows()))}, {"num_warps", 8}};
       }
-      // About 2048+ elements per program and 16 per thread (8 for the VJP, which keeps
-      // x, dy and two partial sums live): several 16-byte loads in flight, no spills. A
-      // forward row of 1024-4096 columns is a program of its own (32768 x 1024: 3588
-      // GB/s on 2 warps against 3284 for two rows on 4).
+      // Otherwise about 2048+ elements per program, or a forward row of 1024+ columns per
+      // program (32768x1024 layer_norm: 3588 GB/s against 3284 for two rows). Elements per
+      // thread: 16 (8 in the VJP, which keeps x, dy and two partial sums live), several
+      // 16-byte loads in flight and no spills; from 4096 columns layer_norm takes 32 (its
+      // two row reductions across fewer warps; 16384x4096 forward 3832 against 3599 on 8
+      // warps, VJP 3036 against 2142 on 16) and rms_norm's VJP 16 (3238 against 2266).
       int64_t perProgram = !p.vjp && cols >= 1024 ? cols : 2048;
       int64_t rows = std::clamp<int64_t>(std::max<int64_t>(perProgram, cols) / cols, 1, next_pow2(p.rows()));
       int64_t perThread = p.vjp ? 8 : 16;
+      if (cols >= 4096)
+        perThread = p.kind == NormKind::Layer ? 32 : 16;
       int warps = static_cast<int>(std::clamp<int64_t>(rows * cols / (32 * perThread), 1, 16));
       c = Config{{"block_rows", rows}, {"num_warps", warps}};
       if (p.vjp)
