@@ -7,6 +7,7 @@
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Error.h>
 
 #include <catch2/catch.hpp>
@@ -200,6 +201,21 @@ TEST_CASE("export refuses what it cannot record, naming it", "[export]") {
   ExportOptions options;
   options.target.arch = "sm9";
   CHECK_THROWS_WITH(export_function(small_grad(), options), Contains("got 'sm9'"));
+  // matmul's interpret() does not plan through an executor: refused before it runs.
+  const ArgSpec m{{16, 16}, DType::F32};
+  nlohmann::json f = {{"format", "tokamax-function"},
+                      {"version", 2},
+                      {"values", {nlohmann::json::parse(m.to_json()), nlohmann::json::parse(m.to_json()),
+                                  nlohmann::json::parse(m.to_json())}},
+                      {"inputs", {0, 1}},
+                      {"outputs", {2}},
+                      {"calls",
+                       {{{"args", nlohmann::json::parse(bind_matmul(m, m, std::nullopt, m, false, false, 1.0).to_json())},
+                         {"slots", {0, 1, -1, 2}},
+                         {"implementation", nullptr}}}}};
+  options.target = h200();
+  CHECK_THROWS_WITH(export_function(Function::from_json(f.dump()), options),
+                    Contains("calls[0] (matmul): op \"matmul\" cannot be exported"));
 }
 
 TEST_CASE("save is atomic: it replaces a file whole and leaves no temp file", "[export]") {
