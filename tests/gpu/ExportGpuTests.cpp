@@ -3,8 +3,8 @@
 // ExportedFunction::run gives bitwise the outputs of Function::run under the same
 // configs (heuristics, or one AutotuningResult for both); a second run on another stream
 // gives them again; a file for another device kind is refused naming both kinds; the
-// format-version-1 fixture runs where it was built for (an H200) and is refused
-// elsewhere.
+// format-version-1 fixture runs where it was built for (an H200), close to its Function
+// under the configs it recorded, and is refused elsewhere.
 #include "unit/ExportTestUtil.h"
 
 #include <tokamax/autotune/Autotune.h>
@@ -157,8 +157,12 @@ TEST_CASE("the format-version-1 fixture runs on an H200 and is refused elsewhere
     CHECK_THROWS_WITH(e.run(exported.inViews, exported.outViews, stream), Contains("NVIDIA H200"));
     return;
   }
-  g.run(direct.inViews, direct.outViews, stream);
+  {
+    AutotuningScope scope(recorded_configs(e));  // the configs the fixture recorded
+    g.run(direct.inViews, direct.outViews, stream);
+  }
   e.run(exported.inViews, exported.outViews, stream);
   stream.synchronize();
-  CHECK(exported.outputs() == direct.outputs());
+  // Within rounding: the fixture's kernels are frozen, today's may change.
+  CHECK(outputs_close(exported.outputs(), direct.outputs(), g.output_specs(), 2e-2));
 }

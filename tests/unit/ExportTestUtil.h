@@ -4,11 +4,14 @@
 // reached.
 #pragma once
 
+#include <tokamax/autotune/Autotune.h>
 #include <tokamax/export/ExportedFunction.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/runtime/Hash.h>
 
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <string>
@@ -73,6 +76,31 @@ struct HostBuffers {
       outViews.push_back(host_view(out[i].data(), outputs[i].dtype, outputs[i].shape));
   }
 };
+
+/// The implementation and config the export recorded for each call, as a result a
+/// scope can apply to the Function the export was made from.
+inline std::shared_ptr<AutotuningResult> recorded_configs(const ExportedFunction &e) {
+  auto result = std::make_shared<AutotuningResult>();
+  for (const ExportedCall &c : e.calls())
+    result->add(TuningEntry{BoundArgs::from_json(c.args_json), c.implementation, Config::from_json(c.config_json), {}});
+  return result;
+}
+
+/// Whether two sets of outputs of `specs` agree within `tolerance` relative to their
+/// magnitude (a fixture's frozen kernels against today's, which may round differently).
+inline bool outputs_close(const std::vector<std::vector<uint8_t>> &a, const std::vector<std::vector<uint8_t>> &b,
+                          const std::vector<ArgSpec> &specs, double tolerance) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const size_t size = dtype_size(specs[i].dtype);
+    for (int64_t e = 0; e < specs[i].numel(); ++e) {
+      const double x = load_as_double(specs[i].dtype, a[i].data() + e * size);
+      const double y = load_as_double(specs[i].dtype, b[i].data() + e * size);
+      if (!(std::abs(x - y) <= tolerance * std::max(1.0, std::abs(x))))
+        return false;
+    }
+  }
+  return true;
+}
 
 //===----------------------------------------------------------------------===//
 // The container, as the format describes it (export/lib/ExportFile.h)

@@ -245,12 +245,16 @@ TEST_CASE("the format-version-1 fixture in tests/data loads, validates and repla
   while (!text.empty() && text.back() == '\n')
     text.pop_back();
   CHECK(e.function_json() == text);
-  // The recorded launches still compute what the Function does.
+  // The recorded launches still compute what the Function does with the recorded
+  // configs (within rounding: the fixture's kernels are frozen, today's may change).
   Function g = Function::from_json(e.function_json());
   HostBuffers a(g.input_specs(), g.output_specs(), 5), b(g.input_specs(), g.output_specs(), 5, 0xA5);
-  g.interpret(a.inViews, a.outViews);
+  {
+    AutotuningScope scope(recorded_configs(e));
+    g.interpret(a.inViews, a.outViews);
+  }
   e.interpret(b.inViews, b.outViews);
-  CHECK(a.out == b.out);
+  CHECK(outputs_close(a.out, b.out, g.output_specs(), 2e-2));
   CHECK_THAT(e.describe(), Contains("layer_norm_vjp"));
 }
 
