@@ -324,12 +324,15 @@ void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const T
 
   std::lock_guard lock(s.mutex);
   State::OnDevice &on = s.devices[device.ordinal()];
-  if (on.kernels.empty())
+  if (on.kernels.size() != plan.kernels.size()) {  // all or none: a failed load is retried whole
+    std::vector<std::unique_ptr<LoadedKernel>> loaded;
     for (const KernelEntry &k : plan.kernels) {
       const SectionView &cubin = s.sections[k.cubin];
-      on.kernels.push_back(std::make_unique<LoadedKernel>(Module::load_cubin(cubin.payload, device), k.launch,
-                                                          sha256_hex(cubin.text())));
+      loaded.push_back(std::make_unique<LoadedKernel>(Module::load_cubin(cubin.payload, device), k.launch,
+                                                      sha256_hex(cubin.text())));
     }
+    on.kernels = std::move(loaded);
+  }
   if (plan.scratch_bytes && on.scratch.size() < plan.scratch_bytes)
     on.scratch = DeviceBuffer(plan.scratch_bytes, device);
   auto address = [&](const BufferRef &r) -> uint64_t {
