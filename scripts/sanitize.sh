@@ -13,4 +13,4 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TOKAMAX_FUZZ_ITERATIONS=${TOKAMAX_FUZZ_ITERATIONS:-20000}
 build-asan/tests/tokamax-unit-tests \
-  "[runtime],[cache],[privacy],[hash],[dtype],[tensor],[driver],[maintenance],[concurrency],[fuzz],[autotune],[op],[interpreter],[faults],[bad-input],[function],[kernel-cases]"
+  "[runtime],[cache],[privacy],[hash],[dtype],[tensor],[driver],[maintenance],[concurrency],[fuzz],[autotune],[op],[interpreter],[faults],[bad-input],[function],[kernel-cases],[export]"

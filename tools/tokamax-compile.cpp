@@ -1,12 +1,17 @@
-// tokamax-compile: fills and maintains kernel caches ahead of time, with no GPU needed.
+// tokamax-compile: fills and maintains kernel caches and builds exports ahead of time,
+// with no GPU needed.
 //
 //   tokamax-compile precompile --arch sm_90a --cache-dir DIR [--dump-dir DIR] [--filter S]
 //                              [--function F.json [--autotune R.json]]
+//   tokamax-compile export --function F.json --target sm_90a [--device-kind "NVIDIA H200:9.0"]
+//                          [--autotune R.json] [--no-ptx] [--no-ir] -o F.tkx
+//   tokamax-compile inspect F.tkx
 //   tokamax-compile ls [--cache-dir DIR]
 //   tokamax-compile verify [--cache-dir DIR] [--remove-bad]
 //   tokamax-compile prune --max-size 1G [--cache-dir DIR]
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/compiler/Jit.h>
+#include <tokamax/export/ExportedFunction.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/ops/Registry.h>
@@ -115,10 +120,38 @@ int precompile(const std::string &arch, const std::string &cacheDir, const std::
   return 0;
 }
 
+/// Builds an export of the function in `functionPath` for a target, with progress on a
+/// terminal.
+int exportFunction(const std::string &functionPath, const std::string &arch, const std::string &deviceKind,
+                   const std::string &autotunePath, const std::string &output, bool ptx, bool ir) {
+  tokamax::Function f = tokamax::Function::from_json(readFile(functionPath, "--function"));
+  tokamax::ExportOptions options;
+  options.target = tokamax::ExportTarget::parse(arch, deviceKind);
+  if (!autotunePath.empty())
+    options.autotuning = std::make_shared<const tokamax::AutotuningResult>(
+        tokamax::AutotuningResult::loads(readFile(autotunePath, "--autotune")));
+  options.include_ptx = ptx;
+  options.include_ir = ir;
+  const bool tty = isatty(STDERR_FILENO);
+  options.progress = [&](const tokamax::ExportProgress &p) {
+    if (tty)
+      fmt::print(stderr, "\r{:<70}\r", p.done < p.total ? fmt::format("[{}/{}] compiling {}", p.done + 1, p.total,
+                                                                         p.kernel)
+                                                          : std::string());
+  };
+  auto start = std::chrono::steady_clock::now();
+  tokamax::ExportedFunction e = tokamax::export_function(f, options);
+  e.save(output);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("exported {} calls, {} kernels ({} launches) for {} to {}: {} in {:.2f} s\n", e.calls().size(),
+             e.kernels().size(), e.launch_count(), e.target().to_string(), output, human(e.bytes().size()), seconds);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"tokamax-compile: precompile and maintain Tokamax kernel caches (no GPU needed)"};
+  CLI::App app{"tokamax-compile: precompile and maintain Tokamax kernel caches, build exports (no GPU needed)"};
   app.require_subcommand(1);
   std::string cacheDir = tokamax::DiskCache::default_directory().string();
 
@@ -132,6 +165,23 @@ int main(int argc, char **argv) {
   pre->add_option("--function", functionPath,
                   "the kernels of this traced function (Function::to_json) instead of the registered ones");
   pre->add_option("--autotune", autotunePath, "an AutotuningResult (JSON) whose configs the function's calls use");
+
+  auto *exp = app.add_subcommand("export", "compile a traced function into one export file (no GPU needed)");
+  std::string exportArch = "sm_90a", deviceKind, output;
+  bool noPtx = false, noIr = false;
+  exp->add_option("--function", functionPath, "the traced function (Function::to_json)")->required();
+  exp->add_option("--target", exportArch, "target GPU architecture (sm_80, sm_90a, ...)")->capture_default_str();
+  exp->add_option("--device-kind", deviceKind,
+                  "the exact device it runs on, \"NAME:MAJOR.MINOR\" (e.g. \"NVIDIA H200:9.0\"); "
+                  "default: any device of the arch");
+  exp->add_option("--autotune", autotunePath, "an AutotuningResult (JSON) whose configs the calls use");
+  exp->add_option("-o,--output", output, "the export file to write")->required();
+  exp->add_flag("--no-ptx", noPtx, "leave out each kernel's PTX");
+  exp->add_flag("--no-ir", noIr, "leave out each kernel's tile IR (ExportedFunction::interpret needs it)");
+
+  auto *inspect = app.add_subcommand("inspect", "print what an export file holds");
+  std::string inspectPath;
+  inspect->add_option("file", inspectPath, "the export file")->required();
 
   auto *ls = app.add_subcommand("ls", "list cache entries");
   ls->add_option("--cache-dir", cacheDir, "kernel cache directory")->capture_default_str();
@@ -150,6 +200,12 @@ int main(int argc, char **argv) {
   try {
     if (*pre)
       return precompile(arch, cacheDir, dumpDir, filter, functionPath, autotunePath);
+    if (*exp)
+      return exportFunction(functionPath, exportArch, deviceKind, autotunePath, output, !noPtx, !noIr);
+    if (*inspect) {
+      fmt::print("{}", tokamax::ExportedFunction::load(inspectPath).describe());
+      return 0;
+    }
     tokamax::DiskCache cache(cacheDir);
     if (*ls) {
       auto entries = cache.list();

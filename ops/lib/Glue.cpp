@@ -9,6 +9,7 @@
 #include <tokamax/ops/Function.h>
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/KernelExecutor.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/jit/DslKernel.h>
@@ -61,51 +62,45 @@ public:
   void run(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
            std::span<const TensorView> outputs, Stream &stream) const override {
     ops_detail::check_views(args, argNames_, inputs, outputs, false);
-    Plan plan = planner_(args);
-    Device &device = Device::get(inputs.empty() ? 0 : inputs[0].device());
-    TensorView workspace;
-    if (plan.workspace_bytes) {
-      int64_t n = static_cast<int64_t>(plan.workspace_bytes / 4);
-      workspace = TensorView(stream_workspace(device, stream, plan.workspace_bytes), DType::F32,
-                             std::span<const int64_t>(&n, 1));
-    }
-    // Glue kernels see every tensor flat.
-    std::vector<int64_t> sizes;
-    std::vector<TensorView> flat;
-    for (const Launch &l : plan.launches)
-      for (int p : l.params)
-        sizes.push_back(slot(p, inputs, outputs, workspace).numel());
-    flat.reserve(sizes.size());
-    size_t next = 0;
-    for (const Launch &l : plan.launches) {
-      std::vector<KernelArg> kargs;
-      for (int p : l.params) {
-        const TensorView &t = slot(p, inputs, outputs, workspace);
-        flat.emplace_back(t.data(), t.dtype(), std::span<const int64_t>(&sizes[next++], 1), t.device());
-        kargs.emplace_back(flat.back());
+    int device = 0;
+    for (const TensorView &t : outputs)
+      if (t.data()) {
+        device = t.device();
+        break;
       }
-      ops_detail::kernelFor(l.key, device, l.build).launch(kargs, stream.handle());
-    }
+    execute(args, inputs, outputs, *ops_detail::device_kernel_executor(stream, device));
   }
 
   void interpret(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs) const override {
     ops_detail::check_views(args, argNames_, inputs, outputs, true);
-    Plan plan = planner_(args);
-    std::vector<float> workspace(plan.workspace_bytes / 4 + 1);
-    int64_t n = static_cast<int64_t>(plan.workspace_bytes / 4);
-    TensorView ws = host_view(workspace.data(), DType::F32, std::span<const int64_t>(&n, 1));
-    for (const Launch &l : plan.launches) {
-      std::vector<HostArg> hargs;
-      for (int p : l.params) {
-        const TensorView &t = slot(p, inputs, outputs, ws);
-        hargs.push_back(HostArg::tensor(reinterpret_cast<void *>(t.data()), t.nbytes()));
-      }
-      tokamax::interpret(l.build(), hargs);
-    }
+    execute(args, inputs, outputs, *ops_detail::host_kernel_executor());
   }
 
 private:
+  /// The plan's launches through `executor` (device, interpreter, or a capture), the
+  /// workspace from its one scratch request; glue kernels see every tensor flat.
+  void execute(const BoundArgs &args, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+               ops_detail::KernelExecutor &executor) const {
+    Plan plan = planner_(args);
+    TensorView workspace;
+    int64_t n = static_cast<int64_t>(plan.workspace_bytes / 4);
+    if (plan.workspace_bytes)
+      workspace = TensorView(executor.scratch(plan.workspace_bytes), DType::F32, std::span<const int64_t>(&n, 1),
+                             executor.device());
+    for (const Launch &l : plan.launches) {
+      std::vector<int64_t> sizes;
+      for (int p : l.params)
+        sizes.push_back(slot(p, inputs, outputs, workspace).numel());
+      std::vector<ops_detail::KernelExecutor::Arg> kargs;
+      for (size_t i = 0; i < l.params.size(); ++i) {
+        const TensorView &t = slot(l.params[i], inputs, outputs, workspace);
+        kargs.emplace_back(TensorView(t.data(), t.dtype(), std::span<const int64_t>(&sizes[i], 1), t.device()));
+      }
+      executor.launch(l.key, l.build, kargs);
+    }
+  }
+
   static const TensorView &slot(int p, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                                 const TensorView &workspace) {
     if (p == kWorkspace)

@@ -2,6 +2,7 @@
 #include "ops/lib/KernelExecutor.h"
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/ExecutorCapture.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
@@ -76,6 +77,23 @@ private:
   std::vector<std::unique_ptr<double[]>> buffers_;
 };
 
+/// Forwards to an ExecutorCapture's sink (which outlives the call).
+class ForwardingKernelExecutor : public KernelExecutor {
+public:
+  explicit ForwardingKernelExecutor(KernelExecutor &sink) : sink_(sink) {}
+  uint64_t scratch(size_t bytes) override { return sink_.scratch(bytes); }
+  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) override {
+    sink_.launch(key, build, args);
+  }
+  void zero(const TensorView &t) override { sink_.zero(t); }
+  int device() const override { return sink_.device(); }
+
+private:
+  KernelExecutor &sink_;
+};
+
+thread_local KernelExecutor *captureSink = nullptr;
+
 class RecordingKernelExecutor : public KernelExecutor {
 public:
   explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
@@ -93,7 +111,14 @@ private:
 std::unique_ptr<KernelExecutor> device_kernel_executor(Stream &stream, int device) {
   return std::make_unique<DeviceKernelExecutor>(stream, device);
 }
-std::unique_ptr<KernelExecutor> host_kernel_executor() { return std::make_unique<HostKernelExecutor>(); }
+std::unique_ptr<KernelExecutor> host_kernel_executor() {
+  if (captureSink)
+    return std::make_unique<ForwardingKernelExecutor>(*captureSink);
+  return std::make_unique<HostKernelExecutor>();
+}
+
+ExecutorCapture::ExecutorCapture(KernelExecutor &sink) : previous_(captureSink) { captureSink = &sink; }
+ExecutorCapture::~ExecutorCapture() { captureSink = previous_; }
 std::unique_ptr<KernelExecutor> recording_kernel_executor(std::vector<dsl::Kernel> &kernels) {
   return std::make_unique<RecordingKernelExecutor>(kernels);
 }

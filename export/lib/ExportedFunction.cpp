@@ -1,0 +1,374 @@
+//===- ExportedFunction.cpp - Loading, saving, describing and running exports ===//
+//
+// Everything here needs only the runtime (the driver, modules, tensors) and the launch
+// metadata: no compiler, no ops, no config resolution.
+//
+//===----------------------------------------------------------------------===//
+#include "export/lib/ExportState.h"
+
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Hash.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <unistd.h>
+
+namespace tokamax {
+
+using namespace export_detail;
+
+//===----------------------------------------------------------------------===//
+// ExportTarget
+//===----------------------------------------------------------------------===//
+
+ExportTarget ExportTarget::of(const Device &device) {
+  return {device.arch(), device.name(), device.cc_major(), device.cc_minor()};
+}
+
+ExportTarget ExportTarget::parse(const std::string &arch, const std::string &device_kind) {
+  size_t digits = 3;
+  while (digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[digits])))
+    ++digits;
+  const bool suffixOk = digits == arch.size() || (digits + 1 == arch.size() && arch.back() == 'a');
+  if (arch.rfind("sm_", 0) != 0 || digits < 5 || digits > 6 || !suffixOk)
+    throw Error(fmt::format("export target: arch must look like sm_80 or sm_90a, got '{}'", arch));
+  const int number = std::stoi(arch.substr(3, digits - 3));
+  ExportTarget t{arch, "", number / 10, number % 10};
+  if (device_kind.empty())
+    return t;
+  // NAME:MAJOR.MINOR, the capability as one or two digits, a dot and one digit.
+  const size_t colon = device_kind.rfind(':');
+  int major = 0, minor = 0;
+  const char *end = device_kind.data() + device_kind.size();
+  auto digitsAt = [&](const char *from, int &out) -> const char * {
+    auto [ptr, ec] = std::from_chars(from, end, out);
+    return ec == std::errc() && ptr - from <= 2 ? ptr : nullptr;
+  };
+  const char *p = colon == std::string::npos ? nullptr : digitsAt(device_kind.data() + colon + 1, major);
+  p = p && p < end && *p == '.' ? digitsAt(p + 1, minor) : nullptr;
+  if (!p || p != end || major < 1 || minor < 0 || minor > 9)
+    throw Error(fmt::format("export target: device kind must look like \"NVIDIA H200:9.0\" (name:major.minor), "
+                            "got \"{}\"",
+                            device_kind));
+  if (major != t.cc_major || minor != t.cc_minor)
+    throw Error(fmt::format("export target: device kind \"{}\" has compute capability {}.{} but arch {} is {}.{}",
+                            device_kind, major, minor, arch, t.cc_major, t.cc_minor));
+  t.device_name = device_kind.substr(0, colon);
+  return t;
+}
+
+std::string ExportTarget::device_kind() const { return fmt::format("{}:{}.{}", device_name, cc_major, cc_minor); }
+
+std::string ExportTarget::to_string() const {
+  return fmt::format("{} on {} (compute capability {}.{})", arch, device_name.empty() ? "any device" : device_name,
+                     cc_major, cc_minor);
+}
+
+bool ExportTarget::accepts(const ExportTarget &device) const {
+  return arch == device.arch && cc_major == device.cc_major && cc_minor == device.cc_minor &&
+         (device_name.empty() || device_name == device.device_name);
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<ExportedFunction::State> ExportedFunction::State::parse(std::vector<uint8_t> bytes) {
+  auto state = std::make_unique<State>();
+  state->file = std::move(bytes);
+  Container c = read_container(state->file, kFormatVersion);
+  state->version = c.version;
+  state->sections = std::move(c.sections);
+  std::vector<SectionKind> kinds;
+  int manifest = -1, function = -1, plan = -1;
+  for (size_t i = 0; i < state->sections.size(); ++i) {
+    SectionKind kind = state->sections[i].kind;
+    kinds.push_back(kind);
+    int *slot = kind == SectionKind::Manifest ? &manifest
+                : kind == SectionKind::Function ? &function
+                : kind == SectionKind::Plan    ? &plan
+                                                : nullptr;
+    if (!slot)
+      continue;
+    if (*slot >= 0)
+      throw Error(fmt::format("export file: sections {} and {} are both {} sections", *slot, i,
+                              section_kind_name(kind)));
+    *slot = static_cast<int>(i);
+  }
+  for (auto [index, kind] : {std::pair{manifest, SectionKind::Manifest}, std::pair{function, SectionKind::Function},
+                             std::pair{plan, SectionKind::Plan}})
+    if (index < 0)
+      throw Error(fmt::format("export file: the {} section is missing", section_kind_name(kind)));
+  state->manifest = manifest_from_json(state->sections[manifest].text());
+  const std::string_view functionText = state->sections[function].text();
+  nlohmann::json fj = nlohmann::json::parse(functionText.begin(), functionText.end(), nullptr, false);
+  if (fj.is_discarded() || !fj.is_object() || !fj.contains("format") || fj["format"] != "tokamax-function")
+    throw Error("export file: the function section is not a Function's JSON (\"format\": \"tokamax-function\")");
+  state->function_json = std::string(functionText);
+  state->plan = plan_from_json(state->sections[plan].text(), kinds);
+  for (size_t k = 0; k < state->plan.kernels.size(); ++k)
+    if (state->sections[state->plan.kernels[k].cubin].payload.empty())
+      throw Error(fmt::format("export file: plan.kernels[{}] ({}): its cubin is empty", k,
+                              state->plan.kernels[k].launch.kernel_name));
+  return state;
+}
+
+ExportedFunction::ExportedFunction() = default;
+ExportedFunction::ExportedFunction(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ExportedFunction::~ExportedFunction() = default;
+ExportedFunction::ExportedFunction(ExportedFunction &&) noexcept = default;
+ExportedFunction &ExportedFunction::operator=(ExportedFunction &&) noexcept = default;
+
+ExportedFunction ExportedFunction::load(std::span<const uint8_t> bytes) {
+  return ExportedFunction(State::parse(std::vector<uint8_t>(bytes.begin(), bytes.end())));
+}
+
+ExportedFunction ExportedFunction::load(const std::filesystem::path &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(fmt::format("export: cannot open '{}': {}", path.string(), std::strerror(errno)));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad())
+    throw Error(fmt::format("export: cannot read '{}'", path.string()));
+  try {
+    return ExportedFunction(State::parse(std::move(bytes)));
+  } catch (const Error &e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  }
+}
+
+ExportedFunction ExportedFunction::load(const std::filesystem::path &path, const ExportTarget &running_on) {
+  ExportedFunction f = load(path);
+  f.check_device(running_on);
+  return f;
+}
+
+//===----------------------------------------------------------------------===//
+// Saving and describing
+//===----------------------------------------------------------------------===//
+
+std::vector<uint8_t> ExportedFunction::bytes() const { return state_ ? state_->file : std::vector<uint8_t>(); }
+
+void ExportedFunction::save(const std::filesystem::path &path) const {
+  if (!state_)
+    throw Error("export: save of an empty ExportedFunction");
+  static std::atomic<uint64_t> counter{0};
+  const std::filesystem::path tmp =
+      path.string() + fmt::format(".tmp.{}.{}", static_cast<long>(::getpid()), counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(fmt::format("export: cannot create '{}': {}", tmp.string(), std::strerror(errno)));
+  const std::vector<uint8_t> &data = state_->file;
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(fmt::format("export: cannot write '{}': {}", tmp.string(), std::strerror(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int syncErr = errno;
+  ::close(fd);
+  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = synced ? errno : syncErr;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("export: cannot {} '{}': {}", synced ? "rename the temp file to" : "fsync",
+                            path.string(), std::strerror(err)));
+  }
+}
+
+namespace {
+
+std::string specText(const ValueSpec &v) { return fmt::format("{} [{}]", dtype_name(v.dtype), fmt::join(v.shape, ", ")); }
+
+} // namespace
+
+std::string ExportedFunction::describe() const {
+  if (!state_)
+    return "empty export\n";
+  const State &s = *state_;
+  const Plan &p = s.plan;
+  std::string out = fmt::format("tokamax export: format version {}, made by {}, {} bytes\n", s.version,
+                                s.manifest.producer, s.file.size());
+  out += fmt::format("target: {}\n", s.manifest.target.to_string());
+  out += fmt::format("compiled: opt {}, PTX ISA {}, {}, {}\n", s.manifest.opt_level, s.manifest.ptx_isa,
+                     s.manifest.llvm, s.manifest.assembler);
+  for (auto [name, ids] : {std::pair{"inputs", &p.inputs}, std::pair{"outputs", &p.outputs}}) {
+    out += fmt::format("{} ({}):\n", name, ids->size());
+    for (size_t i = 0; i < ids->size(); ++i)
+      out += fmt::format("  {}: value {} {}\n", i, (*ids)[i], specText(p.values[(*ids)[i]]));
+  }
+  std::vector<std::vector<std::string>> callKernels(p.calls.size());
+  for (const Step &st : p.steps)
+    callKernels[st.call].push_back(st.kernel < 0 ? "zero" : p.kernels[st.kernel].launch.kernel_name);
+  out += fmt::format("calls ({}):\n", p.calls.size());
+  for (size_t i = 0; i < p.calls.size(); ++i)
+    out += fmt::format("  {:>3} {:<16} {:<10} {} -> {}\n", i, p.calls[i].op, p.calls[i].implementation,
+                       p.calls[i].config_json, callKernels[i].empty() ? "-" : fmt::format("{}", fmt::join(callKernels[i], ", ")));
+  out += fmt::format("kernels ({}):\n", p.kernels.size());
+  for (const ExportedKernel &k : kernels())
+    out += fmt::format("  {:<28} grid {}x{}x{} block {} shared {} B  cubin {} B  ptx {} B  ir {} B  launches {}\n",
+                       k.launch.kernel_name, k.launch.grid[0], k.launch.grid[1], k.launch.grid[2],
+                       k.launch.block_threads, k.launch.shared_bytes, k.cubin_bytes, k.ptx_bytes, k.ir_bytes,
+                       k.launches);
+  out += fmt::format("launches: {}, scratch: {} B\n", launch_count(), p.scratch_bytes);
+  return out;
+}
+
+const ExportTarget &ExportedFunction::target() const { return state_->manifest.target; }
+uint32_t ExportedFunction::format_version() const { return state_->version; }
+const std::string &ExportedFunction::producer() const { return state_->manifest.producer; }
+const std::string &ExportedFunction::function_json() const { return state_->function_json; }
+const std::vector<ExportedCall> &ExportedFunction::calls() const { return state_->plan.calls; }
+
+std::vector<std::pair<std::vector<int64_t>, DType>> ExportedFunction::input_specs() const {
+  std::vector<std::pair<std::vector<int64_t>, DType>> out;
+  for (int v : state_->plan.inputs)
+    out.emplace_back(state_->plan.values[v].shape, state_->plan.values[v].dtype);
+  return out;
+}
+
+std::vector<std::pair<std::vector<int64_t>, DType>> ExportedFunction::output_specs() const {
+  std::vector<std::pair<std::vector<int64_t>, DType>> out;
+  for (int v : state_->plan.outputs)
+    out.emplace_back(state_->plan.values[v].shape, state_->plan.values[v].dtype);
+  return out;
+}
+
+std::vector<ExportedKernel> ExportedFunction::kernels() const {
+  std::vector<ExportedKernel> out;
+  auto size = [&](int section) { return section < 0 ? size_t(0) : state_->sections[section].payload.size(); };
+  for (const KernelEntry &k : state_->plan.kernels)
+    out.push_back({k.launch, size(k.cubin), size(k.ptx), size(k.ir), 0});
+  for (const Step &s : state_->plan.steps)
+    if (s.kernel >= 0)
+      ++out[s.kernel].launches;
+  return out;
+}
+
+size_t ExportedFunction::launch_count() const {
+  size_t n = 0;
+  for (const Step &s : state_->plan.steps)
+    n += s.kernel >= 0;
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+void ExportedFunction::check_device(const ExportTarget &device) const {
+  if (!target().accepts(device))
+    throw Error(fmt::format("export: this file was built for {} and cannot run on {}", target().to_string(),
+                            device.to_string()));
+}
+
+std::vector<uint64_t> export_detail::bind_views(const Plan &plan, std::span<const TensorView> inputs,
+                                                std::span<const TensorView> outputs, const char *what) {
+  if (inputs.size() != plan.inputs.size() || outputs.size() != plan.outputs.size())
+    throw Error(fmt::format("{}: expected {} inputs and {} outputs, got {} and {}", what, plan.inputs.size(),
+                            plan.outputs.size(), inputs.size(), outputs.size()));
+  std::vector<uint64_t> bound(plan.values.size(), 0);
+  auto bind = [&](int v, const TensorView &t, const char *kind, size_t i) {
+    const ValueSpec &spec = plan.values[v];
+    if (t.dtype() != spec.dtype || !std::equal(t.shape().begin(), t.shape().end(), spec.shape.begin(), spec.shape.end()))
+      throw Error(fmt::format("{}: {} {} is {} [{}] but the export was made for {}", what, kind, i,
+                              dtype_name(t.dtype()), fmt::join(t.shape(), ", "), specText(spec)));
+    if (!t.is_contiguous())
+      throw Error(fmt::format("{}: {} {} must be contiguous (row-major)", what, kind, i));
+    if (!t.data() && spec.bytes() > 0)
+      throw Error(fmt::format("{}: {} {} has no data (a null pointer)", what, kind, i));
+    bound[v] = t.data();
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    bind(plan.inputs[i], inputs[i], "input", i);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    bind(plan.outputs[i], outputs[i], "output", i);
+  return bound;
+}
+
+void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+                           Stream &stream) const {
+  if (!state_)
+    throw Error("export: run of an empty ExportedFunction");
+  State &s = *state_;
+  const Plan &plan = s.plan;
+  std::vector<uint64_t> bound = bind_views(plan, inputs, outputs, "export run");
+  int ordinal = -1;
+  for (std::span<const TensorView> views : {inputs, outputs})
+    for (const TensorView &t : views) {
+      if (!t.data())
+        continue;
+      if (ordinal >= 0 && t.device() != ordinal)
+        throw Error(fmt::format("export run: tensors on devices {} and {}; all must be on one", ordinal, t.device()));
+      ordinal = t.device();
+    }
+  Device &device = Device::get(std::max(ordinal, 0));
+  check_device(ExportTarget::of(device));
+
+  std::lock_guard lock(s.mutex);
+  State::OnDevice &on = s.devices[device.ordinal()];
+  if (on.kernels.size() != plan.kernels.size()) {  // all or none: a failed load is retried whole
+    std::vector<std::unique_ptr<LoadedKernel>> loaded;
+    for (const KernelEntry &k : plan.kernels) {
+      const SectionView &cubin = s.sections[k.cubin];
+      loaded.push_back(std::make_unique<LoadedKernel>(Module::load_cubin(cubin.payload, device), k.launch,
+                                                      sha256_hex(cubin.text())));
+    }
+    on.kernels = std::move(loaded);
+  }
+  if (plan.scratch_bytes && on.scratch.size() < plan.scratch_bytes)
+    on.scratch = DeviceBuffer(plan.scratch_bytes, device);
+  auto address = [&](const BufferRef &r) -> uint64_t {
+    if (r.value < 0)
+      return on.scratch.ptr() + r.offset;
+    if (!bound[r.value]) {
+      auto it = on.values.find(r.value);
+      if (it == on.values.end())
+        it = on.values.emplace(r.value, Tensor::empty(plan.values[r.value].shape, plan.values[r.value].dtype, device))
+                 .first;
+      bound[r.value] = it->second.data();
+    }
+    return bound[r.value] + r.offset;
+  };
+  std::vector<TensorView> views;
+  std::vector<KernelArg> args;
+  for (const Step &step : plan.steps) {
+    if (step.kernel < 0) {
+      if (step.zero_bytes)
+        memset_d8(address(step.buffer), 0, step.zero_bytes, stream.handle());
+      continue;
+    }
+    const LaunchInfo &info = plan.kernels[step.kernel].launch;
+    views.clear();
+    views.reserve(step.args.size());  // KernelArgs point into it
+    args.clear();
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      if (step.args[a].is_scalar) {
+        args.emplace_back(step.args[a].scalar);
+        continue;
+      }
+      views.emplace_back(address(step.args[a].buffer), info.params[a].dtype, info.params[a].shape, device.ordinal());
+      args.emplace_back(views.back());
+    }
+    on.kernels[step.kernel]->launch(args, stream.handle());
+  }
+}
+
+} // namespace tokamax
