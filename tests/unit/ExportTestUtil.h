@@ -14,6 +14,7 @@
 #include <memory>
 #include <fstream>
 #include <random>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,13 @@ inline std::vector<uint8_t> read_bytes(const std::string &path) {
 }
 
 /// The committed format-version-1 fixture (tests/data/README.md says how it was made).
-inline std::string fixture_path() { return std::string(TOKAMAX_TEST_DATA) + "/export-v1.tkx"; }
-inline std::string fixture_function_path() { return std::string(TOKAMAX_TEST_DATA) + "/layer-norm-grad-function.json"; }
+/// tests/data of the source tree, or $TOKAMAX_TEST_DATA (packaged tests run elsewhere).
+inline std::string test_data_dir() {
+  const char *dir = std::getenv("TOKAMAX_TEST_DATA");
+  return dir && *dir ? dir : TOKAMAX_TEST_DATA;
+}
+inline std::string fixture_path() { return test_data_dir() + "/export-v1.tkx"; }
+inline std::string fixture_function_path() { return test_data_dir() + "/layer-norm-grad-function.json"; }
 
 /// Host buffers for a function's inputs (random, never zero) and outputs.
 struct HostBuffers {
