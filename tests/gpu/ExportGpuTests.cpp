@@ -110,10 +110,7 @@ TEST_CASE("the exported headline gradient gives the Function's bits", "[gpu][exp
 
 TEST_CASE("an export and its Function under one AutotuningResult give the same bits", "[gpu][export]") {
   const Function g = small_grad();
-  const Function::Call *ln = nullptr;
-  for (const Function::Call &c : g.calls())
-    if (c.op->name() == "layer_norm" && !ln)
-      ln = &c;
+  const Function::Call *ln = first_call(g, "layer_norm");
   REQUIRE(ln);
   auto tuned = std::make_shared<AutotuningResult>();
   tuned->add(TuningEntry{ln->args, "tile", Config{{"block_rows", 1}, {"num_warps", 1}}, {}});

@@ -34,6 +34,14 @@ inline Function small_grad() {
   return grad(f, {0, 1});
 }
 
+/// The first call of `g` to the op named `op` (null when there is none).
+inline const Function::Call *first_call(const Function &g, const std::string &op) {
+  for (const Function::Call &c : g.calls())
+    if (c.op->name() == op)
+      return &c;
+  return nullptr;
+}
+
 inline ExportTarget h200() { return ExportTarget::parse("sm_90a", "NVIDIA H200:9.0"); }
 
 /// The small gradient's export for an H200 (compiled once per process).

@@ -131,10 +131,7 @@ TEST_CASE("the headline gradient's export replays on the interpreter with the Fu
 
 TEST_CASE("configs of an autotuning result are used and recorded per call", "[export][autotune]") {
   const Function g = small_grad();
-  const Function::Call *ln = nullptr;
-  for (const Function::Call &c : g.calls())
-    if (c.op->name() == "layer_norm" && !ln)
-      ln = &c;
+  const Function::Call *ln = first_call(g, "layer_norm");
   REQUIRE(ln);
   const Implementation &tile = ln->op->implementation("tile");
   Config other{{"block_rows", 1}, {"num_warps", 1}};
