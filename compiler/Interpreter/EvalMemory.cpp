@@ -56,6 +56,14 @@ void forEachBlockElement(Interpreter &in, Value base, ValueRange offsets,
   }
 }
 
+/// dst[0] = a[ia] + b[ib], rounded (floats) or wrapped (integers) to a's element type.
+void addElements(HostTile &dst, const HostTile &a, size_t ia, const HostTile &b, size_t ib) {
+  if (a.kind == Kind::Float)
+    dst.f[0] = roundFloat(a.elem, a.f[ia] + b.f[ib]);
+  else
+    dst.i[0] = wrapInt(a.bits(), static_cast<int64_t>(uint64_t(a.i[ia]) + uint64_t(b.i[ib])));
+}
+
 void evalAtomicRMW(Interpreter &in, tile::AtomicRMWOp op) {
   const HostTile &ptrs = in.get(op.getPtrs()), &val = in.get(op.getValue());
   const HostTile *mask = optional(in, op.getMask());
@@ -69,15 +77,12 @@ void evalAtomicRMW(Interpreter &in, tile::AtomicRMWOp op) {
     int64_t offset = ptrs.i[k];
     in.checkAccess("tile.atomic_rmw", arg, offset);
     in.readElem(arg, offset, old, k);
-    if (old.kind == Kind::Float) {
-      double a = old.f[k], v = val.f[k];
-      updated.f[0] = isAdd ? roundFloat(old.elem, a + v) : (v > a || std::isnan(a) ? v : a);
-    } else {
-      unsigned bits = old.bits();
-      int64_t a = old.i[k], v = val.i[k];
-      updated.i[0] = isAdd ? wrapInt(bits, static_cast<int64_t>(uint64_t(a) + uint64_t(v)))
-                           : std::max(a, v);
-    }
+    if (isAdd)
+      addElements(updated, old, k, val, k);
+    else if (old.kind == Kind::Float)
+      updated.f[0] = val.f[k] > old.f[k] || std::isnan(old.f[k]) ? val.f[k] : old.f[k];
+    else
+      updated.i[0] = std::max(old.i[k], val.i[k]);
     in.writeElem(arg, offset, updated, 0);
   }
   in.set(op.getResult(), std::move(old));
@@ -180,10 +185,7 @@ void addBlock(Interpreter &in, tile::BlockAtomicAddOp op) {
                           return;
                         in.checkAccess("tile.block_atomic_add", arg, offset);
                         in.readElem(arg, offset, sum, 0);
-                        if (sum.kind == Kind::Float)
-                          sum.f[0] = roundFloat(sum.elem, sum.f[0] + val.f[val.at(k)]);
-                        else
-                          sum.i[0] = wrapInt(sum.bits(), static_cast<int64_t>(uint64_t(sum.i[0]) + uint64_t(val.i[val.at(k)])));
+                        addElements(sum, sum, 0, val, val.at(k));
                         in.writeElem(arg, offset, sum, 0);
                       });
 }

@@ -42,6 +42,15 @@ static void checkBlock(KernelBuilder &kb, const std::string &name, const char *o
       kb.fail(fmt::format("{} {}: block dimensions must be powers of two, got [{}]", op, name, fmt::join(block, ", ")));
 }
 
+/// A block's extents without its unit dims (the shape of the tile that holds it).
+static std::vector<int64_t> withoutUnitDims(const std::vector<int64_t> &block) {
+  std::vector<int64_t> kept;
+  for (int64_t d : block)
+    if (d != 1)
+      kept.push_back(d);
+  return kept;
+}
+
 Value TensorArg::load(std::vector<Value> offsets, std::vector<int64_t> block, double padding) const {
   KernelBuilder &kb = *builder_;
   checkBlock(kb, name_, "load", block, shape_.size());
@@ -59,10 +68,7 @@ Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> blo
   if (buffer.id < 0 || buffer.id >= kb.sharedBuffers)
     kb.fail(fmt::format("load_async {}: the buffer does not come from this kernel's shared_buffer()", name_));
   checkBlock(kb, name_, "load_async", block, shape_.size());
-  std::vector<int64_t> kept;
-  for (int64_t d : block)
-    if (d != 1)
-      kept.push_back(d);
+  std::vector<int64_t> kept = withoutUnitDims(block);
   if (kept.size() > 2 || block.back() == 1)
     kb.fail(fmt::format("load_async {}: the block [{}] must have at most two non-unit dims, the last one of them",
                         name_, fmt::join(block, ", ")));
@@ -105,16 +111,8 @@ void TensorArg::atomic_add(std::vector<Value> offsets, std::vector<int64_t> bloc
   KernelBuilder &kb = *builder_;
   if (dtype_ != DType::F32 && dtype_ != DType::F64 && dtype_ != DType::I32 && dtype_ != DType::I64)
     kb.fail(fmt::format("atomic_add {}: adds into f32, f64, i32 or i64 tensors, got {}", name_, dtype_name(dtype_)));
-  if (block.size() != shape_.size())
-    kb.fail(fmt::format("atomic_add {}: block [{}] must have the tensor's rank {}", name_, fmt::join(block, ", "),
-                        shape_.size()));
-  std::vector<int64_t> kept;
-  for (int64_t d : block) {
-    if (d < 1 || (d & (d - 1)) != 0)
-      kb.fail(fmt::format("atomic_add {}: block dims must be powers of two, got [{}]", name_, fmt::join(block, ", ")));
-    if (d != 1)
-      kept.push_back(d);
-  }
+  checkBlock(kb, name_, "atomic_add", block, shape_.size());
+  std::vector<int64_t> kept = withoutUnitDims(block);
   Type elem = tile::toMlirType(&kb.context(), dtype_);
   mlir::Value v = kb.materialize(tile, elem);
   auto type = dyn_cast<RankedTensorType>(v.getType());

@@ -73,6 +73,12 @@ struct Buf {
   unsigned char *at(size_t i) { return bytes.data() + i * dtype_size(dtype); }
   const unsigned char *at(size_t i) const { return bytes.data() + i * dtype_size(dtype); }
   double get(size_t i) const { return load_as_double(dtype, at(i)); }
+  std::vector<double> values() const {
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i)
+      v[i] = get(i);
+    return v;
+  }
   void set(size_t i, double v) { store_from_double(dtype, at(i), v); }
   int64_t geti(size_t i) const {
     switch (dtype) {

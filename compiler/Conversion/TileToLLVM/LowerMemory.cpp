@@ -51,15 +51,21 @@ struct BlockAddress {
   Value inBounds;
 };
 
+/// The address of register `r`'s element of a block at `offsets` and whether it lies in
+/// the tensor. The tile's dims are the tensor's, or, when `block` is given, the block's
+/// dims that are not unit dims (in order; the unit dims sit at their offset).
 BlockAddress blockAddress(TileLowering &t, Location loc, RankedTensorType type, int64_t r,
                           Value base, Type elem, ValueRange offsets, ArrayRef<int64_t> dims,
-                          ArrayRef<int64_t> strides) {
+                          ArrayRef<int64_t> strides, ArrayRef<int64_t> block = {}) {
   OpBuilder &b = t.builder();
   Registers coords = t.coords(type, r);
   Value inBounds = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
   Value linear = t.i64(0);
+  size_t kept = 0;
   for (size_t d = 0; d < dims.size(); ++d) {
-    Value idx = b.create<arith::AddIOp>(loc, coords[d], t.regs(offsets[d])[0]);
+    Value idx = t.regs(offsets[d])[0];
+    if (block.empty() || (block[d] != 1 && kept < coords.size()))
+      idx = b.create<arith::AddIOp>(loc, coords[block.empty() ? d : kept++], idx);
     // Unsigned compare also rejects negative offsets.
     inBounds = b.create<arith::AndIOp>(
         loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, idx, t.i32(dims[d])));
@@ -356,6 +362,11 @@ LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
   return success();
 }
 
+/// The PTX type of an atomic add of `elem` (integers add as unsigned).
+const char *atomicAddType(Type elem) {
+  return elem.isF32() ? "f32" : elem.isF64() ? "f64" : elem.isInteger(32) ? "u32" : "u64";
+}
+
 /// One red.global.add per element this thread owns; the value's dims are the block's
 /// dims that are not unit dims, in order.
 LogicalResult lowerBlockAtomicAdd(TileLowering &t, BlockAtomicAddOp op) {
@@ -363,31 +374,16 @@ LogicalResult lowerBlockAtomicAdd(TileLowering &t, BlockAtomicAddOp op) {
   Location loc = op.getLoc();
   auto type = op.getValue().getType();
   Type elem = type.getElementType();
-  std::string ty = elem.isF32() ? "f32" : elem.isF64() ? "f64" : elem.isInteger(32) ? "u32" : "u64";
-  ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides(), block = op.getBlock();
   const Registers &values = t.regs(op.getValue());
   Value owns = t.threadOwns(type);
-  Value base = t.regs(op.getBase())[0];
   compiler::Distribution dist = getDistribution(type);
   for (int64_t r = 0; r < dist.num_registers(); ++r) {
     if (!dist.register_owns(r))
       continue;
-    Registers coords = t.coords(type, r);
-    Value inBounds = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
-    Value linear = t.i64(0);
-    size_t kept = 0;
-    for (size_t d = 0; d < dims.size(); ++d) {
-      Value idx = t.regs(op.getOffsets()[d])[0];
-      if (block[d] != 1 && kept < coords.size())
-        idx = b.create<arith::AddIOp>(loc, idx, coords[kept++]);
-      // Unsigned compare also rejects negative indices.
-      inBounds = b.create<arith::AndIOp>(
-          loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, idx, t.i32(dims[d])));
-      Value wide = b.create<arith::ExtSIOp>(loc, b.getI64Type(), idx);
-      linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(strides[d])));
-    }
-    Value ptr = b.create<LLVM::GEPOp>(loc, base.getType(), elem, base, ValueRange{linear});
-    t.ptx(loc).reduction("add", ty, ptr, b.create<arith::AndIOp>(loc, inBounds, owns), values[r]);
+    BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], elem, op.getOffsets(),
+                                     op.getDims(), op.getStrides(), op.getBlock());
+    t.ptx(loc).reduction("add", atomicAddType(elem), addr.ptr, b.create<arith::AndIOp>(loc, addr.inBounds, owns),
+                         values[r]);
   }
   return success();
 }
@@ -423,12 +419,10 @@ LogicalResult lowerAtomic(TileLowering &t, Operation *op, Value ptrs, Value mask
       old = ptx.atomic("cas", elem.isInteger(32) ? "b32" : "b64", ptr, pred, operands, elem);
     } else if (cast<AtomicRMWOp>(op).getKind() == AtomicKind::Add && op->getResult(0).use_empty()) {
       // Nobody reads the old value: a reduction, which needs no round trip to the thread.
-      ptx.reduction("add", elem.isInteger(32) ? "u32" : elem.isInteger(64) ? "u64" : ty, ptr, pred,
-                    operands[0]);
+      ptx.reduction("add", atomicAddType(elem), ptr, pred, operands[0]);
       old = b.create<arith::ConstantOp>(loc, b.getZeroAttr(elem));
     } else if (cast<AtomicRMWOp>(op).getKind() == AtomicKind::Add) {
-      old = ptx.atomic("add", elem.isInteger(32) ? "u32" : elem.isInteger(64) ? "u64" : ty, ptr,
-                       pred, operands, elem);
+      old = ptx.atomic("add", atomicAddType(elem), ptr, pred, operands, elem);
     } else if (elem.isF32()) {
       // Float max through integer atomics: non-negative floats order like signed ints,
       // negative ones in reverse like unsigned ints.
