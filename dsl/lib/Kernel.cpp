@@ -67,6 +67,8 @@ KernelBuilder::KernelBuilder(std::string name, KernelOptions options)
   kernel->setAttr("tile.num_warps", builder.getI32IntegerAttr(options.num_warps));
   if (options.mma_rows_per_warp)
     kernel->setAttr("tile.mma_rows_per_warp", builder.getUnitAttr());
+  if (options.wgmma_dots)
+    kernel->setAttr("tile.wgmma_dots", builder.getUnitAttr());
   kernel->setAttr("tile.grid", builder.getDenseI64ArrayAttr(grid));
   Block *entry = kernel.addEntryBlock();
   builder.setInsertionPointToEnd(entry);

@@ -4,7 +4,8 @@
 // is the address of its slot. The copy itself is every thread's 16-byte cp.async chunks
 // of the block (zero-filled outside the tensor) stored as a swizzled tile (Staging, the
 // layout tile.dot's operand staging and ldmatrix reads use), then one committed group.
-// tile.async_wait is cp.async.wait_group plus a block barrier. tile.trans of a shared
+// tile.async_wait is cp.async.wait_group plus a block barrier (and, where dots run on
+// wgmma, the fence that shows the copies to its async proxy). tile.trans of a shared
 // tile renames its address (the type says which dim is contiguous). A conversion out of
 // a shared tile reads it: into a dot-operand layout with ldmatrix (readDotOperand; the
 // dot itself reads one K step at a time when the conversion feeds only it), into any
@@ -19,11 +20,16 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
+Staging sharedTileStaging(Operation *op, int64_t rows, int64_t cols, unsigned bytes) {
+  return Staging(rows, cols, bytes, /*panels=*/hasWgmmaDots(op));
+}
+
 SharedTileView sharedTileView(TileLowering &t, Value tile) {
   auto type = cast<RankedTensorType>(tile.getType());
   int cd = static_cast<int>(cast<SharedLayoutAttr>(type.getEncoding()).getContiguousDim());
   unsigned bytes = elementBytes(t.registerType(type.getElementType()));
-  return {cd, Staging(type.getDimSize(1 - cd), type.getDimSize(cd), bytes), t.regs(tile)[0]};
+  Operation *owner = tile.getDefiningOp() ? tile.getDefiningOp() : tile.getParentBlock()->getParentOp();
+  return {cd, sharedTileStaging(owner, type.getDimSize(1 - cd), type.getDimSize(cd), bytes), t.regs(tile)[0]};
 }
 
 bool readsSharedAtDot(ConvertLayoutOp op) {
@@ -48,7 +54,7 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   unsigned bytes = elementBytes(elem);
   ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides(), block = op.getBlock();
   const int64_t last = static_cast<int64_t>(dims.size()) - 1;
-  Staging s(type.getDimSize(0), type.getDimSize(1), bytes);
+  Staging s = sharedTileStaging(op, type.getDimSize(0), type.getDimSize(1), bytes);
   if (knownMultipleOf(t.regs(op.getOffsets()[last])[0]) % s.chunk != 0)
     return op.emitOpError("the last offset must be a known multiple of ") << s.chunk
                                                                           << " elements (16-byte chunks)";
@@ -108,7 +114,7 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
         row = m.add(row0, m.c(i * rowStep));
         col = col0;
         within = b.create<arith::AddIOp>(loc, within0, t.i64(i * rowStep * rowStride));
-        dst = samePhase ? m.add(dst0, m.c(i * rowStep * s.cols * bytes))
+        dst = samePhase ? m.add(dst0, m.c(i * rowStep * s.rowBytes(bytes)))
                         : m.add(slotAddr, m.mul(s.index(m, row, col), bytes));
       } else {
         Value c = m.add(tid, m.c(first));
@@ -178,7 +184,12 @@ LogicalResult lowerAsyncCopyOp(TileLowering &t, Operation *op, bool &handled) {
   if (auto copy = dyn_cast<AsyncBlockLoadOp>(op))
     return lowerCopy(t, copy);
   if (auto wait = dyn_cast<AsyncWaitOp>(op)) {
-    t.ptx(op->getLoc()).cpAsyncWaitGroup(wait.getPending());
+    PtxBuilder ptx = t.ptx(op->getLoc());
+    ptx.cpAsyncWaitGroup(wait.getPending());
+    // wgmma reads shared tiles through the async proxy: make this thread's copies
+    // visible to it before the barrier publishes them.
+    if (smVersion(t.arch()) >= 90 && hasWgmmaDots(op))
+      ptx.fenceProxyAsyncShared();
     t.barrier();
     return success();
   }

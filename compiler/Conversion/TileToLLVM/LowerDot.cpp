@@ -292,80 +292,108 @@ LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handl
 
 } // namespace
 
+MmaFragments::MmaFragments(TileLowering &t, Operation *op, RankedTensorType aType, RankedTensorType bType,
+                           RankedTensorType accType)
+    : t(t), op(op), kSize(aType.getDimSize(1)), da(getDistribution(aType)), db(getDistribution(bType)),
+      dc(getDistribution(accType)), aRegs(registersByOffset(da)), bRegs(registersByOffset(db)) {
+  kw = cast<DotOperandLayoutAttr>(aType.getEncoding()).getKWidth();
+  kpi = 8 * kw;
+  I32 m{t, op->getLoc()};
+  laneK = m.mul(m.rem(t.laneId(), 4), kw);
+}
+
+// One operand element, zero where K is shorter than one instruction.
+FailureOr<Value> MmaFragments::element(const Registers &regs, const std::map<std::vector<int64_t>, int64_t> &map,
+                                       std::vector<int64_t> offset, unsigned kDim) {
+  auto it = map.find(offset);
+  if (it == map.end()) {
+    op->emitOpError("internal error: no operand register for an mma fragment");
+    return failure();
+  }
+  OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
+  Value v = regs[it->second];
+  if (kSize < kpi) {
+    I32 m{t, loc};
+    Value k = m.add(laneK, m.c(offset[kDim]));
+    Value inside = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, k, m.c(kSize));
+    v = b.create<arith::SelectOp>(loc, inside, v, t.constant(v.getType(), 0.0));
+  }
+  return v;
+}
+
+FailureOr<Value> MmaFragments::word(const Registers &regs, const std::map<std::vector<int64_t>, int64_t> &map,
+                                    std::vector<int64_t> offset, unsigned kDim) {
+  SmallVector<Value> elems;
+  for (unsigned e = 0; e < kw; ++e) {
+    std::vector<int64_t> at = offset;
+    at[kDim] += e;
+    FailureOr<Value> v = element(regs, map, at, kDim);
+    if (failed(v))
+      return failure();
+    elems.push_back(*v);
+  }
+  if (kw == 2)
+    return packPair(t.builder(), op->getLoc(), elems[0], elems[1]);
+  return t.ptx(op->getLoc()).f32ToTf32(elems[0]);
+}
+
+FailureOr<SmallVector<Value>> MmaFragments::a(const Registers &regs, unsigned rm, unsigned rk) {
+  SmallVector<Value> frag;
+  const auto &cm = dc.dims()[0];
+  for (unsigned kh = 0; kh < 2; ++kh)
+    for (unsigned i = 0; i < 2; ++i) {
+      FailureOr<Value> w = word(regs, aRegs, {rm * cm.coverage + 8 * i, int64_t(rk) * kpi + kh * kpi / 2}, 1);
+      if (failed(w))
+        return failure();
+      frag.push_back(*w);
+    }
+  return frag;
+}
+
+FailureOr<SmallVector<Value>> MmaFragments::b(const Registers &regs, unsigned rn, unsigned rk) {
+  SmallVector<Value> frag;
+  const auto &cn = dc.dims()[1];
+  for (unsigned kh = 0; kh < 2; ++kh) {
+    FailureOr<Value> w = word(regs, bRegs, {int64_t(rk) * kpi + kh * kpi / 2, rn * cn.coverage}, 0);
+    if (failed(w))
+      return failure();
+    frag.push_back(*w);
+  }
+  return frag;
+}
+
 FailureOr<Registers> emitMmaSync(TileLowering &t, Operation *op, RankedTensorType aType, RankedTensorType bType,
                                  RankedTensorType accType, const Registers &av, const Registers &bv,
                                  const Registers &cv, KSteps steps) {
-  OpBuilder &b = t.builder();
   Location loc = op->getLoc();
   Type elem = aType.getElementType();
-  auto aLayout = cast<DotOperandLayoutAttr>(aType.getEncoding());
-  unsigned kw = aLayout.getKWidth(), kpi = 8 * kw;
+  MmaFragments fragments(t, op, aType, bType, accType);
+  const unsigned kw = fragments.kw, kpi = fragments.kpi;
   std::string shape = kw == 2 ? "m16n8k16" : "m16n8k8";
   std::string ab = kw == 1 ? "tf32" : elem.isBF16() ? "bf16" : "f16";
   int64_t kSize = aType.getDimSize(1);
-
-  compiler::Distribution da = getDistribution(aType), db = getDistribution(bType),
-                         dc = getDistribution(accType);
-  auto aRegs = registersByOffset(da), bRegs = registersByOffset(db), cRegs = registersByOffset(dc);
-  I32 m{t, loc};
-  Value laneK = m.mul(m.rem(t.laneId(), 4), kw);
-  // One operand element, zero where K is shorter than one instruction.
-  auto element = [&](const Registers &regs, const std::map<std::vector<int64_t>, int64_t> &map,
-                     std::vector<int64_t> offset, unsigned kDim) -> FailureOr<Value> {
-    auto it = map.find(offset);
-    if (it == map.end()) {
-      op->emitOpError("internal error: no operand register for an mma fragment");
-      return failure();
-    }
-    Value v = regs[it->second];
-    if (kSize < kpi) {
-      Value k = m.add(laneK, m.c(offset[kDim]));
-      Value inside = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, k, m.c(kSize));
-      v = b.create<arith::SelectOp>(loc, inside, v, t.constant(v.getType(), 0.0));
-    }
-    return v;
-  };
-  auto word = [&](SmallVector<Value> elems) -> Value {
-    if (kw == 2)
-      return packPair(b, loc, elems[0], elems[1]);
-    return t.ptx(loc).f32ToTf32(elems[0]);
-  };
+  compiler::Distribution dc = getDistribution(accType);
+  auto cRegs = registersByOffset(dc);
 
   const auto &cm = dc.dims()[0], &cn = dc.dims()[1];
   unsigned repK = std::max<int64_t>(1, kSize / kpi);
   // Fragments, built once per (m or n repeat, k step).
   std::map<std::pair<unsigned, unsigned>, SmallVector<Value>> aFrags, bFrags;
-  for (unsigned rm = 0; rm < cm.repeats; ++rm)
-    for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk) {
-      SmallVector<Value> frag;
-      for (unsigned kh = 0; kh < 2; ++kh)
-        for (unsigned i = 0; i < 2; ++i) {
-          SmallVector<Value> elems;
-          for (unsigned e = 0; e < kw; ++e) {
-            auto v = element(av, aRegs, {rm * cm.coverage + 8 * i, int64_t(rk) * kpi + kh * kpi / 2 + e}, 1);
-            if (failed(v))
-              return failure();
-            elems.push_back(*v);
-          }
-          frag.push_back(word(elems));
-        }
-      aFrags[{rm, rk}] = frag;
+  for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk) {
+    for (unsigned rm = 0; rm < cm.repeats; ++rm) {
+      auto frag = fragments.a(av, rm, rk);
+      if (failed(frag))
+        return failure();
+      aFrags[{rm, rk}] = *frag;
     }
-  for (unsigned rn = 0; rn < cn.repeats; ++rn)
-    for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk) {
-      SmallVector<Value> frag;
-      for (unsigned kh = 0; kh < 2; ++kh) {
-        SmallVector<Value> elems;
-        for (unsigned e = 0; e < kw; ++e) {
-          auto v = element(bv, bRegs, {int64_t(rk) * kpi + kh * kpi / 2 + e, rn * cn.coverage}, 0);
-          if (failed(v))
-            return failure();
-          elems.push_back(*v);
-        }
-        frag.push_back(word(elems));
-      }
-      bFrags[{rn, rk}] = frag;
+    for (unsigned rn = 0; rn < cn.repeats; ++rn) {
+      auto frag = fragments.b(bv, rn, rk);
+      if (failed(frag))
+        return failure();
+      bFrags[{rn, rk}] = *frag;
     }
+  }
 
   Registers result(cv.begin(), cv.end());
   for (unsigned rk = steps.begin; rk < std::min(repK, steps.end); ++rk)
@@ -412,8 +440,12 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
   std::vector<StagedOperand> staged;
   std::vector<std::pair<unsigned, std::function<FailureOr<Registers>(KSteps)>>> readers;
   SmallVector<Registers, 2> operands{Registers(), Registers()};
+  // On wgmma B stays in its shared tile and A is read whole.
+  std::optional<SharedTileView> wgmmaB = wgmmaSharedB(t, op);
   for (unsigned i = 0; i < 2; ++i) {
     auto convert = op->getOperand(i).getDefiningOp<ConvertLayoutOp>();
+    if (i == 1 && wgmmaB)
+      continue;
     if (convert && readsSharedAtDot(convert)) {
       SharedTileView view = sharedTileView(t, convert.getSource());
       auto dstType = cast<RankedTensorType>(convert.getType());
@@ -427,6 +459,27 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
       continue;
     }
     operands[i] = Registers(getDistribution(cast<RankedTensorType>(convert.getType())).num_registers());
+  }
+  if (wgmmaB) {
+    for (StagedOperand &operand : staged)
+      operand.store();
+    if (!staged.empty())
+      t.barrier();
+    for (StagedOperand &operand : staged)
+      readers.emplace_back(0, [&operand](KSteps steps) { return operand.read(steps); });
+    for (auto &[index, read] : readers) {
+      FailureOr<Registers> regs = read(KSteps{});
+      if (failed(regs))
+        return failure();
+      operands[index] = std::move(*regs);
+    }
+    if (auto convert = op.getA().getDefiningOp<ConvertLayoutOp>(); convert && !t.hasRegs(convert.getResult()))
+      t.setRegs(convert.getResult(), operands[0]);
+    FailureOr<Registers> result = emitWgmma(t, op, operands[0], *wgmmaB, t.regs(op.getAcc()));
+    if (failed(result))
+      return failure();
+    t.setRegs(op.getResult(), std::move(*result));
+    return success();
   }
   if (staged.empty() && readers.empty()) {
     FailureOr<Registers> result =

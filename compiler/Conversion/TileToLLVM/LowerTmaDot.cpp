@@ -169,15 +169,8 @@ struct TmaDotLowering {
     onProducerLead([&] { drain(mul(trips, kTiles)); });
   }
 
-  /// 64-bit wgmma matrix descriptor: start address, leading and stride byte offsets,
-  /// and the swizzle mode (bits 62-63: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte rows).
   Value descriptor(Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes) {
-    auto i64 = [&](int64_t v) { return t.i64(v); };
-    Value a = b.create<arith::ExtUIOp>(loc, b.getI64Type(), addr);
-    a = b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, a, i64(4)), i64(0x3FFF));
-    int64_t mode = swizzleBytes == 128 ? 1 : swizzleBytes == 64 ? 2 : 3;
-    int64_t fixed = ((leading >> 4) & 0x3FFF) << 16 | ((stride >> 4) & 0x3FFF) << 32 | mode << 62;
-    return b.create<arith::OrIOp>(loc, a, i64(fixed));
+    return t.ptx(loc).wgmmaDescriptor(addr, leading, stride, swizzleBytes);
   }
 
   /// Descriptor of operand `opIdx` for K step `kk` (32 bytes of K) in the stage at

@@ -11,6 +11,8 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
+#include <optional>
+
 namespace tokamax::tile {
 
 /// Compute capability of "sm_XY[a]" as XY (0 when it does not parse).
@@ -31,22 +33,35 @@ struct I32 {
 
 /// A 2-D tile in shared memory: `rows` x `cols` elements, cols contiguous, 16-byte chunks
 /// of each row XOR-swizzled with the row's phase. Eight consecutive rows of one chunk
-/// column (an ldmatrix) land in eight distinct 16-byte bank groups.
+/// column (an ldmatrix) land in eight distinct 16-byte bank groups. Rows of 32, 64 and
+/// 128 bytes are exactly the 32-, 64- and 128-byte swizzle atoms that TMA writes and
+/// wgmma's shared-memory descriptors read (given a 1024-byte aligned base); with
+/// `panels`, longer rows are stored as 128-byte wide panels ([cols / panelCols][rows]
+/// [panelCols]), each such an atom.
 struct Staging {
-  int64_t rows, cols, chunk, perPhase, maxPhase;
+  int64_t rows, cols, chunk, perPhase, maxPhase, panelCols;
 
-  Staging(int64_t rows, int64_t cols, unsigned bytes) : rows(rows), cols(cols) {
+  Staging(int64_t rows, int64_t cols, unsigned bytes, bool panels = false) : rows(rows), cols(cols) {
     chunk = 16 / bytes;
-    int64_t chunks = cols / chunk;
+    const int64_t rowBytes = cols * bytes;
+    panelCols = panels && rowBytes > 128 && rowBytes % 128 == 0 ? 128 / bytes : cols;
+    int64_t chunks = panelCols / chunk;
     perPhase = std::max<int64_t>(1, 8 / chunks);
     maxPhase = std::min<int64_t>(chunks, 8);
   }
 
+  /// Bytes of one stored row (of one panel).
+  int64_t rowBytes(unsigned bytes) const { return panelCols * bytes; }
+  /// Bytes between panels.
+  int64_t panelBytes(unsigned bytes) const { return rows * panelCols * bytes; }
+
   /// Element index of (row, col) (both already inside the tile).
   mlir::Value index(I32 &m, mlir::Value row, mlir::Value col) const {
     mlir::Value phase = m.rem(m.div(row, perPhase), maxPhase);
-    mlir::Value chunkIdx = m.xor_(m.div(col, chunk), phase);
-    return m.add(m.add(m.mul(row, cols), m.mul(chunkIdx, chunk)), m.rem(col, chunk));
+    mlir::Value inPanel = panelCols == cols ? col : m.rem(col, panelCols);
+    mlir::Value chunkIdx = m.xor_(m.div(inPanel, chunk), phase);
+    mlir::Value index = m.add(m.add(m.mul(row, panelCols), m.mul(chunkIdx, chunk)), m.rem(col, chunk));
+    return panelCols == cols ? index : m.add(index, m.mul(m.div(col, panelCols), rows * panelCols));
   }
 };
 
@@ -65,6 +80,9 @@ struct KSteps {
 mlir::FailureOr<Registers> readDotOperand(TileLowering &t, mlir::Operation *op, mlir::RankedTensorType dstType,
                                           int cd, const Staging &tile, mlir::Value base, KSteps steps = {});
 
+/// The storage of a shared tile (#tile.shared) of `rows` x `cols` in the kernel of `op`:
+/// 128-byte panels in kernels whose dots may run on wgmma.
+Staging sharedTileStaging(mlir::Operation *op, int64_t rows, int64_t cols, unsigned bytes);
 /// A shared tile (#tile.shared, LowerAsyncCopy.cpp): its swizzled storage, the tile
 /// dim along a stored row, and its address (an llvm pointer into address space 3).
 struct SharedTileView {
@@ -76,6 +94,42 @@ SharedTileView sharedTileView(TileLowering &t, mlir::Value tile);
 /// Whether `op` reads a shared tile into a dot-operand layout for the one dot right
 /// after it in its block: that dot reads the tile itself, one K step at a time.
 bool readsSharedAtDot(ConvertLayoutOp op);
+
+/// The 32-bit words of mma.sync fragments, from the registers of dot operands in their
+/// dot-operand layouts: A's four at (M repeat, K step) and B's two at (N repeat, K step),
+/// K shorter than one instruction zero-padded. wgmma with A from registers takes the
+/// same four A words for each warp's 16 rows of a 64-row slab.
+class MmaFragments {
+public:
+  MmaFragments(TileLowering &t, mlir::Operation *op, mlir::RankedTensorType aType, mlir::RankedTensorType bType,
+               mlir::RankedTensorType accType);
+  mlir::FailureOr<llvm::SmallVector<mlir::Value>> a(const Registers &regs, unsigned rm, unsigned rk);
+  mlir::FailureOr<llvm::SmallVector<mlir::Value>> b(const Registers &regs, unsigned rn, unsigned rk);
+
+  unsigned kw, kpi;  ///< K elements per 32-bit word and per instruction
+
+private:
+  using ByOffset = std::map<std::vector<int64_t>, int64_t>;
+  mlir::FailureOr<mlir::Value> element(const Registers &regs, const ByOffset &map, std::vector<int64_t> offset,
+                                       unsigned kDim);
+  mlir::FailureOr<mlir::Value> word(const Registers &regs, const ByOffset &map, std::vector<int64_t> offset,
+                                    unsigned kDim);
+  TileLowering &t;
+  mlir::Operation *op;
+  int64_t kSize;
+  compiler::Distribution da, db, dc;
+  ByOffset aRegs, bRegs;
+  mlir::Value laneK;
+};
+
+/// On sm_90a: the shared tile a tile.dot reads its B operand from when the dot runs on
+/// wgmma (LowerWgmmaDot.cpp): 16-bit operands, every warp of the accumulator along M,
+/// B a shared tile whose storage is a wgmma swizzle atom; nullopt when mma.sync runs it.
+std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op);
+/// acc + a @ b on wgmma with A's registers in their dot-operand layout and B read from
+/// `b` (wgmmaSharedB's view). Returns the result registers.
+mlir::FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, const SharedTileView &b,
+                                     const Registers &acc);
 
 /// acc + a @ b on mma.sync (m16n8k16 for bf16/f16, m16n8k8 on tf32 for f32) from the
 /// registers of a and b in their dot-operand layouts and acc in the mma layout, over the

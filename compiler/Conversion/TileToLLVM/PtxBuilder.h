@@ -108,6 +108,9 @@ public:
   void wgmmaFence();
   void wgmmaCommitGroup();
   void wgmmaWaitGroup(unsigned pending);
+  /// 64-bit wgmma shared-memory matrix descriptor of the operand at shared address `addr`
+  /// (i32): leading and stride byte offsets and the swizzle (rows of 128, 64 or 32 bytes).
+  mlir::Value wgmmaDescriptor(mlir::Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes);
   /// `wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<ab>.<ab>` (k32 for ab = e4m3 / e5m2)
   /// with both operands in shared memory (64-bit matrix descriptors); acc holds n / 2
   /// f32 and is accumulated.

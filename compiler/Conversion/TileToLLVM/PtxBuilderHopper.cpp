@@ -111,6 +111,17 @@ void PtxBuilder::wgmmaFence() { b.create<NVVM::WgmmaFenceAlignedOp>(loc); }
 
 void PtxBuilder::wgmmaCommitGroup() { b.create<NVVM::WgmmaGroupSyncAlignedOp>(loc); }
 
+// Bits 0-13: address >> 4; 16-29: leading byte offset >> 4; 32-45: stride byte offset
+// >> 4; 62-63: the swizzle (1 = 128-byte, 2 = 64-byte, 3 = 32-byte rows).
+Value PtxBuilder::wgmmaDescriptor(Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes) {
+  auto i64 = [&](int64_t v) { return b.create<LLVM::ConstantOp>(loc, b.getI64Type(), v); };
+  Value a = b.create<LLVM::ZExtOp>(loc, b.getI64Type(), addr);
+  a = b.create<LLVM::AndOp>(loc, b.create<LLVM::LShrOp>(loc, a, i64(4)), i64(0x3FFF));
+  int64_t mode = swizzleBytes == 128 ? 1 : swizzleBytes == 64 ? 2 : 3;
+  int64_t fixed = ((leading >> 4) & 0x3FFF) << 16 | ((stride >> 4) & 0x3FFF) << 32 | mode << 62;
+  return b.create<LLVM::OrOp>(loc, a, i64(fixed));
+}
+
 void PtxBuilder::wgmmaWaitGroup(unsigned pending) { b.create<NVVM::WgmmaWaitGroupSyncOp>(loc, uint64_t(pending)); }
 
 SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,

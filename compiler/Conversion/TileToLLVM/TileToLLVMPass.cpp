@@ -114,6 +114,11 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     if (auto attr = func->getAttrOfType<IntegerAttr>(kSharedBytesAttr))
       shared = attr.getInt();
 
+    // Shared tiles of asynchronous copies may be read by wgmma, whose swizzle atoms
+    // need 1024-byte aligned bases (AllocateShared aligns their offsets).
+    bool hasAsyncCopies = false;
+    if (func->hasAttr(kWgmmaDotsAttr))
+      func.walk([&](AsyncBlockLoadOp) { hasAsyncCopies = true; });
     // Static shared memory stops at 48 KiB; beyond it the scratch is dynamic (sized at
     // launch, after the launcher raises the kernel's limit).
     LLVM::GlobalOp scratch;
@@ -123,7 +128,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       scratch = b.create<LLVM::GlobalOp>(func.getLoc(), arrayType, /*isConstant=*/false,
                                          dynamicShared ? LLVM::Linkage::External : LLVM::Linkage::Internal,
                                          (func.getName() + "_scratch").str(), Attribute(),
-                                         /*alignment=*/boxes.empty() ? 16 : 1024, /*addrSpace=*/3);
+                                         /*alignment=*/boxes.empty() && !hasAsyncCopies ? 16 : 1024, /*addrSpace=*/3);
     }
     auto llvmFunc = b.create<LLVM::LLVMFuncOp>(
         func.getLoc(), func.getName(), LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params));

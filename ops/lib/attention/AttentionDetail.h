@@ -91,6 +91,9 @@ struct KernelSpec {
   bool async_copy = false;
   /// Slots of that ring (config "stages"): blocks are copied stages - 1 steps ahead.
   int stages = 2;
+  /// With async_copy, on sm_90a: products read their ring blocks on wgmma (config
+  /// "wgmma"; dsl::KernelOptions::wgmma_dots).
+  bool wgmma = false;
 
   KernelKey key() const;
   std::string name() const;

@@ -3,7 +3,9 @@
 // Every implementation takes block_q (query rows per program), block_kv (keys per
 // step), num_warps and, for the flash kernels, prefetch and async_copy (the blocks a
 // loop walks go through a cp.async ring of `stages` slots, default 2, in shared memory
-// instead of registers; the tile heuristic's choice wherever the head dims allow it). The tile heuristic starts from
+// instead of registers; the tile heuristic's choice wherever the head dims allow it),
+// and with async_copy "wgmma" (on sm_90a the products read the ring on wgmma; opt-in
+// until measured on the device). The tile heuristic starts from
 // FlashAttention-2's defaults (64-row query blocks, 64-key steps, 4 warps; 128-row blocks
 // for the forward at H <= 64, as measured; narrower steps and more warps as the head dim
 // grows so the accumulator and scores stay in registers); exact (f32 / f64) products
@@ -113,12 +115,14 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
     if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch" && key != "async_copy" &&
-        key != "stages")
+        key != "stages" && key != "wgmma")
       return fmt::format("unknown key \"{}\"", key);
   if (c.has("stages") && (!c.get_or("async_copy", 0) || c.get("stages") < 2 || c.get("stages") > 4))
     return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
                        c.get("stages"));
-  for (const char *key : {"prefetch", "async_copy"})
+  if (c.get_or("wgmma", 0) && !c.get_or("async_copy", 0))
+    return "wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1";
+  for (const char *key : {"prefetch", "async_copy", "wgmma"})
     if (c.has(key) && (impl == Impl::Reference || (c.get(key) != 0 && c.get(key) != 1)))
       return impl == Impl::Reference ? fmt::format("reference takes no \"{}\"", key)
                                      : fmt::format("{} must be 0 or 1, got {}", key, c.get(key));

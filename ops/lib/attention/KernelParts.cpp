@@ -32,7 +32,7 @@ Value broadcastBlock(Program &pr, const TensorArg &t, const Broadcast &bc, Value
 } // namespace
 
 dsl::KernelOptions kernel_options(const KernelSpec &s) {
-  return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma};
+  return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma, .wgmma_dots = s.wgmma};
 }
 
 Operands declare_operands(Kernel &k, const Problem &p) {

@@ -67,6 +67,7 @@ KernelKey KernelSpec::key() const {
   mix(prefetch);
   mix(async_copy);
   mix(static_cast<uint64_t>(stages));
+  mix(wgmma);
   return h;
 }
 

@@ -74,6 +74,7 @@ public:
     base_.prefetch = c.get_or("prefetch", 0) != 0;
     base_.async_copy = c.get_or("async_copy", 0) != 0 && async_copy_serves(p, impl);
     base_.stages = static_cast<int>(c.get_or("stages", 2));
+    base_.wgmma = base_.async_copy && c.get_or("wgmma", 0) != 0;
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {

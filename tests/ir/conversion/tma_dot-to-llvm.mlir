@@ -138,8 +138,8 @@ func.func @cluster(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>)
 // CHECK-SAME: tile.tensor_maps = array<i64: 0, 32, 128, 64, 1, 64, 32, 128>
 // CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 16384;
 // CHECK: } else {
-// CHECK-DAG: arith.constant -9223371899415756800 : i64
-// CHECK-DAG: arith.constant 4611686293322072064 : i64
+// CHECK-DAG: llvm.mlir.constant(-9223371899415756800 : i64) : i64
+// CHECK-DAG: llvm.mlir.constant(4611686293322072064 : i64) : i64
 // CHECK-COUNT-2: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // CHECK-NOT: wgmma.mma_async
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
@@ -162,7 +162,7 @@ func.func @swizzle64(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32
 // CHECK-SAME: tile.tensor_maps = array<i64: 0, 16, 128, 32, 1, 16, 128, 32>
 // CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 8192;
 // CHECK: } else {
-// CHECK: arith.constant -4611685949707845632 : i64
+// CHECK: llvm.mlir.constant(-4611685949707845632 : i64) : i64
 // CHECK-COUNT-1: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // CHECK-NOT: wgmma.mma_async
 // CHECK: nvvm.wgmma.commit.group.sync.aligned

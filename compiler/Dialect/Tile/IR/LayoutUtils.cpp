@@ -107,6 +107,11 @@ unsigned getNumWarps(Operation *op) {
   return 4;
 }
 
+bool hasWgmmaDots(Operation *op) {
+  auto func = isa<func::FuncOp>(op) ? cast<func::FuncOp>(op) : op->getParentOfType<func::FuncOp>();
+  return func && func->hasAttr(kWgmmaDotsAttr);
+}
+
 TmaDotSmem getTmaDotSmem(TmaDotOp op) {
   TmaDotSmem s;
   unsigned bytes = elementBytes(cast<PointerType>(op.getA().getType()).getPointeeType());

@@ -13,6 +13,9 @@ namespace tokamax::tile {
 inline constexpr llvm::StringLiteral kNumWarpsAttr = "tile.num_warps";
 /// Unit attribute on kernels: tile.dot results put every warp along M where M allows.
 inline constexpr llvm::StringLiteral kMmaRowsPerWarpAttr = "tile.mma_rows_per_warp";
+/// Kernel attribute: dots reading B from a shared tile may run on wgmma (sm_90a), and
+/// shared tiles are stored as wgmma swizzle atoms (128-byte panels).
+inline constexpr llvm::StringLiteral kWgmmaDotsAttr = "tile.wgmma_dots";
 /// Attribute name on kernels: bytes of static shared memory scratch.
 inline constexpr llvm::StringLiteral kSharedBytesAttr = "tile.shared_bytes";
 /// Attribute name on kernels: marks a func.func as a tile kernel.
@@ -49,6 +52,8 @@ compiler::Distribution getDistribution(mlir::RankedTensorType type);
 
 /// Warps per program of the kernel enclosing `op`.
 unsigned getNumWarps(mlir::Operation *op);
+/// Whether the kernel holding `op` carries tile.wgmma_dots.
+bool hasWgmmaDots(mlir::Operation *op);
 
 /// Shared memory of a tile.tma_dot: a ring of `stages` buffers, each holding A's
 /// [BM, block_k] slice then B's [block_k, BN] slice on 1024-byte boundaries (where the

@@ -17,6 +17,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <bit>
 #include <map>
 
 namespace tokamax::tile {
@@ -67,9 +68,15 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         slots = std::max<int64_t>(slots, copy.getSlots());
         slotBytes = std::max(slotBytes, (type.getNumElements() * elementBytes(type.getElementType()) + 127) / 128 * 128);
       });
+      // Where dots may read them on wgmma, slots are aligned to their size up to 1024
+      // bytes: the base of every 32-, 64- or 128-byte swizzle atom they hold.
+      const bool atoms = func->hasAttr(kWgmmaDotsAttr);
       std::map<int64_t, int64_t> bufferOffsets;
       for (auto &[id, size] : buffers) {
-        bytes = (bytes + 127) / 128 * 128;
+        const int64_t align =
+            atoms ? std::min<int64_t>(1024, std::bit_ceil(static_cast<uint64_t>(size.second))) : 128;
+        size.second = (size.second + align - 1) / align * align;
+        bytes = (bytes + align - 1) / align * align;
         bufferOffsets[id] = bytes;
         bytes += size.first * size.second;
       }

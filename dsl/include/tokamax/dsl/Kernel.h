@@ -230,6 +230,10 @@ struct TOKAMAX_API KernelOptions {
   /// 16 rows per warp: row reductions stay within a warp, and a result cast to 16 bits
   /// is already the next dot's A operand in registers (attention's P @ V).
   bool mma_rows_per_warp = false;
+  /// On sm_90a, dots whose B operand is a shared tile (TensorArg::load_async) and whose
+  /// warps all run along M (mma_rows_per_warp) issue wgmma with B read by the tensor
+  /// cores from shared memory; elsewhere, and on other GPUs, they stay on mma.sync.
+  bool wgmma_dots = false;
 };
 
 class TOKAMAX_API Kernel {

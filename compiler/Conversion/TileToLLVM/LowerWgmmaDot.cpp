@@ -1,0 +1,131 @@
+//===- LowerWgmmaDot.cpp - tile.dot on wgmma when B is a shared tile --------===//
+//
+// On sm_90a, in kernels marked tile.wgmma_dots, a tile.dot whose B operand is read from a shared tile (a tile.async_block_load
+// result, possibly transposed) and whose accumulator puts every warp along M runs on
+// wgmma.mma_async with A from registers: the shared tile is already the swizzle atom
+// wgmma's descriptors name (Staging: rows of 32, 64 or 128 bytes, longer rows as 128-byte
+// panels, slots 1024-byte aligned), so B is read by the tensor cores straight from the
+// copy, with no ldmatrix and no per-thread B fragments. Each warpgroup's 64-row slab is
+// one wgmma m64nNk16 per K step; A's words are mma.sync's (MmaFragments), which are
+// wgmma's register A fragments. The dot waits for its wgmma group before its result is
+// used, so it is synchronous like the mma.sync lowering it replaces.
+//
+// B stored K-major (the shared tile's rows run along K: q k^T reads k's rows) uses the
+// tile's own swizzle and 32-byte K steps inside a row (the next panel every 128 bytes);
+// B stored N-major (p v reads v's rows along N) needs 128-byte rows: 16-row K steps,
+// 64-element panels along N at the leading byte offset, and the transpose immediate.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+bool isSm90a(const std::string &arch) { return smVersion(arch) == 90 && !arch.empty() && arch.back() == 'a'; }
+
+} // namespace
+
+std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
+  if (!isSm90a(t.arch()) || !hasWgmmaDots(op))
+    return std::nullopt;
+  auto accType = op.getAcc().getType();
+  auto aType = op.getA().getType();
+  auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());
+  auto aLayout = dyn_cast_or_null<DotOperandLayoutAttr>(aType.getEncoding());
+  Type elem = aType.getElementType();
+  if (!mma || !aLayout || aLayout.getParent() != mma || aLayout.getKWidth() != 2 ||
+      !(elem.isBF16() || elem.isF16()) || !accType.getElementType().isF32())
+    return std::nullopt;
+  ArrayRef<unsigned> warps = mma.getWarpsPerCTA();
+  const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), k = aType.getDimSize(1);
+  if (warps.size() != 2 || warps[1] != 1 || warps[0] % 4 != 0 || m % (16 * int64_t(warps[0])) != 0 ||
+      n % 8 != 0 || n > 256 || k % 16 != 0)
+    return std::nullopt;
+  auto convert = op.getB().getDefiningOp<ConvertLayoutOp>();
+  if (!convert || !readsSharedAtDot(convert))
+    return std::nullopt;
+  SharedTileView view = sharedTileView(t, convert.getSource());
+  const int64_t rowBytes = view.staging.rowBytes(2);
+  if (view.cd == 0)  // K-major: rows of N, swizzled by their own width
+    return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 8 == 0
+               ? std::optional(view)
+               : std::nullopt;
+  return rowBytes == 128 && n % 64 == 0 ? std::optional(view) : std::nullopt;
+}
+
+FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, const SharedTileView &bView,
+                               const Registers &acc) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto accType = op.getAcc().getType();
+  auto aType = op.getA().getType();
+  auto bType = cast<RankedTensorType>(op.getB().getType());
+  const int64_t warps = cast<MmaLayoutAttr>(accType.getEncoding()).getWarpsPerCTA()[0];
+  const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), kSteps = aType.getDimSize(1) / 16;
+  const int64_t slabs = m / (16 * warps), perSlab = n / 2;
+  StringRef ab = aType.getElementType().isBF16() ? "bf16" : "f16";
+
+  // Accumulator register of wgmma output i of slab r: (row 8 (i % 4 / 2), col 8 (i / 4) +
+  // i % 2) of the thread's 16-row block, as the mma layout orders c0..c3.
+  compiler::Distribution dist = getDistribution(accType);
+  std::map<std::vector<int64_t>, int64_t> byOffset;
+  for (int64_t r = 0; r < dist.num_registers(); ++r)
+    byOffset.emplace(dist.register_offset(r), r);
+  if (dist.num_registers() != slabs * perSlab)
+    return op.emitOpError("accumulator layout does not match wgmma's fragments: ") << accType;
+  std::vector<int64_t> regOf;
+  for (int64_t r = 0; r < slabs; ++r)
+    for (int64_t i = 0; i < perSlab; ++i) {
+      auto it = byOffset.find({16 * warps * r + 8 * ((i % 4) / 2), 8 * (i / 4) + i % 2});
+      if (it == byOffset.end())
+        return op.emitOpError("accumulator layout does not match wgmma's fragments: ") << accType;
+      regOf.push_back(it->second);
+    }
+
+  MmaFragments fragments(t, op, aType, bType, accType);
+  std::vector<std::vector<SmallVector<Value>>> aWords(static_cast<size_t>(slabs));
+  for (int64_t r = 0; r < slabs; ++r)
+    for (int64_t kk = 0; kk < kSteps; ++kk) {
+      auto words = fragments.a(a, static_cast<unsigned>(r), static_cast<unsigned>(kk));
+      if (failed(words))
+        return failure();
+      aWords[r].push_back(*words);
+    }
+
+  I32 i32{t, loc};
+  Value base = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), bView.base);
+  const Staging &s = bView.staging;
+  const int64_t rowBytes = s.rowBytes(2), panelBytes = s.panelBytes(2);
+  const bool kMajor = bView.cd == 0;
+  PtxBuilder ptx = t.ptx(loc);
+  auto descriptor = [&](int64_t kk) {
+    if (kMajor)  // 32 bytes of K per step, inside a row of the step's panel
+      return ptx.wgmmaDescriptor(i32.add(base, i32.c(kk * 32 / rowBytes * panelBytes + kk * 32 % rowBytes)), 16,
+                                 8 * rowBytes, rowBytes);
+    return ptx.wgmmaDescriptor(i32.add(base, i32.c(kk * 16 * rowBytes)), panelBytes, 8 * rowBytes, rowBytes);
+  };
+
+  Registers result(acc.begin(), acc.end());
+  // Orders this thread's writes of A's and the accumulator's registers before wgmma.
+  ptx.wgmmaFence();
+  for (int64_t kk = 0; kk < kSteps; ++kk) {
+    Value descB = descriptor(kk);
+    for (int64_t r = 0; r < slabs; ++r) {
+      SmallVector<Value> in;
+      for (int64_t i = 0; i < perSlab; ++i)
+        in.push_back(result[regOf[r * perSlab + i]]);
+      SmallVector<Value> out =
+          ptx.wgmmaRegisterA(static_cast<unsigned>(n), ab, aWords[r][kk], descB, in, /*transB=*/!kMajor);
+      for (int64_t i = 0; i < perSlab; ++i)
+        result[regOf[r * perSlab + i]] = out[i];
+    }
+  }
+  ptx.wgmmaCommitGroup();
+  ptx.wgmmaWaitGroup(0);
+  return result;
+}
+
+} // namespace tokamax::tile
