@@ -114,7 +114,7 @@ bool evalShape(Interpreter &in, Operation *op) {
   if (auto dot = dyn_cast<tile::DotOp>(op))
     return evalDot(in, dot), true;
   // Same elements in the same row-major order, new shape.
-  if (isa<tile::ExpandDimsOp, tile::ReshapeOp, tile::ConvertLayoutOp>(op)) {
+  if (isa<tile::ExpandDimsOp, tile::ReshapeOp, tile::ConvertLayoutOp, tile::DotWaitOp>(op)) {
     HostTile r = in.get(op->getOperand(0));
     r.elem = getElementTypeOrSelf(op->getResult(0).getType());
     r.shape = shapeOf(op->getResult(0).getType());

@@ -320,8 +320,10 @@ Value where(const Value &cond, const Value &a, const Value &b) {
   return kb.wrap(kb.b().create<arith::SelectOp>(kb.loc(), c, x, y));
 }
 
-Value dot(const Value &a, const Value &b, const Value &acc) {
-  KernelBuilder &kb = builderOf("dot", {&a, &b, &acc});
+namespace {
+
+Value buildDot(const Value &a, const Value &b, const Value &acc, bool async) {
+  KernelBuilder &kb = builderOf(async ? "dot_async" : "dot", {&a, &b, &acc});
   mlir::Value x = kb.materialize(a, {}), y = kb.materialize(b, {});
   auto ta = dyn_cast<RankedTensorType>(x.getType()), tb = dyn_cast<RankedTensorType>(y.getType());
   if (!ta || !tb || ta.getRank() != 2 || tb.getRank() != 2 || ta.getDimSize(1) != tb.getDimSize(0))
@@ -335,7 +337,26 @@ Value dot(const Value &a, const Value &b, const Value &acc) {
   if (c.getType() != RankedTensorType::get(shape, accElem))
     kb.fail(fmt::format("dot: the accumulator must be {} [{}], got {} {}", typeString(accElem),
                         fmt::join(shape, ", "), typeString(c.getType()), shapeString(c.getType())));
-  return kb.wrap(kb.b().create<tile::DotOp>(kb.loc(), x, y, c));
+  auto op = kb.b().create<tile::DotOp>(kb.loc(), x, y, c);
+  if (async)
+    op.setAsync(true);
+  return kb.wrap(op);
+}
+
+} // namespace
+
+Value dot(const Value &a, const Value &b, const Value &acc) { return buildDot(a, b, acc, false); }
+
+Value dot_async(const Value &a, const Value &b, const Value &acc) { return buildDot(a, b, acc, true); }
+
+Value dot_wait(const Value &value, int pending) {
+  KernelBuilder &kb = builderOf("dot_wait", {&value});
+  if (pending < 0 || pending > 7)
+    kb.fail(fmt::format("dot_wait: pending must be in [0, 7], got {}", pending));
+  mlir::Value v = kb.materialize(value, {});
+  if (!isa<RankedTensorType>(v.getType()))
+    kb.fail(fmt::format("dot_wait: needs the tile of an async dot, got {}", typeString(v.getType())));
+  return kb.wrap(kb.b().create<tile::DotWaitOp>(kb.loc(), v, pending));
 }
 
 Value load(const Value &ptrs, const Value &mask, const Value &other) {

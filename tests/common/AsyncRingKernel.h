@@ -11,6 +11,10 @@
 
 namespace test {
 
+/// How the ring's dots run: mma.sync, wgmma (sm_90a; elsewhere mma.sync), or wgmma
+/// issued asynchronously with the elementwise sum placed before its wait.
+enum class RingDots { Mma, Wgmma, WgmmaAsync };
+
 struct AsyncRingShape {
   int64_t batch = 2, rows = 100, heads = 3, dim = 40;  ///< k is [batch, rows, heads, dim], q [64, dim]
   int64_t head = 1;                                    ///< the head walked
@@ -19,12 +23,13 @@ struct AsyncRingShape {
 
 /// c[b] = q @ (sum over steps j of k[b, j : j + 32, head, :])^T  ([64, 32], f32), and
 /// s[b] = sum over steps of those blocks ([32, 64] f32, columns past dim zero).
-inline tokamax::dsl::Kernel async_ring_kernel(const AsyncRingShape &sh, tokamax::DType dtype) {
+inline tokamax::dsl::Kernel async_ring_kernel(const AsyncRingShape &sh, tokamax::DType dtype,
+                                              RingDots dots = RingDots::Mma) {
   namespace dsl = tokamax::dsl;
   using tokamax::DType;
   using dsl::Value;
   const int64_t Q = AsyncRingShape::kQ, step = AsyncRingShape::kStep, D = AsyncRingShape::kDimBlock;
-  dsl::Kernel k("async_ring", {.num_warps = 4, .mma_rows_per_warp = true});
+  dsl::Kernel k("async_ring", {.num_warps = 4, .mma_rows_per_warp = true, .wgmma_dots = dots != RingDots::Mma});
   auto q = k.input("q", dtype, {Q, sh.dim});
   auto kt = k.input("k", dtype, {sh.batch, sh.rows, sh.heads, sh.dim});
   auto c = k.output("c", DType::F32, {sh.batch, Q, step});
@@ -41,8 +46,15 @@ inline tokamax::dsl::Kernel async_ring_kernel(const AsyncRingShape &sh, tokamax:
     k.wait_async(0);
     Value other = 1 - cur[3];
     Value next = copy(j + step, other);
-    Value acc = dsl::dot(qb, cur[2].trans(), cur[0]);
-    Value sum = cur[1] + cur[2].to(DType::F32);
+    Value acc, sum;
+    if (dots == RingDots::WgmmaAsync) {
+      Value pending = dsl::dot_async(qb, cur[2].trans(), cur[0]);
+      sum = cur[1] + cur[2].to(DType::F32);  // runs while the product does
+      acc = dsl::dot_wait(pending);
+    } else {
+      acc = dsl::dot(qb, cur[2].trans(), cur[0]);
+      sum = cur[1] + cur[2].to(DType::F32);
+    }
     return std::vector<Value>{acc, sum, next, other};
   });
   k.wait_async(0);

@@ -172,6 +172,44 @@ TEST_CASE("attention on the device matches float64 and reruns bit for bit", "[gp
   }
 }
 
+TEST_CASE("attention with its products on wgmma matches float64 and reruns bit for bit", "[gpu][attention][wgmma]") {
+  Device &device = Device::get();
+  if (device.arch() != "sm_90a") {
+    WARN("skipped: wgmma products need sm_90a, this GPU is " << device.arch());
+    return;
+  }
+  Stream stream = Stream::create(device);
+  // The tile cases (H 32 to 256, Hv != H, GQA, every option) on the cp.async ring with
+  // "wgmma": 1, forward and VJP; and the bench's blocks at H 64 and 128.
+  std::vector<Case> cases;
+  for (Case c : deviceCases())
+    if (c.implementation == "tile" && c.dims.h % 8 == 0 && c.dims.hv % 8 == 0) {
+      const bool wide = std::max(c.dims.h, c.dims.hv) >= 256;
+      c.config = Config{{"block_q", 64}, {"block_kv", wide ? 32 : 64}, {"num_warps", wide ? 8 : 4},
+                        {"async_copy", 1}, {"wgmma", 1}};
+      cases.push_back(c);
+    }
+  for (int64_t h : {64, 128})
+    for (Config config : {Config{{"block_q", 128}, {"block_kv", 64}, {"num_warps", 8}},
+                          Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 4}, {"stages", 3}}}) {
+      config.set("async_copy", 1);
+      config.set("wgmma", 1);
+      Case c = makeCase("tile", DType::BF16, {.batch = {2}, .t = 1000, .s = 777, .n = 4, .k = 2, .h = h, .hv = h});
+      c.options.is_causal = h == 128;
+      c.config = config;
+      cases.push_back(c);
+    }
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) {
+      CaseData data = makeData(c);
+      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
+      DeviceRun run = runOnDevice(c, data, stream);
+      checkResults(c, ref, run.results);
+      INFO("outputs that differ between runs: " << run.differing);
+      CHECK(run.same_bits);
+    }
+}
+
 TEST_CASE("attention's automatic choice and the reserved hopper kernel on the device", "[gpu][attention]") {
   Device &device = Device::get();
   auto specs = [](DType d) {

@@ -205,13 +205,15 @@ TEST_CASE("shapes, gathers, atomics and loops on the device", "[gpu]") {
 TEST_CASE("double-buffered async copies into shared memory feed dots on the device", "[gpu]") {
   // Ragged row counts (zero-filled past the end), a head dim that is not a power of two
   // (zero-filled columns), bf16 and f16; c from dots reading the ring, s elementwise.
+  // The dots on mma.sync, on wgmma (sm_90a), and on wgmma issued before the sum.
+  for (auto dots : {test::RingDots::Mma, test::RingDots::Wgmma, test::RingDots::WgmmaAsync})
   for (DType dtype : {DType::BF16, DType::F16})
     for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 64}, {17, 40}, {100, 40}, {1000, 64}}) {
-      INFO(dtype_name(dtype) << " rows " << rows << " dim " << dim);
+      INFO(dtype_name(dtype) << " rows " << rows << " dim " << dim << " dots " << int(dots));
       test::AsyncRingShape sh;
       sh.rows = rows;
       sh.dim = dim;
-      Kernel k = test::async_ring_kernel(sh, dtype);
+      Kernel k = test::async_ring_kernel(sh, dtype, dots);
       auto q = random_values(sh.kQ * dim, dtype, 31, 0.05, 1.0);
       auto kv = random_values(sh.batch * rows * sh.heads * dim, dtype, 32, 0.05, 1.0);
       std::vector<double> refC, refS;

@@ -209,11 +209,12 @@ TEST_CASE("interpreter: DSL kernels report bad arguments by parameter name", "[i
 
 TEST_CASE("interpreter: DSL double-buffered async copies feed a dot and elementwise math", "[interpreter]") {
   std::mt19937 rng(26);
+  for (auto dots : {test::RingDots::Mma, test::RingDots::Wgmma, test::RingDots::WgmmaAsync})
   for (int64_t rows : {int64_t(1), int64_t(17), int64_t(100)}) {
-    INFO("rows=" << rows);
+    INFO("rows=" << rows << " dots " << int(dots));
     test::AsyncRingShape sh;
     sh.rows = rows;
-    dsl::Kernel k = test::async_ring_kernel(sh, DType::BF16);
+    dsl::Kernel k = test::async_ring_kernel(sh, DType::BF16, dots);
     const int64_t Q = sh.kQ, step = sh.kStep, D = sh.kDimBlock;
     Buf qb(DType::BF16, Q * sh.dim), kb(DType::BF16, sh.batch * rows * sh.heads * sh.dim);
     Buf cb(DType::F32, sh.batch * Q * step), sb(DType::F32, sh.batch * step * D);

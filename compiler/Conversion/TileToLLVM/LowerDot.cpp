@@ -529,6 +529,10 @@ LogicalResult lowerDotOp(TileLowering &t, Operation *op, bool &handled) {
     handled = true;
     return lowerDot(t, dot);
   }
+  if (auto wait = dyn_cast<DotWaitOp>(op)) {
+    handled = true;
+    return lowerDotWait(t, wait);
+  }
   if (auto convert = dyn_cast<ConvertLayoutOp>(op))
     return lowerToDotOperand(t, convert, handled);
   return success();

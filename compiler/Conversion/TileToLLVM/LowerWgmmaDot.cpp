@@ -7,8 +7,11 @@
 // panels, slots 1024-byte aligned), so B is read by the tensor cores straight from the
 // copy, with no ldmatrix and no per-thread B fragments. Each warpgroup's 64-row slab is
 // one wgmma m64nNk16 per K step; A's words are mma.sync's (MmaFragments), which are
-// wgmma's register A fragments. The dot waits for its wgmma group before its result is
-// used, so it is synchronous like the mma.sync lowering it replaces.
+// wgmma's register A fragments. Registers flow through the fence before the wgmma and
+// the wait after it (tied asm operands), so LLVM orders every write of the inputs before
+// the fence and every read of the result after the wait. The dot waits for its group at
+// once, so it is synchronous like the mma.sync lowering it replaces, unless it is async:
+// then the group stays in flight until a tile.dot_wait.
 //
 // B stored K-major (the shared tile's rows run along K: q k^T reads k's rows) uses the
 // tile's own swizzle and 32-byte K steps inside a row (the next panel every 128 bytes);
@@ -108,9 +111,19 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
     return ptx.wgmmaDescriptor(i32.add(base, i32.c(kk * 16 * rowBytes)), panelBytes, 8 * rowBytes, rowBytes);
   };
 
-  Registers result(acc.begin(), acc.end());
-  // Orders this thread's writes of A's and the accumulator's registers before wgmma.
-  ptx.wgmmaFence();
+  // The fence orders every write of A's and the accumulator's registers before the
+  // wgmma that reads them: they flow through it.
+  SmallVector<Value> fenced(acc.begin(), acc.end());
+  for (auto &slab : aWords)
+    for (auto &words : slab)
+      fenced.append(words.begin(), words.end());
+  fenced = ptx.wgmmaFenceFor(fenced);
+  Registers result(fenced.begin(), fenced.begin() + acc.size());
+  size_t next = acc.size();
+  for (auto &slab : aWords)
+    for (auto &words : slab)
+      for (Value &word : words)
+        word = fenced[next++];
   for (int64_t kk = 0; kk < kSteps; ++kk) {
     Value descB = descriptor(kk);
     for (int64_t r = 0; r < slabs; ++r) {
@@ -124,8 +137,23 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
     }
   }
   ptx.wgmmaCommitGroup();
-  ptx.wgmmaWaitGroup(0);
-  return result;
+  if (op.getAsync())
+    return result;
+  SmallVector<Value> done = ptx.wgmmaWaitGroupFor(0, result);
+  return Registers(done.begin(), done.end());
+}
+
+LogicalResult lowerDotWait(TileLowering &t, DotWaitOp op) {
+  const Registers &in = t.regs(op.getValue());
+  if (!isSm90a(t.arch()) || !hasWgmmaDots(op)) {
+    t.setRegs(op.getResult(), in);  // every dot completed when it was issued
+    return success();
+  }
+  if (!op.getValue().getType().getElementType().isF32())
+    return op.emitOpError("waits for wgmma accumulators, which are f32, got ") << op.getValue().getType();
+  SmallVector<Value> out = t.ptx(op.getLoc()).wgmmaWaitGroupFor(static_cast<unsigned>(op.getPending()), in);
+  t.setRegs(op.getResult(), Registers(out.begin(), out.end()));
+  return success();
 }
 
 } // namespace tokamax::tile

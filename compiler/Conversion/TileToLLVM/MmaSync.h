@@ -130,6 +130,8 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op);
 /// `b` (wgmmaSharedB's view). Returns the result registers.
 mlir::FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, const SharedTileView &b,
                                      const Registers &acc);
+/// tile.dot_wait: wgmma.wait_group where dots run on wgmma, else the identity.
+mlir::LogicalResult lowerDotWait(TileLowering &t, DotWaitOp op);
 
 /// acc + a @ b on mma.sync (m16n8k16 for bf16/f16, m16n8k8 on tf32 for f32) from the
 /// registers of a and b in their dot-operand layouts and acc in the mma layout, over the

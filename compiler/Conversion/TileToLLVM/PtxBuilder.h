@@ -108,6 +108,13 @@ public:
   void wgmmaFence();
   void wgmmaCommitGroup();
   void wgmmaWaitGroup(unsigned pending);
+  /// `wgmma.wait_group.sync.aligned pending` with the f32 `values` flowing through it
+  /// (tied operands): returns them, so no use of them is scheduled before the wait.
+  llvm::SmallVector<mlir::Value> wgmmaWaitGroupFor(unsigned pending, mlir::ValueRange values);
+  /// `wgmma.fence.sync.aligned` with the f32 accumulator and i32 A-fragment `values`
+  /// flowing through it: returns them, so every write of them is ordered before the fence
+  /// and the wgmma that reads the returned values after it.
+  llvm::SmallVector<mlir::Value> wgmmaFenceFor(mlir::ValueRange values);
   /// 64-bit wgmma shared-memory matrix descriptor of the operand at shared address `addr`
   /// (i32): leading and stride byte offsets and the swizzle (rows of 128, 64 or 32 bytes).
   mlir::Value wgmmaDescriptor(mlir::Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes);
@@ -124,6 +131,7 @@ public:
                                                 mlir::Value descB, mlir::ValueRange acc, bool transB);
 
 private:
+  llvm::SmallVector<mlir::Value> throughAsm(llvm::StringRef text, mlir::ValueRange values);
   llvm::SmallVector<mlir::Value> wgmmaAsm(unsigned n, llvm::StringRef ab, mlir::ValueRange a, bool aInRegisters,
                                           mlir::Value descB, mlir::ValueRange acc, bool transA, bool transB);
   mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,

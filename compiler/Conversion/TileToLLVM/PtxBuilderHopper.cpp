@@ -124,6 +124,40 @@ Value PtxBuilder::wgmmaDescriptor(Value addr, int64_t leading, int64_t stride, i
 
 void PtxBuilder::wgmmaWaitGroup(unsigned pending) { b.create<NVVM::WgmmaWaitGroupSyncOp>(loc, uint64_t(pending)); }
 
+// One instruction whose outputs are its inputs (f32 in "f", i32 in "r" registers).
+SmallVector<Value> PtxBuilder::throughAsm(StringRef text, ValueRange values) {
+  std::string constraints;
+  SmallVector<Type> fields;
+  for (Value v : values) {
+    constraints += v.getType().isF32() ? "=f," : "=r,";
+    fields.push_back(v.getType());
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    constraints += (i ? "," : "") + std::to_string(i);
+  Value result =
+      asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), values, text, constraints, true);
+  SmallVector<Value> out;
+  for (size_t i = 0; i < values.size(); ++i)
+    out.push_back(b.create<LLVM::ExtractValueOp>(loc, result, i));
+  return out;
+}
+
+SmallVector<Value> PtxBuilder::wgmmaWaitGroupFor(unsigned pending, ValueRange values) {
+  if (values.empty()) {
+    wgmmaWaitGroup(pending);
+    return {};
+  }
+  return throughAsm(llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str(), values);
+}
+
+SmallVector<Value> PtxBuilder::wgmmaFenceFor(ValueRange values) {
+  if (values.empty()) {
+    wgmmaFence();
+    return {};
+  }
+  return throughAsm("wgmma.fence.sync.aligned;", values);
+}
+
 SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,
                                      bool transA, bool transB) {
   return wgmmaAsm(n, ab, ValueRange{descA}, /*aInRegisters=*/false, descB, acc, transA, transB);

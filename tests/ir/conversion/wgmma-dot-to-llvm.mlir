@@ -23,12 +23,12 @@
 // CHECK-NEXT: nvvm.barrier0
 // CHECK-COUNT-4: ldmatrix.sync.aligned.m8n8.x4.shared.b16
 // CHECK-NOT: ldmatrix
-// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-NOT: ldmatrix
 // CHECK-COUNT-4: llvm.mlir.constant(4611686293305360384 : i64) : i64
 // CHECK-NOT: {{ldmatrix|mma.sync}}
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
-// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: "wgmma.wait_group.sync.aligned 0;"
 // CHECK-NOT: mma.sync
 // CHECK: st.global.v4.b32
 // SM80-LABEL: llvm.func @qk
@@ -58,13 +58,13 @@ func.func @qk(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attr
 // CHECK: cp.async.wait_group 0;
 // CHECK-NEXT: fence.proxy.async.shared::cta;
 // CHECK-NOT: ldmatrix.sync.aligned.m8n8.x4.trans
-// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: "wgmma.fence.sync.aligned;"
 // CHECK: llvm.mlir.constant(4611686293338849280 : i64) : i64
 // CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 1;
 // CHECK-COUNT-3: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 1;
 // CHECK-NOT: {{ldmatrix|mma.sync|wgmma.mma_async}}
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
-// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: "wgmma.wait_group.sync.aligned 0;"
 // SM80-LABEL: llvm.func @pv
 // SM80: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
 // SM80: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
@@ -86,10 +86,10 @@ func.func @pv(%p: !tile.ptr<bf16>, %v: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attr
 // apart inside its rows), steps 4-7 the second (64 rows x 128 bytes = 8192 further).
 
 // CHECK-LABEL: llvm.func @qk128
-// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-8: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 0;
 // CHECK-NOT: wgmma.mma_async
-// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
 func.func @qk128(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
   %c0 = arith.constant 0 : i32
   %z = arith.constant 0.0 : f32
@@ -124,5 +124,41 @@ func.func @plain(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %o: !tile.ptr<f32>) a
   %acc = tile.splat %z : f32 -> tensor<64x64xf32>
   %s = tile.dot %qt, %kT, %acc : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
   tile.block_store %o[%c0, %c0], %s {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
+  return
+}
+
+// -----
+
+// An async dot (tile.dot {async}) is committed but not waited for; what follows it runs
+// while the product does, and tile.dot_wait is the wait_group its 32 f32 result
+// registers flow through (tied asm operands). On sm_80 the wait is the identity.
+
+// CHECK-LABEL: llvm.func @overlap
+// CHECK: "wgmma.fence.sync.aligned;"
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
+// CHECK-NEXT: llvm.extractvalue
+// CHECK-NOT: wgmma.wait_group
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NOT: wgmma.wait_group
+// CHECK: ld.global
+// CHECK: llvm.inline_asm has_side_effects asm_dialect = att "wgmma.wait_group.sync.aligned 0;", "=f,{{(=f,){31}}}0,1,2,
+// CHECK-NOT: wgmma.wait
+// CHECK: st.global
+// SM80-LABEL: llvm.func @overlap
+// SM80: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+func.func @overlap(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %x: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %qt = tile.block_load %q[%c0, %c0] {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <bf16> -> tensor<64x64xbf16>
+  %kt = tile.async_block_load %k[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+  tile.async_wait
+  %kT = tile.trans %kt [1, 0] : tensor<64x64xbf16> -> tensor<64x64xbf16>
+  %acc = tile.splat %z : f32 -> tensor<64x64xf32>
+  %s = tile.dot %qt, %kT, %acc {async} : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+  %xt = tile.block_load %x[%c0, %c0] {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<64x64xf32>
+  %y = arith.mulf %xt, %xt : tensor<64x64xf32>
+  %w = tile.dot_wait %s {pending = 0 : i32} : tensor<64x64xf32>
+  %r = arith.addf %w, %y : tensor<64x64xf32>
+  tile.block_store %o[%c0, %c0], %r {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
   return
 }

@@ -635,3 +635,11 @@ func.func @cast_changes_layout(%x: tensor<256xf32, #b1>) {
   %y = tile.cast %x : tensor<256xf32, #b1> to tensor<256xbf16, #b2>
   return
 }
+
+// -----
+
+func.func @dot_wait_pending(%x: tensor<64x64xf32>) {
+  // expected-error @+1 {{'tile.dot_wait' op pending must be in [0, 7], got 8}}
+  %y = tile.dot_wait %x {pending = 8 : i32} : tensor<64x64xf32>
+  return
+}

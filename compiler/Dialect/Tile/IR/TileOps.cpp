@@ -309,6 +309,12 @@ LogicalResult TransOp::verify() {
   return success();
 }
 
+LogicalResult DotWaitOp::verify() {
+  if (getPending() < 0 || getPending() > 7)
+    return emitOpError("pending must be in [0, 7], got ") << getPending();
+  return success();
+}
+
 LogicalResult DotOp::verify() {
   auto a = getA().getType(), b = getB().getType(), acc = getAcc().getType();
   if (a.getRank() != 2 || b.getRank() != 2 || acc.getRank() != 2)

@@ -283,9 +283,31 @@ def Tile_TransOp : Tile_Op<"trans", [Pure]> {
 
 def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
   let summary = "matrix product accumulated in f32: acc + a @ b";
-  let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc);
+  let description = [{
+    With `async`, a dot that runs on wgmma (LowerWgmmaDot.cpp) is issued and committed
+    as one wgmma group but not waited for: its result may be used only through a
+    tile.dot_wait, and the shared tiles it reads must stay unchanged until then. Other
+    dots (mma.sync, the interpreter) complete at once, so `async` changes nothing there.
+  }];
+  let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc, UnitAttr:$async);
   let results = (outs Tile_ScalarTensor:$result);
   let assemblyFormat = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `->` type($acc)";
+  let hasVerifier = 1;
+}
+
+def Tile_DotWaitOp : Tile_Op<"dot_wait", [MemoryEffects<[MemRead, MemWrite]>, AllTypesMatch<["value", "result"]>]> {
+  let summary = "the result of an async tile.dot, once at most `pending` wgmma groups are in flight";
+  let description = [{
+    Waits until at most `pending` of this warpgroup's most recently committed wgmma
+    groups (one per async tile.dot) are still running, then returns `value` (the result
+    of an async dot, or anything computed from completed ones). The result is the value
+    flowing through the wait, so no use of it is scheduled before the wait. On dots that
+    completed at once (mma.sync, the interpreter) it is the identity. Its memory effects
+    keep it ordered with the copies that may refill the shared tiles the dots read.
+  }];
+  let arguments = (ins Tile_ScalarTensor:$value, DefaultValuedAttr<I32Attr, "0">:$pending);
+  let results = (outs Tile_ScalarTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
   let hasVerifier = 1;
 }
 

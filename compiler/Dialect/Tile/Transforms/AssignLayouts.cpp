@@ -126,6 +126,8 @@ private:
     }
     if (auto broadcast = dyn_cast<BroadcastOp>(def))
       return predict(broadcast.getSource(), depth + 1);
+    if (auto wait = dyn_cast<DotWaitOp>(def))
+      return predict(wait.getValue(), depth + 1);
     if (auto inner = dyn_cast<scf::ForOp>(def)) {
       auto yield = cast<scf::YieldOp>(inner.getBody()->getTerminator());
       return predict(yield.getOperand(cast<OpResult>(value).getResultNumber()), depth + 1);
@@ -339,7 +341,7 @@ private:
       setLayout(trans.getResult(), toAttr(op->getContext(), result));
       return;
     }
-    // Elementwise: arith, math, tile.cast, tile.addptr.
+    // Elementwise: arith, math, tile.cast, tile.addptr; tile.dot_wait keeps its value's.
     bool hasTensor = llvm::any_of(op->getResultTypes(),
                                   [](Type t) { return isa<RankedTensorType>(t); });
     if (hasTensor)

@@ -105,6 +105,13 @@ TOKAMAX_API Value minimum(const Value &a, const Value &b);
 TOKAMAX_API Value where(const Value &cond, const Value &a, const Value &b);
 /// acc + a @ b with f32 accumulation.
 TOKAMAX_API Value dot(const Value &a, const Value &b, const Value &acc);
+/// dot issued asynchronously where it runs on wgmma (KernelOptions::wgmma_dots, sm_90a):
+/// the result may be used only through dot_wait, and the shared tiles it reads must not
+/// be refilled before that wait. Work placed between the two overlaps the product.
+TOKAMAX_API Value dot_async(const Value &a, const Value &b, const Value &acc);
+/// The result of a dot_async once at most `pending` (0-7) async dots issued after it
+/// are still running (0: all have completed).
+TOKAMAX_API Value dot_wait(const Value &value, int pending = 0);
 
 /// Gather through a tile of pointers; masked-off lanes give `other` (0 when absent).
 TOKAMAX_API Value load(const Value &ptrs, const Value &mask = {}, const Value &other = {});
