@@ -3,12 +3,14 @@
 //   copy bandwidth of cuMemcpyDtoD | our copy kernel | row softmax (bf16, two shapes)
 //   dispatch overhead (10,000 cached launches, CPU us per call, against bare launches)
 //   host dispatch of op calls: layer_norm [1, 64], matmul 64^3, a Function's op call
+//   the layer_norm gradient step eager vs replayed as a CUDA graph (per step, per kernel)
 //   cold compile time per pipeline stage | first call in a fresh process, warm disk cache
 //
 // Usage: tokamax-bench [--json FILE]      (tokamax-bench --first-call is the child run)
 //        tokamax-bench --dispatch          host dispatch figures only; with no GPU, run it
 //                                          under the null driver: TOKAMAX_CUDA_DRIVER=
 //                                          <build>/tests/libtokamax-null-cuda.so
+//        tokamax-bench --graph             the gradient step eager vs graph replay only (GPU)
 #include "bench/Dispatch.h"
 
 #include <tokamax/compiler/Compiler.h>
@@ -119,11 +121,14 @@ void sweep(Stream &stream, Device &device) {
 int main(int argc, char **argv) try {
   if (argc > 1 && std::string(argv[1]) == "--first-call")
     return firstCall();
-  if (argc > 1 && std::string(argv[1]) == "--dispatch") {
+  if (argc > 1 && (std::string(argv[1]) == "--dispatch" || std::string(argv[1]) == "--graph")) {
     Device &device = Device::get();
     Stream stream = Stream::create(device);
     fmt::print("{}\n", describe(device));
-    bench::dispatch_figures(stream, device);
+    if (std::string(argv[1]) == "--dispatch")
+      bench::dispatch_figures(stream, device);
+    else
+      bench::graph_figures(stream, device);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--sweep") {
@@ -211,6 +216,8 @@ int main(int argc, char **argv) try {
     report.add("dispatch_us", ours);
     report.add("bare_launch_us", bare);
     for (const bench::Figure &f : bench::dispatch_figures(stream, device))
+      report.add(f.key, f.value);
+    for (const bench::Figure &f : bench::graph_figures(stream, device))
       report.add(f.key, f.value);
   }
 

@@ -7,12 +7,15 @@
 #include <tokamax/ops/Norm.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Module.h>
 #include <tokamax/runtime/Stream.h>
 #include <tokamax/runtime/TensorMap.h>
+#include <tokamax/runtime/Timing.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -94,6 +97,29 @@ Tensor randomTensor(std::vector<int64_t> shape, DType dtype, uint32_t seed, Devi
   return standardize({std::move(shape), dtype}, seed, device);
 }
 
+/// The headline layer_norm gradient as a Function (d/dx, d/dscale of
+/// sum(layer_norm(layer_norm(x, scale), scale))) with its tensors.
+struct GradStep {
+  Function f;
+  Stream &stream;
+  Tensor x, scale, dx, dscale;
+
+  GradStep(Stream &stream, Device &device, const std::vector<int64_t> &shape)
+      : f(grad(Function::trace({ArgSpec{shape, DType::BF16}, ArgSpec{{shape.back()}, DType::F32}},
+                               [](Tracer &t, std::span<const Sym> in) {
+                                 return std::vector<Sym>{t.sum(t.layer_norm(t.layer_norm(in[0], in[1]), in[1]))};
+                               }),
+               {0, 1})),
+        stream(stream), x(randomTensor(shape, DType::BF16, 5, device)),
+        scale(randomTensor({shape.back()}, DType::F32, 6, device)), dx(Tensor::empty(shape, DType::BF16, device)),
+        dscale(Tensor::empty({shape.back()}, DType::F32, device)) {}
+
+  void run(bool graph) {
+    TensorView in[] = {x, scale}, out[] = {dx, dscale};
+    f.run(in, out, stream, {.graph = graph});
+  }
+};
+
 void line(const std::string &what, double us, double bare) {
   fmt::print("  {:<44} {:7.3f} us per call  (bare launch {:.3f} us, {:+.3f} us)\n", what, us, bare, us - bare);
 }
@@ -149,24 +175,49 @@ std::vector<Figure> dispatch_figures(Stream &stream, Device &device) {
     figures.push_back({"bare_launch_matmul_us", bareUs});
   }
 
-  // The op calls of a traced Function: the layer_norm gradient at [1, 64].
+  // The op calls of a traced Function: the layer_norm gradient at [1, 64], eager, then
+  // its step replayed as a CUDA graph (host time of the cuGraphLaunch path).
   {
-    Function loss = Function::trace({ArgSpec{{1, 64}, DType::BF16}, ArgSpec{{64}, DType::F32}},
-                                    [](Tracer &t, std::span<const Sym> in) {
-                                      return std::vector<Sym>{t.sum(t.layer_norm(t.layer_norm(in[0], in[1]), in[1]))};
-                                    });
-    Function dloss = grad(loss, {0, 1});
-    Tensor x = randomTensor({1, 64}, DType::BF16, 5, device), scale = randomTensor({64}, DType::F32, 6, device);
-    Tensor dx = Tensor::empty({1, 64}, DType::BF16, device), dscale = Tensor::empty({64}, DType::F32, device);
-    TensorView in[] = {x, scale}, out[] = {dx, dscale};
-    auto step = [&] { dloss.run(in, out, stream); };
-    step();
+    GradStep step(stream, device, {1, 64});
+    step.run(false);
+    step.run(true);
     stream.synchronize();
-    const double calls = double(dloss.calls().size());
-    double perCall = host_us_per_call(stream, step, 2000) / calls;
+    const double calls = double(step.f.calls().size());
+    double perCall = host_us_per_call(stream, [&] { step.run(false); }, 2000) / calls;
+    double graphStep = host_us_per_call(stream, [&] { step.run(true); }, 2000);
     fmt::print("  {:<44} {:7.3f} us per call  ({:.0f} op calls per step)\n", "Function op call (layer_norm grad [1, 64])",
                perCall, calls);
+    fmt::print("  {:<44} {:7.3f} us per step  ({} kernels, memsets and copies)\n",
+               "Function step replayed as a CUDA graph", graphStep, step.f.graph_stats().nodes);
     figures.push_back({"dispatch_function_op_call_us", perCall});
+    figures.push_back({"dispatch_function_graph_step_us", graphStep});
+  }
+  return figures;
+}
+
+std::vector<Figure> graph_figures(Stream &stream, Device &device) {
+  std::vector<Figure> figures;
+  fmt::print("\nlayer_norm gradient step (8 op calls), eager vs CUDA graph replay (device time per step):\n");
+  for (const std::vector<int64_t> &shape : {std::vector<int64_t>{32, 2048, 16, 64}, std::vector<int64_t>{1, 64}}) {
+    GradStep step(stream, device, shape);
+    Timings eager = time_on_stream(stream, [&] { step.run(false); }, 3, 50, false);
+    Timings graph = time_on_stream(stream, [&] { step.run(true); }, 3, 50, false);
+    const double nodes = double(step.f.graph_stats().nodes);
+    std::string name = fmt::format("{}", fmt::join(shape, "x"));
+    fmt::print("  {:<20} eager {:8.4f} ms, graph {:8.4f} ms per step", name, eager.median, graph.median);
+    // Kernel time alone (CUPTI): what is left of a step is launch overhead and gaps.
+    try {
+      BenchmarkData kernels = benchmark(stream, [&] { step.run(true); }, TimingMethod::Cupti, 50, 3, false);
+      auto perKernelUs = [&](double stepMs) { return (stepMs - kernels.median) * 1000 / nodes; };
+      fmt::print("; kernels {:.4f} ms; overhead per kernel: eager {:.2f} us, graph {:.2f} us ({:.0f} kernels)\n",
+                 kernels.median, perKernelUs(eager.median), perKernelUs(graph.median), nodes);
+      figures.push_back({"grad_step_overhead_per_kernel_eager_us_" + name, perKernelUs(eager.median)});
+      figures.push_back({"grad_step_overhead_per_kernel_graph_us_" + name, perKernelUs(graph.median)});
+    } catch (const Error &e) {
+      fmt::print(" (no kernel times: {})\n", e.what());
+    }
+    figures.push_back({"grad_step_eager_ms_" + name, eager.median});
+    figures.push_back({"grad_step_graph_ms_" + name, graph.median});
   }
   return figures;
 }

@@ -4,6 +4,7 @@
 // the op calls of a traced Function) beside a bare cuLaunchKernel of the same kernels.
 // Under the null driver (TOKAMAX_CUDA_DRIVER=libtokamax-null-cuda.so) a launch costs
 // nothing, so the figures are the op layer's own host cost, measurable with no GPU.
+// And the layer_norm gradient step, eager against its CUDA graph replay (GPU time).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -31,5 +32,10 @@ double host_us_per_call(tokamax::Stream &stream, const std::function<void()> &ca
 
 /// Prints the host dispatch figures and returns them.
 std::vector<Figure> dispatch_figures(tokamax::Stream &stream, tokamax::Device &device);
+
+/// The layer_norm gradient step (8 op calls) at the headline shape [32, 2048, 16, 64] and
+/// at [1, 64], eager and replayed as a CUDA graph: device time per step, and the launch
+/// overhead per kernel (step time less the kernels' CUPTI time, per kernel). GPU only.
+std::vector<Figure> graph_figures(tokamax::Stream &stream, tokamax::Device &device);
 
 } // namespace bench
