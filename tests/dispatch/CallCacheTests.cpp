@@ -13,9 +13,17 @@
 
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 using namespace tokamax;
 using Catch::Matchers::Contains;
 using test::cache_outcome;
+
+#define SKIP_TEST_WITH_ONE_DEVICE                                                                    \
+  do {                                                                                             \
+    WARN("one device: skipped (the null driver has two)");                                         \
+    return;                                                                                        \
+  } while (false)
 
 namespace {
 
@@ -117,9 +125,64 @@ TEST_CASE("autotuning scopes and config changes miss the call cache", "[dispatch
   CHECK(cache_outcome([&] { call.base(); }).hit());
 }
 
+TEST_CASE("another device or another current context misses the call cache", "[dispatch][cache]") {
+  if (Device::count() < 2)
+    SKIP_TEST_WITH_ONE_DEVICE;
+  NormCall call;
+  call.base();
+  Device &first = Device::get(0), &other = Device::get(1);
+  Tensor x1 = standardize({{1, 64}, DType::BF16}, 1, other), s1 = standardize({{64}, DType::F32}, 2, other);
+  Tensor y1 = Tensor::empty({1, 64}, DType::BF16, other);
+  // Each call with the current context its tensors' device has (a first call on a device
+  // loads modules there, which makes that device's context current).
+  auto onOther = [&] {
+    other.make_current();
+    call(x1, &s1.view(), y1);
+  };
+  auto onFirst = [&] {
+    first.make_current();
+    call.base();
+  };
+  CHECK(cache_outcome(onOther).miss());
+  CHECK(cache_outcome(onOther).hit());
+  CHECK(cache_outcome(onFirst).hit());
+  // The per-device autotuning cache answers for the current context: the same call under
+  // another one resolves again.
+  auto underOther = [&] {
+    other.make_current();
+    call.base();
+  };
+  CHECK(cache_outcome(underOther).miss());
+  CHECK(cache_outcome(underOther).hit());
+  CHECK(cache_outcome(onFirst).hit());
+}
+
+TEST_CASE("a scope on one thread leaves another thread's cached calls alone", "[dispatch][cache]") {
+  NormCall call;
+  call.base();
+  CHECK(cache_outcome([&] { call.base(); }).hit());
+  auto result = std::make_shared<const AutotuningResult>();  // built before: no epoch change below
+  std::thread other([&] {
+    AutotuningScope scope(result);
+    Device::get(0).make_current();
+    test::CacheOutcome o = cache_outcome([&] { call.base(); });
+    INFO("hits " << o.hits << ", misses " << o.misses);
+    CHECK(o.miss());  // its own signature
+    call.stream.synchronize();
+  });
+  other.join();
+  CHECK(cache_outcome([&] { call.base(); }).hit());
+  std::thread plain([&] {
+    Device::get(0).make_current();
+    CHECK(cache_outcome([&] { call.base(); }).hit());  // no scope: the same key as this thread's
+  });
+  plain.join();
+}
+
 TEST_CASE("dropping the JIT's kernels makes cached calls resolve again", "[dispatch][cache]") {
   NormCall call;
   call.base();
+  call.stream.synchronize();  // on a GPU: nothing runs from the modules clear() unloads
   Jit::instance().clear();
   CHECK(cache_outcome([&] { call.base(); }).miss());
   CHECK(cache_outcome([&] { call.base(); }).hit());

@@ -3,7 +3,7 @@
 // libtokamax-null-cuda.so stands in for libcuda.so.1 (TOKAMAX_CUDA_DRIVER=<path>) on
 // machines without a GPU, so that the host side of device calls can be measured and
 // tested there: op dispatch, call caches, launch packing, graph capture bookkeeping.
-// It reports one device that looks like an H200 (sm_90a, 132 SMs); "device memory" is
+// It reports two devices that look like H200s (sm_90a, 132 SMs); "device memory" is
 // host memory, so copies and memsets really copy; kernels, events and graphs are
 // accepted and do nothing. Numbers a kernel would compute are never produced: tests
 // run under it check control flow and host costs, never results.
@@ -24,9 +24,11 @@ namespace {
 template <class Handle> Handle newHandle() { return reinterpret_cast<Handle>(new char[16]); }
 template <class Handle> void deleteHandle(Handle h) { delete[] reinterpret_cast<char *>(h); }
 
-CUcontext primaryContext() {
-  static CUcontext context = newHandle<CUcontext>();
-  return context;
+constexpr int kDevices = 2;
+
+CUcontext primaryContext(CUdevice device) {
+  static CUcontext contexts[kDevices] = {newHandle<CUcontext>(), newHandle<CUcontext>()};
+  return contexts[device];
 }
 thread_local CUcontext current = nullptr;
 
@@ -45,13 +47,13 @@ CUresult nullGetErrorString(CUresult, const char **text) {
 }
 
 CUresult nullDeviceGet(CUdevice *device, int ordinal) {
-  if (ordinal != 0)
+  if (ordinal < 0 || ordinal >= kDevices)
     return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 CUresult nullDeviceGetCount(int *count) {
-  *count = 1;
+  *count = kDevices;
   return CUDA_SUCCESS;
 }
 CUresult nullDeviceGetName(char *name, int length, CUdevice) {
@@ -76,8 +78,10 @@ CUresult nullDeviceTotalMem(size_t *bytes, CUdevice) {
   *bytes = size_t(141) << 30;
   return CUDA_SUCCESS;
 }
-CUresult nullPrimaryCtxRetain(CUcontext *context, CUdevice) {
-  *context = primaryContext();
+CUresult nullPrimaryCtxRetain(CUcontext *context, CUdevice device) {
+  if (device < 0 || device >= kDevices)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *context = primaryContext(device);
   return CUDA_SUCCESS;
 }
 CUresult nullPrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
