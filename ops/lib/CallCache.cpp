@@ -144,7 +144,7 @@ void run_and_cache(const CallKey &key, const EagerCall &call, const BoundArgs &a
   for (auto views : {call.inputs, call.outputs})
     for (const TensorView &t : views) {
       if (kernelBuffers[i] && t.data() % 16 != 0)
-        throw Error(fmt::format("{}: {} must be 16-byte aligned (address {:#x})", args.op, planned->arg_names()[i],
+        throw Error(fmt::format("{}: argument '{}' must be 16-byte aligned (address {:#x})", args.op, planned->arg_names()[i],
                                 t.data()));
       ++i;
     }

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <thread>
 
 using namespace tokamax;
@@ -228,4 +229,27 @@ TEST_CASE("matmul calls miss on transposes, alpha, bias, implementation and conf
   variant({.implementation = "tile", .config = config});
   config.num_stages = 3;
   variant({.implementation = "tile", .config = config});
+}
+
+TEST_CASE("replayed plans fill and copy: matmul with K = 0 writes bias or zeros", "[dispatch][cache]") {
+  // The null driver's device memory is host memory and its copies and memsets are real.
+  Stream stream = Stream::create(Device::get());
+  Tensor a = Tensor::empty({5, 0}, DType::BF16), b = Tensor::empty({0, 8}, DType::BF16);
+  const std::vector<float> biasValues{1, 2, 3, 4, 5, 6, 7, 8};
+  Tensor bias = Tensor::from_host_floats(biasValues, std::vector<int64_t>{8}, DType::F32);
+  Tensor c = Tensor::empty({5, 8}, DType::F32);
+  const std::vector<float> nans(40, std::nanf(""));
+  for (int round = 0; round < 2; ++round) {  // resolved, then replayed
+    c.copy_from_host(nans.data(), nans.size() * sizeof(float));
+    matmul(a, b, c, stream, {.bias = bias.view()});
+    stream.synchronize();
+    std::vector<double> out = c.to_host_doubles();
+    for (size_t i = 0; i < out.size(); ++i)
+      CHECK(out[i] == biasValues[i % 8]);
+    c.copy_from_host(nans.data(), nans.size() * sizeof(float));
+    matmul(a, b, c, stream);
+    stream.synchronize();
+    for (double v : c.to_host_doubles())
+      CHECK(v == 0);
+  }
 }
