@@ -2,9 +2,17 @@
 //
 //   copy bandwidth of cuMemcpyDtoD | our copy kernel | row softmax (bf16, two shapes)
 //   dispatch overhead (10,000 cached launches, CPU us per call, against bare launches)
+//   host dispatch of op calls: layer_norm [1, 64], matmul 64^3, a Function's op call
+//   the layer_norm gradient step eager vs replayed as a CUDA graph (per step, per kernel)
 //   cold compile time per pipeline stage | first call in a fresh process, warm disk cache
 //
 // Usage: tokamax-bench [--json FILE]      (tokamax-bench --first-call is the child run)
+//        tokamax-bench --dispatch          host dispatch figures only; with no GPU, run it
+//                                          under the null driver: TOKAMAX_CUDA_DRIVER=
+//                                          <build>/tests/libtokamax-null-cuda.so
+//        tokamax-bench --graph             the gradient step eager vs graph replay only (GPU)
+#include "bench/Dispatch.h"
+
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/compiler/Jit.h>
 #include <tokamax/dsl/Kernel.h>
@@ -113,6 +121,16 @@ void sweep(Stream &stream, Device &device) {
 int main(int argc, char **argv) try {
   if (argc > 1 && std::string(argv[1]) == "--first-call")
     return firstCall();
+  if (argc > 1 && (std::string(argv[1]) == "--dispatch" || std::string(argv[1]) == "--graph")) {
+    Device &device = Device::get();
+    Stream stream = Stream::create(device);
+    fmt::print("{}\n", describe(device));
+    if (std::string(argv[1]) == "--dispatch")
+      bench::dispatch_figures(stream, device);
+    else
+      bench::graph_figures(stream, device);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--sweep") {
     Device &device = Device::get();
     Stream stream = Stream::create(device);
@@ -183,22 +201,7 @@ int main(int argc, char **argv) try {
     Tensor x = randomTensor({1024}, DType::F32, 1), y = randomTensor({1024}, DType::F32, 2), o = Tensor::empty({1024}, DType::F32);
     vector_add(x, y, o, stream);
     stream.synchronize();
-    // CPU time of rounds of launches shorter than the driver's launch queue (so the CPU
-    // never waits for the GPU), synchronised between rounds; median over rounds.
-    auto perCall = [&](const std::function<void()> &launch) {
-      const int rounds = calls / 250;
-      std::vector<double> us;
-      for (int r = 0; r < rounds; ++r) {
-        auto t = Clock::now();
-        for (int i = 0; i < 250; ++i)
-          launch();
-        us.push_back(msSince(t) * 1000 / 250);
-        stream.synchronize();
-      }
-      std::sort(us.begin(), us.end());
-      return us[us.size() / 2];
-    };
-    double ours = perCall([&] { vector_add(x, y, o, stream); });
+    double ours = bench::host_us_per_call(stream, [&] { vector_add(x, y, o, stream); }, calls);
     // The same kernel through a bare cuLaunchKernel.
     ElementwiseSpec spec{1024, DType::F32};
     CompiledKernel k = compile(vector_add_kernel(spec, default_config(spec)), {.arch = device.arch()});
@@ -206,12 +209,16 @@ int main(int argc, char **argv) try {
     KernelFunction fn = module.function(k.launch.kernel_name);
     uint64_t px = x.data(), py = y.data(), po = o.data();
     void *params[] = {&px, &py, &po};
-    double bare = perCall([&] {
+    double bare = bench::host_us_per_call(stream, [&] {
       fn.launch({k.launch.grid[0], 1, 1}, {k.launch.block_threads, 1, 1}, 0, stream.handle(), params);
-    });
+    }, calls);
     fmt::print("\ndispatch: {:.2f} us per op call, {:.2f} us per bare cuLaunchKernel ({:+.2f} us ours)\n", ours, bare, ours - bare);
     report.add("dispatch_us", ours);
     report.add("bare_launch_us", bare);
+    for (const bench::Figure &f : bench::dispatch_figures(stream, device))
+      report.add(f.key, f.value);
+    for (const bench::Figure &f : bench::graph_figures(stream, device))
+      report.add(f.key, f.value);
   }
 
   // 4. Cold compile, per stage (nothing cached in memory or on disk for these).

@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include <tokamax/autotune/Autotune.h>
 
+#include <tokamax/ops/CallCache.h>
+
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
@@ -290,6 +292,7 @@ void update_autotuning_cache(const AutotuningResult& result) {
     s.reported.erase(path.string());
   }
   s.generation.fetch_add(1, std::memory_order_release);
+  notify_config_change();
 }
 
 void reset_autotuning_cache() {
@@ -301,6 +304,7 @@ void reset_autotuning_cache() {
     s.reported.clear();
   }
   s.generation.fetch_add(1, std::memory_order_release);
+  notify_config_change();
 }
 
 } // namespace tokamax

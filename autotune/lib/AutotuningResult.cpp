@@ -1,6 +1,8 @@
 //===- AutotuningResult.cpp - Tuning results: lookup, JSON, merge, scopes -===//
 #include <tokamax/autotune/Autotune.h>
 
+#include <tokamax/ops/CallCache.h>
+
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 
@@ -43,6 +45,7 @@ void AutotuningResult::add(TuningEntry entry) {
   auto [it, inserted] = entries_.insert_or_assign(key, std::move(entry));
   if (inserted)
     by_hash_.emplace(hash, std::move(key));
+  notify_config_change();  // a scope may hold this result: cached calls resolve again
 }
 
 const TuningEntry* AutotuningResult::find(const BoundArgs& args) const {

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <future>
 #include <mutex>
@@ -89,16 +90,19 @@ LoadedKernel::LoadedKernel(Module module, LaunchInfo info, std::string digest)
 LoadedKernel::~LoadedKernel() = default;
 
 void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) const {
-  constexpr size_t kMaxParams = 32;
+  // Scalars and pointers are packed into fixed storage: no allocation on this path.
+  alignas(8) uint64_t words[kMaxParams];
+  pack(args, words);
+  launch_packed(words, stream);
+}
+
+void LoadedKernel::pack(std::span<const KernelArg> args, uint64_t *storage) const {
   const auto &params = info_.params;
   if (args.size() != params.size())
     throw Error(fmt::format("{}: expected {} arguments, got {}", info_.kernel_name, params.size(),
                             args.size()));
-  if (params.size() > kMaxParams)
+  if (params.size() + info_.tensor_maps.size() > kMaxParams)
     throw Error(fmt::format("{}: more than {} parameters", info_.kernel_name, kMaxParams));
-  // Scalars and pointers are packed into fixed storage: no allocation on this path.
-  alignas(8) uint64_t storage[kMaxParams];
-  void *pointers[kMaxParams];
   for (size_t i = 0; i < params.size(); ++i) {
     const KernelParam &p = params[i];
     const KernelArg &a = args[i];
@@ -121,6 +125,7 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
     } else {
       if (a.tensor)
         throw Error(fmt::format("{}: argument '{}' must be a scalar", info_.kernel_name, p.name));
+      storage[i] = 0;
       switch (p.dtype) {
       case DType::F32: {
         float f = static_cast<float>(a.scalar);
@@ -145,22 +150,30 @@ void LoadedKernel::launch(std::span<const KernelArg> args, CUstream stream) cons
                                 p.name, dtype_name(p.dtype)));
       }
     }
-    pointers[i] = &storage[i];
   }
+}
+
+void LoadedKernel::launch_packed(const uint64_t *words, CUstream stream) const {
+  const auto &params = info_.params;
+  void *pointers[kMaxParams];
+  for (size_t i = 0; i < params.size(); ++i)
+    pointers[i] = const_cast<uint64_t *>(&words[i]);
   // Tensor maps follow the kernel's own parameters; copies taken under the cache's lock
-  // stay valid for the launch whatever other threads encode meanwhile.
+  // stay valid for the launch whatever other threads encode meanwhile. A map's tensor has
+  // its parameter's shape and dtype (pack() checked them), so the address decides it.
   constexpr size_t kMaxMaps = 4;
   TensorMap maps[kMaxMaps];
-  if (info_.tensor_maps.size() > kMaxMaps || params.size() + info_.tensor_maps.size() > kMaxParams)
+  if (info_.tensor_maps.size() > kMaxMaps)
     throw Error(fmt::format("{}: too many tensor maps", info_.kernel_name));
   if (maps_) {
     std::lock_guard lock(maps_->mutex);
     for (size_t j = 0; j < info_.tensor_maps.size(); ++j) {
       const TensorMapParam &m = info_.tensor_maps[j];
-      const TensorView &t = *args[m.param].tensor;
-      maps[j] = maps_->get(j, t.data(), [&] {
-        return encode_tensor_map(params[m.param].name.c_str(), t.data(), t.dtype(), t.dim(0), t.dim(1),
-                                 m.box_inner, m.box_outer, m.swizzle);
+      const KernelParam &p = params[m.param];
+      const uint64_t address = words[m.param];
+      maps[j] = maps_->get(j, address, [&] {
+        return encode_tensor_map(p.name.c_str(), address, p.dtype, p.shape[0], p.shape[1], m.box_inner,
+                                 m.box_outer, m.swizzle);
       });
       pointers[params.size() + j] = &maps[j];
     }
@@ -231,6 +244,7 @@ struct Jit::State {
   std::unordered_map<SlotKey, Slot, SlotHash, SlotEqual> kernels;
   std::mutex statsMutex;
   JitStats stats;
+  std::atomic<uint64_t> generation{1};
   std::unique_ptr<DiskCache> disk;
 };
 
@@ -347,7 +361,10 @@ JitStats Jit::stats() const {
 void Jit::clear() {
   std::unique_lock lock(state_->mutex);
   state_->kernels.clear();
+  state_->generation.fetch_add(1, std::memory_order_release);
 }
+
+uint64_t Jit::generation() const { return state_->generation.load(std::memory_order_acquire); }
 
 PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
                                const CompileOptions &options, const std::string &cacheDir) {

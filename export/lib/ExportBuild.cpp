@@ -14,6 +14,7 @@
 #include "export/lib/ExportState.h"
 
 #include "ops/lib/ExecutorCapture.h"
+#include "ops/lib/LaunchPlan.h"
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/dsl/Kernel.h>
@@ -30,10 +31,6 @@ namespace tokamax {
 using namespace export_detail;
 
 namespace {
-
-constexpr int kValueShift = 40;
-constexpr uint64_t kOffsetMask = (uint64_t(1) << kValueShift) - 1;
-constexpr uint64_t kScratchBase = uint64_t(1) << 62;
 
 /// Ops whose implementations plan every launch through a KernelExecutor (the ones a
 /// Function traces); another op's interpret() would touch the symbolic addresses.
@@ -60,7 +57,7 @@ public:
   uint64_t scratch(size_t bytes) override {
     callScratch_ = bytes;
     plan_.scratch_bytes = std::max<uint64_t>(plan_.scratch_bytes, bytes);
-    return kScratchBase;
+    return ops_detail::kStandInScratch;
   }
 
   void launch(const KernelKey &, const Build &build, const std::vector<Arg> &args) override {
@@ -97,32 +94,29 @@ public:
     tensorArgs_.emplace_back();
   }
 
+  void copy(const TensorView &, const TensorView &) override {
+    throw Error(fmt::format("export: {} copies between buffers, which an export cannot replay", what_));
+  }
+
   int device() const override { return 0; }
+  // Recorded through interpret(): a persistent grid as on the interpreter.
+  int sm_count() const override { return ops_detail::kInterpreterPrograms; }
 
 private:
-  BufferRef resolve(uint64_t address, uint64_t bytes) const {
-    BufferRef r;
-    uint64_t size = callScratch_;
-    if (address >= kScratchBase) {
-      r.offset = address - kScratchBase;
-    } else {
-      const uint64_t v = (address >> kValueShift) - 1;
-      if (address >> kValueShift == 0 || v >= plan_.values.size())
-        throw Error(fmt::format("export: {} passed a kernel an address that is none of its tensors", what_));
-      r.value = static_cast<int>(v);
-      r.offset = address & kOffsetMask;
-      size = plan_.values[v].bytes();
-    }
-    if (r.offset > size || bytes > size - r.offset)
-      throw Error(fmt::format("export: {} passed a kernel {} bytes at offset {} of a {}-byte buffer", what_, bytes,
-                              r.offset, size));
-    return r;
+  BufferRef resolve(uint64_t address, uint64_t bytes) {
+    if (sizes_.size() != plan_.values.size())
+      for (const ValueSpec &v : plan_.values)
+        sizes_.push_back(v.bytes());
+    const ops_detail::BufferRef r =
+        ops_detail::resolve_stand_in(address, bytes, sizes_, callScratch_, fmt::format("export: {}", what_));
+    return {r.buffer == sizes_.size() ? -1 : int(r.buffer), r.offset};
   }
 
   Plan &plan_;
   std::vector<CapturedKernel> &kernels_;
   std::vector<std::vector<std::pair<DType, std::vector<int64_t>>>> &tensorArgs_;
   std::map<std::string, int> byIr_;
+  std::vector<uint64_t> sizes_;  // of the values, for resolve_stand_in
   int call_ = 0;
   std::string what_;
   uint64_t callScratch_ = 0;
@@ -146,7 +140,7 @@ ExportedFunction export_function(const Function &function, const ExportOptions &
   for (const ArgSpec &v : function.values())
     plan.values.push_back({v.shape, v.dtype});
   for (const ValueSpec &v : plan.values)
-    if (v.bytes() > kOffsetMask)
+    if (v.bytes() > ops_detail::kStandInMaxBytes)
       throw Error(fmt::format("export: a value of {} bytes is over the 2^40 bytes an export can hold", v.bytes()));
   plan.inputs = function.inputs();
   plan.outputs = function.outputs();
@@ -166,7 +160,7 @@ ExportedFunction export_function(const Function &function, const ExportOptions &
     for (size_t s = 0; s < call.slots.size(); ++s) {
       const int v = call.slots[s];
       TensorView view = v < 0 ? TensorView()
-                              : TensorView((uint64_t(v) + 1) << kValueShift, plan.values[v].dtype,
+                              : TensorView(ops_detail::stand_in_address(size_t(v)), plan.values[v].dtype,
                                            plan.values[v].shape, 0);
       (s < call.op->num_inputs() ? in : out).push_back(view);
     }

@@ -9,7 +9,7 @@
 #include <tokamax/ops/Function.h>
 
 #include "ops/lib/Dispatch.h"
-#include "ops/lib/KernelExecutor.h"
+#include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/jit/DslKernel.h>
@@ -44,10 +44,10 @@ using Planner = std::function<Plan(const BoundArgs &)>;
 
 bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
 
-class GlueImplementation : public Implementation {
+class GlueImplementation : public ops_detail::PlannedImplementation {
 public:
-  GlueImplementation(std::vector<std::string> argNames, Planner planner)
-      : argNames_(std::move(argNames)), planner_(std::move(planner)) {}
+  GlueImplementation(std::vector<std::string> argNames, size_t numInputs, Planner planner)
+      : PlannedImplementation(std::move(argNames), numInputs), planner_(std::move(planner)) {}
   std::string name() const override { return "reference"; }
   std::optional<std::string> why_not(const BoundArgs &) const override { return std::nullopt; }
   Config heuristic(const BoundArgs &) const override { return {}; }
@@ -59,29 +59,10 @@ public:
     return out;
   }
 
-  void run(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
-           std::span<const TensorView> outputs, Stream &stream) const override {
-    ops_detail::check_views(args, argNames_, inputs, outputs, false);
-    int device = 0;
-    for (const TensorView &t : outputs)
-      if (t.data()) {
-        device = t.device();
-        break;
-      }
-    execute(args, inputs, outputs, *ops_detail::device_kernel_executor(stream, device));
-  }
-
-  void interpret(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
-                 std::span<const TensorView> outputs) const override {
-    ops_detail::check_views(args, argNames_, inputs, outputs, true);
-    execute(args, inputs, outputs, *ops_detail::host_kernel_executor());
-  }
-
-private:
   /// The plan's launches through `executor` (device, interpreter, or a capture), the
   /// workspace from its one scratch request; glue kernels see every tensor flat.
-  void execute(const BoundArgs &args, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
-               ops_detail::KernelExecutor &executor) const {
+  void execute(const BoundArgs &args, const Config &, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
     Plan plan = planner_(args);
     TensorView workspace;
     int64_t n = static_cast<int64_t>(plan.workspace_bytes / 4);
@@ -101,13 +82,13 @@ private:
     }
   }
 
+private:
   static const TensorView &slot(int p, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                                 const TensorView &workspace) {
     if (p == kWorkspace)
       return workspace;
     return static_cast<size_t>(p) < inputs.size() ? inputs[p] : outputs[p - inputs.size()];
   }
-  std::vector<std::string> argNames_;
   Planner planner_;
 };
 
@@ -115,7 +96,8 @@ class GlueOp : public Op {
 public:
   GlueOp(std::string name, const std::vector<std::string> &argNames, size_t numInputs,
          std::function<void(const BoundArgs &)> validate, Planner planner)
-      : Op(std::move(name), argNames, numInputs, {std::make_shared<GlueImplementation>(argNames, std::move(planner))}),
+      : Op(std::move(name), argNames, numInputs,
+           {std::make_shared<GlueImplementation>(argNames, numInputs, std::move(planner))}),
         validate_(std::move(validate)) {}
   void validate(const BoundArgs &args) const override { validate_(args); }
 

@@ -41,7 +41,12 @@ public:
     if (t.nbytes())
       memset_d8(t.data(), 0, t.nbytes(), stream_.handle());
   }
+  void copy(const TensorView &dst, const TensorView &src) override {
+    if (src.nbytes())
+      copy_device_to_device(dst.data(), src.data(), src.nbytes(), stream_.handle());
+  }
   int device() const override { return device_.ordinal(); }
+  int sm_count() const override { return device_.sm_count(); }
 
 private:
   Stream &stream_;
@@ -71,7 +76,12 @@ public:
     if (t.nbytes())
       std::memset(reinterpret_cast<void *>(t.data()), 0, t.nbytes());
   }
+  void copy(const TensorView &dst, const TensorView &src) override {
+    if (src.nbytes())
+      std::memmove(reinterpret_cast<void *>(dst.data()), reinterpret_cast<const void *>(src.data()), src.nbytes());
+  }
   int device() const override { return 0; }
+  int sm_count() const override { return kInterpreterPrograms; }
 
 private:
   std::vector<std::unique_ptr<double[]>> buffers_;
@@ -86,7 +96,9 @@ public:
     sink_.launch(key, build, args);
   }
   void zero(const TensorView &t) override { sink_.zero(t); }
+  void copy(const TensorView &dst, const TensorView &src) override { sink_.copy(dst, src); }
   int device() const override { return sink_.device(); }
+  int sm_count() const override { return sink_.sm_count(); }
 
 private:
   KernelExecutor &sink_;
@@ -100,7 +112,9 @@ public:
   uint64_t scratch(size_t) override { return 256; }
   void launch(const KernelKey &, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
   void zero(const TensorView &) override {}
+  void copy(const TensorView &, const TensorView &) override {}
   int device() const override { return 0; }
+  int sm_count() const override { return 132; }
 
 private:
   std::vector<dsl::Kernel> &kernels_;

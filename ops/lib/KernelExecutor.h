@@ -1,9 +1,10 @@
 //===- KernelExecutor.h - Where an op call's kernels go -----------*- C++ -*-===//
 //
 // An op plans a call as a list of kernel launches, each named by a specialisation key
-// and a builder of its DSL kernel. The same plan runs on the device (JIT + launch on a
-// stream), on the CPU interpreter (host views), or is recorded (the kernels a config
-// needs, for precompilation and PTX checks).
+// and a builder of its DSL kernel, plus zero fills and copies. The same plan runs on the
+// device (JIT + launch on a stream), on the CPU interpreter (host views), or is recorded
+// (the kernels a config needs, for precompilation and PTX checks; a launch plan that
+// eager calls and Functions replay: LaunchPlan.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -47,9 +48,18 @@ public:
   virtual void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) = 0;
   /// Fills the bytes of `t` with zeros.
   virtual void zero(const TensorView &t) = 0;
+  /// Copies src's bytes to the start of dst (which holds at least as many).
+  virtual void copy(const TensorView &dst, const TensorView &src) = 0;
   /// The device tensors live on (views of scratch take it); 0 on the host.
   virtual int device() const = 0;
+  /// Programs of a persistent grid that fills the device: its SM count (132 when only
+  /// listing kernels, as on an H100 / H200; kInterpreterPrograms on the interpreter).
+  virtual int sm_count() const = 0;
 };
+
+/// Programs a persistent grid gets on the interpreter: few, but more than one, so the
+/// kernel's loop over tiles still runs.
+inline constexpr int kInterpreterPrograms = 3;
 
 std::unique_ptr<KernelExecutor> device_kernel_executor(Stream &stream, int device);
 std::unique_ptr<KernelExecutor> host_kernel_executor();

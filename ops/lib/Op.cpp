@@ -1,6 +1,8 @@
 //===- Op.cpp - Bound arguments, configs, implementation choice -------------===//
 #include <tokamax/ops/Op.h>
 
+#include "ops/lib/CallCache.h"
+
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Hash.h>
 #include <tokamax/runtime/Memory.h>
@@ -242,6 +244,18 @@ Providers &threadProviders() {
   return providers;
 }
 
+/// A hash of the ids on this thread's stack, kept as it changes: cached eager calls
+/// (CallCache.h) resolved under other scopes miss. Ids are never reused, so a scope
+/// opened again is a new signature.
+thread_local uint64_t providerSignature = 0;
+
+void updateSignature() {
+  uint64_t h = 0;
+  for (const auto &[id, provider] : threadProviders())
+    h = hash_combine(h, id);
+  providerSignature = h;
+}
+
 struct ProcessProviders {
   std::shared_mutex mutex;
   std::vector<ConfigProvider> providers;  // asked in order, after the thread's
@@ -261,6 +275,7 @@ uint64_t push_config_provider(ConfigProvider provider) {
     throw Error("push_config_provider: the provider is empty");
   uint64_t id = nextProviderId.fetch_add(1);
   threadProviders().emplace_back(id, std::move(provider));
+  updateSignature();
   return id;
 }
 
@@ -269,15 +284,21 @@ void pop_config_provider(uint64_t id) {
   auto it = std::find_if(s.begin(), s.end(), [&](const auto &p) { return p.first == id; });
   if (it != s.end())
     s.erase(it);
+  updateSignature();
 }
 
 void add_process_config_provider(ConfigProvider provider) {
   if (!provider)
     throw Error("add_process_config_provider: the provider is empty");
   ProcessProviders &p = processProviders();
-  std::unique_lock lock(p.mutex);
-  p.providers.push_back(std::move(provider));
+  {
+    std::unique_lock lock(p.mutex);
+    p.providers.push_back(std::move(provider));
+  }
+  notify_config_change();
 }
+
+uint64_t ops_detail::thread_config_signature() { return providerSignature; }
 
 //===----------------------------------------------------------------------===//
 // Op

@@ -16,6 +16,7 @@
 #include "tokamax/runtime/Device.h"
 #include "tokamax/runtime/Error.h"
 #include "tokamax/runtime/Event.h"
+#include "tokamax/runtime/Graph.h"
 #include "tokamax/runtime/Memory.h"
 #include "tokamax/runtime/Stream.h"
 #include "tokamax/runtime/detail/DriverApi.h"
@@ -169,58 +170,22 @@ struct Runner {
   }
 
   std::vector<double> graph() const {
-    if (!stream.handle())
-      throw Error("benchmark with TimingMethod::CudaGraph needs a created stream "
-                  "(Stream::create): the legacy default stream cannot be captured");
-    const detail::DriverApi& api = detail::driver();
     // At least one eager run, so JIT compilation and module loading (which
     // capture forbids) happen before capture.
-    for (int i = 0; i < std::max(warmup, 1); ++i)
-      work();
-    stream.synchronize();
-
-    CUgraph graph = nullptr;
-    check(api.cuStreamBeginCapture(stream.handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-          "cuStreamBeginCapture");
-    std::string work_error;
-    try {
-      work();
-    } catch (const std::exception& e) {
-      work_error = e.what();
+    if (stream.handle()) {
+      for (int i = 0; i < std::max(warmup, 1); ++i)
+        work();
+      stream.synchronize();
     }
-    const CUresult ended = api.cuStreamEndCapture(stream.handle(), &graph);
-    struct GraphGuard {
-      const detail::DriverApi& api;
-      CUgraph graph;
-      CUgraphExec exec = nullptr;
-      ~GraphGuard() {
-        if (exec)
-          api.cuGraphExecDestroy(exec);
-        if (graph)
-          api.cuGraphDestroy(graph);
-      }
-    } guard{api, graph};
-    if (!work_error.empty() || ended != CUDA_SUCCESS) {
-      std::string why = work_error;
-      if (ended != CUDA_SUCCESS) {
-        const char* name = nullptr;
-        api.cuGetErrorName(ended, &name);
-        why += fmt::format("{}cuStreamEndCapture: {}", why.empty() ? "" : "; ",
-                           name ? name : "unknown error");
-      }
-      throw Error("benchmark: capturing the work into a CUDA graph failed (the work must only "
-                  "enqueue asynchronous operations on the benchmark stream: no synchronisation, "
-                  "allocation or other streams): " + why);
-    }
-    check(api.cuGraphInstantiate(&guard.exec, graph, 0), "cuGraphInstantiate");
+    GraphExec exec(Graph::capture(stream, work, "benchmark with TimingMethod::CudaGraph"));
     // One untimed replay uploads the graph to the device.
-    check(api.cuGraphLaunch(guard.exec, stream.handle()), "cuGraphLaunch");
+    exec.launch(stream.handle());
 
     std::vector<Event> starts(iterations), ends(iterations);
     for (int i = 0; i < iterations; ++i) {
       flush_l2(i);
       starts[i].record(stream.handle());
-      check(api.cuGraphLaunch(guard.exec, stream.handle()), "cuGraphLaunch");
+      exec.launch(stream.handle());
       ends[i].record(stream.handle());
     }
     stream.synchronize();

@@ -114,6 +114,8 @@ LoadedDriver load() {
   TOKAMAX_RESOLVE(cuStreamBeginCapture);
   TOKAMAX_RESOLVE(cuStreamEndCapture);
   TOKAMAX_RESOLVE(cuGraphLaunch);
+  TOKAMAX_RESOLVE(cuGraphUpload);
+  TOKAMAX_RESOLVE(cuGraphExecUpdate);
   TOKAMAX_RESOLVE(cuGraphDestroy);
   TOKAMAX_RESOLVE(cuGraphExecDestroy);
   TOKAMAX_RESOLVE(cuTensorMapEncodeTiled);

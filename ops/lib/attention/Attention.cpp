@@ -2,7 +2,9 @@
 #include <tokamax/ops/Attention.h>
 
 #include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/CallCache.h"
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -293,9 +295,10 @@ namespace {
 // Ops and implementations
 //===----------------------------------------------------------------------===//
 
-class AttentionImplementation : public Implementation {
+class AttentionImplementation : public ops_detail::PlannedImplementation {
 public:
-  AttentionImplementation(bool vjp, Impl impl) : vjp_(vjp), impl_(impl) {}
+  AttentionImplementation(bool vjp, Impl impl)
+      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7), vjp_(vjp), impl_(impl) {}
   using Implementation::supported_on;
 
   std::string name() const override { return attention_detail::impl_name(impl_); }
@@ -312,35 +315,19 @@ public:
   std::vector<Config> search_space(const BoundArgs &args) const override {
     return attention_detail::search_space(problem(args), impl_);
   }
-  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
-    std::vector<dsl::Kernel> kernels;
-    auto recorder = ops_detail::recording_kernel_executor(kernels);
-    Problem p = problem(args);
-    size_t numIn = vjp_ ? 10 : 7;
-    std::vector<TensorView> in(numIn), out(args.args.size() - numIn);
-    attention_detail::execute(p, impl_, config, in, out, *recorder);
-    return kernels;
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
+    attention_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
   }
-  void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-           std::span<const TensorView> outputs, Stream &stream) const override {
-    ops_detail::check_views(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs, false);
-    Problem p = problem(args);
-    int device = inputs[vjp_ ? 1 : 0].device();
-    if (impl_ == Impl::Reference) {
-      double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
-      size_t total = Device::get(device).total_memory();
-      if (bytes > 0.8 * static_cast<double>(total))
-        throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
-                                       args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
-    }
-    auto executor = ops_detail::device_kernel_executor(stream, device);
-    attention_detail::execute(p, impl_, config, inputs, outputs, *executor);
-  }
-  void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-                 std::span<const TensorView> outputs) const override {
-    ops_detail::check_views(args, vjp_ ? kVjpArgs : kForwardArgs, inputs, outputs, true);
-    auto executor = ops_detail::host_kernel_executor();
-    attention_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
+  void check_device(const BoundArgs &args, Device &device) const override {
+    if (impl_ != Impl::Reference)
+      return;
+    const Problem p = problem(args);
+    double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+    size_t total = device.total_memory();
+    if (bytes > 0.8 * static_cast<double>(total))
+      throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
+                                     args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
   }
 
 private:
@@ -452,33 +439,45 @@ namespace {
   return true;
 }();
 
-void dispatch(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
-              Stream *stream, const AttentionOptions &o) {
-  if (stream) {
-    op.run(b, in, out, *stream, o.implementation, o.config);
-    return;
-  }
+void dispatchHost(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
+                  const AttentionOptions &o) {
   op.interpret(b, in, out, o.implementation, o.config);
+}
+
+/// A device call through the eager call cache: `key` holds the op and its tensors; the
+/// options join it here.
+template <class Bind>
+void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
+                    Stream &stream, const AttentionOptions &o, Bind &&bind) {
+  // Every option joins the key (the tensors are in it already); a new field must join it too.
+  static_assert(sizeof(AttentionOptions) == 208, "AttentionOptions changed: add the new option to the call key");
+  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.local_window.has_value());
+  if (o.local_window)
+    key.add(o.local_window->left).add(o.local_window->right);
+  ops_detail::run_eager(key, {key.op(), in, out, stream, o.implementation, o.config}, std::forward<Bind>(bind));
 }
 } // namespace
 
 void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                            Stream &stream, const AttentionOptions &o, const TensorView *lse) {
-  BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
   TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
   TensorView outs[] = {out, viewOf(lse)};
-  dispatch(attention_op(), b, in, outs, &stream, o);
+  ops_detail::CallKey key(attention_op());
+  key.add({&q, &k, &v, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &out, lse});
+  dispatchCached(key, in, outs, stream, o, [&] { return bind_attention(forwardSpecs(q, k, v, out, o, lse), o); });
 }
 
 void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
                                const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
                                const TensorView &dv, Stream &stream, const AttentionOptions &o,
                                const TensorView *dbias) {
-  BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o);
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
                      viewOf(o.kv_seq_lengths)};
   TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
-  dispatch(attention_vjp_op(), b, in, outs, &stream, o);
+  ops_detail::CallKey key(attention_vjp_op());
+  key.add({&dout, &q, &k, &v, &out, &lse, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &dq, &dk, &dv, dbias});
+  dispatchCached(key, in, outs, stream, o,
+                 [&] { return bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o); });
 }
 
 void dot_product_attention_host(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
@@ -486,7 +485,7 @@ void dot_product_attention_host(const TensorView &q, const TensorView &k, const 
   BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
   TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
   TensorView outs[] = {out, viewOf(lse)};
-  dispatch(attention_op(), b, in, outs, nullptr, o);
+  dispatchHost(attention_op(), b, in, outs, o);
 }
 
 void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q, const TensorView &k,
@@ -497,7 +496,7 @@ void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q,
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
                      viewOf(o.kv_seq_lengths)};
   TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
-  dispatch(attention_vjp_op(), b, in, outs, nullptr, o);
+  dispatchHost(attention_vjp_op(), b, in, outs, o);
 }
 
 } // namespace tokamax

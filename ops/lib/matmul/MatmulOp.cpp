@@ -10,15 +10,13 @@
 //===----------------------------------------------------------------------===//
 #include <tokamax/ops/Matmul.h>
 
+#include "ops/lib/CallCache.h"
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
 #include "ops/lib/matmul/MatmulDetail.h"
 
-#include <tokamax/compiler/Interpreter.h>
-#include <tokamax/jit/DslKernel.h>
-#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
-#include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
@@ -34,8 +32,6 @@ namespace tokamax {
 namespace {
 
 const std::vector<std::string> kMatmulArgs{"a", "b", "bias", "c"};
-
-constexpr int kInterpreterPrograms = 3;
 
 enum class Kind { Hopper, Tile, Reference };
 
@@ -77,38 +73,33 @@ bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /// The rule for empty tensors: no rows or columns of c is a no-op; K = 0 (an empty sum)
 /// makes c = bias in every row, or 0. Returns whether the call was one of those.
-bool emptyProduct(const MatmulSpec &spec, std::span<const TensorView> inputs, const TensorView &c, Stream *stream) {
+bool emptyProduct(const MatmulSpec &spec, std::span<const TensorView> inputs, const TensorView &c,
+                  ops_detail::KernelExecutor &executor) {
   if (spec.m > 0 && spec.n > 0 && spec.k > 0)
     return false;
   if (spec.m == 0 || spec.n == 0)
     return true;
-  const size_t row = c.nbytes() / spec.m;
-  if (!stream) {  // host views
-    auto *out = reinterpret_cast<uint8_t *>(c.data());
-    for (int64_t r = 0; r < spec.m; ++r) {
-      if (spec.has_bias)
-        std::memcpy(out + r * row, reinterpret_cast<const void *>(inputs[2].data()), row);
-      else
-        std::memset(out + r * row, 0, row);
-    }
-    return true;
-  }
   if (!spec.has_bias) {
-    memset_d8(c.data(), 0, c.nbytes(), stream->handle());
+    executor.zero(c);
     return true;
   }
+  auto bytesAt = [&](uint64_t address, size_t bytes) {
+    const int64_t n = static_cast<int64_t>(bytes);
+    return TensorView(address, DType::I8, std::span<const int64_t>(&n, 1), c.device());
+  };
   // Row 0 from bias, then the rows so far doubled: log2(M) copies.
-  copy_device_to_device(c.data(), inputs[2].data(), row, stream->handle());
+  const size_t row = c.nbytes() / spec.m;
+  executor.copy(bytesAt(c.data(), row), bytesAt(inputs[2].data(), row));
   for (int64_t done = 1; done < spec.m; done *= 2) {
-    int64_t rows = std::min(done, spec.m - done);
-    copy_device_to_device(c.data() + done * row, c.data(), rows * row, stream->handle());
+    const size_t bytes = size_t(std::min(done, spec.m - done)) * row;
+    executor.copy(bytesAt(c.data() + done * row, bytes), bytesAt(c.data(), bytes));
   }
   return true;
 }
 
-class MatmulImplementation : public Implementation {
+class MatmulImplementation : public ops_detail::PlannedImplementation {
 public:
-  explicit MatmulImplementation(Kind kind) : kind_(kind) {}
+  explicit MatmulImplementation(Kind kind) : PlannedImplementation(kMatmulArgs, 3), kind_(kind) {}
 
   std::string name() const override {
     return kind_ == Kind::Hopper ? "hopper" : kind_ == Kind::Tile ? "tile" : "reference";
@@ -253,59 +244,28 @@ public:
     return space;
   }
 
-  /// What run() builds on a GPU of the H100 / H200's 132 SMs (for precompilation).
-  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
-    std::vector<dsl::Kernel> kernels;
+  /// One kernel (none for an empty product), its persistent grid as large as the
+  /// executor's device (132 SMs when only listing kernels, as on an H100 / H200).
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
     MatmulSpec spec = matmul_spec(args);
-    if (spec.m > 0 && spec.n > 0 && spec.k > 0)  // empty products launch nothing
-      kernels.push_back(build(spec, config, 132));
-    return kernels;
-  }
-
-  void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-           std::span<const TensorView> outputs, Stream &stream) const override {
-    ops_detail::check_views(args, kMatmulArgs, inputs, outputs, false);
-    MatmulSpec spec = matmul_spec(args);
-    if (emptyProduct(spec, inputs, outputs[0], &stream))
+    if (emptyProduct(spec, inputs, outputs[0], executor))
       return;
-    Device &device = Device::get(outputs[0].device());
-    MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, device.sm_count());
+    MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, executor.sm_count());
     KernelKey key = ops_detail::specializationKey(
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
          c.cluster_m, c.tma_store, c.a_in_registers, c.programs, c.rebalance_registers});
-    const LoadedKernel &kernel = ops_detail::kernelFor(key, device, [&] { return build(spec, c); });
-    double alpha = args.float_attribute("alpha");
+    std::vector<ops_detail::KernelExecutor::Arg> kernelArgs{inputs[0], inputs[1]};
     if (spec.has_bias)
-      kernel.launch({inputs[0], inputs[1], inputs[2], outputs[0], alpha}, stream.handle());
-    else
-      kernel.launch({inputs[0], inputs[1], outputs[0], alpha}, stream.handle());
-  }
-
-  void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-                 std::span<const TensorView> outputs) const override {
-    ops_detail::check_views(args, kMatmulArgs, inputs, outputs, true);
-    MatmulSpec spec = matmul_spec(args);
-    if (emptyProduct(spec, inputs, outputs[0], nullptr))
-      return;
-    std::vector<HostArg> host;
-    auto tensor = [&](const TensorView &t) {
-      host.push_back(HostArg::tensor(reinterpret_cast<void *>(t.data()), t.nbytes()));
-    };
-    tensor(inputs[0]);
-    tensor(inputs[1]);
-    if (spec.has_bias)
-      tensor(inputs[2]);
-    tensor(outputs[0]);
-    host.push_back(HostArg::value(args.float_attribute("alpha")));
-    tokamax::interpret(build(spec, config, kInterpreterPrograms), host);
+      kernelArgs.emplace_back(inputs[2]);
+    kernelArgs.emplace_back(outputs[0]);
+    kernelArgs.push_back(ops_detail::KernelExecutor::Arg::value(args.float_attribute("alpha")));
+    executor.launch(key, [this, spec, c] { return build(spec, c); }, kernelArgs);
   }
 
 private:
-  dsl::Kernel build(const MatmulSpec &spec, const Config &config, int programs) const {
-    return build(spec, kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, programs));
-  }
   dsl::Kernel build(const MatmulSpec &spec, const MatmulConfig &c) const {
     switch (kind_) {
     case Kind::Hopper: return matmul_hopper_kernel(spec, c);
@@ -413,16 +373,24 @@ std::optional<std::string> explicitImplementation(const MatmulOptions &options) 
 
 void matmul(const TensorView &a, const TensorView &b, const TensorView &c, Stream &stream,
             const MatmulOptions &options) {
-  for (auto [name, t] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}})
-    if (!t->is_contiguous())
-      throw Error(fmt::format("matmul: {} must be contiguous (use trans_a / trans_b for transposes)", name));
-  if (options.bias && !options.bias->is_contiguous())
-    throw Error("matmul: bias must be contiguous");
-  BoundArgs args = bindCall(a, b, c, options);
+  // Every option joins the key (bias among the tensors); a new field must join it too.
+  static_assert(sizeof(MatmulOptions) == 288, "MatmulOptions changed: add the new option to the call key");
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
-  std::optional<std::string> implementation = explicitImplementation(options);
-  matmul_op().run(args, inputs, std::span<const TensorView>(&c, 1), stream, implementation,
-                  explicitConfig(options));
+  ops_detail::CallKey key(matmul_op());
+  key.add({&a, &b, options.bias ? &*options.bias : nullptr, &c}).add(options.trans_a).add(options.trans_b);
+  key.add(options.alpha);
+  const std::optional<std::string> implementation = explicitImplementation(options);  // short: no allocation
+  const std::optional<Config> config = explicitConfig(options);
+  ops_detail::run_eager(key, {matmul_op(), inputs, std::span<const TensorView>(&c, 1), stream, implementation, config},
+                        [&] {
+                          for (auto [name, t] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}})
+                            if (!t->is_contiguous())
+                              throw Error(fmt::format(
+                                  "matmul: {} must be contiguous (use trans_a / trans_b for transposes)", name));
+                          if (options.bias && !options.bias->is_contiguous())
+                            throw Error("matmul: bias must be contiguous");
+                          return bindCall(a, b, c, options);
+                        });
 }
 
 void matmul_host(const TensorView &a, const TensorView &b, const TensorView &c, const MatmulOptions &options) {

@@ -2,7 +2,9 @@
 #include <tokamax/ops/Norm.h>
 
 #include "ops/lib/norm/NormKernels.h"
+#include "ops/lib/CallCache.h"
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -131,9 +133,10 @@ size_t numInputs(NormKind kind, bool vjp) {
   return vjp ? 4 : 2;
 }
 
-class NormImplementation : public Implementation {
+class NormImplementation : public ops_detail::PlannedImplementation {
 public:
-  NormImplementation(NormKind kind, bool vjp, ImplKind impl) : kind_(kind), vjp_(vjp), impl_(impl) {}
+  NormImplementation(NormKind kind, bool vjp, ImplKind impl)
+      : PlannedImplementation(argNames(kind, vjp), numInputs(kind, vjp)), kind_(kind), vjp_(vjp), impl_(impl) {}
   using Implementation::supported_on;
 
   std::string name() const override { return impl_ == ImplKind::Tile ? "tile" : "reference"; }
@@ -150,30 +153,9 @@ public:
   std::vector<Config> search_space(const BoundArgs &args) const override {
     return norm_detail::search_space(problem(args), impl_);
   }
-  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
-    std::vector<dsl::Kernel> kernels;
-    auto recorder = ops_detail::recording_kernel_executor(kernels);
-    std::vector<TensorView> in(numInputs(kind_, vjp_)), out(args.args.size() - in.size());
-    norm_detail::execute(problem(args), impl_, config, in, out, *recorder);
-    return kernels;
-  }
-  void run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-           std::span<const TensorView> outputs, Stream &stream) const override {
-    ops_detail::check_views(args, argNames(kind_, vjp_), inputs, outputs, false);
-    int device = 0;
-    for (const TensorView &t : inputs)
-      if (t.data()) {
-        device = t.device();
-        break;
-      }
-    auto executor = ops_detail::device_kernel_executor(stream, device);
-    norm_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
-  }
-  void interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-                 std::span<const TensorView> outputs) const override {
-    ops_detail::check_views(args, argNames(kind_, vjp_), inputs, outputs, true);
-    auto executor = ops_detail::host_kernel_executor();
-    norm_detail::execute(problem(args), impl_, config, inputs, outputs, *executor);
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
+    norm_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
   }
 
 private:
@@ -240,11 +222,16 @@ private:
 std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
 TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
 
-void dispatch(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
-              Stream &stream, const NormOptions &options) {
-  int device = in[0].device();
-  const Implementation &impl = op.select(b, options.implementation, Device::get(device).arch());
-  impl.run(b, op.resolve_config(impl, b, options.config), in, out, stream);
+/// A device call through the eager call cache: `key` holds the op and its tensors; the
+/// options join it here.
+template <class Bind>
+void dispatch(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
+              Stream &stream, const NormOptions &options, Bind &&bind) {
+  // Every option joins the key; a new field must join it too.
+  static_assert(sizeof(NormOptions) == 112, "NormOptions changed: add the new option to the call key");
+  key.add(options.axis).add(options.epsilon);
+  ops_detail::run_eager(key, {key.op(), in, out, stream, options.implementation, options.config},
+                        std::forward<Bind>(bind));
 }
 
 void dispatchHost(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
@@ -341,35 +328,47 @@ namespace {
 
 void layer_norm(const TensorView &x, const TensorView *scale, const TensorView *offset, const TensorView &y,
                 Stream &stream, const NormOptions &options, const TensorView *mean_out, const TensorView *rstd_out) {
-  BoundArgs b = bind_layer_norm(ArgSpec::of(x), specOf(scale), specOf(offset), ArgSpec::of(y), specOf(mean_out),
-                                specOf(rstd_out), options.axis, options.epsilon);
   TensorView in[] = {x, viewOf(scale), viewOf(offset)}, out[] = {y, viewOf(mean_out), viewOf(rstd_out)};
-  dispatch(layer_norm_op(), b, in, out, stream, options);
+  ops_detail::CallKey key(layer_norm_op());
+  key.add({&x, scale, offset, &y, mean_out, rstd_out});
+  dispatch(key, in, out, stream, options, [&] {
+    return bind_layer_norm(ArgSpec::of(x), specOf(scale), specOf(offset), ArgSpec::of(y), specOf(mean_out),
+                           specOf(rstd_out), options.axis, options.epsilon);
+  });
 }
 
 void layer_norm_vjp(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &mean,
                     const TensorView &rstd, const TensorView &dx, const TensorView *dscale, const TensorView *doffset,
                     Stream &stream, const NormOptions &options) {
-  BoundArgs b = bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(mean),
-                                    ArgSpec::of(rstd), ArgSpec::of(dx), specOf(dscale), specOf(doffset), options.axis);
   TensorView in[] = {dy, x, viewOf(scale), mean, rstd}, out[] = {dx, viewOf(dscale), viewOf(doffset)};
-  dispatch(layer_norm_vjp_op(), b, in, out, stream, options);
+  ops_detail::CallKey key(layer_norm_vjp_op());
+  key.add({&dy, &x, scale, &mean, &rstd, &dx, dscale, doffset});
+  dispatch(key, in, out, stream, options, [&] {
+    return bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(mean), ArgSpec::of(rstd),
+                               ArgSpec::of(dx), specOf(dscale), specOf(doffset), options.axis);
+  });
 }
 
 void rms_norm(const TensorView &x, const TensorView *scale, const TensorView &y, Stream &stream,
               const NormOptions &options, const TensorView *rstd_out) {
-  BoundArgs b = bind_rms_norm(ArgSpec::of(x), specOf(scale), ArgSpec::of(y), specOf(rstd_out), options.axis,
-                              options.epsilon);
   TensorView in[] = {x, viewOf(scale)}, out[] = {y, viewOf(rstd_out)};
-  dispatch(rms_norm_op(), b, in, out, stream, options);
+  ops_detail::CallKey key(rms_norm_op());
+  key.add({&x, scale, &y, rstd_out});
+  dispatch(key, in, out, stream, options, [&] {
+    return bind_rms_norm(ArgSpec::of(x), specOf(scale), ArgSpec::of(y), specOf(rstd_out), options.axis,
+                         options.epsilon);
+  });
 }
 
 void rms_norm_vjp(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &rstd,
                   const TensorView &dx, const TensorView *dscale, Stream &stream, const NormOptions &options) {
-  BoundArgs b = bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
-                                  specOf(dscale), options.axis);
   TensorView in[] = {dy, x, viewOf(scale), rstd}, out[] = {dx, viewOf(dscale)};
-  dispatch(rms_norm_vjp_op(), b, in, out, stream, options);
+  ops_detail::CallKey key(rms_norm_vjp_op());
+  key.add({&dy, &x, scale, &rstd, &dx, dscale});
+  dispatch(key, in, out, stream, options, [&] {
+    return bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
+                             specOf(dscale), options.axis);
+  });
 }
 
 void layer_norm_host(const TensorView &x, const TensorView *scale, const TensorView *offset, const TensorView &y,

@@ -74,6 +74,8 @@ public:
   const LaunchInfo &info() const { return info_; }
   const std::string &digest() const { return digest_; }
 
+  static constexpr size_t kMaxParams = 32;
+
   /// Checks the arguments against the kernel's parameters (count, dtype, shape,
   /// 16-byte alignment) and launches. No allocation. TMA tensor maps are encoded once
   /// per tensor address and reused while the address recurs.
@@ -81,6 +83,14 @@ public:
   void launch(std::initializer_list<KernelArg> args, CUstream stream) const {
     launch(std::span<const KernelArg>(args.begin(), args.size()), stream);
   }
+  /// launch() in two halves, for callers that replay a checked launch with other tensors:
+  /// pack() checks the arguments as launch() does and writes one 8-byte word per
+  /// parameter (a tensor's address; a scalar in its parameter's dtype) to `words`
+  /// (kMaxParams of them); launch_packed() launches such words unchecked, so a tensor
+  /// word may only be replaced by the 16-byte aligned address of a tensor of the shape
+  /// and dtype that pack() checked.
+  void pack(std::span<const KernelArg> args, uint64_t *words) const;
+  void launch_packed(const uint64_t *words, CUstream stream) const;
 
 private:
   Module module_;
@@ -113,6 +123,8 @@ public:
   JitStats stats() const;
   /// Drops every loaded kernel (tests and benchmarks of cold paths).
   void clear();
+  /// Changes whenever clear() runs: kernel pointers kept from another generation are stale.
+  uint64_t generation() const;
 
   Jit();
   ~Jit();

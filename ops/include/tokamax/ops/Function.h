@@ -4,7 +4,8 @@
 // call is recorded with its BoundArgs. grad() appends the VJP ops in reverse order, fed
 // by the residuals the forward ops produce, plus small glue ops (sum, add for fan-out,
 // fill, cast). A Function runs on device tensors (intermediates are allocated once per
-// Function and reused) or on host arrays through the interpreter.
+// Function and reused), eagerly or replayed as a CUDA graph, or on host arrays through the
+// interpreter.
 //
 //   Function loss = Function::trace({x_spec, scale_spec}, [](Tracer &t, auto in) {
 //     auto y = t.layer_norm(t.layer_norm(in[0], in[1]), in[1]);
@@ -27,6 +28,21 @@ namespace tokamax {
 
 class Stream;
 class Function;
+
+/// How Function::run enqueues the calls.
+struct TOKAMAX_API FunctionRunOptions {
+  /// Replay the run as one CUDA graph (one cuGraphLaunch) instead of launching every
+  /// kernel from the host. Needs a created stream (Stream::create).
+  bool graph = false;
+};
+
+/// What a Function's graph runs did: graphs captured, instantiated, updated in place
+/// (new addresses taken by a held graph), and replays launched; and the kernel launches,
+/// memsets and copies one replay holds.
+struct TOKAMAX_API FunctionGraphStats {
+  uint64_t captures = 0, instantiations = 0, updates = 0, replays = 0;
+  size_t nodes = 0;
+};
 
 /// A symbolic tensor of a Function being traced.
 struct TOKAMAX_API Sym {
@@ -84,8 +100,25 @@ public:
   const std::vector<int> &inputs() const { return inputs_; }
   const std::vector<int> &outputs() const { return outputs_; }
 
-  /// Runs every call on the device, in order, on `stream`.
-  void run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream) const;
+  /// Runs every call on the device, in order, on `stream`. The first run on a device
+  /// (and after the calling thread's config state or the JIT's kernels change) resolves
+  /// every call as an eager call would (implementation, config, kernels) and records its
+  /// launches; every run then replays them: the tensors' addresses go into the recorded
+  /// parameters, with no per-call binding, config resolution or lookup. Intermediates and
+  /// a scratch buffer are the Function's own, allocated at the first run; runs of one
+  /// Function must therefore not overlap on different streams.
+  ///
+  /// With options.graph the run is one CUDA graph: captured at the first run with these
+  /// input and output addresses (nothing in a run allocates or synchronises, so all of
+  /// it can be captured) and replayed by one cuGraphLaunch on later runs with the same
+  /// addresses, on any stream. Graphs of up to four address sets are kept; another set
+  /// is captured and updates the least recently used graph in place. Work an op cannot
+  /// plan ahead (an ops author's Implementation) is captured as it runs, and a capture
+  /// it breaks (by allocating or synchronising) throws Error saying so.
+  void run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream,
+           const FunctionRunOptions &options = {}) const;
+  /// Counts of the graph runs so far.
+  FunctionGraphStats graph_stats() const;
   /// Runs every call on the host through the interpreter (host views: see host_view()).
   void interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const;
 
@@ -103,7 +136,7 @@ public:
   /// naming the offending field otherwise.
   static Function from_json(const std::string &text);
 
-  Function() = default;
+  Function();
   Function(const Function &other);
   Function &operator=(const Function &other);
   Function(Function &&) noexcept;

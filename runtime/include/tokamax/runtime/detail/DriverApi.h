@@ -68,6 +68,8 @@ struct DriverApi {
   // under that name.
   TOKAMAX_DRIVER_FN(cuGraphInstantiate);
   TOKAMAX_DRIVER_FN(cuGraphLaunch);
+  TOKAMAX_DRIVER_FN(cuGraphUpload);
+  TOKAMAX_DRIVER_FN(cuGraphExecUpdate);  // cuGraphExecUpdate_v2 (CUDA 12.0)
   TOKAMAX_DRIVER_FN(cuGraphDestroy);
   TOKAMAX_DRIVER_FN(cuGraphExecDestroy);
   TOKAMAX_DRIVER_FN(cuTensorMapEncodeTiled);

@@ -1,0 +1,304 @@
+//===- NullCudaDriver.cpp - A CUDA driver that runs nothing ----------------===//
+//
+// libtokamax-null-cuda.so stands in for libcuda.so.1 (TOKAMAX_CUDA_DRIVER=<path>) on
+// machines without a GPU, so that the host side of device calls can be measured and
+// tested there: op dispatch, call caches, launch packing, graph capture bookkeeping.
+// It reports two devices that look like H200s (sm_90a, 132 SMs); "device memory" is
+// host memory, so copies and memsets really copy; kernels, events and graphs are
+// accepted and do nothing. Numbers a kernel would compute are never produced: tests
+// run under it check control flow and host costs, never results.
+//
+// Only cuGetProcAddress_v2 is exported, as the library resolves everything through it.
+//
+//===----------------------------------------------------------------------===//
+#include <cuda.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string_view>
+
+namespace {
+
+/// Distinct non-null handles for contexts, streams, modules, functions, events, graphs.
+template <class Handle> Handle newHandle() { return reinterpret_cast<Handle>(new char[16]); }
+template <class Handle> void deleteHandle(Handle h) { delete[] reinterpret_cast<char *>(h); }
+
+constexpr int kDevices = 2;
+
+CUcontext primaryContext(CUdevice device) {
+  static CUcontext contexts[kDevices] = {newHandle<CUcontext>(), newHandle<CUcontext>()};
+  return contexts[device];
+}
+thread_local CUcontext current = nullptr;
+
+CUresult nullInit(unsigned int) { return CUDA_SUCCESS; }
+CUresult nullDriverGetVersion(int *version) {
+  *version = 12080;
+  return CUDA_SUCCESS;
+}
+CUresult nullGetErrorName(CUresult, const char **name) {
+  *name = "CUDA_ERROR_NULL_DRIVER";
+  return CUDA_SUCCESS;
+}
+CUresult nullGetErrorString(CUresult, const char **text) {
+  *text = "error reported by the null driver";
+  return CUDA_SUCCESS;
+}
+
+CUresult nullDeviceGet(CUdevice *device, int ordinal) {
+  if (ordinal < 0 || ordinal >= kDevices)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+CUresult nullDeviceGetCount(int *count) {
+  *count = kDevices;
+  return CUDA_SUCCESS;
+}
+CUresult nullDeviceGetName(char *name, int length, CUdevice) {
+  std::strncpy(name, "tokamax null device", size_t(length));
+  return CUDA_SUCCESS;
+}
+CUresult nullDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice) {
+  switch (attribute) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1980000; break;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = 2619000; break;
+  case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = 6144; break;
+  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = 50 << 20; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 227 << 10; break;
+  default: *value = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult nullDeviceTotalMem(size_t *bytes, CUdevice) {
+  *bytes = size_t(141) << 30;
+  return CUDA_SUCCESS;
+}
+CUresult nullPrimaryCtxRetain(CUcontext *context, CUdevice device) {
+  if (device < 0 || device >= kDevices)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *context = primaryContext(device);
+  return CUDA_SUCCESS;
+}
+CUresult nullPrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+CUresult nullCtxSetCurrent(CUcontext context) {
+  current = context;
+  return CUDA_SUCCESS;
+}
+CUresult nullCtxGetCurrent(CUcontext *context) {
+  *context = current;
+  return CUDA_SUCCESS;
+}
+
+CUresult nullStreamCreate(CUstream *stream, unsigned int) {
+  *stream = newHandle<CUstream>();
+  return CUDA_SUCCESS;
+}
+CUresult nullStreamDestroy(CUstream stream) {
+  deleteHandle(stream);
+  return CUDA_SUCCESS;
+}
+CUresult nullStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+
+// Device memory is host memory, 256-byte aligned as cuMemAlloc's is.
+CUresult nullMemAlloc(CUdeviceptr *ptr, size_t bytes) {
+  void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!p)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+CUresult nullMemFree(CUdeviceptr ptr) {
+  std::free(reinterpret_cast<void *>(ptr));
+  return CUDA_SUCCESS;
+}
+CUresult nullMemGetInfo(size_t *free, size_t *total) {
+  *free = *total = size_t(141) << 30;
+  return CUDA_SUCCESS;
+}
+void *at(CUdeviceptr p) { return reinterpret_cast<void *>(p); }
+CUresult nullMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) {
+  std::memcpy(at(dst), src, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult nullMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) {
+  std::memcpy(dst, at(src), bytes);
+  return CUDA_SUCCESS;
+}
+CUresult nullMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  std::memmove(at(dst), at(src), bytes);
+  return CUDA_SUCCESS;
+}
+CUresult nullMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream) {
+  return nullMemcpyHtoD(dst, src, bytes);
+}
+CUresult nullMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream) {
+  return nullMemcpyDtoH(dst, src, bytes);
+}
+CUresult nullMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
+  return nullMemcpyDtoD(dst, src, bytes);
+}
+CUresult nullMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes) {
+  std::memset(at(dst), value, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult nullMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream) {
+  return nullMemsetD8(dst, value, bytes);
+}
+
+CUresult nullModuleLoadDataEx(CUmodule *module, const void *, unsigned int, CUjit_option *, void **) {
+  *module = newHandle<CUmodule>();
+  return CUDA_SUCCESS;
+}
+CUresult nullModuleUnload(CUmodule module) {
+  deleteHandle(module);
+  return CUDA_SUCCESS;
+}
+CUresult nullModuleGetFunction(CUfunction *function, CUmodule module, const char *) {
+  *function = reinterpret_cast<CUfunction>(module);  // never dereferenced
+  return CUDA_SUCCESS;
+}
+CUresult nullFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+CUresult nullFuncGetAttribute(int *value, CUfunction_attribute, CUfunction) {
+  *value = 32;
+  return CUDA_SUCCESS;
+}
+CUresult nullLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          CUstream, void **, void **) {
+  return CUDA_SUCCESS;
+}
+
+CUresult nullEventCreate(CUevent *event, unsigned int) {
+  *event = newHandle<CUevent>();
+  return CUDA_SUCCESS;
+}
+CUresult nullEventDestroy(CUevent event) {
+  deleteHandle(event);
+  return CUDA_SUCCESS;
+}
+CUresult nullEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult nullEventSynchronize(CUevent) { return CUDA_SUCCESS; }
+CUresult nullEventElapsedTime(float *ms, CUevent, CUevent) {
+  *ms = 0.001f;
+  return CUDA_SUCCESS;
+}
+
+CUresult nullStreamBeginCapture(CUstream, CUstreamCaptureMode) { return CUDA_SUCCESS; }
+CUresult nullStreamEndCapture(CUstream, CUgraph *graph) {
+  *graph = newHandle<CUgraph>();
+  return CUDA_SUCCESS;
+}
+CUresult nullStreamIsCapturing(CUstream, CUstreamCaptureStatus *status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult nullGraphInstantiate(CUgraphExec *exec, CUgraph, unsigned long long) {
+  *exec = newHandle<CUgraphExec>();
+  return CUDA_SUCCESS;
+}
+CUresult nullGraphExecUpdate(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *info) {
+  std::memset(info, 0, sizeof *info);
+  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+CUresult nullGraphLaunch(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
+CUresult nullGraphUpload(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
+CUresult nullGraphDestroy(CUgraph graph) {
+  deleteHandle(graph);
+  return CUDA_SUCCESS;
+}
+CUresult nullGraphExecDestroy(CUgraphExec exec) {
+  deleteHandle(exec);
+  return CUDA_SUCCESS;
+}
+
+CUresult nullTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  std::memset(map, 0, sizeof *map);
+  return CUDA_SUCCESS;
+}
+
+struct Entry {
+  std::string_view name;
+  void *function;
+};
+
+/// The stub as a void pointer, once it has exactly the type cuda.h gives the entry point.
+template <class Expected> void *checked(Expected fn) { return reinterpret_cast<void *>(fn); }
+
+// #name is the unexpanded base name the library asks for ("cuMemAlloc"); ::name expands
+// to cuda.h's versioned declaration (cuMemAlloc_v2), whose type the stub must have.
+#define NULL_ENTRY(name, fn) Entry{#name, checked<decltype(&::name)>(&fn)}
+const Entry kEntries[] = {
+    NULL_ENTRY(cuInit, nullInit),
+    NULL_ENTRY(cuDriverGetVersion, nullDriverGetVersion),
+    NULL_ENTRY(cuGetErrorName, nullGetErrorName),
+    NULL_ENTRY(cuGetErrorString, nullGetErrorString),
+    NULL_ENTRY(cuDeviceGet, nullDeviceGet),
+    NULL_ENTRY(cuDeviceGetCount, nullDeviceGetCount),
+    NULL_ENTRY(cuDeviceGetName, nullDeviceGetName),
+    NULL_ENTRY(cuDeviceGetAttribute, nullDeviceGetAttribute),
+    NULL_ENTRY(cuDeviceTotalMem, nullDeviceTotalMem),
+    NULL_ENTRY(cuDevicePrimaryCtxRetain, nullPrimaryCtxRetain),
+    NULL_ENTRY(cuDevicePrimaryCtxRelease, nullPrimaryCtxRelease),
+    NULL_ENTRY(cuCtxSetCurrent, nullCtxSetCurrent),
+    NULL_ENTRY(cuCtxGetCurrent, nullCtxGetCurrent),
+    NULL_ENTRY(cuStreamCreate, nullStreamCreate),
+    NULL_ENTRY(cuStreamDestroy, nullStreamDestroy),
+    NULL_ENTRY(cuStreamSynchronize, nullStreamSynchronize),
+    NULL_ENTRY(cuMemAlloc, nullMemAlloc),
+    NULL_ENTRY(cuMemFree, nullMemFree),
+    NULL_ENTRY(cuMemGetInfo, nullMemGetInfo),
+    NULL_ENTRY(cuMemcpyHtoD, nullMemcpyHtoD),
+    NULL_ENTRY(cuMemcpyDtoH, nullMemcpyDtoH),
+    NULL_ENTRY(cuMemcpyDtoD, nullMemcpyDtoD),
+    NULL_ENTRY(cuMemcpyHtoDAsync, nullMemcpyHtoDAsync),
+    NULL_ENTRY(cuMemcpyDtoHAsync, nullMemcpyDtoHAsync),
+    NULL_ENTRY(cuMemcpyDtoDAsync, nullMemcpyDtoDAsync),
+    NULL_ENTRY(cuMemsetD8, nullMemsetD8),
+    NULL_ENTRY(cuMemsetD8Async, nullMemsetD8Async),
+    NULL_ENTRY(cuModuleLoadDataEx, nullModuleLoadDataEx),
+    NULL_ENTRY(cuModuleUnload, nullModuleUnload),
+    NULL_ENTRY(cuModuleGetFunction, nullModuleGetFunction),
+    NULL_ENTRY(cuFuncSetAttribute, nullFuncSetAttribute),
+    NULL_ENTRY(cuFuncGetAttribute, nullFuncGetAttribute),
+    NULL_ENTRY(cuLaunchKernel, nullLaunchKernel),
+    NULL_ENTRY(cuEventCreate, nullEventCreate),
+    NULL_ENTRY(cuEventDestroy, nullEventDestroy),
+    NULL_ENTRY(cuEventRecord, nullEventRecord),
+    NULL_ENTRY(cuEventSynchronize, nullEventSynchronize),
+    NULL_ENTRY(cuEventElapsedTime, nullEventElapsedTime),
+    NULL_ENTRY(cuStreamBeginCapture, nullStreamBeginCapture),
+    NULL_ENTRY(cuStreamEndCapture, nullStreamEndCapture),
+    NULL_ENTRY(cuStreamIsCapturing, nullStreamIsCapturing),
+    NULL_ENTRY(cuGraphInstantiateWithFlags, nullGraphInstantiate),
+    NULL_ENTRY(cuGraphExecUpdate, nullGraphExecUpdate),
+    NULL_ENTRY(cuGraphLaunch, nullGraphLaunch),
+    NULL_ENTRY(cuGraphUpload, nullGraphUpload),
+    NULL_ENTRY(cuGraphDestroy, nullGraphDestroy),
+    NULL_ENTRY(cuGraphExecDestroy, nullGraphExecDestroy),
+    NULL_ENTRY(cuTensorMapEncodeTiled, nullTensorMapEncodeTiled),
+};
+#undef NULL_ENTRY
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) CUresult
+cuGetProcAddress_v2(const char *symbol, void **function, int, cuuint64_t, CUdriverProcAddressQueryResult *status) {
+  for (const Entry &e : kEntries)
+    if (e.name == symbol) {
+      *function = e.function;
+      if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  *function = nullptr;
+  if (status)
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
