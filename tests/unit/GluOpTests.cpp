@@ -178,3 +178,34 @@ TEST_CASE("gated_linear_unit: tile kernels lower for sm_90a and sm_80 and assemb
   if (ptxas.empty())
     WARN("ptxas not found: the kernels were lowered but not assembled");
 }
+
+TEST_CASE("gated_linear_unit: wgmma configs put the ring's products on wgmma for sm_90a and assemble",
+          "[glu][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  BoundArgs fwd = bind_gated_linear_unit({{8192, 4096}, DType::BF16}, {{4096, 2, 14336}, DType::BF16},
+                                         {{8192, 14336}, DType::BF16}, GluActivation::Swish);
+  const Implementation &tile = gated_linear_unit_op().implementation("tile");
+  Config c = tile.heuristic(fwd);
+  c.set("wgmma", 1);
+  REQUIRE_FALSE(tile.check_config(fwd, c).has_value());
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("num_warps", 4)), Contains("block_m = 16 * num_warps"));
+  CHECK_THAT(*tile.check_config(forwardArgs(DType::BF16, 37, 23), Config(c).set("async_copy", 0)),
+             Contains("async_copy"));
+  std::vector<dsl::Kernel> kernels = tile.kernels(fwd, c);
+  const dsl::Kernel &gate = kernels.front();
+  CompileOptions options;
+  options.assemble = false;
+  options.arch = "sm_90a";
+  const std::string ptx = compile(gate, options).ptx;
+  CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
+  CHECK(test::count(ptx, "mma.sync.aligned.m16n8k16") == 0);
+  options.arch = "sm_80";
+  CHECK(test::count(compile(gate, options).ptx, "wgmma") == 0);
+  if (ptxas.empty()) {
+    WARN("ptxas not found: the kernel was lowered but not assembled");
+    return;
+  }
+  auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+  INFO(log);
+  CHECK(status == 0);
+}

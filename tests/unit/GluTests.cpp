@@ -57,4 +57,9 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
     check(checkVjp({{s.m}, s.k, s.n, DType::F32, "gelu", "reference", std::nullopt}, seed++));
     check(checkForward({{s.m}, s.k, s.n, DType::F64, "sigmoid", "reference", std::nullopt}, seed++));
   }
+  // The wgmma config (every warp along M; the interpreter runs its dots as any other).
+  Config wgmma{{"block_m", 64}, {"block_n", 32}, {"block_k", 16}, {"num_warps", 4},
+               {"async_copy", 1}, {"stages", 2}, {"wgmma", 1}};
+  check(checkForward({{33}, 72, 48, DType::BF16, "gelu", "tile", wgmma}, seed++));
+  check(checkVjp({{100}, 72, 48, DType::F16, "relu", "tile", wgmma}, seed++));
 }

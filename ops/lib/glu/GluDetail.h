@@ -42,6 +42,9 @@ struct GateKernelSpec {
   int num_warps = 8;
   bool async_copy = false;   ///< x, W0, W1 blocks through a cp.async ring
   int64_t stages = 3;        ///< the ring's slots
+  /// With async_copy, on sm_90a: every warp along M (16 rows each) and the products read
+  /// the ring's weight blocks on wgmma (dsl::KernelOptions::wgmma_dots); mma.sync elsewhere.
+  bool wgmma = false;
 
   KernelKey key() const;
 };

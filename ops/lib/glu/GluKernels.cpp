@@ -28,7 +28,7 @@ const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "referen
 KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
                                        {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),
-                                        exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages});
+                                        exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma});
 }
 
 namespace {
@@ -159,7 +159,8 @@ Kernel gate_kernel(const GateKernelSpec &s) {
   if (p.M < 1 || p.N < 1 || p.K < 1)
     throw Error(fmt::format("gated_linear_unit: a gate kernel needs M, N, K >= 1, got {} x {} x {}", p.M, p.N, p.K));
   const int64_t bm = s.block_m, bn = s.block_n;
-  Kernel k(p.vjp ? "glu_gate_vjp" : "glu_gate", {s.num_warps});
+  Kernel k(p.vjp ? "glu_gate_vjp" : "glu_gate",
+           {.num_warps = s.num_warps, .mma_rows_per_warp = s.wgmma, .wgmma_dots = s.wgmma});
   std::optional<TensorArg> dout;
   if (p.vjp)
     dout = k.input("dout", p.dtype, {p.M, p.N});

@@ -6,7 +6,8 @@
 //             matrices, on the matmul kernels (tile: mma.sync; reference: exact).
 //
 // Configs (the gate kernel's): block_m, block_n, block_k, num_warps, and for tile
-// group_m, async_copy, stages. The tile heuristic takes 128 x 128 output tiles (two f32
+// group_m, async_copy, stages and wgmma (opt-in, out of the heuristic and the search
+// space until measured on the device, as for attention). The tile heuristic takes 128 x 128 output tiles (two f32
 // accumulators: 128 registers per thread on 8 warps) with 64-byte K slices through a
 // three-slot cp.async ring where the rows allow it, 128 x 64 otherwise and for the VJP
 // (whose epilogue holds dout, da and db too); exact products use matmul reference's
@@ -44,6 +45,7 @@ GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
   s.group_m = c.get_or("group_m", 8);
   s.async_copy = !s.exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p);
   s.stages = c.get_or("stages", 3);
+  s.wgmma = s.async_copy && c.get_or("wgmma", 0) != 0;
   return s;
 }
 
@@ -146,7 +148,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   const bool tile = impl == Impl::Tile;
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
-        !(tile && (key == "group_m" || key == "async_copy" || key == "stages")))
+        !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
   const int64_t minBlock = tile ? 16 : 1;
@@ -174,6 +176,12 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
     return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
                        c.get("stages"));
+  if (const int64_t wgmma = c.get_or("wgmma", 0); wgmma != 0 && wgmma != 1)
+    return fmt::format("wgmma must be 0 or 1, got {}", wgmma);
+  if (c.get_or("wgmma", 0) && (!async || bm != 16 * w))
+    return fmt::format("wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1 and "
+                       "block_m = 16 * num_warps (every warp along M), got block_m {} with {} warps",
+                       bm, w);
   if (ringBytes(p, c) > 220 * 1024)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 128)

@@ -79,7 +79,9 @@ TOKAMAX_API void gated_linear_unit_vjp_host(const TensorView &dout, const Tensor
 //   gated_linear_unit_vjp: dout, x, weights | dx, dweights
 // Attribute "activation": the canonical name.
 // Configs (tile): block_m, block_n, block_k, num_warps, group_m, async_copy (0 / 1),
-// stages (the ring's slots, 2 to 4); reference: block_m, block_n, block_k, num_warps.
+// stages (the ring's slots, 2 to 4), wgmma (0 / 1: with async_copy and block_m = 16 *
+// num_warps, the products read the ring on wgmma on sm_90a; opt-in); reference: block_m,
+// block_n, block_k, num_warps.
 
 TOKAMAX_API const Op &gated_linear_unit_op();
 TOKAMAX_API const Op &gated_linear_unit_vjp_op();
