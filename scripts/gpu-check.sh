@@ -26,6 +26,13 @@ if python3 -c "import torch" 2> /dev/null; then
   peers=(--peers "$out/attention-peers.json")
 fi
 TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
+# gated_linear_unit beside cuBLAS's GEMMs + torch's elementwise kernels, where torch is installed.
+glu_peers=()
+if python3 -c "import torch" 2> /dev/null; then
+  TAIL=10 run glu-peers python3 "$(dirname "$0")/../bench/peers/glu.py" --json "$out/glu-peers.json"
+  glu_peers=(--peers "$out/glu-peers.json")
+fi
+TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion
 # under any tool fails the check as a tool error does.

@@ -166,6 +166,13 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
                    options.implementation)[0];
 }
 
+Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
+                              std::optional<std::string> implementation) {
+  const ArgSpec &xs = spec(x), &ws = spec(weights);
+  BoundArgs b = bind_gated_linear_unit(xs, ws, gated_linear_unit_out_spec(xs, ws), parse_glu_activation(activation));
+  return f_.record(gated_linear_unit_op(), b, {x.id, weights.id, -2}, std::move(implementation))[0];
+}
+
 Sym Tracer::sum(Sym x) {
   BoundArgs b{"sum", {spec(x), ArgSpec{{1}, DType::F32}}, {}};
   return f_.record(sum_op(), b, {x.id, -2})[0];
@@ -426,6 +433,18 @@ Function grad(const Function &f, std::vector<int> wrt) {
       accumulate(sl[2], outs[2]);
       if (bias >= 0)
         accumulate(bias, outs[3]);
+    } else if (op == "gated_linear_unit") {
+      auto dout = cot(2);
+      if (!dout)
+        continue;
+      Sym x{call.slots[0]}, w{call.slots[1]};
+      Sym doutCast = t.cast(*dout, t.spec(Sym{call.slots[2]}).dtype);
+      BoundArgs b = bind_gated_linear_unit_vjp(t.spec(doutCast), t.spec(x), t.spec(w), t.spec(x), t.spec(w),
+                                               parse_glu_activation(call.args.attribute("activation")));
+      std::vector<Sym> outs =
+          g.record(gated_linear_unit_vjp_op(), b, {doutCast.id, x.id, w.id, -2, -2}, call.implementation);
+      accumulate(x.id, outs[0]);
+      accumulate(w.id, outs[1]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

@@ -3,6 +3,7 @@
 
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Elementwise.h>
+#include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Softmax.h>
@@ -70,6 +71,11 @@ std::vector<RegisteredKernel> registered_kernels() {
     op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), impl);
     op(attention_vjp_op(), bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}}), impl);
   }
+  // gated_linear_unit at the benchmark shape (M 8192, K 4096, N 14336 bf16, swish): the
+  // tile forward and VJP.
+  ArgSpec gx{{8192, 4096}, DType::BF16}, gw{{4096, 2, 14336}, DType::BF16}, gout{{8192, 14336}, DType::BF16};
+  op(gated_linear_unit_op(), bind_gated_linear_unit(gx, gw, gout, GluActivation::Swish));
+  op(gated_linear_unit_vjp_op(), bind_gated_linear_unit_vjp(gout, gx, gw, gx, gw, GluActivation::Swish));
   return kernels;
 }
 

@@ -87,9 +87,11 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
     p.c.store({m0, n0}, cast(out, spec.out_dtype));
 }
 
+} // namespace
+
 /// Block origin (m0, n0) of tile `pid` in grouped order: group_m consecutive tiles walk
 /// down M before moving along N, so the B blocks they share stay in L2.
-std::pair<Value, Value> groupedBlock(Value pid, int64_t gridM, int64_t gridN, int64_t groupM, int64_t bm,
+std::pair<Value, Value> grouped_block(Value pid, int64_t gridM, int64_t gridN, int64_t groupM, int64_t bm,
                                      int64_t bn) {
   groupM = std::max<int64_t>(1, groupM);
   Value inGroup = Value(groupM * gridN);
@@ -99,7 +101,11 @@ std::pair<Value, Value> groupedBlock(Value pid, int64_t gridM, int64_t gridN, in
   return {(firstM + local % sizeM) * Value(bm), (local / sizeM) * Value(bn)};
 }
 
-} // namespace
+
+Value exact_product(const Value &a, const Value &b, const Value &acc) {
+  // [bm, bk, 1] * [1, bk, bn], summed over k.
+  return acc + (a.expand(2) * b.expand(0)).sum(1);
+}
 
 MatmulConfig default_config(const MatmulSpec &spec) {
   MatmulConfig config;
@@ -131,7 +137,7 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   Params p = declare(k, spec, DType::F32);
   int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
   k.grid(gridM * gridN);
-  auto [m0, n0] = groupedBlock(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
+  auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
   Value acc = k.full({bm, bn}, 0.0, DType::F32);
 
   if (rows_of_16_bytes(spec)) {
@@ -206,7 +212,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
                       kHopperSharedLimit;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
-    auto [m0, n0] = groupedBlock(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);
+    auto [m0, n0] = grouped_block(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);
     Value m = cluster == 1 ? m0 : m0 + (k.program_id(0) % Value(cluster)) * Value(bm);
     Value acc = tma_dot(p.a, p.b, m, n0, k.full({bm, bn}, 0.0, DType::F32), options);
     epilogue(spec, p, acc, m, n0, bn, tmaStore);
@@ -240,8 +246,7 @@ Kernel matmul_reference_kernel(const MatmulSpec &spec) {
   std::vector<Value> out = k.loop(0, spec.k, bk, {acc}, [&](Value k0, std::vector<Value> carried) {
     Value a = cast(blockA(spec, p, m0, k0, bm, bk), accType);
     Value b = cast(blockB(spec, p, k0, n0, bk, bn), accType);
-    // [bm, bk, 1] * [1, bk, bn], summed over k.
-    return std::vector<Value>{carried[0] + (a.expand(2) * b.expand(0)).sum(1)};
+    return std::vector<Value>{exact_product(a, b, carried[0])};
   });
   epilogue(spec, p, out[0], m0, n0, bn);
   return k;

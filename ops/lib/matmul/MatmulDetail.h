@@ -4,6 +4,7 @@
 #include <tokamax/ops/Matmul.h>
 
 #include <string>
+#include <utility>
 
 namespace tokamax {
 
@@ -17,6 +18,14 @@ std::string tile_unsupported(const MatmulSpec &spec);
 /// Whether the rows of a and b (as stored) are whole 16-byte chunks: TMA (hopper) and
 /// the tile kernel's cp.async ring need it; the tile kernel falls back to masked loads.
 bool rows_of_16_bytes(const MatmulSpec &spec);
+
+/// Block origin (m0, n0) of tile `pid` in grouped order: group_m consecutive tiles walk
+/// down M before moving along N, so the B blocks they share stay in L2.
+std::pair<dsl::Value, dsl::Value> grouped_block(dsl::Value pid, int64_t gridM, int64_t gridN, int64_t groupM,
+                                                int64_t bm, int64_t bn);
+/// acc + a @ b by exact multiply-adds in acc's dtype (a [bm, bk], b [bk, bn] in it):
+/// the reference kernels' product, no tensor cores.
+dsl::Value exact_product(const dsl::Value &a, const dsl::Value &b, const dsl::Value &acc);
 
 /// Shared memory one hopper program may use, and what its parts take: the ring of
 /// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage

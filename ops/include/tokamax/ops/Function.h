@@ -17,6 +17,7 @@
 #pragma once
 
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Op.h>
 
@@ -66,6 +67,10 @@ public:
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,
                             std::optional<Sym> kv_seq_lengths = std::nullopt);
+  /// act(x @ weights[:, 0]) * (x @ weights[:, 1]) (GatedLinearUnit.h); `implementation`
+  /// pins the call and its VJP.
+  Sym gated_linear_unit(Sym x, Sym weights, const std::string &activation = "swish",
+                        std::optional<std::string> implementation = std::nullopt);
   /// Sum of every element, as an f32 tensor of shape [1].
   Sym sum(Sym x);
   Sym add(Sym a, Sym b);

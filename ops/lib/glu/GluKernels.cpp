@@ -1,0 +1,188 @@
+//===- GluKernels.cpp - The gate kernel: both products of a tile, then the gate -===//
+//
+// One program computes the [block_m, block_n] tile of a = x W0 and b = x W1 at the same
+// (m0, n0) over one K loop: each step reads one x block and the two weight blocks and
+// updates two accumulators, so x is read once for both products and a, b never leave
+// the registers. The epilogue applies the gate (forward: act(a) * b) or its VJP (dh =
+// [dout * b * act'(a), dout * act(a)]). Blocks come through a cp.async ring, masked
+// register loads read one step ahead, or (exact products) plain loads.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/glu/GluDetail.h"
+
+#include "ops/lib/Dispatch.h"
+#include "ops/lib/matmul/MatmulDetail.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <numbers>
+
+namespace tokamax::glu_detail {
+
+using namespace dsl;
+
+const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "reference"; }
+
+KernelKey GateKernelSpec::key() const {
+  return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
+                                       {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),
+                                        exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma});
+}
+
+namespace {
+
+Value sigmoid(const Value &x) { return 1.0 / (1.0 + exp(-x)); }
+
+constexpr double kGeluTanhC = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluCubic = 0.044715;
+
+Value geluTanhInner(const Value &x) { return tanh(kGeluTanhC * (x + kGeluCubic * x * x * x)); }
+/// The standard normal CDF.
+Value normalCdf(const Value &x) { return 0.5 * (1.0 + erf(x * (1.0 / std::numbers::sqrt2))); }
+
+} // namespace
+
+Value activate(GluActivation activation, const Value &x) {
+  switch (activation) {
+  case GluActivation::Swish: return x * sigmoid(x);
+  case GluActivation::GeluTanh: return 0.5 * x * (1.0 + geluTanhInner(x));
+  case GluActivation::Gelu: return x * normalCdf(x);
+  case GluActivation::Sigmoid: return sigmoid(x);
+  case GluActivation::Relu: return maximum(x, 0.0);
+  case GluActivation::None: break;
+  }
+  return x;
+}
+
+Value activate_vjp(GluActivation activation, const Value &x, const Value &g) {
+  switch (activation) {
+  case GluActivation::Swish: {
+    Value s = sigmoid(x);
+    return g * (s * (1.0 + x * (1.0 - s)));
+  }
+  case GluActivation::GeluTanh: {
+    Value t = geluTanhInner(x);
+    Value inner = kGeluTanhC * (1.0 + 3 * kGeluCubic * x * x);
+    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * inner);
+  }
+  case GluActivation::Gelu: {
+    constexpr double invSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+    return g * (normalCdf(x) + x * invSqrt2Pi * exp(-0.5 * x * x));
+  }
+  case GluActivation::Sigmoid: {
+    Value s = sigmoid(x);
+    return g * (s * (1.0 - s));
+  }
+  case GluActivation::Relu: return where(x > 0.0, g, 0.0);
+  case GluActivation::None: break;
+  }
+  return g;
+}
+
+namespace {
+
+struct Operands {
+  TensorArg x, w;
+  Value m0, n0;
+};
+
+/// The [bk, bn] block of weights[:, half, :] at (k0, n0) (columns past N read as 0).
+Value weightBlock(const GateKernelSpec &s, const Operands &o, const Value &k0, int half) {
+  return o.w.load({k0, half, o.n0}, {s.block_k, 1, s.block_n}).reshape({s.block_k, s.block_n});
+}
+
+/// a, b over K with each step's blocks read where they are used: exact products.
+std::vector<Value> exactLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
+  const DType c = s.p.compute;
+  return k.loop(0, s.p.K, s.block_k, {zero, zero}, [&](Value k0, std::vector<Value> acc) {
+    Value a = o.x.load({o.m0, k0}, {s.block_m, s.block_k}).to(c);
+    return std::vector<Value>{exact_product(a, weightBlock(s, o, k0, 0).to(c), acc[0]),
+                              exact_product(a, weightBlock(s, o, k0, 1).to(c), acc[1])};
+  });
+}
+
+/// a, b over K on tensor cores, the next step's blocks loaded (masked) before this
+/// step's products.
+std::vector<Value> registerLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
+  auto blocks = [&](Value k0) {
+    return std::vector<Value>{o.x.load({o.m0, k0}, {s.block_m, s.block_k}), weightBlock(s, o, k0, 0),
+                              weightBlock(s, o, k0, 1)};
+  };
+  std::vector<Value> carried{zero, zero};
+  for (Value &b : blocks(0))
+    carried.push_back(b);
+  std::vector<Value> out = k.loop(0, s.p.K, s.block_k, carried, [&](Value k0, std::vector<Value> c) {
+    std::vector<Value> next = blocks(k0 + Value(s.block_k));
+    return std::vector<Value>{dot(c[2], c[3], c[0]), dot(c[2], c[4], c[1]), next[0], next[1], next[2]};
+  });
+  out.resize(2);
+  return out;
+}
+
+/// a, b over K on tensor cores with the x, W0 and W1 blocks copied by cp.async into
+/// rings of `stages` slots, stages - 1 steps ahead: step j waits for its own copies, then
+/// refills the slot step j - 1 read (one wait and barrier per step).
+std::vector<Value> ringLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
+  const int64_t stages = s.stages, bk = s.block_k;
+  const SharedBuffer rings[3] = {k.shared_buffer(stages), k.shared_buffer(stages), k.shared_buffer(stages)};
+  auto copy = [&](Value k0, Value slot) {
+    return std::vector<Value>{o.x.load_async({o.m0, k0}, {s.block_m, bk}, rings[0], slot),
+                              o.w.load_async({k0, 0, o.n0}, {bk, 1, s.block_n}, rings[1], slot),
+                              o.w.load_async({k0, 1, o.n0}, {bk, 1, s.block_n}, rings[2], slot)};
+  };
+  std::vector<Value> carried{zero, zero};
+  for (int64_t ahead = 0; ahead + 1 < stages; ++ahead)  // copies past K read zeros, unused
+    for (Value &b : copy(Value(ahead * bk), k.constant(double(ahead), DType::I32)))
+      carried.push_back(b);
+  carried.push_back(k.constant(0, DType::I32));  // this step's slot
+  std::vector<Value> out = k.loop(0, s.p.K, bk, carried, [&](Value k0, std::vector<Value> c) {
+    Value slot = c.back();
+    k.wait_async(static_cast<int>((stages - 2) * 3));
+    std::vector<Value> next = copy(k0 + Value((stages - 1) * bk), (slot + Value(stages - 1)) % Value(stages));
+    std::vector<Value> result{dot(c[2], c[3], c[0]), dot(c[2], c[4], c[1])};
+    result.insert(result.end(), c.begin() + 5, c.end() - 1);  // later steps' blocks, in flight
+    result.insert(result.end(), next.begin(), next.end());
+    result.push_back((slot + Value(1)) % Value(stages));
+    return result;
+  });
+  k.wait_async(0);  // the last copies land before the program ends
+  out.resize(2);
+  return out;
+}
+
+} // namespace
+
+Kernel gate_kernel(const GateKernelSpec &s) {
+  const Problem &p = s.p;
+  if (p.M < 1 || p.N < 1 || p.K < 1)
+    throw Error(fmt::format("gated_linear_unit: a gate kernel needs M, N, K >= 1, got {} x {} x {}", p.M, p.N, p.K));
+  const int64_t bm = s.block_m, bn = s.block_n;
+  Kernel k(p.vjp ? "glu_gate_vjp" : "glu_gate",
+           {.num_warps = s.num_warps, .mma_rows_per_warp = s.wgmma, .wgmma_dots = s.wgmma});
+  std::optional<TensorArg> dout;
+  if (p.vjp)
+    dout = k.input("dout", p.dtype, {p.M, p.N});
+  Operands o{k.input("x", p.dtype, {p.M, p.K}), k.input("weights", p.dtype, {p.K, 2, p.N}), Value(), Value()};
+  TensorArg result = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.output("out", p.dtype, {p.M, p.N});
+  const int64_t gridM = cdiv(p.M, bm), gridN = cdiv(p.N, bn);
+  k.grid(gridM * gridN);
+  std::tie(o.m0, o.n0) = grouped_block(k.program_id(0), gridM, gridN, s.group_m, bm, bn);
+  Value zero = k.full({bm, bn}, 0.0, p.compute);
+  std::vector<Value> ab = s.exact        ? exactLoop(k, s, o, zero)
+                          : s.async_copy ? ringLoop(k, s, o, zero)
+                                         : registerLoop(k, s, o, zero);
+  const Value &a = ab[0], &b = ab[1];
+  if (!p.vjp) {
+    result.store({o.m0, o.n0}, (activate(p.activation, a) * b).to(p.dtype));
+    return k;
+  }
+  Value g = dout->load({o.m0, o.n0}, {bm, bn}).to(p.compute);
+  Value da = activate_vjp(p.activation, a, g * b), db = g * activate(p.activation, a);
+  result.store({o.m0, 0, o.n0}, da.to(p.dtype).reshape({bm, 1, bn}));
+  result.store({o.m0, 1, o.n0}, db.to(p.dtype).reshape({bm, 1, bn}));
+  return k;
+}
+
+} // namespace tokamax::glu_detail

@@ -1,0 +1,112 @@
+// GPU numerics of gated_linear_unit (forward and VJP) through the device path (op ->
+// implementation choice -> JIT -> launch) against the float64 reference of
+// unit/GluReference.h: every dtype and activation at a small odd shape, odd and large
+// shapes on both tile main loops, a slice of the benchmark shape; outputs start as NaN
+// (unwritten elements show) and a second run must reproduce them bit for bit.
+#include <catch2/catch.hpp>
+
+#include "unit/GluTestCase.h"
+
+#include <tokamax/ops/GatedLinearUnit.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using namespace glu_test;
+
+namespace {
+
+Tensor upload(const HostBuffer &h) {
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  t.copy_from_host(h.bytes(), h.nbytes());
+  return t;
+}
+
+void download(const Tensor &t, HostBuffer &h) { t.copy_to_host(h.bytes(), h.nbytes()); }
+
+/// Runs the call on the device twice into NaN-filled outputs; the first run's results
+/// go to `out`, and any bit that differs in the second fails the test.
+Runner onDevice(bool vjp) {
+  return [vjp](const Case &c, const std::vector<HostBuffer *> &in, const std::vector<HostBuffer *> &out) {
+    Stream stream = Stream::create(Device::get());
+    std::vector<Tensor> inputs;
+    for (HostBuffer *h : in)
+      inputs.push_back(upload(*h));
+    std::vector<std::vector<uint64_t>> first;
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> outputs;
+      for (HostBuffer *h : out)
+        outputs.push_back(upload(HostBuffer(h->dtype, h->shape)));
+      if (vjp)
+        gated_linear_unit_vjp(inputs[0], inputs[1], inputs[2], outputs[0], outputs[1], stream, c.options());
+      else
+        gated_linear_unit(inputs[0], inputs[1], outputs[0], stream, c.options());
+      stream.synchronize();
+      for (size_t i = 0; i < out.size(); ++i) {
+        download(outputs[i], *out[i]);
+        if (run == 0)
+          first.push_back(out[i]->storage);
+        else
+          CHECK(first[i] == out[i]->storage);  // deterministic: reruns are bit for bit
+      }
+    }
+  };
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("gated_linear_unit on the device: every dtype and activation match float64", "[gpu][glu]") {
+  uint64_t seed = 500;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (const char *activation : {"swish", "gelu_tanh", "gelu", "sigmoid", "relu", "none"}) {
+      Case c{{17}, 40, 24, dtype, activation, std::nullopt, std::nullopt};  // auto: tile for bf16 / f16
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+      if (dtype == DType::BF16 || dtype == DType::F16) {
+        c.implementation = "reference";
+        check(checkForward(c, seed++, onDevice(false)));
+        check(checkVjp(c, seed++, onDevice(true)));
+      }
+    }
+}
+
+TEST_CASE("gated_linear_unit on the device: odd and large shapes, both tile main loops", "[gpu][glu]") {
+  uint64_t seed = 700;
+  struct Shape {
+    std::vector<int64_t> lead;
+    int64_t k, n;
+  };
+  for (const Shape &s : {Shape{{1}, 37, 23}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000},
+                         Shape{{1000}, 1001, 999}, Shape{{2, 777}, 1024, 2048}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c{s.lead, s.k, s.n, dtype, "swish", "tile", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+  // Each config of the search space at one ring shape and one odd shape.
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{256, 264}, {259, 131}}) {
+    BoundArgs b = bind_gated_linear_unit({{300, k}, DType::BF16}, {{k, 2, n}, DType::BF16}, {{300, n}, DType::BF16},
+                                         GluActivation::GeluTanh);
+    for (const Config &config : gated_linear_unit_op().implementation("tile").search_space(b)) {
+      Case c{{300}, k, n, DType::BF16, "gelu_tanh", "tile", config};
+      check(checkForward(c, seed++, onDevice(false)));
+    }
+  }
+}
+
+TEST_CASE("gated_linear_unit on the device: rows of the benchmark shape (K 4096, N 14336)", "[gpu][glu]") {
+  // M 64 keeps the float64 reference to ~1e10 multiply-adds; the kernels are the
+  // benchmark's, with fewer row blocks.
+  Case c{{64}, 4096, 14336, DType::BF16, "swish", std::nullopt, std::nullopt};
+  check(checkForward(c, 900, onDevice(false)));
+  check(checkVjp(c, 901, onDevice(true)));
+}

@@ -1,0 +1,65 @@
+// gated_linear_unit on the interpreter against float64: every dtype and activation,
+// forward and VJP, odd shapes (M 1, 17, 1000; K and N not multiples of the blocks), both
+// main loops of the tile kernel (cp.async ring, masked register loads) and reference.
+#include <catch2/catch.hpp>
+
+#include "unit/GluTestCase.h"
+
+#include <tokamax/ops/GatedLinearUnit.h>
+
+using namespace tokamax;
+using namespace glu_test;
+
+namespace {
+
+const char *const kActivations[] = {"swish", "gelu_tanh", "gelu", "sigmoid", "relu", "none"};
+
+/// Small blocks, so that odd shapes give many programs and partial edge blocks.
+Config smallTile(bool ring) {
+  Config c{{"block_m", 16}, {"block_n", 16}, {"block_k", 16}, {"num_warps", 1}};
+  if (ring)
+    c.set("async_copy", 1).set("stages", 3);
+  return c;
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("gated_linear_unit: every dtype and activation, forward and VJP, match float64", "[glu]") {
+  uint64_t seed = 100;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (const char *activation : kActivations) {
+      const bool half = dtype == DType::BF16 || dtype == DType::F16;
+      for (const char *impl : {"tile", "reference"}) {
+        if (!half && std::string(impl) == "tile")
+          continue;
+        Case c{{3, 7}, 40, 24, dtype, activation, impl, std::nullopt};
+        check(checkForward(c, seed++));
+        check(checkVjp(c, seed++));
+      }
+    }
+}
+
+TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference", "[glu]") {
+  uint64_t seed = 300;
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (Shape s : {Shape{1, 37, 23}, Shape{17, 40, 24}, Shape{1000, 24, 40}, Shape{17, 5, 3}, Shape{33, 72, 48}}) {
+    const bool ring = s.k % 8 == 0 && s.n % 8 == 0;
+    check(checkForward({{s.m}, s.k, s.n, DType::BF16, "swish", "tile", smallTile(ring)}, seed++));
+    check(checkVjp({{s.m}, s.k, s.n, DType::BF16, "swish", "tile", smallTile(ring)}, seed++));
+    check(checkForward({{s.m}, s.k, s.n, DType::F16, "gelu_tanh", "tile", std::nullopt}, seed++));
+    check(checkVjp({{s.m}, s.k, s.n, DType::F32, "gelu", "reference", std::nullopt}, seed++));
+    check(checkForward({{s.m}, s.k, s.n, DType::F64, "sigmoid", "reference", std::nullopt}, seed++));
+  }
+  // The wgmma config (every warp along M; the interpreter runs its dots as any other).
+  Config wgmma{{"block_m", 64}, {"block_n", 32}, {"block_k", 16}, {"num_warps", 4},
+               {"async_copy", 1}, {"stages", 2}, {"wgmma", 1}};
+  check(checkForward({{33}, 72, 48, DType::BF16, "gelu", "tile", wgmma}, seed++));
+  check(checkVjp({{100}, 72, 48, DType::F16, "relu", "tile", wgmma}, seed++));
+}

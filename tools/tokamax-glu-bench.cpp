@@ -1,0 +1,210 @@
+// tokamax-glu-bench: gated_linear_unit TFLOP/s, forward and forward + backward, beside
+// the peers' numbers (bench/peers/glu.py: cuBLAS's two GEMMs plus an elementwise kernel).
+//
+//   shape:  G1 = M 8192, K 4096, N 14336 (bf16, swish); --quick: Q = M 1024, K 1024, N 2048
+//   rows:   each implementation (--impl, default tile), "fwd" and "fwd+bwd" (the
+//           forward, then the VJP)
+//   time:   median of tokamax::benchmark() with CUDA events, L2 flushed before each run
+//   TFLOP/s: fwd = 4 M K N (two products); fwd+bwd = 3x fwd (the VJP's dx and dweights;
+//           its recomputation of the pre-activations is not counted, as a peer that
+//           saves them does not do it)
+//   --config JSON: the forward's and the VJP's config; --json FILE: the rows;
+//   --peers FILE: the JSON glu.py writes, printed per row as ours / peer in %
+//
+// Usage: tokamax-glu-bench [--impl tile,reference] [--iters N] [--config JSON] [--json FILE]
+//                          [--peers FILE] [--quick]
+#include <tokamax/ops/GatedLinearUnit.h>
+#include <tokamax/runtime/Benchmark.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using json = nlohmann::json;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t m, k, n;
+};
+const Shape kShape{"G1", 8192, 4096, 14336}, kQuickShape{"Q", 1024, 1024, 2048};
+
+struct Row {
+  std::string shape, pass, impl, status = "ok";
+  double ms = 0, tflops = 0, first_call_ms = 0;
+  int iterations = 0;
+};
+
+double elapsedMs(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A device tensor of normal values (scaled so the pre-activations are about N(0, 1)).
+Tensor randomTensor(std::vector<int64_t> shape, double stddev, Stream &stream, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::BF16);
+  std::vector<uint16_t> host(size_t(t.numel()));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint16_t &v : host) {  // sum of 4 uniforms: close enough to normal for timing
+    double u = 0;
+    for (int i = 0; i < 4; ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      u += double(s >> 11) * 0x1.0p-53 - 0.5;
+    }
+    uint8_t bytes[2];
+    store_from_double(DType::BF16, bytes, u * 1.732 * stddev);
+    v = uint16_t(bytes[0] | (bytes[1] << 8));
+  }
+  t.copy_from_host(host.data(), host.size() * 2);
+  stream.synchronize();
+  return t;
+}
+
+Row measureRow(const Shape &s, const std::string &pass, const std::string &impl, int iters,
+               const std::optional<Config> &config) {
+  Row row{.shape = s.name, .pass = pass, .impl = impl};
+  try {
+    Stream stream = Stream::create(Device::get());
+    Tensor x = randomTensor({s.m, s.k}, 1.0, stream, 1);
+    Tensor w = randomTensor({s.k, 2, s.n}, 1 / std::sqrt(double(s.k)), stream, 2);
+    Tensor dout = randomTensor({s.m, s.n}, 1.0, stream, 3);
+    Tensor out = Tensor::empty({s.m, s.n}, DType::BF16), dx = Tensor::empty({s.m, s.k}, DType::BF16),
+           dw = Tensor::empty({s.k, 2, s.n}, DType::BF16);
+    GluOptions options{"swish", impl, config};
+    auto call = [&] {
+      gated_linear_unit(x, w, out, stream, options);
+      if (pass != "fwd")
+        gated_linear_unit_vjp(dout, x, w, dx, dw, stream, options);
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    stream.synchronize();
+    row.first_call_ms = elapsedMs(t0);
+    t0 = std::chrono::steady_clock::now();
+    call();
+    stream.synchronize();
+    row.iterations = std::clamp(int(10000.0 / std::max(elapsedMs(t0), 1e-3)), 3, iters);
+    BenchmarkData t = benchmark(stream, call, TimingMethod::CudaEvents, row.iterations, /*warmup=*/1,
+                                /*flush_l2=*/true);
+    const double fwdFlops = 4.0 * double(s.m) * double(s.k) * double(s.n);
+    row.ms = t.median;
+    row.tflops = (pass == "fwd" ? fwdFlops : 3 * fwdFlops) / t.median / 1e9;
+  } catch (const NotSupported &e) {
+    row.status = fmt::format("not supported: {}", e.what());
+  } catch (const Error &e) {
+    row.status = fmt::format("failed: {}", e.what());
+  }
+  return row;
+}
+
+/// (shape, pass) -> backend -> TFLOP/s, from glu.py's JSON.
+using PeerTable = std::map<std::pair<std::string, std::string>, std::map<std::string, double>>;
+
+PeerTable readPeers(const std::string &path, std::vector<std::string> &backends) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(fmt::format("--peers: cannot read {}", path));
+  json doc = json::parse(in);
+  fmt::print("peers: {} (torch {}) from {}\n", doc.value("device", "?"), doc.value("torch", "?"), path);
+  PeerTable table;
+  for (const json &r : doc.at("rows")) {
+    const std::string backend = r.at("backend").get<std::string>();
+    if (std::find(backends.begin(), backends.end(), backend) == backends.end())
+      backends.push_back(backend);
+    table[{r.at("shape").get<std::string>(), r.at("pass").get<std::string>()}][backend] =
+        r.value("status", "ok") == "ok" ? r.at("tflops").get<double>() : 0.0;
+  }
+  return table;
+}
+
+std::vector<std::string> split(const std::string &list) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start)
+      items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
+} // namespace
+
+int main(int argc, char **argv) try {
+  std::vector<std::string> impls{"tile"};
+  std::string jsonPath, peersPath;
+  std::optional<Config> config;
+  int iters = 20;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool hasValue = i + 1 < argc;
+    if (arg == "--impl" && hasValue)
+      impls = split(argv[++i]);
+    else if (arg == "--iters" && hasValue)
+      iters = std::max(3, std::atoi(argv[++i]));
+    else if (arg == "--config" && hasValue)
+      config = Config::from_json(argv[++i]);
+    else if (arg == "--json" && hasValue)
+      jsonPath = argv[++i];
+    else if (arg == "--peers" && hasValue)
+      peersPath = argv[++i];
+    else if (arg == "--quick")
+      quick = true;
+    else
+      throw Error(fmt::format("usage: tokamax-glu-bench [--impl tile,reference] [--iters N] [--config JSON] "
+                              "[--json FILE] [--peers FILE] [--quick] (unknown argument \"{}\")",
+                              arg));
+  }
+  if (Device::count() == 0)
+    throw Error("tokamax-glu-bench needs a CUDA device; the driver reports none");
+  std::vector<std::string> backends;
+  PeerTable peers = peersPath.empty() ? PeerTable{} : readPeers(peersPath, backends);
+  const Shape s = quick ? kQuickShape : kShape;
+  fmt::print("gated_linear_unit bf16 swish, {} = M {}, K {}, N {} on {}\n", s.name, s.m, s.k, s.n,
+             Device::get().name());
+  fmt::print("{:<10} {:<8} {:>10} {:>9} {:>14}", "impl", "pass", "ms", "TFLOP/s", "first call ms");
+  for (const std::string &b : backends)
+    fmt::print(" {:>16}", "vs " + b);
+  fmt::print("\n");
+  json rows = json::array();
+  for (const std::string &impl : impls)
+    for (const char *pass : {"fwd", "fwd+bwd"}) {
+      Row r = measureRow(s, pass, impl, iters, config);
+      if (r.status != "ok") {
+        fmt::print("{:<10} {:<8} {}\n", impl, pass, r.status);
+      } else {
+        fmt::print("{:<10} {:<8} {:>10.3f} {:>9.1f} {:>14.0f}", impl, pass, r.ms, r.tflops, r.first_call_ms);
+        for (const std::string &b : backends) {
+          auto peer = peers.find({s.name, pass});
+          const double theirs = peer == peers.end() || !peer->second.count(b) ? 0.0 : peer->second.at(b);
+          fmt::print(" {:>16}", theirs > 0 ? fmt::format("{:.0f}% of {:.0f}", 100 * r.tflops / theirs, theirs) : "-");
+        }
+        fmt::print("\n");
+      }
+      rows.push_back({{"shape", r.shape}, {"pass", r.pass}, {"impl", r.impl}, {"status", r.status}, {"ms", r.ms},
+                      {"tflops", r.tflops}, {"iterations", r.iterations}, {"first_call_ms", r.first_call_ms}});
+    }
+  if (!jsonPath.empty()) {
+    std::ofstream(jsonPath) << json{{"device", Device::get().name()}, {"rows", rows}}.dump(2) << "\n";
+    fmt::print("wrote {}\n", jsonPath);
+  }
+  return 0;
+} catch (const std::exception &e) {
+  fmt::print(stderr, "tokamax-glu-bench: {}\n", e.what());
+  return 1;
+}
