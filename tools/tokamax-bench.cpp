@@ -183,22 +183,8 @@ int main(int argc, char **argv) try {
     Tensor x = randomTensor({1024}, DType::F32, 1), y = randomTensor({1024}, DType::F32, 2), o = Tensor::empty({1024}, DType::F32);
     vector_add(x, y, o, stream);
     stream.synchronize();
-    // CPU time of rounds of launches shorter than the driver's launch queue (so the CPU
-    // never waits for the GPU), synchronised between rounds; median over rounds.
-    auto perCall = [&](const std::function<void()> &launch) {
-      const int rounds = calls / 250;
-      std::vector<double> us;
-      for (int r = 0; r < rounds; ++r) {
-        auto t = Clock::now();
-        for (int i = 0; i < 250; ++i)
-          launch();
-        us.push_back(msSince(t) * 1000 / 250);
-        stream.synchronize();
-      }
-      std::sort(us.begin(), us.end());
-      return us[us.size() / 2];
-    };
-    double ours = perCall([&] { vector_add(x, y, o, stream); });
+    // CPU time per call (rounds shorter than the driver's launch queue, median).
+    double ours = host_us_per_call(stream, [&] { vector_add(x, y, o, stream); }, calls);
     // The same kernel through a bare cuLaunchKernel.
     ElementwiseSpec spec{1024, DType::F32};
     CompiledKernel k = compile(vector_add_kernel(spec, default_config(spec)), {.arch = device.arch()});
@@ -206,9 +192,9 @@ int main(int argc, char **argv) try {
     KernelFunction fn = module.function(k.launch.kernel_name);
     uint64_t px = x.data(), py = y.data(), po = o.data();
     void *params[] = {&px, &py, &po};
-    double bare = perCall([&] {
+    double bare = host_us_per_call(stream, [&] {
       fn.launch({k.launch.grid[0], 1, 1}, {k.launch.block_threads, 1, 1}, 0, stream.handle(), params);
-    });
+    }, calls);
     fmt::print("\ndispatch: {:.2f} us per op call, {:.2f} us per bare cuLaunchKernel ({:+.2f} us ours)\n", ours, bare, ours - bare);
     report.add("dispatch_us", ours);
     report.add("bare_launch_us", bare);
