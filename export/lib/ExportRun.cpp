@@ -1,10 +1,10 @@
 //===- ExportRun.cpp - Replaying an export's launches on a device -----------===//
 //
-// A device's first run checks its kind against the export's target, loads every
-// kernel and allocates the intermediates and the scratch buffer (one allocation);
-// every run then binds the caller's tensors and replays the steps: no JIT, no config
-// resolution, no kernel keys, no allocation. Part of the launch path, which
-// runtime/CMakeLists.txt builds for speed.
+// Preparing a device (prepare(), or its first run) checks its kind against the export's
+// target, loads every kernel and allocates the intermediates and the scratch buffer (one
+// allocation); every run then binds the caller's tensors and replays the steps: no JIT,
+// no config resolution, no kernel keys, no allocation. Part of the launch path, which the
+// top-level CMakeLists.txt keeps at -O3.
 //
 //===----------------------------------------------------------------------===//
 #include "export/lib/ExportState.h"
@@ -70,7 +70,7 @@ Device &deviceOf(std::span<const TensorView> inputs, std::span<const TensorView>
 /// Loads every kernel on `device` and lays the intermediates (the values the caller
 /// does not pass) and the scratch buffer out in one allocation, 256-byte aligned. All or
 /// nothing: a failure leaves `on` unprepared, to be retried whole.
-void prepare(const ExportedFunction::State &s, Device &device, ExportedFunction::State::OnDevice &on) {
+void load(const ExportedFunction::State &s, Device &device, ExportedFunction::State::OnDevice &on) {
   const Plan &plan = s.plan;
   std::vector<std::unique_ptr<LoadedKernel>> kernels;
   for (const KernelEntry &k : plan.kernels) {
@@ -115,7 +115,24 @@ void prepare(const ExportedFunction::State &s, Device &device, ExportedFunction:
   on.prepared = true;
 }
 
+/// The device's state, prepared (the caller holds the state's mutex).
+ExportedFunction::State::OnDevice &prepared(const ExportedFunction &e, ExportedFunction::State &s, Device &device) {
+  ExportedFunction::State::OnDevice &on = s.devices[device.ordinal()];
+  if (!on.prepared) {
+    e.check_device(ExportTarget::of(device));
+    load(s, device, on);
+  }
+  return on;
+}
+
 } // namespace
+
+void ExportedFunction::prepare(Device &device) const {
+  if (!state_)
+    throw Error("export: prepare of an empty ExportedFunction");
+  std::lock_guard lock(state_->mutex);
+  prepared(*this, *state_, device);
+}
 
 void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                            Stream &stream) const {
@@ -125,12 +142,9 @@ void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const T
   const Plan &plan = s.plan;
   Device &device = deviceOf(inputs, outputs);
   std::lock_guard lock(s.mutex);
-  State::OnDevice &on = s.devices[device.ordinal()];
-  bind_views(plan, inputs, outputs, "export run", on.bound);
-  if (!on.prepared) {
-    check_device(ExportTarget::of(device));
-    prepare(s, device, on);
-  }
+  std::vector<uint64_t> &bound = s.devices[device.ordinal()].bound;
+  bind_views(plan, inputs, outputs, "export run", bound);  // argument errors come first
+  State::OnDevice &on = prepared(*this, s, device);
   for (size_t v = 0; v < on.bound.size(); ++v)
     if (!on.bound[v])
       on.bound[v] = on.intermediates[v];

@@ -95,10 +95,14 @@ public:
 
   /// Throws Error naming both device kinds unless this export runs on `device`.
   void check_device(const ExportTarget &device) const;
+  /// Readies `device` for runs: checks its kind (check_device), loads every kernel and
+  /// allocates the intermediates and scratch (one allocation). Done by the first run on
+  /// a device when not called before; calling it at start-up takes that work out of the
+  /// first run. Again on a ready device: nothing.
+  void prepare(Device &device) const;
   /// Replays every launch on `stream` (inputs and outputs as the Function's, on one
-  /// device of the export's kind). Kernels load on a device's first run; intermediates
-  /// and scratch are allocated once per device and reused. Not for concurrent runs of
-  /// one ExportedFunction (they serialise on a lock).
+  /// device of the export's kind), preparing the device first if needed. Not for
+  /// concurrent runs of one ExportedFunction (they serialise on a lock).
   void run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream) const;
 
   /// Target, versions, inputs and outputs, calls and kernels with their sizes.
