@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine: unpack the package, run the GPU tests, the unit tests, the examples
-# and the benchmark; logs go to $OUT (or ./gpu-logs).
+# and the benchmarks; logs go to $OUT (or ./gpu-logs).
 #   scripts/gpu-check.sh .gpu/tokamax.tar.xz
 set -uo pipefail
 pkg=${1:-.gpu/tokamax.tar.xz}
@@ -18,6 +18,11 @@ TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
 TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
 for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
+# Exports: the fixture through the runtime library alone, then load + first run in fresh
+# processes and the per-call overhead against the Function (tokamax-export-bench).
+data=$(dirname "$0")/../tests/data
+TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
+TAIL=20 run export-bench "$bin/tokamax-export-bench" --json "$out/export.json"
 TAIL=20 run matmul-bench "$bin/tokamax-matmul-bench" --json "$out/matmul.json"
 # Attention beside torch's SDPA (flash and cuDNN backends) where torch is installed.
 peers=()

@@ -201,7 +201,8 @@ int main(int argc, char **argv) try {
     Tensor x = randomTensor({1024}, DType::F32, 1), y = randomTensor({1024}, DType::F32, 2), o = Tensor::empty({1024}, DType::F32);
     vector_add(x, y, o, stream);
     stream.synchronize();
-    double ours = bench::host_us_per_call(stream, [&] { vector_add(x, y, o, stream); }, calls);
+    // CPU time per call (rounds shorter than the driver's launch queue, median).
+    double ours = host_us_per_call(stream, [&] { vector_add(x, y, o, stream); }, calls);
     // The same kernel through a bare cuLaunchKernel.
     ElementwiseSpec spec{1024, DType::F32};
     CompiledKernel k = compile(vector_add_kernel(spec, default_config(spec)), {.arch = device.arch()});
@@ -209,7 +210,7 @@ int main(int argc, char **argv) try {
     KernelFunction fn = module.function(k.launch.kernel_name);
     uint64_t px = x.data(), py = y.data(), po = o.data();
     void *params[] = {&px, &py, &po};
-    double bare = bench::host_us_per_call(stream, [&] {
+    double bare = host_us_per_call(stream, [&] {
       fn.launch({k.launch.grid[0], 1, 1}, {k.launch.block_threads, 1, 1}, 0, stream.handle(), params);
     }, calls);
     fmt::print("\ndispatch: {:.2f} us per op call, {:.2f} us per bare cuLaunchKernel ({:+.2f} us ours)\n", ours, bare, ours - bare);

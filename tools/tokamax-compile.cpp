@@ -11,7 +11,7 @@
 //   tokamax-compile prune --max-size 1G [--cache-dir DIR]
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/compiler/Jit.h>
-#include <tokamax/export/ExportedFunction.h>
+#include <tokamax/export/ExportFunction.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/ops/Registry.h>
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
   exp->add_option("--autotune", autotunePath, "an AutotuningResult (JSON) whose configs the calls use");
   exp->add_option("-o,--output", output, "the export file to write")->required();
   exp->add_flag("--no-ptx", noPtx, "leave out each kernel's PTX");
-  exp->add_flag("--no-ir", noIr, "leave out each kernel's tile IR (ExportedFunction::interpret needs it)");
+  exp->add_flag("--no-ir", noIr, "leave out each kernel's tile IR (interpret() of an export needs it)");
 
   auto *inspect = app.add_subcommand("inspect", "print what an export file holds");
   std::string inspectPath;

@@ -11,13 +11,15 @@
 // The file is then read back through the loader, so an export always validates.
 //
 //===----------------------------------------------------------------------===//
-#include "export/lib/ExportState.h"
+#include "export/lib/ExportFile.h"
+#include "export/lib/ExportPlan.h"
 
 #include "ops/lib/ExecutorCapture.h"
 #include "ops/lib/LaunchPlan.h"
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/export/ExportFunction.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/runtime/Error.h>
 
@@ -240,7 +242,14 @@ ExportedFunction export_function(const Function &function, const ExportOptions &
   sections.push_back({SectionKind::Plan, bytesOf(plan_to_json(plan))});
   for (Section &b : blobs)
     sections.push_back(std::move(b));
-  return ExportedFunction(ExportedFunction::State::parse(write_container(ExportedFunction::kFormatVersion, sections)));
+  return ExportedFunction::load(write_container(ExportedFunction::kFormatVersion, sections));
+}
+
+std::shared_ptr<AutotuningResult> recorded_configs(const ExportedFunction &exported) {
+  auto result = std::make_shared<AutotuningResult>();
+  for (const ExportedCall &c : exported.calls())
+    result->add(TuningEntry{BoundArgs::from_json(c.args_json), c.implementation, Config::from_json(c.config_json), {}});
+  return result;
 }
 
 } // namespace tokamax

@@ -117,7 +117,7 @@ Container read_container(std::span<const uint8_t> bytes, uint32_t newest_version
     if (std::memcmp(digest.data(), bytes.data() + at + 24, kChecksumBytes) != 0)
       throw Error(fmt::format("export file: section {} ({}) fails its checksum (corrupt file)", i,
                               section_kind_name(SectionKind(kind))));
-    c.sections.push_back({SectionKind(kind), payload});
+    c.sections.push_back({SectionKind(kind), payload, digest});
     expectedOffset = offset + size;
   }
   if (expectedOffset != bytes.size())

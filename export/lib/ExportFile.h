@@ -14,6 +14,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <tokamax/runtime/Export.h>
+
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,13 +43,15 @@ struct Section {
 struct SectionView {
   SectionKind kind;
   std::span<const uint8_t> payload;
+  std::array<uint8_t, 32> checksum;  ///< the payload's SHA-256 (checked by read_container)
   std::string_view text() const { return {reinterpret_cast<const char *>(payload.data()), payload.size()}; }
 };
 
 constexpr size_t kHeaderBytes = 32, kTableEntryBytes = 56, kChecksumBytes = 32;
 constexpr uint32_t kMaxSections = 1u << 16;
 
-std::vector<uint8_t> write_container(uint32_t version, const std::vector<Section> &sections);
+/// Exported from libtokamax_runtime for export_function (libtokamax).
+TOKAMAX_API std::vector<uint8_t> write_container(uint32_t version, const std::vector<Section> &sections);
 
 struct Container {
   uint32_t version = 0;

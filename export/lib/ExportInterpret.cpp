@@ -8,6 +8,7 @@
 #include "export/lib/ExportState.h"
 
 #include <tokamax/compiler/Interpreter.h>
+#include <tokamax/export/ExportFunction.h>
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
@@ -18,15 +19,18 @@ namespace tokamax {
 
 using namespace export_detail;
 
-void ExportedFunction::interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const {
-  if (!state_)
+void interpret(const ExportedFunction &exported, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs) {
+  const ExportedFunction::State *state = StateAccess::of(exported);
+  if (!state)
     throw Error("export: interpret of an empty ExportedFunction");
-  const Plan &plan = state_->plan;
+  const Plan &plan = state->plan;
   for (size_t k = 0; k < plan.kernels.size(); ++k)
     if (plan.kernels[k].ir < 0)
       throw Error(fmt::format("export interpret: kernel {} ({}) has no tile IR (exported without include_ir)", k,
                               plan.kernels[k].launch.kernel_name));
-  std::vector<uint64_t> bound = bind_views(plan, inputs, outputs, "export interpret");
+  std::vector<uint64_t> bound;
+  bind_views(plan, inputs, outputs, "export interpret", bound);
   // Intermediates and scratch as 16-byte aligned host buffers.
   std::vector<std::unique_ptr<double[]>> storage;
   auto allocate = [&](uint64_t bytes) {
@@ -43,7 +47,7 @@ void ExportedFunction::interpret(std::span<const TensorView> inputs, std::span<c
   };
   std::vector<std::string> irs(plan.kernels.size());
   for (size_t k = 0; k < plan.kernels.size(); ++k)
-    irs[k] = std::string(state_->sections[plan.kernels[k].ir].text());
+    irs[k] = std::string(state->sections[plan.kernels[k].ir].text());
   for (const Step &step : plan.steps) {
     if (step.kernel < 0) {
       if (step.zero_bytes)

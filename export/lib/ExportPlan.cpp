@@ -114,6 +114,8 @@ BufferRef refFromJson(const json &j, const Plan &plan, uint64_t bytes, const std
 
 uint64_t ValueSpec::bytes() const { return checkedBytes(shape, dtype, "value"); }
 
+std::string ValueSpec::text() const { return fmt::format("{} [{}]", dtype_name(dtype), fmt::join(shape, ", ")); }
+
 void check_launch_info(const LaunchInfo &info, const std::string &where) {
   if (info.kernel_name.empty())
     fail(where, "the kernel name is empty");

@@ -21,10 +21,11 @@
 
 namespace tokamax::export_detail {
 
-struct ValueSpec {
+struct TOKAMAX_API ValueSpec {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   uint64_t bytes() const;  ///< checked: the plan's reader refuses specs whose bytes overflow
+  std::string text() const;  ///< "bf16 [5, 33]"
 };
 
 /// A byte range's base: a value of the function, or the scratch buffer (value = -1).
@@ -73,10 +74,11 @@ struct Manifest {
   std::string ptx_isa, llvm, assembler;
 };
 
-std::string manifest_to_json(const Manifest &m);
+// The writers are exported from libtokamax_runtime for export_function (libtokamax).
+TOKAMAX_API std::string manifest_to_json(const Manifest &m);
 Manifest manifest_from_json(std::string_view text);
 
-std::string plan_to_json(const Plan &plan);
+TOKAMAX_API std::string plan_to_json(const Plan &plan);
 /// `sections`: the file's section kinds, which kernels' section indices must match
 /// (each blob section used once).
 Plan plan_from_json(std::string_view text, const std::vector<SectionKind> &sections);

@@ -4,13 +4,14 @@
 #include "export/lib/ExportFile.h"
 #include "export/lib/ExportPlan.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/runtime/LoadedKernel.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace tokamax {
 
@@ -22,11 +23,18 @@ struct ExportedFunction::State {
   std::string function_json;
   export_detail::Plan plan;
 
-  /// What a run on one device keeps: loaded kernels, intermediates, scratch.
+  /// What runs on one device keep: the loaded kernels, and one allocation holding every
+  /// intermediate and the scratch buffer. The vectors below are reused by every run
+  /// (under the mutex), so a run after the first allocates nothing.
   struct OnDevice {
+    bool prepared = false;
     std::vector<std::unique_ptr<LoadedKernel>> kernels;
-    std::map<int, Tensor> values;
-    DeviceBuffer scratch;
+    DeviceBuffer buffers;
+    std::vector<uint64_t> intermediates;  ///< per value: its address in `buffers` (0: the caller's)
+    uint64_t scratch = 0;
+    std::vector<uint64_t> bound;  ///< per value: the address this run uses
+    std::vector<TensorView> views;
+    std::vector<KernelArg> args;
   };
   std::mutex mutex;
   std::map<int, OnDevice> devices;
@@ -37,10 +45,16 @@ struct ExportedFunction::State {
 
 namespace export_detail {
 
+/// What libtokamax's side of export (the interpreter's replay) reads of a loaded file
+/// (null for an empty ExportedFunction).
+struct StateAccess {
+  static const ExportedFunction::State *of(const ExportedFunction &e) { return e.state_.get(); }
+};
+
 /// Checks the views against the plan's inputs and outputs (count, dtype, shape,
-/// contiguity, data) and returns each value's bound address (0: not bound).
-std::vector<uint64_t> bind_views(const Plan &plan, std::span<const TensorView> inputs,
-                                 std::span<const TensorView> outputs, const char *what);
+/// contiguity, data) and sets `bound` to each value's bound address (0: not bound).
+TOKAMAX_API void bind_views(const Plan &plan, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+                            const char *what, std::vector<uint64_t> &bound);
 
 } // namespace export_detail
 } // namespace tokamax

@@ -1,15 +1,14 @@
-//===- ExportedFunction.cpp - Loading, saving, describing and running exports ===//
+//===- ExportedFunction.cpp - Loading, saving and describing exports --------===//
 //
-// Everything here needs only the runtime (the driver, modules, tensors) and the launch
-// metadata: no compiler, no ops, no config resolution.
+// Everything here needs only the runtime and the launch metadata: no compiler, no ops,
+// no config resolution. Running is in ExportRun.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "export/lib/ExportState.h"
+#include "runtime/lib/CacheFile.h"  // Fd, read_at
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
-#include <tokamax/runtime/Hash.h>
-#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,7 +19,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <unistd.h>
 
 namespace tokamax {
@@ -134,12 +132,16 @@ ExportedFunction ExportedFunction::load(std::span<const uint8_t> bytes) {
 }
 
 ExportedFunction ExportedFunction::load(const std::filesystem::path &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // One read of the size fstat gives (a byte-wise stream read was most of a load).
+  cache_file::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
     throw Error(fmt::format("export: cannot open '{}': {}", path.string(), std::strerror(errno)));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    throw Error(fmt::format("export: cannot read '{}'", path.string()));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error(fmt::format("export: cannot read '{}': not a regular file", path.string()));
+  std::vector<uint8_t> bytes;
+  if (int err = cache_file::read_at(fd.get(), 0, static_cast<uint64_t>(st.st_size), bytes))
+    throw Error(fmt::format("export: cannot read '{}': {}", path.string(), std::strerror(err)));
   try {
     return ExportedFunction(State::parse(std::move(bytes)));
   } catch (const Error &e) {
@@ -193,12 +195,6 @@ void ExportedFunction::save(const std::filesystem::path &path) const {
   }
 }
 
-namespace {
-
-std::string specText(const ValueSpec &v) { return fmt::format("{} [{}]", dtype_name(v.dtype), fmt::join(v.shape, ", ")); }
-
-} // namespace
-
 std::string ExportedFunction::describe() const {
   if (!state_)
     return "empty export\n";
@@ -212,7 +208,7 @@ std::string ExportedFunction::describe() const {
   for (auto [name, ids] : {std::pair{"inputs", &p.inputs}, std::pair{"outputs", &p.outputs}}) {
     out += fmt::format("{} ({}):\n", name, ids->size());
     for (size_t i = 0; i < ids->size(); ++i)
-      out += fmt::format("  {}: value {} {}\n", i, (*ids)[i], specText(p.values[(*ids)[i]]));
+      out += fmt::format("  {}: value {} {}\n", i, (*ids)[i], p.values[(*ids)[i]].text());
   }
   std::vector<std::vector<std::string>> callKernels(p.calls.size());
   for (const Step &st : p.steps)
@@ -267,108 +263,6 @@ size_t ExportedFunction::launch_count() const {
   for (const Step &s : state_->plan.steps)
     n += s.kernel >= 0;
   return n;
-}
-
-//===----------------------------------------------------------------------===//
-// Running
-//===----------------------------------------------------------------------===//
-
-void ExportedFunction::check_device(const ExportTarget &device) const {
-  if (!target().accepts(device))
-    throw Error(fmt::format("export: this file was built for {} and cannot run on {}", target().to_string(),
-                            device.to_string()));
-}
-
-std::vector<uint64_t> export_detail::bind_views(const Plan &plan, std::span<const TensorView> inputs,
-                                                std::span<const TensorView> outputs, const char *what) {
-  if (inputs.size() != plan.inputs.size() || outputs.size() != plan.outputs.size())
-    throw Error(fmt::format("{}: expected {} inputs and {} outputs, got {} and {}", what, plan.inputs.size(),
-                            plan.outputs.size(), inputs.size(), outputs.size()));
-  std::vector<uint64_t> bound(plan.values.size(), 0);
-  auto bind = [&](int v, const TensorView &t, const char *kind, size_t i) {
-    const ValueSpec &spec = plan.values[v];
-    if (t.dtype() != spec.dtype || !std::equal(t.shape().begin(), t.shape().end(), spec.shape.begin(), spec.shape.end()))
-      throw Error(fmt::format("{}: {} {} is {} [{}] but the export was made for {}", what, kind, i,
-                              dtype_name(t.dtype()), fmt::join(t.shape(), ", "), specText(spec)));
-    if (!t.is_contiguous())
-      throw Error(fmt::format("{}: {} {} must be contiguous (row-major)", what, kind, i));
-    if (!t.data() && spec.bytes() > 0)
-      throw Error(fmt::format("{}: {} {} has no data (a null pointer)", what, kind, i));
-    bound[v] = t.data();
-  };
-  for (size_t i = 0; i < inputs.size(); ++i)
-    bind(plan.inputs[i], inputs[i], "input", i);
-  for (size_t i = 0; i < outputs.size(); ++i)
-    bind(plan.outputs[i], outputs[i], "output", i);
-  return bound;
-}
-
-void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const TensorView> outputs,
-                           Stream &stream) const {
-  if (!state_)
-    throw Error("export: run of an empty ExportedFunction");
-  State &s = *state_;
-  const Plan &plan = s.plan;
-  std::vector<uint64_t> bound = bind_views(plan, inputs, outputs, "export run");
-  int ordinal = -1;
-  for (std::span<const TensorView> views : {inputs, outputs})
-    for (const TensorView &t : views) {
-      if (!t.data())
-        continue;
-      if (ordinal >= 0 && t.device() != ordinal)
-        throw Error(fmt::format("export run: tensors on devices {} and {}; all must be on one", ordinal, t.device()));
-      ordinal = t.device();
-    }
-  Device &device = Device::get(std::max(ordinal, 0));
-  check_device(ExportTarget::of(device));
-
-  std::lock_guard lock(s.mutex);
-  State::OnDevice &on = s.devices[device.ordinal()];
-  if (on.kernels.size() != plan.kernels.size()) {  // all or none: a failed load is retried whole
-    std::vector<std::unique_ptr<LoadedKernel>> loaded;
-    for (const KernelEntry &k : plan.kernels) {
-      const SectionView &cubin = s.sections[k.cubin];
-      loaded.push_back(std::make_unique<LoadedKernel>(Module::load_cubin(cubin.payload, device), k.launch,
-                                                      sha256_hex(cubin.text())));
-    }
-    on.kernels = std::move(loaded);
-  }
-  if (plan.scratch_bytes && on.scratch.size() < plan.scratch_bytes)
-    on.scratch = DeviceBuffer(plan.scratch_bytes, device);
-  auto address = [&](const BufferRef &r) -> uint64_t {
-    if (r.value < 0)
-      return on.scratch.ptr() + r.offset;
-    if (!bound[r.value]) {
-      auto it = on.values.find(r.value);
-      if (it == on.values.end())
-        it = on.values.emplace(r.value, Tensor::empty(plan.values[r.value].shape, plan.values[r.value].dtype, device))
-                 .first;
-      bound[r.value] = it->second.data();
-    }
-    return bound[r.value] + r.offset;
-  };
-  std::vector<TensorView> views;
-  std::vector<KernelArg> args;
-  for (const Step &step : plan.steps) {
-    if (step.kernel < 0) {
-      if (step.zero_bytes)
-        memset_d8(address(step.buffer), 0, step.zero_bytes, stream.handle());
-      continue;
-    }
-    const LaunchInfo &info = plan.kernels[step.kernel].launch;
-    views.clear();
-    views.reserve(step.args.size());  // KernelArgs point into it
-    args.clear();
-    for (size_t a = 0; a < step.args.size(); ++a) {
-      if (step.args[a].is_scalar) {
-        args.emplace_back(step.args[a].scalar);
-        continue;
-      }
-      views.emplace_back(address(step.args[a].buffer), info.params[a].dtype, info.params[a].shape, device.ordinal());
-      args.emplace_back(views.back());
-    }
-    on.kernels[step.kernel]->launch(args, stream.handle());
-  }
 }
 
 } // namespace tokamax

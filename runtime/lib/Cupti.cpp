@@ -42,7 +42,8 @@ struct CuptiApi {
 
 constexpr const char* kLibrary = "libcupti.so.13";
 
-// The directory holding libtokamax itself, so a package can ship libcupti beside it.
+// The directory holding this library (libtokamax_runtime, beside libtokamax), so a
+// package can ship libcupti there.
 std::string own_directory() {
   Dl_info info{};
   if (!dladdr(reinterpret_cast<void*>(&cupti_load_error), &info) || !info.dli_fname)

@@ -1,7 +1,7 @@
 //===- Error.cpp - Exception classes --------------------------------------===//
 //
 // Destructors are defined out of line so each class's vtable and typeinfo are
-// emitted once, in libtokamax.
+// emitted once, in libtokamax_runtime.
 //
 //===----------------------------------------------------------------------===//
 #include "tokamax/runtime/Error.h"

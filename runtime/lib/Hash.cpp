@@ -2,7 +2,11 @@
 
 #include <tokamax/runtime/Hash.h>
 
-#include <openssl/evp.h>
+// The one-call SHA-256 routines (deprecated, not removed, in OpenSSL 3): EVP_Digest
+// would link libcrypto's provider machinery (about 3 MB) into libtokamax_runtime for the
+// same code (SHA-NI where the CPU has it).
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 
 #include <cstring>
 #include <stdexcept>
@@ -10,12 +14,13 @@
 namespace tokamax {
 
 std::array<uint8_t, 32> sha256(std::span<const uint8_t> data) {
+  static_assert(SHA256_DIGEST_LENGTH == 32);
   std::array<uint8_t, 32> out{};
-  unsigned int out_size = 0;
-  // EVP_Digest only fails on allocation failure; a silently wrong digest would
-  // poison the cache, so treat it as fatal.
-  if (EVP_Digest(data.data(), data.size(), out.data(), &out_size, EVP_sha256(), nullptr) != 1 ||
-      out_size != out.size())
+  SHA256_CTX context;
+  // These cannot fail on a valid context; a silently wrong digest would poison the
+  // cache, so a failure is fatal all the same.
+  if (SHA256_Init(&context) != 1 || SHA256_Update(&context, data.data(), data.size()) != 1 ||
+      SHA256_Final(out.data(), &context) != 1)
     throw std::runtime_error("tokamax: SHA-256 computation failed");
   return out;
 }

@@ -4,11 +4,13 @@
 #include "TimingArgs.h"
 
 #include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Event.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 namespace tokamax {
@@ -41,6 +43,22 @@ Timings time_on_stream(Stream &stream, const std::function<void()> &work, int wa
     t.mean = std::accumulate(sorted.begin(), sorted.end(), 0.0) / sorted.size();
   }
   return t;
+}
+
+double host_us_per_call(Stream &stream, const std::function<void()> &call, int calls, int per_round) {
+  if (!call || per_round < 1 || per_round > calls)
+    throw Error("host_us_per_call: needs a call and 1 <= per_round <= calls");
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> us;
+  for (int done = 0; done + per_round <= calls; done += per_round) {
+    const auto start = Clock::now();
+    for (int i = 0; i < per_round; ++i)
+      call();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / per_round);
+    stream.synchronize();
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
 }
 
 } // namespace tokamax

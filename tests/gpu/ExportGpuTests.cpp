@@ -2,7 +2,8 @@
 // layer_norm -> attention chunked -> layer_norm -> attention tile -> sum) run through
 // ExportedFunction::run gives bitwise the outputs of Function::run under the same
 // configs (heuristics, or one AutotuningResult for both); a second run on another stream
-// gives them again; a file for another device kind is refused naming both kinds; the
+// gives them again, as does an export whose device was prepared ahead of its first run;
+// a file for another device kind is refused (run and prepare) naming both kinds; the
 // format-version-1 fixture runs where it was built for (an H200), close to its Function
 // under the configs it recorded, and is refused elsewhere.
 #include "unit/ExportTestUtil.h"
@@ -74,8 +75,13 @@ struct DeviceBuffers {
 };
 
 /// Runs `g` directly and its export for this device on the same inputs; both outputs.
-void expectSameBits(const Function &g, const ExportOptions &options) {
+/// With `prepareFirst`, the device is prepared before the export's first run.
+void expectSameBits(const Function &g, const ExportOptions &options, bool prepareFirst = false) {
   ExportedFunction e = ExportedFunction::load(export_function(g, options).bytes());
+  if (prepareFirst) {
+    e.prepare(Device::get(0));
+    e.prepare(Device::get(0));  // already ready: nothing more
+  }
   HostBuffers host(g.input_specs(), g.output_specs(), 17);
   DeviceBuffers direct(host, g.input_specs(), g.output_specs()), exported(host, g.input_specs(), g.output_specs());
   Stream stream = Stream::create(Device::get(0));
@@ -102,6 +108,10 @@ ExportOptions forThisDevice() {
 
 TEST_CASE("an exported layer_norm gradient gives the Function's bits", "[gpu][export]") {
   expectSameBits(small_grad(), forThisDevice());
+}
+
+TEST_CASE("an export prepared ahead of its first run gives the Function's bits", "[gpu][export]") {
+  expectSameBits(small_grad(), forThisDevice(), true);
 }
 
 TEST_CASE("the exported headline gradient gives the Function's bits", "[gpu][export]") {
@@ -131,6 +141,7 @@ TEST_CASE("an export for another device kind is refused, naming both", "[gpu][ex
   Stream stream = Stream::create(Device::get(0));
   CHECK_THROWS_WITH(e.run(d.inViews, d.outViews, stream),
                     Contains(options.target.to_string()) && Contains(here.to_string()));
+  CHECK_THROWS_WITH(e.prepare(Device::get(0)), Contains(options.target.to_string()) && Contains(here.to_string()));
   // The same arch under another device name is refused as well.
   ExportOptions renamed;
   renamed.target = ExportTarget::parse(here.arch, fmt::format("Another GPU:{}.{}", here.cc_major, here.cc_minor));

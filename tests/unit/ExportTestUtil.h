@@ -5,7 +5,7 @@
 #pragma once
 
 #include <tokamax/autotune/Autotune.h>
-#include <tokamax/export/ExportedFunction.h>
+#include <tokamax/export/ExportFunction.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/runtime/Hash.h>
 
@@ -90,15 +90,6 @@ struct HostBuffers {
       outViews.push_back(host_view(out[i].data(), outputs[i].dtype, outputs[i].shape));
   }
 };
-
-/// The implementation and config the export recorded for each call, as a result a
-/// scope can apply to the Function the export was made from.
-inline std::shared_ptr<AutotuningResult> recorded_configs(const ExportedFunction &e) {
-  auto result = std::make_shared<AutotuningResult>();
-  for (const ExportedCall &c : e.calls())
-    result->add(TuningEntry{BoundArgs::from_json(c.args_json), c.implementation, Config::from_json(c.config_json), {}});
-  return result;
-}
 
 /// Whether two sets of outputs of `specs` agree within `tolerance` relative to their
 /// magnitude (a fixture's frozen kernels against today's, which may round differently).

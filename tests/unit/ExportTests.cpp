@@ -95,7 +95,7 @@ TEST_CASE("without PTX or IR the export keeps only cubins, and interpret says wh
   }
   CHECK(e.target().device_name.empty());
   HostBuffers b(small_grad().input_specs(), small_grad().output_specs(), 1);
-  CHECK_THROWS_WITH(e.interpret(b.inViews, b.outViews), Contains("has no tile IR"));
+  CHECK_THROWS_WITH(interpret(e, b.inViews, b.outViews), Contains("has no tile IR"));
 }
 
 TEST_CASE("the exported plan replays on the interpreter with the Function's bits", "[export][interpreter]") {
@@ -103,12 +103,12 @@ TEST_CASE("the exported plan replays on the interpreter with the Function's bits
   ExportedFunction e = ExportedFunction::load(small_export_bytes());
   HostBuffers a(g.input_specs(), g.output_specs(), 7), b(g.input_specs(), g.output_specs(), 7, 0xA5);
   g.interpret(a.inViews, a.outViews);
-  e.interpret(b.inViews, b.outViews);
+  interpret(e, b.inViews, b.outViews);
   CHECK(a.out == b.out);
   // Wrong views are refused by name before anything runs.
-  CHECK_THROWS_WITH(e.interpret(std::span(b.inViews).first(1), b.outViews), Contains("expected 2 inputs"));
+  CHECK_THROWS_WITH(interpret(e, std::span(b.inViews).first(1), b.outViews), Contains("expected 2 inputs"));
   std::vector<TensorView> swapped = {b.inViews[1], b.inViews[0]};
-  CHECK_THROWS_WITH(e.interpret(swapped, b.outViews), Contains("input 0 is f32 [33]"));
+  CHECK_THROWS_WITH(interpret(e, swapped, b.outViews), Contains("input 0 is f32 [33]"));
 }
 
 TEST_CASE("the headline gradient's export replays on the interpreter with the Function's bits",
@@ -125,7 +125,7 @@ TEST_CASE("the headline gradient's export replays on the interpreter with the Fu
   CHECK(e.calls().size() == g.calls().size());
   HostBuffers a(g.input_specs(), g.output_specs(), 23), b(g.input_specs(), g.output_specs(), 23, 0xA5);
   g.interpret(a.inViews, a.outViews);
-  e.interpret(b.inViews, b.outViews);
+  interpret(e, b.inViews, b.outViews);
   CHECK(a.out == b.out);
 }
 
@@ -156,7 +156,7 @@ TEST_CASE("configs of an autotuning result are used and recorded per call", "[ex
   AutotuningScope scope(tuned);
   HostBuffers a(g.input_specs(), g.output_specs(), 3), b(g.input_specs(), g.output_specs(), 3, 0x5A);
   g.interpret(a.inViews, a.outViews);
-  e.interpret(b.inViews, b.outViews);
+  interpret(e, b.inViews, b.outViews);
   CHECK(a.out == b.out);
 }
 
@@ -250,7 +250,7 @@ TEST_CASE("the format-version-1 fixture in tests/data loads, validates and repla
     AutotuningScope scope(recorded_configs(e));
     g.interpret(a.inViews, a.outViews);
   }
-  e.interpret(b.inViews, b.outViews);
+  interpret(e, b.inViews, b.outViews);
   CHECK(outputs_close(a.out, b.out, g.output_specs(), 2e-2));
   CHECK_THAT(e.describe(), Contains("layer_norm_vjp"));
 }

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <tokamax/compiler/Compiler.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Error.h>
 
 using namespace tokamax;

@@ -126,20 +126,6 @@ void line(const std::string &what, double us, double bare) {
 
 } // namespace
 
-double host_us_per_call(Stream &stream, const std::function<void()> &call, int calls) {
-  constexpr int kRound = 250;
-  std::vector<double> us;
-  for (int r = 0; r < std::max(1, calls / kRound); ++r) {
-    auto t = Clock::now();
-    for (int i = 0; i < kRound; ++i)
-      call();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count() / kRound);
-    stream.synchronize();
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 std::vector<Figure> dispatch_figures(Stream &stream, Device &device) {
   std::vector<Figure> figures;
   fmt::print("\nhost dispatch, cached calls (CPU time per call, median of rounds of 250):\n");

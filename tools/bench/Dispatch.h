@@ -25,11 +25,6 @@ struct Figure {
   double value = 0;
 };
 
-/// CPU microseconds per call of `call`: `calls` calls in rounds of 250 (fewer than the
-/// driver's launch queue holds, so the CPU never waits for the GPU), the stream
-/// synchronised between rounds; the median round.
-double host_us_per_call(tokamax::Stream &stream, const std::function<void()> &call, int calls = 10000);
-
 /// Prints the host dispatch figures and returns them.
 std::vector<Figure> dispatch_figures(tokamax::Stream &stream, tokamax::Device &device);
 

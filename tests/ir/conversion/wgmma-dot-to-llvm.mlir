@@ -141,7 +141,7 @@ func.func @plain(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %o: !tile.ptr<f32>) a
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
 // CHECK-NOT: wgmma.wait_group
 // CHECK: ld.global
-// CHECK: llvm.inline_asm has_side_effects asm_dialect = att "wgmma.wait_group.sync.aligned 0;", "=f,{{(=f,){31}}}0,1,2,
+// CHECK: llvm.inline_asm has_side_effects asm_dialect = att "wgmma.wait_group.sync.aligned 0;", "{{(=f,)+}}0,1,2,
 // CHECK-NOT: wgmma.wait
 // CHECK: st.global
 // SM80-LABEL: llvm.func @overlap

@@ -9,7 +9,7 @@
 #pragma once
 
 #include <tokamax/compiler/Compiler.h>
-#include <tokamax/runtime/Module.h>
+#include <tokamax/runtime/LoadedKernel.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <cstdint>
@@ -52,53 +52,6 @@ private:
   std::string op_;
   std::vector<uint64_t> fields_;
   uint64_t hash_;
-};
-
-/// One launch argument: a tensor or a scalar, in the kernel's parameter order.
-struct TOKAMAX_API KernelArg {
-  const TensorView *tensor = nullptr;
-  double scalar = 0;
-
-  KernelArg(const TensorView &t) : tensor(&t) {}
-  KernelArg(double v) : scalar(v) {}
-  KernelArg(int v) : scalar(v) {}
-  KernelArg(int64_t v) : scalar(static_cast<double>(v)) {}
-};
-
-/// A compiled kernel loaded on one device.
-class TOKAMAX_API LoadedKernel {
-public:
-  LoadedKernel(Module module, LaunchInfo info, std::string digest);
-  ~LoadedKernel();
-
-  const LaunchInfo &info() const { return info_; }
-  const std::string &digest() const { return digest_; }
-
-  static constexpr size_t kMaxParams = 32;
-
-  /// Checks the arguments against the kernel's parameters (count, dtype, shape,
-  /// 16-byte alignment) and launches. No allocation. TMA tensor maps are encoded once
-  /// per tensor address and reused while the address recurs.
-  void launch(std::span<const KernelArg> args, CUstream stream) const;
-  void launch(std::initializer_list<KernelArg> args, CUstream stream) const {
-    launch(std::span<const KernelArg>(args.begin(), args.size()), stream);
-  }
-  /// launch() in two halves, for callers that replay a checked launch with other tensors:
-  /// pack() checks the arguments as launch() does and writes one 8-byte word per
-  /// parameter (a tensor's address; a scalar in its parameter's dtype) to `words`
-  /// (kMaxParams of them); launch_packed() launches such words unchecked, so a tensor
-  /// word may only be replaced by the 16-byte aligned address of a tensor of the shape
-  /// and dtype that pack() checked.
-  void pack(std::span<const KernelArg> args, uint64_t *words) const;
-  void launch_packed(const uint64_t *words, CUstream stream) const;
-
-private:
-  Module module_;
-  KernelFunction function_;
-  LaunchInfo info_;
-  std::string digest_;
-  struct TensorMapCache;
-  std::unique_ptr<TensorMapCache> maps_;  // set when the kernel reads through tensor maps
 };
 
 /// Where the kernel of a call came from (for logs, tests and benchmarks).

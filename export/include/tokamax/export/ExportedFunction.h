@@ -1,43 +1,42 @@
 //===- ExportedFunction.h - A traced Function as one versioned file -*- C++ -*-===//
 //
-// export_function() compiles every kernel a Function's calls launch for one target (an
-// arch and, optionally, the exact device kind) and records the launches themselves:
-// which kernel, which value (or scratch offset) each parameter reads and writes, every
-// scalar, every zero fill. The result holds no compiler state: ExportedFunction::run
-// loads the cubins with the driver and replays the launches on a stream, with no
-// MLIR, no JIT and no config resolution. The file (save / bytes / load) is a checksummed
-// container of sections; docs/architecture.md describes it.
+// An export is a Function compiled for one target (an arch and, optionally, the exact
+// device kind) with its launches recorded: which kernel, which value (or scratch
+// offset) each parameter reads and writes, every scalar, every zero fill. Loading and
+// running one needs only the runtime (libtokamax_runtime, CMake target
+// tokamax::runtime): ExportedFunction::run loads the cubins with the driver and replays
+// the launches on a stream, with no MLIR, no JIT and no config resolution. Making one
+// (export_function) and replaying one on the CPU interpreter need the compiler:
+// <tokamax/export/ExportFunction.h>, in libtokamax. The file (save / bytes / load) is a
+// checksummed container of sections; docs/architecture.md describes it.
 //
-//   ExportOptions options;
-//   options.target = ExportTarget::parse("sm_90a", "NVIDIA H200:9.0");
-//   ExportedFunction e = export_function(grad(loss, {0, 1}), options);  // no GPU needed
-//   e.save("loss-grad.tkx");
-//   ...
-//   ExportedFunction::load("loss-grad.tkx").run(inputs, outputs, stream);
+//   ExportedFunction e = ExportedFunction::load("loss-grad.tkx", ExportTarget::of(device));
+//   e.run(inputs, outputs, stream);
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <tokamax/compiler/Compiler.h>
 #include <tokamax/runtime/DType.h>
 #include <tokamax/runtime/Export.h>
+#include <tokamax/runtime/LaunchInfo.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tokamax {
 
-class AutotuningResult;
 class Device;
-class Function;
 class Stream;
+
+namespace export_detail {
+struct StateAccess;
+}
 
 /// What an export runs on: an arch ("sm_90a") and the device kind (the driver's device
 /// name and compute capability). An empty device name accepts any device of the arch's
@@ -59,23 +58,6 @@ struct TOKAMAX_API ExportTarget {
   /// Whether a file built for this target runs on `device`.
   bool accepts(const ExportTarget &device) const;
   bool operator==(const ExportTarget &) const = default;
-};
-
-/// Reported while export_function compiles (the CLI prints it as a progress line).
-struct TOKAMAX_API ExportProgress {
-  size_t done = 0, total = 0;  ///< kernels compiled, kernels to compile
-  std::string kernel;          ///< the kernel being compiled
-};
-
-struct TOKAMAX_API ExportOptions {
-  ExportTarget target;
-  /// Its configs are used for the calls it has (the others take their heuristic).
-  std::shared_ptr<const AutotuningResult> autotuning;
-  /// opt_level and dump_dir are used; arch comes from the target; assemble is always on.
-  CompileOptions compile;
-  bool include_ptx = true;  ///< keep each kernel's PTX beside its cubin
-  bool include_ir = true;   ///< keep each kernel's tile IR (interpret() needs it)
-  std::function<void(const ExportProgress &)> progress;
 };
 
 /// One recorded call: its op, arguments and what export chose for it.
@@ -113,14 +95,15 @@ public:
 
   /// Throws Error naming both device kinds unless this export runs on `device`.
   void check_device(const ExportTarget &device) const;
+  /// Readies `device` for runs: checks its kind (check_device), loads every kernel and
+  /// allocates the intermediates and scratch (one allocation). Done by the first run on
+  /// a device when not called before; calling it at start-up takes that work out of the
+  /// first run. Again on a ready device: nothing.
+  void prepare(Device &device) const;
   /// Replays every launch on `stream` (inputs and outputs as the Function's, on one
-  /// device of the export's kind). Kernels load on a device's first run; intermediates
-  /// and scratch are allocated once per device and reused. Not for concurrent runs of
-  /// one ExportedFunction (they serialise on a lock).
+  /// device of the export's kind), preparing the device first if needed. Not for
+  /// concurrent runs of one ExportedFunction (they serialise on a lock).
   void run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream &stream) const;
-  /// The same launches on the CPU interpreter (host views), from each kernel's tile IR;
-  /// throws Error when the export was made without it.
-  void interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const;
 
   /// Target, versions, inputs and outputs, calls and kernels with their sizes.
   std::string describe() const;
@@ -145,13 +128,8 @@ public:
 
 private:
   explicit ExportedFunction(std::unique_ptr<State> state);
-  friend TOKAMAX_API ExportedFunction export_function(const Function &, const ExportOptions &);
+  friend struct export_detail::StateAccess;  // the interpreter's replay, in libtokamax
   std::unique_ptr<State> state_;
 };
-
-/// Compiles and records `function` for `options.target` with no GPU (see the file
-/// comment). Throws Error when a call's op cannot be exported or a kernel fails to
-/// compile (naming it).
-TOKAMAX_API ExportedFunction export_function(const Function &function, const ExportOptions &options);
 
 } // namespace tokamax

@@ -1,6 +1,6 @@
-//===- LaunchInfo.cpp - Launch metadata as JSON (stored in cache entries) ---===//
-#include <tokamax/compiler/Compiler.h>
+//===- LaunchInfo.cpp - Launch metadata as JSON (cache entries, export files) ===//
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/LaunchInfo.h>
 
 #include <nlohmann/json.hpp>
 
