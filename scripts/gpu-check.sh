@@ -1,51 +1,88 @@
 #!/usr/bin/env bash
 # On a GPU machine: unpack the package, run the GPU tests, the unit tests, the examples
 # and the benchmarks; logs go to $OUT (or ./gpu-logs).
-#   scripts/gpu-check.sh .gpu/tokamax.tar.xz
+#   scripts/gpu-check.sh [PACKAGE] [PART...]
+# PACKAGE defaults to .gpu/tokamax.tar.xz. With no PART every part runs (about half an
+# hour); each part below fits a 10-minute window:
+#   tests       GPU tests except load, wgmma and the slow matmul sweeps
+#   matmul      the matmul GPU tests
+#   load        the 60 s load test
+#   unit        unit tests and the examples
+#   new         what runs on wgmma, CUDA graphs, the call cache, exports and the new ops
+#   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
+#   attention   attention and gated_linear_unit beside torch, wgmma configs included
+#   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
-pkg=${1:-.gpu/tokamax.tar.xz}
+pkg=.gpu/tokamax.tar.xz
+if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
+parts=${*:-tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
 tar -C "$work" -xJf "$pkg"
 bin=$work/tokamax/bin
-export TOKAMAX_CACHE_DIR=$work/cache
+here=$(cd "$(dirname "$0")" && pwd)
+data=$here/../tests/data
+export TOKAMAX_CACHE_DIR=$work/cache TOKAMAX_TEST_DATA=$data
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 status=0
 run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; local rc=$?; tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1; }
-run gpu-tests "$bin/tokamax-gpu-tests" "~[load]" --durations yes
-TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
-TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
-for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
-TAIL=30 run bench "$bin/tokamax-bench" --json "$out/bench.json"
-# Exports: the fixture through the runtime library alone, then load + first run in fresh
-# processes and the per-call overhead against the Function (tokamax-export-bench).
-data=$(dirname "$0")/../tests/data
-TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
-TAIL=20 run export-bench "$bin/tokamax-export-bench" --json "$out/export.json"
-TAIL=20 run matmul-bench "$bin/tokamax-matmul-bench" --json "$out/matmul.json"
-# Attention beside torch's SDPA (flash and cuDNN backends) where torch is installed.
-peers=()
-if python3 -c "import torch" 2> /dev/null; then
-  TAIL=20 run attention-peers python3 "$(dirname "$0")/../bench/peers/attention.py" --json "$out/attention-peers.json"
-  peers=(--peers "$out/attention-peers.json")
+has_torch() { python3 -c "import torch" 2> /dev/null; }
+wants() { [[ " $parts " == *" $1 "* ]]; }
+
+wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]" --durations yes
+wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes
+wants load && TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
+if wants unit; then
+  TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
+  for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 fi
-TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
-# gated_linear_unit beside cuBLAS's GEMMs + torch's elementwise kernels, where torch is installed.
-glu_peers=()
-if python3 -c "import torch" 2> /dev/null; then
-  TAIL=10 run glu-peers python3 "$(dirname "$0")/../bench/peers/glu.py" --json "$out/glu-peers.json"
-  glu_peers=(--peers "$out/glu-peers.json")
+if wants new; then
+  # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
+  # wgmma dots), Function graph replay and the eager call cache, exports (the rewritten
+  # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
+  # and the fixture through the runtime library alone.
+  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],double-buffered*" --durations yes
+  TAIL=8 run dispatch-tests "$bin/tokamax-dispatch-tests"
+  TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
 fi
-TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+if wants bench; then
+  TAIL=40 run bench "$bin/tokamax-bench" --json "$out/bench.json"
+  # Load + first run in fresh processes and the per-call overhead against the Function.
+  TAIL=20 run export-bench "$bin/tokamax-export-bench" --json "$out/export.json"
+  TAIL=20 run matmul-bench "$bin/tokamax-matmul-bench" --json "$out/matmul.json"
+fi
+if wants attention; then
+  peers=()
+  if has_torch; then
+    TAIL=20 run attention-peers python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers.json"
+    peers=(--peers "$out/attention-peers.json")
+  fi
+  TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
+  # The tile kernels with their products on wgmma (opt-in until measured here).
+  for config in '{"block_q":128,"block_kv":64,"num_warps":8,"async_copy":1,"wgmma":1}' \
+                '{"block_q":64,"block_kv":64,"num_warps":4,"async_copy":1,"wgmma":1}' \
+                '{"block_q":128,"block_kv":128,"num_warps":8,"async_copy":1,"wgmma":1}'; do
+    TAIL=20 run "attention-wgmma-$(echo "$config" | tr -dc '0-9' | head -c 12)" "$bin/tokamax-attention-bench" \
+      --impl tile --config "$config" --vjp-config '{"block_q":64,"block_kv":64,"num_warps":4,"async_copy":1,"wgmma":1}' \
+      "${peers[@]}"
+  done
+  # gated_linear_unit beside cuBLAS's GEMMs + torch's elementwise kernels.
+  glu_peers=()
+  if has_torch; then
+    TAIL=10 run glu-peers python3 "$here/../bench/peers/glu.py" --json "$out/glu-peers.json"
+    glu_peers=(--peers "$out/glu-peers.json")
+  fi
+  TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+fi
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion
 # under any tool fails the check as a tool error does.
-if command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; then
+if wants sanitize && { command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; }; then
   echo "== sanitize"
-  OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
+  OUT=$out bash "$here/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
     "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 900 || status=1
-  OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
+  OUT=$out bash "$here/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
     "hopper matmul with A in registers in order at block_k 16*" 600 || status=1
 fi
 exit $status
