@@ -26,38 +26,22 @@ Usage: python3 bench/peers/attention.py [--json FILE] [--shapes S1,S2,S3] [--ite
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from peer_timing import flush_buffer, time_runs
+
 SHAPES = {"S1": (32, 2048, 16, 64), "S2": (4, 4096, 32, 128), "S3": (8, 8192, 16, 128)}
 QUICK_SHAPE = {"Q": (2, 512, 4, 64)}
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
-FLUSH_BYTES = 256 << 20
 
 
 def forward_flops(b, t, n, h, causal):
     return 4.0 * b * n * t * t * h * (0.5 if causal else 1.0)
 
-
-def time_runs(work, iters, warmup, flush):
-    """Median ms of `work` over `iters` runs, each after an L2 flush, by CUDA events."""
-    for _ in range(warmup):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        flush.fill_(1)  # overwrite 256 MB: L2 holds none of the inputs afterwards
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def bench_row(name, shape, causal, pass_, backend, iters, flush):
@@ -116,7 +100,7 @@ def main():
         shapes, iters = {s: SHAPES[s] for s in args.shapes.split(",")}, args.iters
     backends = args.backends.split(",")
 
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = flush_buffer()
     device = torch.cuda.get_device_name()
     print(f"{device}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     print(f"{'shape':<5} {'causal':<6} {'pass':<8} {'backend':<7} {'ms':>9} {'TFLOP/s':>8}")

@@ -27,32 +27,16 @@ Usage: python3 bench/peers/glu.py [--json FILE] [--iters N] [--quick]
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from peer_timing import flush_buffer, time_runs
+
 SHAPES = {"G1": (8192, 4096, 14336)}
 QUICK_SHAPE = {"Q": (1024, 1024, 2048)}
-FLUSH_BYTES = 256 << 20
 
-
-def time_runs(work, iters, warmup, flush):
-    """Median ms of `work` over `iters` runs, each after an L2 flush, by CUDA events."""
-    for _ in range(warmup):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        flush.fill_(1)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def bench_row(name, shape, pass_, backend, iters, flush):
@@ -90,7 +74,7 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("glu.py needs a CUDA device")
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = flush_buffer()
     rows = []
     for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
         for pass_ in ("fwd", "fwd+bwd"):

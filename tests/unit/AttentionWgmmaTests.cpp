@@ -16,13 +16,6 @@ using namespace attention_test;
 
 namespace {
 
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
 Config wgmmaConfig(int64_t bq, int64_t bkv, int64_t warps) {
   return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"async_copy", 1}, {"wgmma", 1}};
 }
@@ -83,13 +76,13 @@ TEST_CASE("attention: wgmma kernels put the ring's products on wgmma for sm_90a 
         // Both products of the forward, all four of dk/dv's and all three of dq's read
         // a ring block as B.
         if (flash)
-          CHECK(count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
-        CHECK(count(ptx, "mma.sync.aligned.m16n8k16") == 0);
+          CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
+        CHECK(test::count(ptx, "mma.sync.aligned.m16n8k16") == 0);
         options.arch = "sm_80";
         const std::string sm80 = compile(kernel, options).ptx;
-        CHECK(count(sm80, "wgmma") == 0);
+        CHECK(test::count(sm80, "wgmma") == 0);
         if (flash)
-          CHECK(count(sm80, "mma.sync.aligned.m16n8k16") > 0);
+          CHECK(test::count(sm80, "mma.sync.aligned.m16n8k16") > 0);
         if (ptxas.empty())
           continue;
         auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");

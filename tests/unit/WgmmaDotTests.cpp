@@ -17,13 +17,6 @@ using test::RingDots;
 
 namespace {
 
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
 std::string ptxFor(RingDots dots, const std::string &arch) {
   CompileOptions options;
   options.assemble = false;
@@ -38,17 +31,17 @@ TEST_CASE("wgmma dots: the ring kernel's dot on mma.sync, wgmma and async wgmma"
   for (RingDots dots : {RingDots::Mma, RingDots::Wgmma, RingDots::WgmmaAsync}) {
     INFO("dots " << int(dots));
     const std::string ptx = ptxFor(dots, "sm_90a");
-    const size_t wgmma = count(ptx, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16");
+    const size_t wgmma = test::count(ptx, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16");
     if (dots == RingDots::Mma) {
       CHECK(wgmma == 0);
-      CHECK(count(ptx, "fence.proxy.async") == 0);
+      CHECK(test::count(ptx, "fence.proxy.async") == 0);
     } else {
       CHECK(wgmma > 0);  // K 64: four per dot, in the loop
-      CHECK(count(ptx, "mma.sync.aligned") == 0);
-      CHECK(count(ptx, "fence.proxy.async.shared::cta") > 0);
-      CHECK(count(ptx, "wgmma.wait_group.sync.aligned 0") > 0);
+      CHECK(test::count(ptx, "mma.sync.aligned") == 0);
+      CHECK(test::count(ptx, "fence.proxy.async.shared::cta") > 0);
+      CHECK(test::count(ptx, "wgmma.wait_group.sync.aligned 0") > 0);
     }
-    CHECK(count(ptxFor(dots, "sm_80"), "wgmma") == 0);
+    CHECK(test::count(ptxFor(dots, "sm_80"), "wgmma") == 0);
     if (!ptxas.empty()) {
       auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
       INFO(log);
