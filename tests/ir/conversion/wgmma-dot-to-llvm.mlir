@@ -162,3 +162,36 @@ func.func @overlap(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %x: !tile.ptr<f32>,
   tile.block_store %o[%c0, %c0], %r {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
   return
 }
+
+// -----
+
+// Attention's step on wgmma: S = Q K^T, P = S cast to bf16, O = P V. The accumulator
+// (every warp along M) cast to 16 bits is already the next wgmma's A fragments in
+// registers: nothing goes through shared memory between the two products (no store, no
+// barrier, no ldmatrix), and both read their B (K, then V, N-major) from the ring.
+
+// CHECK-LABEL: llvm.func @qk_then_pv
+// CHECK: cp.async.wait_group 0;
+// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 0;
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
+// CHECK-NOT: {{llvm.store|st.shared|nvvm.barrier0|ldmatrix}}
+// CHECK: "wgmma.fence.sync.aligned;"
+// CHECK-NOT: {{llvm.store|st.shared|nvvm.barrier0|ldmatrix}}
+// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 1;
+// CHECK-COUNT-3: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, acc, 1, 1, 1;
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
+func.func @qk_then_pv(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %v: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %qt = tile.block_load %q[%c0, %c0] {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <bf16> -> tensor<64x64xbf16>
+  %kt = tile.async_block_load %k[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+  %vt = tile.async_block_load %v[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 1 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+  tile.async_wait
+  %kT = tile.trans %kt [1, 0] : tensor<64x64xbf16> -> tensor<64x64xbf16>
+  %acc = tile.splat %z : f32 -> tensor<64x64xf32>
+  %s = tile.dot %qt, %kT, %acc : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+  %p = tile.cast %s : tensor<64x64xf32> to tensor<64x64xbf16>
+  %out = tile.dot %p, %vt, %acc : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+  tile.block_store %o[%c0, %c0], %out {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
+  return
+}
