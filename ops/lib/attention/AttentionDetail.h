@@ -94,6 +94,9 @@ struct KernelSpec {
   /// With async_copy, on sm_90a: products read their ring blocks on wgmma (config
   /// "wgmma"; dsl::KernelOptions::wgmma_dots).
   bool wgmma = false;
+  /// Forward with wgmma: each step issues the next step's Q K^T (asynchronously) before
+  /// its own softmax, so the two overlap (config "wgmma": 2; the ring needs 3+ stages).
+  bool overlap = false;
 
   KernelKey key() const;
   std::string name() const;

@@ -4,8 +4,9 @@
 // step), num_warps and, for the flash kernels, prefetch and async_copy (the blocks a
 // loop walks go through a cp.async ring of `stages` slots, default 2, in shared memory
 // instead of registers; the tile heuristic's choice wherever the head dims allow it),
-// and with async_copy "wgmma" (on sm_90a the products read the ring on wgmma; opt-in
-// until measured on the device). The tile heuristic starts from
+// and with async_copy "wgmma" (1: on sm_90a the products read the ring on wgmma; 2: the
+// forward also issues the next step's Q K^T before this step's softmax; opt-in until
+// measured on the device). The tile heuristic starts from
 // FlashAttention-2's defaults (64-row query blocks, 64-key steps, 4 warps; 128-row blocks
 // for the forward at H <= 64, as measured; narrower steps and more warps as the head dim
 // grows so the accumulator and scores stay in registers); exact (f32 / f64) products
@@ -122,8 +123,13 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
                        c.get("stages"));
   if (c.get_or("wgmma", 0) && !c.get_or("async_copy", 0))
     return "wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1";
+  if (c.get_or("wgmma", 0) == 2 && c.get_or("stages", 2) < 3)
+    return "wgmma 2 (the next step's Q K^T issued before this step's softmax) reads one step ahead in the ring: "
+           "it needs \"stages\": 3 or 4";
+  if (c.has("wgmma") && impl != Impl::Reference && (c.get("wgmma") < 0 || c.get("wgmma") > 2))
+    return fmt::format("wgmma must be 0, 1 or 2, got {}", c.get("wgmma"));
   for (const char *key : {"prefetch", "async_copy", "wgmma"})
-    if (c.has(key) && (impl == Impl::Reference || (c.get(key) != 0 && c.get(key) != 1)))
+    if (c.has(key) && (impl == Impl::Reference || (key != std::string("wgmma") && c.get(key) != 0 && c.get(key) != 1)))
       return impl == Impl::Reference ? fmt::format("reference takes no \"{}\"", key)
                                      : fmt::format("{} must be 0 or 1, got {}", key, c.get(key));
   for (const char *key : {"block_q", "block_kv"}) {

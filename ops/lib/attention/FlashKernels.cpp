@@ -38,13 +38,20 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
   Chunks acc = zero_rows(s, k, bq, p.Hv);
   const size_t accSize = acc.size();
 
-  // K and V blocks of each step.
+  // K and V blocks of each step. With overlap the loop also carries this step's raw
+  // q k^T, issued (asynchronously) by the step before, before its softmax.
   std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
-  BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
-    auto parts = unpack(carried, {1, 1, accSize});
+  LookaheadBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks, const Blocks &next) {
+    auto parts = unpack(carried, {1, 1, accSize, s.overlap ? 1u : 0u});
     Value mOld = parts[0][0], lOld = parts[1][0];
-    Chunks kb = blocks(0);
-    Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, false);
+    Value qk, qkNext;
+    if (s.overlap) {
+      qk = parts[3][0];
+      qkNext = product_nt(s, k, q, next(0), /*async=*/true);
+    } else {
+      qk = product_nt(s, k, q, blocks(0));
+    }
+    Scores sc = scores(pr, qk, n, t0, j0, bq, bkv, masked, false, false);
     Value mNew = maximum(mOld, sc.max_log2(1));
     // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
     Value mUse = where(mNew == -INFINITY, 0.0, mNew);
@@ -52,10 +59,21 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
     Value alpha = exp2(mOld - mUse);
     Chunks a = product_nn(s, prob, blocks(1), scale_rows(parts[2], alpha));
     Chunks mn{mNew}, ln{lOld * alpha + prob.sum(1)};
-    return pack({&mn, &ln, &a});
+    if (!s.overlap)
+      return pack({&mn, &ln, &a});
+    Chunks pending{dsl::dot_wait(qkNext)};
+    return pack({&mn, &ln, &a, &pending});
   };
-  auto parts = unpack(walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, pack({&m, &l, &acc}), kv, body),
-                      {1, 1, accSize});
+  const Range range = key_range(pr, t0, bq, bkv);
+  Carried walked =
+      s.overlap ? walk_blocks_lookahead(
+                      pr, range, bkv, pack({&m, &l, &acc}), kv,
+                      [&](const Blocks &first) { return Carried{product_nt(s, k, q, first(0))}; }, body)
+                : walk_blocks(pr, range, bkv, pack({&m, &l, &acc}), kv,
+                              [&](Value j0, Carried c, bool masked, const Blocks &blocks) {
+                                return body(j0, std::move(c), masked, blocks, blocks);
+                              });
+  auto parts = unpack(walked, {1, 1, accSize, s.overlap ? 1u : 0u});
 
   Value mFinal = parts[0][0], lFinal = parts[1][0];
   Value seen = lFinal > 0.0;

@@ -1,6 +1,10 @@
 //===- KernelParts.cpp - Operands, products, scores and ranges --------------===//
 #include "ops/lib/attention/KernelParts.h"
 
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace tokamax::attention_detail {
@@ -104,10 +108,10 @@ Chunks scale_all(const Chunks &c, double factor) {
   return out;
 }
 
-Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b) {
+Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async) {
   int64_t m = a[0].shape()[0], n = b[0].shape()[0];
   if (s.product == Product::Mma)
-    return dot(a[0], b[0].trans(), k.full({m, n}, 0.0, DType::F32));
+    return (async ? dsl::dot_async : dsl::dot)(a[0], b[0].trans(), k.full({m, n}, 0.0, DType::F32));
   Value sum;
   for (size_t c = 0; c < a.size(); ++c) {
     Value part = (a[c].expand(1) * b[c].expand(0)).sum(2);
@@ -259,9 +263,12 @@ namespace {
 
 /// The async_copy walk: every source gets a shared buffer of `stages` slots; step j
 /// reads the slot copied stages - 1 steps before and copies step j + stages - 1 into
-/// the slot step j - 1 read. The loop carries the blocks in flight and j's slot.
+/// the slot step j - 1 read. The loop carries the blocks in flight and j's slot. With a
+/// prologue (lookahead), step j + 1's copies have landed at step j too (the body gets
+/// them as `next`), and the prologue's values, made from the first step's blocks before
+/// the loop, are carried after the caller's.
 Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
-                  const BlockBody &body) {
+                  const LookaheadBody &body, const Prologue *prologue = nullptr) {
   Kernel &k = pr.k;
   const int64_t stages = pr.s.stages, n = static_cast<int64_t>(sources.size());
   std::vector<dsl::SharedBuffer> buffers;
@@ -276,21 +283,32 @@ Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, co
     }
     return blocks;
   };
-  const size_t own = carried.size();
+  // Groups of copies that may still be in flight when a step starts: those of the steps
+  // after the one (or, with lookahead, the two) it reads.
+  const int pending = static_cast<int>((stages - (prologue ? 3 : 2)) * n);
+  Carried inFlight0;
   for (int64_t ahead = 0; ahead + 1 < stages; ++ahead) {  // past the range: zero-filled or unused
     Carried blocks = copyAll(r.lo + ahead * step, k.constant(static_cast<double>(ahead), DType::I32));
-    carried.insert(carried.end(), blocks.begin(), blocks.end());
+    inFlight0.insert(inFlight0.end(), blocks.begin(), blocks.end());
   }
+  if (prologue) {
+    k.wait_async(static_cast<int>((stages - 2) * n));  // the first step's copies
+    Carried extra = (*prologue)([&](size_t i) { return Chunks{inFlight0[i]}; });
+    carried.insert(carried.end(), extra.begin(), extra.end());
+  }
+  const size_t own = carried.size();
+  carried.insert(carried.end(), inFlight0.begin(), inFlight0.end());
   carried.push_back(zeroI32(k));
   Carried out = walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
     Value slot = c.back();
     Carried inFlight(c.begin() + own, c.end() - 1);
-    // Step j's copies have landed (later steps' may not have), and every thread is done
-    // with step j - 1's slot.
-    k.wait_async(static_cast<int>((stages - 2) * n));
+    // Step j's copies (and with lookahead j + 1's) have landed, later steps' may not
+    // have, and every thread is done with step j - 1's slot.
+    k.wait_async(pending);
     Carried next = copyAll(j + (stages - 1) * step, (slot + (stages - 1)) % stages);
     c.resize(own);
-    Carried result = body(j, std::move(c), masked, [&](size_t i) { return Chunks{inFlight[i]}; });
+    Carried result = body(j, std::move(c), masked, [&](size_t i) { return Chunks{inFlight[i]}; },
+                          [&](size_t i) { return Chunks{inFlight[n + i]}; });
     result.insert(result.end(), inFlight.begin() + n, inFlight.end());
     result.insert(result.end(), next.begin(), next.end());
     result.push_back((slot + 1) % stages);
@@ -311,7 +329,10 @@ Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, 
     return load_rows(pr.s, src.t, pr.b, r0, src.head, src.dim, src.rows);
   };
   if (pr.s.async_copy)
-    return walkAsync(pr, r, step, std::move(carried), sources, body);
+    return walkAsync(pr, r, step, std::move(carried), sources,
+                     [&](Value j, Carried c, bool masked, const Blocks &blocks, const Blocks &) {
+                       return body(j, std::move(c), masked, blocks);
+                     });
   if (!pr.s.prefetch)
     return walk(pr, r, step, std::move(carried), [&](Value j, Carried c, bool masked) {
       return body(j, std::move(c), masked, [&](size_t i) { return load(i, j); });
@@ -343,6 +364,14 @@ Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, 
   });
   out.resize(own);
   return out;
+}
+
+Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried carried,
+                              const std::vector<BlockSource> &sources, const Prologue &prologue,
+                              const LookaheadBody &body) {
+  if (!pr.s.async_copy || pr.s.stages < 3)
+    throw Error(fmt::format("{}: looking a step ahead needs the cp.async ring with 3 or more stages", pr.s.name()));
+  return walkAsync(pr, r, step, std::move(carried), sources, body, &prologue);
 }
 
 Carried pack(std::initializer_list<const Chunks *> parts) {

@@ -58,8 +58,9 @@ Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 Chunks scale_rows(const Chunks &c, const Value &factor);
 Chunks scale_all(const Chunks &c, double factor);
 
-/// a @ b^T over the chunked dim: [M, N] in the compute dtype.
-Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b);
+/// a @ b^T over the chunked dim: [M, N] in the compute dtype. `async`: on tensor cores,
+/// issued as dsl::dot_async (the caller waits with dsl::dot_wait).
+Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async = false);
 /// acc + p @ b with p [M, Kd] (compute dtype) and b chunked along its columns.
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc);
 
@@ -122,6 +123,17 @@ using BlockBody = std::function<Carried(Value, Carried, bool masked, const Block
 /// without either, each is read where it is used.
 Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, const std::vector<BlockSource> &sources,
                     const BlockBody &body);
+
+/// walk_blocks through the ring (async_copy, 3+ stages) looking one step ahead: the body
+/// also gets step j + 1's blocks (landed: its copies are waited for at step j), and
+/// `prologue` runs before the loop on the first step's blocks; what it returns is
+/// carried after `carried` (and returned with it).
+using Prologue = std::function<Carried(const Blocks &)>;
+using LookaheadBody =
+    std::function<Carried(Value, Carried, bool masked, const Blocks &blocks, const Blocks &next)>;
+Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried carried,
+                              const std::vector<BlockSource> &sources, const Prologue &prologue,
+                              const LookaheadBody &body);
 
 /// Packs chunk lists into one carried list and back.
 Carried pack(std::initializer_list<const Chunks *> parts);

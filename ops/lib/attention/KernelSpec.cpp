@@ -68,6 +68,7 @@ KernelKey KernelSpec::key() const {
   mix(async_copy);
   mix(static_cast<uint64_t>(stages));
   mix(wgmma);
+  mix(overlap);
   return h;
 }
 

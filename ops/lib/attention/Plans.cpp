@@ -75,6 +75,7 @@ public:
     base_.async_copy = c.get_or("async_copy", 0) != 0 && async_copy_serves(p, impl);
     base_.stages = static_cast<int>(c.get_or("stages", 2));
     base_.wgmma = base_.async_copy && c.get_or("wgmma", 0) != 0;
+    base_.overlap = base_.wgmma && c.get_or("wgmma", 0) == 2;
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {
