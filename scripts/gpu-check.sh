@@ -38,6 +38,13 @@ if python3 -c "import torch" 2> /dev/null; then
   glu_peers=(--peers "$out/glu-peers.json")
 fi
 TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+# ragged_dot beside torch's grouped mm (or a loop of matmuls), where torch is installed.
+ragged_peers=()
+if python3 -c "import torch" 2> /dev/null; then
+  TAIL=10 run ragged-dot-peers python3 "$(dirname "$0")/../bench/peers/ragged_dot.py" --json "$out/ragged-dot-peers.json"
+  ragged_peers=(--peers "$out/ragged-dot-peers.json")
+fi
+TAIL=10 run ragged-dot-bench "$bin/tokamax-ragged-dot-bench" --json "$out/ragged-dot.json" "${ragged_peers[@]}"
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion
 # under any tool fails the check as a tool error does.
