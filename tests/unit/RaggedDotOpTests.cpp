@@ -97,7 +97,12 @@ TEST_CASE("ragged_dot: implementations, NotSupported and configs", "[ragged_dot]
   Config c = tile.heuristic(b);
   CHECK_THAT(*tile.check_config(b, Config(c).set("block_m", 24)), Contains("block_m must be a power of two"));
   CHECK_THAT(*tile.check_config(b, Config(c).set("bogus", 1)), Contains("unknown key \"bogus\""));
-  CHECK_THAT(*tile.check_config(b, {{"block_m", 256}, {"block_n", 256}, {"block_k", 32}, {"num_warps", 4}}),
+  CHECK(c.get("async_copy") == 1);
+  BoundArgs odd = forwardArgs(DType::BF16, 68, 37, 23);
+  CHECK_FALSE(tile.heuristic(odd).has("async_copy"));
+  CHECK_THAT(*tile.check_config(odd, c), Contains("async_copy needs"));
+  CHECK_THAT(*tile.check_config(b, Config(c).set("stages", 7)), Contains("stages"));
+  CHECK_THAT(*tile.check_config(odd, {{"block_m", 256}, {"block_n", 256}, {"block_k", 32}, {"num_warps", 4}}),
              Contains("registers"));
   CHECK_THAT(*op.implementation("reference").check_config(b, {{"block_m", 64}, {"block_n", 64}, {"block_k", 8},
                                                                {"num_warps", 4}}),
@@ -158,6 +163,7 @@ TEST_CASE("ragged_dot: tile kernels lower for sm_90a and sm_80 and assemble with
           const std::string ptx = compile(kernel, options).ptx;
           INFO(kernel.name() << " " << m << "x" << k << "x" << n << " " << arch);
           CHECK(test::count(ptx, "mma.sync.aligned.m16n8k16") > 0);
+          CHECK(test::contains(ptx, "cp.async") == (k % 8 == 0 && n % 8 == 0));
           if (ptxas.empty())
             continue;
           auto [status, log] = test::run_ptxas(ptxas, ptx, arch);

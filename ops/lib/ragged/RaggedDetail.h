@@ -37,6 +37,8 @@ struct Blocks {
   bool exact = false;  ///< products: exact multiply-adds (reference), else tensor cores
   int64_t block_m = 128, block_n = 128, block_k = 32;
   int num_warps = 8;
+  bool async_copy = false;  ///< operand blocks through a cp.async ring (tile)
+  int64_t stages = 3;       ///< the ring's slots
 };
 
 /// out [M, C] = lhs [M, R] @ rhs[g] per group, rhs [G, R, C] (or [G, C, R] read
@@ -76,5 +78,9 @@ std::optional<std::string> why_not(const Problem &p, Impl impl);
 Config heuristic(const Problem &p, Impl impl);
 std::vector<Config> search_space(const Problem &p, Impl impl);
 std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config);
+
+/// Whether the tile kernels can stream their blocks with cp.async: 16-bit dtypes and
+/// rows of lhs (K) and of rhs and dout (N) of whole 16-byte chunks.
+bool async_copy_serves(const Problem &p);
 
 } // namespace tokamax::ragged_detail

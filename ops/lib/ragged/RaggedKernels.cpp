@@ -11,7 +11,8 @@
 //
 // groups_kernel: program (g, i, j) sums lhs_g^T dout_g over the group's rows for the
 // [block_m, block_n] tile (i, j) of drhs[g]; rows of other groups are masked to zero
-// in both operands.
+// in both operands (with the cp.async ring: only in the step after the group's whole
+// steps).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged/RaggedDetail.h"
@@ -35,13 +36,14 @@ const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "referen
 KernelKey RowsKernelSpec::key() const {
   return ops_detail::specializationKey(trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
                                        {M, R, C, G, int64_t(dtype), int64_t(compute), blocks.exact, blocks.block_m,
-                                        blocks.block_n, blocks.block_k, blocks.num_warps});
+                                        blocks.block_n, blocks.block_k, blocks.num_warps, blocks.async_copy,
+                                        blocks.stages});
 }
 
 KernelKey GroupsKernelSpec::key() const {
   return ops_detail::specializationKey("ragged_dot_drhs", {M, K, N, G, int64_t(dtype), int64_t(compute), blocks.exact,
                                                            blocks.block_m, blocks.block_n, blocks.block_k,
-                                                           blocks.num_warps});
+                                                           blocks.num_warps, blocks.async_copy, blocks.stages});
 }
 
 int64_t row_programs(int64_t M, int64_t G, int64_t block_m) {
@@ -129,7 +131,21 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
     return std::pair{a, b};
   };
   Value steps = where(tile.found, k.constant(double(s.R), DType::I32), k.constant(0, DType::I32));
-  Value acc = productLoop(k, s.blocks, k.constant(0, DType::I32), steps, k.full({bm, bn}, 0.0, s.compute), blocks);
+  Value zero = k.constant(0, DType::I32), acc = k.full({bm, bn}, 0.0, s.compute);
+  if (s.blocks.async_copy) {
+    const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
+    RingCopies copies = [&](const Value &k0, const Value &slot) {
+      return std::vector<Value>{lhs.load_async({tile.row0, k0}, {bm, bk}, rings[0], slot),
+                                s.trans_rhs ? rhs.load_async({g, n0, k0}, {1, bn, bk}, rings[1], slot)
+                                            : rhs.load_async({g, k0, n0}, {1, bk, bn}, rings[1], slot)};
+    };
+    acc = ring_loop(k, zero, steps, bk, s.blocks.stages, {acc}, copies,
+                    [&](const Value &, std::vector<Value> accs, std::vector<Value> b) {
+                      return std::vector<Value>{dot(b[0], s.trans_rhs ? b[1].trans() : b[1], accs[0])};
+                    })[0];
+  } else {
+    acc = productLoop(k, s.blocks, zero, steps, acc, blocks);
+  }
   // Only this group's rows: the block's other rows belong to the next group's programs.
   Value rows = tile.row0 + k.arange(0, bm), cols = n0 + k.arange(0, bn);
   Value mask = (rows < tile.row_end).expand(1) & (cols < Value(s.C)).expand(0);
@@ -160,7 +176,25 @@ Kernel groups_kernel(const GroupsKernelSpec &s) {
     Value b = where(inGroup, dout.load({r0, n0}, {bk, bn}), 0.0);
     return std::pair{a.trans(), b};
   };
-  Value acc = productLoop(k, s.blocks, start, end, k.full({bm, bn}, 0.0, s.compute), blocks);
+  Value acc = k.full({bm, bn}, 0.0, s.compute);
+  if (s.blocks.async_copy) {
+    // Whole steps through the ring need no mask (they start at the group's first row);
+    // the rows past the last whole step take one masked step from registers.
+    Value whole = start + (end - start) / Value(bk) * Value(bk);
+    const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
+    RingCopies copies = [&](const Value &r0, const Value &slot) {
+      return std::vector<Value>{lhs.load_async({r0, m0}, {bk, bm}, rings[0], slot),
+                                dout.load_async({r0, n0}, {bk, bn}, rings[1], slot)};
+    };
+    acc = ring_loop(k, start, whole, bk, s.blocks.stages, {acc}, copies,
+                    [&](const Value &, std::vector<Value> accs, std::vector<Value> b) {
+                      return std::vector<Value>{dot(b[0].trans(), b[1], accs[0])};
+                    })[0];
+    auto [a, b] = blocks(whole);
+    acc = dot(a, b, acc);
+  } else {
+    acc = productLoop(k, s.blocks, start, end, acc, blocks);
+  }
   drhs.store({g, m0, n0}, acc.to(s.dtype).reshape({1, bm, bn}));
   return k;
 }

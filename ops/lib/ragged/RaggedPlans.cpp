@@ -4,11 +4,13 @@
 //   VJP:      rows_kernel with rhs read transposed (dlhs = dout @ rhs[g]^T), then
 //             groups_kernel (drhs[g] = lhs_g^T @ dout_g).
 //
-// Configs: block_m, block_n (the output tile), block_k (the reduction step), num_warps;
-// the VJP's two kernels take the same blocks. The tile heuristic takes 128 x 128
-// output tiles on 8 warps with 32-element K steps (one f32 accumulator and the next
-// step's blocks: ~80 registers per thread), smaller where the problem is; exact products
-// use matmul reference's 16 x 16 x 8 blocks.
+// Configs: block_m, block_n (the output tile), block_k (the reduction step), num_warps,
+// and for tile async_copy and stages (the operand blocks through a cp.async ring where K
+// and N are multiples of 8, else masked register loads one step ahead); the VJP's two
+// kernels take the same config. The tile heuristic takes 128 x 128 output tiles on 8
+// warps with 32-element steps through a three-slot ring where the rows allow it,
+// smaller where the problem is; exact products use matmul reference's 16 x 16 x 8
+// blocks.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged/RaggedDetail.h"
@@ -29,23 +31,39 @@ namespace {
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-Blocks blocksOf(Impl impl, const Config &c) {
-  return {impl == Impl::Reference, c.get("block_m"), c.get("block_n"), c.get("block_k"),
-          static_cast<int>(c.get("num_warps"))};
+Blocks blocksOf(const Problem &p, Impl impl, const Config &c) {
+  const bool exact = impl == Impl::Reference;
+  return {exact,
+          c.get("block_m"),
+          c.get("block_n"),
+          c.get("block_k"),
+          static_cast<int>(c.get("num_warps")),
+          !exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p),
+          c.get_or("stages", 3)};
 }
 
-/// 32-bit registers per thread: the accumulator and one step's blocks held ahead.
+int64_t ringBytes(const Problem &p, const Config &c) {
+  if (!c.get_or("async_copy", 0))
+    return 0;
+  return c.get_or("stages", 3) * (c.get("block_m") + c.get("block_n")) * c.get("block_k") * int64_t(dtype_size(p.dtype));
+}
+
+/// 32-bit registers per thread: the accumulator and (without the ring) one step's blocks
+/// held ahead.
 int64_t registerEstimate(const Problem &p, const Config &c) {
   const int64_t threads = 32 * c.get("num_warps"), bm = c.get("block_m"), bn = c.get("block_n"),
                 bk = c.get("block_k");
-  return (bm * bn * (p.compute == DType::F64 ? 2 : 1) + (bm + bn) * bk / 2) / threads;
+  const int64_t blocks = c.get_or("async_copy", 0) ? 0 : (bm + bn) * bk / 2;
+  return (bm * bn * (p.compute == DType::F64 ? 2 : 1) + blocks) / threads;
 }
 
 } // namespace
 
+bool async_copy_serves(const Problem &p) { return isHalf(p.dtype) && p.K % 8 == 0 && p.N % 8 == 0; }
+
 void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
              std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
-  const Blocks blocks = blocksOf(impl, config);
+  const Blocks blocks = blocksOf(p, impl, config);
   if (!p.vjp) {
     if (p.M == 0 || p.N == 0)
       return;
@@ -93,7 +111,10 @@ Config heuristic(const Problem &p, Impl impl) {
   const int64_t rows = p.vjp ? std::max(p.M / std::max<int64_t>(p.G, 1), p.K) : p.M / std::max<int64_t>(p.G, 1);
   const int64_t bm = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max<int64_t>(rows, 1)), 16, 128);
   const int64_t bn = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max(p.N, p.vjp ? p.K : 1)), 16, 128);
-  return {{"block_m", bm}, {"block_n", bn}, {"block_k", 32}, {"num_warps", std::clamp<int64_t>(bm * bn / 1024, 1, 8)}};
+  Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", 32}, {"num_warps", std::clamp<int64_t>(bm * bn / 1024, 1, 8)}};
+  if (async_copy_serves(p))
+    c.set("async_copy", 1).set("stages", 3);
+  return c;
 }
 
 std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
@@ -101,7 +122,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     if (!c.has(key))
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
-    if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps")
+    if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
+        !(impl == Impl::Tile && (key == "async_copy" || key == "stages")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const bool tile = impl == Impl::Tile;
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
@@ -118,6 +140,18 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
     return std::nullopt;
   }
+  const int64_t async = c.get_or("async_copy", 0);
+  if (async != 0 && async != 1)
+    return fmt::format("async_copy must be 0 or 1, got {}", async);
+  if (async && !async_copy_serves(p))
+    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
+                       "K {}, N {}",
+                       p.K, p.N);
+  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
+    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
+                       c.get("stages"));
+  if (ringBytes(p, c) > 220 * 1024)
+    return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 160)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "
                        "blocks",
@@ -136,11 +170,19 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
     return space;
   }
+  const bool ring = async_copy_serves(p);
   for (int64_t bm : {64, 128, 256})
     for (int64_t bn : {64, 128, 256})
       for (int64_t bk : {32, 64})
         for (int64_t warps : {4, 8})
-          add({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}});
+          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
+            if (stages && !ring)
+              continue;
+            Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}};
+            if (stages)
+              c.set("async_copy", 1).set("stages", stages);
+            add(std::move(c));
+          }
   return space;
 }
 

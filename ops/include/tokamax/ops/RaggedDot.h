@@ -20,8 +20,10 @@
 // Implementations, in the order auto tries them:
 //   "tile":      tensor-core products (mma.sync) over a grid of (row tiles of each
 //                group, column tiles): every program finds its group from the sizes
-//                (a scan over the G groups) and stores only its group's rows; masked
-//                register loads read one step ahead. bf16, f16; any M, K, N; sm_80+.
+//                (a scan over the G groups) and stores only its group's rows. With
+//                rows of whole 16-byte chunks (K and N multiples of 8) the blocks go
+//                through a cp.async ring ("async_copy", "stages"), else masked register
+//                loads read one step ahead. bf16, f16; any M, K, N; sm_80+.
 //   "reference": the same kernels with exact multiply-add products in f32 / f64 on small
 //                blocks; every dtype, f64 included.
 // Empty calls: no rows or columns is a no-op (the VJP zero-fills what it owns); K = 0
@@ -70,7 +72,8 @@ TOKAMAX_API void ragged_dot_vjp_host(const TensorView &dout, const TensorView &l
 //   ragged_dot:     lhs, rhs, group_sizes | out
 //   ragged_dot_vjp: dout, lhs, rhs, group_sizes | dlhs, drhs
 // Configs: block_m, block_n (each program's output tile), block_k (the reduction step:
-// K for out and, in the VJP, N for dlhs and the group's rows for drhs), num_warps.
+// K for out and, in the VJP, N for dlhs and the group's rows for drhs), num_warps; tile
+// also async_copy (0 / 1) and stages (the ring's slots, 2 to 4).
 
 TOKAMAX_API const Op &ragged_dot_op();
 TOKAMAX_API const Op &ragged_dot_vjp_op();
