@@ -113,7 +113,8 @@ std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_
   std::vector<Value> carried = std::move(accs);
   size_t perStep = 0;
   for (int64_t ahead = 0; ahead + 1 < stages; ++ahead) {
-    std::vector<Value> blocks = copies(lo + Value(ahead * step), k.constant(double(ahead), DType::I32));
+    Value k0 = lo.is_literal() ? Value(int64_t(*lo.literal()) + ahead * step) : lo + Value(ahead * step);
+    std::vector<Value> blocks = copies(k0, k.constant(double(ahead), DType::I32));
     perStep = blocks.size();
     carried.insert(carried.end(), blocks.begin(), blocks.end());
   }
