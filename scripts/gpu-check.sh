@@ -51,7 +51,7 @@ TAIL=10 run ragged-dot-bench "$bin/tokamax-ragged-dot-bench" --json "$out/ragged
 if command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; then
   echo "== sanitize"
   OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
-    "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 900 || status=1
+    "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*,ragged_dot on the device: every dtype*" 900 || status=1
   OUT=$out bash "$(dirname "$0")/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
     "hopper matmul with A in registers in order at block_k 16*" 600 || status=1
 fi
