@@ -10,7 +10,7 @@
 #   unit        unit tests and the examples
 #   new         what runs on wgmma, CUDA graphs, the call cache, exports and the new ops
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
-#   attention   attention and gated_linear_unit beside torch, wgmma configs included
+#   attention   attention, gated_linear_unit and ragged_dot beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
@@ -42,7 +42,7 @@ if wants new; then
   # wgmma dots), Function graph replay and the eager call cache, exports (the rewritten
   # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
   # and the fixture through the runtime library alone.
-  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],double-buffered*" --durations yes
+  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],[ragged_dot],double-buffered*" --durations yes
   TAIL=8 run dispatch-tests "$bin/tokamax-dispatch-tests"
   TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
 fi
@@ -74,6 +74,13 @@ if wants attention; then
     glu_peers=(--peers "$out/glu-peers.json")
   fi
   TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+  # ragged_dot beside torch's grouped mm (or a loop of matmuls).
+  ragged_peers=()
+  if has_torch; then
+    TAIL=10 run ragged-dot-peers python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-dot-peers.json"
+    ragged_peers=(--peers "$out/ragged-dot-peers.json")
+  fi
+  TAIL=10 run ragged-dot-bench "$bin/tokamax-ragged-dot-bench" --json "$out/ragged-dot.json" "${ragged_peers[@]}"
 fi
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion
@@ -81,7 +88,7 @@ fi
 if wants sanitize && { command -v compute-sanitizer > /dev/null || ls /usr/local/cuda*/bin/compute-sanitizer > /dev/null 2>&1; }; then
   echo "== sanitize"
   OUT=$out bash "$here/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" "memcheck racecheck synccheck initcheck" \
-    "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*" 900 || status=1
+    "[sanitize],double-buffered*,dot results feed*,reductions over each axis*,norm implementations and variants*,kernel keys whose*,ragged_dot on the device: every dtype*" 900 || status=1
   OUT=$out bash "$here/gpu-sanitize.sh" "$bin/tokamax-gpu-tests" memcheck \
     "hopper matmul with A in registers in order at block_k 16*" 600 || status=1
 fi

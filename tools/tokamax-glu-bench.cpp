@@ -13,6 +13,8 @@
 //
 // Usage: tokamax-glu-bench [--impl tile,reference] [--iters N] [--config JSON] [--json FILE]
 //                          [--peers FILE] [--quick]
+#include "OpBenchUtil.h"
+
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
@@ -35,6 +37,11 @@
 
 using namespace tokamax;
 using json = nlohmann::json;
+using tools::elapsedMs;
+using tools::PeerTable;
+using tools::randomTensor;
+using tools::readPeers;
+using tools::split;
 
 namespace {
 
@@ -49,30 +56,6 @@ struct Row {
   double ms = 0, tflops = 0, first_call_ms = 0;
   int iterations = 0;
 };
-
-double elapsedMs(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-/// A device tensor of normal values (scaled so the pre-activations are about N(0, 1)).
-Tensor randomTensor(std::vector<int64_t> shape, double stddev, Stream &stream, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::BF16);
-  std::vector<uint16_t> host(size_t(t.numel()));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (uint16_t &v : host) {  // sum of 4 uniforms: close enough to normal for timing
-    double u = 0;
-    for (int i = 0; i < 4; ++i) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      u += double(s >> 11) * 0x1.0p-53 - 0.5;
-    }
-    uint8_t bytes[2];
-    store_from_double(DType::BF16, bytes, u * 1.732 * stddev);
-    v = uint16_t(bytes[0] | (bytes[1] << 8));
-  }
-  t.copy_from_host(host.data(), host.size() * 2);
-  stream.synchronize();
-  return t;
-}
 
 Row measureRow(const Shape &s, const std::string &pass, const std::string &impl, int iters,
                const std::optional<Config> &config) {
@@ -109,37 +92,6 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
     row.status = fmt::format("failed: {}", e.what());
   }
   return row;
-}
-
-/// (shape, pass) -> backend -> TFLOP/s, from glu.py's JSON.
-using PeerTable = std::map<std::pair<std::string, std::string>, std::map<std::string, double>>;
-
-PeerTable readPeers(const std::string &path, std::vector<std::string> &backends) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(fmt::format("--peers: cannot read {}", path));
-  json doc = json::parse(in);
-  fmt::print("peers: {} (torch {}) from {}\n", doc.value("device", "?"), doc.value("torch", "?"), path);
-  PeerTable table;
-  for (const json &r : doc.at("rows")) {
-    const std::string backend = r.at("backend").get<std::string>();
-    if (std::find(backends.begin(), backends.end(), backend) == backends.end())
-      backends.push_back(backend);
-    table[{r.at("shape").get<std::string>(), r.at("pass").get<std::string>()}][backend] =
-        r.value("status", "ok") == "ok" ? r.at("tflops").get<double>() : 0.0;
-  }
-  return table;
-}
-
-std::vector<std::string> split(const std::string &list) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start <= list.size();) {
-    size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start)
-      items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
 }
 
 } // namespace

@@ -173,6 +173,12 @@ Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
   return f_.record(gated_linear_unit_op(), b, {x.id, weights.id, -2}, std::move(implementation))[0];
 }
 
+Sym Tracer::ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::string> implementation) {
+  const ArgSpec &ls = spec(lhs), &rs = spec(rhs);
+  BoundArgs b = bind_ragged_dot(ls, rs, spec(group_sizes), ragged_dot_out_spec(ls, rs));
+  return f_.record(ragged_dot_op(), b, {lhs.id, rhs.id, group_sizes.id, -2}, std::move(implementation))[0];
+}
+
 Sym Tracer::sum(Sym x) {
   BoundArgs b{"sum", {spec(x), ArgSpec{{1}, DType::F32}}, {}};
   return f_.record(sum_op(), b, {x.id, -2})[0];
@@ -445,6 +451,18 @@ Function grad(const Function &f, std::vector<int> wrt) {
           g.record(gated_linear_unit_vjp_op(), b, {doutCast.id, x.id, w.id, -2, -2}, call.implementation);
       accumulate(x.id, outs[0]);
       accumulate(w.id, outs[1]);
+    } else if (op == "ragged_dot") {
+      auto dout = cot(3);
+      if (!dout)
+        continue;
+      Sym lhs{call.slots[0]}, rhs{call.slots[1]}, sizes{call.slots[2]};
+      Sym doutCast = t.cast(*dout, t.spec(Sym{call.slots[3]}).dtype);
+      BoundArgs b = bind_ragged_dot_vjp(t.spec(doutCast), t.spec(lhs), t.spec(rhs), t.spec(sizes), t.spec(lhs),
+                                        t.spec(rhs));
+      std::vector<Sym> outs =
+          g.record(ragged_dot_vjp_op(), b, {doutCast.id, lhs.id, rhs.id, sizes.id, -2, -2}, call.implementation);
+      accumulate(lhs.id, outs[0]);
+      accumulate(rhs.id, outs[1]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

@@ -6,6 +6,7 @@
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
+#include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Softmax.h>
 
 #include <fmt/format.h>
@@ -76,6 +77,11 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec gx{{8192, 4096}, DType::BF16}, gw{{4096, 2, 14336}, DType::BF16}, gout{{8192, 14336}, DType::BF16};
   op(gated_linear_unit_op(), bind_gated_linear_unit(gx, gw, gout, GluActivation::Swish));
   op(gated_linear_unit_vjp_op(), bind_gated_linear_unit_vjp(gout, gx, gw, gx, gw, GluActivation::Swish));
+  // ragged_dot at the benchmark shape (8 groups, M 32768, K 4096, N 4096 bf16): the tile
+  // forward and VJP (the kernels do not depend on the group sizes).
+  ArgSpec rl{{32768, 4096}, DType::BF16}, rr{{8, 4096, 4096}, DType::BF16}, rs{{8}, DType::I32};
+  op(ragged_dot_op(), bind_ragged_dot(rl, rr, rs, rl));
+  op(ragged_dot_vjp_op(), bind_ragged_dot_vjp(rl, rl, rr, rs, rl, rr));
   return kernels;
 }
 

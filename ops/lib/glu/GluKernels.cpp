@@ -122,34 +122,19 @@ std::vector<Value> registerLoop(Kernel &k, const GateKernelSpec &s, const Operan
 }
 
 /// a, b over K on tensor cores with the x, W0 and W1 blocks copied by cp.async into
-/// rings of `stages` slots, stages - 1 steps ahead: step j waits for its own copies, then
-/// refills the slot step j - 1 read (one wait and barrier per step).
+/// rings of `stages` slots (ring_loop).
 std::vector<Value> ringLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
   const int64_t stages = s.stages, bk = s.block_k;
   const SharedBuffer rings[3] = {k.shared_buffer(stages), k.shared_buffer(stages), k.shared_buffer(stages)};
-  auto copy = [&](Value k0, Value slot) {
+  RingCopies copies = [&](const Value &k0, const Value &slot) {
     return std::vector<Value>{o.x.load_async({o.m0, k0}, {s.block_m, bk}, rings[0], slot),
                               o.w.load_async({k0, 0, o.n0}, {bk, 1, s.block_n}, rings[1], slot),
                               o.w.load_async({k0, 1, o.n0}, {bk, 1, s.block_n}, rings[2], slot)};
   };
-  std::vector<Value> carried{zero, zero};
-  for (int64_t ahead = 0; ahead + 1 < stages; ++ahead)  // copies past K read zeros, unused
-    for (Value &b : copy(Value(ahead * bk), k.constant(double(ahead), DType::I32)))
-      carried.push_back(b);
-  carried.push_back(k.constant(0, DType::I32));  // this step's slot
-  std::vector<Value> out = k.loop(0, s.p.K, bk, carried, [&](Value k0, std::vector<Value> c) {
-    Value slot = c.back();
-    k.wait_async(static_cast<int>((stages - 2) * 3));
-    std::vector<Value> next = copy(k0 + Value((stages - 1) * bk), (slot + Value(stages - 1)) % Value(stages));
-    std::vector<Value> result{dot(c[2], c[3], c[0]), dot(c[2], c[4], c[1])};
-    result.insert(result.end(), c.begin() + 5, c.end() - 1);  // later steps' blocks, in flight
-    result.insert(result.end(), next.begin(), next.end());
-    result.push_back((slot + Value(1)) % Value(stages));
-    return result;
-  });
-  k.wait_async(0);  // the last copies land before the program ends
-  out.resize(2);
-  return out;
+  return ring_loop(k, 0, s.p.K, bk, stages, {zero, zero}, copies,
+                   [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
+                     return std::vector<Value>{dot(b[0], b[1], acc[0]), dot(b[0], b[2], acc[1])};
+                   });
 }
 
 } // namespace

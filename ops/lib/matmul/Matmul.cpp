@@ -107,6 +107,34 @@ Value exact_product(const Value &a, const Value &b, const Value &acc) {
   return acc + (a.expand(2) * b.expand(0)).sum(1);
 }
 
+std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_t step, int64_t stages,
+                             std::vector<Value> accs, const RingCopies &copies, const RingProducts &products) {
+  const size_t numAccs = accs.size();
+  std::vector<Value> carried = std::move(accs);
+  size_t perStep = 0;
+  for (int64_t ahead = 0; ahead + 1 < stages; ++ahead) {
+    Value k0 = lo.is_literal() ? Value(int64_t(*lo.literal()) + ahead * step) : lo + Value(ahead * step);
+    std::vector<Value> blocks = copies(k0, k.constant(double(ahead), DType::I32));
+    perStep = blocks.size();
+    carried.insert(carried.end(), blocks.begin(), blocks.end());
+  }
+  carried.push_back(k.constant(0, DType::I32));  // this step's slot
+  std::vector<Value> out = k.loop(lo, hi, step, carried, [&](Value k0, std::vector<Value> c) {
+    Value slot = c.back();
+    k.wait_async(static_cast<int>((stages - 2) * perStep));
+    std::vector<Value> next = copies(k0 + Value((stages - 1) * step), (slot + Value(stages - 1)) % Value(stages));
+    auto blocks = c.begin() + numAccs;
+    std::vector<Value> result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
+    result.insert(result.end(), blocks + perStep, c.end() - 1);  // later steps' blocks, in flight
+    result.insert(result.end(), next.begin(), next.end());
+    result.push_back((slot + Value(1)) % Value(stages));
+    return result;
+  });
+  k.wait_async(0);  // the last copies land before the program ends
+  out.resize(numAccs);
+  return out;
+}
+
 MatmulConfig default_config(const MatmulSpec &spec) {
   MatmulConfig config;
   config.block_m = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.m), 16, 128);

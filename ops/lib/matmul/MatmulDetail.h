@@ -3,8 +3,10 @@
 
 #include <tokamax/ops/Matmul.h>
 
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tokamax {
 
@@ -26,6 +28,20 @@ std::pair<dsl::Value, dsl::Value> grouped_block(dsl::Value pid, int64_t gridM, i
 /// acc + a @ b by exact multiply-adds in acc's dtype (a [bm, bk], b [bk, bn] in it):
 /// the reference kernels' product, no tensor cores.
 dsl::Value exact_product(const dsl::Value &a, const dsl::Value &b, const dsl::Value &acc);
+
+/// One step's blocks at k0, copied by TensorArg::load_async into slot `slot` of the
+/// caller's shared buffers (one buffer per block, `stages` slots each).
+using RingCopies = std::function<std::vector<dsl::Value>(const dsl::Value &k0, const dsl::Value &slot)>;
+/// One step's products: (k0, the accumulators, the step's blocks) -> the accumulators.
+using RingProducts = std::function<std::vector<dsl::Value>(const dsl::Value &k0, std::vector<dsl::Value> accs,
+                                                           std::vector<dsl::Value> blocks)>;
+/// A main loop over k0 in [lo, hi) by `step` whose blocks come through cp.async rings of
+/// `stages` slots, copied stages - 1 steps ahead: step j waits for its own copies, then
+/// refills the slot step j - 1 read (one wait and barrier per step); copies past hi read
+/// what the tensors hold there (zeros past their ends) and go unused.
+std::vector<dsl::Value> ring_loop(dsl::Kernel &k, const dsl::Value &lo, const dsl::Value &hi, int64_t step,
+                                  int64_t stages, std::vector<dsl::Value> accs, const RingCopies &copies,
+                                  const RingProducts &products);
 
 /// Shared memory one hopper program may use, and what its parts take: the ring of
 /// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage

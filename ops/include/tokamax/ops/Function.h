@@ -18,6 +18,7 @@
 
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/GatedLinearUnit.h>
+#include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Op.h>
 
@@ -71,6 +72,9 @@ public:
   /// pins the call and its VJP.
   Sym gated_linear_unit(Sym x, Sym weights, const std::string &activation = "swish",
                         std::optional<std::string> implementation = std::nullopt);
+  /// The grouped matmul (RaggedDot.h): group_sizes is an int32 [G] value (no gradient);
+  /// `implementation` pins the call and its VJP.
+  Sym ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::string> implementation = std::nullopt);
   /// Sum of every element, as an f32 tensor of shape [1].
   Sym sum(Sym x);
   Sym add(Sym a, Sym b);

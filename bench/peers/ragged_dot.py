@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Peer numbers for tokamax-ragged-dot-bench: a grouped matmul through torch.
+
+At the bench's shape (bf16):
+
+    R1 = 8 groups, M 32768, K 4096, N 4096   (Q = 8 groups, M 4096, K 1024, N 1024 with --quick)
+
+with the bench's group sizes (the same fixed cut points, summing to M), two backends,
+each "fwd" and "fwd+bwd" (forward, then backward of out with a fixed random grad into
+lhs and rhs):
+
+    torch_grouped_mm:  torch._grouped_mm(lhs, rhs, offs=cumsum(sizes)) (one grouped
+                       kernel; absent from older torch: the row says so)
+    torch_loop:        one torch.matmul per group on its rows (what a model without a
+                       grouped kernel runs)
+
+and a "dense" row: lhs @ rhs[0] at the same FLOPs. Each run is timed with CUDA events
+after a 256 MB buffer is overwritten (so nothing is served from L2); the median of the
+runs is reported. TFLOP/s use the bench's counts: forward 2 M K N, fwd+bwd 3x that.
+
+Writes JSON that `tokamax-ragged-dot-bench --peers FILE` reads:
+    {"device": ..., "torch": ..., "rows": [{"shape": "R1", "pass": "fwd",
+      "backend": "torch_grouped_mm", "status": "ok", "ms": ..., "tflops": ..., "iterations": ...}, ...]}
+
+Usage: python3 bench/peers/ragged_dot.py [--json FILE] [--iters N] [--quick]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+SHAPES = {"R1": (8, 32768, 4096, 4096)}
+QUICK_SHAPE = {"Q": (8, 4096, 1024, 1024)}
+FLUSH_BYTES = 256 << 20
+
+
+def group_sizes(groups, m):
+    """The bench's sizes: sorted cut points of the same LCG (tokamax-ragged-dot-bench.cpp)."""
+    cuts, state = [0, m], 12345
+    for _ in range(groups - 1):
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 63)
+        cuts.append((state >> 16) % (m + 1))
+    cuts.sort()
+    return [b - a for a, b in zip(cuts, cuts[1:])]
+
+
+def time_runs(work, iters, warmup, flush):
+    """Median ms of `work` over `iters` runs, each after an L2 flush, by CUDA events."""
+    for _ in range(warmup):
+        work()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        flush.fill_(1)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bench_row(name, shape, pass_, backend, iters, flush):
+    groups, m, k, n = shape
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    grad = pass_ == "fwd+bwd"
+    lhs = torch.randn((m, k), generator=gen, device="cuda", dtype=torch.bfloat16).requires_grad_(grad)
+    rhs = (torch.randn((groups, k, n), generator=gen, device="cuda", dtype=torch.bfloat16) / k**0.5)
+    rhs.requires_grad_(grad)
+    dout = torch.randn((m, n), generator=gen, device="cuda", dtype=torch.bfloat16)
+    sizes = group_sizes(groups, m)
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+
+    def forward():
+        if backend == "torch_grouped_mm":
+            return torch._grouped_mm(lhs, rhs, offs=offs)
+        if backend == "dense":
+            return lhs @ rhs[0]
+        return torch.cat([part @ rhs[g] for g, part in enumerate(torch.split(lhs, sizes))])
+
+    def forward_backward():
+        forward().backward(dout)
+
+    if backend == "torch_grouped_mm" and not hasattr(torch, "_grouped_mm"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch._grouped_mm")
+    work = forward_backward if grad else forward
+    with torch.no_grad() if not grad else torch.enable_grad():
+        ms = time_runs(work, iters, warmup=2, flush=flush)
+    flops = 2.0 * m * k * n * (3 if grad else 1)
+    return {"shape": name, "pass": pass_, "backend": backend, "status": "ok", "ms": ms,
+            "tflops": flops / ms / 1e9, "iterations": iters}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("ragged_dot.py needs a CUDA device")
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rows = []
+    for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
+        print(f"{name}: group sizes {group_sizes(shape[0], shape[1])}")
+        runs = [(p, b) for p in ("fwd", "fwd+bwd") for b in ("torch_grouped_mm", "torch_loop")] + [("dense", "dense")]
+        for pass_, backend in runs:
+            try:
+                row = bench_row(name, shape, pass_, backend, args.iters, flush)
+            except RuntimeError as e:  # out of memory, a refused kernel, no grouped mm
+                row = {"shape": name, "pass": pass_, "backend": backend, "status": f"failed: {e}"}
+            rows.append(row)
+            print(f"{name} {pass_:8} {backend:17} " + (f"{row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s"
+                                                      if row["status"] == "ok" else row["status"]))
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+//===- RaggedPlans.cpp - ragged_dot: launches and configs -------------------===//
+//
+//   forward:  rows_kernel (out);
+//   VJP:      rows_kernel with rhs read transposed (dlhs = dout @ rhs[g]^T), then
+//             groups_kernel (drhs[g] = lhs_g^T @ dout_g).
+//
+// Configs: block_m, block_n (the output tile), block_k (the reduction step), num_warps,
+// and for tile async_copy and stages (the operand blocks through a cp.async ring where K
+// and N are multiples of 8, else masked register loads one step ahead); the VJP's two
+// kernels take the same config. The tile heuristic takes 128 x 128 output tiles on 8
+// warps with 32-element steps through a three-slot ring where the rows allow it,
+// smaller where the problem is; exact products use matmul reference's 16 x 16 x 8
+// blocks.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/ragged/RaggedDetail.h"
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace tokamax::ragged_detail {
+
+namespace {
+
+bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
+bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+Blocks blocksOf(const Problem &p, Impl impl, const Config &c) {
+  const bool exact = impl == Impl::Reference;
+  return {exact,
+          c.get("block_m"),
+          c.get("block_n"),
+          c.get("block_k"),
+          static_cast<int>(c.get("num_warps")),
+          !exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p),
+          c.get_or("stages", 3)};
+}
+
+int64_t ringBytes(const Problem &p, const Config &c) {
+  if (!c.get_or("async_copy", 0))
+    return 0;
+  return c.get_or("stages", 3) * (c.get("block_m") + c.get("block_n")) * c.get("block_k") * int64_t(dtype_size(p.dtype));
+}
+
+/// 32-bit registers per thread: the accumulator and (without the ring) one step's blocks
+/// held ahead.
+int64_t registerEstimate(const Problem &p, const Config &c) {
+  const int64_t threads = 32 * c.get("num_warps"), bm = c.get("block_m"), bn = c.get("block_n"),
+                bk = c.get("block_k");
+  const int64_t blocks = c.get_or("async_copy", 0) ? 0 : (bm + bn) * bk / 2;
+  return (bm * bn * (p.compute == DType::F64 ? 2 : 1) + blocks) / threads;
+}
+
+} // namespace
+
+bool async_copy_serves(const Problem &p) { return isHalf(p.dtype) && p.K % 8 == 0 && p.N % 8 == 0; }
+
+void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
+             std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
+  const Blocks blocks = blocksOf(p, impl, config);
+  if (!p.vjp) {
+    if (p.M == 0 || p.N == 0)
+      return;
+    if (p.K == 0 || p.G == 0) {  // no products (or no groups): every row is zero
+      ex.zero(out[0]);
+      return;
+    }
+    RowsKernelSpec s{p.M, p.K, p.N, p.G, false, p.dtype, p.compute, blocks};
+    ex.launch(s.key(), [s] { return rows_kernel(s); }, {in[0], in[1], in[2], out[0]});
+    return;
+  }
+  const TensorView &dout = in[0], &lhs = in[1], &rhs = in[2], &sizes = in[3], &dlhs = out[0], &drhs = out[1];
+  if (p.M > 0 && p.K > 0) {
+    if (p.N == 0 || p.G == 0) {
+      ex.zero(dlhs);
+    } else {
+      RowsKernelSpec s{p.M, p.N, p.K, p.G, true, p.dtype, p.compute, blocks};
+      ex.launch(s.key(), [s] { return rows_kernel(s); }, {dout, rhs, sizes, dlhs});
+    }
+  }
+  if (p.G > 0 && p.K > 0 && p.N > 0) {
+    if (p.M == 0) {
+      ex.zero(drhs);
+    } else {
+      GroupsKernelSpec s{p.M, p.K, p.N, p.G, p.dtype, p.compute, blocks};
+      ex.launch(s.key(), [s] { return groups_kernel(s); }, {dout, lhs, sizes, drhs});
+    }
+  }
+}
+
+std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  if (impl == Impl::Tile && !isHalf(p.dtype))
+    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  // The kernels' row offsets are 32-bit.
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (p.M * std::max(p.K, p.N) > kMax || p.G * p.K * p.N > kMax)
+    return fmt::format("an output of M {}, K {}, N {} with {} groups has 2^31 elements or more", p.M, p.K, p.N, p.G);
+  return std::nullopt;
+}
+
+Config heuristic(const Problem &p, Impl impl) {
+  if (impl == Impl::Reference)
+    return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
+  // Per-group row counts are unknown on the host: the tile follows M / G, the mean group.
+  const int64_t rows = p.vjp ? std::max(p.M / std::max<int64_t>(p.G, 1), p.K) : p.M / std::max<int64_t>(p.G, 1);
+  const int64_t bm = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max<int64_t>(rows, 1)), 16, 128);
+  const int64_t bn = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max(p.N, p.vjp ? p.K : 1)), 16, 128);
+  Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", 32}, {"num_warps", std::clamp<int64_t>(bm * bn / 1024, 1, 8)}};
+  if (async_copy_serves(p))
+    c.set("async_copy", 1).set("stages", 3);
+  return c;
+}
+
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+  for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
+    if (!c.has(key))
+      return fmt::format("missing \"{}\"", key);
+  for (const auto &[key, value] : c.values)
+    if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
+        !(impl == Impl::Tile && (key == "async_copy" || key == "stages")))
+      return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
+  const bool tile = impl == Impl::Tile;
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
+  const int64_t minBlock = tile ? 16 : 1;
+  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
+    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
+      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
+  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
+    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (!tile) {  // exact products hold [block_m, block_k, block_n] partial products
+    if (bm * bk * bn > 8192)
+      return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+    return std::nullopt;
+  }
+  const int64_t async = c.get_or("async_copy", 0);
+  if (async != 0 && async != 1)
+    return fmt::format("async_copy must be 0 or 1, got {}", async);
+  if (async && !async_copy_serves(p))
+    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
+                       "K {}, N {}",
+                       p.K, p.N);
+  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
+    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
+                       c.get("stages"));
+  if (ringBytes(p, c) > 220 * 1024)
+    return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
+  if (registerEstimate(p, c) > 160)
+    return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "
+                       "blocks",
+                       bm, bn, w, registerEstimate(p, c));
+  return std::nullopt;
+}
+
+std::vector<Config> search_space(const Problem &p, Impl impl) {
+  std::vector<Config> space{heuristic(p, impl)};
+  auto add = [&](Config c) {
+    if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
+      space.push_back(std::move(c));
+  };
+  if (impl == Impl::Reference) {
+    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
+    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
+    return space;
+  }
+  const bool ring = async_copy_serves(p);
+  for (int64_t bm : {64, 128, 256})
+    for (int64_t bn : {64, 128, 256})
+      for (int64_t bk : {32, 64})
+        for (int64_t warps : {4, 8})
+          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
+            if (stages && !ring)
+              continue;
+            Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}};
+            if (stages)
+              c.set("async_copy", 1).set("stages", stages);
+            add(std::move(c));
+          }
+  return space;
+}
+
+} // namespace tokamax::ragged_detail

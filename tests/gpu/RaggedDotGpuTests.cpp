@@ -1,0 +1,114 @@
+// GPU numerics of ragged_dot (forward and VJP) through the device path (op ->
+// implementation choice -> JIT -> launch) against the float64 reference of
+// unit/RaggedDotTestCase.h: every dtype, odd shapes with random group sizes (empty
+// groups, one group holding every row, sizes short of M and past it), the search space,
+// rows of the benchmark shape; outputs start as NaN (unwritten elements show) and a
+// second run must reproduce them bit for bit.
+#include <catch2/catch.hpp>
+
+#include "unit/RaggedDotTestCase.h"
+
+#include <tokamax/ops/RaggedDot.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using namespace ragged_test;
+
+namespace {
+
+Tensor upload(const HostBuffer &h) {
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  t.copy_from_host(h.bytes(), h.nbytes());
+  return t;
+}
+
+/// Runs the call on the device twice into NaN-filled outputs; the first run's results
+/// go to `out`, and any bit that differs in the second fails the test.
+Runner onDevice(bool vjp) {
+  return [vjp](const Case &c, const std::vector<HostBuffer *> &in, const std::vector<HostBuffer *> &out) {
+    Stream stream = Stream::create(Device::get());
+    std::vector<Tensor> inputs;
+    for (HostBuffer *h : in)
+      inputs.push_back(upload(*h));
+    std::vector<std::vector<uint64_t>> first;
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> outputs;
+      for (HostBuffer *h : out)
+        outputs.push_back(upload(HostBuffer(h->dtype, h->shape)));
+      if (vjp)
+        ragged_dot_vjp(inputs[0], inputs[1], inputs[2], inputs[3], outputs[0], outputs[1], stream, c.options());
+      else
+        ragged_dot(inputs[0], inputs[1], inputs[2], outputs[0], stream, c.options());
+      stream.synchronize();
+      for (size_t i = 0; i < out.size(); ++i) {
+        outputs[i].copy_to_host(out[i]->bytes(), out[i]->nbytes());
+        if (run == 0)
+          first.push_back(out[i]->storage);
+        else
+          CHECK(first[i] == out[i]->storage);  // deterministic: reruns are bit for bit
+      }
+    }
+  };
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("ragged_dot on the device: every dtype matches float64", "[gpu][ragged_dot]") {
+  uint64_t seed = 500;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
+    Case c{45, 40, 24, {7, 0, 20, 18}, dtype, std::nullopt, std::nullopt};  // auto: tile for bf16 / f16
+    check(checkForward(c, seed++, onDevice(false)));
+    check(checkVjp(c, seed++, onDevice(true)));
+    if (dtype == DType::BF16 || dtype == DType::F16) {
+      c.implementation = "reference";
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+  }
+}
+
+TEST_CASE("ragged_dot on the device: odd shapes and group sizes", "[gpu][ragged_dot]") {
+  uint64_t seed = 700;
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  for (Shape s : {Shape{1, 37, 23, 3}, Shape{17, 4096, 136, 4}, Shape{1000, 520, 1000, 8}, Shape{1000, 1001, 999, 16},
+                  Shape{1554, 1024, 2048, 64}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), dtype, "tile", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+  for (const std::vector<int32_t> &sizes : std::vector<std::vector<int32_t>>{
+           {0, 0, 300, 0}, {0, 0, 0, 0}, {10, 3, 0, 90}, {100, 400, 7, 1}, {-5, 20, 1000, 4}}) {
+    Case c{300, 264, 136, sizes, DType::BF16, "tile", std::nullopt};
+    check(checkForward(c, seed++, onDevice(false)));
+    check(checkVjp(c, seed++, onDevice(true)));
+  }
+  // Each config of the search space.
+  BoundArgs b = bind_ragged_dot({{300, 259}, DType::BF16}, {{5, 259, 131}, DType::BF16}, {{5}, DType::I32},
+                                {{300, 131}, DType::BF16});
+  for (const Config &config : ragged_dot_op().implementation("tile").search_space(b)) {
+    Case c{300, 259, 131, randomSizes(5, 300, seed), DType::BF16, "tile", config};
+    check(checkForward(c, seed++, onDevice(false)));
+    check(checkVjp(c, seed++, onDevice(true)));
+  }
+}
+
+TEST_CASE("ragged_dot on the device: rows of the benchmark shape (K 4096, N 4096, 8 groups)", "[gpu][ragged_dot]") {
+  // M 256 keeps the float64 reference small; the kernels are the benchmark's heuristic
+  // family with fewer row blocks.
+  Case c{256, 4096, 4096, randomSizes(8, 256, 42), DType::BF16, std::nullopt, std::nullopt};
+  check(checkForward(c, 900, onDevice(false)));
+  check(checkVjp(c, 901, onDevice(true)));
+}
