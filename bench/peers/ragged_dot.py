@@ -27,14 +27,14 @@ Usage: python3 bench/peers/ragged_dot.py [--json FILE] [--iters N] [--quick]
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 
+from peer_timing import flush_buffer, time_runs
+
 SHAPES = {"R1": (8, 32768, 4096, 4096)}
 QUICK_SHAPE = {"Q": (8, 4096, 1024, 1024)}
-FLUSH_BYTES = 256 << 20
 
 
 def group_sizes(groups, m):
@@ -46,22 +46,6 @@ def group_sizes(groups, m):
     cuts.sort()
     return [b - a for a, b in zip(cuts, cuts[1:])]
 
-
-def time_runs(work, iters, warmup, flush):
-    """Median ms of `work` over `iters` runs, each after an L2 flush, by CUDA events."""
-    for _ in range(warmup):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        flush.fill_(1)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def bench_row(name, shape, pass_, backend, iters, flush):
@@ -103,7 +87,7 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("ragged_dot.py needs a CUDA device")
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = flush_buffer()
     rows = []
     for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
         print(f"{name}: group sizes {group_sizes(shape[0], shape[1])}")
