@@ -38,6 +38,13 @@ if python3 -c "import torch" 2> /dev/null; then
   glu_peers=(--peers "$out/glu-peers.json")
 fi
 TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+# linear_softmax_cross_entropy_loss beside torch's matmul + cross_entropy, where torch is installed.
+xent_peers=()
+if python3 -c "import torch" 2> /dev/null; then
+  TAIL=10 run cross-entropy-peers python3 "$(dirname "$0")/../bench/peers/cross_entropy.py" --json "$out/cross-entropy-peers.json"
+  xent_peers=(--peers "$out/cross-entropy-peers.json")
+fi
+TAIL=10 run cross-entropy-bench "$bin/tokamax-cross-entropy-bench" --json "$out/cross-entropy.json" "${xent_peers[@]}"
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion
 # under any tool fails the check as a tool error does.

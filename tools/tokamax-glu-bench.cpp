@@ -13,6 +13,8 @@
 //
 // Usage: tokamax-glu-bench [--impl tile,reference] [--iters N] [--config JSON] [--json FILE]
 //                          [--peers FILE] [--quick]
+#include "tools/BenchTensors.h"
+
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
@@ -54,34 +56,14 @@ double elapsedMs(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// A device tensor of normal values (scaled so the pre-activations are about N(0, 1)).
-Tensor randomTensor(std::vector<int64_t> shape, double stddev, Stream &stream, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::BF16);
-  std::vector<uint16_t> host(size_t(t.numel()));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (uint16_t &v : host) {  // sum of 4 uniforms: close enough to normal for timing
-    double u = 0;
-    for (int i = 0; i < 4; ++i) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      u += double(s >> 11) * 0x1.0p-53 - 0.5;
-    }
-    uint8_t bytes[2];
-    store_from_double(DType::BF16, bytes, u * 1.732 * stddev);
-    v = uint16_t(bytes[0] | (bytes[1] << 8));
-  }
-  t.copy_from_host(host.data(), host.size() * 2);
-  stream.synchronize();
-  return t;
-}
-
 Row measureRow(const Shape &s, const std::string &pass, const std::string &impl, int iters,
                const std::optional<Config> &config) {
   Row row{.shape = s.name, .pass = pass, .impl = impl};
   try {
     Stream stream = Stream::create(Device::get());
-    Tensor x = randomTensor({s.m, s.k}, 1.0, stream, 1);
-    Tensor w = randomTensor({s.k, 2, s.n}, 1 / std::sqrt(double(s.k)), stream, 2);
-    Tensor dout = randomTensor({s.m, s.n}, 1.0, stream, 3);
+    Tensor x = bench::random_bf16({s.m, s.k}, 1.0, stream, 1);
+    Tensor w = bench::random_bf16({s.k, 2, s.n}, 1 / std::sqrt(double(s.k)), stream, 2);
+    Tensor dout = bench::random_bf16({s.m, s.n}, 1.0, stream, 3);
     Tensor out = Tensor::empty({s.m, s.n}, DType::BF16), dx = Tensor::empty({s.m, s.k}, DType::BF16),
            dw = Tensor::empty({s.k, 2, s.n}, DType::BF16);
     GluOptions options{"swish", impl, config};
@@ -131,17 +113,6 @@ PeerTable readPeers(const std::string &path, std::vector<std::string> &backends)
   return table;
 }
 
-std::vector<std::string> split(const std::string &list) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start <= list.size();) {
-    size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start)
-      items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
-
 } // namespace
 
 int main(int argc, char **argv) try {
@@ -154,7 +125,7 @@ int main(int argc, char **argv) try {
     const std::string arg = argv[i];
     const bool hasValue = i + 1 < argc;
     if (arg == "--impl" && hasValue)
-      impls = split(argv[++i]);
+      impls = bench::split(argv[++i]);
     else if (arg == "--iters" && hasValue)
       iters = std::max(3, std::atoi(argv[++i]));
     else if (arg == "--config" && hasValue)

@@ -173,6 +173,17 @@ Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
   return f_.record(gated_linear_unit_op(), b, {x.id, weights.id, -2}, std::move(implementation))[0];
 }
 
+Sym Tracer::linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const CrossEntropyOptions &options) {
+  const ArgSpec &xs = spec(x), &ws = spec(w);
+  // The residual lse is always produced: a later grad() needs it.
+  BoundArgs b = bind_linear_softmax_cross_entropy_loss(xs, ws, spec(labels),
+                                                       cross_entropy_loss_spec(xs, ws, options.reduction),
+                                                       cross_entropy_lse_spec(xs, ws), options.reduction,
+                                                       options.ignore_index);
+  return f_.record(linear_softmax_cross_entropy_loss_op(), b, {x.id, w.id, labels.id, -2, -2},
+                   options.implementation)[0];
+}
+
 Sym Tracer::sum(Sym x) {
   BoundArgs b{"sum", {spec(x), ArgSpec{{1}, DType::F32}}, {}};
   return f_.record(sum_op(), b, {x.id, -2})[0];
@@ -445,6 +456,20 @@ Function grad(const Function &f, std::vector<int> wrt) {
           g.record(gated_linear_unit_vjp_op(), b, {doutCast.id, x.id, w.id, -2, -2}, call.implementation);
       accumulate(x.id, outs[0]);
       accumulate(w.id, outs[1]);
+    } else if (op == "linear_softmax_cross_entropy_loss") {
+      auto dloss = cot(3);
+      if (!dloss)
+        continue;
+      const auto &sl = call.slots;  // x, w, labels | loss, lse
+      Sym dlossCast = t.cast(*dloss, t.spec(Sym{sl[3]}).dtype);
+      const ArgSpec &xs = t.spec(Sym{sl[0]}), &ws = t.spec(Sym{sl[1]});
+      BoundArgs b = bind_linear_softmax_cross_entropy_loss_vjp(
+          t.spec(dlossCast), xs, ws, t.spec(Sym{sl[2]}), t.spec(Sym{sl[4]}), xs, ws,
+          parse_loss_reduction(call.args.attribute("reduction")), call.args.int_attribute("ignore_index"));
+      std::vector<Sym> outs = g.record(linear_softmax_cross_entropy_loss_vjp_op(), b,
+                                       {dlossCast.id, sl[0], sl[1], sl[2], sl[4], -2, -2}, call.implementation);
+      accumulate(sl[0], outs[0]);
+      accumulate(sl[1], outs[1]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

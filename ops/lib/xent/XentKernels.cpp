@@ -1,0 +1,239 @@
+//===- XentKernels.cpp - Cross-entropy kernels over logit tiles never stored -===//
+//
+// Every kernel that needs logits recomputes a [block_b, block_v] tile from x and w over
+// one loop on D (tensor cores, or exact multiply-adds for reference) and uses it in
+// registers: the forward folds it into an online log-sum-exp and picks the label's
+// logit; the VJP turns it into dlogits with the saved lse and multiplies it into dx or
+// dw. The small kernels (the reduction, the VJP's row scales) run one program over B in
+// a fixed order, so results do not depend on scheduling.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/xent/XentDetail.h"
+
+#include "ops/lib/Dispatch.h"
+#include "ops/lib/matmul/MatmulDetail.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace tokamax::xent_detail {
+
+using namespace dsl;
+
+const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "reference"; }
+
+namespace {
+
+const char *kindName(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::Rows: return "xent_rows";
+  case KernelKind::Reduce: return "xent_reduce";
+  case KernelKind::RowScale: return "xent_row_scale";
+  case KernelKind::Dx: return "xent_dx";
+  case KernelKind::Dw: return "xent_dw";
+  }
+  return "xent";
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+/// The small one-program kernels' block of rows.
+constexpr int64_t kRowBlock = 256;
+
+struct Operands {
+  TensorArg x, w, labels;
+};
+
+/// The [bb, bv] logit tile at rows m0, columns n0 in the accumulation dtype (rows past
+/// B and columns past V come out 0: their loads are padded).
+Value logitTile(Kernel &k, const XentKernelSpec &s, const Operands &o, const Value &m0, const Value &n0) {
+  const Problem &p = s.p;
+  Value zero = k.full({s.block_b, s.block_v}, 0.0, p.compute);
+  return k.loop(0, p.D, s.block_k, {zero}, [&](Value k0, std::vector<Value> acc) {
+    Value a = o.x.load({m0, k0}, {s.block_b, s.block_k});
+    Value b = o.w.load({k0, n0}, {s.block_k, s.block_v});
+    return std::vector<Value>{s.exact ? exact_product(a.to(p.compute), b.to(p.compute), acc[0])
+                                      : dot(a, b, acc[0])};
+  })[0];
+}
+
+/// The column ids n0 .. n0 + bv of a tile, as [1, bv].
+Value columns(Kernel &k, const XentKernelSpec &s, const Value &n0) { return (n0 + k.arange(0, s.block_v)).expand(0); }
+
+/// Rows whose label is ignore_index, and rows whose label is outside [0, V) otherwise.
+struct LabelKinds {
+  Value ignored, outOfRange;
+};
+
+LabelKinds classify(const Problem &p, const Value &label) {
+  Value ignored = label == Value(p.ignore_index);
+  Value outside = (label < Value(0)) | (label >= Value(p.V));
+  return {ignored, outside & (label != Value(p.ignore_index))};
+}
+
+/// The rows' losses and lse: an online log-sum-exp over V tiles, the label's logit
+/// picked from the tile that holds it.
+void rowsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
+  const Problem &p = s.p;
+  TensorArg rows = k.output("rows", p.compute, {p.B});
+  TensorArg lse = k.output("lse", p.compute, {p.B});
+  k.grid(cdiv(p.B, s.block_b));
+  Value m0 = k.program_id(0) * Value(s.block_b);
+  Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index));
+  Value labelColumn = label.expand(1);
+  Value init = k.full({s.block_b}, -INFINITY, p.compute), zero = k.full({s.block_b}, 0.0, p.compute);
+  std::vector<Value> r = k.loop(0, p.V, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
+    Value cols = columns(k, s, n0);
+    Value logits = where(cols < Value(p.V), logitTile(k, s, o, m0, n0), -INFINITY);
+    Value mNew = maximum(c[0], logits.max(1));
+    Value sum = c[1] * exp(c[0] - mNew) + exp(logits - mNew.expand(1)).sum(1);
+    Value picked = c[2] + where(cols == labelColumn, logits, 0.0).sum(1);
+    return std::vector<Value>{mNew, sum, picked};
+  });
+  Value rowLse = r[0] + log(r[1]);
+  LabelKinds kinds = classify(p, label);
+  rows.store({m0}, where(kinds.ignored, 0.0, where(kinds.outOfRange, kNaN, rowLse - r[2])));
+  lse.store({m0}, rowLse);
+}
+
+/// Counts the rows that are not ignored, over B in blocks, as [1].
+Value countRows(Kernel &k, const Problem &p, const TensorArg &labels) {
+  Value zero = k.full({1, kRowBlock}, 0.0, p.compute), one = k.full({1, kRowBlock}, 1.0, p.compute);
+  Value count = k.loop(0, p.B, kRowBlock, {zero}, [&](Value m0, std::vector<Value> c) {
+    Value label = labels.load({m0}, {kRowBlock}, double(p.ignore_index)).reshape({1, kRowBlock});
+    return std::vector<Value>{c[0] + where(label != Value(p.ignore_index), one, 0.0)};
+  })[0];
+  return count.sum(1);
+}
+
+/// loss [1] = the sum of the row losses (over the counted rows for mean), one program.
+void reduceKernel(Kernel &k, const XentKernelSpec &s) {
+  const Problem &p = s.p;
+  TensorArg rows = k.input("rows", p.compute, {p.B});
+  TensorArg labels = k.input("labels", DType::I32, {p.B});
+  TensorArg loss = k.output("loss", p.compute, {1});
+  k.grid(1);
+  Value zero = k.full({1, kRowBlock}, 0.0, p.compute);
+  Value total = k.loop(0, p.B, kRowBlock, {zero}, [&](Value m0, std::vector<Value> c) {
+    return std::vector<Value>{c[0] + rows.load({m0}, {kRowBlock}).reshape({1, kRowBlock})};
+  })[0].sum(1);
+  loss.store({0}, p.reduction == LossReduction::Mean ? total / countRows(k, p, labels) : total);
+}
+
+/// scale [B]: each row's factor on softmax - onehot (dloss_i, dloss or dloss / count; 0
+/// for ignored rows, NaN for labels out of range).
+void rowScaleKernel(Kernel &k, const XentKernelSpec &s) {
+  const Problem &p = s.p;
+  const bool perRow = p.reduction == LossReduction::None;
+  TensorArg dloss = k.input("dloss", p.compute, {perRow ? p.B : 1});
+  TensorArg labels = k.input("labels", DType::I32, {p.B});
+  TensorArg scale = k.output("scale", p.compute, {p.B});
+  k.grid(1);
+  Value shared;  // sum / mean: one factor for every row, [1, 1]
+  if (!perRow) {
+    shared = dloss.load({0}, {1});
+    if (p.reduction == LossReduction::Mean)
+      shared = shared / countRows(k, p, labels);
+    shared = shared.expand(1);
+  }
+  k.loop(0, p.B, kRowBlock, {}, [&](Value m0, std::vector<Value>) {
+    Value label = labels.load({m0}, {kRowBlock}, double(p.ignore_index)).reshape({1, kRowBlock});
+    Value g = perRow ? dloss.load({m0}, {kRowBlock}).reshape({1, kRowBlock}) : shared.broadcast_to({1, kRowBlock});
+    LabelKinds kinds = classify(p, label);
+    scale.store({m0}, where(kinds.ignored, 0.0, where(kinds.outOfRange, kNaN, g)).reshape({kRowBlock}));
+    return std::vector<Value>{};
+  });
+}
+
+/// The VJP kernels' per-row inputs and the dlogits tile they form.
+struct RowInputs {
+  TensorArg lse, scale;
+};
+
+/// (softmax - onehot) * scale for the tile at (m0, n0), in `dtype` (the product's).
+Value dlogitsTile(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r, const Value &m0,
+                  const Value &n0, DType dtype) {
+  const Problem &p = s.p;
+  Value cols = columns(k, s, n0);
+  Value lse = r.lse.load({m0}, {s.block_b}).expand(1);
+  Value scale = r.scale.load({m0}, {s.block_b}).expand(1);
+  Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index)).expand(1);
+  Value prob = where(cols < Value(p.V), exp(logitTile(k, s, o, m0, n0) - lse), 0.0);
+  return (where(cols == label, prob - 1.0, prob) * scale).to(dtype);
+}
+
+/// dx [bb, bd] at (m0, d0) = sum over V tiles of dlogits [bb, bv] @ w[d0:, n0:]^T.
+void dxKernel(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r) {
+  const Problem &p = s.p;
+  TensorArg dx = k.output("dx", p.dtype, {p.B, p.D});
+  const int64_t gridD = cdiv(p.D, s.block_d);
+  k.grid(cdiv(p.B, s.block_b) * gridD);
+  Value pid = k.program_id(0);
+  Value m0 = pid / Value(gridD) * Value(s.block_b), d0 = pid % Value(gridD) * Value(s.block_d);
+  const DType operand = s.exact ? p.compute : p.dtype;
+  Value zero = k.full({s.block_b, s.block_d}, 0.0, p.compute);
+  Value acc = k.loop(0, p.V, s.block_v, {zero}, [&](Value n0, std::vector<Value> c) {
+    Value dl = dlogitsTile(k, s, o, r, m0, n0, operand);
+    Value wT = o.w.load({d0, n0}, {s.block_d, s.block_v}).trans().to(operand);
+    return std::vector<Value>{s.exact ? exact_product(dl, wT, c[0]) : dot(dl, wT, c[0])};
+  })[0];
+  dx.store({m0, d0}, acc.to(p.dtype));
+}
+
+/// dw [bd, bv] at (d0, n0) = sum over B tiles of x[m0:, d0:]^T @ dlogits [bb, bv].
+void dwKernel(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r) {
+  const Problem &p = s.p;
+  TensorArg dw = k.output("dw", p.dtype, {p.D, p.V});
+  const int64_t gridV = cdiv(p.V, s.block_v);
+  k.grid(cdiv(p.D, s.block_d) * gridV);
+  Value pid = k.program_id(0);
+  Value d0 = pid / Value(gridV) * Value(s.block_d), n0 = pid % Value(gridV) * Value(s.block_v);
+  const DType operand = s.exact ? p.compute : p.dtype;
+  Value zero = k.full({s.block_d, s.block_v}, 0.0, p.compute);
+  Value acc = k.loop(0, p.B, s.block_b, {zero}, [&](Value m0, std::vector<Value> c) {
+    Value dl = dlogitsTile(k, s, o, r, m0, n0, operand);
+    Value xT = o.x.load({m0, d0}, {s.block_b, s.block_d}).trans().to(operand);
+    return std::vector<Value>{s.exact ? exact_product(xT, dl, c[0]) : dot(xT, dl, c[0])};
+  })[0];
+  dw.store({d0, n0}, acc.to(p.dtype));
+}
+
+} // namespace
+
+KernelKey XentKernelSpec::key() const {
+  return ops_detail::specializationKey(kindName(kind),
+                                       {p.B, p.D, p.V, int64_t(p.dtype), int64_t(p.compute), int64_t(p.reduction),
+                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, num_warps});
+}
+
+Kernel xent_kernel(const XentKernelSpec &s) {
+  const Problem &p = s.p;
+  if (p.B < 1 || p.V < 1)
+    throw Error(fmt::format("linear_softmax_cross_entropy_loss: a kernel needs B, V >= 1, got B {}, V {}", p.B, p.V));
+  Kernel k(kindName(s.kind), {.num_warps = s.num_warps});
+  if (s.kind == KernelKind::Reduce) {
+    reduceKernel(k, s);
+    return k;
+  }
+  if (s.kind == KernelKind::RowScale) {
+    rowScaleKernel(k, s);
+    return k;
+  }
+  Operands o{k.input("x", p.dtype, {p.B, p.D}), k.input("w", p.dtype, {p.D, p.V}),
+             k.input("labels", DType::I32, {p.B})};
+  if (s.kind == KernelKind::Rows) {
+    rowsKernel(k, s, o);
+    return k;
+  }
+  RowInputs r{k.input("lse", p.compute, {p.B}), k.input("scale", p.compute, {p.B})};
+  if (s.kind == KernelKind::Dx)
+    dxKernel(k, s, o, r);
+  else
+    dwKernel(k, s, o, r);
+  return k;
+}
+
+} // namespace tokamax::xent_detail

@@ -1,0 +1,169 @@
+//===- XentPlans.cpp - linear_softmax_cross_entropy_loss: launches and configs -===//
+//
+//   forward:  the rows kernel (each row's loss and lse; the loss itself for "none", else
+//             the call's scratch), then for "sum" / "mean" the reduce kernel;
+//   VJP:      the row-scale kernel (scale [B] in the call's scratch), then the dx
+//             kernel and the dw kernel, both recomputing logit tiles.
+//
+// Configs: block_b, block_v, block_k, num_warps (and block_d for the VJP). The tile
+// heuristic takes [64, 128] logit tiles with 32-wide D slices on 4 warps (one f32
+// accumulator of 64 registers per thread) and, for the VJP, 64-wide D blocks of dx and
+// dw; exact products use matmul reference's small blocks.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/xent/XentDetail.h"
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tokamax::xent_detail {
+
+namespace {
+
+bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
+bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind kind) {
+  XentKernelSpec s;
+  s.p = p;
+  s.kind = kind;
+  s.exact = impl == Impl::Reference;
+  if (kind == KernelKind::Reduce || kind == KernelKind::RowScale) {  // one program, no products
+    s.exact = false;
+    s.block_b = s.block_v = s.block_k = s.block_d = 0;
+    return s;
+  }
+  s.block_b = c.get("block_b");
+  s.block_v = c.get("block_v");
+  s.block_k = c.get("block_k");
+  s.block_d = kind == KernelKind::Rows ? 0 : c.get("block_d");
+  s.num_warps = static_cast<int>(c.get("num_warps"));
+  return s;
+}
+
+void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<TensorView> &args) {
+  std::vector<ops_detail::KernelExecutor::Arg> a(args.begin(), args.end());
+  ex.launch(s.key(), [s] { return xent_kernel(s); }, a);
+}
+
+} // namespace
+
+void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
+             std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
+  const int device = ex.device();
+  const size_t rowBytes = size_t(p.B) * dtype_size(p.compute);
+  auto rowsView = [&](uint64_t data) { return TensorView(data, p.compute, std::vector<int64_t>{p.B}, device); };
+  if (!p.vjp) {
+    const TensorView &x = in[0], &w = in[1], &labels = in[2], &loss = out[0], &lse = out[1];
+    if (p.B == 0) {  // no rows: the reduced loss is 0
+      if (p.reduction != LossReduction::None)
+        ex.zero(loss);
+      return;
+    }
+    const TensorView rows = p.reduction == LossReduction::None ? loss : rowsView(ex.scratch(rowBytes));
+    launch(ex, specOf(p, impl, config, KernelKind::Rows), {x, w, labels, rows, lse});
+    if (p.reduction != LossReduction::None)
+      launch(ex, specOf(p, impl, config, KernelKind::Reduce), {rows, labels, loss});
+    return;
+  }
+  const TensorView &dloss = in[0], &x = in[1], &w = in[2], &labels = in[3], &lse = in[4], &dx = out[0],
+                   &dw = out[1];
+  if (p.B == 0 || p.D == 0) {  // empty sums: whatever is not empty is zero
+    ex.zero(dx);
+    ex.zero(dw);
+    return;
+  }
+  const TensorView scale = rowsView(ex.scratch(rowBytes));
+  launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
+  launch(ex, specOf(p, impl, config, KernelKind::Dx), {x, w, labels, lse, scale, dx});
+  launch(ex, specOf(p, impl, config, KernelKind::Dw), {x, w, labels, lse, scale, dw});
+}
+
+std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  if (impl == Impl::Tile && !isHalf(p.dtype))
+    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  return std::nullopt;
+}
+
+Config heuristic(const Problem &p, Impl impl) {
+  Config c = impl == Impl::Reference
+                 ? Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"num_warps", 4}}
+                 : Config{{"block_b", std::clamp<int64_t>(ops_detail::next_power_of_two(p.B), 16, 64)},
+                          {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}};
+  if (p.vjp)  // the dx / dw accumulator beside the logit tile: 8 warps keep both in registers
+    c.set("block_d", impl == Impl::Reference ? 16 : 64).set("num_warps", impl == Impl::Reference ? 4 : 8);
+  return c;
+}
+
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+  std::vector<const char *> keys{"block_b", "block_v", "block_k", "num_warps"};
+  if (p.vjp)
+    keys.push_back("block_d");
+  for (const char *key : keys)
+    if (!c.has(key))
+      return fmt::format("missing \"{}\"", key);
+  for (const auto &[key, value] : c.values)
+    if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end())
+      return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
+                         key == "block_d" ? " (block_d is the VJP's)" : "");
+  const bool tile = impl == Impl::Tile;
+  const int64_t minBlock = tile ? 16 : 1;
+  for (const char *key : keys) {
+    if (std::string(key) == "num_warps")
+      continue;
+    const int64_t v = c.get(key);
+    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
+      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
+  }
+  const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (!tile) {  // exact products hold [rows, k, columns] partial products
+    const int64_t bd = p.vjp ? c.get("block_d") : 1;
+    const int64_t largest = std::max({bb * bk * bv, bb * bv * bd, bd * bb * bv});
+    if (largest > 8192)
+      return fmt::format("exact products must hold at most 8192 partial products, got {}", largest);
+    return std::nullopt;
+  }
+  // The logit tile and (VJP) the dx / dw accumulator in f32 registers.
+  const int64_t words = bb * bv + (p.vjp ? std::max(bb, bv) * c.get("block_d") : 0);
+  if (words / (32 * w) > 160)
+    return fmt::format("block_b {} x block_v {} with {} warps needs ~{} accumulator registers per thread", bb, bv, w,
+                       words / (32 * w));
+  return std::nullopt;
+}
+
+std::vector<Config> search_space(const Problem &p, Impl impl) {
+  std::vector<Config> space{heuristic(p, impl)};
+  auto add = [&](Config c) {
+    if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
+      space.push_back(std::move(c));
+  };
+  if (impl == Impl::Reference) {
+    Config c{{"block_b", 16}, {"block_v", 32}, {"block_k", 8}, {"num_warps", 4}};
+    if (p.vjp)
+      c.set("block_d", 8);
+    add(c);
+    return space;
+  }
+  for (int64_t bb : {32, 64, 128})
+    for (int64_t bv : {64, 128, 256})
+      for (int64_t bk : {32, 64})
+        for (int64_t warps : {4, 8})
+          for (int64_t bd : {0, 64, 128}) {
+            if ((bd != 0) != p.vjp)
+              continue;
+            Config c{{"block_b", bb}, {"block_v", bv}, {"block_k", bk}, {"num_warps", warps}};
+            if (bd)
+              c.set("block_d", bd);
+            add(std::move(c));
+          }
+  return space;
+}
+
+} // namespace tokamax::xent_detail
