@@ -61,7 +61,7 @@ double elapsedMs(std::chrono::steady_clock::time_point t0) {
 }
 
 Tensor labelTensor(int64_t b, int64_t v, Stream &stream) {
-  std::vector<int32_t> host(size_t(b));
+  std::vector<int32_t> host(static_cast<size_t>(b));
   uint64_t s = 12345;
   for (int32_t &l : host) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -83,8 +83,12 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
     Tensor w = bench::random_bf16({s.d, s.v}, 1 / std::sqrt(double(s.d)), stream, 2);
     Tensor labels = labelTensor(s.b, s.v, stream);
     const bool backward = pass != "fwd";
-    Tensor dx = backward ? Tensor::empty({s.b, s.d}, DType::BF16) : Tensor();
-    Tensor dw = backward ? Tensor::empty({s.d, s.v}, DType::BF16) : Tensor();
+    // The gradients exist before the memory is measured: they are the call's results.
+    std::optional<Tensor> dx, dw;
+    if (backward) {
+      dx = Tensor::empty({s.b, s.d}, DType::BF16);
+      dw = Tensor::empty({s.d, s.v}, DType::BF16);
+    }
     stream.synchronize();
     const size_t freeBefore = device.free_memory();
     Tensor loss = Tensor::empty({1}, DType::F32), lse = Tensor::empty({s.b}, DType::F32);
@@ -94,7 +98,7 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
     auto call = [&] {
       linear_softmax_cross_entropy_loss(x, w, labels, loss, lse, stream, options);
       if (backward)
-        linear_softmax_cross_entropy_loss_vjp(dloss, x, w, labels, lse, dx, dw, stream, options);
+        linear_softmax_cross_entropy_loss_vjp(dloss, x, w, labels, lse, *dx, *dw, stream, options);
     };
     auto t0 = std::chrono::steady_clock::now();
     call();

@@ -120,7 +120,12 @@ TEST_CASE("cross_entropy: implementations, NotSupported and configs", "[cross_en
   const Implementation &tile = op.implementation("tile");
   Config c = tile.heuristic(fwd);
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_b", 24)), Contains("block_b must be a power of two"));
-  CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_d", 64)), Contains("block_d is the VJP's"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_d", 64)), Contains("(the VJP's)"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("chunk_v", 256)), Contains("(the VJP's)"));
+  Config v = vjp.implementation("tile").heuristic(back);
+  CHECK_FALSE(vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", 2 * v.get("block_v"))));
+  CHECK_THAT(*vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", v.get("block_v") + 1)),
+             Contains("multiple of block_v"));
   CHECK_THAT(*vjp.implementation("tile").check_config(back, c), Contains("missing \"block_d\""));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("bogus", 1)), Contains("unknown key \"bogus\""));
   CHECK_THAT(*tile.check_config(fwd, {{"block_b", 256}, {"block_v", 256}, {"block_k", 32}, {"num_warps", 1}}),
@@ -188,8 +193,9 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
     for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
       const Implementation &tile = find_op(args.op)->implementation("tile");
       std::vector<dsl::Kernel> kernels = tile.kernels(args, tile.heuristic(args));
-      // forward: rows, reduce; VJP: row scale, dx, dw.
-      CHECK(kernels.size() == (args.op == "linear_softmax_cross_entropy_loss" ? 2u : 3u));
+      // forward: rows, reduce; VJP: row scale, then dlogits, dx and dw (each launched
+      // once per chunk of V, listed once).
+      CHECK(kernels.size() == (args.op == "linear_softmax_cross_entropy_loss" ? 2u : 4u));
       for (const dsl::Kernel &kernel : kernels)
         for (const char *arch : {"sm_90a", "sm_80"}) {
           CompileOptions options;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace tokamax {
@@ -148,6 +149,27 @@ namespace {
 const std::vector<std::string> kForwardArgs{"x", "w", "labels", "loss", "lse"};
 const std::vector<std::string> kVjpArgs{"dloss", "x", "w", "labels", "lse", "dx", "dw"};
 
+/// Records the kernels a plan launches, each key once; reads no tensor.
+class DistinctKernels : public ops_detail::KernelExecutor {
+public:
+  explicit DistinctKernels(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
+  uint64_t scratch(size_t) override { return 256; }
+  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
+    if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
+      keys_.push_back(key);
+      kernels_.push_back(build());
+    }
+  }
+  void zero(const TensorView &) override {}
+  void copy(const TensorView &, const TensorView &) override {}
+  int device() const override { return 0; }
+  int sm_count() const override { return 132; }
+
+private:
+  std::vector<dsl::Kernel> &kernels_;
+  std::vector<KernelKey> keys_;
+};
+
 class XentImplementation : public ops_detail::PlannedImplementation {
 public:
   XentImplementation(bool vjp, Impl impl)
@@ -171,6 +193,14 @@ public:
   void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
     xent_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
+  }
+  /// Each kernel once: the VJP launches the same three kernels for every chunk of V.
+  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
+    std::vector<dsl::Kernel> kernels;
+    DistinctKernels recorder(kernels);
+    std::vector<TensorView> in(num_inputs()), out(args.args.size() - num_inputs());
+    execute(args, config, in, out, recorder);
+    return kernels;
   }
 
 private:

@@ -38,8 +38,9 @@ enum class KernelKind : uint8_t {
   Rows,      ///< forward: each row's loss and lse
   Reduce,    ///< forward: sum / mean of the row losses (one program, fixed order)
   RowScale,  ///< VJP: each row's upstream gradient g_i (0 ignored, NaN out of range)
-  Dx,        ///< VJP: dx = dlogits w^T, tiling over V
-  Dw,        ///< VJP: dw = x^T dlogits, tiling over B
+  DLogits,   ///< VJP: dlogits of one chunk of V columns, [B, chunk_v], from recomputed logits
+  Dx,        ///< VJP: dx (f32 accumulator, then x's dtype) += dlogits chunk @ w chunk^T
+  Dw,        ///< VJP: dw's chunk columns = x^T @ dlogits chunk
 };
 
 struct XentKernelSpec {
@@ -47,10 +48,15 @@ struct XentKernelSpec {
   KernelKind kind = KernelKind::Rows;
   bool exact = false;  ///< products: exact multiply-adds (reference), else tensor cores
   int64_t block_b = 64, block_v = 128, block_k = 32, block_d = 64;
+  int64_t chunk_v = 0;  ///< the VJP's chunk of V columns (a multiple of block_v)
   int num_warps = 4;
 
   KernelKey key() const;
 };
+
+/// The VJP's chunk of V columns: whole block_v tiles, as many as keep the [B, chunk]
+/// dlogits buffer near 128 MiB, at most V rounded up.
+int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes);
 
 dsl::Kernel xent_kernel(const XentKernelSpec &spec);
 

@@ -1,11 +1,13 @@
 //===- XentKernels.cpp - Cross-entropy kernels over logit tiles never stored -===//
 //
-// Every kernel that needs logits recomputes a [block_b, block_v] tile from x and w over
-// one loop on D (tensor cores, or exact multiply-adds for reference) and uses it in
-// registers: the forward folds it into an online log-sum-exp and picks the label's
-// logit; the VJP turns it into dlogits with the saved lse and multiplies it into dx or
-// dw. The small kernels (the reduction, the VJP's row scales) run one program over B in
-// a fixed order, so results do not depend on scheduling.
+// The kernels that need logits recompute a [block_b, block_v] tile from x and w over one
+// loop on D (tensor cores, or exact multiply-adds for reference): the forward folds it
+// into an online log-sum-exp in registers and picks the label's logit; the VJP turns it
+// into dlogits with the saved lse, one chunk of V columns at a time ([B, chunk_v] in a
+// bounded buffer, never [B, V]), which the dx and dw kernels multiply as small matmuls:
+// dx accumulates over the chunks in an f32 buffer, dw's chunk columns are written once.
+// The small kernels (the reduction, the VJP's row scales) run one program over B in a
+// fixed order; nothing uses atomics, so results do not depend on scheduling.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/xent/XentDetail.h"
@@ -33,6 +35,7 @@ const char *kindName(KernelKind kind) {
   case KernelKind::Rows: return "xent_rows";
   case KernelKind::Reduce: return "xent_reduce";
   case KernelKind::RowScale: return "xent_row_scale";
+  case KernelKind::DLogits: return "xent_dlogits";
   case KernelKind::Dx: return "xent_dx";
   case KernelKind::Dw: return "xent_dw";
   }
@@ -148,57 +151,71 @@ void rowScaleKernel(Kernel &k, const XentKernelSpec &s) {
   });
 }
 
-/// The VJP kernels' per-row inputs and the dlogits tile they form.
-struct RowInputs {
-  TensorArg lse, scale;
-};
+/// The dtype of the VJP's products and of the dlogits chunk: x's on tensor cores, the
+/// accumulation dtype for exact products.
+DType operandDtype(const XentKernelSpec &s) { return s.exact ? s.p.compute : s.p.dtype; }
 
-/// (softmax - onehot) * scale for the tile at (m0, n0), in `dtype` (the product's).
-Value dlogitsTile(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r, const Value &m0,
-                  const Value &n0, DType dtype) {
+/// dlogits [B, chunk_v] of the columns c0 .. c0 + chunk_v: (softmax - onehot) * scale
+/// from a logit tile recomputed with the saved lse (columns past V give 0).
+void dlogitsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
   const Problem &p = s.p;
+  TensorArg lseIn = k.input("lse", p.compute, {p.B}), scaleIn = k.input("scale", p.compute, {p.B});
+  TensorArg dl = k.output("dlogits", operandDtype(s), {p.B, s.chunk_v});
+  Value c0 = k.scalar("c0", DType::I32);
+  const int64_t gridV = s.chunk_v / s.block_v;
+  k.grid(cdiv(p.B, s.block_b) * gridV);
+  Value pid = k.program_id(0);
+  Value m0 = pid / Value(gridV) * Value(s.block_b), j0 = pid % Value(gridV) * Value(s.block_v);
+  Value n0 = c0 + j0;
   Value cols = columns(k, s, n0);
-  Value lse = r.lse.load({m0}, {s.block_b}).expand(1);
-  Value scale = r.scale.load({m0}, {s.block_b}).expand(1);
+  Value lse = lseIn.load({m0}, {s.block_b}).expand(1);
+  Value scale = scaleIn.load({m0}, {s.block_b}).expand(1);
   Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index)).expand(1);
   Value prob = where(cols < Value(p.V), exp(logitTile(k, s, o, m0, n0) - lse), 0.0);
-  return (where(cols == label, prob - 1.0, prob) * scale).to(dtype);
+  dl.store({m0, j0}, (where(cols == label, prob - 1.0, prob) * scale).to(operandDtype(s)));
 }
 
-/// dx [bb, bd] at (m0, d0) = sum over V tiles of dlogits [bb, bv] @ w[d0:, n0:]^T.
-void dxKernel(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r) {
+/// dx [bb, bd] at (m0, d0): the f32 accumulator plus dlogits [bb, chunk] @ w[d0:, c0:]^T
+/// over the chunk's tiles, written back, and rounded into dx (the last chunk's stays).
+void dxKernel(Kernel &k, const XentKernelSpec &s) {
   const Problem &p = s.p;
+  TensorArg dl = k.input("dlogits", operandDtype(s), {p.B, s.chunk_v});
+  TensorArg w = k.input("w", p.dtype, {p.D, p.V});
+  TensorArg acc = k.output("dx_acc", p.compute, {p.B, p.D});
   TensorArg dx = k.output("dx", p.dtype, {p.B, p.D});
+  Value c0 = k.scalar("c0", DType::I32);
   const int64_t gridD = cdiv(p.D, s.block_d);
   k.grid(cdiv(p.B, s.block_b) * gridD);
   Value pid = k.program_id(0);
   Value m0 = pid / Value(gridD) * Value(s.block_b), d0 = pid % Value(gridD) * Value(s.block_d);
-  const DType operand = s.exact ? p.compute : p.dtype;
-  Value zero = k.full({s.block_b, s.block_d}, 0.0, p.compute);
-  Value acc = k.loop(0, p.V, s.block_v, {zero}, [&](Value n0, std::vector<Value> c) {
-    Value dl = dlogitsTile(k, s, o, r, m0, n0, operand);
-    Value wT = o.w.load({d0, n0}, {s.block_d, s.block_v}).trans().to(operand);
-    return std::vector<Value>{s.exact ? exact_product(dl, wT, c[0]) : dot(dl, wT, c[0])};
+  Value start = acc.load({m0, d0}, {s.block_b, s.block_d});
+  Value sum = k.loop(0, s.chunk_v, s.block_v, {start}, [&](Value j0, std::vector<Value> c) {
+    Value a = dl.load({m0, j0}, {s.block_b, s.block_v});
+    Value wT = w.load({d0, c0 + j0}, {s.block_d, s.block_v}).trans().to(operandDtype(s));
+    return std::vector<Value>{s.exact ? exact_product(a, wT, c[0]) : dot(a, wT, c[0])};
   })[0];
-  dx.store({m0, d0}, acc.to(p.dtype));
+  acc.store({m0, d0}, sum);
+  dx.store({m0, d0}, sum.to(p.dtype));
 }
 
-/// dw [bd, bv] at (d0, n0) = sum over B tiles of x[m0:, d0:]^T @ dlogits [bb, bv].
-void dwKernel(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowInputs &r) {
+/// dw [bd, bv] at (d0, c0 + j0) = sum over B tiles of x[m0:, d0:]^T @ dlogits[m0:, j0:].
+void dwKernel(Kernel &k, const XentKernelSpec &s) {
   const Problem &p = s.p;
+  TensorArg x = k.input("x", p.dtype, {p.B, p.D});
+  TensorArg dl = k.input("dlogits", operandDtype(s), {p.B, s.chunk_v});
   TensorArg dw = k.output("dw", p.dtype, {p.D, p.V});
-  const int64_t gridV = cdiv(p.V, s.block_v);
+  Value c0 = k.scalar("c0", DType::I32);
+  const int64_t gridV = s.chunk_v / s.block_v;
   k.grid(cdiv(p.D, s.block_d) * gridV);
   Value pid = k.program_id(0);
-  Value d0 = pid / Value(gridV) * Value(s.block_d), n0 = pid % Value(gridV) * Value(s.block_v);
-  const DType operand = s.exact ? p.compute : p.dtype;
+  Value d0 = pid / Value(gridV) * Value(s.block_d), j0 = pid % Value(gridV) * Value(s.block_v);
   Value zero = k.full({s.block_d, s.block_v}, 0.0, p.compute);
-  Value acc = k.loop(0, p.B, s.block_b, {zero}, [&](Value m0, std::vector<Value> c) {
-    Value dl = dlogitsTile(k, s, o, r, m0, n0, operand);
-    Value xT = o.x.load({m0, d0}, {s.block_b, s.block_d}).trans().to(operand);
-    return std::vector<Value>{s.exact ? exact_product(xT, dl, c[0]) : dot(xT, dl, c[0])};
+  Value sum = k.loop(0, p.B, s.block_b, {zero}, [&](Value m0, std::vector<Value> c) {
+    Value xT = x.load({m0, d0}, {s.block_b, s.block_d}).trans().to(operandDtype(s));
+    Value b = dl.load({m0, j0}, {s.block_b, s.block_v});
+    return std::vector<Value>{s.exact ? exact_product(xT, b, c[0]) : dot(xT, b, c[0])};
   })[0];
-  dw.store({d0, n0}, acc.to(p.dtype));
+  dw.store({d0, c0 + j0}, sum.to(p.dtype));
 }
 
 } // namespace
@@ -206,7 +223,7 @@ void dwKernel(Kernel &k, const XentKernelSpec &s, const Operands &o, const RowIn
 KernelKey XentKernelSpec::key() const {
   return ops_detail::specializationKey(kindName(kind),
                                        {p.B, p.D, p.V, int64_t(p.dtype), int64_t(p.compute), int64_t(p.reduction),
-                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, num_warps});
+                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, num_warps});
 }
 
 Kernel xent_kernel(const XentKernelSpec &s) {
@@ -222,17 +239,20 @@ Kernel xent_kernel(const XentKernelSpec &s) {
     rowScaleKernel(k, s);
     return k;
   }
-  Operands o{k.input("x", p.dtype, {p.B, p.D}), k.input("w", p.dtype, {p.D, p.V}),
-             k.input("labels", DType::I32, {p.B})};
-  if (s.kind == KernelKind::Rows) {
-    rowsKernel(k, s, o);
+  if (s.kind == KernelKind::Dx) {
+    dxKernel(k, s);
     return k;
   }
-  RowInputs r{k.input("lse", p.compute, {p.B}), k.input("scale", p.compute, {p.B})};
-  if (s.kind == KernelKind::Dx)
-    dxKernel(k, s, o, r);
+  if (s.kind == KernelKind::Dw) {
+    dwKernel(k, s);
+    return k;
+  }
+  Operands o{k.input("x", p.dtype, {p.B, p.D}), k.input("w", p.dtype, {p.D, p.V}),
+             k.input("labels", DType::I32, {p.B})};
+  if (s.kind == KernelKind::Rows)
+    rowsKernel(k, s, o);
   else
-    dwKernel(k, s, o, r);
+    dlogitsKernel(k, s, o);
   return k;
 }
 

@@ -2,10 +2,15 @@
 //
 //   forward:  the rows kernel (each row's loss and lse; the loss itself for "none", else
 //             the call's scratch), then for "sum" / "mean" the reduce kernel;
-//   VJP:      the row-scale kernel (scale [B] in the call's scratch), then the dx
-//             kernel and the dw kernel, both recomputing logit tiles.
+//   VJP:      the row-scale kernel (scale [B] in the call's scratch), a zero fill of the
+//             f32 dx accumulator [B, D], then per chunk of V columns (c0 passed at
+//             launch, one kernel for every chunk): dlogits [B, chunk] recomputed from
+//             x, w and lse, dx_acc += dlogits w[:, chunk]^T (rounded into dx each time)
+//             and dw[:, chunk] = x^T dlogits. The logits are recomputed once; the
+//             scratch is B x chunk (about 128 MiB at most) plus B x D f32.
 //
-// Configs: block_b, block_v, block_k, num_warps (and block_d for the VJP). The tile
+// Configs: block_b, block_v, block_k, num_warps (and for the VJP block_d and, optional,
+// chunk_v: the V columns per chunk, else as many as keep dlogits near 128 MiB). The tile
 // heuristic takes [64, 128] logit tiles with 32-wide D slices on 4 warps (one f32
 // accumulator of 64 registers per thread) and, for the VJP, 64-wide D blocks of dx and
 // dw; exact products use matmul reference's small blocks.
@@ -43,15 +48,26 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
   s.block_k = c.get("block_k");
   s.block_d = kind == KernelKind::Rows ? 0 : c.get("block_d");
   s.num_warps = static_cast<int>(c.get("num_warps"));
+  if (kind != KernelKind::Rows)
+    s.chunk_v = c.has("chunk_v") ? std::min(c.get("chunk_v"), (p.V + s.block_v - 1) / s.block_v * s.block_v)
+                                 : chunk_columns(p, s.block_v, dtype_size(s.exact ? p.compute : p.dtype));
   return s;
 }
 
-void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<TensorView> &args) {
-  std::vector<ops_detail::KernelExecutor::Arg> a(args.begin(), args.end());
-  ex.launch(s.key(), [s] { return xent_kernel(s); }, a);
+using Arg = ops_detail::KernelExecutor::Arg;
+
+void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<Arg> &args) {
+  ex.launch(s.key(), [s] { return xent_kernel(s); }, args);
 }
 
 } // namespace
+
+int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes) {
+  constexpr int64_t kBudget = int64_t(128) << 20;
+  const int64_t whole = (p.V + block_v - 1) / block_v * block_v;
+  const int64_t fits = kBudget / (std::max<int64_t>(p.B, 1) * int64_t(element_bytes)) / block_v * block_v;
+  return std::clamp(fits, block_v, whole);
+}
 
 void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
              std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
@@ -80,8 +96,21 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
   }
   const TensorView scale = rowsView(ex.scratch(rowBytes));
   launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
-  launch(ex, specOf(p, impl, config, KernelKind::Dx), {x, w, labels, lse, scale, dx});
-  launch(ex, specOf(p, impl, config, KernelKind::Dw), {x, w, labels, lse, scale, dw});
+  const XentKernelSpec dlSpec = specOf(p, impl, config, KernelKind::DLogits),
+                       dxSpec = specOf(p, impl, config, KernelKind::Dx),
+                       dwSpec = specOf(p, impl, config, KernelKind::Dw);
+  const DType operand = impl == Impl::Reference ? p.compute : p.dtype;
+  const TensorView dlogits(ex.scratch(size_t(p.B) * dlSpec.chunk_v * dtype_size(operand)), operand,
+                           std::vector<int64_t>{p.B, dlSpec.chunk_v}, device);
+  const TensorView dxAcc(ex.scratch(size_t(p.B) * p.D * dtype_size(p.compute)), p.compute,
+                         std::vector<int64_t>{p.B, p.D}, device);
+  ex.zero(dxAcc);
+  for (int64_t c0 = 0; c0 < p.V; c0 += dlSpec.chunk_v) {
+    const Arg chunk = Arg::value(double(c0));
+    launch(ex, dlSpec, {x, w, labels, lse, scale, dlogits, chunk});
+    launch(ex, dxSpec, {dlogits, w, dxAcc, dx, chunk});
+    launch(ex, dwSpec, {x, dlogits, dw, chunk});
+  }
 }
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
@@ -108,9 +137,13 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     if (!c.has(key))
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
-    if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end())
+    if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end() &&
+        !(p.vjp && key == "chunk_v"))
       return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
-                         key == "block_d" ? " (block_d is the VJP's)" : "");
+                         key == "block_d" || key == "chunk_v" ? " (the VJP's)" : "");
+  if (c.has("chunk_v") && (c.get("chunk_v") < 1 || c.get("chunk_v") % c.get("block_v") != 0))
+    return fmt::format("chunk_v (the VJP's V columns per chunk) must be a positive multiple of block_v {}, got {}",
+                       c.get("block_v"), c.get("chunk_v"));
   const bool tile = impl == Impl::Tile;
   const int64_t minBlock = tile ? 16 : 1;
   for (const char *key : keys) {
@@ -123,15 +156,15 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
   if (w != 1 && w != 2 && w != 4 && w != 8)
     return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  const int64_t bd = p.vjp ? c.get("block_d") : 0;
   if (!tile) {  // exact products hold [rows, k, columns] partial products
-    const int64_t bd = p.vjp ? c.get("block_d") : 1;
-    const int64_t largest = std::max({bb * bk * bv, bb * bv * bd, bd * bb * bv});
+    const int64_t largest = std::max({bb * bk * bv, bb * bv * bd});
     if (largest > 8192)
       return fmt::format("exact products must hold at most 8192 partial products, got {}", largest);
     return std::nullopt;
   }
-  // The logit tile and (VJP) the dx / dw accumulator in f32 registers.
-  const int64_t words = bb * bv + (p.vjp ? std::max(bb, bv) * c.get("block_d") : 0);
+  // The largest f32 accumulator: the logit tile, or the VJP's dx / dw tiles.
+  const int64_t words = std::max({bb * bv, bb * bd, bd * bv});
   if (words / (32 * w) > 160)
     return fmt::format("block_b {} x block_v {} with {} warps needs ~{} accumulator registers per thread", bb, bv, w,
                        words / (32 * w));

@@ -17,11 +17,12 @@
 // The reductions are deterministic (no float atomics; reruns are bitwise identical):
 // "sum" / "mean" add the row losses in a fixed order in one small program.
 //
-// The VJP (dloss of loss's shape, x, w, labels, lse -> dx, dw) recomputes logit tiles
-// from x, w and the forward's lse to form dlogits = (softmax - onehot) * g_i with g_i
-// = dloss_i ("none"), dloss ("sum") or dloss / count ("mean"); dx = dlogits w^T tiles
-// over V per (row block, D block) program and dw = x^T dlogits tiles over B per (D
-// block, V block) program. Nothing of size B x V is ever stored.
+// The VJP (dloss of loss's shape, x, w, labels, lse -> dx, dw) recomputes the logits
+// once from x, w and the forward's lse to form dlogits = (softmax - onehot) * g_i with
+// g_i = dloss_i ("none"), dloss ("sum") or dloss / count ("mean"), one chunk of V
+// columns at a time (a [B, chunk] buffer of about 128 MiB at most, never [B, V]); each
+// chunk's dx = dlogits w^T adds into an f32 [B, D] accumulator and its dw columns =
+// x^T dlogits are written once. Deterministic as the forward.
 //
 // Implementations, in the order auto tries them:
 //   "tile":      logit tiles on tensor cores (mma.sync; bf16 / f16 in, f32 accumulation);
@@ -93,7 +94,8 @@ TOKAMAX_API void linear_softmax_cross_entropy_loss_vjp_host(const TensorView &dl
 //   linear_softmax_cross_entropy_loss_vjp: dloss, x, w, labels, lse | dx, dw
 // Attributes "reduction" (its name) and "ignore_index" (decimal).
 // Configs: block_b (rows per program), block_v (the logit tile's columns), block_k (D
-// slice of the logit product), num_warps; the VJP adds block_d (dx's and dw's D block).
+// slice of the logit product), num_warps; the VJP adds block_d (dx's and dw's D block)
+// and, optional, chunk_v (V columns per chunk, a multiple of block_v).
 
 TOKAMAX_API const Op &linear_softmax_cross_entropy_loss_op();
 TOKAMAX_API const Op &linear_softmax_cross_entropy_loss_vjp_op();
