@@ -122,6 +122,8 @@ TEST_CASE("cross_entropy: implementations, NotSupported and configs", "[cross_en
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_b", 24)), Contains("block_b must be a power of two"));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_d", 64)), Contains("(the VJP's)"));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("chunk_v", 256)), Contains("(the VJP's)"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("split_v", 33)), Contains("split_v"));
+  CHECK(tile.heuristic(forwardArgs(DType::BF16, 8192, 4096, 131072)).get("split_v") > 1);
   Config v = vjp.implementation("tile").heuristic(back);
   CHECK_FALSE(vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", 2 * v.get("block_v"))));
   CHECK_THAT(*vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", v.get("block_v") + 1)),
@@ -193,9 +195,10 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
     for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
       const Implementation &tile = find_op(args.op)->implementation("tile");
       std::vector<dsl::Kernel> kernels = tile.kernels(args, tile.heuristic(args));
-      // forward: rows, reduce; VJP: row scale, then dlogits, dx and dw (each launched
-      // once per chunk of V, listed once).
-      CHECK(kernels.size() == (args.op == "linear_softmax_cross_entropy_loss" ? 2u : 4u));
+      // forward: rows, combine (V in splits at the benchmark shape), reduce; VJP: row
+      // scale, then dlogits, dx and dw (each launched once per chunk of V, listed once).
+      const size_t forwardKernels = tile.heuristic(args).has("split_v") ? 3u : 2u;
+      CHECK(kernels.size() == (args.op == "linear_softmax_cross_entropy_loss" ? forwardKernels : 4u));
       for (const dsl::Kernel &kernel : kernels)
         for (const char *arch : {"sm_90a", "sm_80"}) {
           CompileOptions options;
@@ -203,7 +206,8 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
           options.arch = arch;
           const std::string ptx = compile(kernel, options).ptx;
           INFO(args.op << " " << kernel.name() << " " << b << "x" << d << "x" << v << " " << arch);
-          const bool products = kernel.name() != "xent_reduce" && kernel.name() != "xent_row_scale";
+          const bool products = kernel.name() != "xent_reduce" && kernel.name() != "xent_row_scale" &&
+                                kernel.name() != "xent_combine";
           CHECK((test::count(ptx, "mma.sync.aligned.m16n8k16") > 0) == products);
           CHECK_FALSE(test::contains(ptx, "atom.global.add.f32"));
           if (ptxas.empty())

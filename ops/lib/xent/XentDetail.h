@@ -35,7 +35,8 @@ struct Problem {
 Problem problem_of(const BoundArgs &args);
 
 enum class KernelKind : uint8_t {
-  Rows,      ///< forward: each row's loss and lse
+  Rows,      ///< forward: each row's loss and lse, or a split of V's partials
+  Combine,   ///< forward with split_v > 1: the splits' partials merged into loss and lse
   Reduce,    ///< forward: sum / mean of the row losses (one program, fixed order)
   RowScale,  ///< VJP: each row's upstream gradient g_i (0 ignored, NaN out of range)
   DLogits,   ///< VJP: dlogits of one chunk of V columns, [B, chunk_v], from recomputed logits
@@ -49,6 +50,7 @@ struct XentKernelSpec {
   bool exact = false;  ///< products: exact multiply-adds (reference), else tensor cores
   int64_t block_b = 64, block_v = 128, block_k = 32, block_d = 64;
   int64_t chunk_v = 0;  ///< the VJP's chunk of V columns (a multiple of block_v)
+  int64_t split_v = 1;  ///< the forward's programs per row block, each over a range of V
   int num_warps = 4;
 
   KernelKey key() const;
@@ -57,6 +59,9 @@ struct XentKernelSpec {
 /// The VJP's chunk of V columns: whole block_v tiles, as many as keep the [B, chunk]
 /// dlogits buffer near 128 MiB, at most V rounded up.
 int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes);
+/// The forward's splits of V: `wanted` clamped to [1, 32] and to the V tiles, then
+/// lowered so that no split is empty.
+int64_t split_count(const Problem &p, int64_t block_v, int64_t wanted);
 
 dsl::Kernel xent_kernel(const XentKernelSpec &spec);
 

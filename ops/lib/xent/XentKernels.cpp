@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace tokamax::xent_detail {
 
@@ -33,6 +34,7 @@ namespace {
 const char *kindName(KernelKind kind) {
   switch (kind) {
   case KernelKind::Rows: return "xent_rows";
+  case KernelKind::Combine: return "xent_combine";
   case KernelKind::Reduce: return "xent_reduce";
   case KernelKind::RowScale: return "xent_row_scale";
   case KernelKind::DLogits: return "xent_dlogits";
@@ -77,18 +79,35 @@ LabelKinds classify(const Problem &p, const Value &label) {
   return {ignored, outside & (label != Value(p.ignore_index))};
 }
 
-/// The rows' losses and lse: an online log-sum-exp over V tiles, the label's logit
-/// picked from the tile that holds it.
+/// A row's loss from its lse and picked logit: 0 ignored, NaN for labels out of range.
+Value rowLoss(const Problem &p, const Value &label, const Value &lse, const Value &picked) {
+  LabelKinds kinds = classify(p, label);
+  return where(kinds.ignored, 0.0, where(kinds.outOfRange, kNaN, lse - picked));
+}
+
+/// An online log-sum-exp over the V tiles of one split (all of V unless split_v > 1), the
+/// label's logit picked from the tile that holds it: each row's loss and lse, or with
+/// split_v > 1 the split's partial (max, sum of exp, picked) for the combine kernel.
 void rowsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
   const Problem &p = s.p;
-  TensorArg rows = k.output("rows", p.compute, {p.B});
-  TensorArg lse = k.output("lse", p.compute, {p.B});
-  k.grid(cdiv(p.B, s.block_b));
-  Value m0 = k.program_id(0) * Value(s.block_b);
+  const bool split = s.split_v > 1;
+  std::optional<TensorArg> rows, lse, partials;
+  if (split) {
+    partials = k.output("partials", p.compute, {3, s.split_v, p.B});
+  } else {
+    rows = k.output("rows", p.compute, {p.B});
+    lse = k.output("lse", p.compute, {p.B});
+  }
+  const int64_t gridB = cdiv(p.B, s.block_b);
+  const int64_t span = cdiv(cdiv(p.V, s.block_v), s.split_v) * s.block_v;  // V columns per split
+  k.grid(gridB * s.split_v);
+  Value pid = k.program_id(0);
+  Value m0 = pid % Value(gridB) * Value(s.block_b), part = pid / Value(gridB);
+  Value lo = part * Value(span), hi = minimum(lo + Value(span), Value(p.V));
   Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index));
   Value labelColumn = label.expand(1);
   Value init = k.full({s.block_b}, -INFINITY, p.compute), zero = k.full({s.block_b}, 0.0, p.compute);
-  std::vector<Value> r = k.loop(0, p.V, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
+  std::vector<Value> r = k.loop(lo, hi, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
     Value cols = columns(k, s, n0);
     Value logits = where(cols < Value(p.V), logitTile(k, s, o, m0, n0), -INFINITY);
     Value mNew = maximum(c[0], logits.max(1));
@@ -96,9 +115,39 @@ void rowsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
     Value picked = c[2] + where(cols == labelColumn, logits, 0.0).sum(1);
     return std::vector<Value>{mNew, sum, picked};
   });
+  if (split) {
+    for (int i = 0; i < 3; ++i)
+      partials->store({Value(i), part, m0}, r[size_t(i)].reshape({1, 1, s.block_b}));
+    return;
+  }
   Value rowLse = r[0] + log(r[1]);
-  LabelKinds kinds = classify(p, label);
-  rows.store({m0}, where(kinds.ignored, 0.0, where(kinds.outOfRange, kNaN, rowLse - r[2])));
+  rows->store({m0}, rowLoss(p, label, rowLse, r[2]));
+  lse->store({m0}, rowLse);
+}
+
+/// Each row's loss and lse from the splits' partials, merged in split order.
+void combineKernel(Kernel &k, const XentKernelSpec &s) {
+  const Problem &p = s.p;
+  TensorArg partials = k.input("partials", p.compute, {3, s.split_v, p.B});
+  TensorArg labels = k.input("labels", DType::I32, {p.B});
+  TensorArg rows = k.output("rows", p.compute, {p.B});
+  TensorArg lse = k.output("lse", p.compute, {p.B});
+  k.grid(cdiv(p.B, kRowBlock));
+  Value m0 = k.program_id(0) * Value(kRowBlock);
+  auto part = [&](int i, int64_t split) {
+    return partials.load({Value(i), Value(split), m0}, {1, 1, kRowBlock}).reshape({kRowBlock});
+  };
+  Value m = part(0, 0);
+  for (int64_t j = 1; j < s.split_v; ++j)
+    m = maximum(m, part(0, j));
+  Value sum = part(1, 0) * exp(part(0, 0) - m), picked = part(2, 0);
+  for (int64_t j = 1; j < s.split_v; ++j) {
+    sum = sum + part(1, j) * exp(part(0, j) - m);
+    picked = picked + part(2, j);
+  }
+  Value rowLse = m + log(sum);
+  Value label = labels.load({m0}, {kRowBlock}, double(p.ignore_index));
+  rows.store({m0}, rowLoss(p, label, rowLse, picked));
   lse.store({m0}, rowLse);
 }
 
@@ -223,7 +272,7 @@ void dwKernel(Kernel &k, const XentKernelSpec &s) {
 KernelKey XentKernelSpec::key() const {
   return ops_detail::specializationKey(kindName(kind),
                                        {p.B, p.D, p.V, int64_t(p.dtype), int64_t(p.compute), int64_t(p.reduction),
-                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, num_warps});
+                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, split_v, num_warps});
 }
 
 Kernel xent_kernel(const XentKernelSpec &s) {
@@ -233,6 +282,10 @@ Kernel xent_kernel(const XentKernelSpec &s) {
   Kernel k(kindName(s.kind), {.num_warps = s.num_warps});
   if (s.kind == KernelKind::Reduce) {
     reduceKernel(k, s);
+    return k;
+  }
+  if (s.kind == KernelKind::Combine) {
+    combineKernel(k, s);
     return k;
   }
   if (s.kind == KernelKind::RowScale) {

@@ -1,7 +1,8 @@
 //===- XentPlans.cpp - linear_softmax_cross_entropy_loss: launches and configs -===//
 //
 //   forward:  the rows kernel (each row's loss and lse; the loss itself for "none", else
-//             the call's scratch), then for "sum" / "mean" the reduce kernel;
+//             the call's scratch; with split_v > 1 each split's partials, merged by the
+//             combine kernel), then for "sum" / "mean" the reduce kernel;
 //   VJP:      the row-scale kernel (scale [B] in the call's scratch), a zero fill of the
 //             f32 dx accumulator [B, D], then per chunk of V columns (c0 passed at
 //             launch, one kernel for every chunk): dlogits [B, chunk] recomputed from
@@ -10,7 +11,9 @@
 //             scratch is B x chunk (about 128 MiB at most) plus B x D f32.
 //
 // Configs: block_b, block_v, block_k, num_warps (and for the VJP block_d and, optional,
-// chunk_v: the V columns per chunk, else as many as keep dlogits near 128 MiB). The tile
+// chunk_v: the V columns per chunk, else as many as keep dlogits near 128 MiB; for the
+// forward, optional, split_v: programs per row block, each over a range of V, whose
+// partial log-sum-exps the combine kernel merges in a fixed order). The tile
 // heuristic takes [64, 128] logit tiles with 32-wide D slices on 4 warps (one f32
 // accumulator of 64 registers per thread) and, for the VJP, 64-wide D blocks of dx and
 // dw; exact products use matmul reference's small blocks.
@@ -46,9 +49,16 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
   s.block_b = c.get("block_b");
   s.block_v = c.get("block_v");
   s.block_k = c.get("block_k");
-  s.block_d = kind == KernelKind::Rows ? 0 : c.get("block_d");
+  s.block_d = p.vjp ? c.get("block_d") : 0;
   s.num_warps = static_cast<int>(c.get("num_warps"));
-  if (kind != KernelKind::Rows)
+  if (kind == KernelKind::Rows || kind == KernelKind::Combine)
+    s.split_v = split_count(p, s.block_v, c.get_or("split_v", 1));
+  if (kind == KernelKind::Combine) {  // no products: only the split count shapes it
+    s.exact = false;
+    s.block_b = s.block_v = s.block_k = 0;
+    s.num_warps = 4;
+  }
+  if (kind != KernelKind::Rows && kind != KernelKind::Combine)
     s.chunk_v = c.has("chunk_v") ? std::min(c.get("chunk_v"), (p.V + s.block_v - 1) / s.block_v * s.block_v)
                                  : chunk_columns(p, s.block_v, dtype_size(s.exact ? p.compute : p.dtype));
   return s;
@@ -61,6 +71,13 @@ void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::
 }
 
 } // namespace
+
+int64_t split_count(const Problem &p, int64_t block_v, int64_t wanted) {
+  const int64_t tiles = std::max<int64_t>((p.V + block_v - 1) / block_v, 1);
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, std::min<int64_t>(32, tiles));
+  const int64_t perSplit = (tiles + splits - 1) / splits;
+  return (tiles + perSplit - 1) / perSplit;
+}
 
 int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes) {
   constexpr int64_t kBudget = int64_t(128) << 20;
@@ -82,7 +99,15 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
       return;
     }
     const TensorView rows = p.reduction == LossReduction::None ? loss : rowsView(ex.scratch(rowBytes));
-    launch(ex, specOf(p, impl, config, KernelKind::Rows), {x, w, labels, rows, lse});
+    const XentKernelSpec rowsSpec = specOf(p, impl, config, KernelKind::Rows);
+    if (rowsSpec.split_v > 1) {  // the splits' partials, merged in a fixed order
+      const TensorView partials(ex.scratch(3 * size_t(rowsSpec.split_v) * rowBytes), p.compute,
+                                std::vector<int64_t>{3, rowsSpec.split_v, p.B}, device);
+      launch(ex, rowsSpec, {x, w, labels, partials});
+      launch(ex, specOf(p, impl, config, KernelKind::Combine), {partials, labels, rows, lse});
+    } else {
+      launch(ex, rowsSpec, {x, w, labels, rows, lse});
+    }
     if (p.reduction != LossReduction::None)
       launch(ex, specOf(p, impl, config, KernelKind::Reduce), {rows, labels, loss});
     return;
@@ -124,6 +149,13 @@ Config heuristic(const Problem &p, Impl impl) {
                  ? Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"num_warps", 4}}
                  : Config{{"block_b", std::clamp<int64_t>(ops_detail::next_power_of_two(p.B), 16, 64)},
                           {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}};
+  if (impl == Impl::Tile && !p.vjp) {
+    // Few row blocks (B / 64 against 132 SMs at B 8192) walk V in several splits: about
+    // four programs per SM of an H100 / H200.
+    const int64_t rowBlocks = (p.B + c.get("block_b") - 1) / c.get("block_b");
+    if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1)); splits > 1)
+      c.set("split_v", splits);
+  }
   if (p.vjp)  // the dx / dw accumulator beside the logit tile: 8 warps keep both in registers
     c.set("block_d", impl == Impl::Reference ? 16 : 64).set("num_warps", impl == Impl::Reference ? 4 : 8);
   return c;
@@ -138,9 +170,11 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
     if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end() &&
-        !(p.vjp && key == "chunk_v"))
+        !(p.vjp && key == "chunk_v") && !(!p.vjp && key == "split_v"))
       return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
-                         key == "block_d" || key == "chunk_v" ? " (the VJP's)" : "");
+                         key == "block_d" || key == "chunk_v" ? " (the VJP's)" : key == "split_v" ? " (the forward's)" : "");
+  if (c.has("split_v") && (c.get("split_v") < 1 || c.get("split_v") > 32))
+    return fmt::format("split_v (the forward's programs per row block) must be in [1, 32], got {}", c.get("split_v"));
   if (c.has("chunk_v") && (c.get("chunk_v") < 1 || c.get("chunk_v") % c.get("block_v") != 0))
     return fmt::format("chunk_v (the VJP's V columns per chunk) must be a positive multiple of block_v {}, got {}",
                        c.get("block_v"), c.get("chunk_v"));
@@ -194,6 +228,8 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
             Config c{{"block_b", bb}, {"block_v", bv}, {"block_k", bk}, {"num_warps", warps}};
             if (bd)
               c.set("block_d", bd);
+            if (space.front().has("split_v"))  // the heuristic's splits of V
+              c.set("split_v", space.front().get("split_v"));
             add(std::move(c));
           }
   return space;

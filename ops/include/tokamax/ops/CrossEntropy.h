@@ -5,8 +5,8 @@
 //   logits = x w,  loss_i = logsumexp(logits_i) - logits_i[labels_i]
 //
 // The output layer's loss without the [B, V] logits: each program owns a block of rows
-// and walks V in tiles with an online log-sum-exp, picking the label's logit when its
-// tile passes. x and w share one dtype (bf16, f16, f32 or f64); products accumulate in
+// and walks V (or one of split_v ranges of V, merged afterwards in a fixed order) in
+// tiles with an online log-sum-exp, picking the label's logit when its tile passes. x and w share one dtype (bf16, f16, f32 or f64); products accumulate in
 // f32 (f64 for f64) and loss / lse are in that accumulation dtype.
 //
 // Labels: a row whose label equals ignore_index contributes 0 (and its gradient is 0)
@@ -95,7 +95,8 @@ TOKAMAX_API void linear_softmax_cross_entropy_loss_vjp_host(const TensorView &dl
 // Attributes "reduction" (its name) and "ignore_index" (decimal).
 // Configs: block_b (rows per program), block_v (the logit tile's columns), block_k (D
 // slice of the logit product), num_warps; the VJP adds block_d (dx's and dw's D block)
-// and, optional, chunk_v (V columns per chunk, a multiple of block_v).
+// and, optional, chunk_v (V columns per chunk, a multiple of block_v); the forward,
+// optional, split_v (programs per row block over ranges of V, 1 to 32).
 
 TOKAMAX_API const Op &linear_softmax_cross_entropy_loss_op();
 TOKAMAX_API const Op &linear_softmax_cross_entropy_loss_vjp_op();
