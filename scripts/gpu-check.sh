@@ -10,7 +10,7 @@
 #   unit        unit tests and the examples
 #   new         what runs on wgmma, CUDA graphs, the call cache, exports and the new ops
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
-#   attention   attention, gated_linear_unit and ragged_dot beside torch, wgmma configs included
+#   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
@@ -42,7 +42,7 @@ if wants new; then
   # wgmma dots), Function graph replay and the eager call cache, exports (the rewritten
   # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
   # and the fixture through the runtime library alone.
-  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],[ragged_dot],double-buffered*" --durations yes
+  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],[ragged_dot],[cross_entropy],double-buffered*" --durations yes
   TAIL=8 run dispatch-tests "$bin/tokamax-dispatch-tests"
   TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
 fi
@@ -81,6 +81,13 @@ if wants attention; then
     ragged_peers=(--peers "$out/ragged-dot-peers.json")
   fi
   TAIL=10 run ragged-dot-bench "$bin/tokamax-ragged-dot-bench" --json "$out/ragged-dot.json" "${ragged_peers[@]}"
+  # linear_softmax_cross_entropy_loss beside torch's matmul + cross_entropy.
+  xent_peers=()
+  if has_torch; then
+    TAIL=10 run cross-entropy-peers python3 "$here/../bench/peers/cross_entropy.py" --json "$out/cross-entropy-peers.json"
+    xent_peers=(--peers "$out/cross-entropy-peers.json")
+  fi
+  TAIL=10 run cross-entropy-bench "$bin/tokamax-cross-entropy-bench" --json "$out/cross-entropy.json" "${xent_peers[@]}"
 fi
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
 # installed: the cases below are small enough for the slow tools; a failed assertion

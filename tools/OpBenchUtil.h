@@ -1,6 +1,6 @@
-// What the op benchmarks (tokamax-glu-bench, tokamax-ragged-dot-bench) share: random
-// bf16 device tensors, comma lists, and the peers' JSON (rows of shape, pass, backend
-// and TFLOP/s, as bench/peers/*.py write them).
+// What the op benchmarks (tokamax-glu-bench, tokamax-ragged-dot-bench,
+// tokamax-cross-entropy-bench) share: random bf16 device tensors, comma lists, and the
+// peers' JSON (rows of shape, pass, backend and TFLOP/s, as bench/peers/*.py write them).
 #pragma once
 
 #include <tokamax/runtime/Error.h>

@@ -177,6 +177,15 @@ Sym Tracer::ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::str
   const ArgSpec &ls = spec(lhs), &rs = spec(rhs);
   BoundArgs b = bind_ragged_dot(ls, rs, spec(group_sizes), ragged_dot_out_spec(ls, rs));
   return f_.record(ragged_dot_op(), b, {lhs.id, rhs.id, group_sizes.id, -2}, std::move(implementation))[0];
+Sym Tracer::linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const CrossEntropyOptions &options) {
+  const ArgSpec &xs = spec(x), &ws = spec(w);
+  // The residual lse is always produced: a later grad() needs it.
+  BoundArgs b = bind_linear_softmax_cross_entropy_loss(xs, ws, spec(labels),
+                                                       cross_entropy_loss_spec(xs, ws, options.reduction),
+                                                       cross_entropy_lse_spec(xs, ws), options.reduction,
+                                                       options.ignore_index);
+  return f_.record(linear_softmax_cross_entropy_loss_op(), b, {x.id, w.id, labels.id, -2, -2},
+                   options.implementation)[0];
 }
 
 Sym Tracer::sum(Sym x) {
@@ -463,6 +472,20 @@ Function grad(const Function &f, std::vector<int> wrt) {
           g.record(ragged_dot_vjp_op(), b, {doutCast.id, lhs.id, rhs.id, sizes.id, -2, -2}, call.implementation);
       accumulate(lhs.id, outs[0]);
       accumulate(rhs.id, outs[1]);
+    } else if (op == "linear_softmax_cross_entropy_loss") {
+      auto dloss = cot(3);
+      if (!dloss)
+        continue;
+      const auto &sl = call.slots;  // x, w, labels | loss, lse
+      Sym dlossCast = t.cast(*dloss, t.spec(Sym{sl[3]}).dtype);
+      const ArgSpec &xs = t.spec(Sym{sl[0]}), &ws = t.spec(Sym{sl[1]});
+      BoundArgs b = bind_linear_softmax_cross_entropy_loss_vjp(
+          t.spec(dlossCast), xs, ws, t.spec(Sym{sl[2]}), t.spec(Sym{sl[4]}), xs, ws,
+          parse_loss_reduction(call.args.attribute("reduction")), call.args.int_attribute("ignore_index"));
+      std::vector<Sym> outs = g.record(linear_softmax_cross_entropy_loss_vjp_op(), b,
+                                       {dlossCast.id, sl[0], sl[1], sl[2], sl[4], -2, -2}, call.implementation);
+      accumulate(sl[0], outs[0]);
+      accumulate(sl[1], outs[1]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

@@ -2,6 +2,7 @@
 #include <tokamax/ops/Registry.h>
 
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
@@ -82,6 +83,14 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec rl{{32768, 4096}, DType::BF16}, rr{{8, 4096, 4096}, DType::BF16}, rs{{8}, DType::I32};
   op(ragged_dot_op(), bind_ragged_dot(rl, rr, rs, rl));
   op(ragged_dot_vjp_op(), bind_ragged_dot_vjp(rl, rl, rr, rs, rl, rr));
+  // linear_softmax_cross_entropy_loss at the benchmark shape (B 8192, D 4096, V 131072
+  // bf16, mean): the tile forward and VJP.
+  ArgSpec cx{{8192, 4096}, DType::BF16}, cw{{4096, 131072}, DType::BF16}, labels{{8192}, DType::I32};
+  ArgSpec closs = cross_entropy_loss_spec(cx, cw, LossReduction::Mean), clse = cross_entropy_lse_spec(cx, cw);
+  op(linear_softmax_cross_entropy_loss_op(),
+     bind_linear_softmax_cross_entropy_loss(cx, cw, labels, closs, clse, LossReduction::Mean, -100));
+  op(linear_softmax_cross_entropy_loss_vjp_op(),
+     bind_linear_softmax_cross_entropy_loss_vjp(closs, cx, cw, labels, clse, cx, cw, LossReduction::Mean, -100));
   return kernels;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Norm.h>
@@ -75,6 +76,9 @@ public:
   /// The grouped matmul (RaggedDot.h): group_sizes is an int32 [G] value (no gradient);
   /// `implementation` pins the call and its VJP.
   Sym ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::string> implementation = std::nullopt);
+  /// The loss of logits x @ w against labels (CrossEntropy.h): [B] for "none", else [1],
+  /// in the accumulation dtype; options.implementation pins the call and its VJP.
+  Sym linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const CrossEntropyOptions &options = {});
   /// Sum of every element, as an f32 tensor of shape [1].
   Sym sum(Sym x);
   Sym add(Sym a, Sym b);

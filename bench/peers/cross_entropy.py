@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Peer numbers for tokamax-cross-entropy-bench: the output layer's loss through torch.
+
+At the bench's shape (bf16, mean reduction):
+
+    X1 = B 8192, D 4096, V 131072      (Q = B 1024, D 1024, V 16384 with --quick)
+
+one backend, "fwd" and "fwd+bwd" (forward, then backward of the scalar loss into x and
+w):
+
+    torch_matmul_ce:  logits = x @ w (cuBLAS, [B, V] bf16), loss =
+                      F.cross_entropy(logits.float(), labels): what an unfused output
+                      layer runs (the logits and their f32 copy materialized)
+
+Each run is timed with CUDA events after a 256 MB buffer is overwritten (so nothing is
+served from L2); the median of the runs is reported. Peak extra memory: the largest
+torch.cuda.max_memory_allocated() over one call beyond what was allocated before it
+(inputs, and for fwd+bwd the gradient buffers of x and w after a first run), in MiB.
+TFLOP/s use the bench's counts: forward 2 B D V, fwd+bwd 3x that.
+
+Writes JSON that `tokamax-cross-entropy-bench --peers FILE` reads:
+    {"device": ..., "torch": ..., "rows": [{"shape": "X1", "pass": "fwd",
+      "backend": "torch_matmul_ce", "status": "ok", "ms": ..., "tflops": ...,
+      "extra_mib": ..., "iterations": ...}, ...]}
+
+Usage: python3 bench/peers/cross_entropy.py [--json FILE] [--iters N] [--quick]
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from peer_timing import flush_buffer, time_runs
+
+SHAPES = {"X1": (8192, 4096, 131072)}
+QUICK_SHAPE = {"Q": (1024, 1024, 16384)}
+
+
+
+def peak_extra_mib(work):
+    """Peak memory one call allocates beyond what is allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    work()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / (1 << 20)
+
+
+def bench_row(name, shape, pass_, iters, flush):
+    b, d, v = shape
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    grad = pass_ == "fwd+bwd"
+    x = torch.randn((b, d), generator=gen, device="cuda", dtype=torch.bfloat16).requires_grad_(grad)
+    w = (torch.randn((d, v), generator=gen, device="cuda", dtype=torch.bfloat16) / d**0.5).requires_grad_(grad)
+    labels = torch.randint(0, v, (b,), generator=gen, device="cuda")
+
+    def forward():
+        return F.cross_entropy((x @ w).float(), labels, reduction="mean")
+
+    def forward_backward():  # x.grad and w.grad accumulate in place after the first run
+        forward().backward()
+
+    work = forward_backward if grad else forward
+    with torch.no_grad() if not grad else torch.enable_grad():
+        work()  # the gradient buffers exist before the memory is measured
+        extra = peak_extra_mib(work)
+        ms = time_runs(work, iters, warmup=1, flush=flush)
+    flops = 2.0 * b * d * v * (3 if grad else 1)
+    return {"shape": name, "pass": pass_, "backend": "torch_matmul_ce", "status": "ok", "ms": ms,
+            "tflops": flops / ms / 1e9, "extra_mib": extra, "iterations": iters}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("cross_entropy.py needs a CUDA device")
+    flush = flush_buffer()
+    rows = []
+    for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
+        for pass_ in ("fwd", "fwd+bwd"):
+            try:
+                row = bench_row(name, shape, pass_, args.iters, flush)
+            except RuntimeError as e:  # out of memory, a refused kernel
+                row = {"shape": name, "pass": pass_, "backend": "torch_matmul_ce", "status": f"failed: {e}"}
+            rows.append(row)
+            print(f"{name} {pass_:8} torch_matmul_ce " +
+                  (f"{row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['extra_mib']:9.1f} MiB extra"
+                   if row["status"] == "ok" else row["status"]))
+            torch.cuda.empty_cache()
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

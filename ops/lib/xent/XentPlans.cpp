@@ -1,0 +1,238 @@
+//===- XentPlans.cpp - linear_softmax_cross_entropy_loss: launches and configs -===//
+//
+//   forward:  the rows kernel (each row's loss and lse; the loss itself for "none", else
+//             the call's scratch; with split_v > 1 each split's partials, merged by the
+//             combine kernel), then for "sum" / "mean" the reduce kernel;
+//   VJP:      the row-scale kernel (scale [B] in the call's scratch), a zero fill of the
+//             f32 dx accumulator [B, D], then per chunk of V columns (c0 passed at
+//             launch, one kernel for every chunk): dlogits [B, chunk] recomputed from
+//             x, w and lse, dx_acc += dlogits w[:, chunk]^T (rounded into dx each time)
+//             and dw[:, chunk] = x^T dlogits. The logits are recomputed once; the
+//             scratch is B x chunk (about 128 MiB at most) plus B x D f32.
+//
+// Configs: block_b, block_v, block_k, num_warps (and for the VJP block_d and, optional,
+// chunk_v: the V columns per chunk, else as many as keep dlogits near 128 MiB; for the
+// forward, optional, split_v: programs per row block, each over a range of V, whose
+// partial log-sum-exps the combine kernel merges in a fixed order). The tile
+// heuristic takes [64, 128] logit tiles with 32-wide D slices on 4 warps (one f32
+// accumulator of 64 registers per thread) and, for the VJP, 64-wide D blocks of dx and
+// dw; exact products use matmul reference's small blocks.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/xent/XentDetail.h"
+
+#include "ops/lib/Dispatch.h"
+
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tokamax::xent_detail {
+
+namespace {
+
+bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
+bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind kind) {
+  XentKernelSpec s;
+  s.p = p;
+  s.kind = kind;
+  s.exact = impl == Impl::Reference;
+  if (kind == KernelKind::Reduce || kind == KernelKind::RowScale) {  // one program, no products
+    s.exact = false;
+    s.block_b = s.block_v = s.block_k = s.block_d = 0;
+    return s;
+  }
+  s.block_b = c.get("block_b");
+  s.block_v = c.get("block_v");
+  s.block_k = c.get("block_k");
+  s.block_d = p.vjp ? c.get("block_d") : 0;
+  s.num_warps = static_cast<int>(c.get("num_warps"));
+  if (kind == KernelKind::Rows || kind == KernelKind::Combine)
+    s.split_v = split_count(p, s.block_v, c.get_or("split_v", 1));
+  if (kind == KernelKind::Combine) {  // no products: only the split count shapes it
+    s.exact = false;
+    s.block_b = s.block_v = s.block_k = 0;
+    s.num_warps = 4;
+  }
+  if (kind != KernelKind::Rows && kind != KernelKind::Combine)
+    s.chunk_v = c.has("chunk_v") ? std::min(c.get("chunk_v"), (p.V + s.block_v - 1) / s.block_v * s.block_v)
+                                 : chunk_columns(p, s.block_v, dtype_size(s.exact ? p.compute : p.dtype));
+  return s;
+}
+
+using Arg = ops_detail::KernelExecutor::Arg;
+
+void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<Arg> &args) {
+  ex.launch(s.key(), [s] { return xent_kernel(s); }, args);
+}
+
+} // namespace
+
+int64_t split_count(const Problem &p, int64_t block_v, int64_t wanted) {
+  const int64_t tiles = std::max<int64_t>((p.V + block_v - 1) / block_v, 1);
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, std::min<int64_t>(32, tiles));
+  const int64_t perSplit = (tiles + splits - 1) / splits;
+  return (tiles + perSplit - 1) / perSplit;
+}
+
+int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes) {
+  constexpr int64_t kBudget = int64_t(128) << 20;
+  const int64_t whole = (p.V + block_v - 1) / block_v * block_v;
+  const int64_t fits = kBudget / (std::max<int64_t>(p.B, 1) * int64_t(element_bytes)) / block_v * block_v;
+  return std::clamp(fits, block_v, whole);
+}
+
+void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
+             std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
+  const int device = ex.device();
+  const size_t rowBytes = size_t(p.B) * dtype_size(p.compute);
+  auto rowsView = [&](uint64_t data) { return TensorView(data, p.compute, std::vector<int64_t>{p.B}, device); };
+  if (!p.vjp) {
+    const TensorView &x = in[0], &w = in[1], &labels = in[2], &loss = out[0], &lse = out[1];
+    if (p.B == 0) {  // no rows: the reduced loss is 0
+      if (p.reduction != LossReduction::None)
+        ex.zero(loss);
+      return;
+    }
+    const TensorView rows = p.reduction == LossReduction::None ? loss : rowsView(ex.scratch(rowBytes));
+    const XentKernelSpec rowsSpec = specOf(p, impl, config, KernelKind::Rows);
+    if (rowsSpec.split_v > 1) {  // the splits' partials, merged in a fixed order
+      const TensorView partials(ex.scratch(3 * size_t(rowsSpec.split_v) * rowBytes), p.compute,
+                                std::vector<int64_t>{3, rowsSpec.split_v, p.B}, device);
+      launch(ex, rowsSpec, {x, w, labels, partials});
+      launch(ex, specOf(p, impl, config, KernelKind::Combine), {partials, labels, rows, lse});
+    } else {
+      launch(ex, rowsSpec, {x, w, labels, rows, lse});
+    }
+    if (p.reduction != LossReduction::None)
+      launch(ex, specOf(p, impl, config, KernelKind::Reduce), {rows, labels, loss});
+    return;
+  }
+  const TensorView &dloss = in[0], &x = in[1], &w = in[2], &labels = in[3], &lse = in[4], &dx = out[0],
+                   &dw = out[1];
+  if (p.B == 0 || p.D == 0) {  // empty sums: whatever is not empty is zero
+    ex.zero(dx);
+    ex.zero(dw);
+    return;
+  }
+  const TensorView scale = rowsView(ex.scratch(rowBytes));
+  launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
+  const XentKernelSpec dlSpec = specOf(p, impl, config, KernelKind::DLogits),
+                       dxSpec = specOf(p, impl, config, KernelKind::Dx),
+                       dwSpec = specOf(p, impl, config, KernelKind::Dw);
+  const DType operand = impl == Impl::Reference ? p.compute : p.dtype;
+  const TensorView dlogits(ex.scratch(size_t(p.B) * dlSpec.chunk_v * dtype_size(operand)), operand,
+                           std::vector<int64_t>{p.B, dlSpec.chunk_v}, device);
+  const TensorView dxAcc(ex.scratch(size_t(p.B) * p.D * dtype_size(p.compute)), p.compute,
+                         std::vector<int64_t>{p.B, p.D}, device);
+  ex.zero(dxAcc);
+  for (int64_t c0 = 0; c0 < p.V; c0 += dlSpec.chunk_v) {
+    const Arg chunk = Arg::value(double(c0));
+    launch(ex, dlSpec, {x, w, labels, lse, scale, dlogits, chunk});
+    launch(ex, dxSpec, {dlogits, w, dxAcc, dx, chunk});
+    launch(ex, dwSpec, {x, dlogits, dw, chunk});
+  }
+}
+
+std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  if (impl == Impl::Tile && !isHalf(p.dtype))
+    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  return std::nullopt;
+}
+
+Config heuristic(const Problem &p, Impl impl) {
+  Config c = impl == Impl::Reference
+                 ? Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"num_warps", 4}}
+                 : Config{{"block_b", std::clamp<int64_t>(ops_detail::next_power_of_two(p.B), 16, 64)},
+                          {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}};
+  if (impl == Impl::Tile && !p.vjp) {
+    // Few row blocks (B / 64 against 132 SMs at B 8192) walk V in several splits: about
+    // four programs per SM of an H100 / H200.
+    const int64_t rowBlocks = (p.B + c.get("block_b") - 1) / c.get("block_b");
+    if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1)); splits > 1)
+      c.set("split_v", splits);
+  }
+  if (p.vjp)  // the dx / dw accumulator beside the logit tile: 8 warps keep both in registers
+    c.set("block_d", impl == Impl::Reference ? 16 : 64).set("num_warps", impl == Impl::Reference ? 4 : 8);
+  return c;
+}
+
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+  std::vector<const char *> keys{"block_b", "block_v", "block_k", "num_warps"};
+  if (p.vjp)
+    keys.push_back("block_d");
+  for (const char *key : keys)
+    if (!c.has(key))
+      return fmt::format("missing \"{}\"", key);
+  for (const auto &[key, value] : c.values)
+    if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end() &&
+        !(p.vjp && key == "chunk_v") && !(!p.vjp && key == "split_v"))
+      return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
+                         key == "block_d" || key == "chunk_v" ? " (the VJP's)" : key == "split_v" ? " (the forward's)" : "");
+  if (c.has("split_v") && (c.get("split_v") < 1 || c.get("split_v") > 32))
+    return fmt::format("split_v (the forward's programs per row block) must be in [1, 32], got {}", c.get("split_v"));
+  if (c.has("chunk_v") && (c.get("chunk_v") < 1 || c.get("chunk_v") % c.get("block_v") != 0))
+    return fmt::format("chunk_v (the VJP's V columns per chunk) must be a positive multiple of block_v {}, got {}",
+                       c.get("block_v"), c.get("chunk_v"));
+  const bool tile = impl == Impl::Tile;
+  const int64_t minBlock = tile ? 16 : 1;
+  for (const char *key : keys) {
+    if (std::string(key) == "num_warps")
+      continue;
+    const int64_t v = c.get(key);
+    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
+      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
+  }
+  const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  const int64_t bd = p.vjp ? c.get("block_d") : 0;
+  if (!tile) {  // exact products hold [rows, k, columns] partial products
+    const int64_t largest = std::max({bb * bk * bv, bb * bv * bd});
+    if (largest > 8192)
+      return fmt::format("exact products must hold at most 8192 partial products, got {}", largest);
+    return std::nullopt;
+  }
+  // The largest f32 accumulator: the logit tile, or the VJP's dx / dw tiles.
+  const int64_t words = std::max({bb * bv, bb * bd, bd * bv});
+  if (words / (32 * w) > 160)
+    return fmt::format("block_b {} x block_v {} with {} warps needs ~{} accumulator registers per thread", bb, bv, w,
+                       words / (32 * w));
+  return std::nullopt;
+}
+
+std::vector<Config> search_space(const Problem &p, Impl impl) {
+  std::vector<Config> space{heuristic(p, impl)};
+  auto add = [&](Config c) {
+    if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
+      space.push_back(std::move(c));
+  };
+  if (impl == Impl::Reference) {
+    Config c{{"block_b", 16}, {"block_v", 32}, {"block_k", 8}, {"num_warps", 4}};
+    if (p.vjp)
+      c.set("block_d", 8);
+    add(c);
+    return space;
+  }
+  for (int64_t bb : {32, 64, 128})
+    for (int64_t bv : {64, 128, 256})
+      for (int64_t bk : {32, 64})
+        for (int64_t warps : {4, 8})
+          for (int64_t bd : {0, 64, 128}) {
+            if ((bd != 0) != p.vjp)
+              continue;
+            Config c{{"block_b", bb}, {"block_v", bv}, {"block_k", bk}, {"num_warps", warps}};
+            if (bd)
+              c.set("block_d", bd);
+            if (space.front().has("split_v"))  // the heuristic's splits of V
+              c.set("split_v", space.front().get("split_v"));
+            add(std::move(c));
+          }
+  return space;
+}
+
+} // namespace tokamax::xent_detail

@@ -1,0 +1,116 @@
+// GPU numerics of linear_softmax_cross_entropy_loss (forward and VJP) through the device
+// path (op -> implementation choice -> JIT -> launch) against the float64 reference of
+// unit/XentReference.h: every dtype and reduction, ignore_index and labels out of range,
+// odd shapes over many V tiles, the search space, rows of the benchmark shape; outputs
+// start as NaN (unwritten elements show) and a second run must reproduce them bit for
+// bit (no float atomics).
+#include <catch2/catch.hpp>
+
+#include "unit/XentTestCase.h"
+
+#include <tokamax/ops/CrossEntropy.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using namespace xent_test;
+
+namespace {
+
+Tensor upload(const HostBuffer &h) {
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  t.copy_from_host(h.bytes(), h.nbytes());
+  return t;
+}
+
+void download(const Tensor &t, HostBuffer &h) { t.copy_to_host(h.bytes(), h.nbytes()); }
+
+/// Runs the call on the device twice into NaN-filled outputs; the first run's results
+/// go to `out`, and any bit that differs in the second fails the test.
+Runner onDevice(bool vjp) {
+  return [vjp](const Case &c, const std::vector<HostBuffer *> &in, const std::vector<HostBuffer *> &out) {
+    Stream stream = Stream::create(Device::get());
+    std::vector<Tensor> inputs;
+    for (HostBuffer *h : in)
+      inputs.push_back(upload(*h));
+    std::vector<std::vector<uint64_t>> first;
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> outputs;
+      for (HostBuffer *h : out)
+        outputs.push_back(upload(HostBuffer(h->dtype, h->shape)));
+      if (vjp)
+        linear_softmax_cross_entropy_loss_vjp(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], outputs[0],
+                                              outputs[1], stream, c.options());
+      else
+        linear_softmax_cross_entropy_loss(inputs[0], inputs[1], inputs[2], outputs[0], outputs[1], stream,
+                                          c.options());
+      stream.synchronize();
+      for (size_t i = 0; i < out.size(); ++i) {
+        download(outputs[i], *out[i]);
+        if (run == 0)
+          first.push_back(out[i]->storage);
+        else
+          CHECK(first[i] == out[i]->storage);  // deterministic: reruns are bit for bit
+      }
+    }
+  };
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("cross_entropy on the device: every dtype and reduction match float64", "[gpu][cross_entropy]") {
+  uint64_t seed = 500;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (LossReduction reduction : {LossReduction::None, LossReduction::Sum, LossReduction::Mean})
+      for (Labels labels : {Labels::SomeIgnored, Labels::AllIgnored, Labels::OutOfRange}) {
+        Case c{17, 40, 300, dtype, reduction, labels, std::nullopt, std::nullopt};  // auto: tile for bf16 / f16
+        check(checkForward(c, seed++, onDevice(false)));
+        check(checkVjp(c, seed++, onDevice(true)));
+        if (dtype == DType::BF16 || dtype == DType::F16) {
+          c.implementation = "reference";
+          check(checkForward(c, seed++, onDevice(false)));
+          check(checkVjp(c, seed++, onDevice(true)));
+        }
+      }
+}
+
+TEST_CASE("cross_entropy on the device: odd and large shapes, the search space", "[gpu][cross_entropy]") {
+  uint64_t seed = 700;
+  struct Shape {
+    int64_t b, d, v;
+  };
+  for (Shape s : {Shape{1, 37, 23}, Shape{17, 4096, 1000}, Shape{1000, 520, 5001}, Shape{1000, 1001, 999}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c{s.b, s.d, s.v, dtype, LossReduction::Mean, Labels::SomeIgnored, "tile", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+  for (bool vjp : {false, true}) {
+    ArgSpec x{{300, 259}, DType::BF16}, w{{259, 1031}, DType::BF16}, labels{{300}, DType::I32};
+    ArgSpec loss = cross_entropy_loss_spec(x, w, LossReduction::Sum), lse = cross_entropy_lse_spec(x, w);
+    BoundArgs b = bind_linear_softmax_cross_entropy_loss(x, w, labels, loss, lse, LossReduction::Sum, -100);
+    if (vjp)
+      b = bind_linear_softmax_cross_entropy_loss_vjp(loss, x, w, labels, lse, x, w, LossReduction::Sum, -100);
+    for (const Config &config : find_op(b.op)->implementation("tile").search_space(b)) {
+      Case c{300, 259, 1031, DType::BF16, LossReduction::Sum, Labels::SomeIgnored, "tile", config};
+      check(vjp ? checkVjp(c, seed++, onDevice(true)) : checkForward(c, seed++, onDevice(false)));
+    }
+  }
+}
+
+TEST_CASE("cross_entropy on the device: rows of the benchmark shape (D 4096, V 131072)", "[gpu][cross_entropy]") {
+  // B 16 keeps the float64 reference to ~1e10 multiply-adds; the kernels are the
+  // benchmark's, with fewer row blocks.
+  Case c{16, 4096, 131072, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, std::nullopt, std::nullopt};
+  check(checkForward(c, 900, onDevice(false)));
+  check(checkVjp(c, 901, onDevice(true)));
+}

@@ -1,0 +1,97 @@
+// linear_softmax_cross_entropy_loss on the interpreter against float64: every dtype and
+// reduction, ignore_index and out-of-range labels, forward and VJP, odd shapes (B 1, 17,
+// 1000; D and V not multiples of the blocks, V over several tiles), tile and reference.
+#include <catch2/catch.hpp>
+
+#include "unit/XentTestCase.h"
+
+using namespace tokamax;
+using namespace xent_test;
+
+namespace {
+
+const LossReduction kReductions[] = {LossReduction::None, LossReduction::Sum, LossReduction::Mean};
+
+/// Small blocks, so that odd shapes give many programs, several V tiles and edge blocks.
+/// Small blocks; the forward's V in 3 splits, the VJP's in chunks of 64 columns.
+Config smallTile(bool vjp) {
+  Config c{{"block_b", 16}, {"block_v", 32}, {"block_k", 16}, {"num_warps", 1}};
+  if (vjp)
+    c.set("block_d", 16).set("chunk_v", 64);
+  else
+    c.set("split_v", 3);
+  return c;
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("cross_entropy: every dtype and reduction, forward and VJP, match float64", "[cross_entropy]") {
+  uint64_t seed = 100;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (LossReduction reduction : kReductions)
+      for (const char *impl : {"tile", "reference"}) {
+        const bool half = dtype == DType::BF16 || dtype == DType::F16;
+        if (!half && std::string(impl) == "tile")
+          continue;
+        Case c{17, 40, 100, dtype, reduction, Labels::SomeIgnored, impl};
+        check(checkForward(c, seed++));
+        check(checkVjp(c, seed++));
+      }
+}
+
+TEST_CASE("cross_entropy: odd shapes, several V tiles, tile and reference", "[cross_entropy]") {
+  uint64_t seed = 300;
+  struct Shape {
+    int64_t b, d, v;
+  };
+  for (Shape s : {Shape{1, 37, 130}, Shape{17, 40, 200}, Shape{1000, 24, 72}, Shape{17, 5, 3}}) {
+    for (bool vjp : {false, true}) {
+      Case tile{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "tile", smallTile(vjp)};
+      std::optional<Config> refConfig;
+      if (vjp)  // exact products over several chunks of V
+        refConfig = Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"block_d", 16}, {"num_warps", 4},
+                           {"chunk_v", 32}};
+      Case ref{s.b, s.d, s.v, DType::F32, LossReduction::Sum, Labels::InRange, "reference", refConfig};
+      check(vjp ? checkVjp(tile, seed++) : checkForward(tile, seed++));
+      check(vjp ? checkVjp(ref, seed++) : checkForward(ref, seed++));
+    }
+    Case f16{s.b, s.d, s.v, DType::F16, LossReduction::None, Labels::SomeIgnored, "tile", std::nullopt};
+    check(checkForward(f16, seed++));
+  }
+}
+
+TEST_CASE("cross_entropy: ignore_index, all rows ignored, labels out of range", "[cross_entropy]") {
+  uint64_t seed = 500;
+  for (LossReduction reduction : kReductions) {
+    // Another ignore_index, a label past V and one below 0: NaN rows (and NaN reductions).
+    Case other{17, 24, 70, DType::BF16, reduction, Labels::SomeIgnored, "tile", std::nullopt, 3};
+    check(checkForward(other, seed++));
+    check(checkVjp(other, seed++));
+    for (Labels labels : {Labels::AllIgnored, Labels::OutOfRange})
+      for (DType dtype : {DType::BF16, DType::F64}) {
+        Case c{dtype == DType::F64 ? 18 : 17, 24, 70, dtype, reduction, labels, std::nullopt, std::nullopt};
+        check(checkForward(c, seed++));
+        check(checkVjp(c, seed++));
+      }
+  }
+}
+
+TEST_CASE("cross_entropy: all ignored rows give a NaN mean and zero gradients", "[cross_entropy]") {
+  Case c{5, 8, 20, DType::F32, LossReduction::Mean, Labels::AllIgnored, "reference", std::nullopt};
+  Inputs in = randomInputs(c, 7);
+  HostBuffer x(c.dtype, {c.b, c.d}, in.x), w(c.dtype, {c.d, c.v}, in.w), labels = labelBuffer(c, in);
+  HostBuffer loss(c.compute(), {1}), lse(c.compute(), {c.b});
+  interpretForward(c, {&x, &w, &labels}, {&loss, &lse});
+  CHECK(std::isnan(loss.at(0)));
+  HostBuffer dloss(c.compute(), {1}, {1.0}), dx(c.dtype, {c.b, c.d}), dw(c.dtype, {c.d, c.v});
+  interpretVjp(c, {&dloss, &x, &w, &labels, &lse}, {&dx, &dw});
+  for (double v : dx.values())
+    CHECK(v == 0.0);
+  for (double v : dw.values())
+    CHECK(v == 0.0);
+}
