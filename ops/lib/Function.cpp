@@ -177,6 +177,8 @@ Sym Tracer::ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::str
   const ArgSpec &ls = spec(lhs), &rs = spec(rhs);
   BoundArgs b = bind_ragged_dot(ls, rs, spec(group_sizes), ragged_dot_out_spec(ls, rs));
   return f_.record(ragged_dot_op(), b, {lhs.id, rhs.id, group_sizes.id, -2}, std::move(implementation))[0];
+}
+
 Sym Tracer::linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const CrossEntropyOptions &options) {
   const ArgSpec &xs = spec(x), &ws = spec(w);
   // The residual lse is always produced: a later grad() needs it.
