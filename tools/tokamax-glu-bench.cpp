@@ -62,9 +62,9 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
   Row row{.shape = s.name, .pass = pass, .impl = impl};
   try {
     Stream stream = Stream::create(Device::get());
-    Tensor x = bench::random_bf16({s.m, s.k}, 1.0, stream, 1);
-    Tensor w = bench::random_bf16({s.k, 2, s.n}, 1 / std::sqrt(double(s.k)), stream, 2);
-    Tensor dout = bench::random_bf16({s.m, s.n}, 1.0, stream, 3);
+    Tensor x = randomTensor({s.m, s.k}, 1.0, stream, 1);
+    Tensor w = randomTensor({s.k, 2, s.n}, 1 / std::sqrt(double(s.k)), stream, 2);
+    Tensor dout = randomTensor({s.m, s.n}, 1.0, stream, 3);
     Tensor out = Tensor::empty({s.m, s.n}, DType::BF16), dx = Tensor::empty({s.m, s.k}, DType::BF16),
            dw = Tensor::empty({s.k, 2, s.n}, DType::BF16);
     GluOptions options{"swish", impl, config};
@@ -106,7 +106,7 @@ int main(int argc, char **argv) try {
     const std::string arg = argv[i];
     const bool hasValue = i + 1 < argc;
     if (arg == "--impl" && hasValue)
-      impls = bench::split(argv[++i]);
+      impls = split(argv[++i]);
     else if (arg == "--iters" && hasValue)
       iters = std::max(3, std::atoi(argv[++i]));
     else if (arg == "--config" && hasValue)
