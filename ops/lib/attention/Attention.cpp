@@ -1,6 +1,7 @@
 //===- Attention.cpp - dot_product_attention: binding, checks, ops, API -----===//
 #include <tokamax/ops/Attention.h>
 
+#include "ops/lib/OpEntry.h"
 #include "ops/lib/attention/AttentionDetail.h"
 #include "ops/lib/CallCache.h"
 #include "ops/lib/Dispatch.h"
@@ -394,9 +395,7 @@ public:
       again = bind_attention_vjp({need(0), need(1), need(2), need(3), need(4), need(5), at(b, 6), at(b, 7), at(b, 8),
                                   at(b, 9), need(10), need(11), need(12), at(b, 13)},
                                  optionsOf(b));
-    if (again != b)
-      throw Error(fmt::format("{}: the bound arguments are not in canonical form (expected {})", name(),
-                              again.to_json()));
+    ops_detail::require_canonical(name(), b, again);
   }
 
 private:

@@ -1,6 +1,7 @@
 //===- GatedLinearUnit.cpp - gated_linear_unit: binding, ops, API -----------===//
 #include <tokamax/ops/GatedLinearUnit.h>
 
+#include "ops/lib/OpEntry.h"
 #include "ops/lib/Dispatch.h"
 #include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
@@ -196,9 +197,7 @@ public:
     BoundArgs again = vjp_ ? bind_gated_linear_unit_vjp(*b.args[0], *b.args[1], *b.args[2], *b.args[3], *b.args[4],
                                                          activation)
                            : bind_gated_linear_unit(*b.args[0], *b.args[1], *b.args[2], activation);
-    if (again != b)
-      throw Error(fmt::format("{}: the bound arguments are not in canonical form (expected {})", name(),
-                              again.to_json()));
+    ops_detail::require_canonical(name(), b, again);
   }
 
 private:
@@ -224,20 +223,12 @@ namespace {
   return true;
 }();
 
-void dispatch(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
-              Stream *stream, const GluOptions &o) {
-  if (stream)
-    op.run(b, in, out, *stream, o.implementation, o.config);
-  else
-    op.interpret(b, in, out, o.implementation, o.config);
-}
-
 void forward(const TensorView &x, const TensorView &weights, const TensorView &out, Stream *stream,
              const GluOptions &o) {
   BoundArgs b = bind_gated_linear_unit(ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(out),
                                        parse_glu_activation(o.activation));
   TensorView in[] = {x, weights};
-  dispatch(gated_linear_unit_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
+  ops_detail::run_or_interpret(gated_linear_unit_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
 }
 
 void backward(const TensorView &dout, const TensorView &x, const TensorView &weights, const TensorView &dx,
@@ -245,7 +236,7 @@ void backward(const TensorView &dout, const TensorView &x, const TensorView &wei
   BoundArgs b = bind_gated_linear_unit_vjp(ArgSpec::of(dout), ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(dx),
                                            ArgSpec::of(dweights), parse_glu_activation(o.activation));
   TensorView in[] = {dout, x, weights}, outs[] = {dx, dweights};
-  dispatch(gated_linear_unit_vjp_op(), b, in, outs, stream, o);
+  ops_detail::run_or_interpret(gated_linear_unit_vjp_op(), b, in, outs, stream, o);
 }
 
 } // namespace

@@ -107,6 +107,34 @@ Value exact_product(const Value &a, const Value &b, const Value &acc) {
   return acc + (a.expand(2) * b.expand(0)).sum(1);
 }
 
+std::vector<Config> block_search_space(Config heuristic, bool reference, bool ring, const Config &extra,
+                                       const std::function<bool(const Config &)> &valid) {
+  std::vector<Config> space{std::move(heuristic)};
+  auto add = [&](Config c) {
+    if (std::find(space.begin(), space.end(), c) == space.end() && valid(c))
+      space.push_back(std::move(c));
+  };
+  if (reference) {
+    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
+    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
+    return space;
+  }
+  for (int64_t bm : {64, 128, 256})
+    for (int64_t bn : {64, 128, 256})
+      for (int64_t bk : {32, 64})
+        for (int64_t warps : {4, 8})
+          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
+            if (stages && !ring)
+              continue;
+            Config c = extra;
+            c.set("block_m", bm).set("block_n", bn).set("block_k", bk).set("num_warps", warps);
+            if (stages)
+              c.set("async_copy", 1).set("stages", stages);
+            add(std::move(c));
+          }
+  return space;
+}
+
 std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_t step, int64_t stages,
                              std::vector<Value> accs, const RingCopies &copies, const RingProducts &products) {
   const size_t numAccs = accs.size();

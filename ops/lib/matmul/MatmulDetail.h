@@ -43,6 +43,14 @@ std::vector<dsl::Value> ring_loop(dsl::Kernel &k, const dsl::Value &lo, const ds
                                   int64_t stages, std::vector<dsl::Value> accs, const RingCopies &copies,
                                   const RingProducts &products);
 
+/// The search space of a tiled product kernel (gated_linear_unit, ragged_dot): its
+/// `heuristic` first, then for `reference` two small blocks, else block_m and block_n in
+/// {64, 128, 256} x block_k {32, 64} x {4, 8} warps through register loads or, where
+/// `ring`, cp.async rings of 3 or 4 stages, each with the keys of `extra` (e.g. group_m).
+/// Only configs `valid` accepts, none twice.
+std::vector<Config> block_search_space(Config heuristic, bool reference, bool ring, const Config &extra,
+                                       const std::function<bool(const Config &)> &valid);
+
 /// Shared memory one hopper program may use, and what its parts take: the ring of
 /// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage
 /// 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and the

@@ -1,6 +1,7 @@
 //===- Norm.cpp - layer_norm / rms_norm ops: binding, implementations, API --===//
 #include <tokamax/ops/Norm.h>
 
+#include "ops/lib/OpEntry.h"
 #include "ops/lib/norm/NormKernels.h"
 #include "ops/lib/CallCache.h"
 #include "ops/lib/Dispatch.h"
@@ -205,9 +206,7 @@ public:
       again = bind_rms_norm(need(0), at(b, 1), need(2), at(b, 3), axis, b.float_attribute("epsilon"));
     else
       again = bind_rms_norm_vjp(need(0), need(1), at(b, 2), need(3), need(4), at(b, 5), axis);
-    if (again != b)
-      throw Error(fmt::format("{}: the bound arguments are not in canonical form (expected {})", name(),
-                              again.to_json()));
+    ops_detail::require_canonical(name(), b, again);
   }
 
 private:

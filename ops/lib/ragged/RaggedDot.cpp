@@ -1,6 +1,7 @@
 //===- RaggedDot.cpp - ragged_dot: binding, ops, API ------------------------===//
 #include <tokamax/ops/RaggedDot.h>
 
+#include "ops/lib/OpEntry.h"
 #include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Dispatch.h"
 #include "ops/lib/Views.h"
@@ -158,9 +159,7 @@ public:
     BoundArgs again = vjp_ ? bind_ragged_dot_vjp(*b.args[0], *b.args[1], *b.args[2], *b.args[3], *b.args[4],
                                                  *b.args[5])
                            : bind_ragged_dot(*b.args[0], *b.args[1], *b.args[2], *b.args[3]);
-    if (again != b)
-      throw Error(fmt::format("{}: the bound arguments are not in canonical form (expected {})", name(),
-                              again.to_json()));
+    ops_detail::require_canonical(name(), b, again);
   }
 
 private:
@@ -186,19 +185,11 @@ namespace {
   return true;
 }();
 
-void dispatch(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
-              Stream *stream, const RaggedDotOptions &o) {
-  if (stream)
-    op.run(b, in, out, *stream, o.implementation, o.config);
-  else
-    op.interpret(b, in, out, o.implementation, o.config);
-}
-
 void forward(const TensorView &lhs, const TensorView &rhs, const TensorView &sizes, const TensorView &out,
              Stream *stream, const RaggedDotOptions &o) {
   BoundArgs b = bind_ragged_dot(ArgSpec::of(lhs), ArgSpec::of(rhs), ArgSpec::of(sizes), ArgSpec::of(out));
   TensorView in[] = {lhs, rhs, sizes};
-  dispatch(ragged_dot_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
+  ops_detail::run_or_interpret(ragged_dot_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
 }
 
 void backward(const TensorView &dout, const TensorView &lhs, const TensorView &rhs, const TensorView &sizes,
@@ -206,7 +197,7 @@ void backward(const TensorView &dout, const TensorView &lhs, const TensorView &r
   BoundArgs b = bind_ragged_dot_vjp(ArgSpec::of(dout), ArgSpec::of(lhs), ArgSpec::of(rhs), ArgSpec::of(sizes),
                                     ArgSpec::of(dlhs), ArgSpec::of(drhs));
   TensorView in[] = {dout, lhs, rhs, sizes}, outs[] = {dlhs, drhs};
-  dispatch(ragged_dot_vjp_op(), b, in, outs, stream, o);
+  ops_detail::run_or_interpret(ragged_dot_vjp_op(), b, in, outs, stream, o);
 }
 
 } // namespace

@@ -13,6 +13,7 @@
 // blocks.
 //
 //===----------------------------------------------------------------------===//
+#include "ops/lib/matmul/MatmulDetail.h"
 #include "ops/lib/ragged/RaggedDetail.h"
 
 #include "ops/lib/Dispatch.h"
@@ -160,30 +161,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 }
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
-  std::vector<Config> space{heuristic(p, impl)};
-  auto add = [&](Config c) {
-    if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
-      space.push_back(std::move(c));
-  };
-  if (impl == Impl::Reference) {
-    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
-    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
-    return space;
-  }
-  const bool ring = async_copy_serves(p);
-  for (int64_t bm : {64, 128, 256})
-    for (int64_t bn : {64, 128, 256})
-      for (int64_t bk : {32, 64})
-        for (int64_t warps : {4, 8})
-          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
-            if (stages && !ring)
-              continue;
-            Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}};
-            if (stages)
-              c.set("async_copy", 1).set("stages", stages);
-            add(std::move(c));
-          }
-  return space;
+  return block_search_space(heuristic(p, impl), impl == Impl::Reference, async_copy_serves(p), Config{},
+                            [&](const Config &c) { return !check_config(p, impl, c); });
 }
 
 } // namespace tokamax::ragged_detail

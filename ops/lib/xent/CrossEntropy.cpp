@@ -1,6 +1,7 @@
 //===- CrossEntropy.cpp - linear_softmax_cross_entropy_loss: binding, ops, API -===//
 #include <tokamax/ops/CrossEntropy.h>
 
+#include "ops/lib/OpEntry.h"
 #include "ops/lib/Dispatch.h"
 #include "ops/lib/PlannedImplementation.h"
 #include "ops/lib/Views.h"
@@ -242,9 +243,7 @@ public:
                                                                         *a[6], reduction, ignore)
                            : bind_linear_softmax_cross_entropy_loss(*a[0], *a[1], *a[2], *a[3], *a[4], reduction,
                                                                     ignore);
-    if (again != b)
-      throw Error(fmt::format("{}: the bound arguments are not in canonical form (expected {})", name(),
-                              again.to_json()));
+    ops_detail::require_canonical(name(), b, again);
   }
 
 private:
@@ -270,21 +269,13 @@ namespace {
   return true;
 }();
 
-void dispatch(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
-              Stream *stream, const CrossEntropyOptions &o) {
-  if (stream)
-    op.run(b, in, out, *stream, o.implementation, o.config);
-  else
-    op.interpret(b, in, out, o.implementation, o.config);
-}
-
 void forward(const TensorView &x, const TensorView &w, const TensorView &labels, const TensorView &loss,
              const TensorView &lse, Stream *stream, const CrossEntropyOptions &o) {
   BoundArgs b = bind_linear_softmax_cross_entropy_loss(ArgSpec::of(x), ArgSpec::of(w), ArgSpec::of(labels),
                                                        ArgSpec::of(loss), ArgSpec::of(lse), o.reduction,
                                                        o.ignore_index);
   TensorView in[] = {x, w, labels}, outs[] = {loss, lse};
-  dispatch(linear_softmax_cross_entropy_loss_op(), b, in, outs, stream, o);
+  ops_detail::run_or_interpret(linear_softmax_cross_entropy_loss_op(), b, in, outs, stream, o);
 }
 
 void backward(const TensorView &dloss, const TensorView &x, const TensorView &w, const TensorView &labels,
@@ -294,7 +285,7 @@ void backward(const TensorView &dloss, const TensorView &x, const TensorView &w,
                                                            ArgSpec::of(labels), ArgSpec::of(lse), ArgSpec::of(dx),
                                                            ArgSpec::of(dw), o.reduction, o.ignore_index);
   TensorView in[] = {dloss, x, w, labels, lse}, outs[] = {dx, dw};
-  dispatch(linear_softmax_cross_entropy_loss_vjp_op(), b, in, outs, stream, o);
+  ops_detail::run_or_interpret(linear_softmax_cross_entropy_loss_vjp_op(), b, in, outs, stream, o);
 }
 
 } // namespace
