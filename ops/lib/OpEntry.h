@@ -1,6 +1,6 @@
 //===- OpEntry.h - What every op's entry points share -------------*- C++ -*-===//
 //
-// The canonical-form check of an op's bound arguments, and the call of an op on a
+// The checks of an op's bound arguments (their shape, their canonical form), and the call of an op on a
 // stream's GPU or, for the `_host` entry points, on the CPU interpreter.
 //
 //===----------------------------------------------------------------------===//
@@ -10,11 +10,35 @@
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <string_view>
+#include <vector>
 
 #include <span>
 #include <string>
 
 namespace tokamax::ops_detail {
+
+/// Throws unless `bound` is a call of `op` with one present tensor per name in
+/// `arg_names` and no attribute outside `attributes`: the checks of an op's validate()
+/// that come before binding its arguments again.
+inline void require_call_shape(const std::string &op, const BoundArgs &bound, const std::vector<std::string> &arg_names,
+                               std::initializer_list<std::string_view> attributes) {
+  if (bound.op != op)
+    throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, bound.op));
+  if (bound.args.size() != arg_names.size())
+    throw Error(fmt::format("{}: expected {} arguments ({}), got {}", op, arg_names.size(), fmt::join(arg_names, ", "),
+                            bound.args.size()));
+  for (const auto &[key, value] : bound.attributes)
+    if (std::find(attributes.begin(), attributes.end(), key) == attributes.end())
+      throw Error(fmt::format("{}: unknown attribute \"{}\"", op, key));
+  for (size_t i = 0; i < bound.args.size(); ++i)
+    if (!bound.args[i])
+      throw Error(fmt::format("{}: {} is required", op, arg_names[i]));
+}
 
 /// Throws unless `bound` is what binding its own arguments again gives (`again`).
 inline void require_canonical(const std::string &op, const BoundArgs &bound, const BoundArgs &again) {

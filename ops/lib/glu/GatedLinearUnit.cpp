@@ -182,17 +182,7 @@ public:
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    if (b.op != name())
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", name(), b.op));
-    if (b.args.size() != arg_names().size())
-      throw Error(fmt::format("{}: expected {} arguments ({}), got {}", name(), arg_names().size(),
-                              fmt::join(arg_names(), ", "), b.args.size()));
-    for (const auto &[key, value] : b.attributes)
-      if (key != "activation")
-        throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
-    for (size_t i = 0; i < b.args.size(); ++i)
-      if (!b.args[i])
-        throw Error(fmt::format("{}: {} is required", name(), arg_names()[i]));
+    ops_detail::require_call_shape(name(), b, arg_names(), {"activation"});
     GluActivation activation = parse_glu_activation(b.attribute("activation"));
     BoundArgs again = vjp_ ? bind_gated_linear_unit_vjp(*b.args[0], *b.args[1], *b.args[2], *b.args[3], *b.args[4],
                                                          activation)

@@ -225,17 +225,7 @@ public:
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    if (b.op != name())
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", name(), b.op));
-    if (b.args.size() != arg_names().size())
-      throw Error(fmt::format("{}: expected {} arguments ({}), got {}", name(), arg_names().size(),
-                              fmt::join(arg_names(), ", "), b.args.size()));
-    for (const auto &[key, value] : b.attributes)
-      if (key != "reduction" && key != "ignore_index")
-        throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
-    for (size_t i = 0; i < b.args.size(); ++i)
-      if (!b.args[i])
-        throw Error(fmt::format("{}: {} is required", name(), arg_names()[i]));
+    ops_detail::require_call_shape(name(), b, arg_names(), {"reduction", "ignore_index"});
     const LossReduction reduction = parse_loss_reduction(b.attribute("reduction"));
     const int64_t ignore = parseIgnoreIndex(name().c_str(), b.attribute("ignore_index"));
     const auto &a = b.args;
