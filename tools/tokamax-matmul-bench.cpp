@@ -214,7 +214,8 @@ int main(int argc, char **argv) try {
       jsonPath = argv[++i];
     } else {
       fmt::print(stderr,
-                 "usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]\n");
+                 "usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]\n"
+                 "  --impl: hopper, tile, reference, or ring (hopper on the DSL's Hopper primitives: tma_ring)\n");
       return 2;
     }
   }
@@ -250,6 +251,12 @@ int main(int argc, char **argv) try {
     for (const std::string &impl : impls) {
       MatmulOptions options;
       options.implementation = impl;
+      if (impl == "ring") {  // hopper's product on the DSL's Hopper primitives, default blocks
+        MatmulConfig config = default_hopper_config(MatmulSpec{m, n, k, DType::BF16, DType::BF16});
+        config.tma_ring = true, config.programs = 0;
+        options.implementation = "hopper";
+        options.config = config;
+      }
       // The first call compiles (or reads the disk cache); time_on_stream warms up too.
       auto t0 = std::chrono::steady_clock::now();
       try {

@@ -147,7 +147,8 @@ bool evalShape(Interpreter &in, Operation *op) {
     in.set(trans.getResult(), std::move(r));
     return true;
   }
-  if (isa<tile::BarrierOp, tile::AsyncWaitOp>(op))
+  // Programs run one at a time and copies complete when issued: nothing to wait for.
+  if (isa<tile::BarrierOp, tile::AsyncWaitOp, tile::MbarrierWaitOp, tile::MbarrierArriveOp>(op))
     return true;
   return false;
 }

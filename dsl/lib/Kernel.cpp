@@ -398,6 +398,42 @@ void Kernel::wait_async(int pending) {
   builder_->b().create<tile::AsyncWaitOp>(builder_->loc(), pending);
 }
 
+mlir::Value KernelBuilder::mbarrierIndex(const Mbarriers &barriers, const Value &index, const char *op) {
+  if (barriers.first < 0 || barriers.count < 1 ||
+      barriers.first + barriers.count > static_cast<int64_t>(mbarrierArrivals.size()))
+    fail(fmt::format("kernel {}: {}: the barriers do not come from this kernel's mbarriers()", name_, op));
+  if (auto literal = index.literal(); literal && index.is_literal() && (*literal < 0 || *literal >= barriers.count))
+    fail(fmt::format("kernel {}: {}: barrier {} is outside the {} barriers", name_, op, *literal, barriers.count));
+  mlir::Value i = this->index(index, op);
+  if (barriers.first == 0)
+    return i;
+  auto first = b().create<arith::ConstantOp>(loc(), b().getI32IntegerAttr(static_cast<int32_t>(barriers.first)));
+  return b().create<arith::AddIOp>(loc(), i, first);
+}
+
+Mbarriers Kernel::mbarriers(int64_t count, int64_t arrivals) {
+  KernelBuilder &kb = *builder_;
+  if (count < 1 || count > 64)
+    kb.fail(fmt::format("kernel {}: mbarriers needs 1 to 64 barriers, got {}", name(), count));
+  if (arrivals < 1 || arrivals > 32 * 32)
+    kb.fail(fmt::format("kernel {}: mbarriers needs 1 to 1024 arrivals per phase, got {}", name(), arrivals));
+  Mbarriers barriers{static_cast<int64_t>(kb.mbarrierArrivals.size()), count};
+  kb.mbarrierArrivals.insert(kb.mbarrierArrivals.end(), static_cast<size_t>(count), arrivals);
+  kb.func()->setAttr("tile.mbarriers", kb.b().getDenseI64ArrayAttr(kb.mbarrierArrivals));
+  return barriers;
+}
+
+void Kernel::wait(const Mbarriers &barriers, const Value &index, const Value &phase) {
+  KernelBuilder &kb = *builder_;
+  mlir::Value i = kb.mbarrierIndex(barriers, index, "wait");
+  kb.b().create<tile::MbarrierWaitOp>(kb.loc(), i, kb.index(phase, "wait"));
+}
+
+void Kernel::arrive(const Mbarriers &barriers, const Value &index) {
+  KernelBuilder &kb = *builder_;
+  kb.b().create<tile::MbarrierArriveOp>(kb.loc(), kb.mbarrierIndex(barriers, index, "arrive"));
+}
+
 void Kernel::when(const Value &cond, const std::function<void()> &body) {
   if_else(cond, [&] { body(); return std::vector<Value>{}; }, [] { return std::vector<Value>{}; });
 }

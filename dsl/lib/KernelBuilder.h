@@ -31,6 +31,10 @@ public:
   int numWarps() const { return options.num_warps; }
   std::vector<int64_t> grid{1, 1, 1};
   int64_t sharedBuffers = 0;  ///< ids handed out by Kernel::shared_buffer
+  std::vector<int64_t> mbarrierArrivals;  ///< per mbarrier (Kernel::mbarriers)
+  bool wgmmaDots() const { return options.wgmma_dots; }
+  /// The i32 index of barrier `index` (0 <= index < count) of `barriers`.
+  mlir::Value mbarrierIndex(const Mbarriers &barriers, const Value &index, const char *op);
 
   /// Appends a kernel parameter and returns its block argument.
   mlir::Value addParameter(const std::string &name, mlir::Type type, bool isOutput,

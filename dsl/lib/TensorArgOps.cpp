@@ -62,6 +62,28 @@ Value TensorArg::load(std::vector<Value> offsets, std::vector<int64_t> block, do
   return kb.wrap(op);
 }
 
+Value TensorArg::load_tma(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
+                          const Value &slot, const Mbarriers &barriers, const Value &index) const {
+  KernelBuilder &kb = *builder_;
+  if (!kb.wgmmaDots())
+    kb.fail(fmt::format("load_tma {}: needs KernelOptions::wgmma_dots (shared tiles stored as wgmma swizzle atoms)",
+                        name_));
+  if (shape_.size() != 2 || block.size() != 2)
+    kb.fail(fmt::format("load_tma {}: copies 2-D blocks of 2-D tensors, got a [{}] block of a [{}] tensor", name_,
+                        fmt::join(block, ", "), fmt::join(shape_, ", ")));
+  const int64_t rowBytes = block[1] * static_cast<int64_t>(dtype_size(dtype_));
+  if (rowBytes != 32 && rowBytes != 64 && (rowBytes % 128 != 0 || rowBytes <= 0))
+    kb.fail(fmt::format("load_tma {}: block rows must be 32 or 64 bytes or a multiple of 128, got {} bytes", name_,
+                        rowBytes));
+  if (block[0] % 8 != 0 || block[0] < 8 || block[0] > 256)
+    kb.fail(fmt::format("load_tma {}: the block needs a multiple of 8 rows, 8 to 256, got {}", name_, block[0]));
+  mlir::Value barrier = kb.mbarrierIndex(barriers, index, "load_tma");
+  Value copy = load_async(std::move(offsets), std::move(block), buffer, slot);
+  mlir::Operation *op = KernelBuilder::raw(copy).getDefiningOp();
+  cast<tile::AsyncBlockLoadOp>(op).getBarrierMutable().assign(barrier);
+  return copy;
+}
+
 Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
                             const Value &slot) const {
   KernelBuilder &kb = *builder_;
@@ -86,7 +108,8 @@ Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> blo
   mlir::Value slotValue = kb.index(slot, "load_async");
   auto type = RankedTensorType::get(kept, tile::toMlirType(&kb.context(), dtype_));
   auto op = kb.b().create<tile::AsyncBlockLoadOp>(
-      kb.loc(), type, kb.func().getArgument(index_), offs, slotValue, kb.b().getDenseI64ArrayAttr(shape_),
+      kb.loc(), type, kb.func().getArgument(index_), offs, slotValue, /*barrier=*/mlir::Value(),
+      kb.b().getDenseI64ArrayAttr(shape_),
       kb.b().getDenseI64ArrayAttr(strides_), kb.b().getDenseI64ArrayAttr(block), kb.b().getI64IntegerAttr(buffer.id),
       kb.b().getI64IntegerAttr(buffer.slots));
   return kb.wrap(op);

@@ -304,6 +304,38 @@ TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "
   CHECK(refused > 10);
 }
 
+TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device", "[gpu][matmul][hopper][tma_ring]") {
+  if (!hopperOrSkip())
+    return;
+  Stream stream = Stream::create(Device::get());
+  // TMA copies into rings, mbarrier phases, async wgmma from shared memory: ragged and
+  // length-1 shapes, every transpose, bf16 and f16, one and two warpgroups, 2-4 stages,
+  // 128-, 64- and 32-byte K slices, TMA and thread stores, K past several ring turns.
+  int run = 0;
+  for (int64_t m : {1, 17, 1000})
+    for (int64_t n : {8, 200, 1000})
+      for (int t = 0; t < 4; ++t, ++run) {
+        const int64_t k = run % 3 == 0 ? 8 : (run % 3 == 1 ? 1000 : 4104);
+        MatmulConfig config = default_hopper_config({});
+        config.tma_ring = true, config.programs = 0;
+        config.block_m = run % 2 ? 128 : 64, config.num_warps = run % 2 ? 8 : 4;
+        config.block_n = run % 4 < 2 ? 128 : 256;
+        config.block_k = 64 >> (run % 3);
+        config.num_stages = 2 + run % 3;
+        config.tma_store = run % 2 == 0;
+        bool ta = t & 1;
+        Case c{ta ? m - m % 8 + 8 : m, n, k, run % 2 ? DType::F16 : DType::BF16, run % 3 ? DType::F32 : DType::BF16,
+               ta, bool(t & 2), run % 5 == 0, run % 2 ? 1.0 : -0.5, "hopper", config};
+        if (!hopper_unsupported(specOf(c)).empty())
+          continue;
+        double err = runCase(c, stream);
+        INFO(describe(c) << " block " << config.block_m << "x" << config.block_n << "x" << config.block_k
+                         << " stages " << config.num_stages << ": relative error " << err);
+        CHECK(err < tolerance(c.dtype, c.out, c.k));
+      }
+  CHECK(run == 36);
+}
+
 TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][matmul][hopper]") {
   if (!hopperOrSkip())
     return;

@@ -4,7 +4,9 @@
 // float64 reference: ragged M, N and K, every transpose, bf16 and f16, bias and alpha,
 // f32 and same-dtype output, one and several programs; hopper_unsupported() names what
 // the kernel cannot serve and the kernel then throws NotSupported; DSL misuse of tma_dot
-// is reported with the problem. Its PTX is checked in HopperPtxTests.cpp.
+// is reported with the problem; the same product on the DSL's Hopper primitives
+// (tma_ring: TMA copies, mbarriers, wgmma from shared memory) and misuse of those
+// primitives. Its PTX is checked in HopperPtxTests.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
@@ -179,6 +181,78 @@ TEST_CASE("hopper matmul on the interpreter: 32- and 16-wide K slices", "[hopper
       INFO("block_k " << bk);
       checkHopper(spec, config, 1.5);
     }
+}
+
+TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the interpreter", "[hopper][interpreter]") {
+  // The main loop of TMA copies into rings, mbarrier phases and async wgmma from shared
+  // memory, as the interpreter runs it (copies complete when issued, waits do nothing):
+  // ragged M, N and K (K shorter than one slice: every copy after the first reads past
+  // the end), every transpose, one and two warpgroups, 2 to 4 stages, 64-, 32- and
+  // 16-wide K slices.
+  int cases = 0;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{17, 72, 200}, {136, 8, 64}, {1, 136, 8}, {200, 200, 136}})
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1;
+      DType dtype = (cases % 2) ? DType::F16 : DType::BF16;
+      MatmulSpec spec{ta ? m - m % 8 + 8 : m, n, k, dtype, cases % 3 ? DType::F32 : dtype, ta, bool(t & 2),
+                      cases % 4 == 1};
+      MatmulConfig config = default_hopper_config(spec);
+      config.tma_ring = true;
+      config.programs = 0;
+      config.block_m = cases % 2 ? 128 : 64, config.block_n = 64;
+      config.num_warps = cases % 2 ? 8 : 4;
+      config.block_k = 64 >> (cases % 3);
+      config.num_stages = 2 + cases % 3;
+      config.group_m = 2;
+      INFO("block_k " << config.block_k << " stages " << config.num_stages);
+      checkHopper(spec, config, cases % 2 ? 1.0 : -0.75);
+      ++cases;
+    }
+  CHECK(cases == 16);
+}
+
+TEST_CASE("TMA copies and mbarriers: misuse in the DSL is reported with the problem", "[hopper][dsl]") {
+  using dsl::Kernel;
+  auto kernel = [](bool wgmma) {
+    return Kernel("tma_misuse", {.num_warps = 4, .mma_rows_per_warp = true, .wgmma_dots = wgmma});
+  };
+  {
+    Kernel k = kernel(false);
+    auto a = k.input("a", DType::BF16, {256, 64});
+    auto bars = k.mbarriers(2);
+    CHECK_THROWS_WITH(a.load_tma({0, 0}, {64, 64}, k.shared_buffer(2), 0, bars, 0),
+                      Contains("load_tma a: needs KernelOptions::wgmma_dots"));
+  }
+  Kernel k = kernel(true);
+  auto a = k.input("a", DType::BF16, {256, 64});
+  auto x = k.input("x", DType::BF16, {4, 256, 64});
+  auto ring = k.shared_buffer(2);
+  auto bars = k.mbarriers(2);
+  CHECK_THROWS_WITH(x.load_tma({0, 0, 0}, {1, 64, 64}, ring, 0, bars, 0), Contains("copies 2-D blocks of 2-D tensors"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0}, {4, 64}, ring, 0, bars, 0), Contains("a multiple of 8 rows, 8 to 256, got 4"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0}, {512, 64}, ring, 0, bars, 0), Contains("got 512"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0}, {64, 8}, ring, 0, bars, 0),
+                    Contains("32 or 64 bytes or a multiple of 128, got 16 bytes"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0}, {64, 64}, ring, 0, dsl::Mbarriers{}, 0),
+                    Contains("do not come from this kernel's mbarriers()"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0}, {64, 64}, ring, 0, bars, 2), Contains("barrier 2 is outside the 2 barriers"));
+  CHECK_THROWS_WITH(k.wait(bars, -1, 0), Contains("wait: barrier -1 is outside"));
+  CHECK_THROWS_WITH(k.arrive(dsl::Mbarriers{5, 2}, 0), Contains("arrive: the barriers do not come from"));
+  CHECK_THROWS_WITH(k.mbarriers(0), Contains("mbarriers needs 1 to 64 barriers, got 0"));
+  CHECK_THROWS_WITH(k.mbarriers(2, 0), Contains("1 to 1024 arrivals per phase, got 0"));
+  // What is valid builds and verifies: a copy, its wait and a release.
+  auto full = k.mbarriers(2), empty = k.mbarriers(2, 128);
+  CHECK(full.first == 2);
+  CHECK(empty.first == 4);
+  dsl::Value t = a.load_tma({k.program_id(0) * 64, 0}, {64, 64}, ring, 1, full, 1);
+  k.wait(full, 1, 0);
+  k.arrive(empty, 1);
+  CHECK(t.shape() == std::vector<int64_t>{64, 64});
+  const std::string ir = k.ir();
+  CHECK(std::regex_search(ir, std::regex("tile.mbarriers = array<i64: 1, 1, 1, 1, 128, 128>")));
+  CHECK(std::regex_search(ir, std::regex("tile.async_block_load .* barrier ")));
+  CHECK(std::regex_search(ir, std::regex("tile.mbarrier_wait ")));
+  CHECK(std::regex_search(ir, std::regex("tile.mbarrier_arrive ")));
 }
 
 TEST_CASE("hopper matmul on the interpreter: 2-CTA clusters", "[hopper][interpreter]") {

@@ -4,8 +4,9 @@
 // mbarriers and wgmma (descriptors, or A in registers), the tensor maps with their boxes
 // and swizzles as parameters, dynamic shared memory, 2-CTA clusters, TMA stores, fp8;
 // it passes ptxas without spills or serialized wgmma; warpgroup-wide instructions stay
-// out of lane-dependent code; warp roles may rebalance registers (setmaxnreg); other
-// architectures are refused with a clear error.
+// out of lane-dependent code; warp roles may rebalance registers (setmaxnreg); the same
+// product on the DSL's Hopper primitives (tma_ring); other architectures are refused
+// with a clear error.
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/compiler/Compiler.h>
@@ -120,6 +121,47 @@ TEST_CASE("hopper matmul PTX: TMA, mbarriers, wgmma, tensor maps, dynamic shared
       REQUIRE(back.tensor_maps.size() == launch.tensor_maps.size());
       CHECK(back.tensor_maps[1].box_outer == mb.box_outer);
 
+      checkAssembles(ptxas, ptx);
+    }
+}
+
+TEST_CASE("hopper matmul PTX on the DSL's Hopper primitives (tma_ring)", "[hopper][ptx]") {
+  // TMA copies completing on mbarriers (initialized once, before any copy), waits on
+  // their phases, wgmma with both operands from shared memory (no ldmatrix, no mma.sync),
+  // one product left in flight per step; the same tensor-map boxes as tma_dot's.
+  const std::string ptxas = test::ptxas_path();
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int t = 0; t < 4; ++t) {
+      MatmulSpec spec{256, 512, 320, dtype, dtype, bool(t & 1), bool(t & 2), t == 2};
+      MatmulConfig config = default_hopper_config(spec);
+      config.tma_ring = true, config.programs = 0, config.num_stages = t % 2 ? 3 : 4;
+      INFO(describe(spec, 1.0) << " stages " << config.num_stages);
+      CompiledKernel compiled = compileHopper(spec, config);
+      const std::string &ptx = compiled.ptx;
+      const std::string types = dtype == DType::BF16 ? ".f32.bf16.bf16" : ".f32.f16.f16";
+      CHECK(contains(ptx, "wgmma.mma_async.sync.aligned.m64n256k16" + types));
+      CHECK_FALSE(contains(ptx, "ldmatrix"));
+      CHECK_FALSE(contains(ptx, "mma.sync"));
+      CHECK(contains(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+      CHECK(contains(ptx, "mbarrier.init.shared::cta.b64"));
+      CHECK(contains(ptx, "fence.mbarrier_init.release.cluster"));
+      CHECK(contains(ptx, "mbarrier.arrive.expect_tx.shared::cta.b64"));
+      CHECK(contains(ptx, "mbarrier.try_wait.parity"));
+      CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1"));
+      const LaunchInfo &launch = compiled.launch;
+      CHECK(launch.block_threads == 256u);  // no producer warpgroup
+      CHECK(launch.grid[0] == 2 * 2);
+      CHECK(launch.dynamic_shared);
+      CHECK(launch.shared_bytes <= 227 * 1024);
+      REQUIRE(launch.tensor_maps.size() >= 2u);
+      const TensorMapParam &ma = launch.tensor_maps[0], &mb = launch.tensor_maps[1];
+      CHECK(ma.param == 0);
+      CHECK(mb.param == 1);
+      CHECK(ma.box_inner == 64);
+      CHECK(ma.box_outer == (spec.trans_a ? 64u : uint32_t(config.block_m)));
+      CHECK(mb.box_inner == 64);
+      CHECK(mb.box_outer == (spec.trans_b ? uint32_t(config.block_n) : 64u));
+      CHECK(ma.swizzle == 128);
       checkAssembles(ptxas, ptx);
     }
 }

@@ -5,7 +5,10 @@
 // of the block (zero-filled outside the tensor) stored as a swizzled tile (Staging, the
 // layout tile.dot's operand staging and ldmatrix reads use), then one committed group.
 // tile.async_wait is cp.async.wait_group plus a block barrier (and, where dots run on
-// wgmma, the fence that shows the copies to its async proxy). tile.trans of a shared
+// wgmma, the fence that shows the copies to its async proxy). A copy with a barrier is
+// a TMA copy instead: one thread issues its boxes, which complete on that mbarrier
+// (tile.mbarrier_wait); the kernel's mbarriers sit after its scratch and are
+// initialized when it starts. tile.trans of a shared
 // tile renames its address (the type says which dim is contiguous). A conversion out of
 // a shared tile reads it: into a dot-operand layout with ldmatrix (readDotOperand; the
 // dot itself reads one K step at a time when the conversion feeds only it), into any
@@ -14,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 using namespace mlir;
@@ -40,12 +44,74 @@ bool readsSharedAtDot(ConvertLayoutOp op) {
   return isa<DotOp>(user) && user->getBlock() == op->getBlock();
 }
 
+std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op) {
+  auto type = op.getResult().getType();
+  unsigned bytes = elementBytes(type.getElementType());
+  Staging s(type.getDimSize(0), type.getDimSize(1), bytes, /*panels=*/true);
+  return {s.panelCols, s.rows, s.rowBytes(bytes)};
+}
+
+Value mbarrierAddress(TileLowering &t, Operation *op, Value index) {
+  OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
+  auto func = isa<func::FuncOp>(op) ? cast<func::FuncOp>(op) : op->getParentOfType<func::FuncOp>();
+  auto offset = func ? func->getAttrOfType<IntegerAttr>(kMbarrierOffsetAttr) : IntegerAttr();
+  assert(offset && "tile-allocate-shared places the mbarriers first");
+  I32 m{t, loc};
+  Value base = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), t.sharedBase());
+  return m.add(m.add(base, m.c(offset.getInt())), m.mul(index, 8));
+}
+
+LogicalResult initMbarriers(TileLowering &t, func::FuncOp func) {
+  auto arrivals = func->getAttrOfType<DenseI64ArrayAttr>(kMbarriersAttr);
+  if (!arrivals || arrivals.empty())
+    return success();
+  Location loc = func.getLoc();
+  if (smVersion(t.arch()) < 90)
+    return func.emitOpError("uses mbarriers, which need sm_90, compiling for ") << t.arch();
+  if (!t.sharedBase() || !func->hasAttr(kMbarrierOffsetAttr))
+    return func.emitOpError("needs its mbarriers placed (run tile-allocate-shared first)");
+  I32 m{t, loc};
+  PtxBuilder ptx = t.ptx(loc);
+  t.when(loc, m.eq(t.threadId(), 0), [&] {
+    for (auto [i, count] : llvm::enumerate(arrivals.asArrayRef()))
+      ptx.mbarrierInit(mbarrierAddress(t, func, m.c(static_cast<int64_t>(i))), static_cast<unsigned>(count));
+    // The inits are visible to the async proxy (TMA's complete_tx) before any copy.
+    ptx.fenceMbarrierInitCluster();
+  });
+  t.barrier();
+  return success();
+}
+
 namespace {
+
+/// One thread arrives on the barrier expecting the block's bytes, then issues one TMA
+/// box per 128-byte panel of the block's rows into the slot (the tensor map's box is a
+/// panel: TileToLLVMPass registered it).
+LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr, const Staging &s, unsigned bytes) {
+  Location loc = op.getLoc();
+  if (smVersion(t.arch()) != 90 || t.arch().back() != 'a')
+    return op.emitOpError("a TMA copy needs sm_90a, compiling for ") << t.arch();
+  Value map = t.tensorMap(op.getBase());
+  if (!map)
+    return op.emitOpError("has no tensor map for its tensor");
+  I32 m{t, loc};
+  Value bar = mbarrierAddress(t, op, t.regs(op.getBarrier())[0]);
+  Value row = t.regs(op.getOffsets()[0])[0], col = t.regs(op.getOffsets()[1])[0];
+  const int64_t panels = s.cols / s.panelCols;
+  t.when(loc, m.eq(t.threadId(), 0), [&] {
+    PtxBuilder ptx = t.ptx(loc);
+    ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(s.rows * s.cols * bytes));
+    for (int64_t p = 0; p < panels; ++p)
+      ptx.tmaLoad2d(m.add(slotAddr, m.c(p * s.panelBytes(bytes))), map, m.add(col, m.c(p * s.panelCols)), row, bar);
+  });
+  return success();
+}
 
 LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
-  if (smVersion(t.arch()) < 80)
+  if (smVersion(t.arch()) < 80 && !op.isTma())
     return op.emitOpError("needs cp.async (sm_80 or newer), compiling for ") << t.arch();
   if (!t.sharedBase() || !op->hasAttr(kSlotBytesAttr))
     return op.emitOpError("needs its shared buffer (run tile-allocate-shared first)");
@@ -55,7 +121,7 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides(), block = op.getBlock();
   const int64_t last = static_cast<int64_t>(dims.size()) - 1;
   Staging s = sharedTileStaging(op, type.getDimSize(0), type.getDimSize(1), bytes);
-  if (knownMultipleOf(t.regs(op.getOffsets()[last])[0]) % s.chunk != 0)
+  if (!op.isTma() && knownMultipleOf(t.regs(op.getOffsets()[last])[0]) % s.chunk != 0)
     return op.emitOpError("the last offset must be a known multiple of ") << s.chunk
                                                                           << " elements (16-byte chunks)";
   // The tensor dim the tile's rows run along (none for a single row).
@@ -70,6 +136,10 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   Value slotOffset = b.create<arith::MulIOp>(loc, t.regs(op.getSlot())[0], m.c(slotBytes));
   Value slot = b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
   Value slotAddr = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), slot);
+  if (op.isTma()) {
+    t.setRegs(op.getResult(), {slot});
+    return lowerTmaCopy(t, op, slotAddr, s, bytes);
+  }
   // The block's origin (sign-extended offsets: a negative one is fine where the row
   // it reaches is inside) and whether its unit dims are inside, once per copy; per
   // chunk only its row and column, which depend on the thread alone (hoisted from loops).
@@ -191,6 +261,16 @@ LogicalResult lowerAsyncCopyOp(TileLowering &t, Operation *op, bool &handled) {
     if (smVersion(t.arch()) >= 90 && hasWgmmaDots(op))
       ptx.fenceProxyAsyncShared();
     t.barrier();
+    return success();
+  }
+  if (auto wait = dyn_cast<MbarrierWaitOp>(op)) {
+    t.ptx(op->getLoc()).mbarrierWait(mbarrierAddress(t, op, t.regs(wait.getIndex())[0]), t.regs(wait.getPhase())[0]);
+    return success();
+  }
+  if (auto arrive = dyn_cast<MbarrierArriveOp>(op)) {
+    OpBuilder &b = t.builder();
+    Value always = b.create<arith::ConstantOp>(op->getLoc(), b.getBoolAttr(true));
+    t.ptx(op->getLoc()).mbarrierArrive(mbarrierAddress(t, op, t.regs(arrive.getIndex())[0]), always);
     return success();
   }
   if (auto trans = dyn_cast<TransOp>(op); trans && isSharedTile(trans.getSource().getType())) {

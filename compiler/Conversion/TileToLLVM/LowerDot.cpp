@@ -442,9 +442,10 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
   SmallVector<Registers, 2> operands{Registers(), Registers()};
   // On wgmma B stays in its shared tile and A is read whole.
   std::optional<SharedTileView> wgmmaB = wgmmaSharedB(t, op);
+  std::optional<SharedTileView> wgmmaA = wgmmaSharedA(t, op);
   for (unsigned i = 0; i < 2; ++i) {
     auto convert = op->getOperand(i).getDefiningOp<ConvertLayoutOp>();
-    if (i == 1 && wgmmaB)
+    if ((i == 1 && wgmmaB) || (i == 0 && wgmmaA))
       continue;
     if (convert && readsSharedAtDot(convert)) {
       SharedTileView view = sharedTileView(t, convert.getSource());
@@ -473,9 +474,10 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
         return failure();
       operands[index] = std::move(*regs);
     }
-    if (auto convert = op.getA().getDefiningOp<ConvertLayoutOp>(); convert && !t.hasRegs(convert.getResult()))
+    if (auto convert = op.getA().getDefiningOp<ConvertLayoutOp>();
+        convert && !wgmmaA && !t.hasRegs(convert.getResult()))
       t.setRegs(convert.getResult(), operands[0]);
-    FailureOr<Registers> result = emitWgmma(t, op, operands[0], *wgmmaB, t.regs(op.getAcc()));
+    FailureOr<Registers> result = emitWgmma(t, op, operands[0], *wgmmaB, t.regs(op.getAcc()), wgmmaA);
     if (failed(result))
       return failure();
     t.setRegs(op.getResult(), std::move(*result));

@@ -2,7 +2,8 @@
 //
 // On sm_90a, in kernels marked tile.wgmma_dots, a tile.dot whose B operand is read from a shared tile (a tile.async_block_load
 // result, possibly transposed) and whose accumulator puts every warp along M runs on
-// wgmma.mma_async with A from registers: the shared tile is already the swizzle atom
+// wgmma.mma_async with A from registers, or from shared memory too where A is also a
+// shared tile read only by the dot (both operands through descriptors, no ldmatrix): the shared tile is already the swizzle atom
 // wgmma's descriptors name (Staging: rows of 32, 64 or 128 bytes, longer rows as 128-byte
 // panels, slots 1024-byte aligned), so B is read by the tensor cores straight from the
 // copy, with no ldmatrix and no per-thread B fragments. Each warpgroup's 64-row slab is
@@ -59,8 +60,44 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   return rowBytes == 128 && n % 64 == 0 ? std::optional(view) : std::nullopt;
 }
 
+std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op) {
+  if (!wgmmaSharedB(t, op))
+    return std::nullopt;
+  auto convert = op.getA().getDefiningOp<ConvertLayoutOp>();
+  if (!convert || !readsSharedAtDot(convert))
+    return std::nullopt;
+  SharedTileView view = sharedTileView(t, convert.getSource());
+  const int64_t rowBytes = view.staging.rowBytes(2);
+  if (view.cd == 1)  // K-major: rows of K, swizzled by their own width
+    return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 64 == 0
+               ? std::optional(view)
+               : std::nullopt;
+  return rowBytes == 128 ? std::optional(view) : std::nullopt;
+}
+
+namespace {
+
+/// The descriptor of one wgmma operand's K step `kk` read from its shared tile, starting
+/// `mn` (i32, a multiple of 64) rows or columns into M or N. K-major (`kMajor`: stored
+/// rows run along K): 32 bytes of K per step inside a row of the step's panel, `mn`
+/// stored rows down. MN-major: 16 stored rows per step, 64-element panels along M or N
+/// at the leading byte offset, `mn` / 64 panels in.
+Value operandDescriptor(PtxBuilder &ptx, I32 &i32, Value base, const Staging &s, bool kMajor, int64_t kk, Value mn) {
+  const int64_t rowBytes = s.rowBytes(2), panelBytes = s.panelBytes(2);
+  if (kMajor) {
+    Value start = i32.add(base, i32.c(kk * 32 / rowBytes * panelBytes + kk * 32 % rowBytes));
+    return ptx.wgmmaDescriptor(mn ? i32.add(start, i32.mul(mn, rowBytes)) : start, 16, 8 * rowBytes, rowBytes);
+  }
+  Value start = i32.add(base, i32.c(kk * 16 * rowBytes));
+  if (mn)
+    start = i32.add(start, i32.mul(i32.div(mn, s.panelCols), panelBytes));
+  return ptx.wgmmaDescriptor(start, panelBytes, 8 * rowBytes, rowBytes);
+}
+
+} // namespace
+
 FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, const SharedTileView &bView,
-                               const Registers &acc) {
+                               const Registers &acc, const std::optional<SharedTileView> &aView) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
   auto accType = op.getAcc().getType();
@@ -90,7 +127,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
 
   MmaFragments fragments(t, op, aType, bType, accType);
   std::vector<std::vector<SmallVector<Value>>> aWords(static_cast<size_t>(slabs));
-  for (int64_t r = 0; r < slabs; ++r)
+  for (int64_t r = 0; r < slabs && !aView; ++r)
     for (int64_t kk = 0; kk < kSteps; ++kk) {
       auto words = fragments.a(a, static_cast<unsigned>(r), static_cast<unsigned>(kk));
       if (failed(words))
@@ -100,16 +137,14 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
 
   I32 i32{t, loc};
   Value base = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), bView.base);
-  const Staging &s = bView.staging;
-  const int64_t rowBytes = s.rowBytes(2), panelBytes = s.panelBytes(2);
   const bool kMajor = bView.cd == 0;
   PtxBuilder ptx = t.ptx(loc);
-  auto descriptor = [&](int64_t kk) {
-    if (kMajor)  // 32 bytes of K per step, inside a row of the step's panel
-      return ptx.wgmmaDescriptor(i32.add(base, i32.c(kk * 32 / rowBytes * panelBytes + kk * 32 % rowBytes)), 16,
-                                 8 * rowBytes, rowBytes);
-    return ptx.wgmmaDescriptor(i32.add(base, i32.c(kk * 16 * rowBytes)), panelBytes, 8 * rowBytes, rowBytes);
-  };
+  // A from shared memory: each warpgroup's slab r starts 16 warps r + 64 g rows in.
+  Value aBase, warpgroupRows;
+  if (aView) {
+    aBase = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), aView->base);
+    warpgroupRows = i32.mul(i32.div(t.warpId(), 4), 64);
+  }
 
   // The fence orders every write of A's and the accumulator's registers before the
   // wgmma that reads them: they flow through it.
@@ -125,13 +160,20 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
       for (Value &word : words)
         word = fenced[next++];
   for (int64_t kk = 0; kk < kSteps; ++kk) {
-    Value descB = descriptor(kk);
+    Value descB = operandDescriptor(ptx, i32, base, bView.staging, kMajor, kk, Value());
     for (int64_t r = 0; r < slabs; ++r) {
       SmallVector<Value> in;
       for (int64_t i = 0; i < perSlab; ++i)
         in.push_back(result[regOf[r * perSlab + i]]);
-      SmallVector<Value> out =
-          ptx.wgmmaRegisterA(static_cast<unsigned>(n), ab, aWords[r][kk], descB, in, /*transB=*/!kMajor);
+      SmallVector<Value> out;
+      if (aView) {
+        const bool aKMajor = aView->cd == 1;
+        Value descA = operandDescriptor(ptx, i32, aBase, aView->staging, aKMajor, kk,
+                                        i32.add(warpgroupRows, i32.c(16 * warps * r)));
+        out = ptx.wgmma(static_cast<unsigned>(n), ab, descA, descB, in, /*transA=*/!aKMajor, /*transB=*/!kMajor);
+      } else {
+        out = ptx.wgmmaRegisterA(static_cast<unsigned>(n), ab, aWords[r][kk], descB, in, /*transB=*/!kMajor);
+      }
       for (int64_t i = 0; i < perSlab; ++i)
         result[regOf[r * perSlab + i]] = out[i];
     }

@@ -10,8 +10,10 @@
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <optional>
+#include <tuple>
 
 namespace tokamax::tile {
 
@@ -29,6 +31,9 @@ struct I32 {
   mlir::Value div(mlir::Value x, int64_t k) { return b().create<mlir::arith::DivUIOp>(loc, x, c(k)); }
   mlir::Value rem(mlir::Value x, int64_t k) { return b().create<mlir::arith::RemUIOp>(loc, x, c(k)); }
   mlir::Value xor_(mlir::Value x, mlir::Value y) { return b().create<mlir::arith::XOrIOp>(loc, x, y); }
+  mlir::Value eq(mlir::Value x, int64_t k) {
+    return b().create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, x, c(k));
+  }
 };
 
 /// A 2-D tile in shared memory: `rows` x `cols` elements, cols contiguous, 16-byte chunks
@@ -91,6 +96,14 @@ struct SharedTileView {
   mlir::Value base;
 };
 SharedTileView sharedTileView(TileLowering &t, mlir::Value tile);
+/// The 32-bit shared address of mbarrier `index` (i32) of the kernel holding `op`.
+mlir::Value mbarrierAddress(TileLowering &t, mlir::Operation *op, mlir::Value index);
+/// Thread 0 initializes the kernel's mbarriers (tile.mbarriers), then a block barrier.
+mlir::LogicalResult initMbarriers(TileLowering &t, mlir::func::FuncOp func);
+/// The TMA box of a TMA copy (tile.async_block_load with a barrier): one 128-byte panel
+/// of the block's rows, or the whole row where it is 32 or 64 bytes. Returns (inner
+/// elements, rows, swizzle bytes).
+std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op);
 /// Whether `op` reads a shared tile into a dot-operand layout for the one dot right
 /// after it in its block: that dot reads the tile itself, one K step at a time.
 bool readsSharedAtDot(ConvertLayoutOp op);
@@ -126,10 +139,15 @@ private:
 /// wgmma (LowerWgmmaDot.cpp): 16-bit operands, every warp of the accumulator along M,
 /// B a shared tile whose storage is a wgmma swizzle atom; nullopt when mma.sync runs it.
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op);
-/// acc + a @ b on wgmma with A's registers in their dot-operand layout and B read from
-/// `b` (wgmmaSharedB's view). Returns the result registers.
+/// Where wgmmaSharedB applies and A is a shared tile too, read only by the dot (K-major
+/// with rows of 32, 64 or 128 bytes and 64-row multiples, or M-major with 128-byte rows):
+/// its view, for wgmma with both operands from shared memory; else nullopt.
+std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op);
+/// acc + a @ b on wgmma with B read from `b` (wgmmaSharedB's view) and A from `aView`
+/// (wgmmaSharedA's) or, without one, from A's registers `a` in their dot-operand layout.
+/// Returns the result registers.
 mlir::FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, const SharedTileView &b,
-                                     const Registers &acc);
+                                     const Registers &acc, const std::optional<SharedTileView> &aView = {});
 /// tile.dot_wait: wgmma.wait_group where dots run on wgmma, else the identity.
 mlir::LogicalResult lowerDotWait(TileLowering &t, DotWaitOp op);
 

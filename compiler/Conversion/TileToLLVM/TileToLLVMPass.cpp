@@ -7,6 +7,7 @@
 // follow in the pipeline.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
@@ -104,6 +105,20 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     });
     if (walked.wasInterrupted())
       return failure();
+    // TMA copies into shared tiles: a box of one panel of the block's rows.
+    walked = func.walk([&](AsyncBlockLoadOp copy) {
+      if (!copy.isTma())
+        return WalkResult::advance();
+      unsigned index = cast<BlockArgument>(copy.getBase()).getArgNumber();
+      auto [it, inserted] = boxes.emplace(index, tmaCopyBox(copy));
+      if (!inserted && it->second != tmaCopyBox(copy)) {
+        copy.emitOpError("copies parameter ") << index << " with another TMA box than an earlier TMA access";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walked.wasInterrupted())
+      return failure();
     unsigned userParams = params.size();
     for (size_t i = 0; i < boxes.size(); ++i)
       params.push_back(LLVM::LLVMPointerType::get(ctx));
@@ -177,7 +192,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       lowering.mapScalar(old, lowered);
     for (auto [i, entry_] : llvm::enumerate(boxes))
       lowering.setTensorMap(func.getArgument(entry_.first), entry->getArgument(userParams + i));
-    if (failed(lowering.lowerBlock(func.getBody().front())))
+    if (failed(initMbarriers(lowering, func)) || failed(lowering.lowerBlock(func.getBody().front())))
       return failure();
     // setmaxnreg needs the launch's per-thread register limit stated.
     if (unsigned registers = lowering.launchRegisters())

@@ -136,7 +136,8 @@ std::vector<Config> block_search_space(Config heuristic, bool reference, bool ri
 }
 
 std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_t step, int64_t stages,
-                             std::vector<Value> accs, const RingCopies &copies, const RingProducts &products) {
+                             std::vector<Value> accs, const RingCopies &copies, const RingProducts &products,
+                             const Mbarriers *tma) {
   const size_t numAccs = accs.size();
   std::vector<Value> carried = std::move(accs);
   size_t perStep = 0;
@@ -149,16 +150,40 @@ std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_
   carried.push_back(k.constant(0, DType::I32));  // this step's slot
   std::vector<Value> out = k.loop(lo, hi, step, carried, [&](Value k0, std::vector<Value> c) {
     Value slot = c.back();
-    k.wait_async(static_cast<int>((stages - 2) * perStep));
-    std::vector<Value> next = copies(k0 + Value((stages - 1) * step), (slot + Value(stages - 1)) % Value(stages));
     auto blocks = c.begin() + numAccs;
-    std::vector<Value> result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
+    auto refill = [&] { return copies(k0 + Value((stages - 1) * step), (slot + Value(stages - 1)) % Value(stages)); };
+    std::vector<Value> next, result;
+    if (!tma) {
+      k.wait_async(static_cast<int>((stages - 2) * perStep));
+      next = refill();
+      result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
+    } else {
+      // Step j's copies complete phase j / stages of its slot's barrier.
+      k.wait(*tma, slot, ((k0 - lo) / Value(step * stages)) % Value(2));
+      result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
+      k.wait_async(0);  // every warp is past step j - 1: its slot may be refilled
+      next = refill();
+    }
     result.insert(result.end(), blocks + perStep, c.end() - 1);  // later steps' blocks, in flight
     result.insert(result.end(), next.begin(), next.end());
     result.push_back((slot + Value(1)) % Value(stages));
     return result;
   });
-  k.wait_async(0);  // the last copies land before the program ends
+  if (!tma) {
+    k.wait_async(0);  // the last copies land before the program ends
+  } else {
+    // Steps n .. n + stages - 2 were copied and not used: wait for them too.
+    Value n = lo.is_literal() && hi.is_literal()
+                  ? Value(int64_t(cdiv(int64_t(*hi.literal()) - int64_t(*lo.literal()), step)))
+                  : (hi - lo + Value(step - 1)) / Value(step);
+    for (int64_t i = 0; i + 1 < stages; ++i) {
+      Value j = n.is_literal() ? Value(int64_t(*n.literal()) + i) : n + Value(i);
+      if (j.is_literal())
+        k.wait(*tma, Value(int64_t(*j.literal()) % stages), Value(int64_t(*j.literal()) / stages % 2));
+      else
+        k.wait(*tma, j % Value(stages), (j / Value(stages)) % Value(2));
+    }
+  }
   out.resize(numAccs);
   return out;
 }
@@ -242,6 +267,36 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   return config;
 }
 
+namespace {
+
+/// The [bm, bn] product at (m0, n0) through ring_loop's TMA rings: a's [bm, block_k]
+/// (or [block_k, bm]) and b's [block_k, bn] (or [bn, block_k]) slices per step, both
+/// read by wgmma from shared memory; each step's product stays in flight until the
+/// next one has been issued.
+Value tma_ring_product(Kernel &k, const MatmulSpec &spec, const MatmulConfig &config, const Params &p, Value m0,
+                       Value n0) {
+  const int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k, stages = config.num_stages;
+  Mbarriers full = k.mbarriers(stages, 2);  // a's and b's copies
+  SharedBuffer aRing = k.shared_buffer(stages), bRing = k.shared_buffer(stages);
+  RingCopies copies = [&](const Value &k0, const Value &slot) {
+    Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, full, slot)
+                           : p.a.load_tma({m0, k0}, {bm, bk}, aRing, slot, full, slot);
+    Value b = spec.trans_b ? p.b.load_tma({n0, k0}, {bn, bk}, bRing, slot, full, slot)
+                           : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, full, slot);
+    return std::vector<Value>{a, b};
+  };
+  RingProducts products = [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
+    Value a = spec.trans_a ? blocks[0].trans() : blocks[0];
+    Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
+    return std::vector<Value>{dot_wait(dot_async(a, b, accs[0]), 1)};
+  };
+  std::vector<Value> acc =
+      ring_loop(k, 0, Value(spec.k), bk, stages, {k.full({bm, bn}, 0.0, DType::F32)}, copies, products, &full);
+  return dot_wait(acc[0], 0);
+}
+
+} // namespace
+
 Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   check_matmul_spec(spec, false);
   if (std::string why = hopper_unsupported(spec); !why.empty())
@@ -251,6 +306,22 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   if (config.cluster_m != 1 && config.cluster_m != 2)
     throw Error(fmt::format("matmul: cluster_m must be 1 or 2, got {}", config.cluster_m));
   int64_t bm = config.block_m, bn = config.block_n, cluster = config.cluster_m;
+  // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
+  // strips beside the ring (1 KiB of slack each); otherwise the threads store.
+  const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
+  bool tmaStore = config.tma_store && spec.n * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
+                  hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
+                          hopper_store_strip_bytes(config) <=
+                      kHopperSharedLimit;
+  if (config.tma_ring) {
+    Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
+    Params p = declare(k, spec, DType::F32);
+    int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
+    k.grid(gridM * gridN);
+    auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
+    epilogue(spec, p, tma_ring_product(k, spec, config, p, m0, n0), m0, n0, bn, tmaStore);
+    return k;
+  }
   Kernel k("matmul_hopper", {config.num_warps});
   Params p = declare(k, spec, DType::F32);
   // Work is handed out in units of `cluster` vertically adjacent blocks (one per CTA of
@@ -259,13 +330,6 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
                         .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
                         .cluster_m = cluster, .a_in_registers = config.a_in_registers};
-  // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
-  // strips beside the ring (1 KiB of slack each); otherwise the threads store.
-  const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
-  bool tmaStore = config.tma_store && spec.n * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
-                  hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
-                          hopper_store_strip_bytes(config) <=
-                      kHopperSharedLimit;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
     auto [m0, n0] = grouped_block(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);

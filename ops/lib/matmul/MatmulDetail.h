@@ -35,13 +35,19 @@ using RingCopies = std::function<std::vector<dsl::Value>(const dsl::Value &k0, c
 /// One step's products: (k0, the accumulators, the step's blocks) -> the accumulators.
 using RingProducts = std::function<std::vector<dsl::Value>(const dsl::Value &k0, std::vector<dsl::Value> accs,
                                                            std::vector<dsl::Value> blocks)>;
-/// A main loop over k0 in [lo, hi) by `step` whose blocks come through cp.async rings of
-/// `stages` slots, copied stages - 1 steps ahead: step j waits for its own copies, then
-/// refills the slot step j - 1 read (one wait and barrier per step); copies past hi read
-/// what the tensors hold there (zeros past their ends) and go unused.
+/// A main loop over k0 in [lo, hi) by `step` whose blocks come through rings of `stages`
+/// slots, copied stages - 1 steps ahead; copies past hi read what the tensors hold there
+/// (zeros past their ends) and go unused.
+///   - cp.async (`tma` null): step j waits for its own copies, then refills the slot step
+///     j - 1 read (one wait and barrier per step), then runs its products;
+///   - TMA (`tma`: one barrier per slot, `copies` issues load_tma on barrier `slot`):
+///     step j waits for its slot's barrier phase, runs its products (which may leave
+///     their own dots in flight, but not step j - 1's), then, after a barrier of the
+///     program, refills the slot step j - 1 read; the copies past hi are awaited after
+///     the loop so none lands after the program ends.
 std::vector<dsl::Value> ring_loop(dsl::Kernel &k, const dsl::Value &lo, const dsl::Value &hi, int64_t step,
                                   int64_t stages, std::vector<dsl::Value> accs, const RingCopies &copies,
-                                  const RingProducts &products);
+                                  const RingProducts &products, const dsl::Mbarriers *tma = nullptr);
 
 /// The search space of a tiled product kernel (gated_linear_unit, ragged_dot): its
 /// `heuristic` first, then for `reference` two small blocks, else block_m and block_n in

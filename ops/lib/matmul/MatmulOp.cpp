@@ -47,6 +47,8 @@ Config toConfig(const MatmulConfig &c, int64_t programs) {
                 {"a_in_registers", c.a_in_registers}, {"programs", programs}};
   if (c.rebalance_registers)  // only where set: configs saved before it existed stay valid
     config.set("rebalance_registers", 1);
+  if (c.tma_ring)
+    config.set("tma_ring", 1);
   return config;
 }
 
@@ -64,6 +66,7 @@ MatmulConfig fromConfig(const Config &config, int sm_count) {
   c.tma_store = config.get_or("tma_store", 0) != 0;
   c.a_in_registers = config.get_or("a_in_registers", 0) != 0;
   c.rebalance_registers = config.get_or("rebalance_registers", 0) != 0;
+  c.tma_ring = config.get_or("tma_ring", 0) != 0;
   int64_t programs = config.get_or("programs", 0);
   c.programs = programs == kOnePerSm ? sm_count : programs;
   return c;
@@ -160,6 +163,14 @@ public:
       return std::string("rebalance_registers needs warp_specialize");
     if (c.cluster_m == 2 && !spec.trans_b && c.block_n < 128)
       return fmt::format("cluster_m = 2 with b as [K, N] needs block_n >= 128, got {}", c.block_n);
+    if (c.tma_ring) {
+      if (is_fp8(spec.dtype))
+        return fmt::format("tma_ring takes bf16 or f16 operands, got {}", dtype_name(spec.dtype));
+      if (c.programs != 0)
+        return fmt::format("tma_ring runs one program per tile (programs 0), got programs {}", c.programs);
+      if (c.cluster_m != 1 || c.a_in_registers || c.rebalance_registers)
+        return std::string("tma_ring does not combine with cluster_m, a_in_registers or rebalance_registers");
+    }
     return std::nullopt;
   }
 
@@ -256,7 +267,7 @@ public:
         ("matmul_" + name()).c_str(),
         {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
          spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
-         c.cluster_m, c.tma_store, c.a_in_registers, c.programs, c.rebalance_registers});
+         c.cluster_m, c.tma_store, c.a_in_registers, c.programs, c.rebalance_registers, c.tma_ring});
     std::vector<ops_detail::KernelExecutor::Arg> kernelArgs{inputs[0], inputs[1]};
     if (spec.has_bias)
       kernelArgs.emplace_back(inputs[2]);

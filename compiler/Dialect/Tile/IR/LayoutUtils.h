@@ -16,6 +16,12 @@ inline constexpr llvm::StringLiteral kMmaRowsPerWarpAttr = "tile.mma_rows_per_wa
 /// Kernel attribute: dots reading B from a shared tile may run on wgmma (sm_90a), and
 /// shared tiles are stored as wgmma swizzle atoms (128-byte panels).
 inline constexpr llvm::StringLiteral kWgmmaDotsAttr = "tile.wgmma_dots";
+/// Kernel attribute: the kernel's mbarriers, each one's arrivals per phase (i64 array);
+/// tile.mbarrier_wait / tile.mbarrier_arrive and TMA copies name them by index.
+inline constexpr llvm::StringLiteral kMbarriersAttr = "tile.mbarriers";
+/// Kernel attribute (set by tile-allocate-shared): byte offset of the mbarriers in the
+/// kernel's shared scratch, 8 bytes each.
+inline constexpr llvm::StringLiteral kMbarrierOffsetAttr = "tile.mbarrier_offset";
 /// Attribute name on kernels: bytes of static shared memory scratch.
 inline constexpr llvm::StringLiteral kSharedBytesAttr = "tile.shared_bytes";
 /// Attribute name on kernels: marks a func.func as a tile kernel.

@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -44,6 +45,21 @@ LogicalResult verifySameShape(Operation *op, Type a, Type b, StringRef what) {
 bool isKernelParameter(Value v) {
   auto arg = dyn_cast<BlockArgument>(v);
   return arg && arg.getOwner()->isEntryBlock() && isa<FunctionOpInterface>(arg.getOwner()->getParentOp());
+}
+
+/// An op naming one of its kernel's mbarriers by `index`: the kernel declares them
+/// (tile.mbarriers) and a constant index is one of them.
+LogicalResult verifyMbarrierIndex(Operation *op, Value index) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  auto declared = func ? func->getAttrOfType<DenseI64ArrayAttr>(kMbarriersAttr) : DenseI64ArrayAttr();
+  if (!declared || declared.empty())
+    return op->emitOpError("names an mbarrier, but its kernel declares none (") << kMbarriersAttr << ")";
+  APInt value;
+  if (matchPattern(index, m_ConstantInt(&value)) &&
+      (value.isNegative() || value.getSExtValue() >= static_cast<int64_t>(declared.size())))
+    return op->emitOpError("names mbarrier ") << value.getSExtValue() << ", but the kernel declares "
+                                              << declared.size();
+  return success();
 }
 
 LogicalResult verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
@@ -156,8 +172,35 @@ LogicalResult AsyncBlockLoadOp::verify() {
     return emitOpError("needs slots >= 1 and buffer >= 0");
   if (auto layout = type.getEncoding(); layout && !isa<SharedLayoutAttr>(layout))
     return emitOpError("result lives in shared memory (#tile.shared), got ") << layout;
+  if (isTma())
+    return verifyTmaCopy();
   return success();
 }
+
+LogicalResult AsyncBlockLoadOp::verifyTmaCopy() {
+  if (failed(verifyMbarrierIndex(*this, getBarrier())))
+    return failure();
+  if (!hasWgmmaDots(*this))
+    return emitOpError("a TMA copy needs a kernel with tile.wgmma_dots (shared tiles stored as wgmma swizzle atoms)");
+  if (!isKernelParameter(getBase()))
+    return emitOpError("a TMA copy reads a kernel tensor parameter (its tensor map is a launch parameter)");
+  ArrayRef<int64_t> dims = getDims(), block = getBlock();
+  if (dims.size() != 2)
+    return emitOpError("a TMA copy reads 2-D tensors, got ") << dims.size() << " dims";
+  if (getStrides()[0] != dims[1])
+    return emitOpError("a TMA copy reads row-major tensors (stride ") << dims[1] << " for dim 0), got stride "
+                                                                       << getStrides()[0];
+  const int64_t rowBytes = block[1] * elementBytes(getResult().getType().getElementType());
+  if (rowBytes != 32 && rowBytes != 64 && rowBytes % 128 != 0)
+    return emitOpError("a TMA copy's block rows must be 32 or 64 bytes or a multiple of 128, got ") << rowBytes;
+  if (block[0] % 8 != 0 || block[0] > 256)
+    return emitOpError("a TMA copy's block must have a multiple of 8 rows, at most 256, got ") << block[0];
+  return success();
+}
+
+LogicalResult MbarrierWaitOp::verify() { return verifyMbarrierIndex(*this, getIndex()); }
+
+LogicalResult MbarrierArriveOp::verify() { return verifyMbarrierIndex(*this, getIndex()); }
 
 LogicalResult BlockAtomicAddOp::verify() {
   ArrayRef<int64_t> dims = getDims(), block = getBlock();

@@ -132,7 +132,8 @@ def Tile_BlockAtomicAddOp : Tile_BlockAccess<"block_atomic_add", [MemoryEffects<
   let hasVerifier = 1;
 }
 
-def Tile_AsyncBlockLoadOp : Tile_Op<"async_block_load", [MemoryEffects<[MemRead, MemWrite]>]> {
+def Tile_AsyncBlockLoadOp : Tile_Op<"async_block_load", [AttrSizedOperandSegments,
+                                                          MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "copy a block of a strided tensor into a slot of a shared-memory buffer (cp.async)";
   let description = [{
     The block of `block` elements at `offsets` (one per dimension) of the tensor behind
@@ -148,14 +149,56 @@ def Tile_AsyncBlockLoadOp : Tile_Op<"async_block_load", [MemoryEffects<[MemRead,
     one group; the last dimension must be contiguous (stride 1), the block's and the
     tensor's last dims whole 16-byte chunks, and every other stride a multiple of 16
     bytes. The interpreter loads the block.
+
+    With a `barrier` (the index of one of the kernel's mbarriers, `tile.mbarriers`) the
+    copy is a TMA box copy instead (sm_90a, kernels with `tile.wgmma_dots`, whose shared
+    tiles are wgmma swizzle atoms): one thread of the program arrives on the barrier,
+    expecting the block's bytes, and issues one cp.async.bulk.tensor per 128-byte panel
+    of the block's rows; the copy completes on the barrier (tile.mbarrier_wait), not on
+    tile.async_wait. The tensor must be a 2-D kernel parameter (its tensor map is a
+    launch parameter), the block's rows 32 or 64 bytes or a multiple of 128, at most
+    256 of them and a multiple of 8, and every TMA copy of one tensor in a kernel copies
+    blocks of one shape.
   }];
-  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, I32:$slot,
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, I32:$slot, Optional<I32>:$barrier,
                        DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$block, I64Attr:$buffer, I64Attr:$slots);
   let results = (outs Tile_ScalarTensor:$result);
   let assemblyFormat = [{
-    $base `[` $offsets `]` `slot` $slot attr-dict `:` type($base) `->` type($result)
+    $base `[` $offsets `]` `slot` $slot (`barrier` $barrier^)? attr-dict `:` type($base) `->` type($result)
   }];
+  let extraClassDeclaration = [{
+    /// A TMA box copy completing on an mbarrier (else cp.async).
+    bool isTma() { return static_cast<bool>(getBarrier()); }
+    ::mlir::LogicalResult verifyTmaCopy();
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_MbarrierWaitOp : Tile_Op<"mbarrier_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "wait until a phase of one of the kernel's mbarriers has completed";
+  let description = [{
+    `index` names one of the kernel's mbarriers (the function attribute
+    `tile.mbarriers` lists each one's arrivals per phase; they are initialized when the
+    kernel starts, in phase 0). Every thread that runs the op waits until the phase of
+    parity `phase` (0 or 1) has completed: all its arrivals made and, for TMA copies,
+    all their bytes written and visible. The interpreter runs programs one at a time,
+    so there it does nothing.
+  }];
+  let arguments = (ins I32:$index, I32:$phase);
+  let assemblyFormat = "$index `,` $phase attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_MbarrierArriveOp : Tile_Op<"mbarrier_arrive", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "every thread that runs it arrives once on one of the kernel's mbarriers";
+  let description = [{
+    Release semantics: the thread's earlier accesses are ordered before the phase
+    completes (e.g. "I have finished reading this slot"). A barrier all threads of a
+    program arrive on is declared with 32 x warps arrivals. The interpreter does nothing.
+  }];
+  let arguments = (ins I32:$index);
+  let assemblyFormat = "$index attr-dict";
   let hasVerifier = 1;
 }
 

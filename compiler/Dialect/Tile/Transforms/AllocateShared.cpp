@@ -9,7 +9,7 @@
 // warp-specialized tile.tma_dot's ring is in use across the rest of the kernel: it gets
 // a region of its own after the shared ones, and so does each shared buffer that
 // tile.async_block_load ops fill (slots x the largest block copied into it, in use from
-// the copy until a later one into the slot).
+// the copy until a later one into the slot). The kernel's mbarriers come last.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -91,6 +91,12 @@ struct AllocateSharedPass : tokamax::tile::impl::TileAllocateSharedBase<Allocate
         bytes = (bytes + 1023) / 1024 * 1024;
         op->setAttr(kScratchOffsetAttr, i64(bytes));
         bytes += getScratchBytes(op);
+      }
+      // The kernel's mbarriers (8 bytes each) are in use for the whole kernel.
+      if (auto barriers = func->getAttrOfType<DenseI64ArrayAttr>(kMbarriersAttr); barriers && !barriers.empty()) {
+        bytes = (bytes + 7) / 8 * 8;
+        func->setAttr(kMbarrierOffsetAttr, i64(bytes));
+        bytes += 8 * static_cast<int64_t>(barriers.size());
       }
       // Round up so vector accesses to scratch stay aligned.
       bytes = (bytes + 15) / 16 * 16;

@@ -180,6 +180,13 @@ struct SharedBuffer {
   int64_t slots = 0;
 };
 
+/// `count` consecutive mbarriers of a kernel (Kernel::mbarriers), named by an index in
+/// [0, count).
+struct Mbarriers {
+  int64_t first = -1;
+  int64_t count = 0;
+};
+
 /// A tensor parameter of the kernel: a pointer plus the static shape and strides.
 class TOKAMAX_API TensorArg {
 public:
@@ -200,6 +207,16 @@ public:
   /// 16-byte chunks, the last offset a multiple of one, other strides of 16 bytes.
   Value load_async(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
                    const Value &slot) const;
+  /// The same copy by TMA (sm_90a, kernels with KernelOptions::wgmma_dots): one thread
+  /// issues it and it completes on barrier `index` of `barriers`, counting as one of
+  /// that barrier's arrivals and adding the block's bytes to its phase. Read the tile
+  /// only after Kernel::wait on that barrier's phase, and refill the slot only once
+  /// every reader is done (e.g. each reader arrives on an "empty" barrier that the
+  /// refill waits for, or a wait_async barrier). A 2-D row-major tensor whose rows are
+  /// 16-byte multiples; the block [rows, cols] has 8 to 256 rows (a multiple of 8) of
+  /// 32 or 64 bytes or a multiple of 128; each tensor is copied in blocks of one shape.
+  Value load_tma(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
+                 const Value &slot, const Mbarriers &barriers, const Value &index) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.
   void store(std::vector<Value> offsets, const Value &tile) const;
   /// Adds `tile`, the block of `block` elements at `offsets` with its unit dims dropped
@@ -274,6 +291,17 @@ public:
   /// flight, then a barrier of the whole program: every thread's finished copies are
   /// visible, and every read before the wait is done (its slots may be refilled).
   void wait_async(int pending = 0);
+
+  /// `count` mbarriers (sm_90a) completing a phase after `arrivals` arrivals (each
+  /// load_tma counts one; arrive() one per thread that runs it), initialized when the
+  /// kernel starts, in phase 0.
+  Mbarriers mbarriers(int64_t count, int64_t arrivals = 1);
+  /// Every thread waits until the phase of parity `phase` (0 or 1) of barrier `index`
+  /// has completed; a barrier's k-th completed phase (from 0) has parity k % 2.
+  void wait(const Mbarriers &barriers, const Value &index, const Value &phase);
+  /// Every thread that runs it arrives once on barrier `index` (release: its earlier
+  /// reads and writes are done before the phase completes).
+  void arrive(const Mbarriers &barriers, const Value &index);
 
   /// cond ? then_branch() : else_branch(); both return values of the same types.
   std::vector<Value> if_else(const Value &cond, const std::function<std::vector<Value>()> &then_branch,

@@ -56,6 +56,13 @@ struct TOKAMAX_API MatmulConfig {
   /// the tile loop, the producer with 40 registers per thread and the consumers with
   /// what that frees (setmaxnreg; 232 with 8 warps)
   bool rebalance_registers = false;
+  /// hopper, bf16 / f16, one program per tile (programs 0): the main loop written in the
+  /// DSL's Hopper primitives instead of tma_dot: TMA copies of a's and b's slices into
+  /// rings of shared buffers completing on mbarriers, wgmma with both operands read from
+  /// shared memory issued asynchronously (one product in flight while the next slice is
+  /// awaited), every warp a consumer and the program refilling a slot once all its warps
+  /// are past it. warp_specialize, cluster_m and a_in_registers do not apply.
+  bool tma_ring = false;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
   int64_t programs = 0;
