@@ -167,8 +167,10 @@ Config heuristic(const NormProblem &p, ImplKind impl) {
 }
 
 std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c) {
+  const bool tile = impl == ImplKind::Tile;
   for (const auto &[key, value] : c.values) {
-    bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || (key == "programs" && p.vjp);
+    bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || key == "programs" ||
+                 key == "row_split";
     if (!known)
       return fmt::format("unknown key \"{}\"", key);
   }
@@ -182,24 +184,41 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
     return fmt::format("block_rows must be a power of two up to 65536, got {}", rows);
   if (!isPow2(warps) || warps > 32)
     return fmt::format("num_warps must be a power of two up to 32, got {}", warps);
-  if (p.vjp && c.get("programs") < 1)
+  if (c.has("programs") && c.get("programs") < 1)
     return fmt::format("programs must be positive, got {}", c.get("programs"));
+  if (!p.vjp && c.has("programs") && (!tile || c.has("block_cols")))
+    return std::string("programs (persistent forward programs that load the parameters once) needs the tile "
+                       "implementation without block_cols (a looping forward loads the parameters per block)");
+  if (c.has("row_split")) {
+    int64_t split = c.get("row_split");
+    if (!tile)
+      return std::string("row_split is a config of the tile implementation");
+    if (!isPow2(split) || split < 2 || split > 16)
+      return fmt::format("row_split must be a power of two from 2 to 16, got {}", split);
+    if (c.has("block_cols"))
+      return std::string("row_split and block_cols exclude each other (row_split sets the column block)");
+    if (next_pow2(p.n) < split)
+      return fmt::format("row_split {} needs rows of at least {} columns, got {}", split, split, p.n);
+    if (rows != 1)
+      return fmt::format("row_split takes block_rows = 1, got {}", rows);
+  }
   int64_t cols;
   if (c.has("block_cols")) {
     cols = c.get("block_cols");
     if (!isPow2(cols) || cols > kNormTileMaxCols)
       return fmt::format("block_cols must be a power of two up to {}, got {}", kNormTileMaxCols, cols);
   } else {
-    if (impl == ImplKind::Reference)
+    if (!tile)
       return std::string("missing \"block_cols\"");
-    if (p.n > fusedLimit(p))
-      return fmt::format("rows of {} columns do not fit in registers (fused up to {}); set block_cols", p.n,
-                         fusedLimit(p));
-    cols = next_pow2(p.n);
+    cols = next_pow2(p.n) / c.get_or("row_split", 1);  // what one program holds
+    if (cols > fusedLimit(p))
+      return fmt::format("rows of {} columns do not fit in registers (fused up to {}); set block_cols or "
+                         "row_split",
+                         p.n, fusedLimit(p));
   }
   if (rows * cols > 65536)
     return fmt::format("a block of {} x {} elements is too large for one program", rows, cols);
-  if (impl == ImplKind::Tile && c.has("block_cols") && rows != 1)
+  if (tile && c.has("block_cols") && rows != 1)
     return std::string("the looping tile kernels take block_rows = 1");
   return std::nullopt;
 }
