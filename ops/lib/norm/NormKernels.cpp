@@ -474,7 +474,9 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
     program = k.program_id(0);
     col = columnBlocks == 1 ? Value(0) : k.program_id(1) * Value(s.block_cols);
   }
-  Value scaleCol = in.scale ? rows.loadCol(*in.scale, col, f) : Value();
+  // Held across the row groups, except in the split kernel: the registers go to the
+  // whole-row sums there, and its own block's scale has just been read with them (L1).
+  Value heldScale = in.scale && !split ? rows.loadCol(*in.scale, col, f) : Value();
   const double n = double(s.n);
   // One row group: dx, and the terms of the partial column sums.
   auto group = [&](Value g) {
@@ -482,6 +484,7 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
     Value m1, m2;  // mean(wdy * xhat), mean(wdy)
     if (split)  // the whole row (its own block too: the tile below comes from L1 / L2)
       std::tie(m1, m2) = rowCoefficients(k, rows, in, s);
+    Value scaleCol = in.scale && split ? rows.loadCol(*in.scale, col, f) : heldScale;
     VjpTile t = vjpTile(rows, in, s, col, scaleCol);
     if (fused) {
       m1 = Rows::sumRow(t.wdy * t.xhat) / n;
