@@ -124,39 +124,28 @@ std::optional<std::string> why_not(const NormProblem &p, ImplKind impl) {
 Config heuristic(const NormProblem &p, ImplKind impl) {
   Config c;
   if (impl == ImplKind::Tile) {
-    const int64_t cols = next_pow2(p.n);
-    // Forward rows of 1024+ columns: the whole row in registers, 16 elements of x a thread,
-    // on persistent programs that hold the parameters too (loaded and brought to x's layout
-    // once, not per row: with f32 parameters and one row a program, their per-row reads
-    // and layout conversion cost more than x itself). ptxas fits this in 64 registers
-    // without spills up to 16384 columns on 32 warps, the rows the fused forward serves.
-    if (!p.vjp && p.n >= 1024 && p.n <= fusedLimit(p)) {
-      const int warps = static_cast<int>(std::clamp<int64_t>(cols / (32 * 16), 1, 32));
-      return Config{{"block_rows", 1}, {"num_warps", warps}, {"programs", forwardPrograms(p, 1, warps)}};
-    }
-    // VJP rows past the fused limit, up to twice it: the row's blocks on adjacent programs
-    // (row_split), which read x and dy once from DRAM where two kernels read them twice.
-    // The split that fits in registers without spills (ptxas, 16384 columns): rms_norm two
-    // blocks of 8192 on 32 warps (64 registers); layer_norm, which also sums doffset and
-    // spills there, four of 4096 on 16 warps (126 registers).
-    if (p.vjp && p.n > fusedLimit(p) && p.n <= 2 * fusedLimit(p)) {
-      const int64_t split = p.kind == NormKind::Layer ? 4 : 2;
-      const int warps = static_cast<int>(std::clamp<int64_t>(cols / split / (32 * 8), 1, 32));
-      return Config{{"block_rows", 1},
-                    {"num_warps", warps},
-                    {"row_split", split},
-                    {"programs", vjpPrograms(p, 1, cols / split, warps)}};
-    }
     if (p.n <= fusedLimit(p)) {
+      int64_t cols = next_pow2(p.n);
       // From the H200 config search (bf16, kernel time; tests/gpu/NormGpuTests.cpp "norm
-      // timings and config search"): about 2048+ elements per program (32768x1024
-      // layer_norm: 3588 GB/s against 3284 for two rows). Elements per thread: 16 (8 in
-      // the VJP, which keeps x, dy and two partial sums live), several 16-byte loads in
-      // flight and no spills; from 4096 columns layer_norm's VJP takes 32 (16384x4096 3036
-      // against 2142 on 16 warps) and rms_norm's 16 (3238 against 2266).
-      int64_t rows = std::clamp<int64_t>(std::max<int64_t>(2048, cols) / cols, 1, next_pow2(p.rows()));
+      // timings and config search"). Forward rows of 8192+ columns: layer_norm walks
+      // quarter-row blocks on 8 warps (16384x8192: 3921 GB/s against 2816 for the whole
+      // row on 16; 4096x16384: 3597), rms_norm holds 16384 elements on 8 warps (16384x8192
+      // two rows: 4041 against 3279; 4096x16384 one row: 3767 against 3577 on 16).
+      if (!p.vjp && cols >= 8192) {
+        if (p.kind == NormKind::Layer)
+          return Config{{"block_rows", 1}, {"block_cols", cols / 4}, {"num_warps", 8}};
+        return Config{{"block_rows", std::clamp<int64_t>(16384 / cols, 1, next_pow2(p.rows()))}, {"num_warps", 8}};
+      }
+      // Otherwise about 2048+ elements per program, or a forward row of 1024+ columns per
+      // program (32768x1024 layer_norm: 3588 GB/s against 3284 for two rows). Elements per
+      // thread: 16 (8 in the VJP, which keeps x, dy and two partial sums live), several
+      // 16-byte loads in flight and no spills; from 4096 columns layer_norm takes 32 (its
+      // two row reductions across fewer warps; 16384x4096 forward 3832 against 3599 on 8
+      // warps, VJP 3036 against 2142 on 16) and rms_norm's VJP 16 (3238 against 2266).
+      int64_t perProgram = !p.vjp && cols >= 1024 ? cols : 2048;
+      int64_t rows = std::clamp<int64_t>(std::max<int64_t>(perProgram, cols) / cols, 1, next_pow2(p.rows()));
       int64_t perThread = p.vjp ? 8 : 16;
-      if (p.vjp && cols >= 4096)
+      if (cols >= 4096)
         perThread = p.kind == NormKind::Layer ? 32 : 16;
       int warps = static_cast<int>(std::clamp<int64_t>(rows * cols / (32 * perThread), 1, 16));
       c = Config{{"block_rows", rows}, {"num_warps", warps}};
