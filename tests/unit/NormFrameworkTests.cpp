@@ -199,3 +199,50 @@ TEST_CASE("norm: configs come from explicit values, then providers, then the heu
 // Numerics on the interpreter
 //===----------------------------------------------------------------------===//
 
+
+TEST_CASE("norm: persistent and row-split configs are checked with a reason", "[norm]") {
+  ArgSpec x{{64, 16384}, DType::BF16}, s{{16384}, DType::F32}, r{{64}, DType::F32};
+  BoundArgs fwd = bind_layer_norm(x, s, s, x, r, r, -1, 1e-5);
+  BoundArgs vjp = bind_layer_norm_vjp(x, x, s, r, r, x, s, s, -1);
+  const Implementation &tile = layer_norm_op().implementation("tile");
+  const Implementation &ref = layer_norm_op().implementation("reference");
+  const Implementation &tileVjp = layer_norm_vjp_op().implementation("tile");
+  auto why = [](const Implementation &impl, const BoundArgs &a, const Config &c) {
+    return impl.check_config(a, c).value_or("valid");
+  };
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"row_split", 3}}),
+             Contains("row_split must be a power of two from 2 to 16, got 3"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"row_split", 2}, {"block_cols", 4096}}),
+             Contains("exclude each other"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 2}, {"num_warps", 8}, {"row_split", 2}}),
+             Contains("row_split takes block_rows = 1, got 2"));
+  CHECK_THAT(why(ref, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"block_cols", 1024}, {"row_split", 2}}),
+             Contains("row_split is a config of the tile implementation"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"programs", 0}}),
+             Contains("programs must be positive, got 0"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"block_cols", 4096}, {"programs", 8}}),
+             Contains("without block_cols"));
+  CHECK_THAT(why(ref, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"block_cols", 4096}, {"programs", 8}}),
+             Contains("needs the tile implementation"));
+  CHECK(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 16}, {"row_split", 2}, {"programs", 8}}) == "valid");
+  // The VJP holds 8192 columns a program at most: 16384 need a split or a looping config.
+  CHECK_THAT(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"programs", 8}}),
+             Contains("set block_cols or row_split"));
+  CHECK(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"row_split", 2}, {"programs", 8}}) == "valid");
+  ArgSpec one{{4, 1}, DType::BF16}, oneParam{{1}, DType::F32}, oneRow{{4}, DType::F32};
+  BoundArgs narrow = bind_layer_norm(one, oneParam, oneParam, one, oneRow, oneRow, -1, 1e-5);
+  CHECK_THAT(why(tile, narrow, {{"block_rows", 1}, {"num_warps", 1}, {"row_split", 2}}),
+             Contains("row_split 2 needs rows of at least 2 columns, got 1"));
+  // The one-pass variants are in the search space (the heuristic keeps its measured
+  // rules until the device has timed them).
+  auto offers = [](const Implementation &impl, const BoundArgs &a, const char *key) {
+    for (const Config &c : impl.search_space(a))
+      if (c.has(key))
+        return true;
+    return false;
+  };
+  CHECK(offers(tile, fwd, "programs"));
+  CHECK(offers(tileVjp, vjp, "row_split"));
+  CHECK(offers(rms_norm_vjp_op().implementation("tile"), bind_rms_norm_vjp(x, x, s, r, x, s, -1), "row_split"));
+  CHECK_FALSE(tile.heuristic(fwd).has("programs"));
+}

@@ -177,8 +177,13 @@ void check(const Case &c) {
     rms_norm_host(xv, scale ? &sView : nullptr, yv, fwd, &rv);
   double tol = tolerance(c.x) * c.tolerance_factor;
   CHECK(relError(y.values(), ref.y) <= tol);
+  // The mean's error is relative to the rows' spread: a mean near zero (one row of
+  // centred values) is as accurate as any, in absolute terms.
+  double stdNorm = 0;
+  for (double r : ref.rstd)
+    stdNorm += 1 / (r * r);
   if (c.layer)
-    CHECK(relError(mean.values(), ref.mean) <= tolerance(residual) * c.tolerance_factor);
+    CHECK(relError(mean.values(), ref.mean, 1e-2 * std::sqrt(stdNorm)) <= tolerance(residual) * c.tolerance_factor);
   CHECK(relError(rstd.values(), ref.rstd) <= tolerance(residual) * c.tolerance_factor);
 
   DType paramType = c.scale.value_or(c.x);

@@ -222,3 +222,41 @@ TEST_CASE("norm: every kernel variant compiles to PTX", "[norm][ptx]") {
   }
 }
 
+
+TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][split]") {
+  std::vector<Case> cases;
+  for (bool layer : {true, false})
+    for (DType d : {DType::BF16, DType::F16, DType::F32})
+      for (int64_t rows : {1, 3, 17})
+        for (int64_t cols : {1, 4095, 8193, 16383})
+          for (bool params : {false, true}) {
+            Case c;
+            c.layer = layer;
+            c.x = d;
+            c.shape = {rows, cols};
+            c.implementation = "tile";
+            if (params) {
+              c.scale = DType::F32;
+              c.offset = DType::F32;
+            }
+            // Two persistent programs (rows 3 and 17 loop over row groups; a partial last
+            // one with four rows a group); rows of several columns split over programs
+            // (8193: three blocks of 4096, the last with one column).
+            if (cols == 1) {
+              c.fwd_config = Config{{"block_rows", rows == 17 ? 4 : 1}, {"num_warps", 1}, {"programs", 2}};
+              c.vjp_config = Config{{"block_rows", rows == 17 ? 4 : 1}, {"num_warps", 1}, {"programs", 2}};
+            } else {
+              int64_t split = cols == 8193 ? 4 : 2;
+              c.fwd_config = Config{{"block_rows", 1}, {"num_warps", 4}, {"row_split", split}, {"programs", 2}};
+              c.vjp_config = Config{{"block_rows", 1}, {"num_warps", 4}, {"row_split", split}, {"programs", 2}};
+            }
+            cases.push_back(c);
+            if (cols == 4095) {  // the whole row in registers, persistent programs
+              c.fwd_config = Config{{"block_rows", 1}, {"num_warps", 8}, {"programs", 2}};
+              c.vjp_config = Config{{"block_rows", 1}, {"num_warps", 8}, {"programs", 2}};
+              cases.push_back(c);
+            }
+          }
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) { check(c); }
+}

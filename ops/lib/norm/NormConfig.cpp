@@ -2,9 +2,12 @@
 //
 // Config keys: "block_rows" (rows per program; in the strided case, positions of the
 // inner axes), "num_warps", "block_cols" (column block of looping kernels: always for the
-// reference, for the tile implementation only when rows do not fit in registers) and,
-// for VJPs, "programs" (programs of the persistent dx kernel, each writing one row of
-// partial column sums).
+// reference, for the tile implementation only when rows do not fit in registers),
+// "programs" (VJPs: programs of the persistent dx kernel, each writing one row of partial
+// column sums; tile forward, optional: persistent programs that load the parameters
+// once) and, tile only, "row_split" (a row's column blocks, next_pow2(n) / row_split
+// columns each, on that many adjacent programs: each sums the statistics over the whole
+// row, holds its own block's parameters, and writes its block).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernels.h"
@@ -42,6 +45,14 @@ int64_t vjpPrograms(const NormProblem &p, int64_t blockRows, int64_t blockCols, 
   // Looping kernels have one program per column block too (a 2-D grid).
   int64_t columnBlocks = blockCols >= p.n ? 1 : dsl::cdiv(p.n, blockCols);
   return std::max<int64_t>(1, std::min(kTargetSms * perSm / columnBlocks, groupsOf(p, blockRows)));
+}
+
+/// Programs of a persistent forward: as many as are resident at once. ptxas (sm_90a) fits
+/// the fused forward with 16 elements of x a thread and both parameters held in 64
+/// registers or fewer, without spills (docs/performance.md), hence the 64.
+int64_t forwardPrograms(const NormProblem &p, int64_t blockRows, int numWarps) {
+  int64_t perSm = std::clamp<int64_t>(std::min<int64_t>(64 / numWarps, 65536 / (32 * numWarps * 64)), 1, 32);
+  return std::max<int64_t>(1, std::min(kTargetSms * perSm, groupsOf(p, blockRows)));
 }
 
 } // namespace
@@ -167,8 +178,10 @@ Config heuristic(const NormProblem &p, ImplKind impl) {
 }
 
 std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c) {
+  const bool tile = impl == ImplKind::Tile;
   for (const auto &[key, value] : c.values) {
-    bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || (key == "programs" && p.vjp);
+    bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || key == "programs" ||
+                 key == "row_split";
     if (!known)
       return fmt::format("unknown key \"{}\"", key);
   }
@@ -182,24 +195,41 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
     return fmt::format("block_rows must be a power of two up to 65536, got {}", rows);
   if (!isPow2(warps) || warps > 32)
     return fmt::format("num_warps must be a power of two up to 32, got {}", warps);
-  if (p.vjp && c.get("programs") < 1)
+  if (c.has("programs") && c.get("programs") < 1)
     return fmt::format("programs must be positive, got {}", c.get("programs"));
+  if (!p.vjp && c.has("programs") && (!tile || c.has("block_cols")))
+    return std::string("programs (persistent forward programs that load the parameters once) needs the tile "
+                       "implementation without block_cols (a looping forward loads the parameters per block)");
+  if (c.has("row_split")) {
+    int64_t split = c.get("row_split");
+    if (!tile)
+      return std::string("row_split is a config of the tile implementation");
+    if (!isPow2(split) || split < 2 || split > 16)
+      return fmt::format("row_split must be a power of two from 2 to 16, got {}", split);
+    if (c.has("block_cols"))
+      return std::string("row_split and block_cols exclude each other (row_split sets the column block)");
+    if (next_pow2(p.n) < split)
+      return fmt::format("row_split {} needs rows of at least {} columns, got {}", split, split, p.n);
+    if (rows != 1)
+      return fmt::format("row_split takes block_rows = 1, got {}", rows);
+  }
   int64_t cols;
   if (c.has("block_cols")) {
     cols = c.get("block_cols");
     if (!isPow2(cols) || cols > kNormTileMaxCols)
       return fmt::format("block_cols must be a power of two up to {}, got {}", kNormTileMaxCols, cols);
   } else {
-    if (impl == ImplKind::Reference)
+    if (!tile)
       return std::string("missing \"block_cols\"");
-    if (p.n > fusedLimit(p))
-      return fmt::format("rows of {} columns do not fit in registers (fused up to {}); set block_cols", p.n,
-                         fusedLimit(p));
-    cols = next_pow2(p.n);
+    cols = next_pow2(p.n) / c.get_or("row_split", 1);  // what one program holds
+    if (cols > fusedLimit(p))
+      return fmt::format("rows of {} columns do not fit in registers (fused up to {}); set block_cols or "
+                         "row_split",
+                         p.n, fusedLimit(p));
   }
   if (rows * cols > 65536)
     return fmt::format("a block of {} x {} elements is too large for one program", rows, cols);
-  if (impl == ImplKind::Tile && c.has("block_cols") && rows != 1)
+  if (tile && c.has("block_cols") && rows != 1)
     return std::string("the looping tile kernels take block_rows = 1");
   return std::nullopt;
 }
@@ -228,6 +258,26 @@ std::vector<Config> search_space(const NormProblem &p, ImplKind impl) {
         }
       }
   }
+  // Persistent forward programs over the fused configs above, and rows split over 2-8
+  // programs (8192+ columns: 4096 or more columns a block).
+  if (fused && !p.vjp && p.n >= 1024) {
+    for (Config c : std::vector<Config>(out))
+      if (!c.has("block_cols") && !c.has("programs")) {
+        int64_t h = forwardPrograms(p, c.get("block_rows"), int(c.get("num_warps")));
+        for (int64_t programs : {h, h * 2})
+          add(Config(c).set("programs", std::min(programs, groupsOf(p, c.get("block_rows")))));
+      }
+  }
+  if (impl == ImplKind::Tile && p.n > 4096)
+    for (int64_t split = 2; split <= 8; split *= 2)
+      for (int warps = 8; warps <= 32; warps *= 2) {
+        int64_t perThread = next_pow2(p.n) / split / (32 * warps);
+        if (perThread < 4 || perThread > 32)
+          continue;
+        Config c{{"block_rows", 1}, {"num_warps", warps}, {"row_split", split}};
+        add(Config(c).set("programs", p.vjp ? vjpPrograms(p, 1, next_pow2(p.n) / split, warps)
+                                            : forwardPrograms(p, 1, warps)));
+      }
   // Looping configs: the reference's, the tile's long rows, and for rows of a few thousand
   // columns an alternative to the fused tile kernels (two passes, but fewer registers).
   if (!fused || p.n > 2048) {

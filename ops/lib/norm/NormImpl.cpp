@@ -1,11 +1,14 @@
 //===- NormImpl.cpp - Norm implementations: plans --------------------------===//
 //
 // A call becomes a short list of kernels (NormKernels.cpp):
-//   forward, tile:       one fused kernel (rows in registers) or, with block_cols, one
+//   forward, tile:       one fused kernel (rows in registers; with programs, persistent
+//                        programs that load the parameters once), with row_split one
+//                        whose programs share a row (split mode), or, with block_cols, one
 //                        kernel that loops twice over column blocks (shifted sums, then y);
 //   forward, reference:  one kernel looping three times over column blocks (mean,
 //                        variance, y), any axis;
-//   VJP, tile fused:     dx + per-program partial column sums in one kernel, then reduce;
+//   VJP, tile fused:     dx + per-program partial column sums in one kernel, then reduce
+//                        (row_split: the same with a row's column blocks on adjacent programs);
 //   VJP, looping / ref.: row coefficients, then dx + partials, then reduce.
 // The partial sums (dscale, doffset) go to a [programs, cols] workspace and one kernel sums
 // them in a fixed order: deterministic, no atomics.
@@ -99,9 +102,10 @@ void runForward(const NormProblem &p, ImplKind impl, const Config &c, std::span<
     s.mode = Mode::Shifted;
     s.block_cols = c.get("block_cols");
   } else {
-    s.mode = Mode::Fused;
-    s.block_cols = next_pow2(p.n);
+    s.mode = c.has("row_split") ? Mode::Split : Mode::Fused;
+    s.block_cols = next_pow2(p.n) / c.get_or("row_split", 1);
   }
+  s.programs = std::clamp<int64_t>(c.get_or("programs", s.groups()), 1, s.groups());
   std::vector<Executor::Arg> args{shapes.asMatrix(in[0])};
   if (p.scale)
     args.push_back(shapes.asParameter(in[1], s));
@@ -123,14 +127,15 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   // Inputs: dy, x, scale, [mean], rstd; outputs: dx, dscale, [doffset].
   const TensorView &dy = in[0], &x = in[1], &rstd = in[layer ? 4 : 3];
   const bool wantScale = p.dscale.has_value(), wantOffset = layer && p.doffset.has_value();
-  const bool fused = impl == ImplKind::Tile && !c.has("block_cols");
+  const bool split = impl == ImplKind::Tile && c.has("row_split");
+  const bool fused = impl == ImplKind::Tile && !c.has("block_cols") && !split;
   NormKernelSpec s = baseSpec(p, c);
-  s.block_cols = fused ? next_pow2(p.n) : c.get("block_cols");
+  s.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / c.get("row_split") : c.get("block_cols");
   const int64_t groups = s.groups();
   const int64_t programs = (wantScale || wantOffset) ? std::clamp<int64_t>(c.get("programs"), 1, groups) : groups;
   const size_t elem = dtype_size(p.compute);
   auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
-  size_t rowBytes = fused ? 0 : aligned(size_t(p.rows()) * elem);
+  size_t rowBytes = fused || split ? 0 : aligned(size_t(p.rows()) * elem);
   size_t partialBytes = aligned(size_t(programs) * size_t(p.n) * elem);
   size_t total = rowBytes * (layer ? 2 : 1) + partialBytes * (size_t(wantScale) + size_t(wantOffset));
   uint64_t ws = total ? ex.scratch(total) : 0;
@@ -146,7 +151,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
     args.push_back(shapes.asRow(rstd));
     return args;
   };
-  if (!fused) {
+  if (!fused && !split) {
     NormKernelSpec coef = s;
     coef.kernel = KernelKind::VjpCoef;
     coef.mode = Mode::Looping;
@@ -158,12 +163,12 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   }
   NormKernelSpec dxSpec = s;
   dxSpec.kernel = KernelKind::VjpDx;
-  dxSpec.mode = fused ? Mode::Fused : Mode::Looping;
+  dxSpec.mode = fused ? Mode::Fused : split ? Mode::Split : Mode::Looping;
   dxSpec.programs = programs;
   dxSpec.dscale = wantScale ? std::optional<DType>(p.compute) : std::nullopt;
   dxSpec.doffset = wantOffset ? std::optional<DType>(p.compute) : std::nullopt;
   std::vector<Executor::Arg> args = common();
-  if (!fused) {
+  if (!fused && !split) {
     args.push_back(shapes.asRow(c1));
     if (layer)
       args.push_back(shapes.asRow(c2));

@@ -35,7 +35,7 @@ KernelKey NormKernelSpec::key() const {
                        opt(scale),       opt(offset),         uint64_t(mean_out),  uint64_t(rstd_out),
                        opt(dscale),      opt(doffset),        uint64_t(block_rows), uint64_t(block_cols),
                        uint64_t(num_warps), uint64_t(programs), uint64_t(residual)};
-  KernelKey key("tokamax.norm.v1");
+  KernelKey key("tokamax.norm.v2");
   for (uint64_t f : fields)
     key.add(f);
   return key;
@@ -43,7 +43,7 @@ KernelKey NormKernelSpec::key() const {
 
 std::string NormKernelSpec::describe() const {
   static const char *kernels[] = {"fwd", "vjp_coef", "vjp_dx", "reduce"};
-  static const char *modes[] = {"fused", "looping", "shifted"};
+  static const char *modes[] = {"fused", "looping", "shifted", "split"};
   return fmt::format("{}_norm {} {} [{}, {}, {}] {} block {}x{} warps {} programs {}",
                      kind == NormKind::Layer ? "layer" : "rms", kernels[int(kernel)], modes[int(mode)], outer, n,
                      inner, dtype_name(x), block_rows, block_cols, num_warps, programs);
@@ -188,16 +188,86 @@ void checkSpec(const NormKernelSpec &s) {
     throw Error(fmt::format("norm kernel: a fused kernel needs block_cols >= {} columns, got {}", s.n, s.block_cols));
   if (s.mode == Mode::Shifted && (s.strided() || s.kernel != KernelKind::Fwd))
     throw Error("norm kernel: the shifted mode is a forward mode of the row case");
+  if (s.mode == Mode::Split &&
+      (s.strided() || (s.kernel != KernelKind::Fwd && s.kernel != KernelKind::VjpDx) || s.block_cols >= s.n))
+    throw Error(fmt::format("norm kernel: the split mode is a forward / dx mode of the row case with several "
+                            "column blocks (block_cols {} for {} columns)",
+                            s.block_cols, s.n));
   if (s.programs < 1)
     throw Error(fmt::format("norm kernel: programs must be positive, got {}", s.programs));
-  if (s.kernel == KernelKind::VjpDx && s.programs > s.groups())
+  if ((s.kernel == KernelKind::VjpDx || s.kernel == KernelKind::Fwd) && s.programs > s.groups())
     throw Error(fmt::format("norm kernel: {} programs for {} row groups", s.programs, s.groups()));
+}
+
+/// Mean (layer) and rstd of the current row group from sums of (x - shift) and their
+/// squares over every column block in order (shift: the mean of the first block, close to
+/// the row's mean, so the squares do not cancel): one pass over x.
+std::pair<Value, Value> shiftedStatistics(Kernel &k, const Rows &rows, const TensorArg &x, const NormKernelSpec &s,
+                                          const Value &eps) {
+  const bool layer = s.kind == NormKind::Layer;
+  const DType f = s.compute;
+  const double n = double(s.n);
+  Value first = rows.load(x, Value(0)).to(f);
+  const bool firstIsTail = s.n < s.block_cols;
+  Value shift;
+  std::vector<Value> sums;
+  if (layer) {
+    shift = Rows::sumRow(first) / double(std::min(s.n, s.block_cols));
+    Value d = first - Rows::rowB(shift);
+    if (firstIsTail)
+      d = d * rows.colMask(Value(0), f);
+    sums = {d, d * d};
+  } else {
+    sums = {first * first};  // rms: only the squares (padding reads 0)
+  }
+  sums = addColumns(k, sums, s.block_cols, s.n, s.block_cols, [&](Value col, bool tail) {
+    Value d = rows.load(x, col).to(f);
+    if (!layer)
+      return std::vector<Value>{d * d};
+    d = d - Rows::rowB(shift);
+    if (tail)
+      d = d * rows.colMask(col, f);
+    return std::vector<Value>{d, d * d};
+  });
+  if (!layer)
+    return {Value(), rsqrt(Rows::sumRow(sums[0]) / n + eps)};
+  Value m1 = Rows::sumRow(sums[0]) / n;  // mean of (x - shift)
+  Value var = maximum(Rows::sumRow(sums[1]) / n - m1 * m1, 0.0);
+  return {shift + m1, rsqrt(var + eps)};
+}
+
+/// Programs along the rows and the column block each writes: a Split kernel's grid puts
+/// a row group's blocks on adjacent program ids.
+struct Placement {
+  Value program, col;
+};
+
+Placement place(Kernel &k, const NormKernelSpec &s, bool split) {
+  const int64_t blocks = s.columnBlocks();
+  k.grid(split ? s.programs * blocks : s.programs);
+  Value pid = k.program_id(0);
+  if (!split || blocks == 1)
+    return {pid, Value(0)};
+  return {pid / Value(blocks), (pid % Value(blocks)) * Value(s.block_cols)};
+}
+
+/// body(g) for the row groups of `program`: just its own, or (persistent programs) g =
+/// program, program + programs, ...
+void forEachGroup(Kernel &k, const NormKernelSpec &s, const Value &program, const std::function<void(Value)> &body) {
+  if (s.programs >= s.groups()) {
+    body(program);
+    return;
+  }
+  k.loop(program, Value(s.groups()), Value(s.programs), {}, [&](Value g, std::vector<Value>) {
+    body(g);
+    return std::vector<Value>{};
+  });
 }
 
 Kernel forwardKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
   const DType f = s.compute;
-  static const char *modes[] = {"fused", "looping", "shifted"};
+  static const char *modes[] = {"fused", "looping", "shifted", "split"};
   Kernel k(fmt::format("{}_fwd_{}", kindName(s.kind), modes[int(s.mode)]), {s.num_warps});
   Rows rows(k, s);
   TensorArg x = rows.matrix("x", s.x, false);
@@ -212,99 +282,95 @@ Kernel forwardKernel(const NormKernelSpec &s) {
   if (s.rstd_out)
     rstdOut = rows.rowVector("rstd", s.residual, true);
   Value eps = k.scalar("epsilon", f);
-  k.grid(s.groups());
-  rows.at(k.program_id(0));
+  const bool split = s.mode == Mode::Split;
+  Placement at = place(k, s, split);
   const double n = double(s.n);
 
-  auto normalise = [&](const Value &col, const Value &xs, const Value &mean, const Value &rstd) {
+  // Parameters of the block a Fused / Split program writes: loaded (and brought to x's
+  // layout) once, before its row groups.
+  const bool heldParams = s.mode == Mode::Fused || split;
+  Value scaleHeld, offsetHeld;
+  if (heldParams && scale)
+    scaleHeld = rows.loadCol(*scale, at.col, f);
+  if (heldParams && offset)
+    offsetHeld = rows.loadCol(*offset, at.col, f);
+  auto normalise = [&](const Value &col, const Value &xs, const Value &mean, const Value &rstd, const Value &sc,
+                       const Value &off) {
     Value out = (layer ? xs - Rows::rowB(mean) : xs) * Rows::rowB(rstd);
-    if (scale)
-      out = out * rows.loadCol(*scale, col, f);
-    if (offset)
-      out = out + rows.loadCol(*offset, col, f);
+    if (sc.valid())
+      out = out * sc;
+    if (off.valid())
+      out = out + off;
     rows.store(y, col, out.to(s.x));
   };
+  auto looseParams = [&](const Value &col) {
+    return std::pair{scale ? rows.loadCol(*scale, col, f) : Value(), offset ? rows.loadCol(*offset, col, f) : Value()};
+  };
+  auto writeAll = [&](const Value &mean, const Value &rstd) {
+    k.loop(0, Value(s.n), Value(s.block_cols), {}, [&](Value col, std::vector<Value>) {
+      auto [sc, off] = looseParams(col);
+      normalise(col, rows.load(x, col).to(f), mean, rstd, sc, off);
+      return std::vector<Value>{};
+    });
+  };
 
-  Value mean, rstd;
-  if (s.mode == Mode::Fused) {
-    Value xs = rows.load(x, Value(0)).to(f);
-    Value centred = xs;
-    if (layer) {
-      mean = Rows::sumRow(xs) / n;
-      centred = xs - Rows::rowB(mean);
-      if (s.block_cols != s.n)  // padding columns read 0 but must not count as -mean
-        centred = centred * rows.colMask(Value(0), f);
-    }
-    rstd = rsqrt(Rows::sumRow(centred * centred) / n + eps);
-    Value out = centred * Rows::rowB(rstd);
-    if (scale)
-      out = out * rows.loadCol(*scale, Value(0), f);
-    if (offset)
-      out = out + rows.loadCol(*offset, Value(0), f);
-    rows.store(y, Value(0), out.to(s.x));
-  } else if (s.mode == Mode::Looping) {
-    if (layer) {
-      Value sum = accumulate(k, Value(0), s.n, s.block_cols, [&](Value col) {
-        return std::vector<Value>{rows.load(x, col).to(f)};  // padding reads 0
-      })[0];
-      mean = Rows::sumRow(sum) / n;
-    }
-    Value squares = addColumns(k, {}, 0, s.n, s.block_cols, [&](Value col, bool tail) {
-      Value d = rows.load(x, col).to(f);
-      if (layer)
-        d = d - Rows::rowB(mean);
-      if (layer && tail)
-        d = d * rows.colMask(col, f);
-      return std::vector<Value>{d * d};
-    })[0];
-    rstd = rsqrt(Rows::sumRow(squares) / n + eps);
-    k.loop(0, Value(s.n), Value(s.block_cols), {}, [&](Value col, std::vector<Value>) {
-      normalise(col, rows.load(x, col).to(f), mean, rstd);
-      return std::vector<Value>{};
-    });
-  } else {  // Shifted: one pass for the statistics (sums of x - shift and its square).
-    // The shift: the mean of each row's first column block (close to the row's mean, so
-    // the sums of (x - shift)^2 do not cancel).
-    Value first = rows.load(x, Value(0)).to(f);
-    const bool firstIsTail = s.n < s.block_cols;
-    Value shift;
-    std::vector<Value> sums;
-    if (layer) {
-      shift = Rows::sumRow(first) / double(std::min(s.n, s.block_cols));
-      Value d = first - Rows::rowB(shift);
-      if (firstIsTail)
-        d = d * rows.colMask(Value(0), f);
-      sums = {d, d * d};
-    } else {
-      sums = {first * first};  // rms: only the squares (padding reads 0)
-    }
-    sums = addColumns(k, sums, s.block_cols, s.n, s.block_cols, [&](Value col, bool tail) {
-      Value d = rows.load(x, col).to(f);
-      if (!layer)
+  auto group = [&](const Value &g) {
+    rows.at(g);
+    Value mean, rstd;
+    if (s.mode == Mode::Fused) {
+      Value xs = rows.load(x, Value(0)).to(f);
+      Value centred = xs;
+      if (layer) {
+        mean = Rows::sumRow(xs) / n;
+        centred = xs - Rows::rowB(mean);
+        if (s.block_cols != s.n)  // padding columns read 0 but must not count as -mean
+          centred = centred * rows.colMask(Value(0), f);
+      }
+      rstd = rsqrt(Rows::sumRow(centred * centred) / n + eps);
+      Value out = centred * Rows::rowB(rstd);
+      if (scaleHeld.valid())
+        out = out * scaleHeld;
+      if (offsetHeld.valid())
+        out = out + offsetHeld;
+      rows.store(y, Value(0), out.to(s.x));
+    } else if (s.mode == Mode::Looping) {  // exact mean, then the variance, then y
+      if (layer) {
+        Value sum = accumulate(k, Value(0), s.n, s.block_cols, [&](Value col) {
+          return std::vector<Value>{rows.load(x, col).to(f)};  // padding reads 0
+        })[0];
+        mean = Rows::sumRow(sum) / n;
+      }
+      Value squares = addColumns(k, {}, 0, s.n, s.block_cols, [&](Value col, bool tail) {
+        Value d = rows.load(x, col).to(f);
+        if (layer)
+          d = d - Rows::rowB(mean);
+        if (layer && tail)
+          d = d * rows.colMask(col, f);
         return std::vector<Value>{d * d};
-      d = d - Rows::rowB(shift);
-      if (tail)
-        d = d * rows.colMask(col, f);
-      return std::vector<Value>{d, d * d};
-    });
-    Value var;
-    if (layer) {
-      Value m1 = Rows::sumRow(sums[0]) / n;  // mean of (x - shift)
-      mean = shift + m1;
-      var = maximum(Rows::sumRow(sums[1]) / n - m1 * m1, 0.0);
+      })[0];
+      rstd = rsqrt(Rows::sumRow(squares) / n + eps);
+      writeAll(mean, rstd);
     } else {
-      var = Rows::sumRow(sums[0]) / n;
+      std::tie(mean, rstd) = shiftedStatistics(k, rows, x, s, eps);
+      if (split)  // its own block again: the program has just read it (L1 / L2)
+        normalise(at.col, rows.load(x, at.col).to(f), mean, rstd, scaleHeld, offsetHeld);
+      else
+        writeAll(mean, rstd);
     }
-    rstd = rsqrt(var + eps);
-    k.loop(0, Value(s.n), Value(s.block_cols), {}, [&](Value col, std::vector<Value>) {
-      normalise(col, rows.load(x, col).to(f), mean, rstd);
-      return std::vector<Value>{};
-    });
-  }
-  if (meanOut)
-    rows.storeRow(*meanOut, mean.to(s.residual));
-  if (rstdOut)
-    rows.storeRow(*rstdOut, rstd.to(s.residual));
+    // A Split row group's programs hold the same statistics (one summation order); the
+    // first one writes them.
+    auto residuals = [&] {
+      if (meanOut)
+        rows.storeRow(*meanOut, mean.to(s.residual));
+      if (rstdOut)
+        rows.storeRow(*rstdOut, rstd.to(s.residual));
+    };
+    if (split && (meanOut || rstdOut))
+      k.when(at.col == Value(0), residuals);
+    else
+      residuals();
+  };
+  forEachGroup(k, s, at.program, group);
   return k;
 }
 
@@ -344,6 +410,21 @@ VjpTile vjpTile(const Rows &rows, const VjpInputs &in, const NormKernelSpec &s, 
   return t;
 }
 
+/// mean(wdy * xhat) and (layer) mean(wdy) of the current row group, summed over every
+/// column block in order.
+std::pair<Value, Value> rowCoefficients(Kernel &k, const Rows &rows, const VjpInputs &in, const NormKernelSpec &s) {
+  const DType f = s.compute;
+  auto acc = accumulate(k, Value(0), s.n, s.block_cols, [&](Value col) {
+    Value scaleCol = in.scale ? rows.loadCol(*in.scale, col, f) : Value();
+    VjpTile t = vjpTile(rows, in, s, col, scaleCol);  // padding columns have dy = 0
+    if (s.kind == NormKind::Rms)
+      return std::vector<Value>{t.wdy * t.xhat};
+    return std::vector<Value>{t.wdy * t.xhat, t.wdy};
+  });
+  const double n = double(s.n);
+  return {Rows::sumRow(acc[0]) / n, s.kind == NormKind::Layer ? Rows::sumRow(acc[1]) / n : Value()};
+}
+
 Kernel vjpCoefKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
   const DType f = s.compute;
@@ -356,26 +437,23 @@ Kernel vjpCoefKernel(const NormKernelSpec &s) {
     c2 = rows.rowVector("c2", f, true);
   k.grid(s.groups());
   rows.at(k.program_id(0));
-  auto acc = accumulate(k, Value(0), s.n, s.block_cols, [&](Value col) {
-    Value scaleCol = in.scale ? rows.loadCol(*in.scale, col, f) : Value();
-    VjpTile t = vjpTile(rows, in, s, col, scaleCol);  // padding columns have dy = 0
-    return std::vector<Value>{t.wdy * t.xhat, t.wdy};
-  });
-  rows.storeRow(c1, Rows::sumRow(acc[0]) / double(s.n));
+  auto [m1, m2] = rowCoefficients(k, rows, in, s);
+  rows.storeRow(c1, m1);
   if (c2)
-    rows.storeRow(*c2, Rows::sumRow(acc[1]) / double(s.n));
+    rows.storeRow(*c2, m2);
   return k;
 }
 
 Kernel vjpDxKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
-  const bool fused = s.mode == Mode::Fused;
+  const bool fused = s.mode == Mode::Fused, split = s.mode == Mode::Split;
   const DType f = s.compute;
-  Kernel k(fmt::format("{}_vjp_dx_{}", kindName(s.kind), fused ? "fused" : "looping"), {s.num_warps});
+  static const char *modes[] = {"fused", "looping", "shifted", "split"};
+  Kernel k(fmt::format("{}_vjp_dx_{}", kindName(s.kind), modes[int(s.mode)]), {s.num_warps});
   Rows rows(k, s);
   VjpInputs in = declareVjpInputs(k, rows, s);
   std::optional<TensorArg> c1, c2, pds, pdo;
-  if (!fused) {
+  if (!fused && !split) {
     c1 = rows.rowVector("c1", f, false);
     if (layer)
       c2 = rows.rowVector("c2", f, false);
@@ -385,22 +463,34 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
     pds = k.output("pdscale", f, {s.programs, s.n});
   if (s.doffset && layer)
     pdo = k.output("pdoffset", f, {s.programs, s.n});
-  int64_t columnBlocks = cdiv(s.n, s.block_cols);
-  k.grid(s.programs, columnBlocks);
-  Value program = k.program_id(0);
-  Value col = columnBlocks == 1 ? Value(0) : k.program_id(1) * Value(s.block_cols);
-  Value scaleCol = in.scale ? rows.loadCol(*in.scale, col, f) : Value();
+  Value program, col;
+  if (split) {
+    Placement at = place(k, s, true);
+    program = at.program;
+    col = at.col;
+  } else {
+    int64_t columnBlocks = s.columnBlocks();
+    k.grid(s.programs, columnBlocks);
+    program = k.program_id(0);
+    col = columnBlocks == 1 ? Value(0) : k.program_id(1) * Value(s.block_cols);
+  }
+  // Held across the row groups, except in the split kernel: the registers go to the
+  // whole-row sums there, and its own block's scale has just been read with them (L1).
+  Value heldScale = in.scale && !split ? rows.loadCol(*in.scale, col, f) : Value();
   const double n = double(s.n);
   // One row group: dx, and the terms of the partial column sums.
   auto group = [&](Value g) {
     rows.at(g);
-    VjpTile t = vjpTile(rows, in, s, col, scaleCol);
     Value m1, m2;  // mean(wdy * xhat), mean(wdy)
+    if (split)  // the whole row (its own block too: the tile below comes from L1 / L2)
+      std::tie(m1, m2) = rowCoefficients(k, rows, in, s);
+    Value scaleCol = in.scale && split ? rows.loadCol(*in.scale, col, f) : heldScale;
+    VjpTile t = vjpTile(rows, in, s, col, scaleCol);
     if (fused) {
       m1 = Rows::sumRow(t.wdy * t.xhat) / n;
       if (layer)
         m2 = Rows::sumRow(t.wdy) / n;
-    } else {
+    } else if (!split) {
       m1 = rows.loadRow(*c1);
       if (layer)
         m2 = rows.loadRow(*c2);

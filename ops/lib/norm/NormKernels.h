@@ -46,6 +46,10 @@ enum class Mode : uint8_t {
   Looping,  ///< loops over column blocks (Fwd: exact mean then variance, then y)
   Shifted,  ///< Fwd, looping: sums of (x - shift) and their squares in one pass, then y (shift:
             ///< the mean of the row's first column block)
+  Split,    ///< Fwd / VjpDx, row case: each of a row's column blocks on a program of its own
+            ///< (adjacent program ids, so they run together); every one sums the statistics
+            ///< over the whole row in the same fixed order (the other blocks come from L2:
+            ///< x leaves DRAM once) and writes its own block, parameters held in registers
 };
 
 struct NormKernelSpec {
@@ -61,10 +65,14 @@ struct NormKernelSpec {
   std::optional<DType> dscale, doffset;     ///< VjpDx: partials wanted; Reduce: outputs
   int64_t block_rows = 1, block_cols = 1;
   int num_warps = 4;
-  int64_t programs = 1;  ///< VjpDx: programs along the rows; Reduce: partial rows
+  /// Fwd: programs along the rows (fewer than groups(): each loops over row groups and
+  /// loads the parameters once); VjpDx: the same, each writing a row of partial sums;
+  /// Reduce: partial rows.
+  int64_t programs = 1;
 
   int64_t rows() const { return outer * inner; }
   bool strided() const { return inner > 1; }
+  int64_t columnBlocks() const { return (n + block_cols - 1) / block_cols; }
   /// Row groups (programs of a Fwd / VjpCoef grid; iterations of VjpDx).
   int64_t groups() const;
   KernelKey key() const;
