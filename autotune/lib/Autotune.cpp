@@ -3,8 +3,9 @@
 // autotune(calls):
 //   1. enumerate, compile and prune every call's candidates (CompilePhase.cpp: one pool
 //      of threads over all calls, so small calls do not leave cores idle);
-//   2. timing, call by call: one stream, inputs and outputs from standardize (seed +
-//      argument index), benchmark() per candidate in rounds of successive halving
+//   2. timing, call by call: one stream, inputs from standardize (seed + argument index,
+//      made in parallel for a group of calls), outputs allocated, benchmark() per
+//      candidate in rounds of successive halving
 //      (Search.h), warm-up before a candidate's first round, L2 flush per iteration;
 //   3. choice: the fastest finalist; every candidate's rounds, error or pruning reason
 //      is kept. stats() says how long each phase took and how many candidates it kept.
@@ -20,8 +21,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <thread>
+#include <tuple>
 
 namespace tokamax {
 
@@ -29,6 +35,7 @@ void AutotuneStats::add(const AutotuneStats& other) {
   enumerate_s += other.enumerate_s;
   compile_s += other.compile_s;
   timing_s += other.timing_s;
+  inputs_s += other.inputs_s;
   calls += other.calls;
   candidates += other.candidates;
   invalid += other.invalid;
@@ -49,7 +56,7 @@ std::string AutotuneStats::summary() const {
       "compile {:.2f} s ({} candidates, {} compiled, {} kernels, {} cached), {} pruned", compile_s,
       candidates - invalid, compiled, kernels, kernels_cached, pruned);
   if (!timed_per_round.empty())
-    text += fmt::format(", timing {:.2f} s (rounds {})", timing_s,
+    text += fmt::format(", timing {:.2f} s (inputs {:.2f} s, rounds {})", timing_s, inputs_s,
                         fmt::join(timed_per_round, " -> "));
   if (compile_failed || run_failed)
     text += fmt::format(", {} failed to compile, {} to run", compile_failed, run_failed);
@@ -66,20 +73,92 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-TuningEntry time_call(CallSearch& call, Device& device, Stream& stream,
+// A call's device tensors: inputs from standardize (seed + argument index), shared by
+// calls that have the same input spec and seed; outputs allocated, not filled (every op
+// writes its outputs, and their contents do not change its time).
+struct CallTensors {
+  std::vector<std::shared_ptr<Tensor>> tensors;  // null for absent arguments
+  std::vector<TensorView> views;
+};
+
+// Generating random inputs on the host is serial per tensor and takes about a second per
+// hundred million elements: the tensors of a group of calls are made in parallel, the
+// group bounded by half the free device memory.
+std::vector<CallTensors> make_tensors(std::span<CallSearch> calls, Device& device,
+                                      const AutotuneOptions& options) {
+  struct Job {
+    TensorSpec spec;
+    uint32_t seed = 0;
+    bool input = false;
+    std::shared_ptr<Tensor> tensor;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::vector<std::optional<size_t>>> job_of(calls.size());
+  std::map<std::tuple<std::vector<int64_t>, DType, uint32_t>, size_t> shared_inputs;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const BoundArgs& args = calls[c].args;
+    const size_t num_inputs = calls[c].op->num_inputs();
+    for (size_t i = 0; i < args.args.size(); ++i) {
+      if (!args.args[i]) {
+        job_of[c].push_back(std::nullopt);
+        continue;
+      }
+      Job job{TensorSpec{args.args[i]->shape, args.args[i]->dtype}, options.seed + uint32_t(i),
+              i < num_inputs, nullptr};
+      if (job.input) {
+        auto [it, fresh] = shared_inputs.try_emplace({job.spec.shape, job.spec.dtype, job.seed},
+                                                     jobs.size());
+        if (!fresh) {
+          job_of[c].push_back(it->second);
+          continue;
+        }
+      }
+      job_of[c].push_back(jobs.size());
+      jobs.push_back(std::move(job));
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto worker = [&] {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      try {
+        Job& job = jobs[j];
+        job.tensor = std::make_shared<Tensor>(
+            job.input ? standardize(job.spec, job.seed, device)
+                      : Tensor::empty(std::span<const int64_t>(job.spec.shape), job.spec.dtype,
+                                      device));
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error)
+          error = std::current_exception();
+      }
+    }
+  };
+  const unsigned threads =
+      unsigned(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), jobs.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
+
+  std::vector<CallTensors> out(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c)
+    for (const std::optional<size_t>& j : job_of[c]) {
+      out[c].tensors.push_back(j ? jobs[*j].tensor : nullptr);
+      out[c].views.push_back(j ? jobs[*j].tensor->view() : TensorView());
+    }
+  return out;
+}
+
+TuningEntry time_call(CallSearch& call, const CallTensors& tensors, Stream& stream,
                       const AutotuneOptions& options, Progress& progress, AutotuneStats& stats) {
   const BoundArgs& args = call.args;
-  std::vector<std::optional<Tensor>> tensors;
-  for (size_t i = 0; i < args.args.size(); ++i) {
-    if (args.args[i])
-      tensors.push_back(standardize(TensorSpec{args.args[i]->shape, args.args[i]->dtype},
-                                    options.seed + uint32_t(i), device));
-    else
-      tensors.push_back(std::nullopt);
-  }
-  std::vector<TensorView> views;
-  for (const auto& t : tensors)
-    views.push_back(t ? t->view() : TensorView());
+  const std::vector<TensorView>& views = tensors.views;
   const size_t num_inputs = std::min(call.op->num_inputs(), views.size());
   const std::span<const TensorView> inputs(views.data(), num_inputs);
   const std::span<const TensorView> outputs(views.data() + num_inputs, views.size() - num_inputs);
@@ -170,10 +249,27 @@ AutotuningResult tune(std::span<const detail::OpCall> calls, const AutotuneOptio
   device.make_current();
   Stream stream = Stream::create(device);
   AutotuningResult result(DeviceInfo::of(device));
-  for (CallSearch& call : searches) {
-    TuningEntry entry = time_call(call, device, stream, options, progress, stats);
-    stats.timing_s = seconds_since(start);
-    result.add(std::move(entry));
+  // Groups of calls whose tensors fit in half the free memory get them made together.
+  const size_t budget = device.free_memory() / 2;
+  for (size_t first = 0; first < searches.size();) {
+    size_t last = first, bytes = 0;
+    for (; last < searches.size(); ++last) {
+      size_t call_bytes = 0;
+      for (const std::optional<ArgSpec>& a : searches[last].args.args)
+        if (a)
+          call_bytes += size_t(TensorSpec{a->shape, a->dtype}.numel()) * dtype_size(a->dtype);
+      if (last > first && bytes + call_bytes > budget)
+        break;
+      bytes += call_bytes;
+    }
+    progress.update(fmt::format("making the inputs of {} calls", last - first));
+    std::span<CallSearch> group(searches.data() + first, last - first);
+    const auto inputs_start = std::chrono::steady_clock::now();
+    std::vector<CallTensors> tensors = make_tensors(group, device, options);
+    stats.inputs_s += seconds_since(inputs_start);
+    for (size_t c = 0; c < group.size(); ++c)
+      result.add(time_call(group[c], tensors[c], stream, options, progress, stats));
+    first = last;
   }
   stats.timing_s = seconds_since(start);
   result.set_stats(std::move(stats));
