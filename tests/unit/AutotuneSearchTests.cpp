@@ -397,7 +397,7 @@ TEST_CASE("a result written before halving loads as fully timed candidates", "[a
   CHECK(r.lookup(e->args, "tile") == Config{{"block_rows", 4}});
 }
 
-TEST_CASE("the compile phase fills the kernel cache; a rerun finds every kernel there", "[autotune][prune][ptx]") {
+TEST_CASE("the compile phase fills the kernel cache, and a rerun finds every kernel there", "[autotune][prune][ptx]") {
   if (assembler_identity() == "none") {
     WARN("no PTX assembler (nvJitLink or ptxas): skipped");
     return;
