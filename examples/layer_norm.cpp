@@ -3,6 +3,8 @@
 // the `tile` and `reference` implementations and auto, checked against a float64 host
 // reference; then the loss layer_norm -> layer_norm -> sum and its gradient as a traced
 // Function, autotuned, dumped, loaded and rerun inside the loaded result's scope.
+// `layer_norm --autotune-compile [sm_90a]` runs only autotuning's phases before timing
+// (search spaces, compiling into the kernel cache, pruning), with no GPU.
 #include "common/Example.h"
 
 #include <tokamax/autotune/Autotune.h>
@@ -48,6 +50,44 @@ struct Reference {
 
 std::vector<double> download(const Tensor &t) { return t.to_host_doubles(); }
 
+/// The loss layer_norm -> layer_norm -> sum of x and scale, and its gradient.
+Function headline_grad(const ArgSpec &x, const ArgSpec &scale) {
+  Function loss = Function::trace({x, scale}, [](Tracer &t, std::span<const Sym> in) {
+    return std::vector<Sym>{t.sum(t.layer_norm(t.layer_norm(in[0], in[1]), in[1]))};
+  });
+  return grad(loss, {0, 1});
+}
+
+std::vector<BoundArgs> call_args(const Function &f) {
+  std::vector<BoundArgs> calls;
+  for (const auto &c : f.calls())
+    calls.push_back(c.args);
+  return calls;
+}
+
+/// Autotuning's phases before timing (search spaces, compile into the kernel cache,
+/// pruning) for the gradient at the headline shape, with no GPU.
+int compileOnly(const std::string &arch) {
+  Function dloss = headline_grad(ArgSpec{{32, 2048, 16, 64}, DType::BF16}, ArgSpec{{64}, DType::F32});
+  AutotuneOptions options;
+  auto t0 = std::chrono::steady_clock::now();
+  AutotuneCompileReport report = autotune_compile(call_args(dloss), AutotuneTarget::for_arch(arch), options);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("autotune compile phase for {}: {} distinct calls of {} in {:.2f} s\n", arch, report.calls.size(),
+             dloss.calls().size(), seconds);
+  for (const TuningEntry &e : report.calls) {
+    size_t ready = 0;
+    for (const TuningRecord &r : e.candidates)
+      ready += r.ok();
+    fmt::print("  {:<16} {} candidates, {} to time\n", e.args.op, e.candidates.size(), ready);
+    for (const TuningRecord &r : e.candidates)
+      if (!r.ok())
+        fmt::print("    {} {}: {}\n", r.implementation, r.config.to_json(), r.error);
+  }
+  fmt::print("{}\n", report.stats.summary());
+  return 0;
+}
+
 int runOnGpu() {
   const std::vector<int64_t> shape{32, 2048, 16, 64};
   const int64_t cols = 64, rows = 32 * 2048 * 16;
@@ -84,10 +124,7 @@ int runOnGpu() {
   }
 
   // The loss and its gradient as traced Functions.
-  Function loss = Function::trace({ArgSpec::of(x), ArgSpec::of(scale)}, [](Tracer &t, std::span<const Sym> in) {
-    return std::vector<Sym>{t.sum(t.layer_norm(t.layer_norm(in[0], in[1]), in[1]))};
-  });
-  Function dloss = grad(loss, {0, 1});
+  Function dloss = headline_grad(ArgSpec::of(x), ArgSpec::of(scale));
   Tensor gx = Tensor::empty(shape, DType::BF16), gscale = Tensor::empty({cols}, DType::F32);
   TensorView in[] = {x, scale}, out[] = {gx, gscale};
   auto step = [&] { dloss.run(in, out, stream); };
@@ -97,16 +134,14 @@ int runOnGpu() {
   fmt::print("grad(loss): {} op calls\n", dloss.calls().size());
 
   // Autotune every op of the gradient step, dump, load, rerun inside the loaded scope.
-  std::vector<BoundArgs> calls;
-  for (const auto &c : dloss.calls())
-    calls.push_back(c.args);
   auto t0 = std::chrono::steady_clock::now();
   AutotuneOptions options;
-  AutotuningResult tuned = autotune(calls, options);
+  AutotuningResult tuned = autotune(call_args(dloss), options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string text = tuned.dumps();
   AutotuningResult loaded = AutotuningResult::loads(text);
   fmt::print("autotuned {} op calls in {:.1f} s ({} bytes of JSON)\n", loaded.entries().size(), seconds, text.size());
+  fmt::print("  {}\n", tuned.stats().summary());
   for (const TuningEntry *e : loaded.entries())
     fmt::print("  {:<16} -> {} {}\n", e->args.op, e->implementation, e->config.to_json());
   {
@@ -138,7 +173,12 @@ int runOnHost() {
 
 } // namespace
 
-int main() try {
+int main(int argc, char **argv) try {
+  // --autotune-compile [ARCH]: only autotuning's compile phase, no GPU needed.
+  if (argc >= 2 && std::string(argv[1]) == "--autotune-compile")
+    return compileOnly(argc >= 3 ? argv[2] : "sm_90a");
+  if (argc >= 2)
+    throw Error(fmt::format("unknown argument \"{}\" (the only one is --autotune-compile [ARCH])", argv[1]));
   return example::use_gpu() ? runOnGpu() : runOnHost();
 } catch (const std::exception &e) {
   fmt::print(stderr, "layer_norm: error: {}\n", e.what());

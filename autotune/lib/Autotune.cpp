@@ -1,26 +1,19 @@
-//===- Autotune.cpp - Enumerate, compile in parallel, time, choose --------===//
+//===- Autotune.cpp - Compile, prune, time in rounds, choose --------------===//
 //
-// For one bound call:
-//   1. candidates: every implementation that runs on the device and can serve the call,
-//      times each distinct config of its search space (check_config failures become
-//      records, not candidates);
-//   2. compile: a pool of std::threads builds each candidate's DSL kernels and compiles
-//      them into the on-disk kernel cache (precompile), so the timing phase only loads
-//      cubins; the pool is bounded by the cores, by available memory (1 GiB per
-//      compiling thread) and by the number of candidates. With the disk cache disabled
-//      only the DSL kernels are built here, and compilation happens at the first run;
-//   3. timing: one stream, inputs and outputs from standardize (seed + argument index),
-//      benchmark() per candidate (warm-up, L2 flush, median of N);
-//   4. choice: the smallest median; every candidate's numbers or error are kept.
+// autotune(calls):
+//   1. enumerate, compile and prune every call's candidates (CompilePhase.cpp: one pool
+//      of threads over all calls, so small calls do not leave cores idle);
+//   2. timing, call by call: one stream, inputs from standardize (seed + argument index,
+//      made in parallel for a group of calls), outputs allocated, benchmark() per
+//      candidate in rounds of successive halving
+//      (Search.h), warm-up before a candidate's first round, L2 flush per iteration;
+//   3. choice: the fastest finalist; every candidate's rounds, error or pruning reason
+//      is kept. stats() says how long each phase took and how many candidates it kept.
 //
 //===----------------------------------------------------------------------===//
-#include <tokamax/autotune/Autotune.h>
+#include "Phases.h"
 
-#include <tokamax/compiler/Jit.h>
-#include <tokamax/dsl/Kernel.h>
-#include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
-#include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 
@@ -29,248 +22,204 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <mutex>
-#include <string>
+#include <map>
+#include <memory>
 #include <thread>
-
-#include <unistd.h>
+#include <tuple>
 
 namespace tokamax {
 
+void AutotuneStats::add(const AutotuneStats& other) {
+  enumerate_s += other.enumerate_s;
+  compile_s += other.compile_s;
+  timing_s += other.timing_s;
+  inputs_s += other.inputs_s;
+  calls += other.calls;
+  candidates += other.candidates;
+  invalid += other.invalid;
+  compiled += other.compiled;
+  compile_failed += other.compile_failed;
+  kernels += other.kernels;
+  kernels_cached += other.kernels_cached;
+  pruned += other.pruned;
+  run_failed += other.run_failed;
+  if (timed_per_round.size() < other.timed_per_round.size())
+    timed_per_round.resize(other.timed_per_round.size());
+  for (size_t i = 0; i < other.timed_per_round.size(); ++i)
+    timed_per_round[i] += other.timed_per_round[i];
+}
+
+std::string AutotuneStats::summary() const {
+  std::string text = fmt::format(
+      "compile {:.2f} s ({} candidates, {} compiled, {} kernels, {} cached), {} pruned", compile_s,
+      candidates - invalid, compiled, kernels, kernels_cached, pruned);
+  if (!timed_per_round.empty())
+    text += fmt::format(", timing {:.2f} s (inputs {:.2f} s, rounds {})", timing_s, inputs_s,
+                        fmt::join(timed_per_round, " -> "));
+  if (compile_failed || run_failed)
+    text += fmt::format(", {} failed to compile, {} to run", compile_failed, run_failed);
+  return text;
+}
+
 namespace {
 
-struct Candidate {
-  const Implementation* impl = nullptr;
-  TuningRecord record;  // implementation, config; then timing or error
-};
+using detail::CallSearch;
+using detail::Candidate;
+using detail::Progress;
 
-// MemAvailable from /proc/meminfo, or 0 when unknown.
-uint64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:")
-      return kib * 1024;
-  return 0;
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-unsigned compile_threads(unsigned requested, size_t tasks) {
-  if (tasks == 0)
-    return 0;
-  unsigned n = requested;
-  if (n == 0) {
-    n = std::max(1u, std::thread::hardware_concurrency());
-    constexpr uint64_t kBytesPerCompile = uint64_t(1) << 30;
-    if (uint64_t avail = available_memory_bytes())
-      n = unsigned(std::clamp<uint64_t>(avail / kBytesPerCompile, 1, n));
-  }
-  return unsigned(std::min<size_t>(n, tasks));
-}
-
-// One overwritten status line on stderr, only when stderr is a terminal.
-class Progress {
-public:
-  Progress(bool enabled, std::string label)
-      : enabled_(enabled && ::isatty(STDERR_FILENO)), label_(std::move(label)) {}
-  ~Progress() {
-    if (enabled_ && printed_)
-      std::fprintf(stderr, "\r\033[K");
-  }
-  void update(const std::string& status) {
-    if (!enabled_)
-      return;
-    std::lock_guard lock(mutex_);
-    std::fprintf(stderr, "\r\033[Ktokamax autotune %s: %s", label_.c_str(), status.c_str());
-    std::fflush(stderr);
-    printed_ = true;
-  }
-
-private:
-  bool enabled_;
-  bool printed_ = false;
-  std::string label_;
-  std::mutex mutex_;
+// A call's device tensors: inputs from standardize (seed + argument index), shared by
+// calls that have the same input spec and seed; outputs allocated, not filled (every op
+// writes its outputs, and their contents do not change its time).
+struct CallTensors {
+  std::vector<std::shared_ptr<Tensor>> tensors;  // null for absent arguments
+  std::vector<TensorView> views;
 };
 
-std::vector<Candidate> enumerate(const Op& op, const BoundArgs& args, const Device& device,
-                                 const AutotuneOptions& options) {
-  std::vector<Candidate> candidates;
-  std::vector<std::string> reasons;
-  for (const auto& impl : op.implementations()) {
-    const std::string name = impl->name();
-    if (!options.implementations.empty() &&
-        std::find(options.implementations.begin(), options.implementations.end(), name) ==
-            options.implementations.end())
-      continue;
-    if (!impl->supported_on(device.arch())) {
-      reasons.push_back(fmt::format("{}: does not run on {}", name, device.arch()));
-      continue;
-    }
-    if (auto why = impl->why_not(args)) {
-      reasons.push_back(fmt::format("{}: {}", name, *why));
-      continue;
-    }
-    std::vector<Config> space;
-    try {
-      space = impl->search_space(args);
-    } catch (const std::exception& e) {
-      Candidate c{impl.get(), {name, Config{}, {}, 0, fmt::format("search space: {}", e.what())}};
-      candidates.push_back(std::move(c));
-      continue;
-    }
-    std::vector<Config> seen;
-    for (Config& config : space) {
-      if (std::find(seen.begin(), seen.end(), config) != seen.end())
+// Generating random inputs on the host is serial per tensor and takes about a second per
+// hundred million elements: the tensors of a group of calls are made in parallel, the
+// group bounded by half the free device memory.
+std::vector<CallTensors> make_tensors(std::span<CallSearch> calls, Device& device,
+                                      const AutotuneOptions& options) {
+  struct Job {
+    TensorSpec spec;
+    uint32_t seed = 0;
+    bool input = false;
+    std::shared_ptr<Tensor> tensor;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::vector<std::optional<size_t>>> job_of(calls.size());
+  std::map<std::tuple<std::vector<int64_t>, DType, uint32_t>, size_t> shared_inputs;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const BoundArgs& args = calls[c].args;
+    const size_t num_inputs = calls[c].op->num_inputs();
+    for (size_t i = 0; i < args.args.size(); ++i) {
+      if (!args.args[i]) {
+        job_of[c].push_back(std::nullopt);
         continue;
-      seen.push_back(config);
-      Candidate c{impl.get(), {name, config, {}, 0, {}}};
-      if (auto problem = impl->check_config(args, config))
-        c.record.error = "invalid config: " + *problem;
-      candidates.push_back(std::move(c));
+      }
+      Job job{TensorSpec{args.args[i]->shape, args.args[i]->dtype}, options.seed + uint32_t(i),
+              i < num_inputs, nullptr};
+      if (job.input) {
+        auto [it, fresh] = shared_inputs.try_emplace({job.spec.shape, job.spec.dtype, job.seed},
+                                                     jobs.size());
+        if (!fresh) {
+          job_of[c].push_back(it->second);
+          continue;
+        }
+      }
+      job_of[c].push_back(jobs.size());
+      jobs.push_back(std::move(job));
     }
   }
-  if (candidates.empty())
-    throw NotSupported(fmt::format("autotune {}: no implementation can serve the call on {} ({})",
-                                   op.name(), device.arch(),
-                                   reasons.empty() ? "none selected" : fmt::format("{}", fmt::join(reasons, "; "))));
-  return candidates;
-}
-
-void compile_all(std::vector<Candidate>& candidates, const BoundArgs& args, const Device& device,
-                 const AutotuneOptions& options, Progress& progress) {
-  std::vector<Candidate*> todo;
-  for (Candidate& c : candidates)
-    if (c.record.ok())
-      todo.push_back(&c);
-  const unsigned threads = compile_threads(options.compile_threads, todo.size());
-  if (threads == 0)
-    return;
-  const bool use_disk = !DiskCache::disabled_by_environment();
-  const std::string cache_dir = DiskCache::default_directory().string();
-  CompileOptions compile_options;
-  compile_options.arch = device.arch();
-
-  std::atomic<size_t> next{0}, done{0};
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      Candidate& c = *todo[i];
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       try {
-        std::vector<dsl::Kernel> kernels = c.impl->kernels(args, c.record.config);
-        if (use_disk)
-          for (const dsl::Kernel& kernel : kernels)
-            precompile(kernel, compile_options, cache_dir);
-      } catch (const std::exception& e) {
-        c.record.error = fmt::format("compile: {}", e.what());
+        Job& job = jobs[j];
+        job.tensor = std::make_shared<Tensor>(
+            job.input ? standardize(job.spec, job.seed, device)
+                      : Tensor::empty(std::span<const int64_t>(job.spec.shape), job.spec.dtype,
+                                      device));
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error)
+          error = std::current_exception();
       }
-      progress.update(fmt::format("compiled {}/{} ({} threads)", done.fetch_add(1) + 1,
-                                  todo.size(), threads));
     }
   };
+  const unsigned threads =
+      unsigned(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), jobs.size()));
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t)
     pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool)
     t.join();
+  if (error)
+    std::rethrow_exception(error);
+
+  std::vector<CallTensors> out(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c)
+    for (const std::optional<size_t>& j : job_of[c]) {
+      out[c].tensors.push_back(j ? jobs[*j].tensor : nullptr);
+      out[c].views.push_back(j ? jobs[*j].tensor->view() : TensorView());
+    }
+  return out;
 }
 
-void time_all(std::vector<Candidate>& candidates, const BoundArgs& args, const Op& op,
-              Device& device, const AutotuneOptions& options, Progress& progress) {
-  device.make_current();
-  Stream stream = Stream::create(device);
-  std::vector<std::optional<Tensor>> tensors;
-  for (size_t i = 0; i < args.args.size(); ++i) {
-    if (args.args[i])
-      tensors.push_back(standardize(TensorSpec{args.args[i]->shape, args.args[i]->dtype},
-                                    options.seed + uint32_t(i), device));
-    else
-      tensors.push_back(std::nullopt);
-  }
-  std::vector<TensorView> views;
-  for (const auto& t : tensors)
-    views.push_back(t ? t->view() : TensorView());
-  const size_t num_inputs = std::min(op.num_inputs(), views.size());
+TuningEntry time_call(CallSearch& call, const CallTensors& tensors, Stream& stream,
+                      const AutotuneOptions& options, Progress& progress, AutotuneStats& stats) {
+  const BoundArgs& args = call.args;
+  const std::vector<TensorView>& views = tensors.views;
+  const size_t num_inputs = std::min(call.op->num_inputs(), views.size());
   const std::span<const TensorView> inputs(views.data(), num_inputs);
   const std::span<const TensorView> outputs(views.data() + num_inputs, views.size() - num_inputs);
 
-  size_t done = 0, total = 0;
-  for (const Candidate& c : candidates)
-    total += c.record.ok();
-  const TuningRecord* best = nullptr;
-  for (Candidate& c : candidates) {
-    if (!c.record.ok())
-      continue;
+  std::vector<TuningRecord> records;
+  std::vector<size_t> to_time;
+  for (const Candidate& c : call.candidates) {
+    if (c.record.ok())
+      to_time.push_back(records.size());
+    records.push_back(c.record);
+  }
+  int shown_round = -1;
+  size_t done = 0;
+  std::optional<std::pair<double, size_t>> best;  // of the round being timed
+  auto timer = [&](size_t i, int round, int iterations) {
+    const Candidate& c = call.candidates[i];
+    if (round != shown_round) {
+      shown_round = round;
+      done = 0;
+      best.reset();
+    }
     try {
-      c.record.timing = benchmark(
+      BenchmarkData data = benchmark(
           stream, [&] { c.impl->run(args, c.record.config, inputs, outputs, stream); },
-          options.timing, options.iterations, options.warmup, options.flush_l2);
-      c.record.iterations = int(c.record.timing.times_ms.size());
-      if (!best || c.record.timing.median < best->timing.median)
-        best = &c.record;
-    } catch (const std::exception& e) {
-      c.record.error = fmt::format("run: {}", e.what());
+          options.timing, iterations, round == 0 ? options.warmup : std::min(options.warmup, 1),
+          options.flush_l2);
+      if (!best || data.median < best->first)
+        best = {data.median, i};
+      progress.update(fmt::format("{}: round {}, timed {} x {} iterations, best {:.4f} ms ({} {})",
+                                  call.op->name(), round + 1, ++done, iterations, best->first,
+                                  records[best->second].implementation,
+                                  records[best->second].config.to_json()));
+      return data;
+    } catch (...) {
       try {
-        stream.synchronize();
+        stream.synchronize();  // leave the stream usable for the next candidate
       } catch (...) {
       }
+      throw;
     }
-    progress.update(fmt::format("timed {}/{}{}", ++done, total,
-                                best ? fmt::format(", best {:.4f} ms ({} {})", best->timing.median,
-                                                   best->implementation, best->config.to_json())
-                                     : std::string()));
-  }
-}
-
-/// Everything about a call and the options that can be wrong without a device, so that a
-/// bad call is refused before a GPU is touched (or found missing).
-void check_call(const Op& op, const BoundArgs& args, const AutotuneOptions& options) {
-  if (args.op != op.name())
-    throw Error(fmt::format("autotune {}: the arguments are bound for op \"{}\"", op.name(),
-                            args.op));
-  if (options.iterations < 1)
-    throw Error(fmt::format("autotune: iterations must be >= 1 (got {})", options.iterations));
-  if (options.warmup < 0)
-    throw Error(fmt::format("autotune: warmup must be >= 0 (got {})", options.warmup));
-  op.validate(args);
-  for (const std::string& name : options.implementations)
-    (void)op.implementation(name);  // throws listing the known names
-}
-
-const Op& registered_op(const BoundArgs& args) {
-  const Op* op = find_op(args.op);
-  if (!op)
-    throw Error(fmt::format("autotune: no registered op named \"{}\"", args.op));
-  return *op;
-}
-
-TuningEntry tune_one(const Op& op, const BoundArgs& args, Device& device,
-                     const AutotuneOptions& options) {
-  check_call(op, args, options);
-  std::vector<Candidate> candidates = enumerate(op, args, device, options);
-  Progress progress(options.progress, op.name());
-  compile_all(candidates, args, device, options, progress);
-  time_all(candidates, args, op, device, options, progress);
+  };
+  std::vector<size_t> per_round;
+  std::optional<size_t> chosen =
+      successive_halving(records, to_time, HalvingSchedule::of(options), timer, &per_round);
+  AutotuneStats call_stats;
+  call_stats.timed_per_round = per_round;
+  for (size_t i : to_time)
+    call_stats.run_failed += !records[i].ok();
+  stats.add(call_stats);
 
   TuningEntry entry;
   entry.args = args;
-  const TuningRecord* best = nullptr;
-  for (const Candidate& c : candidates) {
-    entry.candidates.push_back(c.record);
-    if (c.record.ok() && (!best || c.record.timing.median < best->timing.median))
-      best = &c.record;
-  }
-  if (!best) {
+  entry.candidates = std::move(records);
+  if (!chosen) {
     std::string errors;
     for (const TuningRecord& r : entry.candidates)
       errors += fmt::format("\n  {} {}: {}", r.implementation, r.config.to_json(), r.error);
-    throw Error(fmt::format("autotune {}: no candidate could be timed:{}", op.name(), errors));
+    throw Error(fmt::format("autotune {}: no candidate could be timed:{}", call.op->name(), errors));
   }
-  entry.implementation = best->implementation;
-  entry.config = best->config;
+  entry.implementation = entry.candidates[*chosen].implementation;
+  entry.config = entry.candidates[*chosen].config;
   return entry;
 }
 
@@ -286,29 +235,81 @@ void persist(const AutotuningResult& result, const AutotuneOptions& options) {
   }
 }
 
-} // namespace
-
-AutotuningResult autotune(const Op& op, const BoundArgs& args, const AutotuneOptions& options) {
-  check_call(op, args, options);
+AutotuningResult tune(std::span<const detail::OpCall> calls, const AutotuneOptions& options) {
+  for (const auto& [op, args] : calls)
+    detail::check_call(*op, args, options);  // before a device is looked for
   Device& device = Device::get(options.device);
+  const AutotuneTarget target = AutotuneTarget::of(device);
+  AutotuneStats stats;
+  std::vector<CallSearch> searches = detail::enumerate_calls(calls, target.arch, options, stats);
+  Progress progress(options.progress);
+  detail::compile_and_prune(searches, target, options, progress, stats);
+
+  const auto start = std::chrono::steady_clock::now();
+  device.make_current();
+  Stream stream = Stream::create(device);
   AutotuningResult result(DeviceInfo::of(device));
-  result.add(tune_one(op, args, device, options));
+  // Groups of calls whose tensors fit in half the free memory get them made together.
+  const size_t budget = device.free_memory() / 2;
+  for (size_t first = 0; first < searches.size();) {
+    size_t last = first, bytes = 0;
+    for (; last < searches.size(); ++last) {
+      size_t call_bytes = 0;
+      for (const std::optional<ArgSpec>& a : searches[last].args.args)
+        if (a)
+          call_bytes += size_t(TensorSpec{a->shape, a->dtype}.numel()) * dtype_size(a->dtype);
+      if (last > first && bytes + call_bytes > budget)
+        break;
+      bytes += call_bytes;
+    }
+    progress.update(fmt::format("making the inputs of {} calls", last - first));
+    std::span<CallSearch> group(searches.data() + first, last - first);
+    const auto inputs_start = std::chrono::steady_clock::now();
+    std::vector<CallTensors> tensors = make_tensors(group, device, options);
+    stats.inputs_s += seconds_since(inputs_start);
+    for (size_t c = 0; c < group.size(); ++c)
+      result.add(time_call(group[c], tensors[c], stream, options, progress, stats));
+    first = last;
+  }
+  stats.timing_s = seconds_since(start);
+  result.set_stats(std::move(stats));
   persist(result, options);
   return result;
 }
 
+} // namespace
+
+AutotuningResult autotune(const Op& op, const BoundArgs& args, const AutotuneOptions& options) {
+  const detail::OpCall call{&op, args};
+  return tune({&call, 1}, options);
+}
+
 AutotuningResult autotune(const std::vector<BoundArgs>& calls, const AutotuneOptions& options) {
+  std::vector<detail::OpCall> resolved;
   for (const BoundArgs& args : calls)
-    check_call(registered_op(args), args, options);
-  Device& device = Device::get(options.device);
-  AutotuningResult result(DeviceInfo::of(device));
-  for (const BoundArgs& args : calls) {
-    if (result.find(args))
-      continue;
-    result.add(tune_one(registered_op(args), args, device, options));
+    resolved.push_back({&detail::registered_op(args), args});
+  return tune(resolved, options);
+}
+
+AutotuneCompileReport autotune_compile(const std::vector<BoundArgs>& calls,
+                                       const AutotuneTarget& target,
+                                       const AutotuneOptions& options) {
+  std::vector<detail::OpCall> resolved;
+  for (const BoundArgs& args : calls)
+    resolved.push_back({&detail::registered_op(args), args});
+  AutotuneCompileReport report;
+  std::vector<CallSearch> searches =
+      detail::enumerate_calls(resolved, target.arch, options, report.stats);
+  Progress progress(options.progress);
+  detail::compile_and_prune(searches, target, options, progress, report.stats);
+  for (CallSearch& call : searches) {
+    TuningEntry entry;
+    entry.args = call.args;
+    for (Candidate& c : call.candidates)
+      entry.candidates.push_back(std::move(c.record));
+    report.calls.push_back(std::move(entry));
   }
-  persist(result, options);
-  return result;
+  return report;
 }
 
 } // namespace tokamax

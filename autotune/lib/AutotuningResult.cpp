@@ -67,10 +67,18 @@ std::optional<Config> AutotuningResult::lookup(const BoundArgs& args,
     return std::nullopt;
   if (entry->implementation == implementation)
     return entry->config;
+  // A candidate eliminated in a brief round lost to others: prefer those that went
+  // further, then the faster.
+  auto further = [](const TuningRecord& a, const TuningRecord& b) {
+    if (a.finalist != b.finalist)
+      return a.finalist;
+    if (a.rounds.size() != b.rounds.size())
+      return a.rounds.size() > b.rounds.size();
+    return a.timing.median < b.timing.median;
+  };
   const TuningRecord* best = nullptr;
   for (const TuningRecord& r : entry->candidates)
-    if (r.ok() && r.implementation == implementation &&
-        (!best || r.timing.median < best->timing.median))
+    if (r.ok() && r.implementation == implementation && (!best || further(r, *best)))
       best = &r;
   if (best)
     return best->config;
@@ -179,7 +187,37 @@ json record_to_json(const TuningRecord& r) {
     j["timing"] = nullptr;
     j["error"] = r.error;
   }
+  // Optional fields (files without them still load): the successive-halving rounds.
+  if (!r.rounds.empty()) {
+    json rounds = json::array();
+    for (const TuningRecord::Round& round : r.rounds)
+      rounds.push_back(json{{"iterations", round.iterations}, {"median_ms", round.median_ms}});
+    j["rounds"] = std::move(rounds);
+  }
+  if (r.ok())
+    j["finalist"] = r.finalist;
   return j;
+}
+
+void rounds_from_json(const json& j, TuningRecord& r, const std::string& where) {
+  if (auto it = j.find("rounds"); it != j.end()) {
+    if (!it->is_array())
+      fail(fmt::format("{}: \"rounds\" must be an array, got {}", where, it->dump()));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string rw = fmt::format("{}.rounds[{}]", where, i);
+      if (!(*it)[i].is_object())
+        fail(fmt::format("{}: expected an object, got {}", rw, (*it)[i].dump()));
+      r.rounds.push_back({int(int_field((*it)[i], "iterations", rw)),
+                          number_field((*it)[i], "median_ms", rw)});
+    }
+  }
+  // Results written before rounds existed timed every candidate in full.
+  r.finalist = r.ok();
+  if (auto it = j.find("finalist"); it != j.end()) {
+    if (!it->is_boolean())
+      fail(fmt::format("{}: \"finalist\" must be a boolean, got {}", where, it->dump()));
+    r.finalist = it->get<bool>() && r.ok();
+  }
 }
 
 TuningRecord record_from_json(const json& j, const std::string& where) {
@@ -194,6 +232,7 @@ TuningRecord record_from_json(const json& j, const std::string& where) {
     if (!error.is_string() || error.get<std::string>().empty())
       fail(fmt::format("{}: \"error\" must be null or a non-empty string", where));
     r.error = error.get<std::string>();
+    rounds_from_json(j, r, where);
     return r;
   }
   if (!timing.is_object())
@@ -210,6 +249,7 @@ TuningRecord record_from_json(const json& j, const std::string& where) {
   r.timing.mean = number_field(timing, "mean_ms", tw);
   r.timing.stddev = number_field(timing, "stddev_ms", tw);
   r.iterations = int(int_field(timing, "iterations", tw));
+  rounds_from_json(j, r, where);
   return r;
 }
 

@@ -237,8 +237,11 @@ PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
     throw Error(fmt::format("cannot precompile into {}: {}", cacheDir, private_files::why_untrusted(cacheDir)));
   PrecompileResult result;
   result.digest = key.digest();
-  if (disk.load(key)) {
+  if (std::optional<CacheEntry> entry = disk.load(key)) {
+    // Already read and verified: the cubin and launch metadata cost nothing more here.
     result.cache_hit = true;
+    result.kernel.cubin = std::move(entry->cubin);
+    result.kernel.launch = LaunchInfo::from_json(entry->metadata_json);
     return result;
   }
   result.kernel = compile_ir(ir, options);

@@ -6,9 +6,14 @@
 //   2. the candidates' kernels are compiled in parallel into the on-disk kernel cache
 //      (a std::thread pool bounded by the cores and by available memory; a progress line
 //      on a TTY);
-//   3. each candidate runs on the device with random, never-zero inputs (standardize),
-//      after a warm-up, with an L2 flush per iteration, and is ranked by its median time;
-//      a candidate that fails to compile or run is recorded with its error, not fatal.
+//   3. candidates that cannot launch on the device (shared memory, registers) or whose
+//      kernels spill to local memory while another candidate of the same implementation
+//      does not are pruned, with the reason recorded (Search.h);
+//   4. the rest run on the device with random, never-zero inputs (standardize), with an
+//      L2 flush per iteration, in rounds of successive halving: every candidate briefly,
+//      then the best fraction again with more iterations, until the last few get the
+//      full iterations; the fastest median of the final round wins. A candidate that
+//      fails to compile or run is recorded with its error, not fatal.
 // The result is an AutotuningResult: per BoundArgs, the choice and every candidate's
 // numbers. It serialises to versioned JSON, merges, and applies to calls in two ways:
 //   - AutotuningScope (RAII) pushes it as a config provider (Op.h) of the thread that
@@ -63,11 +68,25 @@ struct TOKAMAX_API TuningRecord {
   /// empty after loads(); `iterations` keeps their count.
   BenchmarkData timing;
   int iterations = 0;
-  /// Why it could not be timed ("invalid config: ...", "compile: ...", "run: ..."); empty
-  /// when it was.
+  /// Why it could not be timed ("invalid config: ...", "compile: ...", "pruned: ...",
+  /// "run: ..."); empty when it was.
   std::string error;
+  /// Its median in each successive-halving round it was timed in, first round first;
+  /// `timing` is the last of them. Empty for candidates never timed and in results
+  /// written before rounds were recorded.
+  struct Round {
+    int iterations = 0;
+    double median_ms = 0;
+    bool operator==(const Round&) const = default;
+  };
+  std::vector<Round> rounds;
+  /// Timed in the final round (with AutotuneOptions::iterations); false for a candidate
+  /// eliminated after rounds.size() rounds. Loaded as true for timed candidates of
+  /// results that predate the field (they were all timed in full).
+  bool finalist = false;
 
   bool ok() const { return error.empty(); }
+  bool pruned() const { return error.starts_with("pruned: "); }
 };
 
 /// The choice for one call and the candidates it was chosen from.
@@ -76,6 +95,33 @@ struct TOKAMAX_API TuningEntry {
   std::string implementation;  ///< chosen
   Config config;               ///< chosen
   std::vector<TuningRecord> candidates;  ///< may be empty (e.g. written by hand)
+};
+
+/// Where the time of an autotune() run went and how many candidates each phase kept
+/// (not persisted: a result read back from JSON has zeros).
+struct TOKAMAX_API AutotuneStats {
+  double enumerate_s = 0;  ///< search spaces and config checks
+  double compile_s = 0;    ///< building DSL kernels, compiling or finding them on disk
+  double timing_s = 0;     ///< inputs, loading kernels, every timing round
+  double inputs_s = 0;     ///< of timing_s: making the random inputs
+  size_t calls = 0;        ///< distinct calls tuned
+  size_t candidates = 0;   ///< distinct configs enumerated
+  size_t invalid = 0;      ///< refused by check_config or the search space
+  size_t compiled = 0;     ///< candidates whose kernels all compiled or were cached
+  size_t compile_failed = 0;
+  size_t kernels = 0;         ///< distinct kernels the compiled candidates need
+  size_t kernels_cached = 0;  ///< of which the disk cache already held
+  size_t pruned = 0;
+  size_t run_failed = 0;
+  /// Candidates timed in each successive-halving round (the last is the final round),
+  /// summed over the calls by round index.
+  std::vector<size_t> timed_per_round;
+
+  /// Adds `other`'s times and counts (rounds by index).
+  void add(const AutotuneStats& other);
+  /// "compile 4.10 s (96 candidates, 96 compiled, 120 kernels, 0 cached), 12 pruned,
+  /// timing 2.30 s (inputs 0.40 s, rounds 84 -> 28 -> 9)".
+  std::string summary() const;
 };
 
 class TOKAMAX_API AutotuningResult {
@@ -103,7 +149,9 @@ public:
 
   /// Versioned JSON: {"format": "tokamax-autotuning", "version": 1, "device": {...},
   /// "entries": [{"args": {...}, "implementation": "...", "config": {...},
-  /// "candidates": [{"implementation", "config", "timing": {...} | null, "error"}]}]}.
+  /// "candidates": [{"implementation", "config", "timing": {...} | null, "error",
+  /// "rounds": [{"iterations", "median_ms"}] (optional), "finalist": bool (optional)}]}]}.
+  /// Files without the optional fields load as fully timed candidates.
   std::string dumps(int indent = 2) const;
   /// Throws Error (naming the problem) on invalid JSON, another format, a version this
   /// build does not read, or a malformed entry.
@@ -113,8 +161,13 @@ public:
   /// taken from `other` when this result has none.
   void merge(const AutotuningResult& other);
 
+  /// The phases of the autotune() run that made this result (zeros otherwise).
+  const AutotuneStats& stats() const { return stats_; }
+  void set_stats(AutotuneStats stats) { stats_ = std::move(stats); }
+
 private:
   DeviceInfo device_;
+  AutotuneStats stats_;
   std::map<std::string, TuningEntry> entries_;  // by args.to_json()
   std::multimap<uint64_t, std::string> by_hash_;  // BoundArgs::hash() -> key, for lookups
 };
@@ -141,8 +194,24 @@ struct TOKAMAX_API AutotuneOptions {
   /// Only these implementations (names); empty: every one that can serve the call.
   std::vector<std::string> implementations;
   TimingMethod timing = TimingMethod::Auto;
-  int iterations = 20;
-  int warmup = 3;
+  int iterations = 20;  ///< of the final round
+  int warmup = 3;       ///< untimed runs before a candidate's first round (1 before later ones)
+  /// Successive halving. The first round times every candidate with
+  /// `first_round_iterations`; each round then keeps the best `keep_fraction` of its
+  /// candidates (at least `finalists`) and times them again with 1 / keep_fraction
+  /// times the iterations, until at most `finalists` remain or the iterations reach
+  /// `iterations`: that final round uses `iterations`, and its fastest median wins. With
+  /// first_round_iterations 0 (or >= iterations), or at most `finalists` candidates,
+  /// there is one round. The defaults keep the best third and the last three, so the
+  /// true best is eliminated only when it measures slower than two thirds of the field
+  /// in a brief round.
+  int first_round_iterations = 3;
+  double keep_fraction = 1.0 / 3;
+  int finalists = 3;
+  /// Drop candidates that cannot launch on the device or whose kernels spill to local
+  /// memory while another candidate of the same implementation does not (recorded as
+  /// "pruned: ..."). Needs the kernel cache (the cubins are inspected).
+  bool prune = true;
   bool flush_l2 = true;
   uint32_t seed = 0;                     ///< inputs: standardize(spec, seed + argument index)
   /// Parallel compile threads; 0: min(cores, candidates, available memory / 1 GiB).
@@ -156,11 +225,39 @@ struct TOKAMAX_API AutotuneOptions {
 
 /// Tunes one call of `op` (see the file comment). Throws Error when no implementation can
 /// serve the call or when no candidate could be timed (the message lists every error).
+/// The result's stats() tell where the time went.
 TOKAMAX_API AutotuningResult autotune(const Op& op, const BoundArgs& args,
                                       const AutotuneOptions& options = {});
 /// Tunes several calls (each op found by name through find_op) into one result.
 TOKAMAX_API AutotuningResult autotune(const std::vector<BoundArgs>& calls,
                                       const AutotuneOptions& options = {});
+
+/// What the compile and pruning phases need of a device.
+struct TOKAMAX_API AutotuneTarget {
+  std::string arch;                ///< "sm_90a"
+  uint64_t max_shared_bytes = 0;   ///< per block, opted in; 0: unknown (not checked)
+  uint32_t registers_per_block = 65536;
+  uint32_t max_threads_per_block = 1024;
+
+  static AutotuneTarget of(const Device& device);
+  /// The limits of the GPUs of `arch` (sm_80, sm_86, sm_89, sm_90a, ...) with no device.
+  /// Throws Error when `arch` does not look like sm_XY.
+  static AutotuneTarget for_arch(const std::string& arch);
+};
+
+/// What the phases before timing made of some calls: per distinct call, every candidate
+/// with its error, compile failure or pruning reason (no timings, no choice).
+struct TOKAMAX_API AutotuneCompileReport {
+  std::vector<TuningEntry> calls;
+  AutotuneStats stats;
+};
+
+/// autotune(calls)'s enumeration, compile and pruning phases for `target`, without a
+/// device (kernels go into the kernel cache, so a later autotune() on such a device only
+/// loads them). Throws Error as autotune() does for a bad call.
+TOKAMAX_API AutotuneCompileReport autotune_compile(const std::vector<BoundArgs>& calls,
+                                                   const AutotuneTarget& target,
+                                                   const AutotuneOptions& options = {});
 
 /// <DiskCache::default_directory()>/autotune/<device.key()>.json
 TOKAMAX_API std::filesystem::path autotuning_cache_path(const DeviceInfo& device);

@@ -93,7 +93,7 @@ private:
 struct TOKAMAX_API PrecompileResult {
   std::string digest;
   bool cache_hit = false;
-  CompiledKernel kernel;  ///< empty PTX/cubin on a hit
+  CompiledKernel kernel;  ///< on a hit: only the cached cubin and launch metadata
 };
 TOKAMAX_API PrecompileResult precompile_ir(const std::string &name, const std::string &ir,
                                            const CompileOptions &options, const std::string &cache_dir);
