@@ -39,7 +39,8 @@ if wants unit; then
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
-  # wgmma dots, the matmul on TMA copies and mbarriers: tma_ring), Function graph replay and the eager call cache, exports (the rewritten
+  # wgmma dots, the matmul on TMA copies, mbarriers and a producer warpgroup: tma_ring),
+  # Function graph replay and the eager call cache, exports (the rewritten
   # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
   # and the fixture through the runtime library alone.
   TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[tma_ring],[graph],[cache],[export],[glu],[ragged_dot],[cross_entropy],double-buffered*" --durations yes
@@ -50,7 +51,7 @@ if wants bench; then
   TAIL=40 run bench "$bin/tokamax-bench" --json "$out/bench.json"
   # Load + first run in fresh processes and the per-call overhead against the Function.
   TAIL=20 run export-bench "$bin/tokamax-export-bench" --json "$out/export.json"
-  TAIL=24 run matmul-bench "$bin/tokamax-matmul-bench" --impl hopper,ring,tile --json "$out/matmul.json"
+  TAIL=24 run matmul-bench "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder,tile --json "$out/matmul.json"
 fi
 if wants attention; then
   peers=()

@@ -215,7 +215,8 @@ int main(int argc, char **argv) try {
     } else {
       fmt::print(stderr,
                  "usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]\n"
-                 "  --impl: hopper, tile, reference, or ring (hopper on the DSL's Hopper primitives: tma_ring)\n");
+                 "  --impl: hopper, tile, reference, or hopper on the DSL's Hopper primitives (tma_ring): ring (a\n"
+                 "         producer warpgroup, Kernel::specialized_loop) or ring-inorder (every warp a consumer)\n");
       return 2;
     }
   }
@@ -251,9 +252,9 @@ int main(int argc, char **argv) try {
     for (const std::string &impl : impls) {
       MatmulOptions options;
       options.implementation = impl;
-      if (impl == "ring") {  // hopper's product on the DSL's Hopper primitives, default blocks
+      if (impl == "ring" || impl == "ring-inorder") {  // hopper's product on the DSL's Hopper primitives
         MatmulConfig config = default_hopper_config(MatmulSpec{m, n, k, DType::BF16, DType::BF16});
-        config.tma_ring = true, config.programs = 0;
+        config.tma_ring = true, config.programs = 0, config.warp_specialize = impl == "ring";
         options.implementation = "hopper";
         options.config = config;
       }

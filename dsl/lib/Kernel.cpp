@@ -411,6 +411,39 @@ mlir::Value KernelBuilder::mbarrierIndex(const Mbarriers &barriers, const Value 
   return b().create<arith::AddIOp>(loc(), i, first);
 }
 
+std::vector<Value> Kernel::specialized_loop(const Value &lo, const Value &hi, const Value &step,
+                                            std::vector<Value> carried, const LoopProducer &producer,
+                                            const LoopConsumer &consumer) {
+  KernelBuilder &kb = *builder_;
+  if (kb.b().getInsertionBlock() != &kb.func().getBody().front())
+    kb.fail(fmt::format("kernel {}: specialized_loop must sit at the kernel's top level (its producer warps skip "
+                        "the rest of the kernel)",
+                        name()));
+  for (Operation &op : kb.func().getBody().front())
+    if (op.hasAttr("tile.warp_specialize"))
+      kb.fail(fmt::format("kernel {}: a kernel has one specialized_loop (one producer warpgroup)", name()));
+  if (kb.numWarps() % 4 != 0)
+    kb.fail(fmt::format("kernel {}: specialized_loop needs whole warpgroups of consumers (num_warps a multiple of "
+                        "4), got {}",
+                        name(), kb.numWarps()));
+  mlir::Value induction;
+  std::vector<Value> results = loop(lo, hi, step, std::move(carried), [&](Value i, std::vector<Value> c) {
+    induction = KernelBuilder::raw(i);
+    Block *body = kb.b().getInsertionBlock();
+    Operation *before = kb.b().getInsertionPoint() == body->begin() ? nullptr : &*std::prev(kb.b().getInsertionPoint());
+    std::vector<Value> produced = producer(i);
+    // Everything the producer built, nested ops included, is the producer's.
+    Block::iterator end = kb.b().getInsertionPoint();
+    Operation *stop = end == body->end() ? nullptr : &*end;
+    for (Operation *op = before ? before->getNextNode() : (body->empty() ? nullptr : &body->front()); op && op != stop;
+         op = op->getNextNode())
+      op->walk([&](Operation *inner) { inner->setAttr("tile.producer", kb.b().getUnitAttr()); });
+    return consumer(i, std::move(c), std::move(produced));
+  });
+  induction.getParentBlock()->getParentOp()->setAttr("tile.warp_specialize", kb.b().getUnitAttr());
+  return results;
+}
+
 Mbarriers Kernel::mbarriers(int64_t count, int64_t arrivals) {
   KernelBuilder &kb = *builder_;
   if (count < 1 || count > 64)

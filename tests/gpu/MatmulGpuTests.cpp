@@ -308,9 +308,10 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
   if (!hopperOrSkip())
     return;
   Stream stream = Stream::create(Device::get());
-  // TMA copies into rings, mbarrier phases, async wgmma from shared memory: ragged and
-  // length-1 shapes, every transpose, bf16 and f16, one and two warpgroups, 2-4 stages,
-  // 128-, 64- and 32-byte K slices, TMA and thread stores, K past several ring turns.
+  // TMA copies into rings, mbarrier phases, async wgmma from shared memory, with and
+  // without a producer warpgroup (Kernel::specialized_loop): ragged and length-1 shapes,
+  // every transpose, bf16 and f16, one and two warpgroups, 2-4 stages, 128-, 64- and
+  // 32-byte K slices, TMA and thread stores, K past several ring turns.
   int run = 0;
   for (int64_t m : {1, 17, 1000})
     for (int64_t n : {8, 200, 1000})
@@ -323,6 +324,7 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
         config.block_k = 64 >> (run % 3);
         config.num_stages = 2 + run % 3;
         config.tma_store = run % 2 == 0;
+        config.warp_specialize = (run / 2) % 2 == 0;  // a producer warpgroup, or every warp in order
         bool ta = t & 1;
         Case c{ta ? m - m % 8 + 8 : m, n, k, run % 2 ? DType::F16 : DType::BF16, run % 3 ? DType::F32 : DType::BF16,
                ta, bool(t & 2), run % 5 == 0, run % 2 ? 1.0 : -0.5, "hopper", config};
@@ -330,7 +332,8 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
           continue;
         double err = runCase(c, stream);
         INFO(describe(c) << " block " << config.block_m << "x" << config.block_n << "x" << config.block_k
-                         << " stages " << config.num_stages << ": relative error " << err);
+                         << " stages " << config.num_stages
+                         << (config.warp_specialize ? " warp-specialized" : " in order") << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
   CHECK(run == 36);

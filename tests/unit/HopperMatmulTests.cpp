@@ -204,8 +204,11 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the interp
       config.block_k = 64 >> (cases % 3);
       config.num_stages = 2 + cases % 3;
       config.group_m = 2;
-      INFO("block_k " << config.block_k << " stages " << config.num_stages);
-      checkHopper(spec, config, cases % 2 ? 1.0 : -0.75);
+      for (bool specialized : {false, true}) {
+        config.warp_specialize = specialized;
+        INFO("block_k " << config.block_k << " stages " << config.num_stages << " warp-specialized " << specialized);
+        checkHopper(spec, config, cases % 2 ? 1.0 : -0.75);
+      }
       ++cases;
     }
   CHECK(cases == 16);
@@ -253,6 +256,53 @@ TEST_CASE("TMA copies and mbarriers: misuse in the DSL is reported with the prob
   CHECK(std::regex_search(ir, std::regex("tile.async_block_load .* barrier ")));
   CHECK(std::regex_search(ir, std::regex("tile.mbarrier_wait ")));
   CHECK(std::regex_search(ir, std::regex("tile.mbarrier_arrive ")));
+}
+
+TEST_CASE("specialized_loop: roles marked in the IR, misuse reported with the problem", "[hopper][dsl]") {
+  using dsl::Kernel;
+  using dsl::Value;
+  auto nothing = [](Value) { return std::vector<Value>{}; };
+  auto same = [](Value, std::vector<Value> c, std::vector<Value>) { return c; };
+  auto options = [](int warps) {
+    return dsl::KernelOptions{.num_warps = warps, .mma_rows_per_warp = true, .wgmma_dots = true};
+  };
+  {
+    Kernel k("ws_warps", options(2));
+    CHECK_THROWS_WITH(k.specialized_loop(0, 4, 1, {}, nothing, same), Contains("a multiple of 4), got 2"));
+  }
+  {
+    Kernel k("ws_nested", options(4));
+    k.loop(0, 2, 1, {}, [&](Value, std::vector<Value>) {
+      CHECK_THROWS_WITH(k.specialized_loop(0, 4, 1, {}, nothing, same), Contains("at the kernel's top level"));
+      return std::vector<Value>{};
+    });
+  }
+  Kernel k("ws", options(4));
+  auto a = k.input("a", DType::BF16, {256, 64});
+  auto o = k.output("o", DType::F32, {64, 64});
+  auto ring = k.shared_buffer(2);
+  auto full = k.mbarriers(2), empty = k.mbarriers(2, 128);
+  std::vector<Value> r = k.specialized_loop(
+      0, 4, 1, {k.full({64, 64}, 0.0, DType::F32)},
+      [&](Value i) {
+        k.wait(empty, i % Value(2), (i / Value(2) + Value(1)) % Value(2));
+        return std::vector<Value>{a.load_tma({i * Value(64), 0}, {64, 64}, ring, i % Value(2), full, i % Value(2))};
+      },
+      [&](Value i, std::vector<Value> c, std::vector<Value> tiles) {
+        k.wait(full, i % Value(2), (i / Value(2)) % Value(2));
+        Value acc = dsl::dot(tiles[0], tiles[0].trans(), c[0]);
+        k.arrive(empty, i % Value(2));
+        return std::vector<Value>{acc};
+      });
+  o.store({0, 0}, r[0]);
+  CHECK_THROWS_WITH(k.specialized_loop(0, 4, 1, {}, nothing, same), Contains("a kernel has one specialized_loop"));
+  const std::string ir = k.ir();
+  CHECK(std::regex_search(ir, std::regex("tile.async_block_load [^\\n]* barrier [^\\n]*tile.producer")));
+  CHECK(std::regex_search(ir, std::regex("tile.mbarrier_wait [^\\n]*[{]tile.producer[}]")));
+  CHECK(std::regex_search(ir, std::regex("tile.mbarrier_wait [^{\\n]*\\n")));  // the consumers' wait: unmarked
+  CHECK(std::regex_search(ir, std::regex("tile.mbarrier_arrive [^{\\n]*\\n")));
+  CHECK(std::regex_search(ir, std::regex("[}] [{]tile.warp_specialize[}]")));
+  CHECK_FALSE(std::regex_search(ir, std::regex("tile.dot [^\\n]*tile.producer")));
 }
 
 TEST_CASE("hopper matmul on the interpreter: 2-CTA clusters", "[hopper][interpreter]") {

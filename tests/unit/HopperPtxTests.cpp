@@ -129,13 +129,18 @@ TEST_CASE("hopper matmul PTX on the DSL's Hopper primitives (tma_ring)", "[hoppe
   // TMA copies completing on mbarriers (initialized once, before any copy), waits on
   // their phases, wgmma with both operands from shared memory (no ldmatrix, no mma.sync),
   // one product left in flight per step; the same tensor-map boxes as tma_dot's.
+  // With warp_specialize: a producer warpgroup (384 threads) runs only the copies and
+  // its waits on the consumers' releases, after setmaxnreg.dec; the consumers wait,
+  // multiply and release, after setmaxnreg.inc; the epilogue's barriers count only them.
   const std::string ptxas = test::ptxas_path();
   for (DType dtype : {DType::BF16, DType::F16})
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < 8; ++t) {
       MatmulSpec spec{256, 512, 320, dtype, dtype, bool(t & 1), bool(t & 2), t == 2};
       MatmulConfig config = default_hopper_config(spec);
       config.tma_ring = true, config.programs = 0, config.num_stages = t % 2 ? 3 : 4;
-      INFO(describe(spec, 1.0) << " stages " << config.num_stages);
+      config.warp_specialize = t >= 4;
+      INFO(describe(spec, 1.0) << " stages " << config.num_stages
+                               << (config.warp_specialize ? " warp-specialized" : " in order"));
       CompiledKernel compiled = compileHopper(spec, config);
       const std::string &ptx = compiled.ptx;
       const std::string types = dtype == DType::BF16 ? ".f32.bf16.bf16" : ".f32.f16.f16";
@@ -148,8 +153,14 @@ TEST_CASE("hopper matmul PTX on the DSL's Hopper primitives (tma_ring)", "[hoppe
       CHECK(contains(ptx, "mbarrier.arrive.expect_tx.shared::cta.b64"));
       CHECK(contains(ptx, "mbarrier.try_wait.parity"));
       CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1"));
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+40;")) ==
+            config.warp_specialize);
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+232;")) ==
+            config.warp_specialize);
+      CHECK(std::regex_search(ptx, std::regex("\\.maxnreg\\s+168")) == config.warp_specialize);
+      CHECK(contains(ptx, "mbarrier.arrive.shared::cta.b64") == config.warp_specialize);
       const LaunchInfo &launch = compiled.launch;
-      CHECK(launch.block_threads == 256u);  // no producer warpgroup
+      CHECK(launch.block_threads == (config.warp_specialize ? 384u : 256u));
       CHECK(launch.grid[0] == 2 * 2);
       CHECK(launch.dynamic_shared);
       CHECK(launch.shared_bytes <= 227 * 1024);

@@ -44,6 +44,16 @@ bool readsSharedAtDot(ConvertLayoutOp op) {
   return isa<DotOp>(user) && user->getBlock() == op->getBlock();
 }
 
+Value slotPointer(TileLowering &t, AsyncBlockLoadOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  I32 m{t, loc};
+  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
+  int64_t slotBytes = op->getAttrOfType<IntegerAttr>(kSlotBytesAttr).getInt();
+  Value slotOffset = b.create<arith::MulIOp>(loc, t.regs(op.getSlot())[0], m.c(slotBytes));
+  return b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
+}
+
 std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op) {
   auto type = op.getResult().getType();
   unsigned bytes = elementBytes(type.getElementType());
@@ -99,7 +109,9 @@ LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr,
   Value bar = mbarrierAddress(t, op, t.regs(op.getBarrier())[0]);
   Value row = t.regs(op.getOffsets()[0])[0], col = t.regs(op.getOffsets()[1])[0];
   const int64_t panels = s.cols / s.panelCols;
-  t.when(loc, m.eq(t.threadId(), 0), [&] {
+  // The producer warpgroup of a warp-specialized loop follows the kernel's warps.
+  const bool producer = t.role() == TileLowering::WarpRole::Producer;
+  t.when(loc, m.eq(t.threadId(), producer ? 32 * int64_t(getNumWarps(op)) : 0), [&] {
     PtxBuilder ptx = t.ptx(loc);
     ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(s.rows * s.cols * bytes));
     for (int64_t p = 0; p < panels; ++p)
@@ -131,10 +143,7 @@ LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
       rowDim = d;
 
   I32 m{t, loc};
-  auto ptrType = LLVM::LLVMPointerType::get(b.getContext(), 3);
-  int64_t slotBytes = op->getAttrOfType<IntegerAttr>(kSlotBytesAttr).getInt();
-  Value slotOffset = b.create<arith::MulIOp>(loc, t.regs(op.getSlot())[0], m.c(slotBytes));
-  Value slot = b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
+  Value slot = slotPointer(t, op);
   Value slotAddr = b.create<LLVM::PtrToIntOp>(loc, b.getI32Type(), slot);
   if (op.isTma()) {
     t.setRegs(op.getResult(), {slot});

@@ -96,6 +96,8 @@ struct SharedTileView {
   mlir::Value base;
 };
 SharedTileView sharedTileView(TileLowering &t, mlir::Value tile);
+/// The address (llvm pointer into address space 3) of the slot a copy writes.
+mlir::Value slotPointer(TileLowering &t, AsyncBlockLoadOp op);
 /// The 32-bit shared address of mbarrier `index` (i32) of the kernel holding `op`.
 mlir::Value mbarrierAddress(TileLowering &t, mlir::Operation *op, mlir::Value index);
 /// Thread 0 initializes the kernel's mbarriers (tile.mbarriers), then a block barrier.

@@ -48,6 +48,8 @@ LogicalResult TileLowering::lowerBlock(Block &block) {
 
 LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) {
   for (auto it = ops.begin(); it != ops.end(); ++it) {
+    if (auto loop = dyn_cast<scf::ForOp>(&*it); loop && role_ == WarpRole::All && loop->hasAttr(kWarpSpecializeAttr))
+      return lowerSpecializedLoop(*this, loop, {std::next(it), ops.end()});
     if (failed(lowerOp(&*it)))
       return failure();
     if (std::exchange(skipRest_, false))
@@ -67,6 +69,13 @@ LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) 
 }
 
 LogicalResult TileLowering::lowerOp(Operation *op) {
+  if (splitByMark_ && !op->hasTrait<OpTrait::IsTerminator>()) {
+    FailureOr<bool> done = lowerForRole(*this, op);
+    if (failed(done))
+      return failure();
+    if (*done)
+      return success();
+  }
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
                                           lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerAsyncCopyOp, lowerDotOp, lowerShapeOp,

@@ -13,10 +13,12 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 
 #include <map>
+#include <utility>
 
 namespace tokamax::tile {
 
@@ -48,6 +50,10 @@ public:
   enum class WarpRole { All, Producer, Consumer };
   WarpRole role() const { return role_; }
   void setRole(WarpRole role) { role_ = role; }
+  /// Inside one role's copy of a loop marked tile.warp_specialize: ops are kept or
+  /// dropped by their tile.producer mark (lowerOp asks roleKeeps).
+  void setSplitByMark(bool split) { splitByMark_ = split; }
+  bool splitByMark() const { return splitByMark_; }
   /// Per-thread register limit the kernel launches with when its warps re-balance
   /// registers (setmaxnreg); 0 when they do not.
   unsigned launchRegisters() const { return launchRegisters_; }
@@ -84,6 +90,9 @@ public:
   mlir::Value combine(ReduceKind kind, mlir::Value a, mlir::Value b);
   /// Block-wide barrier (among the guarded threads inside guardRest's region).
   void barrier();
+  /// Barriers from now on are among `threads` threads (0: the whole block); returns the
+  /// previous count.
+  unsigned setBarrierThreads(unsigned threads) { return std::exchange(barrierThreads_, threads); }
   /// Emits `body` at the builder's point inside an scf.if on `cond` (no results).
   void when(mlir::Location loc, mlir::Value cond, llvm::function_ref<void()> body);
   /// Emits `body` (stores of this thread's elements of a tile of `type` to shared memory)
@@ -113,6 +122,7 @@ private:
   bool bulkStores_ = false;
   bool skipRest_ = false;
   WarpRole role_ = WarpRole::All;
+  bool splitByMark_ = false;
   unsigned launchRegisters_ = 0;
   std::pair<mlir::Value, unsigned> pendingGuard_;
   std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
@@ -138,6 +148,15 @@ mlir::LogicalResult lowerTmaDotOp(TileLowering &t, mlir::Operation *op, bool &ha
 /// role.
 mlir::LogicalResult lowerWarpSpecializedLoop(TileLowering &t, mlir::Operation *loop, mlir::Operation *dot,
                                              llvm::function_ref<mlir::LogicalResult()> lowerLoop);
+/// A top-level loop marked tile.warp_specialize and the ops after it (`rest`): the
+/// producer warpgroup runs the loop's producer ops, the kernel's warps the rest of it and
+/// then `rest`, each role with its own register limit (LowerSpecializedLoop.cpp).
+mlir::LogicalResult lowerSpecializedLoop(TileLowering &t, mlir::scf::ForOp loop,
+                                         llvm::iterator_range<mlir::Block::iterator> rest);
+/// Inside a role's copy of such a loop: lowers `op` as `t.role()` sees it, or returns
+/// false when the role does not run it at all.
+mlir::FailureOr<bool> lowerForRole(TileLowering &t, mlir::Operation *op);
+
 /// tile.tma_store: registers -> swizzled shared strips -> TMA stores (sm_90a).
 mlir::LogicalResult lowerTmaStoreOp(TileLowering &t, mlir::Operation *op, bool &handled);
 /// tile.cp_async_dot: the cp.async ring + ldmatrix + mma.sync main loop (sm_80+).

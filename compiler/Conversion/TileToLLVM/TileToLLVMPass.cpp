@@ -91,6 +91,19 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     });
     if (walked.wasInterrupted())
       return failure();
+    // A loop split between warp roles brings the producer warpgroup.
+    walked = func.walk([&](scf::ForOp loop) {
+      if (!loop->hasAttr(kWarpSpecializeAttr))
+        return WalkResult::advance();
+      if (producerWarps) {
+        loop.emitOpError("is a second warp-specialized loop or op in the kernel; a kernel has one producer");
+        return WalkResult::interrupt();
+      }
+      producerWarps = kProducerWarps;
+      return WalkResult::advance();
+    });
+    if (walked.wasInterrupted())
+      return failure();
     // tile.tma_store: a box of one 128-byte strip of columns by the block's rows.
     walked = func.walk([&](TmaStoreOp store) {
       unsigned index = cast<BlockArgument>(store.getBase()).getArgNumber();

@@ -269,10 +269,11 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
 
 namespace {
 
-/// The [bm, bn] product at (m0, n0) through ring_loop's TMA rings: a's [bm, block_k]
-/// (or [block_k, bm]) and b's [block_k, bn] (or [bn, block_k]) slices per step, both
-/// read by wgmma from shared memory; each step's product stays in flight until the
-/// next one has been issued.
+/// The [bm, bn] product at (m0, n0) through TMA rings: a's [bm, block_k] (or [block_k,
+/// bm]) and b's [block_k, bn] (or [bn, block_k]) slices per step, both read by wgmma from
+/// shared memory; each step's product stays in flight until the next one has been
+/// issued. The copies come from every warp's program order (ring_loop) or, with
+/// warp_specialize, from a producer warpgroup (Kernel::specialized_loop).
 Value tma_ring_product(Kernel &k, const MatmulSpec &spec, const MatmulConfig &config, const Params &p, Value m0,
                        Value n0) {
   const int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k, stages = config.num_stages;
@@ -290,8 +291,29 @@ Value tma_ring_product(Kernel &k, const MatmulSpec &spec, const MatmulConfig &co
     Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
     return std::vector<Value>{dot_wait(dot_async(a, b, accs[0]), 1)};
   };
-  std::vector<Value> acc =
-      ring_loop(k, 0, Value(spec.k), bk, stages, {k.full({bm, bn}, 0.0, DType::F32)}, copies, products, &full);
+  if (!config.warp_specialize) {
+    std::vector<Value> acc =
+        ring_loop(k, 0, Value(spec.k), bk, stages, {k.full({bm, bn}, 0.0, DType::F32)}, copies, products, &full);
+    return dot_wait(acc[0], 0);
+  }
+  // A producer warpgroup refills each slot once the consumers' arrivals have released
+  // it (a fresh slot's "previous phase" counts as complete); the consumers of step i
+  // release step i - 1's slot once its product is done.
+  Mbarriers empty = k.mbarriers(stages, 32 * int64_t(config.num_warps));
+  std::vector<Value> acc = k.specialized_loop(
+      0, Value(cdiv(spec.k, bk)), 1, {k.full({bm, bn}, 0.0, DType::F32)},
+      [&](Value i) {
+        Value slot = i % Value(stages);
+        k.wait(empty, slot, (i / Value(stages) + Value(1)) % Value(2));
+        return copies(i * Value(bk), slot);
+      },
+      [&](Value i, std::vector<Value> accs, std::vector<Value> blocks) {
+        Value slot = i % Value(stages);
+        k.wait(full, slot, (i / Value(stages)) % Value(2));
+        std::vector<Value> out = products(i, std::move(accs), std::move(blocks));
+        k.when(i > Value(0), [&] { k.arrive(empty, (i + Value(stages - 1)) % Value(stages)); });
+        return out;
+      });
   return dot_wait(acc[0], 0);
 }
 

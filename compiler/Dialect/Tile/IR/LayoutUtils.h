@@ -22,6 +22,12 @@ inline constexpr llvm::StringLiteral kMbarriersAttr = "tile.mbarriers";
 /// Kernel attribute (set by tile-allocate-shared): byte offset of the mbarriers in the
 /// kernel's shared scratch, 8 bytes each.
 inline constexpr llvm::StringLiteral kMbarrierOffsetAttr = "tile.mbarrier_offset";
+/// Unit attribute on an scf.for at a kernel's top level: its body is split between warp
+/// roles. Ops carrying kProducerAttr (TMA copies, mbarrier ops and pure arithmetic) run on
+/// a producer warpgroup added to the kernel; the rest, and everything after the loop, on
+/// the kernel's own warps (LowerSpecializedLoop.cpp).
+inline constexpr llvm::StringLiteral kWarpSpecializeAttr = "tile.warp_specialize";
+inline constexpr llvm::StringLiteral kProducerAttr = "tile.producer";
 /// Attribute name on kernels: bytes of static shared memory scratch.
 inline constexpr llvm::StringLiteral kSharedBytesAttr = "tile.shared_bytes";
 /// Attribute name on kernels: marks a func.func as a tile kernel.

@@ -285,6 +285,23 @@ public:
   std::vector<Value> loop(const Value &lo, const Value &hi, const Value &step,
                           std::vector<Value> carried,
                           const std::function<std::vector<Value>(Value, std::vector<Value>)> &body);
+  /// What a specialized_loop's producer does at step i: returns the values (e.g. the
+  /// shared tiles of its TMA copies) the consumer of step i gets.
+  using LoopProducer = std::function<std::vector<Value>(Value i)>;
+  /// What its consumers do at step i with the carried values and what the producer gave.
+  using LoopConsumer = std::function<std::vector<Value>(Value i, std::vector<Value> carried, std::vector<Value> produced)>;
+  /// A loop split between warp roles (sm_90a): `producer` runs on a producer warpgroup
+  /// added to the kernel (its first thread issues the TMA copies), `consumer` and the
+  /// rest of the kernel on the kernel's warps, each role with its own register limit
+  /// (setmaxnreg). The producer may only issue load_tma copies, wait on and arrive at
+  /// mbarriers, and compute with the step index and values from before the loop; the
+  /// two roles meet only through mbarriers: the consumer of step i waits for its copies'
+  /// barrier phase, and the producer waits, before refilling a slot, for the consumers'
+  /// arrivals that release it. On the interpreter (and anywhere else the roles do not
+  /// split) each step runs the producer's part, then the consumer's. At the kernel's top
+  /// level, once per kernel, num_warps a multiple of 4.
+  std::vector<Value> specialized_loop(const Value &lo, const Value &hi, const Value &step, std::vector<Value> carried,
+                                      const LoopProducer &producer, const LoopConsumer &consumer);
   /// A shared-memory buffer of `slots` slots for TensorArg::load_async.
   SharedBuffer shared_buffer(int64_t slots);
   /// Waits until at most `pending` of this thread's latest load_async copies are in

@@ -60,8 +60,10 @@ struct TOKAMAX_API MatmulConfig {
   /// DSL's Hopper primitives instead of tma_dot: TMA copies of a's and b's slices into
   /// rings of shared buffers completing on mbarriers, wgmma with both operands read from
   /// shared memory issued asynchronously (one product in flight while the next slice is
-  /// awaited), every warp a consumer and the program refilling a slot once all its warps
-  /// are past it. warp_specialize, cluster_m and a_in_registers do not apply.
+  /// awaited). With warp_specialize a producer warpgroup issues the copies
+  /// (Kernel::specialized_loop) and refills a slot once the consumers' mbarrier arrivals
+  /// release it; without, every warp is a consumer and the program refills a slot once
+  /// all its warps are past it. cluster_m and a_in_registers do not apply.
   bool tma_ring = false;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)

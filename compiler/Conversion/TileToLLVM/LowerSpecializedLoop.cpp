@@ -1,0 +1,167 @@
+//===- LowerSpecializedLoop.cpp - A loop split between warp roles ----------===//
+//
+// A top-level scf.for marked tile.warp_specialize (DSL Kernel::specialized_loop) runs on
+// two roles: a producer warpgroup added after the kernel's warps, and the kernel's own
+// warps (the consumers). It is lowered twice, each copy in a branch on the warp's role:
+//   - the producer's copy keeps only the ops marked tile.producer (TMA copies, mbarrier
+//     waits and arrivals, the arithmetic they need) and the unmarked arithmetic it can
+//     compute, and carries nothing; the producer's first thread issues each TMA copy;
+//     the producer warps then skip the rest of the kernel;
+//   - the consumers' copy drops the producer's mbarrier ops, keeps of each TMA copy only
+//     its slot's address, and lowers everything else; the ops after the loop follow in
+//     the same branch, their barriers among the consumer threads (bar.sync 1, N).
+// Each role first sets its register limit (setmaxnreg): ptxas gives each straight-line
+// region one register budget, and the producer needs few.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Conversion/TileToLLVM/MmaSync.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+
+namespace tokamax::tile {
+
+namespace {
+
+constexpr int64_t kProducerRegisters = 40, kMaxConsumerRegisters = 232;
+
+/// Arithmetic either role may need: lowered in the producer's copy too wherever its
+/// operands are there (what the consumers alone need is dead code in it). The passes
+/// after the DSL (layouts, canonicalization) create such ops without marks.
+bool isSharedArithmetic(Operation *op) { return op->getNumRegions() == 0 && isMemoryEffectFree(op); }
+
+/// The producer's ops may hold TMA copies, mbarrier ops, branches and loops of them, and
+/// side-effect-free arithmetic, and use only the induction variable, values from before
+/// the loop, each other's results and arithmetic on those.
+LogicalResult checkProducerOps(scf::ForOp loop) {
+  llvm::DenseSet<Value> available{loop.getInductionVar()};
+  auto usable = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    bool outside = def ? !loop->isProperAncestor(def) : v.getParentBlock() != loop.getBody();
+    return outside || available.contains(v);
+  };
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    const bool allUsable = llvm::all_of(op.getOperands(), usable);
+    if (!op.hasAttr(kProducerAttr)) {
+      if (isSharedArithmetic(&op) && allUsable)
+        available.insert(op.result_begin(), op.result_end());
+      continue;
+    }
+    if (!allUsable)
+      return op.emitOpError("runs on the producer warpgroup but uses a value of the consumers (a carried value or "
+                            "one of their results)");
+    WalkResult walked = op.walk([&](Operation *inner) {
+      auto copy = dyn_cast<AsyncBlockLoadOp>(inner);
+      if ((copy && copy.isTma()) || isa<MbarrierWaitOp, MbarrierArriveOp, scf::IfOp, scf::ForOp, scf::YieldOp>(inner) ||
+          isMemoryEffectFree(inner))
+        return WalkResult::advance();
+      inner->emitOpError("cannot run on the producer warpgroup of a warp-specialized loop, which may hold TMA "
+                         "copies, mbarrier waits and arrivals, and arithmetic");
+      return WalkResult::interrupt();
+    });
+    if (walked.wasInterrupted())
+      return failure();
+    available.insert(op.result_begin(), op.result_end());
+  }
+  return success();
+}
+
+/// The producer's copy of the loop: its marked ops only, nothing carried.
+LogicalResult lowerProducerCopy(TileLowering &t, scf::ForOp loop) {
+  OpBuilder &b = t.builder();
+  auto lowered = b.create<scf::ForOp>(loop.getLoc(), t.regs(loop.getLowerBound())[0],
+                                      t.regs(loop.getUpperBound())[0], t.regs(loop.getStep())[0]);
+  t.mapScalar(loop.getInductionVar(), lowered.getInductionVar());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(lowered.getBody()->getTerminator());
+  return t.lowerOps(loop.getBody()->without_terminator());
+}
+
+} // namespace
+
+FailureOr<bool> lowerForRole(TileLowering &t, Operation *op) {
+  const bool producerOp = op->hasAttr(kProducerAttr);
+  if (t.role() == TileLowering::WarpRole::Producer) {
+    if (producerOp)
+      return false;
+    if (isSharedArithmetic(op) && llvm::all_of(op->getOperands(), [&](Value v) { return t.hasRegs(v); }))
+      return false;
+    return true;  // the consumers' to run
+  }
+  if (!producerOp)
+    return false;
+  if (isa<MbarrierWaitOp, MbarrierArriveOp>(op))
+    return true;  // the producer's own synchronization
+  if (auto copy = dyn_cast<AsyncBlockLoadOp>(op)) {
+    t.setRegs(copy.getResult(), {slotPointer(t, copy)});  // the producer issues it
+    return true;
+  }
+  return false;
+}
+
+LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::iterator_range<Block::iterator> rest) {
+  OpBuilder &b = t.builder();
+  Location loc = loop.getLoc();
+  if (t.arch() != "sm_90a")
+    return loop.emitOpError("is split between warp roles, which needs sm_90a (setmaxnreg), compiling for ") << t.arch();
+  if (!isa<func::FuncOp>(loop->getParentOp()))
+    return loop.emitOpError("is split between warp roles and must sit at the kernel's top level");
+  if (failed(checkProducerOps(loop)))
+    return failure();
+  const int64_t warps = getNumWarps(loop);
+  if (warps % 4 != 0)
+    return loop.emitOpError("is split between warp roles and needs whole warpgroups of consumers, got ")
+           << warps << " warps";
+  // The launch limit that fits every thread of the block, then what the producer's
+  // decrease frees for the consumers (232 with 8 consumer warps: 2 x 128 x 232 + 128 x
+  // 40 = 384 x 168).
+  const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * warps + producerThreads;
+  const int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
+  const int64_t consumers =
+      std::min(kMaxConsumerRegisters, (launch * threads - kProducerRegisters * producerThreads) / (32 * warps) / 8 * 8);
+  const bool rebalance = consumers > launch;
+  if (rebalance)
+    t.setLaunchRegisters(static_cast<unsigned>(launch));
+  // The warp index broadcast from lane 0, so ptxas knows each branch is warp-uniform.
+  Value warp = b.create<NVVM::ShflOp>(loc, b.getI32Type(), t.i32(-1), t.warpId(), t.i32(0), t.i32(31),
+                                      NVVM::ShflKind::idx, UnitAttr());
+  Value isProducer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, warp, t.i32(warps));
+  auto setRegisters = [&](bool producer) {
+    if (rebalance)
+      b.create<NVVM::SetMaxRegisterOp>(loc, static_cast<uint32_t>(producer ? kProducerRegisters : consumers),
+                                       producer ? NVVM::SetMaxRegisterAction::decrease
+                                                : NVVM::SetMaxRegisterAction::increase);
+  };
+  auto asRole = [&](TileLowering::WarpRole role, llvm::function_ref<LogicalResult()> lower) {
+    t.setRole(role);
+    t.setSplitByMark(true);
+    LogicalResult lowered = lower();
+    t.setSplitByMark(false);
+    t.setRole(TileLowering::WarpRole::All);
+    return lowered;
+  };
+  {
+    auto producer = b.create<scf::IfOp>(loc, isProducer, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(producer.getThenRegion().front().getTerminator());
+    setRegisters(true);
+    if (failed(asRole(TileLowering::WarpRole::Producer, [&] { return lowerProducerCopy(t, loop); })))
+      return failure();
+  }
+  Value isConsumer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, warp, t.i32(warps));
+  auto consumer = b.create<scf::IfOp>(loc, isConsumer, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(consumer.getThenRegion().front().getTerminator());
+  setRegisters(false);
+  unsigned outer = t.setBarrierThreads(static_cast<unsigned>(32 * warps));
+  LogicalResult lowered = asRole(TileLowering::WarpRole::Consumer, [&] { return t.lowerOp(loop); });
+  if (succeeded(lowered))
+    lowered = t.lowerOps(rest);
+  t.setBarrierThreads(outer);
+  return lowered;
+}
+
+} // namespace tokamax::tile
