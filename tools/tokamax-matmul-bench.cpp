@@ -216,7 +216,8 @@ int main(int argc, char **argv) try {
       fmt::print(stderr,
                  "usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]\n"
                  "  --impl: hopper, tile, reference, or hopper on the DSL's Hopper primitives (tma_ring): ring (a\n"
-                 "         producer warpgroup, Kernel::specialized_loop) or ring-inorder (every warp a consumer)\n");
+                 "         producer warpgroup, Kernel::specialized_loop, persistent) or ring-inorder (every warp a\n"
+                 "         consumer, one program per tile)\n");
       return 2;
     }
   }
@@ -254,7 +255,8 @@ int main(int argc, char **argv) try {
       options.implementation = impl;
       if (impl == "ring" || impl == "ring-inorder") {  // hopper's product on the DSL's Hopper primitives
         MatmulConfig config = default_hopper_config(MatmulSpec{m, n, k, DType::BF16, DType::BF16});
-        config.tma_ring = true, config.programs = 0, config.warp_specialize = impl == "ring";
+        config.tma_ring = true, config.warp_specialize = impl == "ring";
+        config.programs = config.warp_specialize ? Device::get().sm_count() : 0;  // persistent as hopper's
         options.implementation = "hopper";
         options.config = config;
       }

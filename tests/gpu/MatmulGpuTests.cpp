@@ -325,6 +325,7 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
         config.num_stages = 2 + run % 3;
         config.tma_store = run % 2 == 0;
         config.warp_specialize = (run / 2) % 2 == 0;  // a producer warpgroup, or every warp in order
+        config.programs = config.warp_specialize && run % 3 == 0 ? 7 : 0;  // persistent: uneven shares
         bool ta = t & 1;
         Case c{ta ? m - m % 8 + 8 : m, n, k, run % 2 ? DType::F16 : DType::BF16, run % 3 ? DType::F32 : DType::BF16,
                ta, bool(t & 2), run % 5 == 0, run % 2 ? 1.0 : -0.5, "hopper", config};
@@ -333,7 +334,8 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
         double err = runCase(c, stream);
         INFO(describe(c) << " block " << config.block_m << "x" << config.block_n << "x" << config.block_k
                          << " stages " << config.num_stages
-                         << (config.warp_specialize ? " warp-specialized" : " in order") << ": relative error " << err);
+                         << (config.warp_specialize ? " warp-specialized" : " in order") << " programs "
+                         << config.programs << ": relative error " << err);
         CHECK(err < tolerance(c.dtype, c.out, c.k));
       }
   CHECK(run == 36);

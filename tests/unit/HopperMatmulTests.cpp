@@ -204,9 +204,12 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the interp
       config.block_k = 64 >> (cases % 3);
       config.num_stages = 2 + cases % 3;
       config.group_m = 2;
-      for (bool specialized : {false, true}) {
-        config.warp_specialize = specialized;
-        INFO("block_k " << config.block_k << " stages " << config.num_stages << " warp-specialized " << specialized);
+      // In order; warp-specialized with one program per tile, and persistent over uneven
+      // shares of the tiles (3 programs).
+      for (int variant = 0; variant < 3; ++variant) {
+        config.warp_specialize = variant > 0;
+        config.programs = variant == 2 ? 3 : 0;
+        INFO("block_k " << config.block_k << " stages " << config.num_stages << " variant " << variant);
         checkHopper(spec, config, cases % 2 ? 1.0 : -0.75);
       }
       ++cases;

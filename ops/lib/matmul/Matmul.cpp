@@ -269,52 +269,99 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
 
 namespace {
 
-/// The [bm, bn] product at (m0, n0) through TMA rings: a's [bm, block_k] (or [block_k,
-/// bm]) and b's [block_k, bn] (or [bn, block_k]) slices per step, both read by wgmma from
-/// shared memory; each step's product stays in flight until the next one has been
-/// issued. The copies come from every warp's program order (ring_loop) or, with
-/// warp_specialize, from a producer warpgroup (Kernel::specialized_loop).
-Value tma_ring_product(Kernel &k, const MatmulSpec &spec, const MatmulConfig &config, const Params &p, Value m0,
-                       Value n0) {
+/// The hopper kernel's main loop on the DSL's Hopper primitives: a's [bm, block_k] (or
+/// [block_k, bm]) and b's [block_k, bn] (or [bn, block_k]) slices per K step through TMA
+/// rings, both read by wgmma from shared memory; each step's product stays in flight
+/// until the next one has been issued.
+///   - in order (no warp_specialize): one program per tile, every warp waits, multiplies
+///     and refills (ring_loop);
+///   - warp-specialized: a producer warpgroup (Kernel::specialized_loop) walks the K
+///     steps, refilling a slot once every consumer thread has released it. With a
+///     persistent grid (`programs` fewer than the tiles: tiles p, p + P, ... in grouped
+///     order) the loop is flat over the program's tiles and their K steps: the consumers
+///     store each tile after its last step and start the next from zero, so the producer
+///     loads the next tile's slices during the epilogue (each step's product completes
+///     within its step there, see below).
+Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool tmaStore) {
   const int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k, stages = config.num_stages;
+  Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
+  Params p = declare(k, spec, DType::F32);
+  const int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), units = gridM * gridN, steps = cdiv(spec.k, bk);
   Mbarriers full = k.mbarriers(stages, 2);  // a's and b's copies
   SharedBuffer aRing = k.shared_buffer(stages), bRing = k.shared_buffer(stages);
-  RingCopies copies = [&](const Value &k0, const Value &slot) {
+  auto copies = [&](const Value &m0, const Value &n0, const Value &k0, const Value &slot) {
     Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, full, slot)
                            : p.a.load_tma({m0, k0}, {bm, bk}, aRing, slot, full, slot);
     Value b = spec.trans_b ? p.b.load_tma({n0, k0}, {bn, bk}, bRing, slot, full, slot)
                            : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, full, slot);
     return std::vector<Value>{a, b};
   };
-  RingProducts products = [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
+  // The step's product, leaving `pending` (this one, or none) in flight.
+  auto product = [&](const std::vector<Value> &blocks, const Value &acc, int pending = 1) {
     Value a = spec.trans_a ? blocks[0].trans() : blocks[0];
     Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
-    return std::vector<Value>{dot_wait(dot_async(a, b, accs[0]), 1)};
+    return dot_wait(dot_async(a, b, acc), pending);
   };
+  Value zeros = k.full({bm, bn}, 0.0, DType::F32);
   if (!config.warp_specialize) {
-    std::vector<Value> acc =
-        ring_loop(k, 0, Value(spec.k), bk, stages, {k.full({bm, bn}, 0.0, DType::F32)}, copies, products, &full);
-    return dot_wait(acc[0], 0);
+    k.grid(units);
+    auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
+    std::vector<Value> acc = ring_loop(
+        k, 0, Value(spec.k), bk, stages, {zeros},
+        [&](const Value &k0, const Value &slot) { return copies(m0, n0, k0, slot); },
+        [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
+          return std::vector<Value>{product(blocks, accs[0])};
+        },
+        &full);
+    epilogue(spec, p, dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
+    return k;
   }
-  // A producer warpgroup refills each slot once the consumers' arrivals have released
-  // it (a fresh slot's "previous phase" counts as complete); the consumers of step i
-  // release step i - 1's slot once its product is done.
+  const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
+  const bool persistent = programs < units;
+  k.grid(programs);
+  Value pid = k.program_id(0);
+  Value tiles = persistent ? (Value(units) - pid + Value(programs - 1)) / Value(programs) : Value(1);
+  auto origin = [&](const Value &i) {
+    Value unit = persistent ? pid + i / Value(steps) * Value(programs) : pid;
+    return grouped_block(unit, gridM, gridN, config.group_m, bm, bn);
+  };
+  // A fresh slot's "previous phase" counts as complete, so the first pass waits for nothing.
   Mbarriers empty = k.mbarriers(stages, 32 * int64_t(config.num_warps));
-  std::vector<Value> acc = k.specialized_loop(
-      0, Value(cdiv(spec.k, bk)), 1, {k.full({bm, bn}, 0.0, DType::F32)},
+  std::vector<Value> out = k.specialized_loop(
+      0, persistent ? tiles * Value(steps) : Value(steps), 1, {zeros},
       [&](Value i) {
         Value slot = i % Value(stages);
         k.wait(empty, slot, (i / Value(stages) + Value(1)) % Value(2));
-        return copies(i * Value(bk), slot);
+        auto [m0, n0] = origin(i);
+        return copies(m0, n0, i % Value(steps) * Value(bk), slot);
       },
-      [&](Value i, std::vector<Value> accs, std::vector<Value> blocks) {
-        Value slot = i % Value(stages);
-        k.wait(full, slot, (i / Value(stages)) % Value(2));
-        std::vector<Value> out = products(i, std::move(accs), std::move(blocks));
-        k.when(i > Value(0), [&] { k.arrive(empty, (i + Value(stages - 1)) % Value(stages)); });
-        return out;
+      [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
+        k.wait(full, i % Value(stages), (i / Value(stages)) % Value(2));
+        // The tile's last step stores it and the next starts from zero (persistent). The
+        // branch joins the accumulator's registers, which must not be in flight there
+        // (ptxas would serialize the whole wgmma chain), so each step's product completes
+        // within the step there.
+        Value acc = product(blocks, carried[0], persistent ? 0 : 1);
+        if (!persistent) {
+          // Step i - 1's product is done: its slot may be refilled.
+          k.when(i > Value(0), [&] { k.arrive(empty, (i + Value(stages - 1)) % Value(stages)); });
+          return std::vector<Value>{acc};
+        }
+        k.arrive(empty, i % Value(stages));  // this step's product is done
+        return k.if_else(
+            i % Value(steps) == Value(steps - 1),
+            [&] {
+              auto [m0, n0] = origin(i);
+              epilogue(spec, p, acc, m0, n0, bn, tmaStore);
+              return std::vector<Value>{zeros};
+            },
+            [&] { return std::vector<Value>{acc}; });
       });
-  return dot_wait(acc[0], 0);
+  if (!persistent) {
+    auto [m0, n0] = origin(Value(0));
+    epilogue(spec, p, dot_wait(out[0], 0), m0, n0, bn, tmaStore);
+  }
+  return k;
 }
 
 } // namespace
@@ -335,15 +382,8 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
                   hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
                           hopper_store_strip_bytes(config) <=
                       kHopperSharedLimit;
-  if (config.tma_ring) {
-    Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
-    Params p = declare(k, spec, DType::F32);
-    int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
-    k.grid(gridM * gridN);
-    auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
-    epilogue(spec, p, tma_ring_product(k, spec, config, p, m0, n0), m0, n0, bn, tmaStore);
-    return k;
-  }
+  if (config.tma_ring)
+    return tma_ring_kernel(spec, config, tmaStore);
   Kernel k("matmul_hopper", {config.num_warps});
   Params p = declare(k, spec, DType::F32);
   // Work is handed out in units of `cluster` vertically adjacent blocks (one per CTA of

@@ -166,8 +166,8 @@ public:
     if (c.tma_ring) {
       if (is_fp8(spec.dtype))
         return fmt::format("tma_ring takes bf16 or f16 operands, got {}", dtype_name(spec.dtype));
-      if (c.programs != 0)
-        return fmt::format("tma_ring runs one program per tile (programs 0), got programs {}", c.programs);
+      if (c.programs != 0 && !c.warp_specialize)
+        return fmt::format("tma_ring in order runs one program per tile (programs 0), got programs {}", c.programs);
       if (c.cluster_m != 1 || c.a_in_registers || c.rebalance_registers)
         return std::string("tma_ring does not combine with cluster_m, a_in_registers or rebalance_registers");
     }

@@ -56,14 +56,15 @@ struct TOKAMAX_API MatmulConfig {
   /// the tile loop, the producer with 40 registers per thread and the consumers with
   /// what that frees (setmaxnreg; 232 with 8 warps)
   bool rebalance_registers = false;
-  /// hopper, bf16 / f16, one program per tile (programs 0): the main loop written in the
-  /// DSL's Hopper primitives instead of tma_dot: TMA copies of a's and b's slices into
-  /// rings of shared buffers completing on mbarriers, wgmma with both operands read from
-  /// shared memory issued asynchronously (one product in flight while the next slice is
-  /// awaited). With warp_specialize a producer warpgroup issues the copies
-  /// (Kernel::specialized_loop) and refills a slot once the consumers' mbarrier arrivals
-  /// release it; without, every warp is a consumer and the program refills a slot once
-  /// all its warps are past it. cluster_m and a_in_registers do not apply.
+  /// hopper, bf16 / f16: the main loop written in the DSL's Hopper primitives instead of
+  /// tma_dot: TMA copies of a's and b's slices into rings of shared buffers completing on
+  /// mbarriers, wgmma with both operands read from shared memory issued asynchronously
+  /// (one product in flight while the next slice is awaited). With warp_specialize a
+  /// producer warpgroup issues the copies (Kernel::specialized_loop) over all of a
+  /// program's tiles (persistent with `programs`), refilling a slot once the consumers'
+  /// mbarrier arrivals release it, so the next tile's loads overlap the epilogue; without,
+  /// one program per tile (programs 0), every warp a consumer, a slot refilled once all
+  /// its warps are past it. cluster_m and a_in_registers do not apply.
   bool tma_ring = false;
   /// hopper: persistent grid of this many programs (0: one per tile; in a Config, -1
   /// means one per SM of the device)
