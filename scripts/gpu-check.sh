@@ -75,6 +75,9 @@ if wants attention; then
     glu_peers=(--peers "$out/glu-peers.json")
   fi
   TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
+  # The same on TMA rings with a producer warpgroup (the opt-in tma config).
+  TAIL=10 run glu-bench-tma "$bin/tokamax-glu-bench" "${glu_peers[@]}" \
+    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
   # ragged_dot beside torch's grouped mm (or a loop of matmuls).
   ragged_peers=()
   if has_torch; then

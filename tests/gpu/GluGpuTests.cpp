@@ -103,6 +103,31 @@ TEST_CASE("gated_linear_unit on the device: odd and large shapes, both tile main
   }
 }
 
+TEST_CASE("gated_linear_unit on the device: TMA rings and a producer warpgroup (tma)", "[gpu][glu][tma_ring]") {
+  if (Device::get().arch() != "sm_90a") {
+    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+    return;
+  }
+  uint64_t seed = 900;
+  // Ragged K and N (a W0 block reaching into W1's columns, K past the last slice), 1-4
+  // warpgroups' worth of rows, 32- to 128-byte K slices, 2-4 stages, forward and VJP.
+  struct Shape {
+    std::vector<int64_t> lead;
+    int64_t k, n;
+  };
+  int index = 0;
+  for (const Shape &s : {Shape{{1}, 72, 40}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000}, Shape{{1000}, 1000, 1000}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      const int warps = index % 2 ? 8 : 4;
+      Config config{{"block_m", 16 * warps}, {"block_n", index % 3 ? 128 : 64}, {"block_k", 64 >> (index % 3)},
+                    {"num_warps", warps}, {"async_copy", 1}, {"stages", 2 + index % 3}, {"tma", 1}};
+      ++index;
+      Case c{s.lead, s.k, s.n, dtype, index % 2 ? "swish" : "gelu", "tile", config};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+}
+
 TEST_CASE("gated_linear_unit on the device: rows of the benchmark shape (K 4096, N 14336)", "[gpu][glu]") {
   // M 64 keeps the float64 reference to ~1e10 multiply-adds; the kernels are the
   // benchmark's, with fewer row blocks.

@@ -179,6 +179,57 @@ TEST_CASE("gated_linear_unit: tile kernels lower for sm_90a and sm_80 and assemb
     WARN("ptxas not found: the kernels were lowered but not assembled");
 }
 
+TEST_CASE("gated_linear_unit: the tma config runs on TMA rings and a producer warpgroup and assembles",
+          "[glu][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  BoundArgs fwd = bind_gated_linear_unit({{8192, 4096}, DType::BF16}, {{4096, 2, 14336}, DType::BF16},
+                                         {{8192, 14336}, DType::BF16}, GluActivation::Swish);
+  const Implementation &tile = gated_linear_unit_op().implementation("tile");
+  Config c{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8},
+           {"async_copy", 1}, {"stages", 3}, {"tma", 1}};
+  REQUIRE_FALSE(tile.check_config(fwd, c).has_value());
+  auto why = [&](const char *key, int64_t value) {
+    Config changed = c;
+    changed.set(key, value);
+    return tile.check_config(fwd, changed).value_or("valid");
+  };
+  CHECK_THAT(why("num_warps", 4), Contains("block_m = 16 * num_warps"));
+  CHECK_THAT(why("block_k", 128), Contains("32, 64 or 128 bytes"));
+  CHECK_THAT(why("block_n", 32), Contains("whole 128-byte rows"));
+  CHECK_THAT(why("tma", 2), Contains("tma must be 0 or 1"));
+  for (bool vjp : {false, true}) {
+    BoundArgs args = vjp ? bind_gated_linear_unit_vjp({{8192, 14336}, DType::BF16}, {{8192, 4096}, DType::BF16},
+                                                      {{4096, 2, 14336}, DType::BF16}, {{8192, 4096}, DType::BF16},
+                                                      {{4096, 2, 14336}, DType::BF16}, GluActivation::Swish)
+                         : fwd;
+    Config config = c;
+    if (vjp)
+      config.set("block_n", 64);
+    const Implementation &impl = (vjp ? gated_linear_unit_vjp_op() : gated_linear_unit_op()).implementation("tile");
+    REQUIRE_FALSE(impl.check_config(args, config).has_value());
+    std::vector<dsl::Kernel> kernels = impl.kernels(args, config);
+    CompileOptions options;
+    options.assemble = false;
+    options.arch = "sm_90a";
+    CompiledKernel compiled = compile(kernels.front(), options);
+    const std::string &ptx = compiled.ptx;
+    INFO((vjp ? "VJP" : "forward"));
+    CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 3);
+    CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
+    CHECK(test::count(ptx, "ldmatrix") == 0);
+    CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
+    CHECK(compiled.launch.block_threads == 384u);
+    REQUIRE(compiled.launch.tensor_maps.size() == 2u);  // x and the weights as [K, 2N]
+    if (ptxas.empty())
+      continue;
+    auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(test::count(log, "0 bytes spill stores") == 1);
+    CHECK(test::count(log, "serialized") == 0);
+  }
+}
+
 TEST_CASE("gated_linear_unit: wgmma configs put the ring's products on wgmma for sm_90a and assemble",
           "[glu][ptx]") {
   const std::string ptxas = test::ptxas_path();

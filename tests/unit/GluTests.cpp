@@ -62,4 +62,13 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
                {"async_copy", 1}, {"stages", 2}, {"wgmma", 1}};
   check(checkForward({{33}, 72, 48, DType::BF16, "gelu", "tile", wgmma}, seed++));
   check(checkVjp({{100}, 72, 48, DType::F16, "relu", "tile", wgmma}, seed++));
+  // The tma config: TMA rings with a producer warpgroup (the interpreter runs each step's
+  // copies, then its products), the weights read as [K, 2N]: N 40 puts W1's first
+  // columns in W0's last block, K 72 leaves a partial last slice.
+  for (int64_t n : {40, 48}) {
+    Config tma{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
+               {"async_copy", 1}, {"stages", 2}, {"tma", 1}};
+    check(checkForward({{33}, 72, n, DType::BF16, "swish", "tile", tma}, seed++));
+    check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "tile", tma}, seed++));
+  }
 }

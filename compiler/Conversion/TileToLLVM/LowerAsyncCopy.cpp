@@ -38,10 +38,15 @@ SharedTileView sharedTileView(TileLowering &t, Value tile) {
 
 bool readsSharedAtDot(ConvertLayoutOp op) {
   if (!isSharedTile(op.getSource().getType()) || !isa_and_nonnull<DotOperandLayoutAttr>(getLayout(op.getType())) ||
-      !op->hasOneUse())
+      op->use_empty())
     return false;
-  Operation *user = *op->user_begin();
-  return isa<DotOp>(user) && user->getBlock() == op->getBlock();
+  // Where dots may run on wgmma, each of several dots reads the tile itself (CSE merges
+  // their conversions): wgmma reads it through a descriptor, so a shared x of two
+  // products stays in shared memory for both. Elsewhere one dot reads it.
+  if (!op->hasOneUse() && !hasWgmmaDots(op))
+    return false;
+  return llvm::all_of(op->getUsers(),
+                      [&](Operation *user) { return isa<DotOp>(user) && user->getBlock() == op->getBlock(); });
 }
 
 Value slotPointer(TileLowering &t, AsyncBlockLoadOp op) {

@@ -106,8 +106,9 @@ mlir::LogicalResult initMbarriers(TileLowering &t, mlir::func::FuncOp func);
 /// of the block's rows, or the whole row where it is 32 or 64 bytes. Returns (inner
 /// elements, rows, swizzle bytes).
 std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op);
-/// Whether `op` reads a shared tile into a dot-operand layout for the one dot right
-/// after it in its block: that dot reads the tile itself, one K step at a time.
+/// Whether `op` reads a shared tile into a dot-operand layout for the dots after it in
+/// its block (one, or several in wgmma kernels): each reads the tile itself (one K step
+/// at a time on mma.sync, through a descriptor on wgmma).
 bool readsSharedAtDot(ConvertLayoutOp op);
 
 /// The 32-bit words of mma.sync fragments, from the registers of dot operands in their

@@ -45,6 +45,10 @@ struct GateKernelSpec {
   /// With async_copy, on sm_90a: every warp along M (16 rows each) and the products read
   /// the ring's weight blocks on wgmma (dsl::KernelOptions::wgmma_dots); mma.sync elsewhere.
   bool wgmma = false;
+  /// With async_copy, on sm_90a only: the blocks come by TMA (weights read as [K, 2N]),
+  /// a producer warpgroup refilling the rings (dsl::Kernel::specialized_loop), and both
+  /// products read both operands from shared memory on wgmma.
+  bool tma = false;
 
   KernelKey key() const;
 };

@@ -4,8 +4,9 @@
 // (m0, n0) over one K loop: each step reads one x block and the two weight blocks and
 // updates two accumulators, so x is read once for both products and a, b never leave
 // the registers. The epilogue applies the gate (forward: act(a) * b) or its VJP (dh =
-// [dout * b * act'(a), dout * act(a)]). Blocks come through a cp.async ring, masked
-// register loads read one step ahead, or (exact products) plain loads.
+// [dout * b * act'(a), dout * act(a)]). Blocks come through a cp.async ring, TMA rings
+// refilled by a producer warpgroup (sm_90a), masked register loads read one step ahead,
+// or (exact products) plain loads.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/glu/GluDetail.h"
@@ -28,7 +29,8 @@ const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "referen
 KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
                                        {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),
-                                        exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma});
+                                        exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma,
+                                        tma});
 }
 
 namespace {
@@ -137,6 +139,26 @@ std::vector<Value> ringLoop(Kernel &k, const GateKernelSpec &s, const Operands &
                    });
 }
 
+/// a, b over K through TMA rings (tma_ring_loop): x's block and the two weight halves'
+/// blocks, the weights read as [K, 2N] (W1's block starts N columns after W0's; W0's
+/// columns past N read W1's, which only feed output columns past N, never stored). Each
+/// step leaves its two products in flight until the next step's are issued.
+std::vector<Value> tmaLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
+  const int64_t bm = s.block_m, bn = s.block_n, bk = s.block_k;
+  const TmaRing ring = TmaRing::make(k, s.stages, 3, s.num_warps);
+  const SharedBuffer rings[3] = {k.shared_buffer(s.stages), k.shared_buffer(s.stages), k.shared_buffer(s.stages)};
+  TmaRingCopies copies = [&](const Value &k0, const Value &slot) {
+    return std::vector<Value>{o.x.load_tma({o.m0, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
+                              o.w.load_tma({k0, o.n0}, {bk, bn}, rings[1], slot, ring.full, slot),
+                              o.w.load_tma({k0, o.n0 + Value(s.p.N)}, {bk, bn}, rings[2], slot, ring.full, slot)};
+  };
+  return tma_ring_loop(k, s.p.K, bk, ring, {zero, zero}, copies,
+                       [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
+                         Value a0 = dot_async(b[0], b[1], acc[0]), a1 = dot_async(b[0], b[2], acc[1]);
+                         return std::vector<Value>{dot_wait(a0, 2), dot_wait(a1, 2)};
+                       });
+}
+
 } // namespace
 
 Kernel gate_kernel(const GateKernelSpec &s) {
@@ -144,18 +166,22 @@ Kernel gate_kernel(const GateKernelSpec &s) {
   if (p.M < 1 || p.N < 1 || p.K < 1)
     throw Error(fmt::format("gated_linear_unit: a gate kernel needs M, N, K >= 1, got {} x {} x {}", p.M, p.N, p.K));
   const int64_t bm = s.block_m, bn = s.block_n;
+  const bool wgmma = s.wgmma || s.tma;
   Kernel k(p.vjp ? "glu_gate_vjp" : "glu_gate",
-           {.num_warps = s.num_warps, .mma_rows_per_warp = s.wgmma, .wgmma_dots = s.wgmma});
+           {.num_warps = s.num_warps, .mma_rows_per_warp = wgmma, .wgmma_dots = wgmma});
   std::optional<TensorArg> dout;
   if (p.vjp)
     dout = k.input("dout", p.dtype, {p.M, p.N});
-  Operands o{k.input("x", p.dtype, {p.M, p.K}), k.input("weights", p.dtype, {p.K, 2, p.N}), Value(), Value()};
+  Operands o{k.input("x", p.dtype, {p.M, p.K}),
+             k.input("weights", p.dtype, s.tma ? std::vector<int64_t>{p.K, 2 * p.N} : std::vector<int64_t>{p.K, 2, p.N}),
+             Value(), Value()};
   TensorArg result = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.output("out", p.dtype, {p.M, p.N});
   const int64_t gridM = cdiv(p.M, bm), gridN = cdiv(p.N, bn);
   k.grid(gridM * gridN);
   std::tie(o.m0, o.n0) = grouped_block(k.program_id(0), gridM, gridN, s.group_m, bm, bn);
   Value zero = k.full({bm, bn}, 0.0, p.compute);
   std::vector<Value> ab = s.exact        ? exactLoop(k, s, o, zero)
+                          : s.tma        ? tmaLoop(k, s, o, zero)
                           : s.async_copy ? ringLoop(k, s, o, zero)
                                          : registerLoop(k, s, o, zero);
   const Value &a = ab[0], &b = ab[1];

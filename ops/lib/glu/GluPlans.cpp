@@ -6,8 +6,9 @@
 //             matrices, on the matmul kernels (tile: mma.sync; reference: exact).
 //
 // Configs (the gate kernel's): block_m, block_n, block_k, num_warps, and for tile
-// group_m, async_copy, stages and wgmma (opt-in, out of the heuristic and the search
-// space until measured on the device, as for attention). The tile heuristic takes 128 x 128 output tiles (two f32
+// group_m, async_copy, stages, wgmma and tma (both opt-in, out of the heuristic and the
+// search space until measured on the device, as for attention; tma: TMA rings refilled
+// by a producer warpgroup, wgmma from shared memory, sm_90a only). The tile heuristic takes 128 x 128 output tiles (two f32
 // accumulators: 128 registers per thread on 8 warps) with 64-byte K slices through a
 // three-slot cp.async ring where the rows allow it, 128 x 64 otherwise and for the VJP
 // (whose epilogue holds dout, da and db too); exact products use matmul reference's
@@ -47,6 +48,7 @@ GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
   s.async_copy = !s.exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p);
   s.stages = c.get_or("stages", 3);
   s.wgmma = s.async_copy && c.get_or("wgmma", 0) != 0;
+  s.tma = s.async_copy && c.get_or("tma", 0) != 0;
   return s;
 }
 
@@ -81,6 +83,11 @@ int64_t ringBytes(const Problem &p, const Config &c) {
          int64_t(dtype_size(p.dtype));
 }
 
+/// The weights as the gate kernel reads them: [K, 2N] for TMA (2-D tensor maps).
+std::vector<int64_t> weightsShape(const GateKernelSpec &s) {
+  return s.tma ? std::vector<int64_t>{s.p.K, 2 * s.p.N} : std::vector<int64_t>{s.p.K, 2, s.p.N};
+}
+
 } // namespace
 
 bool async_copy_serves(const Problem &p) { return isHalf(p.dtype) && p.K % 8 == 0 && p.N % 8 == 0; }
@@ -98,7 +105,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
     }
     GateKernelSpec s = gateSpec(p, impl, config);
     ex.launch(s.key(), [s] { return gate_kernel(s); },
-              {as(in[0], {p.M, p.K}), as(in[1], {p.K, 2, p.N}), as(out[0], {p.M, p.N})});
+              {as(in[0], {p.M, p.K}), as(in[1], weightsShape(s)), as(out[0], {p.M, p.N})});
     return;
   }
   const TensorView &dout = in[0], &x = in[1], &w = in[2], &dx = out[0], &dw = out[1];
@@ -110,7 +117,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
   GateKernelSpec s = gateSpec(p, impl, config);
   ex.launch(s.key(), [s] { return gate_kernel(s); },
-            {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, {p.K, 2, p.N}),
+            {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)),
              TensorView(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device)});
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
   // dx [M, K] = dh [M, 2N] @ (weights as [K, 2N])^T.
@@ -149,7 +156,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   const bool tile = impl == Impl::Tile;
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
-        !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma")))
+        !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma" || key == "tma")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
   const int64_t minBlock = tile ? 16 : 1;
@@ -183,6 +190,19 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     return fmt::format("wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1 and "
                        "block_m = 16 * num_warps (every warp along M), got block_m {} with {} warps",
                        bm, w);
+  if (const int64_t tma = c.get_or("tma", 0); tma != 0 && tma != 1)
+    return fmt::format("tma must be 0 or 1, got {}", tma);
+  if (c.get_or("tma", 0)) {
+    const int64_t bytes = int64_t(dtype_size(p.dtype));
+    if (!async || bm != 16 * w || w % 4 != 0)
+      return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
+                         "block_m = 16 * num_warps, got block_m {} with {} warps",
+                         bm, w);
+    if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
+      return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
+    if (bn * bytes % 128 != 0)
+      return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / bytes, bn);
+  }
   if (ringBytes(p, c) > 220 * 1024)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 128)

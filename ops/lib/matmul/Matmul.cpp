@@ -241,6 +241,39 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   return k;
 }
 
+TmaRing TmaRing::make(Kernel &k, int64_t stages, int64_t copies, int consumer_warps) {
+  return {stages, k.mbarriers(stages, copies), k.mbarriers(stages, 32 * int64_t(consumer_warps))};
+}
+
+void TmaRing::wait_free(Kernel &k, const Value &step) const {
+  k.wait(empty, slot(step), (step / Value(stages) + Value(1)) % Value(2));
+}
+
+void TmaRing::wait_full(Kernel &k, const Value &step) const {
+  k.wait(full, slot(step), (step / Value(stages)) % Value(2));
+}
+
+void TmaRing::release(Kernel &k, const Value &step) const { k.arrive(empty, slot(step)); }
+
+std::vector<Value> tma_ring_loop(Kernel &k, int64_t extent, int64_t step, const TmaRing &ring, std::vector<Value> accs,
+                                 const TmaRingCopies &copies, const RingProducts &products) {
+  std::vector<Value> out = k.specialized_loop(
+      0, Value(cdiv(extent, step)), 1, std::move(accs),
+      [&](Value i) {
+        ring.wait_free(k, i);
+        return copies(i * Value(step), ring.slot(i));
+      },
+      [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
+        ring.wait_full(k, i);
+        std::vector<Value> result = products(i * Value(step), std::move(carried), std::move(blocks));
+        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's dots are done
+        return result;
+      });
+  for (Value &acc : out)
+    acc = dot_wait(acc, 0);
+  return out;
+}
+
 std::string hopper_unsupported(const MatmulSpec &spec) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !is_fp8(spec.dtype))
     return fmt::format("the hopper matmul takes bf16, f16, f8e4m3 or f8e5m2, got {}", dtype_name(spec.dtype));
@@ -287,13 +320,13 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
   Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
   Params p = declare(k, spec, DType::F32);
   const int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), units = gridM * gridN, steps = cdiv(spec.k, bk);
-  Mbarriers full = k.mbarriers(stages, 2);  // a's and b's copies
+  const TmaRing ring = TmaRing::make(k, stages, 2, config.num_warps);  // a's and b's copies
   SharedBuffer aRing = k.shared_buffer(stages), bRing = k.shared_buffer(stages);
   auto copies = [&](const Value &m0, const Value &n0, const Value &k0, const Value &slot) {
-    Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, full, slot)
-                           : p.a.load_tma({m0, k0}, {bm, bk}, aRing, slot, full, slot);
-    Value b = spec.trans_b ? p.b.load_tma({n0, k0}, {bn, bk}, bRing, slot, full, slot)
-                           : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, full, slot);
+    Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, ring.full, slot)
+                           : p.a.load_tma({m0, k0}, {bm, bk}, aRing, slot, ring.full, slot);
+    Value b = spec.trans_b ? p.b.load_tma({n0, k0}, {bn, bk}, bRing, slot, ring.full, slot)
+                           : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, ring.full, slot);
     return std::vector<Value>{a, b};
   };
   // The step's product, leaving `pending` (this one, or none) in flight.
@@ -302,52 +335,43 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
     return dot_wait(dot_async(a, b, acc), pending);
   };
+  RingProducts products = [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
+    return std::vector<Value>{product(blocks, accs[0])};
+  };
   Value zeros = k.full({bm, bn}, 0.0, DType::F32);
-  if (!config.warp_specialize) {
+  const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
+  if (!config.warp_specialize || programs == units) {
     k.grid(units);
     auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
-    std::vector<Value> acc = ring_loop(
-        k, 0, Value(spec.k), bk, stages, {zeros},
-        [&](const Value &k0, const Value &slot) { return copies(m0, n0, k0, slot); },
-        [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
-          return std::vector<Value>{product(blocks, accs[0])};
-        },
-        &full);
-    epilogue(spec, p, dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
+    TmaRingCopies step = [&](const Value &k0, const Value &slot) { return copies(m0, n0, k0, slot); };
+    std::vector<Value> acc =
+        config.warp_specialize
+            ? tma_ring_loop(k, spec.k, bk, ring, {zeros}, step, products)
+            : ring_loop(k, 0, Value(spec.k), bk, stages, {zeros}, step, products, &ring.full);
+    epilogue(spec, p, config.warp_specialize ? acc[0] : dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
     return k;
   }
-  const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
-  const bool persistent = programs < units;
+  // Persistent: one flat loop over the program's tiles and their K steps. The tile's
+  // last step stores it and the next starts from zero. The branch joins the
+  // accumulator's registers, which must not be in flight there (ptxas would serialize
+  // the whole wgmma chain), so each step's product completes within the step.
   k.grid(programs);
   Value pid = k.program_id(0);
-  Value tiles = persistent ? (Value(units) - pid + Value(programs - 1)) / Value(programs) : Value(1);
+  Value tiles = (Value(units) - pid + Value(programs - 1)) / Value(programs);
   auto origin = [&](const Value &i) {
-    Value unit = persistent ? pid + i / Value(steps) * Value(programs) : pid;
-    return grouped_block(unit, gridM, gridN, config.group_m, bm, bn);
+    return grouped_block(pid + i / Value(steps) * Value(programs), gridM, gridN, config.group_m, bm, bn);
   };
-  // A fresh slot's "previous phase" counts as complete, so the first pass waits for nothing.
-  Mbarriers empty = k.mbarriers(stages, 32 * int64_t(config.num_warps));
-  std::vector<Value> out = k.specialized_loop(
-      0, persistent ? tiles * Value(steps) : Value(steps), 1, {zeros},
+  k.specialized_loop(
+      0, tiles * Value(steps), 1, {zeros},
       [&](Value i) {
-        Value slot = i % Value(stages);
-        k.wait(empty, slot, (i / Value(stages) + Value(1)) % Value(2));
+        ring.wait_free(k, i);
         auto [m0, n0] = origin(i);
-        return copies(m0, n0, i % Value(steps) * Value(bk), slot);
+        return copies(m0, n0, i % Value(steps) * Value(bk), ring.slot(i));
       },
       [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
-        k.wait(full, i % Value(stages), (i / Value(stages)) % Value(2));
-        // The tile's last step stores it and the next starts from zero (persistent). The
-        // branch joins the accumulator's registers, which must not be in flight there
-        // (ptxas would serialize the whole wgmma chain), so each step's product completes
-        // within the step there.
-        Value acc = product(blocks, carried[0], persistent ? 0 : 1);
-        if (!persistent) {
-          // Step i - 1's product is done: its slot may be refilled.
-          k.when(i > Value(0), [&] { k.arrive(empty, (i + Value(stages - 1)) % Value(stages)); });
-          return std::vector<Value>{acc};
-        }
-        k.arrive(empty, i % Value(stages));  // this step's product is done
+        ring.wait_full(k, i);
+        Value acc = product(blocks, carried[0], 0);
+        ring.release(k, i);
         return k.if_else(
             i % Value(steps) == Value(steps - 1),
             [&] {
@@ -357,10 +381,6 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
             },
             [&] { return std::vector<Value>{acc}; });
       });
-  if (!persistent) {
-    auto [m0, n0] = origin(Value(0));
-    epilogue(spec, p, dot_wait(out[0], 0), m0, n0, bn, tmaStore);
-  }
   return k;
 }
 

@@ -49,6 +49,38 @@ std::vector<dsl::Value> ring_loop(dsl::Kernel &k, const dsl::Value &lo, const ds
                                   int64_t stages, std::vector<dsl::Value> accs, const RingCopies &copies,
                                   const RingProducts &products, const dsl::Mbarriers *tma = nullptr);
 
+/// The rings of a warp-specialized TMA main loop (Kernel::specialized_loop): `stages`
+/// slots; step i uses slot i % stages. `full`: one barrier per slot, whose phase
+/// completes when the step's copies (TensorArg::load_tma on barrier `slot`) have landed;
+/// `empty`: one per slot, whose phase completes when every consumer thread has released
+/// the slot (a fresh slot's "previous phase" counts as complete).
+struct TmaRing {
+  int64_t stages = 0;
+  dsl::Mbarriers full, empty;
+
+  /// Declares the barriers: `copies` TMA copies a step, `consumer_warps` releasing warps.
+  static TmaRing make(dsl::Kernel &k, int64_t stages, int64_t copies, int consumer_warps);
+  dsl::Value slot(const dsl::Value &step) const { return step % dsl::Value(stages); }
+  /// Producer: wait until step `step` may refill its slot.
+  void wait_free(dsl::Kernel &k, const dsl::Value &step) const;
+  /// Consumers: wait until step `step`'s copies have landed.
+  void wait_full(dsl::Kernel &k, const dsl::Value &step) const;
+  /// Consumers: step `step`'s slot may be refilled.
+  void release(dsl::Kernel &k, const dsl::Value &step) const;
+};
+
+/// One step's TMA copies into the caller's rings at `slot`, on barrier `slot` of the
+/// ring's `full` (as many copies as TmaRing::make was told).
+using TmaRingCopies = std::function<std::vector<dsl::Value>(const dsl::Value &k0, const dsl::Value &slot)>;
+/// A warp-specialized main loop over k0 in [0, k) by `step` through `ring`: the
+/// producer warpgroup refills each slot once it is released and copies the step's
+/// blocks; the consumers wait for them and run `products`, which may leave their own
+/// step's dots in flight (dot_wait(.., 1)) but no earlier one's, then release the
+/// previous step's slot. Returns the accumulators with every dot completed.
+std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, int64_t extent, int64_t step, const TmaRing &ring,
+                                      std::vector<dsl::Value> accs, const TmaRingCopies &copies,
+                                      const RingProducts &products);
+
 /// The search space of a tiled product kernel (gated_linear_unit, ragged_dot): its
 /// `heuristic` first, then for `reference` two small blocks, else block_m and block_n in
 /// {64, 128, 256} x block_k {32, 64} x {4, 8} warps through register loads or, where
