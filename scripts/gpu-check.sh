@@ -39,7 +39,8 @@ if wants unit; then
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
-  # wgmma dots, the matmul on TMA copies, mbarriers and a producer warpgroup: tma_ring),
+  # wgmma dots, the matmul, the gated linear unit and the hopper attention forward on
+  # TMA copies, mbarriers and a producer warpgroup: [tma_ring]),
   # Function graph replay and the eager call cache, exports (the rewritten
   # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
   # and the fixture through the runtime library alone.
@@ -59,7 +60,7 @@ if wants attention; then
     TAIL=20 run attention-peers python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers.json"
     peers=(--peers "$out/attention-peers.json")
   fi
-  TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,chunked --json "$out/attention.json" "${peers[@]}"
+  TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,hopper,chunked --json "$out/attention.json" "${peers[@]}"
   # The tile kernels with their products on wgmma (opt-in until measured here).
   for config in '{"block_q":128,"block_kv":64,"num_warps":8,"async_copy":1,"wgmma":1}' \
                 '{"block_q":64,"block_kv":64,"num_warps":4,"async_copy":1,"wgmma":1}' \

@@ -441,10 +441,15 @@ Function grad(const Function &f, std::vector<int> wrt) {
                                         specOf(sl[5]), specOf(sl[6]), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}),
                                         t.spec(Sym{sl[2]}), specOf(bias)},
                                        options);
+      // A forward pinned to "hopper" has no hopper VJP yet: its VJP goes to auto.
+      std::optional<std::string> vjpImplementation = call.implementation;
+      if (vjpImplementation && *vjpImplementation == "hopper" &&
+          attention_vjp_op().implementation("hopper").why_not(b).has_value())
+        vjpImplementation.reset();
       std::vector<Sym> outs = g.record(attention_vjp_op(), b,
                                        {doutCast.id, sl[0], sl[1], sl[2], sl[7], sl[8], bias, sl[4], sl[5], sl[6], -2,
                                         -2, -2, bias < 0 ? -1 : -2},
-                                       call.implementation);
+                                       vjpImplementation);
       accumulate(sl[0], outs[0]);
       accumulate(sl[1], outs[1]);
       accumulate(sl[2], outs[2]);

@@ -304,6 +304,8 @@ public:
 
   std::string name() const override { return attention_detail::impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
     return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
@@ -343,13 +345,14 @@ private:
   Impl impl_;
 };
 
-/// "hopper" is reserved for the sm_90a FlashAttention-3 class kernels; it refuses every call.
+/// The VJP's "hopper" is reserved for the sm_90a FlashAttention-3 class VJP kernels; it
+/// refuses every call.
 class ReservedHopper : public Implementation {
 public:
   std::string name() const override { return "hopper"; }
   bool supported_on(const std::string &arch) const override { return arch == "sm_90a"; }
   std::optional<std::string> why_not(const BoundArgs &) const override {
-    return "the hopper (FlashAttention-3 class) attention kernels are not available in this version; use tile";
+    return "the hopper (FlashAttention-3 class) attention VJP is not available in this version; use tile";
   }
   Config heuristic(const BoundArgs &) const override { return {}; }
   std::vector<dsl::Kernel> kernels(const BoundArgs &, const Config &) const override { return {}; }
@@ -367,7 +370,10 @@ class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
       : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
-           {std::make_shared<ReservedHopper>(), std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
+           // hopper follows tile in the auto order until the device has measured it.
+           {std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
+            vjp ? std::shared_ptr<Implementation>(std::make_shared<ReservedHopper>())
+                : std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
             std::make_shared<AttentionImplementation>(vjp, Impl::Chunked),
             std::make_shared<AttentionImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}

@@ -25,7 +25,7 @@
 
 namespace tokamax::attention_detail {
 
-enum class Impl : uint8_t { Reference, Chunked, Tile };
+enum class Impl : uint8_t { Reference, Chunked, Tile, Hopper };
 const char *impl_name(Impl impl);
 
 /// A broadcastable operand (bias or mask) as [b, n, t, s], each 1 or the full extent.
@@ -97,6 +97,10 @@ struct KernelSpec {
   /// Forward with wgmma: each step issues the next step's Q K^T (asynchronously) before
   /// its own softmax, so the two overlap (config "wgmma": 2; the ring needs 3+ stages).
   bool overlap = false;
+  /// The hopper forward (sm_90a): Q by TMA, K and V through TMA rings a producer
+  /// warpgroup refills (dsl::Kernel::specialized_loop), both products on wgmma; q, k, v
+  /// are read as [B T, N H], [B S, K H], [B S, K Hv] (TMA tensor maps are 2-D).
+  bool tma = false;
 
   KernelKey key() const;
   std::string name() const;

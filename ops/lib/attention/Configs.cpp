@@ -54,6 +54,37 @@ int64_t sharedEstimate(const Problem &p, const Config &c) {
   return c.get_or("stages", 2) * rows * dims * 2 + rows * dims * 2;
 }
 
+bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
+
+/// The hopper forward's keys: block_q = 16 x num_warps (4 or 8: every warp along the
+/// rows, whole warpgroups), block_kv dividing S (K / V boxes stay in their batch row),
+/// stages of the K / V rings; Q, the rings and the registers of the scores and the
+/// accumulator must fit.
+std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
+  for (const auto &[key, value] : c.values)
+    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "stages")
+      return fmt::format("unknown key \"{}\" for hopper", key);
+  const int64_t bq = c.get("block_q"), bkv = c.get("block_kv"), w = c.get("num_warps"), stages = c.get_or("stages", 2);
+  if ((w != 4 && w != 8) || bq != 16 * w)
+    return fmt::format("hopper needs num_warps 4 or 8 and block_q = 16 * num_warps, got block_q {} with {} warps", bq,
+                       w);
+  if (bkv < 16 || bkv > 256 || (bkv & (bkv - 1)) || p.S % bkv != 0)
+    return fmt::format("hopper needs block_kv a power of two in [16, 256] dividing S = {} (a K / V block must not "
+                       "reach into the next batch row), got {}",
+                       p.S, bkv);
+  if (stages < 2 || stages > 4)
+    return fmt::format("stages (the K / V rings' slots) must be 2, 3 or 4, got {}", stages);
+  const int64_t shared = (bq * p.H + stages * bkv * (p.H + p.Hv)) * 2;
+  if (shared > 220 * 1024)
+    return fmt::format("Q and {} stages of {}-key K / V blocks need {} KiB of shared memory (at most 220)", stages, bkv,
+                       shared / 1024);
+  if (bq * (bkv + p.Hv) / (32 * w) > 192)
+    return fmt::format("block_q {} x block_kv {} with {} warps needs ~{} registers per thread for the scores and the "
+                       "accumulator",
+                       bq, bkv, w, bq * (bkv + p.Hv) / (32 * w));
+  return std::nullopt;
+}
+
 } // namespace
 
 bool async_copy_serves(const Problem &p, Impl impl) {
@@ -72,6 +103,21 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
     return std::nullopt;
   case Impl::Chunked:
     return std::nullopt;
+  case Impl::Hopper:
+    if (p.vjp)
+      return std::string("the hopper attention VJP is not available in this version; use tile");
+    if (!isHalf(p.dtype))
+      return fmt::format("hopper serves bf16 and f16 (wgmma), not {}; use tile, chunked or reference",
+                         dtype_name(p.dtype));
+    if (!isHeadDimOfOneBox(p.H) || !isHeadDimOfOneBox(p.Hv))
+      return fmt::format("hopper needs head dims of 16, 32, 64, 128 or 256 (one TMA box a row block), got H {} and "
+                         "Hv {}; use tile",
+                         p.H, p.Hv);
+    if (p.S % 16 != 0)
+      return fmt::format("hopper needs S a multiple of 16 (K / V blocks must not reach into the next batch row), got "
+                         "{}; use tile",
+                         p.S);
+    return std::nullopt;
   case Impl::Reference: {
     // The logits (and, for the VJP, dS) buffers: refuse what no GPU could hold.
     double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
@@ -85,6 +131,15 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 
 Config heuristic(const Problem &p, Impl impl) {
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
+  if (impl == Impl::Hopper) {
+    // 128-row query blocks on two consumer warpgroups where T fills them; the widest
+    // key step dividing S that keeps the scores and accumulator in registers.
+    const int64_t warps = p.T > 64 ? 8 : 4;
+    int64_t bkv = dim <= 128 ? 128 : 64;
+    while (bkv > 16 && p.S % bkv != 0)
+      bkv /= 2;
+    return {{"block_q", 16 * warps}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
+  }
   if (!usesTensorCores(p, impl)) {
     int64_t bq = std::min<int64_t>(16, pow2AtLeast(p.T, 16));
     return {{"block_q", bq}, {"block_kv", p.compute == DType::F64 ? 16 : 32}, {"num_warps", 4}};
@@ -114,6 +169,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   for (const char *key : {"block_q", "block_kv", "num_warps"})
     if (!c.has(key))
       return fmt::format("missing \"{}\"", key);
+  if (impl == Impl::Hopper)
+    return checkHopper(p, c);
   for (const auto &[key, value] : c.values)
     if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "prefetch" && key != "async_copy" &&
         key != "stages" && key != "wgmma")
@@ -152,6 +209,16 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
   std::vector<Config> space{heuristic(p, impl)};
+  if (impl == Impl::Hopper) {
+    for (int64_t warps : {4, 8})
+      for (int64_t bkv : {64, 128})
+        for (int64_t stages : {2, 3}) {
+          Config c{{"block_q", 16 * warps}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
+          if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
+            space.push_back(c);
+        }
+    return space;
+  }
   auto add = [&](int64_t bq, int64_t bkv, int64_t warps, int64_t prefetch = 0) {
     Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}};
     if (prefetch == 1)

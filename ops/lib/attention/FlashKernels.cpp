@@ -20,6 +20,42 @@ namespace tokamax::attention_detail {
 
 using dsl::cdiv;
 
+Carried SoftmaxState::pack() const { return attention_detail::pack({&m, &l, &acc}); }
+
+SoftmaxState SoftmaxState::unpack(const Carried &c, size_t accSize) {
+  auto parts = attention_detail::unpack(c, {1, 1, accSize});
+  return {parts[0], parts[1], parts[2]};
+}
+
+SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
+                          bool masked, const Chunks &v) {
+  const KernelSpec &s = pr.s;
+  Scores sc = scores(pr, qk, n, t0, j0, s.block_q, s.block_kv, masked, false, false);
+  Value mOld = state.m[0], lOld = state.l[0];
+  Value mNew = maximum(mOld, sc.max_log2(1));
+  // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
+  Value mUse = where(mNew == -INFINITY, 0.0, mNew);
+  Value prob = sc.exp2_minus(mUse, 1);
+  Value alpha = exp2(mOld - mUse);
+  Chunks acc = product_nn(s, prob, v, scale_rows(state.acc, alpha));
+  Chunks l{lOld * alpha + prob.sum(1)};
+  return {{mNew}, l, acc};
+}
+
+void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
+                      const SoftmaxState &state) {
+  Value mFinal = state.m[0], lFinal = state.l[0];
+  Value seen = lFinal > 0.0;
+  if (pr.p.q_lengths)
+    seen = seen & (t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
+  Value inv = where(seen, 1.0 / lFinal, 0.0);
+  store_rows(pr.s, out, pr.b, t0, n, scale_rows(state.acc, inv));
+  if (lse) {
+    Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
+    store_row_vector(*lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
+  }
+}
+
 Kernel flash_forward_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
@@ -34,57 +70,38 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
 
   Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq);
-  Chunks m{k.full({bq}, -INFINITY, p.compute)}, l{k.full({bq}, 0.0, p.compute)};
-  Chunks acc = zero_rows(s, k, bq, p.Hv);
-  const size_t accSize = acc.size();
+  SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
+  const size_t accSize = start.acc.size();
 
   // K and V blocks of each step. With overlap the loop also carries this step's raw
   // q k^T, issued (asynchronously) by the step before, before its softmax.
   std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   LookaheadBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks, const Blocks &next) {
-    auto parts = unpack(carried, {1, 1, accSize, s.overlap ? 1u : 0u});
-    Value mOld = parts[0][0], lOld = parts[1][0];
+    const size_t stateSize = carried.size() - (s.overlap ? 1 : 0);
+    SoftmaxState state = SoftmaxState::unpack(Carried(carried.begin(), carried.begin() + stateSize), accSize);
     Value qk, qkNext;
     if (s.overlap) {
-      qk = parts[3][0];
+      qk = carried.back();
       qkNext = product_nt(s, k, q, next(0), /*async=*/true);
     } else {
       qk = product_nt(s, k, q, blocks(0));
     }
-    Scores sc = scores(pr, qk, n, t0, j0, bq, bkv, masked, false, false);
-    Value mNew = maximum(mOld, sc.max_log2(1));
-    // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
-    Value mUse = where(mNew == -INFINITY, 0.0, mNew);
-    Value prob = sc.exp2_minus(mUse, 1);
-    Value alpha = exp2(mOld - mUse);
-    Chunks a = product_nn(s, prob, blocks(1), scale_rows(parts[2], alpha));
-    Chunks mn{mNew}, ln{lOld * alpha + prob.sum(1)};
-    if (!s.overlap)
-      return pack({&mn, &ln, &a});
-    Chunks pending{dsl::dot_wait(qkNext)};
-    return pack({&mn, &ln, &a, &pending});
+    Carried result = softmax_step(pr, state, qk, n, t0, j0, masked, blocks(1)).pack();
+    if (s.overlap)
+      result.push_back(dsl::dot_wait(qkNext));
+    return result;
   };
   const Range range = key_range(pr, t0, bq, bkv);
   Carried walked =
       s.overlap ? walk_blocks_lookahead(
-                      pr, range, bkv, pack({&m, &l, &acc}), kv,
+                      pr, range, bkv, start.pack(), kv,
                       [&](const Blocks &first) { return Carried{product_nt(s, k, q, first(0))}; }, body)
-                : walk_blocks(pr, range, bkv, pack({&m, &l, &acc}), kv,
+                : walk_blocks(pr, range, bkv, start.pack(), kv,
                               [&](Value j0, Carried c, bool masked, const Blocks &blocks) {
                                 return body(j0, std::move(c), masked, blocks, blocks);
                               });
-  auto parts = unpack(walked, {1, 1, accSize, s.overlap ? 1u : 0u});
-
-  Value mFinal = parts[0][0], lFinal = parts[1][0];
-  Value seen = lFinal > 0.0;
-  if (p.q_lengths)
-    seen = seen & (t0 + k.arange(0, bq) < pr.q_valid);
-  Value inv = where(seen, 1.0 / lFinal, 0.0);
-  store_rows(s, out, pr.b, t0, n, scale_rows(parts[2], inv));
-  if (lse) {
-    Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
-    store_row_vector(*lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
-  }
+  walked.resize(2 + accSize);
+  forward_epilogue(pr, out, lse, t0, n, SoftmaxState::unpack(walked, accSize));
   return k;
 }
 

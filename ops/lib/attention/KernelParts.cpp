@@ -39,9 +39,12 @@ dsl::KernelOptions kernel_options(const KernelSpec &s) {
   return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma, .wgmma_dots = s.wgmma};
 }
 
-Operands declare_operands(Kernel &k, const Problem &p) {
-  Operands in{k.input("q", p.dtype, {p.B, p.T, p.N, p.H}), k.input("k", p.dtype, {p.B, p.S, p.K, p.H}),
-              k.input("v", p.dtype, {p.B, p.S, p.K, p.Hv}), {}, {}, {}, {}};
+Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
+  auto shape = [&](int64_t r, int64_t heads, int64_t dim) {
+    return rows ? std::vector<int64_t>{p.B * r, heads * dim} : std::vector<int64_t>{p.B, r, heads, dim};
+  };
+  Operands in{k.input("q", p.dtype, shape(p.T, p.N, p.H)), k.input("k", p.dtype, shape(p.S, p.K, p.H)),
+              k.input("v", p.dtype, shape(p.S, p.K, p.Hv)), {}, {}, {}, {}};
   auto shape4 = [](const Broadcast &bc) { return std::vector<int64_t>(bc.shape.begin(), bc.shape.end()); };
   if (p.bias)
     in.bias = k.input("bias", p.bias->dtype, shape4(*p.bias));

@@ -33,7 +33,8 @@ struct Operands {
   TensorArg q, k, v;
   std::optional<TensorArg> bias, mask, q_lengths, kv_lengths;
 };
-Operands declare_operands(Kernel &k, const Problem &p);
+/// With `rows`, q, k and v as 2-D [B T, N H], [B S, K H], [B S, K Hv] (for TMA).
+Operands declare_operands(Kernel &k, const Problem &p, bool rows = false);
 
 /// One program's view of the call: its batch row and the valid lengths (i32 scalars).
 struct Program {
@@ -139,8 +140,23 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
 Carried pack(std::initializer_list<const Chunks *> parts);
 std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes);
 
+/// The forward's running state: row max and sum (log2 units) and the accumulator.
+struct SoftmaxState {
+  Chunks m, l, acc;
+  Carried pack() const;
+  static SoftmaxState unpack(const Carried &c, size_t accSize);
+};
+/// One online-softmax step of the forward over keys [j0, j0 + BKV): qk the raw q . k
+/// products, v the step's V block (chunks).
+SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
+                          bool masked, const Chunks &v);
+/// The forward's epilogue: out = acc / l (zero rows where no key was visible) and lse.
+void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
+                      const SoftmaxState &state);
+
 // Kernel builders (FlashKernels.cpp, ReferenceKernels.cpp).
 Kernel flash_forward_kernel(const KernelSpec &s);
+Kernel hopper_forward_kernel(const KernelSpec &s);
 Kernel delta_kernel(const KernelSpec &s);
 Kernel flash_dkdv_kernel(const KernelSpec &s);
 Kernel flash_dq_kernel(const KernelSpec &s);

@@ -19,6 +19,8 @@ const char *impl_name(Impl impl) {
     return "chunked";
   case Impl::Tile:
     return "tile";
+  case Impl::Hopper:
+    return "hopper";
   }
   return "?";
 }
@@ -69,20 +71,21 @@ KernelKey KernelSpec::key() const {
   mix(static_cast<uint64_t>(stages));
   mix(wgmma);
   mix(overlap);
+  mix(tma);
   return h;
 }
 
 std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",   "flash_dkdv", "flash_dq", "dbias_reduce", "logits",
                                 "row_stats",     "output",  "ref_ds",     "ref_dq",   "ref_dkdv"};
-  return fmt::format("attention_{}_{}_h{}_{}x{}", names[static_cast<int>(kind)], dtype_name(p.dtype), p.H, block_q,
-                     block_kv);
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+                     dtype_name(p.dtype), p.H, block_q, block_kv);
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {
   switch (s.kind) {
   case KernelKind::FlashForward:
-    return flash_forward_kernel(s);
+    return s.tma ? hopper_forward_kernel(s) : flash_forward_kernel(s);
   case KernelKind::Delta:
     return delta_kernel(s);
   case KernelKind::FlashDkDv:

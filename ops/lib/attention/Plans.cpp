@@ -76,6 +76,7 @@ public:
     base_.stages = static_cast<int>(c.get_or("stages", 2));
     base_.wgmma = base_.async_copy && c.get_or("wgmma", 0) != 0;
     base_.overlap = base_.wgmma && c.get_or("wgmma", 0) == 2;
+    base_.tma = impl == Impl::Hopper;
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {
@@ -93,10 +94,13 @@ private:
   KernelSpec base_;
 };
 
-/// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them.
+/// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
+/// (with `rows`, q, k and v as 2-D rows of heads: the hopper forward's TMA views).
 std::vector<Arg> operandArgs(const Problem &p, const Views &w, const TensorView &q, const TensorView &k,
-                             const TensorView &v, std::span<const TensorView> optional) {
+                             const TensorView &v, std::span<const TensorView> optional, bool rows = false) {
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
+  if (rows)
+    args = {w.as(q, {p.B * p.T, p.N * p.H}), w.as(k, {p.B * p.S, p.K * p.H}), w.as(v, {p.B * p.S, p.K * p.Hv})};
   if (p.bias)
     args.push_back(w.broadcast(optional[0], *p.bias));
   if (p.mask)
@@ -112,7 +116,7 @@ void forward(const Problem &p, Impl impl, const Config &c, std::span<const Tenso
              std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
   Views w{p, ex.device()};
   Launcher launcher(p, impl, c, ex);
-  std::vector<Arg> operands = operandArgs(p, w, in[0], in[1], in[2], in.subspan(3, 4));
+  std::vector<Arg> operands = operandArgs(p, w, in[0], in[1], in[2], in.subspan(3, 4), impl == Impl::Hopper);
   if (impl != Impl::Reference) {
     std::vector<Arg> args = operands;
     args.push_back(w.o(out[0]));

@@ -22,11 +22,16 @@
 // inputs) [B..., N, T].
 //
 // Implementations, in the order auto tries them:
-//   "hopper"     reserved (sm_90a FlashAttention-3 class); not available yet.
 //   "tile"       FlashAttention-2 class on mma.sync (sm_80+): one program per (query
 //                block, head, batch row), K/V blocks streamed with an online softmax
 //                (exp2, scale folded), whole KV blocks skipped where causal / window /
 //                lengths mask them, masks computed only on edge blocks. bf16, f16.
+//   "hopper"     the forward on sm_90a's TMA and wgmma: Q by TMA, K/V blocks through TMA
+//                rings a producer warpgroup refills, S = Q K^T with both operands in
+//                shared memory and P V with P from registers, every option (each block
+//                masked); bf16, f16; head dims 16-256 (powers of two), S a multiple of
+//                16. After tile in the auto order until measured on the device. The
+//                VJP's "hopper" is reserved and refuses.
 //   "chunked"    an online softmax over KV chunks (no T x S buffer, O(T) extra memory),
 //                any GPU, every dtype (bf16/f16 products on tensor cores, f32/f64 exact).
 //   "reference"  materialised logits [B, N, T, S] in f32 (f64); every dtype and option;
@@ -63,7 +68,7 @@ struct TOKAMAX_API AttentionOptions {
   const TensorView *mask = nullptr;            ///< bool, broadcastable to [B..., N, T, S]
   const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
   const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
-  /// "tile", "chunked" or "reference" ("hopper" reserved); std::nullopt = auto.
+  /// "tile", "hopper" (the forward, sm_90a), "chunked" or "reference"; std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
 };

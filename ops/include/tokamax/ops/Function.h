@@ -64,7 +64,8 @@ public:
                std::optional<std::string> implementation = std::nullopt);
   /// Attention over traced q, k, v (the same value may be passed more than once: grad adds
   /// the contributions). options' tensor pointers are ignored: pass the optional tensors
-  /// as values; options.implementation pins the call and its VJP.
+  /// as values; options.implementation pins the call and its VJP (a forward pinned to
+  /// "hopper" leaves its VJP to auto: the hopper VJP is not written yet).
   Sym dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options = {},
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,

@@ -1,0 +1,152 @@
+// The hopper attention forward (TMA, a producer warpgroup, wgmma): its configs and the
+// calls it refuses are named, the interpreter (which runs the same kernel: each step's
+// copies, then its products) matches the float64 reference with every option, and the
+// kernel assembles for sm_90a with its copies on TMA, the warp roles' register limits and
+// both products on wgmma.
+#include "unit/AttentionReference.h"
+#include "unit/PtxasUtil.h"
+
+#include <catch2/catch.hpp>
+
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Attention.h>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+BoundArgs forwardArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16) {
+  const ArgSpec qs{q, d}, ks{kv, d};
+  return bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)});
+}
+
+} // namespace
+
+TEST_CASE("attention hopper: configs and the calls it refuses are named", "[attention][hopper]") {
+  const Implementation &hopper = attention_op().implementation("hopper");
+  CHECK(hopper.supported_on("sm_90a"));
+  CHECK_FALSE(hopper.supported_on("sm_80"));
+  BoundArgs args = forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64});
+  CHECK_FALSE(hopper.why_not(args).has_value());
+  Config c = hopper.heuristic(args);
+  CHECK(c.get("block_kv") == 64);  // the widest step dividing S = 192
+  CHECK_FALSE(hopper.check_config(args, c).has_value());
+  auto why = [&](const char *key, int64_t value) {
+    Config changed = c;
+    changed.set(key, value);
+    return hopper.check_config(args, changed).value_or("valid");
+  };
+  CHECK_THAT(why("block_kv", 128), Catch::Contains("dividing S = 192"));
+  CHECK_THAT(why("num_warps", 2), Catch::Contains("block_q = 16 * num_warps"));
+  CHECK_THAT(why("stages", 5), Catch::Contains("2, 3 or 4"));
+  CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
+  CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 100, 2, 64})), Catch::Contains("multiple of 16"));
+  CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 48}, {2, 192, 2, 48})), Catch::Contains("head dims"));
+  CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::F32)), Catch::Contains("bf16"));
+  const ArgSpec x{{2, 64, 4, 64}, DType::BF16};
+  BoundArgs vjp = bind_attention_vjp({x, x, x, x, x, attention_lse_spec(x), {}, {}, {}, {}, x, x, x, {}});
+  CHECK_THAT(*attention_vjp_op().implementation("hopper").why_not(vjp), Catch::Contains("VJP is not available"));
+  // Auto keeps tile first until the device has measured hopper.
+  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "tile");
+  CHECK(attention_op().select(args, "hopper", "sm_90a").name() == "hopper");
+}
+
+TEST_CASE("attention hopper: the interpreter matches the reference with every option", "[attention][hopper]") {
+  struct Variant {
+    const char *what;
+    int64_t t, s, n, kh, h, hv;
+    bool causal = false;
+    std::optional<LocalWindow> window;
+    double softcap = 0;
+    bool bias = false, mask = false, lengths = false;
+  };
+  // T not a multiple of block_q (Q rows past T reach into the next batch row's), several
+  // key blocks, GQA, Hv != H, each option.
+  const std::vector<Variant> variants = {
+      {"plain, GQA 4:2", 40, 64, 4, 2, 32, 32},
+      {"causal, Hv != H", 70, 64, 2, 1, 32, 64, true},
+      {"window", 40, 96, 2, 2, 64, 64, false, LocalWindow{20, 5}},
+      {"soft cap, bias", 33, 48, 2, 1, 32, 32, false, std::nullopt, 30.0, true},
+      {"mask, lengths", 40, 64, 2, 1, 16, 16, false, std::nullopt, 0, false, true, true},
+  };
+  const DType dt = DType::BF16;
+  uint64_t seed = 40;
+  for (const Variant &v : variants) {
+    const int64_t B = 2;
+    HostBuffer q(dt, {B, v.t, v.n, v.h}, randomNormal(B * v.t * v.n * v.h, dt, seed++));
+    HostBuffer k(dt, {B, v.s, v.kh, v.h}, randomNormal(B * v.s * v.kh * v.h, dt, seed++));
+    HostBuffer vv(dt, {B, v.s, v.kh, v.hv}, randomNormal(B * v.s * v.kh * v.hv, dt, seed++));
+    HostBuffer bias(DType::F32, {1, v.n, v.t, v.s}, randomNormal(v.n * v.t * v.s, DType::F32, seed++));
+    std::vector<double> maskBits(size_t(v.t * v.s));
+    for (size_t i = 0; i < maskBits.size(); ++i)
+      maskBits[i] = (i * 7 + 3) % 5 != 0;
+    HostBuffer mask(DType::Bool, {1, 1, v.t, v.s}, maskBits);
+    HostBuffer qLen(DType::I32, {B}, {double(v.t - 5), double(v.t)}), kvLen(DType::I32, {B}, {double(v.s), double(v.s - 13)});
+    TensorView biasView = bias.view(), maskView = mask.view(), qLenView = qLen.view(), kvLenView = kvLen.view();
+    AttentionOptions o;
+    o.is_causal = v.causal;
+    o.local_window = v.window;
+    if (v.softcap)
+      o.logits_soft_cap = v.softcap;
+    if (v.bias)
+      o.bias = &biasView;
+    if (v.mask)
+      o.mask = &maskView;
+    if (v.lengths)
+      o.q_seq_lengths = &qLenView, o.kv_seq_lengths = &kvLenView;
+    HostBuffer ref(dt, {B, v.t, v.n, v.hv}), got(dt, {B, v.t, v.n, v.hv});
+    HostBuffer refLse(DType::F32, {B, v.n, v.t}), gotLse(DType::F32, {B, v.n, v.t});
+    TensorView refLseView = refLse.view(), gotLseView = gotLse.view();
+    o.implementation = "reference";
+    dot_product_attention_host(q.view(), k.view(), vv.view(), ref.view(), o, &refLseView);
+    o.implementation = "hopper";
+    for (Config config : {Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}}}) {
+      INFO(v.what << " " << config.to_json());
+      o.config = config;
+      dot_product_attention_host(q.view(), k.view(), vv.view(), got.view(), o, &gotLseView);
+      Comparison out = compare("out", got.values(), ref.values(), got.shape, Tolerance{6e-2, 1.5e-2});
+      INFO(out.message);
+      CHECK(out.ok);
+      Comparison lse = compare("lse", gotLse.values(), refLse.values(), gotLse.shape, Tolerance{2e-2, 1e-2});
+      INFO(lse.message);
+      CHECK(lse.ok);
+    }
+  }
+}
+
+TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles and wgmma", "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  for (int64_t h : {64, 128}) {
+    BoundArgs args = forwardArgs({4, 2048, 8, h}, {4, 2048, 8, h});
+    const Implementation &hopper = attention_op().implementation("hopper");
+    for (const Config &config : hopper.search_space(args)) {
+      std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
+      REQUIRE(kernels.size() == 1u);
+      CompileOptions options;
+      options.assemble = false;
+      options.arch = "sm_90a";
+      CompiledKernel compiled = compile(kernels.front(), options);
+      const std::string &ptx = compiled.ptx;
+      INFO("H " << h << " " << config.to_json());
+      CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 3);  // q, k, v
+      CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == (config.get("num_warps") == 8 ? 1u : 0u));
+      CHECK(test::count(ptx, "ldmatrix") == 0);
+      CHECK(test::count(ptx, "mma.sync") == 0);
+      CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
+      CHECK(compiled.launch.block_threads == uint32_t(32 * (config.get("num_warps") + 4)));
+      CHECK(compiled.launch.tensor_maps.size() == 3u);
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(test::count(log, "0 bytes spill stores") == 1);
+      CHECK(test::count(log, "serialized") == 0);
+    }
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}
