@@ -96,6 +96,19 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
   return r;
 }
 
+/// Each case (a section of its own) against float64, and its rerun bit for bit.
+void checkOnDevice(const std::vector<Case> &cases, Stream &stream) {
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) {
+      CaseData data = makeData(c);
+      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
+      DeviceRun run = runOnDevice(c, data, stream);
+      checkResults(c, ref, run.results);
+      INFO("outputs that differ between runs: " << run.differing);
+      CHECK(run.same_bits);
+    }
+}
+
 Case makeCase(const char *impl, DType dtype, Dims dims) {
   Case c;
   c.implementation = impl;
@@ -199,15 +212,7 @@ TEST_CASE("attention with its products on wgmma matches float64 and reruns bit f
       c.config = config;
       cases.push_back(c);
     }
-  for (const Case &c : cases)
-    DYNAMIC_SECTION(describe(c)) {
-      CaseData data = makeData(c);
-      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
-      DeviceRun run = runOnDevice(c, data, stream);
-      checkResults(c, ref, run.results);
-      INFO("outputs that differ between runs: " << run.differing);
-      CHECK(run.same_bits);
-    }
+  checkOnDevice(cases, stream);
 }
 
 TEST_CASE("attention hopper forward matches float64 and reruns bit for bit", "[gpu][attention][tma_ring]") {
@@ -235,15 +240,7 @@ TEST_CASE("attention hopper forward matches float64 and reruns bit for bit", "[g
                         {"stages", 2 + index % 3}};
       cases.push_back(c);
     }
-  for (const Case &c : cases)
-    DYNAMIC_SECTION(describe(c)) {
-      CaseData data = makeData(c);
-      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
-      DeviceRun run = runOnDevice(c, data, stream);
-      checkResults(c, ref, run.results);
-      INFO("outputs that differ between runs: " << run.differing);
-      CHECK(run.same_bits);
-    }
+  checkOnDevice(cases, stream);
 }
 
 TEST_CASE("attention's automatic choice and hopper's reach on the device", "[gpu][attention]") {

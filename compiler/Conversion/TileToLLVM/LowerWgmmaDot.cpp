@@ -30,6 +30,14 @@ namespace {
 
 bool isSm90a(const std::string &arch) { return smVersion(arch) == 90 && !arch.empty() && arch.back() == 'a'; }
 
+/// The shared tile a dot operand is read from by the dot itself, if it is one.
+std::optional<SharedTileView> sharedOperand(TileLowering &t, Value operand) {
+  auto convert = operand.getDefiningOp<ConvertLayoutOp>();
+  if (!convert || !readsSharedAtDot(convert))
+    return std::nullopt;
+  return sharedTileView(t, convert.getSource());
+}
+
 } // namespace
 
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
@@ -48,10 +56,10 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   if (warps.size() != 2 || warps[1] != 1 || warps[0] % 4 != 0 || m % (16 * int64_t(warps[0])) != 0 ||
       n % 8 != 0 || n > 256 || k % 16 != 0)
     return std::nullopt;
-  auto convert = op.getB().getDefiningOp<ConvertLayoutOp>();
-  if (!convert || !readsSharedAtDot(convert))
+  std::optional<SharedTileView> shared = sharedOperand(t, op.getB());
+  if (!shared)
     return std::nullopt;
-  SharedTileView view = sharedTileView(t, convert.getSource());
+  const SharedTileView &view = *shared;
   const int64_t rowBytes = view.staging.rowBytes(2);
   if (view.cd == 0)  // K-major: rows of N, swizzled by their own width
     return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 8 == 0
@@ -61,12 +69,10 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
 }
 
 std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op) {
-  if (!wgmmaSharedB(t, op))
+  std::optional<SharedTileView> shared = wgmmaSharedB(t, op) ? sharedOperand(t, op.getA()) : std::nullopt;
+  if (!shared)
     return std::nullopt;
-  auto convert = op.getA().getDefiningOp<ConvertLayoutOp>();
-  if (!convert || !readsSharedAtDot(convert))
-    return std::nullopt;
-  SharedTileView view = sharedTileView(t, convert.getSource());
+  const SharedTileView &view = *shared;
   const int64_t rowBytes = view.staging.rowBytes(2);
   if (view.cd == 1)  // K-major: rows of K, swizzled by their own width
     return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 64 == 0

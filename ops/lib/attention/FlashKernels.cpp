@@ -56,18 +56,26 @@ void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<Ten
   }
 }
 
-Kernel flash_forward_kernel(const KernelSpec &s) {
+ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   const Problem &p = s.p;
-  const int64_t bq = s.block_q, bkv = s.block_kv;
-  Kernel k(s.name(), kernel_options(s));
-  Operands in = declare_operands(k, p);
   TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
   std::optional<TensorArg> lse;
   if (p.lse_out)
     lse = k.output("lse", p.compute, {p.B, p.N, p.T});
-  k.grid(cdiv(p.T, bq), p.N, p.B);
-  Program pr = program(k, s, in, k.program_id(2));
-  Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
+  k.grid(cdiv(p.T, s.block_q), p.N, p.B);
+  Program pr = program(k, s, std::move(in), k.program_id(2));
+  Value t0 = k.program_id(0) * s.block_q, n = k.program_id(1);
+  return {out, lse, std::move(pr), t0, n, n / p.group()};
+}
+
+Kernel flash_forward_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q, bkv = s.block_kv;
+  Kernel k(s.name(), kernel_options(s));
+  ForwardProgram f = forward_program(k, s, declare_operands(k, p));
+  Program &pr = f.pr;
+  const Operands &in = pr.in;
+  Value t0 = f.t0, n = f.n, kvh = f.kvh;
 
   Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq);
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
@@ -101,7 +109,7 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
                                 return body(j0, std::move(c), masked, blocks, blocks);
                               });
   walked.resize(2 + accSize);
-  forward_epilogue(pr, out, lse, t0, n, SoftmaxState::unpack(walked, accSize));
+  forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
   return k;
 }
 

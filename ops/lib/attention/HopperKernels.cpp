@@ -26,14 +26,10 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
   Kernel k(s.name(), {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
-  Operands in = declare_operands(k, p, /*rows=*/true);
-  TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
-  std::optional<TensorArg> lse;
-  if (p.lse_out)
-    lse = k.output("lse", p.compute, {p.B, p.N, p.T});
-  k.grid(cdiv(p.T, bq), p.N, p.B);
-  Program pr = program(k, s, in, k.program_id(2));
-  Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
+  ForwardProgram f = forward_program(k, s, declare_operands(k, p, /*rows=*/true));
+  Program &pr = f.pr;
+  const Operands &in = pr.in;
+  Value t0 = f.t0, n = f.n, kvh = f.kvh;
 
   dsl::Mbarriers qReady = k.mbarriers(1);
   Value q = in.q.load_tma({pr.b * p.T + t0, n * p.H}, {bq, p.H}, k.shared_buffer(1), 0, qReady, 0);
@@ -62,7 +58,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
         ring.release(k, i);  // both products completed in the step
         return next.pack();
       });
-  forward_epilogue(pr, out, lse, t0, n, SoftmaxState::unpack(walked, accSize));
+  forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
   return k;
 }
 

@@ -140,6 +140,17 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
 Carried pack(std::initializer_list<const Chunks *> parts);
 std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes);
 
+/// A forward kernel's outputs and its program: out (and lse when the caller wants it)
+/// declared after the operands, one program per (query block t0, head n, batch row),
+/// n's kv head kvh.
+struct ForwardProgram {
+  TensorArg out;
+  std::optional<TensorArg> lse;
+  Program pr;
+  Value t0, n, kvh;
+};
+ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in);
+
 /// The forward's running state: row max and sum (log2 units) and the accumulator.
 struct SoftmaxState {
   Chunks m, l, acc;
