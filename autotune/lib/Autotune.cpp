@@ -137,12 +137,7 @@ std::vector<CallTensors> make_tensors(std::span<CallSearch> calls, Device& devic
   };
   const unsigned threads =
       unsigned(std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), jobs.size()));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t)
-    pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool)
-    t.join();
+  detail::run_on_threads(threads, worker);
   if (error)
     std::rethrow_exception(error);
 

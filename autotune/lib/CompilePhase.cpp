@@ -273,14 +273,8 @@ void compile_and_prune(std::vector<CallSearch>& calls, const AutotuneTarget& tar
                                   done.fetch_add(1) + 1, todo.size(), calls.size(), threads));
     }
   };
-  if (threads > 0) {
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < threads; ++t)
-      pool.emplace_back(worker);
-    worker();
-    for (std::thread& t : pool)
-      t.join();
-  }
+  if (threads > 0)
+    run_on_threads(threads, worker);
   for (const auto& [call, c] : todo)
     (c->record.ok() ? stats.compiled : stats.compile_failed) += 1;
   stats.kernels += kernels.size();
@@ -306,6 +300,15 @@ void compile_and_prune(std::vector<CallSearch>& calls, const AutotuneTarget& tar
       ++stats.pruned;
     }
   }
+}
+
+void run_on_threads(unsigned threads, const std::function<void()>& worker) {
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool)
+    t.join();
 }
 
 } // namespace tokamax::detail

@@ -3,6 +3,7 @@
 
 #include <tokamax/autotune/Search.h>
 
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -38,6 +39,10 @@ private:
   bool printed_ = false;
   std::mutex mutex_;
 };
+
+/// Runs `worker` on `threads` threads (this one among them) and joins them; each worker
+/// takes jobs from a shared counter until none is left.
+void run_on_threads(unsigned threads, const std::function<void()>& worker);
 
 /// Everything about a call and the options that can be wrong without a device, so a bad
 /// call is refused before a GPU is touched (or found missing).
