@@ -67,12 +67,14 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};
   op(layer_norm_op(), bind_layer_norm(x, scale, std::nullopt, x, stat, stat, -1, 1e-5));
   op(layer_norm_vjp_op(), bind_layer_norm_vjp(x, x, scale, stat, stat, x, scale, std::nullopt, -1));
-  // Its attention calls (q = k = v = x): chunked and tile, forward and VJP.
+  // Its attention calls (q = k = v = x): chunked and tile, forward and VJP, and the
+  // hopper forward.
   ArgSpec lse = attention_lse_spec(x);
   for (const char *impl : {"chunked", "tile"}) {
     op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), impl);
     op(attention_vjp_op(), bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}}), impl);
   }
+  op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), "hopper");
   // gated_linear_unit at the benchmark shape (M 8192, K 4096, N 14336 bf16, swish): the
   // tile forward and VJP.
   ArgSpec gx{{8192, 4096}, DType::BF16}, gw{{4096, 2, 14336}, DType::BF16}, gout{{8192, 14336}, DType::BF16};
