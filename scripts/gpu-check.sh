@@ -9,13 +9,16 @@
 #   load        the 60 s load test
 #   unit        unit tests and the examples
 #   new         what runs on wgmma, CUDA graphs, the call cache, exports and the new ops
+#   hopper      the kernels on the DSL's Hopper primitives (TMA rings, mbarriers, a
+#               producer warpgroup): tma_ring matmul, the gated linear unit's tma config
+#               and the hopper attention forward, numerics then timings beside their peers
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-tests matmul load unit new bench attention sanitize}
+parts=${*:-hopper tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -30,21 +33,32 @@ run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; loc
 has_torch() { python3 -c "import torch" 2> /dev/null; }
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
-wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]" --durations yes
+wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes
 wants load && TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
 if wants unit; then
   TAIL=4 run unit-tests "$bin/tokamax-unit-tests"
   for e in vector_add softmax gelu layer_norm matmul attention; do TAIL=4 run "example-$e" "$bin/tokamax-example-$e"; done
 fi
+if wants hopper; then
+  TAIL=30 run gpu-hopper "$bin/tokamax-gpu-tests" "[tma_ring]" --durations yes
+  TAIL=14 run matmul-ring "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
+  hopper_peers=()
+  if has_torch; then
+    TAIL=12 run attention-peers-s12 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --json "$out/attention-peers-s12.json"
+    hopper_peers=(--peers "$out/attention-peers-s12.json")
+  fi
+  TAIL=24 run attention-hopper "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 "${hopper_peers[@]}"
+  TAIL=10 run glu-bench-tma-only "$bin/tokamax-glu-bench" \
+    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
+fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
-  # wgmma dots, the matmul, the gated linear unit and the hopper attention forward on
-  # TMA copies, mbarriers and a producer warpgroup: [tma_ring]),
+  # wgmma dots),
   # Function graph replay and the eager call cache, exports (the rewritten
   # run path, prepare), gated_linear_unit; then the dispatch tests on the real driver
   # and the fixture through the runtime library alone.
-  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[tma_ring],[graph],[cache],[export],[glu],[ragged_dot],[cross_entropy],double-buffered*" --durations yes
+  TAIL=30 run gpu-new "$bin/tokamax-gpu-tests" "[wgmma],[graph],[cache],[export],[glu],[ragged_dot],[cross_entropy],double-buffered*" --durations yes
   TAIL=8 run dispatch-tests "$bin/tokamax-dispatch-tests"
   TAIL=8 run export-run "$bin/tokamax-export-run" "$data/export-v1.tkx" --runs 200
 fi
