@@ -10,8 +10,9 @@
 #   unit        unit tests and the examples
 #   new         what runs on wgmma, CUDA graphs, the call cache, exports and the new ops
 #   hopper      the kernels on the DSL's Hopper primitives (TMA rings, mbarriers, a
-#               producer warpgroup): tma_ring matmul, the gated linear unit's tma config
-#               and the hopper attention forward, numerics then timings beside their peers
+#               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
+#               unit and ragged_dot, and the hopper attention forward, numerics then
+#               timings beside their peers
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
@@ -50,6 +51,8 @@ if wants hopper; then
   fi
   TAIL=24 run attention-hopper "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 "${hopper_peers[@]}"
   TAIL=10 run glu-bench-tma-only "$bin/tokamax-glu-bench" \
+    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
+  TAIL=10 run ragged-dot-bench-tma "$bin/tokamax-ragged-dot-bench" \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
 fi
 if wants new; then

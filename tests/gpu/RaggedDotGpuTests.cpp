@@ -77,6 +77,28 @@ TEST_CASE("ragged_dot on the device: every dtype matches float64", "[gpu][ragged
   }
 }
 
+TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpgroup)", "[gpu][ragged_dot][tma_ring]") {
+  if (Device::get().arch() != "sm_90a") {
+    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+    return;
+  }
+  uint64_t seed = 900;
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  int index = 0;
+  for (Shape s : {Shape{1, 64, 136, 3}, Shape{1000, 512, 1000, 8}, Shape{1554, 1024, 2048, 64}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      const int warps = index % 2 ? 8 : 4;
+      Config config{{"block_m", 16 * warps}, {"block_n", index % 3 ? 128 : 64}, {"block_k", 32 << (index % 2)},
+                    {"num_warps", warps}, {"async_copy", 1}, {"stages", 2 + index % 3}, {"tma", 1}};
+      ++index;
+      Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), dtype, "tile", config};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+}
+
 TEST_CASE("ragged_dot on the device: odd shapes and group sizes", "[gpu][ragged_dot]") {
   uint64_t seed = 700;
   struct Shape {

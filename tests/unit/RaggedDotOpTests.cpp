@@ -145,6 +145,46 @@ TEST_CASE("ragged_dot: empty calls", "[ragged_dot]") {
     CHECK(v == 0);
 }
 
+TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp roles and assemble",
+          "[ragged_dot][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  BoundArgs fwd = forwardArgs(DType::BF16, 32768, 4096, 4096, 8);
+  const Implementation &tile = ragged_dot_op().implementation("tile");
+  Config c{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8},
+           {"async_copy", 1}, {"stages", 4}, {"tma", 1}};
+  REQUIRE_FALSE(tile.check_config(fwd, c).has_value());
+  auto why = [&](const BoundArgs &b, const char *key, int64_t value) {
+    Config changed = c;
+    changed.set(key, value);
+    return tile.check_config(b, changed).value_or("valid");
+  };
+  CHECK_THAT(why(fwd, "num_warps", 4), Contains("block_m = 16 * num_warps"));
+  CHECK_THAT(why(fwd, "block_n", 32), Contains("whole 128-byte rows"));
+  CHECK_THAT(why(forwardArgs(DType::BF16, 1000, 4000, 4096, 8), "block_k", 64), Contains("K a multiple of block_k"));
+  for (const BoundArgs &b : {fwd, vjpArgs(fwd)}) {
+    const Implementation &impl = find_op(b.op)->implementation("tile");
+    std::vector<dsl::Kernel> kernels = impl.kernels(b, c);
+    CompileOptions options;
+    options.assemble = false;
+    options.arch = "sm_90a";
+    CompiledKernel compiled = compile(kernels.front(), options);  // forward, or the VJP's dlhs
+    const std::string &ptx = compiled.ptx;
+    INFO(kernels.front().name());
+    CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 2);
+    CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
+    CHECK(test::count(ptx, "ldmatrix") == 0);
+    CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n128k16") > 0);
+    CHECK(compiled.launch.block_threads == 384u);
+    if (ptxas.empty())
+      continue;
+    auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(test::contains(log, " 0 bytes spill stores"));
+    CHECK_FALSE(test::contains(log, "serialized"));
+  }
+}
+
 TEST_CASE("ragged_dot: tile kernels lower for sm_90a and sm_80 and assemble without spills",
           "[ragged_dot][ptx]") {
   const std::string ptxas = test::ptxas_path();

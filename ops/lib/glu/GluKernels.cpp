@@ -152,7 +152,7 @@ std::vector<Value> tmaLoop(Kernel &k, const GateKernelSpec &s, const Operands &o
                               o.w.load_tma({k0, o.n0}, {bk, bn}, rings[1], slot, ring.full, slot),
                               o.w.load_tma({k0, o.n0 + Value(s.p.N)}, {bk, bn}, rings[2], slot, ring.full, slot)};
   };
-  return tma_ring_loop(k, s.p.K, bk, ring, {zero, zero}, copies,
+  return tma_ring_loop(k, Value(cdiv(s.p.K, bk)), bk, ring, {zero, zero}, copies,
                        [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
                          Value a0 = dot_async(b[0], b[1], acc[0]), a1 = dot_async(b[0], b[2], acc[1]);
                          return std::vector<Value>{dot_wait(a0, 2), dot_wait(a1, 2)};

@@ -255,10 +255,10 @@ void TmaRing::wait_full(Kernel &k, const Value &step) const {
 
 void TmaRing::release(Kernel &k, const Value &step) const { k.arrive(empty, slot(step)); }
 
-std::vector<Value> tma_ring_loop(Kernel &k, int64_t extent, int64_t step, const TmaRing &ring, std::vector<Value> accs,
-                                 const TmaRingCopies &copies, const RingProducts &products) {
+std::vector<Value> tma_ring_loop(Kernel &k, const Value &steps, int64_t step, const TmaRing &ring,
+                                 std::vector<Value> accs, const TmaRingCopies &copies, const RingProducts &products) {
   std::vector<Value> out = k.specialized_loop(
-      0, Value(cdiv(extent, step)), 1, std::move(accs),
+      0, steps, 1, std::move(accs),
       [&](Value i) {
         ring.wait_free(k, i);
         return copies(i * Value(step), ring.slot(i));
@@ -346,7 +346,7 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     TmaRingCopies step = [&](const Value &k0, const Value &slot) { return copies(m0, n0, k0, slot); };
     std::vector<Value> acc =
         config.warp_specialize
-            ? tma_ring_loop(k, spec.k, bk, ring, {zeros}, step, products)
+            ? tma_ring_loop(k, Value(steps), bk, ring, {zeros}, step, products)
             : ring_loop(k, 0, Value(spec.k), bk, stages, {zeros}, step, products, &ring.full);
     epilogue(spec, p, config.warp_specialize ? acc[0] : dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
     return k;

@@ -72,12 +72,13 @@ struct TmaRing {
 /// One step's TMA copies into the caller's rings at `slot`, on barrier `slot` of the
 /// ring's `full` (as many copies as TmaRing::make was told).
 using TmaRingCopies = std::function<std::vector<dsl::Value>(const dsl::Value &k0, const dsl::Value &slot)>;
-/// A warp-specialized main loop over k0 in [0, k) by `step` through `ring`: the
-/// producer warpgroup refills each slot once it is released and copies the step's
-/// blocks; the consumers wait for them and run `products`, which may leave their own
-/// step's dots in flight (dot_wait(.., 1)) but no earlier one's, then release the
-/// previous step's slot. Returns the accumulators with every dot completed.
-std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, int64_t extent, int64_t step, const TmaRing &ring,
+/// A warp-specialized main loop of `steps` steps (an i32, possibly computed in the
+/// kernel), k0 = i * `step`, through `ring`: the producer warpgroup refills each slot
+/// once it is released and copies the step's blocks; the consumers wait for them and run
+/// `products`, which may leave their own step's dots in flight (dot_wait(.., 1)) but no
+/// earlier one's, then release the previous step's slot. Returns the accumulators with
+/// every dot completed.
+std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, const dsl::Value &steps, int64_t step, const TmaRing &ring,
                                       std::vector<dsl::Value> accs, const TmaRingCopies &copies,
                                       const RingProducts &products);
 

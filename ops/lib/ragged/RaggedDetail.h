@@ -39,6 +39,10 @@ struct Blocks {
   int num_warps = 8;
   bool async_copy = false;  ///< operand blocks through a cp.async ring (tile)
   int64_t stages = 3;       ///< the ring's slots
+  /// With async_copy, sm_90a only, the rows kernels (forward, dlhs): the blocks by TMA
+  /// through rings a producer warpgroup refills (tma_ring_loop), products on wgmma from
+  /// shared memory; rhs read as a 2-D [G R, C] (or [G C, R]) tensor.
+  bool tma = false;
 };
 
 /// out [M, C] = lhs [M, R] @ rhs[g] per group, rhs [G, R, C] (or [G, C, R] read

@@ -37,7 +37,7 @@ KernelKey RowsKernelSpec::key() const {
   return ops_detail::specializationKey(trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
                                        {M, R, C, G, int64_t(dtype), int64_t(compute), blocks.exact, blocks.block_m,
                                         blocks.block_n, blocks.block_k, blocks.num_warps, blocks.async_copy,
-                                        blocks.stages});
+                                        blocks.stages, blocks.tma});
 }
 
 KernelKey GroupsKernelSpec::key() const {
@@ -114,10 +114,16 @@ void checkExtents(const char *what, int64_t a, int64_t b, int64_t c, int64_t g) 
 Kernel rows_kernel(const RowsKernelSpec &s) {
   checkExtents(s.trans_rhs ? "dlhs" : "forward", s.M, s.R, s.C, s.G);
   const int64_t bm = s.blocks.block_m, bn = s.blocks.block_n, bk = s.blocks.block_k;
-  Kernel k(s.trans_rhs ? "ragged_dot_dlhs" : "ragged_dot", {.num_warps = s.blocks.num_warps});
+  const bool tma = s.blocks.tma;
+  Kernel k(s.trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
+           {.num_warps = s.blocks.num_warps, .mma_rows_per_warp = tma, .wgmma_dots = tma});
   TensorArg lhs = k.input(s.trans_rhs ? "dout" : "lhs", s.dtype, {s.M, s.R});
-  TensorArg rhs = k.input("rhs", s.dtype, s.trans_rhs ? std::vector<int64_t>{s.G, s.C, s.R}
-                                                      : std::vector<int64_t>{s.G, s.R, s.C});
+  // rhs as TMA reads it: 2-D, group g's rows from g R (or g C).
+  TensorArg rhs = k.input("rhs", s.dtype,
+                          tma           ? (s.trans_rhs ? std::vector<int64_t>{s.G * s.C, s.R}
+                                                       : std::vector<int64_t>{s.G * s.R, s.C})
+                          : s.trans_rhs ? std::vector<int64_t>{s.G, s.C, s.R}
+                                        : std::vector<int64_t>{s.G, s.R, s.C});
   TensorArg sizes = k.input("group_sizes", DType::I32, {s.G});
   TensorArg out = k.output(s.trans_rhs ? "dlhs" : "out", s.dtype, {s.M, s.C});
   k.grid(row_programs(s.M, s.G, bm), cdiv(s.C, bn));
@@ -132,7 +138,29 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
   };
   Value steps = where(tile.found, k.constant(double(s.R), DType::I32), k.constant(0, DType::I32));
   Value zero = k.constant(0, DType::I32), acc = k.full({bm, bn}, 0.0, s.compute);
-  if (s.blocks.async_copy) {
+  if (tma) {
+    // A block of group g's rhs stays in g's rows: R is a multiple of block_k (forward,
+    // check_config); the dlhs's rows past C reach the next group's, which feed only
+    // output columns past C, never stored.
+    // Every program runs all of K (a trip count the compiler knows: a loop that may run
+    // no step would join the accumulator's in-flight registers at its exit, and ptxas
+    // would serialize the wgmma chain); the zero tail reads lhs rows past M, which TMA
+    // fills with zeros.
+    const TmaRing ring = TmaRing::make(k, s.blocks.stages, 2, s.blocks.num_warps);
+    const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
+    Value lhsRow = where(tile.found, tile.row0, Value(s.M));
+    TmaRingCopies copies = [&](const Value &k0, const Value &slot) {
+      return std::vector<Value>{
+          lhs.load_tma({lhsRow, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
+          s.trans_rhs ? rhs.load_tma({g * Value(s.C) + n0, k0}, {bn, bk}, rings[1], slot, ring.full, slot)
+                      : rhs.load_tma({g * Value(s.R) + k0, n0}, {bk, bn}, rings[1], slot, ring.full, slot)};
+    };
+    acc = tma_ring_loop(k, Value(cdiv(s.R, bk)), bk, ring, {acc}, copies,
+                        [&](const Value &, std::vector<Value> accs, std::vector<Value> b) {
+                          Value rhsBlock = s.trans_rhs ? b[1].trans() : b[1];
+                          return std::vector<Value>{dot_wait(dot_async(b[0], rhsBlock, accs[0]), 1)};
+                        })[0];
+  } else if (s.blocks.async_copy) {
     const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
     RingCopies copies = [&](const Value &k0, const Value &slot) {
       return std::vector<Value>{lhs.load_async({tile.row0, k0}, {bm, bk}, rings[0], slot),

@@ -6,8 +6,10 @@
 //
 // Configs: block_m, block_n (the output tile), block_k (the reduction step), num_warps,
 // and for tile async_copy and stages (the operand blocks through a cp.async ring where K
-// and N are multiples of 8, else masked register loads one step ahead); the VJP's two
-// kernels take the same config. The tile heuristic takes 128 x 128 output tiles on 8
+// and N are multiples of 8, else masked register loads one step ahead) and tma (opt-in
+// until measured on the device, sm_90a only: the rows kernels' blocks by TMA through
+// rings a producer warpgroup refills, products on wgmma from shared memory; the forward
+// needs K a multiple of block_k); the VJP's two kernels take the same config. The tile heuristic takes 128 x 128 output tiles on 8
 // warps with 32-element steps through a three-slot ring where the rows allow it,
 // smaller where the problem is; exact products use matmul reference's 16 x 16 x 8
 // blocks.
@@ -40,7 +42,8 @@ Blocks blocksOf(const Problem &p, Impl impl, const Config &c) {
           c.get("block_k"),
           static_cast<int>(c.get("num_warps")),
           !exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p),
-          c.get_or("stages", 3)};
+          c.get_or("stages", 3),
+          !exact && c.get_or("async_copy", 0) != 0 && async_copy_serves(p) && c.get_or("tma", 0) != 0};
 }
 
 int64_t ringBytes(const Problem &p, const Config &c) {
@@ -58,6 +61,14 @@ int64_t registerEstimate(const Problem &p, const Config &c) {
   return (bm * bn * (p.compute == DType::F64 ? 2 : 1) + blocks) / threads;
 }
 
+/// rhs as the rows kernel reads it: [G, K, N], or 2-D [G K, N] for TMA.
+TensorView rowsRhs(const TensorView &rhs, const Blocks &blocks, const ops_detail::KernelExecutor &ex) {
+  if (!blocks.tma)
+    return rhs;
+  return TensorView(rhs.data(), rhs.dtype(), std::vector<int64_t>{rhs.shape()[0] * rhs.shape()[1], rhs.shape()[2]},
+                    ex.device());
+}
+
 } // namespace
 
 bool async_copy_serves(const Problem &p) { return isHalf(p.dtype) && p.K % 8 == 0 && p.N % 8 == 0; }
@@ -73,7 +84,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
       return;
     }
     RowsKernelSpec s{p.M, p.K, p.N, p.G, false, p.dtype, p.compute, blocks};
-    ex.launch(s.key(), [s] { return rows_kernel(s); }, {in[0], in[1], in[2], out[0]});
+    ex.launch(s.key(), [s] { return rows_kernel(s); }, {in[0], rowsRhs(in[1], blocks, ex), in[2], out[0]});
     return;
   }
   const TensorView &dout = in[0], &lhs = in[1], &rhs = in[2], &sizes = in[3], &dlhs = out[0], &drhs = out[1];
@@ -82,7 +93,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
       ex.zero(dlhs);
     } else {
       RowsKernelSpec s{p.M, p.N, p.K, p.G, true, p.dtype, p.compute, blocks};
-      ex.launch(s.key(), [s] { return rows_kernel(s); }, {dout, rhs, sizes, dlhs});
+      ex.launch(s.key(), [s] { return rows_kernel(s); }, {dout, rowsRhs(rhs, blocks, ex), sizes, dlhs});
     }
   }
   if (p.G > 0 && p.K > 0 && p.N > 0) {
@@ -124,7 +135,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
-        !(impl == Impl::Tile && (key == "async_copy" || key == "stages")))
+        !(impl == Impl::Tile && (key == "async_copy" || key == "stages" || key == "tma")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const bool tile = impl == Impl::Tile;
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
@@ -151,6 +162,23 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
     return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
                        c.get("stages"));
+  if (const int64_t tma = c.get_or("tma", 0); tma != 0 && tma != 1)
+    return fmt::format("tma must be 0 or 1, got {}", tma);
+  if (c.get_or("tma", 0)) {
+    const int64_t bytes = int64_t(dtype_size(p.dtype));
+    if (!async || bm != 16 * w || w % 4 != 0)
+      return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
+                         "block_m = 16 * num_warps, got block_m {} with {} warps",
+                         bm, w);
+    if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
+      return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
+    if (bn * bytes % 128 != 0)
+      return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / bytes, bn);
+    if (!p.vjp && p.K % bk != 0)
+      return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
+                         "group's rows), got K {} and block_k {}",
+                         p.K, bk);
+  }
   if (ringBytes(p, c) > 220 * 1024)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 160)
