@@ -56,12 +56,15 @@ std::vector<RegisteredKernel> registered_kernels() {
     const Implementation &impl = o.select(args, name, "sm_90a");
     Config config = o.resolve_config(impl, args, std::nullopt);
     size_t count = impl.kernels(args, config).size();
+    // An implementation that runs on sm_90a alone (hopper) compiles for it alone.
+    std::string onlyArch = impl.supported_on("sm_80") ? "" : "sm_90a";
     for (size_t i = 0; i < count; ++i)
       kernels.push_back({fmt::format("{}[{}] {}#{}", args.op, impl.name(), args.arg(0).to_json(), i),
                          [&o, args, name, i] {
                            const Implementation &im = o.select(args, name, "sm_90a");
                            return std::move(im.kernels(args, o.resolve_config(im, args, std::nullopt))[i]);
-                         }});
+                         },
+                         onlyArch});
   };
   // The headline example: (32, 2048, 16, 64) bf16 normalised over the last axis, f32 scale.
   ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};

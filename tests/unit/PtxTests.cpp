@@ -140,8 +140,11 @@ TEST_CASE("every registered kernel compiles to valid PTX for sm_80 and sm_90a", 
         CHECK(hasLine(ptx, std::string(".target ") + arch));
         CHECK(hasLine(ptx, ".address_size 64"));
         CHECK(contains(ptx, ".visible .entry " + kernel.name() + "("));
-        // The hopper matmul adds a producer warpgroup to the kernel's warps.
-        int warps = kernel.num_warps() + (registered.name.rfind("matmul_hopper", 0) == 0 ? 4 : 0);
+        // The hopper matmul and the hopper attention forward add a producer warpgroup to
+        // the kernel's warps.
+        const bool producer =
+            registered.name.rfind("matmul_hopper", 0) == 0 || contains(registered.name, "attention[hopper]");
+        int warps = kernel.num_warps() + (producer ? 4 : 0);
         CHECK(contains(ptx, ".maxntid " + std::to_string(32 * warps) + ", 1, 1"));
         CHECK(compiled.launch.kernel_name == kernel.name());
         CHECK(compiled.launch.block_threads == uint32_t(32 * warps));
