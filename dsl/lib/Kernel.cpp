@@ -4,6 +4,7 @@
 #include "compiler/lib/Context.h"
 
 #include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/ranges.h>
@@ -437,7 +438,16 @@ std::vector<Value> Kernel::specialized_loop(const Value &lo, const Value &hi, co
     Operation *stop = end == body->end() ? nullptr : &*end;
     for (Operation *op = before ? before->getNextNode() : (body->empty() ? nullptr : &body->front()); op && op != stop;
          op = op->getNextNode())
-      op->walk([&](Operation *inner) { inner->setAttr("tile.producer", kb.b().getUnitAttr()); });
+      op->walk([&](Operation *inner) {
+        auto copy = dyn_cast<tile::AsyncBlockLoadOp>(inner);
+        if (!(copy && copy.isTma()) &&
+            !isa<tile::MbarrierWaitOp, tile::MbarrierArriveOp, scf::IfOp, scf::ForOp, scf::YieldOp>(inner) &&
+            !isMemoryEffectFree(inner))
+          kb.fail(fmt::format("kernel {}: specialized_loop: the producer may issue TMA copies (load_tma), wait on and "
+                              "arrive at mbarriers and compute, not {}",
+                              name(), inner->getName().getStringRef().str()));
+        inner->setAttr("tile.producer", kb.b().getUnitAttr());
+      });
     return consumer(i, std::move(c), std::move(produced));
   });
   induction.getParentBlock()->getParentOp()->setAttr("tile.warp_specialize", kb.b().getUnitAttr());

@@ -274,6 +274,18 @@ TEST_CASE("specialized_loop: roles marked in the IR, misuse reported with the pr
     CHECK_THROWS_WITH(k.specialized_loop(0, 4, 1, {}, nothing, same), Contains("a multiple of 4), got 2"));
   }
   {
+    Kernel k("ws_store", options(4));
+    auto x = k.output("x", DType::F32, {64});
+    CHECK_THROWS_WITH(k.specialized_loop(
+                          0, 4, 1, {},
+                          [&](Value i) {
+                            x.store({i * Value(16)}, k.full({16}, 1.0, DType::F32));
+                            return std::vector<Value>{};
+                          },
+                          same),
+                      Contains("the producer may issue TMA copies") && Contains("tile.block_store"));
+  }
+  {
     Kernel k("ws_nested", options(4));
     k.loop(0, 2, 1, {}, [&](Value, std::vector<Value>) {
       CHECK_THROWS_WITH(k.specialized_loop(0, 4, 1, {}, nothing, same), Contains("at the kernel's top level"));
