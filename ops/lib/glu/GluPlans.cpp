@@ -34,7 +34,6 @@ namespace {
 using Arg = ops_detail::KernelExecutor::Arg;
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
-bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
   GateKernelSpec s;
@@ -158,51 +157,24 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
         !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma" || key == "tma")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
-  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
-  const int64_t minBlock = tile ? 16 : 1;
-  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
-    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
-      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
-  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
-    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
-  if (w != 1 && w != 2 && w != 4 && w != 8)
-    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  if (!tile) {  // exact products hold [block_m, block_k, block_n] partial products
-    if (bm * bk * bn > 8192)
-      return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), w = c.get("num_warps");
+  if (auto problem = check_block_sizes(c, tile))
+    return problem;
+  if (!tile)
     return std::nullopt;
-  }
   if (c.get_or("group_m", 8) < 1)
     return fmt::format("group_m must be at least 1, got {}", c.get("group_m"));
-  const int64_t async = c.get_or("async_copy", 0);
-  if (async != 0 && async != 1)
-    return fmt::format("async_copy must be 0 or 1, got {}", async);
-  if (async && !async_copy_serves(p))
-    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
-                       "K {}, N {}",
-                       p.K, p.N);
-  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
-    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
-                       c.get("stages"));
+  if (auto problem = check_ring_keys(c, async_copy_serves(p), p.K, p.N))
+    return problem;
+  const bool async = c.get_or("async_copy", 0) != 0;
   if (const int64_t wgmma = c.get_or("wgmma", 0); wgmma != 0 && wgmma != 1)
     return fmt::format("wgmma must be 0 or 1, got {}", wgmma);
   if (c.get_or("wgmma", 0) && (!async || bm != 16 * w))
     return fmt::format("wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1 and "
                        "block_m = 16 * num_warps (every warp along M), got block_m {} with {} warps",
                        bm, w);
-  if (const int64_t tma = c.get_or("tma", 0); tma != 0 && tma != 1)
-    return fmt::format("tma must be 0 or 1, got {}", tma);
-  if (c.get_or("tma", 0)) {
-    const int64_t bytes = int64_t(dtype_size(p.dtype));
-    if (!async || bm != 16 * w || w % 4 != 0)
-      return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
-                         "block_m = 16 * num_warps, got block_m {} with {} warps",
-                         bm, w);
-    if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
-      return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
-    if (bn * bytes % 128 != 0)
-      return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / bytes, bn);
-  }
+  if (auto problem = check_tma_ring_keys(c, int64_t(dtype_size(p.dtype))))
+    return problem;
   if (ringBytes(p, c) > 220 * 1024)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 128)

@@ -241,6 +241,54 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   return k;
 }
 
+std::optional<std::string> check_block_sizes(const Config &c, bool tile) {
+  auto isPowerOfTwo = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
+  const int64_t minBlock = tile ? 16 : 1;
+  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
+    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
+      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
+  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
+    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (!tile && bm * bk * bn > 8192)  // exact products hold [block_m, block_k, block_n] partial products
+    return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+  return std::nullopt;
+}
+
+std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N) {
+  const int64_t async = c.get_or("async_copy", 0);
+  if (async != 0 && async != 1)
+    return fmt::format("async_copy must be 0 or 1, got {}", async);
+  if (async && !serves)
+    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
+                       "K {}, N {}",
+                       K, N);
+  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
+    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
+                       c.get("stages"));
+  return std::nullopt;
+}
+
+std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes) {
+  const int64_t tma = c.get_or("tma", 0);
+  if (tma != 0 && tma != 1)
+    return fmt::format("tma must be 0 or 1, got {}", tma);
+  if (!tma)
+    return std::nullopt;
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
+  if (!c.get_or("async_copy", 0) || bm != 16 * w || w % 4 != 0)
+    return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
+                       "block_m = 16 * num_warps, got block_m {} with {} warps",
+                       bm, w);
+  if (bk * elem_bytes != 32 && bk * elem_bytes != 64 && bk * elem_bytes != 128)
+    return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
+  if (bn * elem_bytes % 128 != 0)
+    return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / elem_bytes, bn);
+  return std::nullopt;
+}
+
 TmaRing TmaRing::make(Kernel &k, int64_t stages, int64_t copies, int consumer_warps) {
   return {stages, k.mbarriers(stages, copies), k.mbarriers(stages, 32 * int64_t(consumer_warps))};
 }

@@ -4,6 +4,7 @@
 #include <tokamax/ops/Matmul.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,19 @@ using TmaRingCopies = std::function<std::vector<dsl::Value>(const dsl::Value &k0
 std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, const dsl::Value &steps, int64_t step, const TmaRing &ring,
                                       std::vector<dsl::Value> accs, const TmaRingCopies &copies,
                                       const RingProducts &products);
+
+/// Config checks every tiled product kernel shares (gated_linear_unit, ragged_dot), each
+/// giving the first problem found, or nullopt:
+///   - block_m, block_n (powers of two to 256), block_k (to 128), both from 16 on tensor
+///     cores (`tile`), num_warps 1-8; exact products' [block_m, block_k, block_n] partial
+///     products at most 8192;
+///   - async_copy 0 or 1, only where `serves` (K and N rows of 16-byte chunks); stages
+///     2-4, only with it;
+///   - tma 0 or 1; with it async_copy, 4 or 8 warps, block_m = 16 x num_warps, block_k
+///     one 32-, 64- or 128-byte swizzle row, block_n whole 128-byte rows.
+std::optional<std::string> check_block_sizes(const Config &c, bool tile);
+std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N);
+std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes);
 
 /// The search space of a tiled product kernel (gated_linear_unit, ragged_dot): its
 /// `heuristic` first, then for `reference` two small blocks, else block_m and block_n in

@@ -32,7 +32,6 @@ namespace tokamax::ragged_detail {
 namespace {
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
-bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 Blocks blocksOf(const Problem &p, Impl impl, const Config &c) {
   const bool exact = impl == Impl::Reference;
@@ -139,46 +138,18 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const bool tile = impl == Impl::Tile;
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
-  const int64_t minBlock = tile ? 16 : 1;
-  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
-    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
-      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
-  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
-    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
-  if (w != 1 && w != 2 && w != 4 && w != 8)
-    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  if (!tile) {  // exact products hold [block_m, block_k, block_n] partial products
-    if (bm * bk * bn > 8192)
-      return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+  if (auto problem = check_block_sizes(c, tile))
+    return problem;
+  if (!tile)
     return std::nullopt;
-  }
-  const int64_t async = c.get_or("async_copy", 0);
-  if (async != 0 && async != 1)
-    return fmt::format("async_copy must be 0 or 1, got {}", async);
-  if (async && !async_copy_serves(p))
-    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
-                       "K {}, N {}",
-                       p.K, p.N);
-  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
-    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
-                       c.get("stages"));
-  if (const int64_t tma = c.get_or("tma", 0); tma != 0 && tma != 1)
-    return fmt::format("tma must be 0 or 1, got {}", tma);
-  if (c.get_or("tma", 0)) {
-    const int64_t bytes = int64_t(dtype_size(p.dtype));
-    if (!async || bm != 16 * w || w % 4 != 0)
-      return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
-                         "block_m = 16 * num_warps, got block_m {} with {} warps",
-                         bm, w);
-    if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
-      return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
-    if (bn * bytes % 128 != 0)
-      return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / bytes, bn);
-    if (!p.vjp && p.K % bk != 0)
-      return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
-                         "group's rows), got K {} and block_k {}",
-                         p.K, bk);
-  }
+  if (auto problem = check_ring_keys(c, async_copy_serves(p), p.K, p.N))
+    return problem;
+  if (auto problem = check_tma_ring_keys(c, int64_t(dtype_size(p.dtype))))
+    return problem;
+  if (c.get_or("tma", 0) && !p.vjp && p.K % bk != 0)
+    return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
+                       "group's rows), got K {} and block_k {}",
+                       p.K, bk);
   if (ringBytes(p, c) > 220 * 1024)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 160)
