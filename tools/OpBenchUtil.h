@@ -3,6 +3,8 @@
 // peers' JSON (rows of shape, pass, backend and TFLOP/s, as bench/peers/*.py write them).
 #pragma once
 
+#include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 #include <tokamax/runtime/Tensor.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +78,46 @@ inline std::vector<std::string> split(const std::string &list) {
     start = comma + 1;
   }
   return items;
+}
+
+/// The command line every op benchmark takes, in this order (so a structured binding can
+/// name the fields).
+struct OpBenchArgs {
+  std::vector<std::string> impls{"tile"};
+  std::string json, peers;
+  std::optional<Config> config;
+  int iters = 20;
+  bool quick = false;
+};
+
+/// Parses `tool`'s command line: [--impl a,b] [--iters N] [--config JSON] [--json FILE]
+/// [--peers FILE] [--quick]; throws Error with the usage on anything else, and when the
+/// driver reports no CUDA device.
+inline OpBenchArgs parseOpBenchArgs(const char *tool, int argc, char **argv) {
+  OpBenchArgs a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool hasValue = i + 1 < argc;
+    if (arg == "--impl" && hasValue)
+      a.impls = split(argv[++i]);
+    else if (arg == "--iters" && hasValue)
+      a.iters = std::max(3, std::atoi(argv[++i]));
+    else if (arg == "--config" && hasValue)
+      a.config = Config::from_json(argv[++i]);
+    else if (arg == "--json" && hasValue)
+      a.json = argv[++i];
+    else if (arg == "--peers" && hasValue)
+      a.peers = argv[++i];
+    else if (arg == "--quick")
+      a.quick = true;
+    else
+      throw Error(fmt::format("usage: {} [--impl tile,reference] [--iters N] [--config JSON] [--json FILE] "
+                              "[--peers FILE] [--quick] (unknown argument \"{}\")",
+                              tool, arg));
+  }
+  if (Device::count() == 0)
+    throw Error(fmt::format("{} needs a CUDA device; the driver reports none", tool));
+  return a;
 }
 
 } // namespace tokamax::tools

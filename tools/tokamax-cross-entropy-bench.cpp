@@ -150,33 +150,7 @@ PeerTable readPeers(const std::string &path, std::vector<std::string> &backends)
 } // namespace
 
 int main(int argc, char **argv) try {
-  std::vector<std::string> impls{"tile"};
-  std::string jsonPath, peersPath;
-  std::optional<Config> config;
-  int iters = 20;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool hasValue = i + 1 < argc;
-    if (arg == "--impl" && hasValue)
-      impls = tools::split(argv[++i]);
-    else if (arg == "--iters" && hasValue)
-      iters = std::max(3, std::atoi(argv[++i]));
-    else if (arg == "--config" && hasValue)
-      config = Config::from_json(argv[++i]);
-    else if (arg == "--json" && hasValue)
-      jsonPath = argv[++i];
-    else if (arg == "--peers" && hasValue)
-      peersPath = argv[++i];
-    else if (arg == "--quick")
-      quick = true;
-    else
-      throw Error(fmt::format("usage: tokamax-cross-entropy-bench [--impl tile,reference] [--iters N] "
-                              "[--config JSON] [--json FILE] [--peers FILE] [--quick] (unknown argument \"{}\")",
-                              arg));
-  }
-  if (Device::count() == 0)
-    throw Error("tokamax-cross-entropy-bench needs a CUDA device; the driver reports none");
+  auto [impls, jsonPath, peersPath, config, iters, quick] = tools::parseOpBenchArgs("tokamax-cross-entropy-bench", argc, argv);
   std::vector<std::string> backends;
   PeerTable peers = peersPath.empty() ? PeerTable{} : readPeers(peersPath, backends);
   const Shape s = quick ? kQuickShape : kShape;

@@ -119,33 +119,7 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
 } // namespace
 
 int main(int argc, char **argv) try {
-  std::vector<std::string> impls{"tile"};
-  std::string jsonPath, peersPath;
-  std::optional<Config> config;
-  int iters = 20;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool hasValue = i + 1 < argc;
-    if (arg == "--impl" && hasValue)
-      impls = tools::split(argv[++i]);
-    else if (arg == "--iters" && hasValue)
-      iters = std::max(3, std::atoi(argv[++i]));
-    else if (arg == "--config" && hasValue)
-      config = Config::from_json(argv[++i]);
-    else if (arg == "--json" && hasValue)
-      jsonPath = argv[++i];
-    else if (arg == "--peers" && hasValue)
-      peersPath = argv[++i];
-    else if (arg == "--quick")
-      quick = true;
-    else
-      throw Error(fmt::format("usage: tokamax-ragged-dot-bench [--impl tile,reference] [--iters N] [--config JSON] "
-                              "[--json FILE] [--peers FILE] [--quick] (unknown argument \"{}\")",
-                              arg));
-  }
-  if (Device::count() == 0)
-    throw Error("tokamax-ragged-dot-bench needs a CUDA device; the driver reports none");
+  auto [impls, jsonPath, peersPath, config, iters, quick] = tools::parseOpBenchArgs("tokamax-ragged-dot-bench", argc, argv);
   std::vector<std::string> backends;
   tools::PeerTable peers = peersPath.empty() ? tools::PeerTable{} : tools::readPeers(peersPath, backends);
   const Shape s = quick ? kQuickShape : kShape;
