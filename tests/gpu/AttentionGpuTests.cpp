@@ -6,6 +6,8 @@
 // case's forward and VJP rerun and compared bit for bit.
 #include <catch2/catch.hpp>
 
+#include "gpu/DeviceRuns.h"
+
 #include "unit/AttentionTestCase.h"
 
 #include <tokamax/ops/Attention.h>
@@ -23,11 +25,7 @@ using namespace attention_test;
 
 namespace {
 
-Tensor upload(const HostBuffer &h) {
-  Tensor t = Tensor::empty(h.shape, h.dtype);
-  t.copy_from_host(h.bytes(), h.nbytes());
-  return t;
-}
+using gpu_test::upload;
 
 /// A device tensor holding NaN (floats), so unwritten elements show.
 Tensor poisoned(DType d, const std::vector<int64_t> &shape) { return upload(HostBuffer(d, shape)); }

@@ -6,6 +6,8 @@
 // bit (no float atomics).
 #include <catch2/catch.hpp>
 
+#include "gpu/DeviceRuns.h"
+
 #include "unit/XentTestCase.h"
 
 #include <tokamax/ops/CrossEntropy.h>
@@ -21,42 +23,18 @@ using namespace xent_test;
 
 namespace {
 
-Tensor upload(const HostBuffer &h) {
-  Tensor t = Tensor::empty(h.shape, h.dtype);
-  t.copy_from_host(h.bytes(), h.nbytes());
-  return t;
-}
-
-void download(const Tensor &t, HostBuffer &h) { t.copy_to_host(h.bytes(), h.nbytes()); }
-
-/// Runs the call on the device twice into NaN-filled outputs; the first run's results
-/// go to `out`, and any bit that differs in the second fails the test.
+/// Runs the call on the device twice into NaN-filled outputs (gpu_test::run_twice).
 Runner onDevice(bool vjp) {
   return [vjp](const Case &c, const std::vector<HostBuffer *> &in, const std::vector<HostBuffer *> &out) {
-    Stream stream = Stream::create(Device::get());
-    std::vector<Tensor> inputs;
-    for (HostBuffer *h : in)
-      inputs.push_back(upload(*h));
-    std::vector<std::vector<uint64_t>> first;
-    for (int run = 0; run < 2; ++run) {
-      std::vector<Tensor> outputs;
-      for (HostBuffer *h : out)
-        outputs.push_back(upload(HostBuffer(h->dtype, h->shape)));
+    gpu_test::run_twice(in, out, [&](Stream &stream, const std::vector<Tensor> &inputs,
+                                     const std::vector<Tensor> &outputs) {
       if (vjp)
         linear_softmax_cross_entropy_loss_vjp(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], outputs[0],
                                               outputs[1], stream, c.options());
       else
         linear_softmax_cross_entropy_loss(inputs[0], inputs[1], inputs[2], outputs[0], outputs[1], stream,
                                           c.options());
-      stream.synchronize();
-      for (size_t i = 0; i < out.size(); ++i) {
-        download(outputs[i], *out[i]);
-        if (run == 0)
-          first.push_back(out[i]->storage);
-        else
-          CHECK(first[i] == out[i]->storage);  // deterministic: reruns are bit for bit
-      }
-    }
+    });
   };
 }
 
