@@ -368,7 +368,9 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
   Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
   Params p = declare(k, spec, DType::F32);
   const int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), units = gridM * gridN, steps = cdiv(spec.k, bk);
-  const TmaRing ring = TmaRing::make(k, stages, 2, config.num_warps);  // a's and b's copies
+  // a's and b's copies; in order no consumer releases a slot (the block barrier orders refills).
+  const TmaRing ring = config.warp_specialize ? TmaRing::make(k, stages, 2, config.num_warps)
+                                              : TmaRing{stages, k.mbarriers(stages, 2), {}};
   SharedBuffer aRing = k.shared_buffer(stages), bRing = k.shared_buffer(stages);
   auto copies = [&](const Value &m0, const Value &n0, const Value &k0, const Value &slot) {
     Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, ring.full, slot)
