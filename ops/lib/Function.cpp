@@ -441,7 +441,8 @@ Function grad(const Function &f, std::vector<int> wrt) {
                                         specOf(sl[5]), specOf(sl[6]), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}),
                                         t.spec(Sym{sl[2]}), specOf(bias)},
                                        options);
-      // A forward pinned to "hopper" has no hopper VJP yet: its VJP goes to auto.
+      // A forward pinned to "hopper" whose call the hopper VJP refuses (head dims past
+      // 128): its VJP goes to auto.
       std::optional<std::string> vjpImplementation = call.implementation;
       if (vjpImplementation && *vjpImplementation == "hopper" &&
           attention_vjp_op().implementation("hopper").why_not(b).has_value())

@@ -68,7 +68,10 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
       std::optional<Tensor> dbias;
       if (bias)
         dbias.emplace(poisoned(bias->dtype(), data.bias->shape));
-      dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, options, view(dbias));
+      AttentionOptions vjpOptions = options;
+      if (c.vjp_config)
+        vjpOptions.config = c.vjp_config;
+      dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, vjpOptions, view(dbias));
       stream.synchronize();
       results = {download(out), download(lse), download(dq), download(dk), download(dv)};
       if (dbias)
@@ -213,29 +216,33 @@ TEST_CASE("attention with its products on wgmma matches float64 and reruns bit f
   checkOnDevice(cases, stream);
 }
 
-TEST_CASE("attention hopper forward matches float64 and reruns bit for bit", "[gpu][attention][tma_ring]") {
+TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit", "[gpu][attention][tma_ring]") {
   if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the hopper forward needs sm_90a, the device is " << Device::get().arch());
+    WARN("SKIPPED: the hopper kernels need sm_90a, the device is " << Device::get().arch());
     return;
   }
   Stream stream = Stream::create(Device::get());
-  // Every option, GQA, Hv != H, T not a multiple of the query block, several key blocks,
-  // 4 and 8 consumer warps, 2-4 ring stages; S multiples of 16 as hopper needs.
+  // Every option (bias with dbias, soft cap), GQA, Hv != H, T not a multiple of the query
+  // block, several key blocks, 4 and 8 consumer warps, 2-4 ring stages; S multiples of 16
+  // as hopper needs. The VJP holds 16 x num_warps rows and steps 32 or 64.
   std::vector<Case> cases;
   int index = 0;
   for (int64_t h : {64, 128})
-    for (int variant = 0; variant < 4; ++variant, ++index) {
+    for (int variant = 0; variant < 5; ++variant, ++index) {
       Case c = makeCase("hopper", index % 2 ? DType::F16 : DType::BF16,
                         {.batch = {2}, .t = 1000, .s = 768, .n = 4, .k = 2, .h = h, .hv = variant == 3 ? 64 : h});
-      c.vjp = false;
       c.options.is_causal = variant == 1;
       if (variant == 2)
         c.options.window = Window{100, 20};
       if (variant == 3)
         c.q_lengths = {1000, 517}, c.kv_lengths = {700, 768};
+      if (variant == 4)
+        c.bias_dims = "bnts", c.options.soft_cap = 20.0;
       const int64_t warps = index % 3 ? 8 : 4;
       c.config = Config{{"block_q", 16 * warps}, {"block_kv", index % 2 ? 64 : 128}, {"num_warps", warps},
                         {"stages", 2 + index % 3}};
+      c.vjp_config = Config{{"block_q", index % 2 ? 32 : 64}, {"block_kv", 64}, {"num_warps", warps},
+                            {"stages", 2 + index % 2}};
       cases.push_back(c);
     }
   checkOnDevice(cases, stream);

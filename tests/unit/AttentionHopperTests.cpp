@@ -1,8 +1,8 @@
-// The hopper attention forward (TMA, a producer warpgroup, wgmma): its configs and the
-// calls it refuses are named, the interpreter (which runs the same kernel: each step's
-// copies, then its products) matches the float64 reference with every option, and the
-// kernel assembles for sm_90a with its copies on TMA, the warp roles' register limits and
-// both products on wgmma.
+// The hopper attention kernels (TMA, a producer warpgroup, wgmma), forward and VJP: their
+// configs and the calls they refuse are named, the interpreter (which runs the same
+// kernels: each step's copies, then its products) matches the reference implementation
+// with every option, and the kernels assemble for sm_90a with their copies on TMA, the
+// warp roles' register limits and every product on wgmma.
 #include "unit/AttentionReference.h"
 #include "unit/PtxasUtil.h"
 
@@ -22,6 +22,11 @@ BoundArgs forwardArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d =
   return bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)});
 }
 
+BoundArgs vjpArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16) {
+  const ArgSpec qs{q, d}, ks{kv, d};
+  return bind_attention_vjp({qs, qs, ks, ks, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, ks, ks, {}});
+}
+
 } // namespace
 
 TEST_CASE("attention hopper: configs and the calls it refuses are named", "[attention][hopper]") {
@@ -39,21 +44,36 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
     return hopper.check_config(args, changed).value_or("valid");
   };
   CHECK_THAT(why("block_kv", 128), Catch::Contains("dividing S = 192"));
-  CHECK_THAT(why("num_warps", 2), Catch::Contains("block_q = 16 * num_warps"));
+  CHECK_THAT(why("num_warps", 2), Catch::Contains("num_warps 4 or 8"));
+  CHECK_THAT(why("block_q", 32), Catch::Contains("block_q = 16 * num_warps"));
   CHECK_THAT(why("stages", 5), Catch::Contains("2, 3 or 4"));
   CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 100, 2, 64})), Catch::Contains("multiple of 16"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 48}, {2, 192, 2, 48})), Catch::Contains("head dims"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::F32)), Catch::Contains("bf16"));
-  const ArgSpec x{{2, 64, 4, 64}, DType::BF16};
-  BoundArgs vjp = bind_attention_vjp({x, x, x, x, x, attention_lse_spec(x), {}, {}, {}, {}, x, x, x, {}});
-  CHECK_THAT(*attention_vjp_op().implementation("hopper").why_not(vjp), Catch::Contains("VJP is not available"));
+  // The VJP: block_q is dk/dv's query step, the held rows are 16 x num_warps.
+  const Implementation &hopperVjp = attention_vjp_op().implementation("hopper");
+  BoundArgs vjp = vjpArgs({2, 100, 4, 64}, {2, 192, 2, 64});
+  CHECK_FALSE(hopperVjp.why_not(vjp).has_value());
+  Config vc = hopperVjp.heuristic(vjp);
+  CHECK(vc.get("num_warps") == 8);
+  CHECK_FALSE(hopperVjp.check_config(vjp, vc).has_value());
+  Config odd = vc;
+  odd.set("block_q", 48);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("dk/dv step"));
+  odd = vc;
+  odd.set("block_q", 256);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("registers"));
+  CHECK_THAT(*hopperVjp.why_not(vjpArgs({2, 64, 4, 256}, {2, 64, 2, 256})), Catch::Contains("up to 128"));
+  for (const Config &c : hopperVjp.search_space(vjp))
+    CHECK_FALSE(hopperVjp.check_config(vjp, c).has_value());
   // Auto keeps tile first until the device has measured hopper.
   CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "tile");
   CHECK(attention_op().select(args, "hopper", "sm_90a").name() == "hopper");
 }
 
-TEST_CASE("attention hopper: the interpreter matches the reference with every option", "[attention][hopper]") {
+TEST_CASE("attention hopper: the interpreter matches the reference with every option, forward and VJP",
+          "[attention][hopper]") {
   struct Variant {
     const char *what;
     int64_t t, s, n, kh, h, hv;
@@ -114,6 +134,36 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
       INFO(lse.message);
       CHECK(lse.ok);
     }
+    // The VJP from the reference forward's out and lse: held rows of 64 and 128 (past S
+    // and T here), query and key steps of 16 and 32, GQA heads walked in one program.
+    HostBuffer dout(dt, {B, v.t, v.n, v.hv}, randomNormal(B * v.t * v.n * v.hv, dt, seed++));
+    struct Grads {
+      HostBuffer dq, dk, dv, dbias;
+    };
+    auto vjp = [&](const char *impl, std::optional<Config> config) {
+      Grads g{HostBuffer(dt, q.shape), HostBuffer(dt, k.shape), HostBuffer(dt, vv.shape),
+              HostBuffer(DType::F32, bias.shape)};
+      TensorView dbiasView = g.dbias.view();
+      o.implementation = impl;
+      o.config = std::move(config);
+      dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), vv.view(), ref.view(), refLseView, g.dq.view(),
+                                     g.dk.view(), g.dv.view(), o, v.bias ? &dbiasView : nullptr);
+      return g;
+    };
+    Grads want = vjp("reference", std::nullopt);
+    for (Config config : {Config{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
+                          Config{{"block_q", 32}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}}}) {
+      INFO(v.what << " VJP " << config.to_json());
+      Grads got = vjp("hopper", config);
+      for (auto [name, a, b] : {std::tuple{"dq", &got.dq, &want.dq}, std::tuple{"dk", &got.dk, &want.dk},
+                                std::tuple{"dv", &got.dv, &want.dv}, std::tuple{"dbias", &got.dbias, &want.dbias}}) {
+        if (name == std::string("dbias") && !v.bias)
+          continue;
+        Comparison cmp = compare(name, a->values(), b->values(), a->shape, Tolerance{6e-2, 1.5e-2});
+        INFO(cmp.message);
+        CHECK(cmp.ok);
+      }
+    }
   }
 }
 
@@ -145,6 +195,46 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
       CHECK(status == 0);
       CHECK(test::count(log, "0 bytes spill stores") == 1);
       CHECK(test::count(log, "serialized") == 0);
+    }
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}
+
+TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a on TMA, warp roles and wgmma",
+          "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const Implementation &hopper = attention_vjp_op().implementation("hopper");
+  for (int64_t h : {64, 128}) {
+    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h});
+    std::vector<Config> configs = hopper.search_space(args);
+    configs.resize(std::min<size_t>(configs.size(), 3));  // the heuristic first; ptxas's time
+    for (const Config &config : configs) {
+      size_t held = 0;
+      for (const dsl::Kernel &kernel : hopper.kernels(args, config)) {
+        if (kernel.name().find("_hopper") == std::string::npos || kernel.name().find("delta") != std::string::npos)
+          continue;
+        ++held;
+        CompileOptions options;
+        options.assemble = false;
+        options.arch = "sm_90a";
+        CompiledKernel compiled = compile(kernel, options);
+        const std::string &ptx = compiled.ptx;
+        INFO("H " << h << " " << config.to_json() << " " << kernel.name());
+        CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 4);  // held pair, streamed pair
+        CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == (config.get("num_warps") == 8 ? 1u : 0u));
+        CHECK(test::count(ptx, "mma.sync") == 0);
+        CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
+        CHECK(compiled.launch.tensor_maps.size() == 4u);
+        if (ptxas.empty())
+          continue;
+        auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+        INFO(log);
+        CHECK(status == 0);
+        CHECK(test::count(log, "0 bytes spill stores") == 1);
+        CHECK(test::count(log, "serialized") == 0);
+      }
+      CHECK(held == 2u);  // dk/dv and dq
     }
   }
   if (ptxas.empty())

@@ -36,6 +36,7 @@ struct Case {
   bool mask_empty_row = false;  ///< the mask hides every key of query row min(1, T - 1)
   std::vector<int32_t> q_lengths, kv_lengths;
   std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
+  std::optional<tokamax::Config> vjp_config;  ///< the VJP's, where it differs from config
   bool vjp = true;
   double tolerance_factor = 1;
   uint64_t seed = 1;
@@ -67,6 +68,8 @@ inline std::string describe(const Case &c) {
     s += fmt::format(" kv_len [{}]", fmt::join(c.kv_lengths, ","));
   if (c.config)
     s += " config " + c.config->to_json();
+  if (c.vjp_config)
+    s += " vjp config " + c.vjp_config->to_json();
   return s + (c.vjp ? " fwd+vjp" : " fwd");
 }
 

@@ -345,35 +345,13 @@ private:
   Impl impl_;
 };
 
-/// The VJP's "hopper" is reserved for the sm_90a FlashAttention-3 class VJP kernels; it
-/// refuses every call.
-class ReservedHopper : public Implementation {
-public:
-  std::string name() const override { return "hopper"; }
-  bool supported_on(const std::string &arch) const override { return arch == "sm_90a"; }
-  std::optional<std::string> why_not(const BoundArgs &) const override {
-    return "the hopper (FlashAttention-3 class) attention VJP is not available in this version; use tile";
-  }
-  Config heuristic(const BoundArgs &) const override { return {}; }
-  std::vector<dsl::Kernel> kernels(const BoundArgs &, const Config &) const override { return {}; }
-  void run(const BoundArgs &args, const Config &, std::span<const TensorView>, std::span<const TensorView>,
-           Stream &) const override {
-    throw NotSupported(fmt::format("{}: {}", args.op, *why_not(args)));
-  }
-  void interpret(const BoundArgs &args, const Config &, std::span<const TensorView>,
-                 std::span<const TensorView>) const override {
-    throw NotSupported(fmt::format("{}: {}", args.op, *why_not(args)));
-  }
-};
-
 class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
       : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
            // hopper follows tile in the auto order until the device has measured it.
            {std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
-            vjp ? std::shared_ptr<Implementation>(std::make_shared<ReservedHopper>())
-                : std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
+            std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
             std::make_shared<AttentionImplementation>(vjp, Impl::Chunked),
             std::make_shared<AttentionImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}

@@ -56,32 +56,43 @@ int64_t sharedEstimate(const Problem &p, const Config &c) {
 
 bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
 
-/// The hopper forward's keys: block_q = 16 x num_warps (4 or 8: every warp along the
-/// rows, whole warpgroups), block_kv dividing S (K / V boxes stay in their batch row),
-/// stages of the K / V rings; Q, the rings and the registers of the scores and the
-/// accumulator must fit.
+/// The hopper kernels' keys. Every program holds 16 x num_warps rows (4 or 8 warps: each
+/// consumer warp owns 16, whole warpgroups): the forward's queries (block_q must say so)
+/// with block_kv keys a step. The VJP's dk/dv programs hold keys and walk block_q queries
+/// a step, its dq programs hold queries and walk block_kv keys. Key steps divide S (a K /
+/// V block stays in its batch row); stages are the rings' slots. The held blocks, the
+/// rings and the registers of the scores and accumulators must fit.
 std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
   for (const auto &[key, value] : c.values)
     if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "stages")
       return fmt::format("unknown key \"{}\" for hopper", key);
   const int64_t bq = c.get("block_q"), bkv = c.get("block_kv"), w = c.get("num_warps"), stages = c.get_or("stages", 2);
-  if ((w != 4 && w != 8) || bq != 16 * w)
-    return fmt::format("hopper needs num_warps 4 or 8 and block_q = 16 * num_warps, got block_q {} with {} warps", bq,
-                       w);
+  const int64_t held = 16 * w, dims = p.H + p.Hv;
+  if (w != 4 && w != 8)
+    return fmt::format("hopper needs num_warps 4 or 8 (whole consumer warpgroups), got {}", w);
+  if (!p.vjp && bq != held)
+    return fmt::format("the hopper forward needs block_q = 16 * num_warps, got block_q {} with {} warps", bq, w);
+  if (p.vjp && (bq < 16 || bq > 256 || (bq & (bq - 1))))
+    return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
   if (bkv < 16 || bkv > 256 || (bkv & (bkv - 1)) || p.S % bkv != 0)
     return fmt::format("hopper needs block_kv a power of two in [16, 256] dividing S = {} (a K / V block must not "
                        "reach into the next batch row), got {}",
                        p.S, bkv);
   if (stages < 2 || stages > 4)
-    return fmt::format("stages (the K / V rings' slots) must be 2, 3 or 4, got {}", stages);
-  const int64_t shared = (bq * p.H + stages * bkv * (p.H + p.Hv)) * 2;
+    return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
+  // Forward: Q held, K / V streamed. VJP: K / V or Q / dO held, the other streamed.
+  const int64_t step = p.vjp ? std::max(bq, bkv) : bkv;
+  const int64_t shared = (held * (p.vjp ? dims : p.H) + stages * step * dims) * 2;
   if (shared > 220 * 1024)
-    return fmt::format("Q and {} stages of {}-key K / V blocks need {} KiB of shared memory (at most 220)", stages, bkv,
-                       shared / 1024);
-  if (bq * (bkv + p.Hv) / (32 * w) > 192)
-    return fmt::format("block_q {} x block_kv {} with {} warps needs ~{} registers per thread for the scores and the "
-                       "accumulator",
-                       bq, bkv, w, bq * (bkv + p.Hv) / (32 * w));
+    return fmt::format("the held block and {} stages of {}-row blocks need {} KiB of shared memory (at most 220)",
+                       stages, step, shared / 1024);
+  // Registers per consumer thread (its 16 rows over a warp): the forward's scores and
+  // accumulator; dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
+  const int64_t words = p.vjp ? std::max(2 * bq + dims, 2 * bkv + p.H) / 2 : (bkv + p.Hv) / 2;
+  if (words > 192)
+    return fmt::format("block_q {} x block_kv {} needs ~{} registers per thread for the scores and the accumulators "
+                       "(at most 192)",
+                       bq, bkv, words);
   return std::nullopt;
 }
 
@@ -104,14 +115,16 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
   case Impl::Chunked:
     return std::nullopt;
   case Impl::Hopper:
-    if (p.vjp)
-      return std::string("the hopper attention VJP is not available in this version; use tile");
     if (!isHalf(p.dtype))
       return fmt::format("hopper serves bf16 and f16 (wgmma), not {}; use tile, chunked or reference",
                          dtype_name(p.dtype));
     if (!isHeadDimOfOneBox(p.H) || !isHeadDimOfOneBox(p.Hv))
       return fmt::format("hopper needs head dims of 16, 32, 64, 128 or 256 (one TMA box a row block), got H {} and "
                          "Hv {}; use tile",
+                         p.H, p.Hv);
+    if (p.vjp && std::max(p.H, p.Hv) > 128)
+      return fmt::format("the hopper VJP holds dk and dv in registers: head dims up to 128, got H {} and Hv {}; use "
+                         "tile",
                          p.H, p.Hv);
     if (p.S % 16 != 0)
       return fmt::format("hopper needs S a multiple of 16 (K / V blocks must not reach into the next batch row), got "
@@ -131,6 +144,17 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 
 Config heuristic(const Problem &p, Impl impl) {
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
+  if (impl == Impl::Hopper && p.vjp) {
+    // 128 held rows on two consumer warpgroups; the widest query step whose S, dP, dk and
+    // dv fit the registers, 64-key steps for dq.
+    const int64_t warps = std::max(p.T, p.S) > 64 ? 8 : 4;
+    int64_t bq = 64, bkv = 64;
+    while (bq > 16 && 2 * bq + p.H + p.Hv > 384)
+      bq /= 2;
+    while (bkv > 16 && p.S % bkv != 0)
+      bkv /= 2;
+    return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
+  }
   if (impl == Impl::Hopper) {
     // 128-row query blocks on two consumer warpgroups where T fills them; the widest
     // key step dividing S that keeps the scores and accumulator in registers.
@@ -210,13 +234,15 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 std::vector<Config> search_space(const Problem &p, Impl impl) {
   std::vector<Config> space{heuristic(p, impl)};
   if (impl == Impl::Hopper) {
+    // The forward's block_q is its held rows; the VJP's, dk/dv's query step.
     for (int64_t warps : {4, 8})
-      for (int64_t bkv : {64, 128})
-        for (int64_t stages : {2, 3}) {
-          Config c{{"block_q", 16 * warps}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
-          if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
-            space.push_back(c);
-        }
+      for (int64_t bq : p.vjp ? std::vector<int64_t>{32, 64, 128} : std::vector<int64_t>{16 * warps})
+        for (int64_t bkv : {64, 128})
+          for (int64_t stages : {2, 3}) {
+            Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
+            if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
+              space.push_back(c);
+          }
     return space;
   }
   auto add = [&](int64_t bq, int64_t bkv, int64_t warps, int64_t prefetch = 0) {

@@ -132,17 +132,22 @@ Kernel delta_kernel(const KernelSpec &s) {
   return k;
 }
 
-namespace {
-
-/// The VJP's per-row inputs: dout, lse (in log2 units) and delta.
-struct Cotangents {
-  TensorArg dout, lse, delta;
-};
-
-Cotangents declareCotangents(Kernel &k, const Problem &p) {
-  return {k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv}), k.input("lse", p.compute, {p.B, p.N, p.T}),
+Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
+  std::vector<int64_t> doutShape{p.B, p.T, p.N, p.Hv};
+  if (rows)
+    doutShape = {p.B * p.T, p.N * p.Hv};
+  return {k.input("dout", p.dtype, doutShape), k.input("lse", p.compute, {p.B, p.N, p.T}),
           k.input("delta", p.compute, {p.B, p.N, p.T})};
 }
+
+DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
+  DkDvOutputs o{k.output("dk", p.dtype, {p.B, p.S, p.K, p.H}), k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv}), {}};
+  if (p.dbias)
+    o.ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
+  return o;
+}
+
+namespace {
 
 /// dS from P, dP and delta (broadcast along `axis`), through the soft cap's derivative.
 Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const Value &delta, int axis,
@@ -157,50 +162,68 @@ Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const 
 
 } // namespace
 
+Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
+                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0, bool masked,
+                  const Carried &carried) {
+  const KernelSpec &s = pr.s;
+  const Problem &p = pr.p;
+  Kernel &k = pr.k;
+  const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
+  auto parts = unpack(carried, {kb.size(), vb.size()});
+  Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
+  Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+  Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, p.softcap != 0);
+  Value probT = sc.exp2_minus(lse2, 0);  // [bkv, bq]
+  Chunks dvNew = product_nn(s, probT, d, parts[1]);
+  Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), delta, 0, sc);
+  if (ds)
+    ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
+  Chunks dkNew = product_nn(s, dsT, q, parts[0]);
+  return pack({&dkNew, &dvNew});
+}
+
+Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const Value &lse2, const Value &delta, const Chunks &kb,
+               const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc) {
+  const KernelSpec &s = pr.s;
+  Kernel &k = pr.k;
+  const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
+  Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, pr.p.softcap != 0);
+  Value prob = sc.exp2_minus(lse2, 1);
+  Value dsBlock = scoreGradient(pr.p, prob, product_nt(s, k, d, vb), delta, 1, sc);
+  return product_nn(s, dsBlock, kb, acc);
+}
+
 Kernel flash_dkdv_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q, bkv = s.block_kv;
   Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
-  Cotangents ct = declareCotangents(k, p);
-  TensorArg dk = k.output("dk", p.dtype, {p.B, p.S, p.K, p.H});
-  TensorArg dv = k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv});
-  std::optional<TensorArg> ds;
-  if (p.dbias)
-    ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
+  Cotangents ct = declare_cotangents(k, p);
+  DkDvOutputs o = declare_dkdv_outputs(k, p);
   k.grid(cdiv(p.S, bkv), p.K, p.B);
   Program pr = program(k, s, in, k.program_id(2));
   Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
 
   Chunks kb = load_rows(s, in.k, pr.b, j0, h, p.H, bkv), vb = load_rows(s, in.v, pr.b, j0, h, p.Hv, bkv);
   Chunks dkAcc = zero_rows(s, k, bkv, p.H), dvAcc = zero_rows(s, k, bkv, p.Hv);
-  const size_t nk = dkAcc.size(), nv = dvAcc.size();
   Range range = query_range(pr, j0, bq, bkv);
-  const bool natural = p.softcap != 0;
 
   Carried sums = k.loop(0, p.group(), 1, pack({&dkAcc, &dvAcc}), [&](Value g, Carried outer) {
     Value n = h * p.group() + g;
     std::vector<BlockSource> qd{{in.q, n, p.H, bq}, {ct.dout, n, p.Hv, bq}};
     BlockBody body = [&](Value t0, Carried carried, bool masked, const Blocks &blocks) {
-      auto parts = unpack(carried, {nk, nv});
-      Chunks q = blocks(0), d = blocks(1);
-      Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
-      Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
-      Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, natural);
-      Value probT = sc.exp2_minus(lse2, 0);  // [bkv, bq]
-      Chunks dvNew = product_nn(s, probT, d, parts[1]);
-      Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), delta, 0, sc);
-      if (ds)
-        ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
-      Chunks dkNew = product_nn(s, dsT, q, parts[0]);
-      return pack({&dkNew, &dvNew});
+      return dkdv_step(pr, ct, o.ds, kb, vb, blocks(0), blocks(1), n, t0, j0, masked, carried);
     };
     return walk_blocks(pr, range, bq, std::move(outer), qd, body);
   });
-  auto parts = unpack(sums, {nk, nv});
-  store_rows(s, dk, pr.b, j0, h, scale_all(parts[0], p.scale));
-  store_rows(s, dv, pr.b, j0, h, parts[1]);
+  store_dkdv(pr, o, j0, h, sums, kb.size());
   return k;
+}
+
+void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks) {
+  auto parts = unpack(sums, {dkChunks, sums.size() - dkChunks});
+  store_rows(pr.s, o.dk, pr.b, j0, h, scale_all(parts[0], pr.p.scale));
+  store_rows(pr.s, o.dv, pr.b, j0, h, parts[1]);
 }
 
 Kernel flash_dq_kernel(const KernelSpec &s) {
@@ -208,7 +231,7 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   const int64_t bq = s.block_q, bkv = s.block_kv;
   Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
-  Cotangents ct = declareCotangents(k, p);
+  Cotangents ct = declare_cotangents(k, p);
   TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
   k.grid(cdiv(p.T, bq), p.N, p.B);
   Program pr = program(k, s, in, k.program_id(2));
@@ -217,17 +240,11 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
   Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
   Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
-  Chunks acc = zero_rows(s, k, bq, p.H);
-  const bool natural = p.softcap != 0;
   std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
-    Chunks kb = blocks(0);
-    Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, natural);
-    Value prob = sc.exp2_minus(lse2, 1);
-    Value dsBlock = scoreGradient(p, prob, product_nt(s, k, d, blocks(1)), delta, 1, sc);
-    return product_nn(s, dsBlock, kb, carried);
+    return dq_step(pr, q, d, lse2, delta, blocks(0), blocks(1), n, t0, j0, masked, carried);
   };
-  Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, acc, kv, body);
+  Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, zero_rows(s, k, bq, p.H), kv, body);
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
   return k;
 }

@@ -1,16 +1,23 @@
-//===- HopperKernels.cpp - The hopper forward: TMA rings, warp roles, wgmma --===//
+//===- HopperKernels.cpp - The hopper kernels: TMA rings, warp roles, wgmma -===//
 //
-// One program per (query block, head, batch row), as the flash forward. Q's block comes
-// once by TMA; K and V blocks stream through TMA rings that a producer warpgroup refills
-// (dsl::Kernel::specialized_loop, TmaRing); the consumers compute S = Q K^T on wgmma with
-// both operands in shared memory, the online softmax in registers (exp2, the scale
-// folded in: softmax_step, shared with the flash forward) and P V on wgmma with P from
-// registers, then release the step's slot. One loop over the key blocks the query block
-// sees, every block masked.
+// Every hopper program holds one row block (16 x num_warps rows: each consumer warp owns
+// 16 of them) copied once by TMA and streams the blocks it is multiplied with through
+// TMA rings that a producer warpgroup refills (dsl::Kernel::specialized_loop, TmaRing);
+// the consumers run the step's products on wgmma with both operands in shared memory,
+// or the first from registers (P, dS), and release the step's slot:
 //
-// q, k and v are read as [B T, N H], [B S, K H] and [B S, K Hv] (TMA tensor maps are
-// 2-D): a K or V block never reaches into the next batch row because S is a multiple of
-// block_kv (check_config); Q rows past T, which may, are never stored.
+//   forward: holds Q, streams K / V blocks; the online softmax in registers (exp2, the
+//            scale folded in: softmax_step, shared with the flash forward);
+//   dk/dv:   holds a K / V block, streams the Q / dO blocks of every query head of its
+//            group (dkdv_step, shared with the flash VJP);
+//   dq:      holds Q / dO, streams K / V blocks (dq_step).
+// Every block is masked (no split edges).
+//
+// q, k, v and dout are read as [B T, N H], [B S, K H], [B S, K Hv] and [B T, N Hv] (TMA
+// tensor maps are 2-D). A streamed K / V block never reaches into the next batch row:
+// S is a multiple of the key step (check_config). A Q / dO block may, past T: those
+// rows' lse is +inf (their P and dS are 0) and they are never stored; past the last batch
+// row TMA reads zeros.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
@@ -22,43 +29,164 @@ namespace tokamax::attention_detail {
 
 using dsl::cdiv;
 
-Kernel hopper_forward_kernel(const KernelSpec &s) {
-  const Problem &p = s.p;
-  const int64_t bq = s.block_q, bkv = s.block_kv;
-  Kernel k(s.name(), {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
-  ForwardProgram f = forward_program(k, s, declare_operands(k, p, /*rows=*/true));
-  Program &pr = f.pr;
-  const Operands &in = pr.in;
-  Value t0 = f.t0, n = f.n, kvh = f.kvh;
+namespace {
 
-  dsl::Mbarriers qReady = k.mbarriers(1);
-  Value q = in.q.load_tma({pr.b * p.T + t0, n * p.H}, {bq, p.H}, k.shared_buffer(1), 0, qReady, 0);
-  k.wait(qReady, 0, 0);
+dsl::KernelOptions hopperOptions(const KernelSpec &s) {
+  return {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true};
+}
 
-  const TmaRing ring = TmaRing::make(k, s.stages, 2, s.num_warps);  // K's and V's copies
-  const dsl::SharedBuffer kRing = k.shared_buffer(s.stages), vRing = k.shared_buffer(s.stages);
-  const Range range = key_range(pr, t0, bq, bkv);
-  // Blocks from lo (a multiple of block_kv) through the one holding hi - 1; all inside S.
-  Value steps = (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv;
-  SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
-  const size_t accSize = start.acc.size();
-  Carried walked = k.specialized_loop(
-      0, steps, 1, start.pack(),
+/// A block one TMA copy reads: rows x cols at (row, col) of a 2-D tensor.
+struct TmaBlock {
+  TensorArg t;
+  Value row, col;
+  int64_t rows, cols;
+};
+
+/// Copies `blocks` once, each into its own buffer, on one barrier, and waits for them.
+Chunks loadOnce(Kernel &k, const std::vector<TmaBlock> &blocks) {
+  dsl::Mbarriers ready = k.mbarriers(1, static_cast<int64_t>(blocks.size()));
+  Chunks tiles;
+  for (const TmaBlock &b : blocks)
+    tiles.push_back(b.t.load_tma({b.row, b.col}, {b.rows, b.cols}, k.shared_buffer(1), 0, ready, 0));
+  k.wait(ready, 0, 0);
+  return tiles;
+}
+
+using StepBlocks = std::function<std::vector<TmaBlock>(Value step)>;
+using StepBody = std::function<Carried(Value step, Carried carried, const Chunks &tiles)>;
+
+/// `steps` steps whose blocks (`blocks(i)`: `count` of them, the same shapes every step)
+/// stream through TMA rings of the spec's stages that a producer warpgroup refills; the
+/// consumers run `body` on the landed tiles, then release the step's slot.
+Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried start, size_t count,
+                     const StepBlocks &blocks, const StepBody &body) {
+  const TmaRing ring = TmaRing::make(k, s.stages, static_cast<int64_t>(count), s.num_warps);
+  std::vector<dsl::SharedBuffer> rings;
+  for (size_t c = 0; c < count; ++c)
+    rings.push_back(k.shared_buffer(s.stages));
+  return k.specialized_loop(
+      0, steps, 1, std::move(start),
       [&](Value i) {
         ring.wait_free(k, i);
-        Value row = pr.b * p.S + range.lo + i * bkv, slot = ring.slot(i);
-        return std::vector<Value>{in.k.load_tma({row, kvh * p.H}, {bkv, p.H}, kRing, slot, ring.full, slot),
-                                  in.v.load_tma({row, kvh * p.Hv}, {bkv, p.Hv}, vRing, slot, ring.full, slot)};
+        Value slot = ring.slot(i);
+        std::vector<Value> tiles;
+        std::vector<TmaBlock> step = blocks(i);
+        for (size_t c = 0; c < step.size(); ++c)
+          tiles.push_back(step[c].t.load_tma({step[c].row, step[c].col}, {step[c].rows, step[c].cols}, rings[c], slot,
+                                             ring.full, slot));
+        return tiles;
       },
-      [&](Value i, Carried carried, std::vector<Value> kv) {
+      [&](Value i, Carried carried, std::vector<Value> tiles) {
         ring.wait_full(k, i);
+        Carried next = body(i, std::move(carried), tiles);
+        ring.release(k, i);  // the step's products completed in the body
+        return next;
+      });
+}
+
+/// Key blocks [lo, hi) of `range` in steps of block_kv (lo is a multiple of it; all inside
+/// S), K's and V's of kv head kvh.
+struct KeySteps {
+  Value count;
+  StepBlocks blocks;
+  Value first(const Value &i) const { return lo + i * bkv; }
+  Value lo;
+  int64_t bkv;
+};
+
+KeySteps keySteps(Program &pr, const Range &range, Value kvh) {
+  const Problem &p = pr.p;
+  const int64_t bkv = pr.s.block_kv;
+  Value count = (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv;
+  const Operands &in = pr.in;
+  Value b = pr.b, lo = range.lo;
+  StepBlocks blocks = [&in, &p, b, lo, kvh, bkv](Value i) {
+    Value row = b * p.S + lo + i * bkv;
+    return std::vector<TmaBlock>{{in.k, row, kvh * p.H, bkv, p.H}, {in.v, row, kvh * p.Hv, bkv, p.Hv}};
+  };
+  return {count, blocks, lo, bkv};
+}
+
+} // namespace
+
+Kernel hopper_forward_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q;
+  Kernel k(s.name(), hopperOptions(s));
+  ForwardProgram f = forward_program(k, s, declare_operands(k, p, /*rows=*/true));
+  Program &pr = f.pr;
+  Value t0 = f.t0, n = f.n;
+
+  Value q = loadOnce(k, {{pr.in.q, pr.b * p.T + t0, n * p.H, bq, p.H}})[0];
+  KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), f.kvh);
+  SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
+  const size_t accSize = start.acc.size();
+  Carried walked =
+      streamBlocks(k, s, keys.count, start.pack(), 2, keys.blocks, [&](Value i, Carried carried, const Chunks &kv) {
         Value qk = product_nt(s, k, {q}, {kv[0]});
-        SoftmaxState next = softmax_step(pr, SoftmaxState::unpack(carried, accSize), qk, n, t0,
-                                         range.lo + i * bkv, /*masked=*/true, {kv[1]});
-        ring.release(k, i);  // both products completed in the step
-        return next.pack();
+        return softmax_step(pr, SoftmaxState::unpack(carried, accSize), qk, n, t0, keys.first(i), /*masked=*/true,
+                            {kv[1]})
+            .pack();
       });
   forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
+  return k;
+}
+
+Kernel hopper_dkdv_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q, bkv = s.block_kv;
+  Kernel k(s.name(), hopperOptions(s));
+  Operands in = declare_operands(k, p, /*rows=*/true);
+  Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
+  DkDvOutputs o = declare_dkdv_outputs(k, p);
+  k.grid(cdiv(p.S, bkv), p.K, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
+
+  Value kvRow = pr.b * p.S + j0;
+  Chunks kv = loadOnce(k, {{in.k, kvRow, h * p.H, bkv, p.H}, {in.v, kvRow, h * p.Hv, bkv, p.Hv}});
+  // Steps walk the query blocks [lo, hi) of each query head of the group in turn.
+  const Range range = query_range(pr, j0, bq, bkv);
+  Value blocks = (maximum(range.hi - range.lo, 0) + (bq - 1)) / bq;
+  auto head = [&](const Value &i) { return h * p.group() + i / maximum(blocks, 1); };
+  auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
+  Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
+  Carried sums = streamBlocks(
+      k, s, blocks * p.group(), pack({&dk0, &dv0}), 2,
+      [&](Value i) {
+        Value row = pr.b * p.T + first(i), n = head(i);
+        return std::vector<TmaBlock>{{in.q, row, n * p.H, bq, p.H}, {ct.dout, row, n * p.Hv, bq, p.Hv}};
+      },
+      [&](Value i, Carried carried, const Chunks &qd) {
+        return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0, /*masked=*/true,
+                         carried);
+      });
+  store_dkdv(pr, o, j0, h, sums, dk0.size());
+  return k;
+}
+
+Kernel hopper_dq_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t bq = s.block_q;
+  Kernel k(s.name(), hopperOptions(s));
+  Operands in = declare_operands(k, p, /*rows=*/true);
+  Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
+  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  k.grid(cdiv(p.T, bq), p.N, p.B);
+  Program pr = program(k, s, in, k.program_id(2));
+  Value t0 = k.program_id(0) * bq, n = k.program_id(1);
+
+  Value qRow = pr.b * p.T + t0;
+  Chunks qd = loadOnce(k, {{in.q, qRow, n * p.H, bq, p.H}, {ct.dout, qRow, n * p.Hv, bq, p.Hv}});
+  Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
+  Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+  KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
+  Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.blocks,
+                             [&](Value i, Carried carried, const Chunks &kv) {
+                               return dq_step(pr, {qd[0]}, {qd[1]}, lse2, delta, {kv[0]}, {kv[1]}, n, t0,
+                                              keys.first(i), /*masked=*/true, carried);
+                             });
+  store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
   return k;
 }
 

@@ -165,9 +165,37 @@ SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &q
 void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
                       const SoftmaxState &state);
 
+/// The VJP's per-row inputs: dout (with `rows` as 2-D [B T, N Hv], for TMA), lse and
+/// delta, declared after the operands.
+struct Cotangents {
+  TensorArg dout, lse, delta;
+};
+Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows = false);
+
+/// The dk/dv kernels' outputs: dk, dv and, for dbias, dS.
+struct DkDvOutputs {
+  TensorArg dk, dv;
+  std::optional<TensorArg> ds;
+};
+DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p);
+/// dk (scaled) and dv of key block j0 of kv head h from the carried sums (dk's chunks first).
+void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks);
+
+/// One dk/dv step: key block kb / vb (rows from j0) against query block q / d of head n
+/// (rows from t0); carried holds dk's chunks then dv's. Stores the step's dS when `ds`.
+Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
+                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0, bool masked,
+                  const Carried &carried);
+/// One dq step: query block q / d (rows from t0, with lse in log2 units and delta)
+/// against key block kb / vb (rows from j0): acc + dS kb.
+Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const Value &lse2, const Value &delta, const Chunks &kb,
+               const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc);
+
 // Kernel builders (FlashKernels.cpp, ReferenceKernels.cpp).
 Kernel flash_forward_kernel(const KernelSpec &s);
 Kernel hopper_forward_kernel(const KernelSpec &s);
+Kernel hopper_dkdv_kernel(const KernelSpec &s);
+Kernel hopper_dq_kernel(const KernelSpec &s);
 Kernel delta_kernel(const KernelSpec &s);
 Kernel flash_dkdv_kernel(const KernelSpec &s);
 Kernel flash_dq_kernel(const KernelSpec &s);

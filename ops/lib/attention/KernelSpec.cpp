@@ -89,9 +89,9 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
   case KernelKind::Delta:
     return delta_kernel(s);
   case KernelKind::FlashDkDv:
-    return flash_dkdv_kernel(s);
+    return s.tma ? hopper_dkdv_kernel(s) : flash_dkdv_kernel(s);
   case KernelKind::FlashDq:
-    return flash_dq_kernel(s);
+    return s.tma ? hopper_dq_kernel(s) : flash_dq_kernel(s);
   case KernelKind::DbiasReduce:
     return dbias_reduce_kernel(s);
   case KernelKind::Logits:

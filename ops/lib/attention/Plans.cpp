@@ -2,7 +2,7 @@
 //
 //   forward, chunked / tile: one flash kernel (out, lse);
 //   forward, reference:      logits -> row stats (lse) -> output;
-//   VJP, chunked / tile:     delta -> dk/dv (+ dS for dbias) -> dq (-> dbias reduce);
+//   VJP, chunked / tile / hopper: delta -> dk/dv (+ dS for dbias) -> dq (-> dbias reduce);
 //   VJP, reference:          logits, delta -> dS -> dq, dk/dv (-> dbias reduce).
 // Workspaces (lse when the caller wants none, delta, logits, dS) are carved out of the
 // call's one scratch buffer.
@@ -95,7 +95,7 @@ private:
 };
 
 /// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
-/// (with `rows`, q, k and v as 2-D rows of heads: the hopper forward's TMA views).
+/// (with `rows`, q, k and v as 2-D rows of heads: the hopper kernels' TMA views).
 std::vector<Arg> operandArgs(const Problem &p, const Views &w, const TensorView &q, const TensorView &k,
                              const TensorView &v, std::span<const TensorView> optional, bool rows = false) {
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
@@ -143,8 +143,8 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
   Views w{p, ex.device()};
   Launcher launcher(p, impl, c, ex);
   const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
-  std::vector<Arg> operands = operandArgs(p, w, q, k, v, in.subspan(6, 4));
-  const bool reference = impl == Impl::Reference;
+  const bool hopper = impl == Impl::Hopper, reference = impl == Impl::Reference;
+  std::vector<Arg> operands = operandArgs(p, w, q, k, v, in.subspan(6, 4), hopper);
   Workspace ws;
   size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
   size_t ds = p.dbias || reference ? ws.add(p.logits_bytes()) : 0;
@@ -156,16 +156,20 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
     if (p.dbias)
       ex.zero(dsView);  // blocks no query sees stay zero
     std::vector<Arg> args = operands;
-    for (const TensorView &t : {w.o(dout), w.rows(lse), deltaView})
+    args.emplace_back(hopper ? w.as(dout, {p.B * p.T, p.N * p.Hv}) : w.o(dout));
+    for (const TensorView &t : {w.rows(lse), deltaView})
       args.emplace_back(t);
+    // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq
+    // program holds 16 x num_warps queries and walks block_kv keys.
+    const int64_t held = hopper ? 16 * c.get("num_warps") : 0;
     std::vector<Arg> dkdv = args, dq = args;
     dkdv.emplace_back(w.k(out[1]));
     dkdv.emplace_back(w.v(out[2]));
     if (p.dbias)
       dkdv.emplace_back(dsView);
-    launcher.launch(KernelKind::FlashDkDv, dkdv);
+    launcher.launch(KernelKind::FlashDkDv, dkdv, 0, held);
     dq.emplace_back(w.q(out[0]));
-    launcher.launch(KernelKind::FlashDq, dq);
+    launcher.launch(KernelKind::FlashDq, dq, held, 0);
   } else {
     TensorView logitsView = w.square(ws.at(logits));
     std::vector<Arg> args = operands;

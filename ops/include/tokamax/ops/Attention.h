@@ -30,8 +30,10 @@
 //                rings a producer warpgroup refills, S = Q K^T with both operands in
 //                shared memory and P V with P from registers, every option (each block
 //                masked); bf16, f16; head dims 16-256 (powers of two), S a multiple of
-//                16. After tile in the auto order until measured on the device. The
-//                VJP's "hopper" is reserved and refuses.
+//                16. The VJP's "hopper": dk/dv programs hold a K / V block and stream
+//                the Q / dO blocks of the group's heads, dq programs hold Q / dO and
+//                stream K / V (deterministic, no atomics); head dims up to 128. After
+//                tile in the auto order until measured on the device.
 //   "chunked"    an online softmax over KV chunks (no T x S buffer, O(T) extra memory),
 //                any GPU, every dtype (bf16/f16 products on tensor cores, f32/f64 exact).
 //   "reference"  materialised logits [B, N, T, S] in f32 (f64); every dtype and option;
@@ -68,7 +70,7 @@ struct TOKAMAX_API AttentionOptions {
   const TensorView *mask = nullptr;            ///< bool, broadcastable to [B..., N, T, S]
   const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
   const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
-  /// "tile", "hopper" (the forward, sm_90a), "chunked" or "reference"; std::nullopt = auto.
+  /// "tile", "hopper" (sm_90a), "chunked" or "reference"; std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
 };

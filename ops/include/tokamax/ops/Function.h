@@ -65,7 +65,7 @@ public:
   /// Attention over traced q, k, v (the same value may be passed more than once: grad adds
   /// the contributions). options' tensor pointers are ignored: pass the optional tensors
   /// as values; options.implementation pins the call and its VJP (a forward pinned to
-  /// "hopper" leaves its VJP to auto: the hopper VJP is not written yet).
+  /// "hopper" whose call the hopper VJP refuses, head dims past 128, leaves it to auto).
   Sym dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options = {},
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,
