@@ -6,8 +6,8 @@
 //                                         S3 = B 8,  T 8192, N 16, H 128
 //          (--shapes S1,S3 picks some; --quick runs one small shape, "Q" = B 2, T 512,
 //          N 4, H 64, with few iterations: a smoke run)
-//   rows:  each implementation (--impl, default tile,chunked,reference; hopper's fwd+bwd
-//          rows pair its forward with tile's VJP), causal and not,
+//   rows:  each implementation (--impl, default tile,chunked,reference; hopper too on
+//          sm_90a), causal and not,
 //          "fwd" (the forward with its lse residual) and "fwd+bwd" (forward, then the VJP)
 //   time:  median of tokamax::benchmark() with CUDA events, L2 flushed before each run;
 //          iterations drop (to 3 at least) where one call takes long (~10 s a row)
@@ -199,8 +199,6 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   options.is_causal = causal;
   options.implementation = impl;
   AttentionOptions vjpOptions = options;
-  if (impl == "hopper")  // the hopper VJP is not written yet: hopper rows pair its forward with tile's VJP
-    vjpOptions.implementation = "tile";
   if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
