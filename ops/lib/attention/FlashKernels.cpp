@@ -62,9 +62,9 @@ ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   std::optional<TensorArg> lse;
   if (p.lse_out)
     lse = k.output("lse", p.compute, {p.B, p.N, p.T});
-  k.grid(cdiv(p.T, s.block_q), p.N, p.B);
-  Program pr = program(k, s, std::move(in), k.program_id(2));
-  Value t0 = k.program_id(0) * s.block_q, n = k.program_id(1);
+  GridIds id = row_block_grid(k, cdiv(p.T, s.block_q), p.N, p.B, work_order(s, /*grows_up=*/true));
+  Program pr = program(k, s, std::move(in), id.batch);
+  Value t0 = id.block * s.block_q, n = id.head;
   return {out, lse, std::move(pr), t0, n, n / p.group()};
 }
 

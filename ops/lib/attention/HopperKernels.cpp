@@ -11,7 +11,8 @@
 //   dk/dv:   holds a K / V block, streams the Q / dO blocks of every query head of its
 //            group (dkdv_step, shared with the flash VJP);
 //   dq:      holds Q / dO, streams K / V blocks (dq_step).
-// Every block is masked (no split edges).
+// Every block is masked (no split edges). Under a causal mask the heaviest blocks start
+// first (row_block_grid).
 //
 // q, k, v and dout are read as [B T, N H], [B S, K H], [B S, K Hv] and [B T, N Hv] (TMA
 // tensor maps are 2-D). A streamed K / V block never reaches into the next batch row:
@@ -139,9 +140,9 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
   DkDvOutputs o = declare_dkdv_outputs(k, p);
-  k.grid(cdiv(p.S, bkv), p.K, p.B);
-  Program pr = program(k, s, in, k.program_id(2));
-  Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
+  GridIds id = row_block_grid(k, cdiv(p.S, bkv), p.K, p.B, work_order(s, /*grows_up=*/false));
+  Program pr = program(k, s, in, id.batch);
+  Value j0 = id.block * bkv, h = id.head;
 
   Value kvRow = pr.b * p.S + j0;
   Chunks kv = loadOnce(k, {{in.k, kvRow, h * p.H, bkv, p.H}, {in.v, kvRow, h * p.Hv, bkv, p.Hv}});
@@ -172,9 +173,9 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
   TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
-  k.grid(cdiv(p.T, bq), p.N, p.B);
-  Program pr = program(k, s, in, k.program_id(2));
-  Value t0 = k.program_id(0) * bq, n = k.program_id(1);
+  GridIds id = row_block_grid(k, cdiv(p.T, bq), p.N, p.B, work_order(s, /*grows_up=*/true));
+  Program pr = program(k, s, in, id.batch);
+  Value t0 = id.block * bq, n = id.head;
 
   Value qRow = pr.b * p.T + t0;
   Chunks qd = loadOnce(k, {{in.q, qRow, n * p.H, bq, p.H}, {ct.dout, qRow, n * p.Hv, bq, p.Hv}});

@@ -136,6 +136,22 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
                               const std::vector<BlockSource> &sources, const Prologue &prologue,
                               const LookaheadBody &body);
 
+/// A program's row block, head and batch row.
+struct GridIds {
+  Value block, head, batch;
+};
+/// Where a block's work grows with its index.
+enum class WorkOrder { Even, GrowsUp, GrowsDown };
+/// Sets the grid over `blocks` row blocks x `heads` x batch rows and returns the
+/// program's ids. Even work: blocks along x. The hopper kernels under a causal mask
+/// (GrowsUp: the forward and dq, whose last query blocks see the most keys; GrowsDown:
+/// dk/dv) start the heaviest first: blocks become the slowest grid dim, counted from the
+/// heaviest, so the dispatch order (x fastest) starts every head's longest blocks before
+/// any shorter one and the grid's tail is short blocks.
+GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, WorkOrder order);
+/// GrowsUp / GrowsDown for the hopper kernels of a causal problem, else Even.
+WorkOrder work_order(const KernelSpec &s, bool grows_up);
+
 /// Packs chunk lists into one carried list and back.
 Carried pack(std::initializer_list<const Chunks *> parts);
 std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes);
