@@ -44,18 +44,21 @@ fi
 if wants hopper; then
   # These kernels have not run on a device before: each command gets a time limit, so a
   # hang (an mbarrier phase never completing) is reported and the rest still runs.
-  TAIL=30 run gpu-hopper timeout -k 10 200 "$bin/tokamax-gpu-tests" "[tma_ring]" --durations yes
+  TAIL=30 run gpu-hopper timeout -k 10 180 "$bin/tokamax-gpu-tests" "[tma_ring]" --durations yes
   hopper_peers=()
   if has_torch; then
-    TAIL=12 run attention-peers-s12 timeout -k 10 75 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --json "$out/attention-peers-s12.json"
+    TAIL=12 run attention-peers-s12 timeout -k 10 60 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --json "$out/attention-peers-s12.json"
     hopper_peers=(--peers "$out/attention-peers-s12.json")
   fi
-  TAIL=24 run attention-hopper timeout -k 10 150 "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 \
+  TAIL=24 run attention-hopper timeout -k 10 140 "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 \
     "${hopper_peers[@]}"
+  TAIL=12 run attention-hopper-overlap timeout -k 10 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1}' \
+    --vjp-config '{"block_q":64,"block_kv":64,"num_warps":8,"stages":2}' "${hopper_peers[@]}"
   TAIL=14 run matmul-ring timeout -k 10 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
-  TAIL=10 run glu-bench-tma-only timeout -k 10 40 "$bin/tokamax-glu-bench" \
+  TAIL=10 run glu-bench-tma-only timeout -k 10 35 "$bin/tokamax-glu-bench" \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
-  TAIL=10 run ragged-dot-bench-tma timeout -k 10 40 "$bin/tokamax-ragged-dot-bench" \
+  TAIL=10 run ragged-dot-bench-tma timeout -k 10 35 "$bin/tokamax-ragged-dot-bench" \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
 fi
 if wants new; then

@@ -48,6 +48,7 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(why("block_q", 32), Catch::Contains("block_q = 16 * num_warps"));
   CHECK_THAT(why("stages", 5), Catch::Contains("2, 3 or 4"));
   CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
+  CHECK_THAT(why("overlap", 2), Catch::Contains("overlap must be 0 or 1"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 100, 2, 64})), Catch::Contains("multiple of 16"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 48}, {2, 192, 2, 48})), Catch::Contains("head dims"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::F32)), Catch::Contains("bf16"));
@@ -64,6 +65,9 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   odd = vc;
   odd.set("block_q", 256);
   CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("registers"));
+  odd = vc;
+  odd.set("overlap", 1);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("for hopper's VJP"));
   CHECK_THAT(*hopperVjp.why_not(vjpArgs({2, 64, 4, 256}, {2, 64, 2, 256})), Catch::Contains("up to 128"));
   for (const Config &c : hopperVjp.search_space(vjp))
     CHECK_FALSE(hopperVjp.check_config(vjp, c).has_value());
@@ -122,8 +126,11 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
     o.implementation = "reference";
     dot_product_attention_host(q.view(), k.view(), vv.view(), ref.view(), o, &refLseView);
     o.implementation = "hopper";
+    // With overlap, each step's Q K^T issued before the previous step's P V.
     for (Config config : {Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
-                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}}}) {
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}},
+                          Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"overlap", 1}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}, {"overlap", 1}}}) {
       INFO(v.what << " " << config.to_json());
       o.config = config;
       dot_product_attention_host(q.view(), k.view(), vv.view(), got.view(), o, &gotLseView);

@@ -61,11 +61,16 @@ bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d ==
 /// with block_kv keys a step. The VJP's dk/dv programs hold keys and walk block_q queries
 /// a step, its dq programs hold queries and walk block_kv keys. Key steps divide S (a K /
 /// V block stays in its batch row); stages are the rings' slots. The held blocks, the
-/// rings and the registers of the scores and accumulators must fit.
+/// rings and the registers of the scores and accumulators must fit. The forward's
+/// "overlap" (opt-in until measured) issues each step's Q K^T before the previous step's
+/// P V, so the softmax runs while the tensor cores work.
 std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
   for (const auto &[key, value] : c.values)
-    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "stages")
-      return fmt::format("unknown key \"{}\" for hopper", key);
+    if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "stages" &&
+        (key != "overlap" || p.vjp))
+      return fmt::format("unknown key \"{}\" for hopper{}", key, p.vjp ? "'s VJP" : "");
+  if (c.get_or("overlap", 0) != 0 && c.get_or("overlap", 0) != 1)
+    return fmt::format("overlap must be 0 or 1, got {}", c.get("overlap"));
   const int64_t bq = c.get("block_q"), bkv = c.get("block_kv"), w = c.get("num_warps"), stages = c.get_or("stages", 2);
   const int64_t held = 16 * w, dims = p.H + p.Hv;
   if (w != 4 && w != 8)
@@ -92,7 +97,8 @@ std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
                        stages, step, shared / 1024);
   // Registers per consumer thread (its 16 rows over a warp): the forward's scores and
   // accumulator; dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
-  const int64_t words = p.vjp ? std::max(2 * bq + dims, 2 * bkv + p.H) / 2 : (bkv + p.Hv) / 2;
+  const int64_t words = p.vjp ? std::max(2 * bq + dims, 2 * bkv + p.H) / 2
+                              : (bkv * (c.get_or("overlap", 0) ? 3 : 2) / 2 + p.Hv) / 2;  // + P, 16-bit
   if (words > 192)
     return fmt::format("block_q {} x block_kv {} needs ~{} registers per thread for the scores and the accumulators "
                        "(at most 192)",
@@ -242,11 +248,16 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     for (int64_t warps : {4, 8})
       for (int64_t bq : p.vjp ? std::vector<int64_t>{32, 64, 128} : std::vector<int64_t>{16 * warps})
         for (int64_t bkv : {64, 128})
-          for (int64_t stages : {2, 3}) {
-            Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
-            if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
-              space.push_back(c);
-          }
+          for (int64_t stages : {2, 3})
+            for (int64_t overlap : {0, 1}) {
+              if (overlap && p.vjp)
+                continue;
+              Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
+              if (overlap)
+                c.set("overlap", 1);
+              if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
+                space.push_back(c);
+            }
     return space;
   }
   auto add = [&](int64_t bq, int64_t bkv, int64_t warps, int64_t prefetch = 0) {

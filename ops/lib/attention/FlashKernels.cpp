@@ -27,19 +27,20 @@ SoftmaxState SoftmaxState::unpack(const Carried &c, size_t accSize) {
   return {parts[0], parts[1], parts[2]};
 }
 
-SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
-                          bool masked, const Chunks &v) {
+OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0, bool masked) {
   const KernelSpec &s = pr.s;
   Scores sc = scores(pr, qk, n, t0, j0, s.block_q, s.block_kv, masked, false, false);
-  Value mOld = state.m[0], lOld = state.l[0];
-  Value mNew = maximum(mOld, sc.max_log2(1));
+  Value mNew = maximum(m, sc.max_log2(1));
   // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
   Value mUse = where(mNew == -INFINITY, 0.0, mNew);
-  Value prob = sc.exp2_minus(mUse, 1);
-  Value alpha = exp2(mOld - mUse);
-  Chunks acc = product_nn(s, prob, v, scale_rows(state.acc, alpha));
-  Chunks l{lOld * alpha + prob.sum(1)};
-  return {{mNew}, l, acc};
+  return {mNew, sc.exp2_minus(mUse, 1), exp2(m - mUse)};
+}
+
+SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
+                          bool masked, const Chunks &v) {
+  OnlineSoftmax u = online_softmax(pr, state.m[0], qk, n, t0, j0, masked);
+  Chunks acc = product_nn(pr.s, u.prob, v, scale_rows(state.acc, u.alpha));
+  return {{u.m}, {u.l(state.l[0])}, acc};
 }
 
 void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,

@@ -86,26 +86,58 @@ Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried
 }
 
 /// Key blocks [lo, hi) of `range` in steps of block_kv (lo is a multiple of it; all inside
-/// S), K's and V's of kv head kvh.
+/// S): K's and V's blocks of kv head kvh, `count` steps.
 struct KeySteps {
-  Value count;
-  StepBlocks blocks;
-  Value first(const Value &i) const { return lo + i * bkv; }
-  Value lo;
-  int64_t bkv;
+  const Program *pr;
+  Value lo, kvh, count;
+
+  Value first(const Value &i) const { return lo + i * pr->s.block_kv; }
+  TmaBlock block(const TensorArg &t, int64_t dim, const Value &i) const {
+    return {t, pr->b * pr->p.S + first(i), kvh * dim, pr->s.block_kv, dim};
+  }
+  TmaBlock k(const Value &i) const { return block(pr->in.k, pr->p.H, i); }
+  TmaBlock v(const Value &i) const { return block(pr->in.v, pr->p.Hv, i); }
+  StepBlocks both() const {
+    return [keys = *this](Value i) { return std::vector<TmaBlock>{keys.k(i), keys.v(i)}; };
+  }
 };
 
 KeySteps keySteps(Program &pr, const Range &range, Value kvh) {
-  const Problem &p = pr.p;
   const int64_t bkv = pr.s.block_kv;
-  Value count = (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv;
-  const Operands &in = pr.in;
-  Value b = pr.b, lo = range.lo;
-  StepBlocks blocks = [&in, &p, b, lo, kvh, bkv](Value i) {
-    Value row = b * p.S + lo + i * bkv;
-    return std::vector<TmaBlock>{{in.k, row, kvh * p.H, bkv, p.H}, {in.v, row, kvh * p.Hv, bkv, p.Hv}};
-  };
-  return {count, blocks, lo, bkv};
+  return {&pr, range.lo, kvh, (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv};
+}
+
+/// The forward's key loop with each step's S = Q K^T issued before the previous step's
+/// P V, so the softmax of one runs while the tensor cores do the other. Step i's slot
+/// holds K_i and V_(i-1) (one step more than there are blocks: the first step's P V is
+/// 0 V_0, the last step's scores are all masked, keys from S on), and the loop carries P
+/// and the accumulator already rescaled for the step's own P V.
+Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Value n, Value t0,
+                          const SoftmaxState &start) {
+  Kernel &k = pr.k;
+  const KernelSpec &s = pr.s;
+  const Problem &p = pr.p;
+  Value blocks = keys.count;
+  Value steps = where(blocks > 0, blocks + 1, 0);
+  Carried carried = start.pack();
+  carried.push_back(k.full({s.block_q, s.block_kv}, 0.0, p.dtype));  // P of the step before
+  Carried walked = streamBlocks(
+      k, s, steps, std::move(carried), 2,
+      [keys, blocks](Value i) {
+        return std::vector<TmaBlock>{keys.k(minimum(i, blocks - 1)), keys.v(maximum(i - 1, 0))};
+      },
+      [&](Value i, Carried c, const Chunks &kv) {
+        Value m = c[0], l = c[1], acc = c[2], prob = c[3];
+        Value qk = product_nt(s, k, {q}, {kv[0]}, /*async=*/true);
+        Value pv = dsl::dot_async(prob, kv[1], acc);
+        qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
+        Value j0 = where(i < blocks, keys.first(i), Value(p.S));
+        OnlineSoftmax u = online_softmax(pr, m, qk, n, t0, j0, /*masked=*/true);
+        pv = dsl::dot_wait(pv, 0);
+        return Carried{u.m, u.l(l), pv * u.alpha.expand(1), u.prob.to(p.dtype)};
+      });
+  walked.pop_back();
+  return walked;
 }
 
 } // namespace
@@ -123,12 +155,13 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
   const size_t accSize = start.acc.size();
   Carried walked =
-      streamBlocks(k, s, keys.count, start.pack(), 2, keys.blocks, [&](Value i, Carried carried, const Chunks &kv) {
-        Value qk = product_nt(s, k, {q}, {kv[0]});
-        return softmax_step(pr, SoftmaxState::unpack(carried, accSize), qk, n, t0, keys.first(i), /*masked=*/true,
-                            {kv[1]})
-            .pack();
-      });
+      s.overlap ? overlappedKeyLoop(pr, keys, q, n, t0, start)
+                : streamBlocks(k, s, keys.count, start.pack(), 2, keys.both(), [&](Value i, Carried c, const Chunks &kv) {
+                    Value qk = product_nt(s, k, {q}, {kv[0]});
+                    return softmax_step(pr, SoftmaxState::unpack(c, accSize), qk, n, t0, keys.first(i),
+                                        /*masked=*/true, {kv[1]})
+                        .pack();
+                  });
   forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
   return k;
 }
@@ -182,7 +215,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
   Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
-  Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.blocks,
+  Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),
                              [&](Value i, Carried carried, const Chunks &kv) {
                                return dq_step(pr, {qd[0]}, {qd[1]}, lse2, delta, {kv[0]}, {kv[1]}, n, t0,
                                               keys.first(i), /*masked=*/true, carried);

@@ -173,6 +173,13 @@ struct SoftmaxState {
   Carried pack() const;
   static SoftmaxState unpack(const Carried &c, size_t accSize);
 };
+/// The online softmax over one key block: the new row max m (log2 units), the
+/// probabilities against it and alpha = exp2(m_old - m), which rescales what came before.
+struct OnlineSoftmax {
+  Value m, prob, alpha;
+  Value l(const Value &l_old) const { return l_old * alpha + prob.sum(1); }
+};
+OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0, bool masked);
 /// One online-softmax step of the forward over keys [j0, j0 + BKV): qk the raw q . k
 /// products, v the step's V block (chunks).
 SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
