@@ -134,11 +134,19 @@ Kernel delta_kernel(const KernelSpec &s) {
 }
 
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
-  std::vector<int64_t> doutShape{p.B, p.T, p.N, p.Hv};
+  std::vector<int64_t> doutShape{p.B, p.T, p.N, p.Hv}, statShape{p.B, p.N, p.T};
   if (rows)
-    doutShape = {p.B * p.T, p.N * p.Hv};
-  return {k.input("dout", p.dtype, doutShape), k.input("lse", p.compute, {p.B, p.N, p.T}),
-          k.input("delta", p.compute, {p.B, p.N, p.T})};
+    doutShape = {p.B * p.T, p.N * p.Hv}, statShape = {p.B * p.N * p.T};
+  return {k.input("dout", p.dtype, doutShape), k.input("lse", p.compute, statShape),
+          k.input("delta", p.compute, statShape)};
+}
+
+Value load_row_stat(Program &pr, const TensorArg &t, Value n, Value t0, int64_t rows, double padding) {
+  if (t.shape().size() != 1)
+    return load_row_vector(t, pr.b, n, t0, rows, padding);
+  const Problem &p = pr.p;
+  Value v = t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
+  return where(t0 + pr.k.arange(0, rows) < p.T, v, padding);
 }
 
 DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
@@ -171,8 +179,8 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   auto parts = unpack(carried, {kb.size(), vb.size()});
-  Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
-  Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+  Value lse2 = load_row_stat(pr, ct.lse, n, t0, bq, INFINITY) * kLog2e;
+  Value delta = load_row_stat(pr, ct.delta, n, t0, bq, 0.0);
   Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, p.softcap != 0);
   Value probT = sc.exp2_minus(lse2, 0);  // [bkv, bq]
   Chunks dvNew = product_nn(s, probT, d, parts[1]);

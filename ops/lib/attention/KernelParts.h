@@ -188,12 +188,16 @@ SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &q
 void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
                       const SoftmaxState &state);
 
-/// The VJP's per-row inputs: dout (with `rows` as 2-D [B T, N Hv], for TMA), lse and
-/// delta, declared after the operands.
+/// The VJP's per-row inputs: dout, lse and delta, declared after the operands. With
+/// `rows` (the hopper kernels) dout is 2-D [B T, N Hv] for TMA and lse and delta are flat
+/// [B N T]: their row vectors are then 1-D block loads, which the compiler reads again in
+/// the layout of the scores they scale instead of moving them through shared memory.
 struct Cotangents {
   TensorArg dout, lse, delta;
 };
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows = false);
+/// The [rows] vector of lse or delta at (b, n, t0), `padding` past T, from either shape.
+Value load_row_stat(Program &pr, const TensorArg &t, Value n, Value t0, int64_t rows, double padding);
 
 /// The dk/dv kernels' outputs: dk, dv and, for dbias, dS.
 struct DkDvOutputs {

@@ -160,7 +160,7 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
     std::vector<Arg> args = operands;
     args.emplace_back(hopper ? w.as(dout, {p.B * p.T, p.N * p.Hv}) : w.o(dout));
     for (const TensorView &t : {w.rows(lse), deltaView})
-      args.emplace_back(t);
+      args.emplace_back(hopper ? w.as(t, {p.B * p.N * p.T}) : t);
     // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq
     // program holds 16 x num_warps queries and walks block_kv keys.
     const int64_t held = hopper ? 16 * c.get("num_warps") : 0;

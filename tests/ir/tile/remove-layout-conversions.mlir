@@ -322,3 +322,48 @@ func.func @widening_cast(%x: tensor<512xbf16, #a>, %y: tensor<512xf32, #a>) -> (
   %3 = tile.convert_layout %2 : tensor<512xbf16, #a> -> tensor<512xbf16, #b>
   return %1, %3 : tensor<512xf32, #b>, tensor<512xbf16, #b>
 }
+
+// -----
+
+#a = #tile.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+#b = #tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+
+// Rule 2: a short 1-D block load in a loop (and the math on it) is read again in the
+// wanted layout instead of moving through shared memory at every step; a long one, or
+// one outside a loop, is converted.
+
+// CHECK-LABEL: func.func @reread_short_load
+// CHECK: scf.for
+// CHECK-NOT: tile.convert_layout
+// CHECK: %[[L:.*]] = tile.block_load %{{.*}} -> tensor<128xf32, #tile.blocked<{sizePerThread = [4]
+// CHECK-NOT: tile.convert_layout
+// CHECK: arith.mulf %[[L]], %{{.*}} : tensor<128xf32, #tile.blocked<{sizePerThread = [4]
+// CHECK-NOT: tile.convert_layout
+// CHECK: scf.yield
+func.func @reread_short_load(%p: !tile.ptr<f32>, %n: i32) -> tensor<128xf32, #b> {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %init = arith.constant dense<0.0> : tensor<128xf32, #b>
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %init) -> (tensor<128xf32, #b>) : i32 {
+    %0 = tile.block_load %p[%i] {dims = array<i64: 1000>, strides = array<i64: 1>} : <f32> -> tensor<128xf32, #a>
+    %k = arith.constant dense<1.442695e+00> : tensor<128xf32, #a>
+    %1 = arith.mulf %0, %k : tensor<128xf32, #a>
+    %2 = tile.convert_layout %1 : tensor<128xf32, #a> -> tensor<128xf32, #b>
+    %3 = arith.addf %acc, %2 : tensor<128xf32, #b>
+    scf.yield %3 : tensor<128xf32, #b>
+  }
+  return %r : tensor<128xf32, #b>
+}
+
+// CHECK-LABEL: func.func @convert_long_or_outside_load
+// CHECK: tile.block_load %{{.*}} -> tensor<512xf32, #tile.blocked<{sizePerThread = [1]
+// CHECK-NEXT: tile.convert_layout
+// CHECK-NEXT: tile.block_load %{{.*}} -> tensor<128xf32, #tile.blocked<{sizePerThread = [1]
+// CHECK-NEXT: tile.convert_layout
+func.func @convert_long_or_outside_load(%p: !tile.ptr<f32>, %i: i32) -> (tensor<512xf32, #b>, tensor<128xf32, #b>) {
+  %0 = tile.block_load %p[%i] {dims = array<i64: 1000>, strides = array<i64: 1>} : <f32> -> tensor<512xf32, #a>
+  %1 = tile.convert_layout %0 : tensor<512xf32, #a> -> tensor<512xf32, #b>
+  %2 = tile.block_load %p[%i] {dims = array<i64: 1000>, strides = array<i64: 1>} : <f32> -> tensor<128xf32, #a>
+  %3 = tile.convert_layout %2 : tensor<128xf32, #a> -> tensor<128xf32, #b>
+  return %1, %3 : tensor<512xf32, #b>, tensor<128xf32, #b>
+}

@@ -9,7 +9,10 @@
 //    layouts round-trip, else one conversion of x;
 // 2. is replaced by building its source in the wanted layout when fewer conversions
 //    remain (or as many that move fewer bytes: one moved before a widening cast).
-//    Splats, aranges and splat constants are recreated there; elementwise ops (arith,
+//    Splats, aranges, splat constants and short 1-D block loads in loops (each thread
+//    reads the elements it holds there, from L1 where threads share them: a row
+//    statistic broadcast over an mma tile, read at every step, then costs no barrier)
+//    are recreated there; elementwise ops (arith,
 //    math, tile.cast, tile.addptr) are cloned over operands built the same way. Below
 //    them, a conversion gives its source (which moves nothing when already in the
 //    wanted layout, else is converted there directly) and any other tile (a load, an
@@ -31,6 +34,7 @@
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dominance.h"
@@ -89,6 +93,17 @@ bool isCheapProducer(Operation *op) {
   return isa<SplatOp, ArangeOp>(op) || splatConstant(op);
 }
 
+/// Elements of a 1-D block load read again in another layout rather than converted.
+constexpr int64_t kMaxRereadElements = 256;
+
+/// A short 1-D block load inside a loop: its operands are scalars, so it is rebuilt in
+/// any layout. (Outside loops a conversion runs once and may read fewer bytes.)
+bool isRereadableLoad(Operation *op) {
+  auto load = dyn_cast<BlockLoadOp>(op);
+  return load && load.getType().getRank() == 1 && load.getType().getNumElements() <= kMaxRereadElements &&
+         op->getParentOfType<scf::ForOp>();
+}
+
 /// Pure ops computing each element of their one tensor result from the same element of
 /// their tensor operands (scalar operands apply to every element).
 bool isElementwise(Operation *op) {
@@ -128,7 +143,7 @@ bool collect(Value value, Remat &plan) {
     plan.leaves.insert(def);
     return true;
   }
-  if (def && plan.ops.size() < kMaxClonedOps && (isCheapProducer(def) || isElementwise(def))) {
+  if (def && plan.ops.size() < kMaxClonedOps && (isCheapProducer(def) || isElementwise(def) || isRereadableLoad(def))) {
     for (Value operand : def->getOperands())
       if (isa<RankedTensorType>(operand.getType()) && !collect(operand, plan))
         return false;
