@@ -43,23 +43,27 @@ if wants unit; then
 fi
 if wants hopper; then
   # These kernels have not run on a device before: each command gets a time limit, so a
-  # hang (an mbarrier phase never completing) is reported and the rest still runs.
-  TAIL=30 run gpu-hopper timeout -k 10 180 "$bin/tokamax-gpu-tests" "[tma_ring]" --durations yes
+  # hang (an mbarrier phase never completing) is reported and the rest still runs. Each
+  # op's numerics, then its timings.
+  t=(timeout -k 10)
+  TAIL=12 run gpu-hopper-matmul "${t[@]}" 60 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
+  TAIL=14 run matmul-ring "${t[@]}" 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
+  tma='{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
+  TAIL=8 run gpu-hopper-glu "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
+  TAIL=10 run glu-bench-tma-only "${t[@]}" 35 "$bin/tokamax-glu-bench" --config "$tma"
+  TAIL=8 run gpu-hopper-ragged "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
+  TAIL=10 run ragged-dot-bench-tma "${t[@]}" 35 "$bin/tokamax-ragged-dot-bench" --config "$tma"
+  TAIL=30 run gpu-hopper-attention "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[tma_ring][attention]" --durations yes
   hopper_peers=()
   if has_torch; then
-    TAIL=12 run attention-peers-s12 timeout -k 10 60 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --json "$out/attention-peers-s12.json"
+    TAIL=12 run attention-peers-s12 "${t[@]}" 60 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --json "$out/attention-peers-s12.json"
     hopper_peers=(--peers "$out/attention-peers-s12.json")
   fi
-  TAIL=24 run attention-hopper timeout -k 10 140 "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 \
+  TAIL=24 run attention-hopper "${t[@]}" 140 "$bin/tokamax-attention-bench" --impl tile,hopper --shapes S1,S2 \
     "${hopper_peers[@]}"
-  TAIL=12 run attention-hopper-overlap timeout -k 10 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+  TAIL=12 run attention-hopper-overlap "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1}' \
     --vjp-config '{"block_q":64,"block_kv":64,"num_warps":8,"stages":2}' "${hopper_peers[@]}"
-  TAIL=14 run matmul-ring timeout -k 10 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
-  TAIL=10 run glu-bench-tma-only timeout -k 10 35 "$bin/tokamax-glu-bench" \
-    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
-  TAIL=10 run ragged-dot-bench-tma timeout -k 10 35 "$bin/tokamax-ragged-dot-bench" \
-    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
