@@ -367,3 +367,38 @@ func.func @convert_long_or_outside_load(%p: !tile.ptr<f32>, %i: i32) -> (tensor<
   %3 = tile.convert_layout %2 : tensor<128xf32, #a> -> tensor<128xf32, #b>
   return %1, %3 : tensor<512xf32, #b>, tensor<128xf32, #b>
 }
+
+// -----
+
+#a = #tile.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+#b = #tile.blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+
+// Rule 4: a conversion in a loop of a value from before the loop runs once, before it
+// (here before both loops); one of a value the loop computes stays in it.
+
+// CHECK-LABEL: func.func @hoist_invariant
+// CHECK: %[[L:.*]] = tile.block_load
+// CHECK-NEXT: %[[C:.*]] = tile.convert_layout %[[L]]
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: tile.block_load
+// CHECK-NEXT: tile.convert_layout
+// CHECK-NEXT: arith.addf %{{.*}}, %[[C]]
+func.func @hoist_invariant(%p: !tile.ptr<f32>, %n: i32) -> tensor<512xf32, #b> {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %init = arith.constant dense<0.0> : tensor<512xf32, #b>
+  %x = tile.block_load %p[%c0] {dims = array<i64: 1000>, strides = array<i64: 1>} : <f32> -> tensor<512xf32, #a>
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %init) -> (tensor<512xf32, #b>) : i32 {
+    %s = scf.for %j = %c0 to %n step %c1 iter_args(%inner = %acc) -> (tensor<512xf32, #b>) : i32 {
+      %y = tile.block_load %p[%j] {dims = array<i64: 1000>, strides = array<i64: 1>} : <f32> -> tensor<512xf32, #a>
+      %yb = tile.convert_layout %y : tensor<512xf32, #a> -> tensor<512xf32, #b>
+      %xb = tile.convert_layout %x : tensor<512xf32, #a> -> tensor<512xf32, #b>
+      %0 = arith.addf %yb, %xb : tensor<512xf32, #b>
+      %1 = arith.addf %inner, %0 : tensor<512xf32, #b>
+      scf.yield %1 : tensor<512xf32, #b>
+    }
+    scf.yield %s : tensor<512xf32, #b>
+  }
+  return %r : tensor<512xf32, #b>
+}

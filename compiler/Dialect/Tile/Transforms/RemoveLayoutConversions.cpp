@@ -21,7 +21,10 @@
 //    the search. Conversions thus move backward through elementwise ops. Clones sit
 //    right after their originals, so what was outside a loop stays outside;
 // 3. of a value that a dominating conversion already brings to the same layout is
-//    replaced by that one.
+//    replaced by that one;
+// 4. inside loops, of a value defined outside them, moves before the outermost such
+//    loop: it runs once instead of at every step (a row statistic loaded before a key
+//    loop and broadcast over each step's scores).
 //
 // Conversions whose layouts another op fixes (into or out of dot-operand layouts, into
 // or out of tile.dot, tile.tma_dot, tile.cp_async_dot and tile.reduce) are left alone,
@@ -191,7 +194,7 @@ public:
       for (ConvertLayoutOp op : converts) {
         if (erased.contains(op))
           continue;
-        changed |= removeNoOp(op) || rematerialize(op) || mergeDuplicates(op);
+        changed |= removeNoOp(op) || rematerialize(op) || mergeDuplicates(op) || hoistInvariant(op);
       }
       if (!changed)
         break;
@@ -321,6 +324,23 @@ private:
       eraseIfDead(original);
     for (Operation *leaf : plan.leaves)
       eraseIfDead(leaf);
+    return true;
+  }
+
+  /// Rule 4: out of the loops its source is defined outside of.
+  bool hoistInvariant(ConvertLayoutOp op) {
+    if (isPinned(op))
+      return false;
+    Region *sourceRegion = op.getSource().getParentRegion();
+    Operation *outermost = nullptr;
+    for (auto loop = op->getParentOfType<scf::ForOp>(); loop; loop = loop->getParentOfType<scf::ForOp>()) {
+      if (loop.getRegion().isAncestor(sourceRegion))
+        break;
+      outermost = loop;
+    }
+    if (!outermost)
+      return false;
+    op->moveBefore(outermost);
     return true;
   }
 
