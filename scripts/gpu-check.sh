@@ -13,13 +13,15 @@
 #               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
+#   sweep       the hopper attention's forward and VJP configs at S1 and S2 (no peers),
+#               then the tma configs' numerics (matmul, gated_linear_unit, ragged_dot)
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-hopper tests matmul load unit new bench attention sanitize}
+parts=${*:-hopper sweep tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -66,6 +68,22 @@ if wants hopper; then
   TAIL=10 run glu-bench-tma-only "${t[@]}" 35 "$bin/tokamax-glu-bench" --config "$tma"
   TAIL=8 run gpu-hopper-ragged "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
   TAIL=10 run ragged-dot-bench-tma "${t[@]}" 35 "$bin/tokamax-ragged-dot-bench" --config "$tma"
+fi
+if wants sweep; then
+  t=(timeout -k 10)
+  for fwd in '{"block_q":128,"block_kv":64,"num_warps":8,"stages":2}' '{"block_q":128,"block_kv":128,"num_warps":8,"stages":3}' \
+             '{"block_q":64,"block_kv":128,"num_warps":4,"stages":2}'; do
+    TAIL=9 run "sweep-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
+      --shapes S1,S2 --config "$fwd" --vjp-config '{"block_q":64,"block_kv":64,"num_warps":8,"stages":2}'
+  done
+  for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}' '{"block_q":32,"block_kv":128,"num_warps":8,"stages":3}' \
+             '{"block_q":64,"block_kv":64,"num_warps":8,"stages":3}' '{"block_q":32,"block_kv":64,"num_warps":4,"stages":2}'; do
+    TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
+      --shapes S1,S2 --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2}' --vjp-config "$vjp"
+  done
+  TAIL=10 run gpu-hopper-matmul "${t[@]}" 60 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
+  TAIL=10 run gpu-hopper-glu "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
+  TAIL=10 run gpu-hopper-ragged "${t[@]}" 100 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async

@@ -81,7 +81,8 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
         config.warp_specialize = (run / 2) % 2 == 0;  // a producer warpgroup, or every warp in order
         config.programs = config.warp_specialize && run % 3 == 0 ? 7 : 0;  // persistent: uneven shares
         bool ta = t & 1;
-        Case c{ta ? m - m % 8 + 8 : m, n, k, run % 2 ? DType::F16 : DType::BF16, run % 3 ? DType::F32 : DType::BF16,
+        const DType dtype = run % 2 ? DType::F16 : DType::BF16;
+        Case c{ta ? m - m % 8 + 8 : m, n, k, dtype, run % 3 ? DType::F32 : dtype,
                ta, bool(t & 2), run % 5 == 0, run % 2 ? 1.0 : -0.5, "hopper", config};
         if (!hopper_unsupported(specOf(c)).empty())
           continue;
