@@ -71,8 +71,10 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(*hopperVjp.why_not(vjpArgs({2, 64, 4, 256}, {2, 64, 2, 256})), Catch::Contains("up to 128"));
   for (const Config &c : hopperVjp.search_space(vjp))
     CHECK_FALSE(hopperVjp.check_config(vjp, c).has_value());
-  // Auto keeps tile first until the device has measured hopper.
-  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "tile");
+  // Auto takes hopper first on sm_90a (measured faster there), tile elsewhere.
+  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(attention_op().select(args, std::nullopt, "sm_80").name() == "tile");
+  CHECK(attention_vjp_op().select(vjp, std::nullopt, "sm_90a").name() == "hopper");
   CHECK(attention_op().select(args, "hopper", "sm_90a").name() == "hopper");
 }
 

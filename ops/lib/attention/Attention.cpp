@@ -349,9 +349,10 @@ class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
       : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
-           // hopper follows tile in the auto order until the device has measured it.
-           {std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
-            std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
+           // hopper first on sm_90a: on the H200 its forward ran 1.14-1.57x tile's and its
+           // VJP at least as fast (docs/performance.md); tile where hopper refuses.
+           {std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
+            std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
             std::make_shared<AttentionImplementation>(vjp, Impl::Chunked),
             std::make_shared<AttentionImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}

@@ -22,18 +22,17 @@
 // inputs) [B..., N, T].
 //
 // Implementations, in the order auto tries them:
+//   "hopper"     sm_90a's TMA and wgmma: Q by TMA, K/V blocks through TMA rings a
+//                producer warpgroup refills, S = Q K^T with both operands in shared
+//                memory and P V with P from registers, every option (each block
+//                masked); bf16, f16; head dims 16-256 (powers of two), S a multiple of
+//                16. The VJP's "hopper": dk/dv programs hold a K / V block and stream
+//                the Q / dO blocks of the group's heads, dq programs hold Q / dO and
+//                stream K / V (deterministic, no atomics); head dims up to 128.
 //   "tile"       FlashAttention-2 class on mma.sync (sm_80+): one program per (query
 //                block, head, batch row), K/V blocks streamed with an online softmax
 //                (exp2, scale folded), whole KV blocks skipped where causal / window /
 //                lengths mask them, masks computed only on edge blocks. bf16, f16.
-//   "hopper"     the forward on sm_90a's TMA and wgmma: Q by TMA, K/V blocks through TMA
-//                rings a producer warpgroup refills, S = Q K^T with both operands in
-//                shared memory and P V with P from registers, every option (each block
-//                masked); bf16, f16; head dims 16-256 (powers of two), S a multiple of
-//                16. The VJP's "hopper": dk/dv programs hold a K / V block and stream
-//                the Q / dO blocks of the group's heads, dq programs hold Q / dO and
-//                stream K / V (deterministic, no atomics); head dims up to 128. After
-//                tile in the auto order until measured on the device.
 //   "chunked"    an online softmax over KV chunks (no T x S buffer, O(T) extra memory),
 //                any GPU, every dtype (bf16/f16 products on tensor cores, f32/f64 exact).
 //   "reference"  materialised logits [B, N, T, S] in f32 (f64); every dtype and option;
