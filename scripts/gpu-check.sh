@@ -14,7 +14,8 @@
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
 #   sweep       the hopper attention's forward and VJP configs at S1 and S2 (no peers),
-#               then the tma configs' numerics (matmul, gated_linear_unit, ragged_dot)
+#               then the tma part
+#   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
@@ -79,9 +80,12 @@ if wants sweep; then
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
       --shapes S1,S2 --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2}' --vjp-config "$vjp"
   done
-  TAIL=10 run gpu-hopper-matmul "${t[@]}" 60 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
-  TAIL=10 run gpu-hopper-glu "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
-  TAIL=10 run gpu-hopper-ragged "${t[@]}" 100 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
+fi
+if wants sweep || wants tma; then
+  t=(timeout -k 10)
+  TAIL=10 run gpu-hopper-matmul "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
+  TAIL=10 run gpu-hopper-ragged "${t[@]}" 80 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
+  TAIL=10 run gpu-hopper-glu "${t[@]}" 110 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async
