@@ -4,7 +4,7 @@
 // with every option, and the kernels assemble for sm_90a with their copies on TMA, the
 // warp roles' register limits and every product on wgmma.
 #include "unit/AttentionReference.h"
-#include "unit/PtxasUtil.h"
+#include "unit/HopperPtxChecks.h"
 
 #include <catch2/catch.hpp>
 
@@ -184,26 +184,14 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
     for (const Config &config : hopper.search_space(args)) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
-      CompileOptions options;
-      options.assemble = false;
-      options.arch = "sm_90a";
-      CompiledKernel compiled = compile(kernels.front(), options);
-      const std::string &ptx = compiled.ptx;
       INFO("H " << h << " " << config.to_json());
-      CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 3);  // q, k, v
-      CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == (config.get("num_warps") == 8 ? 1u : 0u));
-      CHECK(test::count(ptx, "ldmatrix") == 0);
-      CHECK(test::count(ptx, "mma.sync") == 0);
-      CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
-      CHECK(compiled.launch.block_threads == uint32_t(32 * (config.get("num_warps") + 4)));
-      CHECK(compiled.launch.tensor_maps.size() == 3u);
-      if (ptxas.empty())
-        continue;
-      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-      INFO(log);
-      CHECK(status == 0);
-      CHECK(test::count(log, "0 bytes spill stores") == 1);
-      CHECK(test::count(log, "serialized") == 0);
+      const int64_t warps = config.get("num_warps");
+      test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
+                             {.min_copies = 3,  // q, k, v
+                              .producer = warps == 8,
+                              .tensor_maps = 3,
+                              .threads = uint32_t(32 * (warps + 4))},
+                             ptxas);
     }
   }
   if (ptxas.empty())
@@ -224,24 +212,13 @@ TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a 
         if (kernel.name().find("_hopper") == std::string::npos || kernel.name().find("delta") != std::string::npos)
           continue;
         ++held;
-        CompileOptions options;
-        options.assemble = false;
-        options.arch = "sm_90a";
-        CompiledKernel compiled = compile(kernel, options);
-        const std::string &ptx = compiled.ptx;
         INFO("H " << h << " " << config.to_json() << " " << kernel.name());
-        CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 4);  // held pair, streamed pair
-        CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == (config.get("num_warps") == 8 ? 1u : 0u));
-        CHECK(test::count(ptx, "mma.sync") == 0);
-        CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
-        CHECK(compiled.launch.tensor_maps.size() == 4u);
-        if (ptxas.empty())
-          continue;
-        auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-        INFO(log);
-        CHECK(status == 0);
-        CHECK(test::count(log, "0 bytes spill stores") == 1);
-        CHECK(test::count(log, "serialized") == 0);
+        test::check_hopper_ptx(test::sm90a_ptx(kernel),
+                               {.min_copies = 4,  // the held pair, the streamed pair
+                                .producer = config.get("num_warps") == 8,
+                                .no_ldmatrix = false,
+                                .tensor_maps = 4},
+                               ptxas);
       }
       CHECK(held == 2u);  // dk/dv and dq
     }

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "unit/GluTestCase.h"
-#include "unit/PtxasUtil.h"
+#include "unit/HopperPtxChecks.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>
@@ -208,25 +208,10 @@ TEST_CASE("gated_linear_unit: the tma config runs on TMA rings and a producer wa
     const Implementation &impl = (vjp ? gated_linear_unit_vjp_op() : gated_linear_unit_op()).implementation("tile");
     REQUIRE_FALSE(impl.check_config(args, config).has_value());
     std::vector<dsl::Kernel> kernels = impl.kernels(args, config);
-    CompileOptions options;
-    options.assemble = false;
-    options.arch = "sm_90a";
-    CompiledKernel compiled = compile(kernels.front(), options);
-    const std::string &ptx = compiled.ptx;
     INFO((vjp ? "VJP" : "forward"));
-    CHECK(test::count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 3);
-    CHECK(test::count(ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
-    CHECK(test::count(ptx, "ldmatrix") == 0);
-    CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
-    CHECK(compiled.launch.block_threads == 384u);
-    REQUIRE(compiled.launch.tensor_maps.size() == 2u);  // x and the weights as [K, 2N]
-    if (ptxas.empty())
-      continue;
-    auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
-    INFO(log);
-    CHECK(status == 0);
-    CHECK(test::count(log, "0 bytes spill stores") == 1);
-    CHECK(test::count(log, "serialized") == 0);
+    // x and the weights as [K, 2N]
+    test::check_hopper_ptx(test::sm90a_ptx(kernels.front()), {.min_copies = 3, .tensor_maps = 2, .threads = 384u},
+                           ptxas);
   }
 }
 
