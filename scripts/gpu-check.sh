@@ -13,8 +13,7 @@
 #               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
-#   sweep       the hopper attention's forward and VJP configs at S1 and S2 (no peers),
-#               then the tma part
+#   sweep       hopper attention VJP configs at S1 and S2 (no peers), then the tma part
 #   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
@@ -71,14 +70,11 @@ if wants hopper; then
   TAIL=10 run ragged-dot-bench-tma "${t[@]}" 35 "$bin/tokamax-ragged-dot-bench" --config "$tma"
 fi
 if wants sweep; then
+  # The VJP with 128-key dq steps (no spills at H 64 and 128) against the heuristic's 64.
   t=(timeout -k 10)
-  for fwd in '{"block_q":128,"block_kv":64,"num_warps":8,"stages":2}' '{"block_q":64,"block_kv":128,"num_warps":4,"stages":2}'; do
-    TAIL=9 run "sweep-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
-      --shapes S1,S2 --config "$fwd" --vjp-config '{"block_q":64,"block_kv":64,"num_warps":8,"stages":2}'
-  done
-  for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}' '{"block_q":32,"block_kv":128,"num_warps":8,"stages":3}'; do
+  for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'; do
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
-      --shapes S1,S2 --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2}' --vjp-config "$vjp"
+      --shapes S1,S2 --vjp-config "$vjp"
   done
 fi
 if wants sweep || wants tma; then
