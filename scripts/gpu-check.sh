@@ -13,7 +13,8 @@
 #               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
-#   sweep       hopper attention VJP configs at S1 and S2 (no peers), then the tma part
+#   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 (no peers), then
+#               the tma part
 #   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
@@ -72,6 +73,7 @@ fi
 if wants sweep; then
   # The VJP with 128-key dq steps (no spills at H 64 and 128) against the heuristic's 64.
   t=(timeout -k 10)
+  TAIL=6 run sass "${t[@]}" 60 "$bin/tokamax-unit-tests" "[sass]" --durations yes  # cuobjdump is there
   for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'; do
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
       --shapes S1,S2 --vjp-config "$vjp"
