@@ -3,8 +3,9 @@
 //   a1 = attention_chunked(l1, l1, l1),                   l1 = layer_norm_tile(x, scale)
 // with x (32, 2048, 16, 64) bf16 and scale (64,) f32 (q = k = v: grad adds the three
 // contributions). The second attention runs on `hopper` where it can (sm_90a, and on the
-// interpreter), else `tile`; its VJP goes to auto (the hopper VJP is not written yet).
-// Each call of the gradient prints the implementation it runs on. On the GPU the
+// interpreter), else `tile`, its VJP too. Each call of the gradient prints the
+// implementation it runs on, and asking `hopper` for what it cannot serve (f64 inputs, an
+// sm_80 target) prints the NotSupported message a user would get. On the GPU the
 // gradient is checked against the same chain run with the `reference` implementations
 // (materialised f32 logits) and timed; on the interpreter a small shape runs the same way.
 #include "common/Example.h"
@@ -40,6 +41,25 @@ void printImplementations(const Function &f, const std::string &arch) {
                call.op->select(call.args, call.implementation, arch).name());
 }
 
+/// What asking "hopper" for a call it cannot serve tells the user.
+void printRefusals() {
+  auto specs = [](DType d) {
+    ArgSpec x{{2, 256, 16, 64}, d};
+    return bind_attention({x, x, x, {}, {}, {}, {}, x, attention_lse_spec(x)});
+  };
+  auto ask = [](const char *what, const BoundArgs &args, const std::string &arch) {
+    try {
+      attention_op().select(args, "hopper", arch);
+      fmt::print("  {}: served\n", what);
+    } catch (const NotSupported &e) {
+      fmt::print("  {}: NotSupported: {}\n", what, e.what());
+    }
+  };
+  fmt::print("asking \"hopper\" for what it cannot serve:\n");
+  ask("f64 inputs on sm_90a", specs(DType::F64), "sm_90a");
+  ask("bf16 inputs on sm_80", specs(DType::BF16), "sm_80");
+}
+
 int runOnGpu() {
   const std::vector<int64_t> shape{32, 2048, 16, 64};
   Device &device = Device::get();
@@ -63,6 +83,7 @@ int runOnGpu() {
                             example::relative_error(gs.to_host_doubles(), rs.to_host_doubles()), 3e-2);
   example::print_timing("grad(loss) step", time_on_stream(stream, step, 3, 10), 0);
   fmt::print("grad(loss): {} op calls\n", dloss.calls().size());
+  printRefusals();
   return status;
 }
 
@@ -87,8 +108,10 @@ int runOnHost() {
                                example::relative_error(example::from_bytes(gx, DType::BF16),
                                                        example::from_bytes(rx, DType::BF16)),
                                3e-2);
-  return status | example::report("d loss / d scale (interpreter, vs reference implementations)",
-                                  example::relative_error({gs.begin(), gs.end()}, {rs.begin(), rs.end()}), 3e-2);
+  status |= example::report("d loss / d scale (interpreter, vs reference implementations)",
+                            example::relative_error({gs.begin(), gs.end()}, {rs.begin(), rs.end()}), 3e-2);
+  printRefusals();
+  return status;
 }
 
 } // namespace
