@@ -7,8 +7,11 @@
 // implementation it runs on, and asking `hopper` for what it cannot serve (f64 inputs, an
 // sm_80 target) prints the NotSupported message a user would get. On the GPU the
 // gradient is checked against the same chain run with the `reference` implementations
-// (materialised f32 logits) and timed; on the interpreter a small shape runs the same way.
+// (materialised f32 logits), timed, autotuned (every op call, forward and VJP), dumped,
+// loaded and rerun inside the loaded result's scope (twice, bit for bit) and timed again;
+// on the interpreter a small shape runs the same chain against the reference.
 #include "common/Example.h"
+#include "common/Tuning.h"
 
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Function.h>
@@ -83,6 +86,22 @@ int runOnGpu() {
                             example::relative_error(gs.to_host_doubles(), rs.to_host_doubles()), 3e-2);
   example::print_timing("grad(loss) step", time_on_stream(stream, step, 3, 10), 0);
   fmt::print("grad(loss): {} op calls\n", dloss.calls().size());
+
+  // Autotune every op of the gradient (forward and VJP calls), dump, load, and rerun
+  // inside the loaded result's scope: two reruns give the same bits.
+  AutotuningResult loaded = example::autotune_dump_load(dloss);
+  {
+    AutotuningScope scope(loaded);
+    step();
+    stream.synchronize();
+    const std::vector<double> firstX = gx.to_host_doubles(), firstScale = gs.to_host_doubles();
+    step();
+    stream.synchronize();
+    const bool same = firstX == gx.to_host_doubles() && firstScale == gs.to_host_doubles();
+    fmt::print("two reruns in the loaded result's scope: {}\n", same ? "bitwise identical" : "DIFFER");
+    status |= same ? 0 : 1;
+    example::print_timing("grad(loss) step, tuned", time_on_stream(stream, step, 3, 10), 0);
+  }
   printRefusals();
   return status;
 }

@@ -6,6 +6,7 @@
 // `layer_norm --autotune-compile [sm_90a]` runs only autotuning's phases before timing
 // (search spaces, compiling into the kernel cache, pruning), with no GPU.
 #include "common/Example.h"
+#include "common/Tuning.h"
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/ops/Function.h>
@@ -58,20 +59,13 @@ Function headline_grad(const ArgSpec &x, const ArgSpec &scale) {
   return grad(loss, {0, 1});
 }
 
-std::vector<BoundArgs> call_args(const Function &f) {
-  std::vector<BoundArgs> calls;
-  for (const auto &c : f.calls())
-    calls.push_back(c.args);
-  return calls;
-}
-
 /// Autotuning's phases before timing (search spaces, compile into the kernel cache,
 /// pruning) for the gradient at the headline shape, with no GPU.
 int compileOnly(const std::string &arch) {
   Function dloss = headline_grad(ArgSpec{{32, 2048, 16, 64}, DType::BF16}, ArgSpec{{64}, DType::F32});
   AutotuneOptions options;
   auto t0 = std::chrono::steady_clock::now();
-  AutotuneCompileReport report = autotune_compile(call_args(dloss), AutotuneTarget::for_arch(arch), options);
+  AutotuneCompileReport report = autotune_compile(example::call_args(dloss), AutotuneTarget::for_arch(arch), options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("autotune compile phase for {}: {} distinct calls of {} in {:.2f} s\n", arch, report.calls.size(),
              dloss.calls().size(), seconds);
@@ -134,16 +128,7 @@ int runOnGpu() {
   fmt::print("grad(loss): {} op calls\n", dloss.calls().size());
 
   // Autotune every op of the gradient step, dump, load, rerun inside the loaded scope.
-  auto t0 = std::chrono::steady_clock::now();
-  AutotuneOptions options;
-  AutotuningResult tuned = autotune(call_args(dloss), options);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string text = tuned.dumps();
-  AutotuningResult loaded = AutotuningResult::loads(text);
-  fmt::print("autotuned {} op calls in {:.1f} s ({} bytes of JSON)\n", loaded.entries().size(), seconds, text.size());
-  fmt::print("  {}\n", tuned.stats().summary());
-  for (const TuningEntry *e : loaded.entries())
-    fmt::print("  {:<16} -> {} {}\n", e->args.op, e->implementation, e->config.to_json());
+  AutotuningResult loaded = example::autotune_dump_load(dloss);
   {
     AutotuningScope scope(loaded);
     step();
