@@ -141,12 +141,16 @@ Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
           k.input("delta", p.compute, statShape)};
 }
 
-Value load_row_stat(Program &pr, const TensorArg &t, Value n, Value t0, int64_t rows, double padding) {
-  if (t.shape().size() != 1)
-    return load_row_vector(t, pr.b, n, t0, rows, padding);
-  const Problem &p = pr.p;
-  Value v = t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
-  return where(t0 + pr.k.arange(0, rows) < p.T, v, padding);
+RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
+  auto load = [&](const TensorArg &t, double padding) {
+    if (t.shape().size() != 1)
+      return load_row_vector(t, pr.b, n, t0, rows, padding);
+    const Problem &p = pr.p;  // flat [B N T]
+    Value v = t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
+    return where(t0 + pr.k.arange(0, rows) < p.T, v, padding);
+  };
+  Value lse2 = load(ct.lse, INFINITY) * kLog2e;
+  return {lse2, load(ct.delta, 0.0)};
 }
 
 DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
@@ -179,26 +183,25 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   auto parts = unpack(carried, {kb.size(), vb.size()});
-  Value lse2 = load_row_stat(pr, ct.lse, n, t0, bq, INFINITY) * kLog2e;
-  Value delta = load_row_stat(pr, ct.delta, n, t0, bq, 0.0);
+  RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, p.softcap != 0);
-  Value probT = sc.exp2_minus(lse2, 0);  // [bkv, bq]
+  Value probT = sc.exp2_minus(stats.lse2, 0);  // [bkv, bq]
   Chunks dvNew = product_nn(s, probT, d, parts[1]);
-  Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), delta, 0, sc);
+  Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), stats.delta, 0, sc);
   if (ds)
     ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
   Chunks dkNew = product_nn(s, dsT, q, parts[0]);
   return pack({&dkNew, &dvNew});
 }
 
-Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const Value &lse2, const Value &delta, const Chunks &kb,
+Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
                const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc) {
   const KernelSpec &s = pr.s;
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, pr.p.softcap != 0);
-  Value prob = sc.exp2_minus(lse2, 1);
-  Value dsBlock = scoreGradient(pr.p, prob, product_nt(s, k, d, vb), delta, 1, sc);
+  Value prob = sc.exp2_minus(stats.lse2, 1);
+  Value dsBlock = scoreGradient(pr.p, prob, product_nt(s, k, d, vb), stats.delta, 1, sc);
   return product_nn(s, dsBlock, kb, acc);
 }
 
@@ -247,11 +250,10 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
 
   Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
-  Value lse2 = load_row_vector(ct.lse, pr.b, n, t0, bq, INFINITY) * kLog2e;
-  Value delta = load_row_vector(ct.delta, pr.b, n, t0, bq, 0.0);
+  RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
-    return dq_step(pr, q, d, lse2, delta, blocks(0), blocks(1), n, t0, j0, masked, carried);
+    return dq_step(pr, q, d, stats, blocks(0), blocks(1), n, t0, j0, masked, carried);
   };
   Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, zero_rows(s, k, bq, p.H), kv, body);
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));

@@ -212,12 +212,11 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
 
   Value qRow = pr.b * p.T + t0;
   Chunks qd = loadOnce(k, {{in.q, qRow, n * p.H, bq, p.H}, {ct.dout, qRow, n * p.Hv, bq, p.Hv}});
-  Value lse2 = load_row_stat(pr, ct.lse, n, t0, bq, INFINITY) * kLog2e;
-  Value delta = load_row_stat(pr, ct.delta, n, t0, bq, 0.0);
+  RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
   Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),
                              [&](Value i, Carried carried, const Chunks &kv) {
-                               return dq_step(pr, {qd[0]}, {qd[1]}, lse2, delta, {kv[0]}, {kv[1]}, n, t0,
+                               return dq_step(pr, {qd[0]}, {qd[1]}, stats, {kv[0]}, {kv[1]}, n, t0,
                                               keys.first(i), /*masked=*/true, carried);
                              });
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));

@@ -196,8 +196,12 @@ struct Cotangents {
   TensorArg dout, lse, delta;
 };
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows = false);
-/// The [rows] vector of lse or delta at (b, n, t0), `padding` past T, from either shape.
-Value load_row_stat(Program &pr, const TensorArg &t, Value n, Value t0, int64_t rows, double padding);
+/// The VJP's row statistics of query rows [t0, t0 + rows) of head n, from either shape
+/// of lse and delta: lse in log2 units (+inf past T) and delta (0 past T).
+struct RowStats {
+  Value lse2, delta;
+};
+RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows);
 
 /// The dk/dv kernels' outputs: dk, dv and, for dbias, dS.
 struct DkDvOutputs {
@@ -213,9 +217,9 @@ void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carr
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
                   const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0, bool masked,
                   const Carried &carried);
-/// One dq step: query block q / d (rows from t0, with lse in log2 units and delta)
-/// against key block kb / vb (rows from j0): acc + dS kb.
-Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const Value &lse2, const Value &delta, const Chunks &kb,
+/// One dq step: query block q / d (rows from t0, with their row statistics) against key
+/// block kb / vb (rows from j0): acc + dS kb.
+Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
                const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc);
 
 // Kernel builders (FlashKernels.cpp, ReferenceKernels.cpp).
