@@ -17,14 +17,21 @@ using namespace attention_test;
 
 namespace {
 
-BoundArgs forwardArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16) {
-  const ArgSpec qs{q, d}, ks{kv, d};
-  return bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)});
+AttentionOptions causalIf(bool causal) {
+  AttentionOptions o;
+  o.is_causal = causal;
+  return o;
 }
 
-BoundArgs vjpArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16) {
+BoundArgs forwardArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16, bool causal = false) {
   const ArgSpec qs{q, d}, ks{kv, d};
-  return bind_attention_vjp({qs, qs, ks, ks, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, ks, ks, {}});
+  return bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)}, causalIf(causal));
+}
+
+BoundArgs vjpArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16, bool causal = false) {
+  const ArgSpec qs{q, d}, ks{kv, d};
+  return bind_attention_vjp({qs, qs, ks, ks, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, ks, ks, {}},
+                            causalIf(causal));
 }
 
 } // namespace
@@ -178,13 +185,14 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
 
 TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles and wgmma", "[attention][hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();
-  for (int64_t h : {64, 128}) {
-    BoundArgs args = forwardArgs({4, 2048, 8, h}, {4, 2048, 8, h});
+  // Causal: the steps branch on whether their block is the diagonal's (masked) or not.
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{128, false}, std::pair{128, true}}) {
+    BoundArgs args = forwardArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
     const Implementation &hopper = attention_op().implementation("hopper");
     for (const Config &config : hopper.search_space(args)) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
-      INFO("H " << h << " " << config.to_json());
+      INFO("H " << h << (causal ? " causal " : " ") << config.to_json());
       const int64_t warps = config.get("num_warps");
       test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
                              {.min_copies = 3,  // q, k, v
@@ -202,8 +210,8 @@ TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a 
           "[attention][hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();
   const Implementation &hopper = attention_vjp_op().implementation("hopper");
-  for (int64_t h : {64, 128}) {
-    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h});
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{128, false}, std::pair{128, true}}) {
+    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
     std::vector<Config> configs = hopper.search_space(args);
     configs.resize(std::min<size_t>(configs.size(), 3));  // the heuristic first; ptxas's time
     for (const Config &config : configs) {
@@ -212,7 +220,7 @@ TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a 
         if (kernel.name().find("_hopper") == std::string::npos || kernel.name().find("delta") != std::string::npos)
           continue;
         ++held;
-        INFO("H " << h << " " << config.to_json() << " " << kernel.name());
+        INFO("H " << h << (causal ? " causal " : " ") << config.to_json() << " " << kernel.name());
         test::check_hopper_ptx(test::sm90a_ptx(kernel),
                                {.min_copies = 4,  // the held pair, the streamed pair
                                 .producer = config.get("num_warps") == 8,

@@ -157,9 +157,9 @@ TEST_CASE("hopper matmul PTX on the DSL's Hopper primitives (tma_ring)", "[hoppe
       // One product in flight across steps, except where the persistent loop's tile end
       // joins the accumulator in a branch: there each step's completes within it.
       CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1") == (config.programs == 0));
-      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+40;")) ==
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+24;")) ==
             config.warp_specialize);
-      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+232;")) ==
+      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+240;")) ==
             config.warp_specialize);
       CHECK(std::regex_search(ptx, std::regex("\\.maxnreg\\s+168")) == config.warp_specialize);
       CHECK(contains(ptx, "mbarrier.arrive.shared::cta.b64") == config.warp_specialize);

@@ -26,7 +26,10 @@ namespace tokamax::tile {
 
 namespace {
 
-constexpr int64_t kProducerRegisters = 40, kMaxConsumerRegisters = 232;
+// The producer only computes copy coordinates and waits: 24 (the least setmaxnreg
+// allows) leaves 240 to each of two consumer warpgroups, which a VJP step's four
+// accumulators and products need (at 232 the causal dk/dv kernel spilled).
+constexpr int64_t kProducerRegisters = 24, kMaxConsumerRegisters = 240;
 
 /// Arithmetic either role may need: lowered in the producer's copy too wherever its
 /// operands are there (what the consumers alone need is dead code in it). The passes
@@ -116,8 +119,8 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
     return loop.emitOpError("is split between warp roles and needs whole warpgroups of consumers, got ")
            << warps << " warps";
   // The launch limit that fits every thread of the block, then what the producer's
-  // decrease frees for the consumers (232 with 8 consumer warps: 2 x 128 x 232 + 128 x
-  // 40 = 384 x 168).
+  // decrease frees for the consumers (240 with 8 consumer warps: 2 x 128 x 240 + 128 x
+  // 24 = 384 x 168).
   const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * warps + producerThreads;
   const int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
   const int64_t consumers =

@@ -27,9 +27,10 @@ SoftmaxState SoftmaxState::unpack(const Carried &c, size_t accSize) {
   return {parts[0], parts[1], parts[2]};
 }
 
-OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0, bool masked) {
+OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0,
+                             const Masking &masking) {
   const KernelSpec &s = pr.s;
-  Scores sc = scores(pr, qk, n, t0, j0, s.block_q, s.block_kv, masked, false, false);
+  Scores sc = scores(pr, qk, n, t0, j0, s.block_q, s.block_kv, masking, false, false);
   Value mNew = maximum(m, sc.max_log2(1));
   // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
   Value mUse = where(mNew == -INFINITY, 0.0, mNew);
@@ -37,8 +38,8 @@ OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value
 }
 
 SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
-                          bool masked, const Chunks &v) {
-  OnlineSoftmax u = online_softmax(pr, state.m[0], qk, n, t0, j0, masked);
+                          const Masking &masking, const Chunks &v) {
+  OnlineSoftmax u = online_softmax(pr, state.m[0], qk, n, t0, j0, masking);
   Chunks acc = product_nn(pr.s, u.prob, v, scale_rows(state.acc, u.alpha));
   return {{u.m}, {u.l(state.l[0])}, acc};
 }
@@ -176,15 +177,15 @@ Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const 
 } // namespace
 
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
-                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0, bool masked,
-                  const Carried &carried) {
+                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
+                  const Masking &masking, const Carried &carried) {
   const KernelSpec &s = pr.s;
   const Problem &p = pr.p;
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   auto parts = unpack(carried, {kb.size(), vb.size()});
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
-  Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masked, true, p.softcap != 0);
+  Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masking, true, p.softcap != 0);
   Value probT = sc.exp2_minus(stats.lse2, 0);  // [bkv, bq]
   Chunks dvNew = product_nn(s, probT, d, parts[1]);
   Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), stats.delta, 0, sc);
@@ -195,11 +196,11 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
 }
 
 Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
-               const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc) {
+               const Chunks &vb, Value n, Value t0, Value j0, const Masking &masking, const Chunks &acc) {
   const KernelSpec &s = pr.s;
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
-  Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masked, false, pr.p.softcap != 0);
+  Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masking, false, pr.p.softcap != 0);
   Value prob = sc.exp2_minus(stats.lse2, 1);
   Value dsBlock = scoreGradient(pr.p, prob, product_nt(s, k, d, vb), stats.delta, 1, sc);
   return product_nn(s, dsBlock, kb, acc);

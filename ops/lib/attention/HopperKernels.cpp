@@ -11,8 +11,9 @@
 //   dk/dv:   holds a K / V block, streams the Q / dO blocks of every query head of its
 //            group (dkdv_step, shared with the flash VJP);
 //   dq:      holds Q / dO, streams K / V blocks (dq_step).
-// Every block is masked (no split edges). Under a causal mask the heaviest blocks start
-// first (row_block_grid).
+// Only the edge blocks of a walk are masked: each step branches on whether its block is
+// one (block_masking); without causal, window, lengths or a mask tensor no step is. Under
+// a causal mask the heaviest blocks start first (row_block_grid).
 //
 // q, k, v and dout are read as [B T, N H], [B S, K H], [B S, K Hv] and [B T, N Hv] (TMA
 // tensor maps are 2-D). A streamed K / V block never reaches into the next batch row:
@@ -89,9 +90,14 @@ Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried
 /// S): K's and V's blocks of kv head kvh, `count` steps.
 struct KeySteps {
   const Program *pr;
-  Value lo, kvh, count;
+  Range range;
+  Value kvh, count;
 
-  Value first(const Value &i) const { return lo + i * pr->s.block_kv; }
+  Value first(const Value &i) const { return range.lo + i * pr->s.block_kv; }
+  /// Step i's block is masked where it is an edge of the range.
+  Masking masking(const Value &i) const {
+    return block_masking(*pr, range, first(i), pr->s.block_kv, /*along_keys=*/true);
+  }
   TmaBlock block(const TensorArg &t, int64_t dim, const Value &i) const {
     return {t, pr->b * pr->p.S + first(i), kvh * dim, pr->s.block_kv, dim};
   }
@@ -104,7 +110,7 @@ struct KeySteps {
 
 KeySteps keySteps(Program &pr, const Range &range, Value kvh) {
   const int64_t bkv = pr.s.block_kv;
-  return {&pr, range.lo, kvh, (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv};
+  return {&pr, range, kvh, (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv};
 }
 
 /// The forward's key loop with each step's S = Q K^T issued before the previous step's
@@ -132,7 +138,10 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
         Value pv = dsl::dot_async(prob, kv[1], acc);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));
-        OnlineSoftmax u = online_softmax(pr, m, qk, n, t0, j0, /*masked=*/true);
+        // Every step masked: the extra last step's keys (from S on) are all hidden.
+        Masking everywhere(true);
+        everywhere.bound_keys = true;
+        OnlineSoftmax u = online_softmax(pr, m, qk, n, t0, j0, everywhere);
         pv = dsl::dot_wait(pv, 0);
         return Carried{u.m, u.l(l), pv * u.alpha.expand(1), u.prob.to(p.dtype)};
       });
@@ -159,7 +168,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
                 : streamBlocks(k, s, keys.count, start.pack(), 2, keys.both(), [&](Value i, Carried c, const Chunks &kv) {
                     Value qk = product_nt(s, k, {q}, {kv[0]});
                     return softmax_step(pr, SoftmaxState::unpack(c, accSize), qk, n, t0, keys.first(i),
-                                        /*masked=*/true, {kv[1]})
+                                        keys.masking(i), {kv[1]})
                         .pack();
                   });
   forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
@@ -192,8 +201,8 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
         return std::vector<TmaBlock>{{in.q, row, n * p.H, bq, p.H}, {ct.dout, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
-        return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0, /*masked=*/true,
-                         carried);
+        return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
+                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried);
       });
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
@@ -217,7 +226,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),
                              [&](Value i, Carried carried, const Chunks &kv) {
                                return dq_step(pr, {qd[0]}, {qd[1]}, stats, {kv[0]}, {kv[1]}, n, t0,
-                                              keys.first(i), /*masked=*/true, carried);
+                                              keys.first(i), keys.masking(i), carried);
                              });
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
   return k;

@@ -141,8 +141,8 @@ void store_row_vector(const TensorArg &t, Value b, Value n, Value t0, const Valu
   t.store({b, n, t0}, v.to(t.dtype()).reshape({1, 1, v.shape()[0]}));
 }
 
-Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv, bool masked,
-              bool kvMajor, bool natural) {
+Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
+              const Masking &masking, bool kvMajor, bool natural) {
   const Problem &p = pr.p;
   Scores r;
   if (!p.bias && p.softcap == 0 && !natural) {
@@ -160,28 +160,46 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
     r.natural = x;
     r.log2 = x * kLog2e;
   }
-  if (!masked)
+  if (!masking.masked)
     return r;
   Kernel &k = pr.k;
-  Value qi = t0 + k.arange(0, bq), kj = j0 + k.arange(0, bkv);
-  Value i = kvMajor ? qi.expand(0) : qi.expand(1), j = kvMajor ? kj.expand(1) : kj.expand(0);
-  Value valid = j < pr.kv_valid;
-  if (p.q_lengths)
-    valid = valid & (i < pr.q_valid);
-  if (p.causal)
-    valid = valid & (j <= i);
-  if (p.left >= 0)
-    valid = valid & (i - j <= p.left);
-  if (p.right >= 0)
-    valid = valid & (j - i <= p.right);
-  if (p.mask)
-    valid = valid & broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0);
-  if (valid.shape() != qk.shape())
-    valid = valid.broadcast_to(qk.shape());
-  r.valid = valid;
-  r.log2 = where(valid, r.log2, -INFINITY);
+  const bool keyBound = masking.bound_keys || p.kv_lengths || p.S % bkv != 0;
+  auto visible = [&] {
+    Value qi = t0 + k.arange(0, bq), kj = j0 + k.arange(0, bkv);
+    Value i = kvMajor ? qi.expand(0) : qi.expand(1), j = kvMajor ? kj.expand(1) : kj.expand(0);
+    Value valid;
+    auto require = [&](const Value &c) { valid = valid.valid() ? valid & c : c; };
+    if (keyBound)
+      require(j < pr.kv_valid);
+    if (p.q_lengths)
+      require(i < pr.q_valid);
+    if (p.causal)
+      require(j <= i);
+    if (p.left >= 0)
+      require(i - j <= p.left);
+    if (p.right >= 0)
+      require(j - i <= p.right);
+    if (p.mask)
+      require(broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0));
+    if (!valid.valid())
+      valid = j < pr.kv_valid;
+    if (valid.shape() != qk.shape())
+      valid = valid.broadcast_to(qk.shape());
+    return valid;
+  };
+  // The values the softmax reads: raw when the factor is folded, else log2.
+  Value &read = r.factor > 0 ? r.raw : r.log2;
+  if (masking.edge.valid()) {
+    const Value plain = read;
+    read = k.if_else(
+        masking.edge, [&] { return std::vector<Value>{where(visible(), plain, -INFINITY)}; },
+        [&] { return std::vector<Value>{plain}; })[0];
+    return r;
+  }
+  r.valid = visible();
+  r.log2 = where(r.valid, r.log2, -INFINITY);
   if (r.factor > 0)
-    r.raw = where(valid, r.raw, -INFINITY);
+    r.raw = where(r.valid, r.raw, -INFINITY);
   return r;
 }
 
@@ -248,6 +266,24 @@ Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {
   Value e = minimum(maximum(innerLo, lo), hiCeil);
   Value f = minimum(maximum(innerHi, e), hiCeil);
   return {lo, hi, e, f};
+}
+
+namespace {
+
+/// Whether a walk along keys (in steps of `step`) or queries can meet a hidden pair.
+bool hidesPairs(const Problem &p, int64_t step, bool alongKeys) {
+  return p.causal || p.left >= 0 || p.right >= 0 || p.q_lengths || p.kv_lengths || p.mask ||
+         (alongKeys && p.S % step != 0);
+}
+
+} // namespace
+
+Masking block_masking(const Program &pr, const Range &r, const Value &first, int64_t step, bool alongKeys) {
+  if (!hidesPairs(pr.p, step, alongKeys))
+    return false;
+  if (!pr.s.split_edges || pr.p.mask)
+    return true;
+  return Masking((first < r.inner_lo) | (first >= r.inner_hi));
 }
 
 Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const Body &body) {

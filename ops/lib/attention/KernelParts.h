@@ -86,11 +86,25 @@ struct Scores {
     return factor > 0 ? exp2(raw * factor - m.expand(axis)) : exp2(log2 - m.expand(axis));
   }
 };
+/// Whether a block's scores are masked: never (the caller knows every pair is visible),
+/// always, or where `edge` (a bool scalar) holds at run time, so that one loop body serves
+/// a walk's edge blocks (masked) and its inner ones (no mask arithmetic) behind a branch.
+struct Masking {
+  bool masked = true;
+  Value edge;
+  /// Hides keys from S on even where S is a multiple of the block (a block past the last).
+  bool bound_keys = false;
+  Masking(bool always) : masked(always) {}  // NOLINT: a bool is the static case
+  explicit Masking(Value where) : edge(std::move(where)) {}
+};
+
 /// Scores of qk (raw q . k products; [BQ, BKV], or [BKV, BQ] when kv_major) for queries
-/// [t0, t0 + BQ) and keys [j0, j0 + BKV) of head n. Without `masked` no mask is formed
-/// (the caller knows every pair is visible).
-Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv, bool masked,
-              bool kv_major, bool natural);
+/// [t0, t0 + BQ) and keys [j0, j0 + BKV) of head n, masked as `masking` says (`valid` is
+/// set only for a static mask). Keys from S on are hidden only where a block can reach
+/// them: kv lengths, S not a multiple of BKV, or masking.bound_keys (blocks start at
+/// multiples of BKV).
+Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
+              const Masking &masking, bool kv_major, bool natural);
 
 /// Loop bounds over key blocks for query block t0 (forward, dq) or over query blocks for
 /// key block j0 (dk/dv): [lo, hi) holds every block with a visible pair, [inner_lo,
@@ -100,6 +114,13 @@ struct Range {
 };
 Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv);
 Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv);
+
+/// The Masking of the block at `first` of a walk over `r` in steps of `step`, along keys
+/// (forward, dq) or queries (dk/dv): none when the problem hides no pair there (no causal,
+/// window, lengths or mask tensor, and `step` divides S along keys: query rows past T
+/// have lse +inf), every block with a mask tensor or when the spec does not split edges,
+/// else the blocks outside [inner_lo, inner_hi).
+Masking block_masking(const Program &pr, const Range &r, const Value &first, int64_t step, bool along_keys);
 
 using Carried = std::vector<Value>;
 using Body = std::function<Carried(Value, Carried, bool masked)>;
@@ -179,11 +200,12 @@ struct OnlineSoftmax {
   Value m, prob, alpha;
   Value l(const Value &l_old) const { return l_old * alpha + prob.sum(1); }
 };
-OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0, bool masked);
+OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value n, Value t0, Value j0,
+                             const Masking &masking);
 /// One online-softmax step of the forward over keys [j0, j0 + BKV): qk the raw q . k
 /// products, v the step's V block (chunks).
 SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
-                          bool masked, const Chunks &v);
+                          const Masking &masking, const Chunks &v);
 /// The forward's epilogue: out = acc / l (zero rows where no key was visible) and lse.
 void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
                       const SoftmaxState &state);
@@ -215,12 +237,12 @@ void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carr
 /// One dk/dv step: key block kb / vb (rows from j0) against query block q / d of head n
 /// (rows from t0); carried holds dk's chunks then dv's. Stores the step's dS when `ds`.
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
-                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0, bool masked,
-                  const Carried &carried);
+                  const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
+                  const Masking &masking, const Carried &carried);
 /// One dq step: query block q / d (rows from t0, with their row statistics) against key
 /// block kb / vb (rows from j0): acc + dS kb.
 Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
-               const Chunks &vb, Value n, Value t0, Value j0, bool masked, const Chunks &acc);
+               const Chunks &vb, Value n, Value t0, Value j0, const Masking &masking, const Chunks &acc);
 
 // Kernel builders (FlashKernels.cpp, ReferenceKernels.cpp).
 Kernel flash_forward_kernel(const KernelSpec &s);

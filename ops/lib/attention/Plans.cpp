@@ -70,7 +70,7 @@ public:
     base_.block_q = c.get("block_q");
     base_.block_kv = c.get("block_kv");
     base_.num_warps = static_cast<int>(c.get("num_warps"));
-    base_.split_edges = impl == Impl::Tile;
+    base_.split_edges = impl == Impl::Tile || impl == Impl::Hopper;
     base_.prefetch = c.get_or("prefetch", 0) != 0;
     base_.async_copy = c.get_or("async_copy", 0) != 0 && async_copy_serves(p, impl);
     base_.stages = static_cast<int>(c.get_or("stages", 2));

@@ -6,7 +6,9 @@
 //    first operand not produced by a splat/arange (those can be rebuilt in any layout);
 //    reductions give slice layouts; expand_dims of a slice gives its parent back;
 //    broadcast keeps its operand's layout; trans permutes it; reshape re-anchors.
-// 3. Loops and ifs: carried tiles keep their initial layout, yields are converted to it.
+// 3. Loops and ifs: carried tiles keep their initial layout, yields are converted to it;
+//    an if's results take its then-yield's layouts (also when predicting a loop's next
+//    value through one).
 // 4. Disagreeing operands get tile.convert_layout; canonicalization later folds the ones
 //    whose producer is a splat or an arange. A broadcast (of an expand_dims) is rebuilt
 //    in the wanted layout instead, so only its small source moves.
@@ -131,6 +133,10 @@ private:
     if (auto inner = dyn_cast<scf::ForOp>(def)) {
       auto yield = cast<scf::YieldOp>(inner.getBody()->getTerminator());
       return predict(yield.getOperand(cast<OpResult>(value).getResultNumber()), depth + 1);
+    }
+    if (auto branch = dyn_cast<scf::IfOp>(def)) {
+      // A result takes its then-value's layout (visitIf).
+      return predict(branch.thenYield().getOperand(cast<OpResult>(value).getResultNumber()), depth + 1);
     }
     bool elementwise = isa<CastOp>(def) || def->getDialect()->getNamespace() == "arith" ||
                        def->getDialect()->getNamespace() == "math";
