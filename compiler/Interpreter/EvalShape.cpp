@@ -148,7 +148,8 @@ bool evalShape(Interpreter &in, Operation *op) {
     return true;
   }
   // Programs run one at a time and copies complete when issued: nothing to wait for.
-  if (isa<tile::BarrierOp, tile::AsyncWaitOp, tile::MbarrierWaitOp, tile::MbarrierArriveOp>(op))
+  if (isa<tile::BarrierOp, tile::AsyncWaitOp, tile::MbarrierWaitOp, tile::MbarrierArriveOp,
+          tile::TurnWaitOp, tile::TurnPassOp>(op))
     return true;
   return false;
 }

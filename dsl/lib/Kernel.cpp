@@ -477,6 +477,16 @@ void Kernel::arrive(const Mbarriers &barriers, const Value &index) {
   kb.b().create<tile::MbarrierArriveOp>(kb.loc(), kb.mbarrierIndex(barriers, index, "arrive"));
 }
 
+void Kernel::turn_wait() {
+  KernelBuilder &kb = *builder_;
+  kb.b().create<tile::TurnWaitOp>(kb.loc());
+}
+
+void Kernel::turn_pass() {
+  KernelBuilder &kb = *builder_;
+  kb.b().create<tile::TurnPassOp>(kb.loc());
+}
+
 void Kernel::when(const Value &cond, const std::function<void()> &body) {
   if_else(cond, [&] { body(); return std::vector<Value>{}; }, [] { return std::vector<Value>{}; });
 }

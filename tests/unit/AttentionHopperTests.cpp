@@ -56,6 +56,14 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(why("stages", 5), Catch::Contains("2, 3 or 4"));
   CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
   CHECK_THAT(why("overlap", 2), Catch::Contains("overlap must be 0 or 1"));
+  CHECK_THAT(why("pingpong", 2), Catch::Contains("pingpong must be 0 or 1"));
+  {
+    Config four = c;
+    four.set("num_warps", 4);
+    four.set("block_q", 64);
+    four.set("pingpong", 1);
+    CHECK_THAT(hopper.check_config(args, four).value_or("valid"), Catch::Contains("num_warps 8"));
+  }
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 100, 2, 64})), Catch::Contains("multiple of 16"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 48}, {2, 192, 2, 48})), Catch::Contains("head dims"));
   CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::F32)), Catch::Contains("bf16"));
@@ -139,7 +147,14 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
     for (Config config : {Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
                           Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}},
                           Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"overlap", 1}},
-                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}, {"overlap", 1}}}) {
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}, {"overlap", 1}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 2}, {"pingpong", 1}},
+                          Config{{"block_q", 128},
+                                 {"block_kv", 16},
+                                 {"num_warps", 8},
+                                 {"stages", 3},
+                                 {"overlap", 1},
+                                 {"pingpong", 1}}}) {
       INFO(v.what << " " << config.to_json());
       o.config = config;
       dot_product_attention_host(q.view(), k.view(), vv.view(), got.view(), o, &gotLseView);
@@ -194,12 +209,18 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
       REQUIRE(kernels.size() == 1u);
       INFO("H " << h << (causal ? " causal " : " ") << config.to_json());
       const int64_t warps = config.get("num_warps");
-      test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
+      CompiledKernel compiled = test::sm90a_ptx(kernels.front());
+      test::check_hopper_ptx(compiled,
                              {.min_copies = 3,  // q, k, v
                               .producer = warps == 8,
                               .tensor_maps = 3,
                               .threads = uint32_t(32 * (warps + 4))},
                              ptxas);
+      // Ping-pong: warpgroup 0's first turn given before the loop, then each step's
+      // wait for its turn and pass to the other.
+      const bool pingPong = config.get_or("pingpong", 0) != 0;
+      CHECK(test::count(compiled.ptx, "bar.arrive") == (pingPong ? 2u : 0u));
+      CHECK((test::count(compiled.ptx, "bar.sync %r") > 0) == pingPong);
     }
   }
   if (ptxas.empty())

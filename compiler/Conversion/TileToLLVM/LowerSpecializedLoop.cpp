@@ -13,6 +13,11 @@
 // Each role first sets its register limit (setmaxnreg): ptxas gives each straight-line
 // region one register budget, and the producer needs few.
 //
+// Consumer warpgroups may take turns (tile.turn_wait / tile.turn_pass, ping-pong): turn
+// barrier 2 + w belongs to warpgroup w, which waits on it (bar.sync of 256 threads: its
+// own 128 and its predecessor's arrival); passing arrives on the successor's. Warpgroup 0
+// arrives on its own barrier before the loop, so its first wait finds its turn given.
+//
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
 
@@ -70,6 +75,21 @@ LogicalResult checkProducerOps(scf::ForOp loop) {
     available.insert(op.result_begin(), op.result_end());
   }
   return success();
+}
+
+constexpr unsigned kFirstTurnBarrier = 2;  // 0: the whole block, 1: the consumers' barrier
+constexpr unsigned kWarpgroupThreads = 128;
+
+/// The consumer warpgroups that take turns, and the executing warp's warpgroup.
+struct Turns {
+  unsigned warpgroups;
+  Value warpgroup;
+};
+
+Turns turns(TileLowering &t, Operation *op) {
+  OpBuilder &b = t.builder();
+  Value warpgroup = b.create<arith::DivUIOp>(op->getLoc(), t.warpId(), t.i32(kWarpgroupThreads / 32));
+  return {getNumWarps(op) * 32 / kWarpgroupThreads, warpgroup};
 }
 
 /// The producer's copy of the loop: its marked ops only, nothing carried.
@@ -159,12 +179,43 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(consumer.getThenRegion().front().getTerminator());
   setRegisters(false);
+  if (warps * 32 > int64_t(kWarpgroupThreads) && loop->walk([](TurnWaitOp) { return WalkResult::interrupt(); })
+                                                       .wasInterrupted()) {
+    // Warpgroup 0's first turn is given: it arrives on its own barrier.
+    Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, warp, t.i32(kWarpgroupThreads / 32));
+    auto arrive = b.create<scf::IfOp>(loc, first, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard inside(b);
+    b.setInsertionPoint(arrive.getThenRegion().front().getTerminator());
+    t.ptx(loc).namedBarrierArrive(t.i32(kFirstTurnBarrier), 2 * kWarpgroupThreads);
+  }
   unsigned outer = t.setBarrierThreads(static_cast<unsigned>(32 * warps));
   LogicalResult lowered = asRole(TileLowering::WarpRole::Consumer, [&] { return t.lowerOp(loop); });
   if (succeeded(lowered))
     lowered = t.lowerOps(rest);
   t.setBarrierThreads(outer);
   return lowered;
+}
+
+LogicalResult lowerTurnOp(TileLowering &t, Operation *op, bool &handled) {
+  handled = isa<TurnWaitOp, TurnPassOp>(op);
+  if (!handled)
+    return success();
+  Turns turn = turns(t, op);
+  if (turn.warpgroups < 2)
+    return success();  // one warpgroup: always its turn
+  OpBuilder &b = t.builder();
+  Location loc = op->getLoc();
+  Value own = turn.warpgroup;
+  if (isa<TurnPassOp>(op)) {
+    Value next = b.create<arith::AddIOp>(loc, own, t.i32(1));
+    own = b.create<arith::RemUIOp>(loc, next, t.i32(turn.warpgroups));
+  }
+  Value id = b.create<arith::AddIOp>(loc, own, t.i32(kFirstTurnBarrier));
+  if (isa<TurnWaitOp>(op))
+    t.ptx(loc).namedBarrierSync(id, 2 * kWarpgroupThreads);
+  else
+    t.ptx(loc).namedBarrierArrive(id, 2 * kWarpgroupThreads);
+  return success();
 }
 
 } // namespace tokamax::tile

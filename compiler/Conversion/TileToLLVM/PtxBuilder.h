@@ -105,6 +105,10 @@ public:
 
   /// `bar.sync id, threads`: a barrier among `threads` threads (whole warps).
   void namedBarrier(unsigned id, unsigned threads);
+  /// The same with the barrier's id an i32 value (warp-uniform), and `bar.arrive`: the
+  /// warp counts its threads toward the barrier without waiting.
+  void namedBarrierSync(mlir::Value id, unsigned threads);
+  void namedBarrierArrive(mlir::Value id, unsigned threads);
   void wgmmaFence();
   void wgmmaCommitGroup();
   void wgmmaWaitGroup(unsigned pending);

@@ -104,6 +104,14 @@ void PtxBuilder::namedBarrier(unsigned id, unsigned threads) {
   asmCall(Type(), ValueRange{}, llvm::formatv("bar.sync {0}, {1};", id, threads).str(), "", true);
 }
 
+void PtxBuilder::namedBarrierSync(Value id, unsigned threads) {
+  asmCall(Type(), ValueRange{id}, llvm::formatv("bar.sync $0, {0};", threads).str(), "r", true);
+}
+
+void PtxBuilder::namedBarrierArrive(Value id, unsigned threads) {
+  asmCall(Type(), ValueRange{id}, llvm::formatv("bar.arrive $0, {0};", threads).str(), "r", true);
+}
+
 // The warpgroup-wide .aligned instructions go through NVVM intrinsics, which LLVM knows
 // to be convergent: it never duplicates them into lane-dependent branches, where the
 // warp would reach two copies at different addresses (and hang).

@@ -78,7 +78,7 @@ LogicalResult TileLowering::lowerOp(Operation *op) {
   }
   using Lowering = LogicalResult (*)(TileLowering &, Operation *, bool &);
   static constexpr Lowering families[] = {lowerControlFlowOp, lowerMemoryOp, lowerReduceOp,
-                                          lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerAsyncCopyOp, lowerDotOp, lowerShapeOp,
+                                          lowerTmaDotOp, lowerTmaStoreOp, lowerCpAsyncDotOp, lowerAsyncCopyOp, lowerTurnOp, lowerDotOp, lowerShapeOp,
                                           lowerElementwiseOp};
   for (Lowering lower : families) {
     bool handled = false;

@@ -156,6 +156,8 @@ mlir::LogicalResult lowerSpecializedLoop(TileLowering &t, mlir::scf::ForOp loop,
 /// Inside a role's copy of such a loop: lowers `op` as `t.role()` sees it, or returns
 /// false when the role does not run it at all.
 mlir::FailureOr<bool> lowerForRole(TileLowering &t, mlir::Operation *op);
+/// tile.turn_wait / tile.turn_pass: named barriers between the consumer warpgroups.
+mlir::LogicalResult lowerTurnOp(TileLowering &t, mlir::Operation *op, bool &handled);
 
 /// tile.tma_store: registers -> swizzled shared strips -> TMA stores (sm_90a).
 mlir::LogicalResult lowerTmaStoreOp(TileLowering &t, mlir::Operation *op, bool &handled);

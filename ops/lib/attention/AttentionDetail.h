@@ -102,6 +102,10 @@ struct KernelSpec {
   /// (dsl::Kernel::specialized_loop), products on wgmma; q, k, v and dout are read as
   /// [B T, N H], [B S, K H], [B S, K Hv], [B T, N Hv] (TMA tensor maps are 2-D).
   bool tma = false;
+  /// The hopper forward with two consumer warpgroups (config "pingpong"): they take turns
+  /// issuing their products (dsl::Kernel::turn_wait / turn_pass), so one's softmax runs
+  /// while the other's products do.
+  bool ping_pong = false;
 
   KernelKey key() const;
   std::string name() const;

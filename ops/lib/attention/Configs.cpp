@@ -63,15 +63,19 @@ bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d ==
 /// V block stays in its batch row); stages are the rings' slots. The held blocks, the
 /// rings and the registers of the scores and accumulators must fit. The forward's
 /// "overlap" (opt-in until measured) issues each step's Q K^T before the previous step's
-/// P V, so the softmax runs while the tensor cores work.
+/// P V, so the softmax runs while the tensor cores work; "pingpong" (8 warps, opt-in
+/// until measured) has the two consumer warpgroups take turns issuing their products.
 std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
   for (const auto &[key, value] : c.values)
     if (key != "block_q" && key != "block_kv" && key != "num_warps" && key != "stages" &&
-        (key != "overlap" || p.vjp))
+        ((key != "overlap" && key != "pingpong") || p.vjp))
       return fmt::format("unknown key \"{}\" for hopper{}", key, p.vjp ? "'s VJP" : "");
-  if (c.get_or("overlap", 0) != 0 && c.get_or("overlap", 0) != 1)
-    return fmt::format("overlap must be 0 or 1, got {}", c.get("overlap"));
+  for (const char *flag : {"overlap", "pingpong"})
+    if (c.get_or(flag, 0) != 0 && c.get_or(flag, 0) != 1)
+      return fmt::format("{} must be 0 or 1, got {}", flag, c.get(flag));
   const int64_t bq = c.get("block_q"), bkv = c.get("block_kv"), w = c.get("num_warps"), stages = c.get_or("stages", 2);
+  if (c.get_or("pingpong", 0) && w != 8)
+    return fmt::format("pingpong needs two consumer warpgroups (num_warps 8), got {} warps", w);
   const int64_t held = 16 * w, dims = p.H + p.Hv;
   if (w != 4 && w != 8)
     return fmt::format("hopper needs num_warps 4 or 8 (whole consumer warpgroups), got {}", w);
@@ -249,15 +253,18 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
       for (int64_t bq : p.vjp ? std::vector<int64_t>{32, 64, 128} : std::vector<int64_t>{16 * warps})
         for (int64_t bkv : {64, 128})
           for (int64_t stages : {2, 3})
-            for (int64_t overlap : {0, 1}) {
-              if (overlap && p.vjp)
-                continue;
-              Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
-              if (overlap)
-                c.set("overlap", 1);
-              if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
-                space.push_back(c);
-            }
+            for (int64_t overlap : {0, 1})
+              for (int64_t pingPong : {0, 1}) {
+                if ((overlap || pingPong) && p.vjp)
+                  continue;
+                Config c{{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", stages}};
+                if (overlap)
+                  c.set("overlap", 1);
+                if (pingPong)
+                  c.set("pingpong", 1);
+                if (std::find(space.begin(), space.end(), c) == space.end() && !checkHopper(p, c))
+                  space.push_back(c);
+              }
     return space;
   }
   auto add = [&](int64_t bq, int64_t bkv, int64_t warps, int64_t prefetch = 0) {

@@ -113,6 +113,26 @@ KeySteps keySteps(Program &pr, const Range &range, Value kvh) {
   return {&pr, range, kvh, (maximum(range.hi - range.lo, 0) + (bkv - 1)) / bkv};
 }
 
+/// With the spec's ping_pong, the consumer warpgroups issue their products in turns:
+/// `begin` waits for this warpgroup's turn, else it passes the turn on.
+void takeTurn(Kernel &k, const KernelSpec &s, bool begin) {
+  if (!s.ping_pong)
+    return;
+  if (begin)
+    k.turn_wait();
+  else
+    k.turn_pass();
+}
+
+/// q k^T issued in this warpgroup's turn, then waited for (the next warpgroup's products
+/// are issued meanwhile).
+Value issueInTurn(Kernel &k, const KernelSpec &s, const Value &q, const Value &kb) {
+  takeTurn(k, s, true);
+  Value qk = product_nt(s, k, {q}, {kb}, /*async=*/true);
+  takeTurn(k, s, false);
+  return dsl::dot_wait(qk, 0);
+}
+
 /// The forward's key loop with each step's S = Q K^T issued before the previous step's
 /// P V, so the softmax of one runs while the tensor cores do the other. Step i's slot
 /// holds K_i and V_(i-1) (one step more than there are blocks: the first step's P V is
@@ -134,8 +154,10 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
       },
       [&](Value i, Carried c, const Chunks &kv) {
         Value m = c[0], l = c[1], acc = c[2], prob = c[3];
+        takeTurn(k, s, true);
         Value qk = product_nt(s, k, {q}, {kv[0]}, /*async=*/true);
         Value pv = dsl::dot_async(prob, kv[1], acc);
+        takeTurn(k, s, false);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));
         // Every step masked: the extra last step's keys (from S on) are all hidden.
@@ -166,7 +188,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   Carried walked =
       s.overlap ? overlappedKeyLoop(pr, keys, q, n, t0, start)
                 : streamBlocks(k, s, keys.count, start.pack(), 2, keys.both(), [&](Value i, Carried c, const Chunks &kv) {
-                    Value qk = product_nt(s, k, {q}, {kv[0]});
+                    Value qk = s.ping_pong ? issueInTurn(k, s, q, kv[0]) : product_nt(s, k, {q}, {kv[0]});
                     return softmax_step(pr, SoftmaxState::unpack(c, accSize), qk, n, t0, keys.first(i),
                                         keys.masking(i), {kv[1]})
                         .pack();

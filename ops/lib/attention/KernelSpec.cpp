@@ -72,6 +72,7 @@ KernelKey KernelSpec::key() const {
   mix(wgmma);
   mix(overlap);
   mix(tma);
+  mix(ping_pong);
   return h;
 }
 

@@ -77,8 +77,10 @@ public:
     base_.wgmma = base_.async_copy && c.get_or("wgmma", 0) != 0;
     base_.overlap = base_.wgmma && c.get_or("wgmma", 0) == 2;
     base_.tma = impl == Impl::Hopper;
-    if (base_.tma)
+    if (base_.tma) {
       base_.overlap = c.get_or("overlap", 0) != 0;
+      base_.ping_pong = c.get_or("pingpong", 0) != 0;
+    }
   }
 
   void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0) {

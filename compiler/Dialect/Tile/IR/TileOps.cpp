@@ -202,6 +202,24 @@ LogicalResult MbarrierWaitOp::verify() { return verifyMbarrierIndex(*this, getIn
 
 LogicalResult MbarrierArriveOp::verify() { return verifyMbarrierIndex(*this, getIndex()); }
 
+namespace {
+
+/// Turns order the consumer warpgroups of a warp-specialized loop.
+LogicalResult verifyTurn(Operation *op) {
+  if (op->hasAttr(kProducerAttr))
+    return op->emitOpError("orders the consumer warpgroups and cannot run on the producer warpgroup");
+  for (auto loop = op->getParentOfType<scf::ForOp>(); loop; loop = loop->getParentOfType<scf::ForOp>())
+    if (loop->hasAttr(kWarpSpecializeAttr))
+      return success();
+  return op->emitOpError("must sit inside a warp-specialized loop (an scf.for marked ") << kWarpSpecializeAttr << ")";
+}
+
+} // namespace
+
+LogicalResult TurnWaitOp::verify() { return verifyTurn(*this); }
+
+LogicalResult TurnPassOp::verify() { return verifyTurn(*this); }
+
 LogicalResult BlockAtomicAddOp::verify() {
   ArrayRef<int64_t> dims = getDims(), block = getBlock();
   if (block.size() != dims.size())

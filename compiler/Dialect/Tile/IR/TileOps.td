@@ -202,6 +202,33 @@ def Tile_MbarrierArriveOp : Tile_Op<"mbarrier_arrive", [MemoryEffects<[MemRead, 
   let hasVerifier = 1;
 }
 
+class Tile_TurnOp<string mnemonic> : Tile_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Tile_TurnWaitOp : Tile_TurnOp<"turn_wait"> {
+  let summary = "wait for this consumer warpgroup's turn (ping-pong between warpgroups)";
+  let description = [{
+    In the consumers' part of a warp-specialized loop (an scf.for marked
+    tile.warp_specialize), whose num_warps / 4 = W consumer warpgroups take turns
+    through the code between tile.turn_wait and tile.turn_pass: warpgroup w waits here
+    until warpgroup (w - 1) mod W has passed the turn since w's last one (warpgroup 0
+    goes first). With two warpgroups, one issues its tensor-core products while the
+    other runs its softmax. Lowered to named barriers 2 + w of 256 threads (bar.sync
+    here, bar.arrive in turn_pass; warpgroup 0 arrives on its own before the loop); with
+    one warpgroup, and on the interpreter, it does nothing.
+  }];
+}
+
+def Tile_TurnPassOp : Tile_TurnOp<"turn_pass"> {
+  let summary = "hand the turn to the next consumer warpgroup";
+  let description = [{
+    The end of a turn begun by tile.turn_wait: warpgroup w lets warpgroup (w + 1) mod W
+    enter its turn, without waiting.
+  }];
+}
+
 def Tile_AsyncWaitOp : Tile_Op<"async_wait", []> {
   let summary = "wait for this thread's tile.async_block_load copies, then a block-wide barrier";
   let description = [{

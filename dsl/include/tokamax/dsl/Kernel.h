@@ -319,6 +319,13 @@ public:
   /// Every thread that runs it arrives once on barrier `index` (release: its earlier
   /// reads and writes are done before the phase completes).
   void arrive(const Mbarriers &barriers, const Value &index);
+  /// In a specialized_loop's consumer: its num_warps / 4 consumer warpgroups take turns,
+  /// in warpgroup order, through the code between turn_wait() and turn_pass() at each
+  /// step (ping-pong: with two, one issues its products while the other runs the
+  /// elementwise work between them). With one warpgroup, and on the interpreter, they do
+  /// nothing.
+  void turn_wait();
+  void turn_pass();
 
   /// cond ? then_branch() : else_branch(); both return values of the same types.
   std::vector<Value> if_else(const Value &cond, const std::function<std::vector<Value>()> &then_branch,
