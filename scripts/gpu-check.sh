@@ -13,8 +13,8 @@
 #               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
-#   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 (no peers), then
-#               the tma part
+#   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 and the forward's
+#               ping-pong configs (no peers), then the tma part
 #   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
@@ -77,6 +77,12 @@ if wants sweep; then
   for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'; do
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
       --shapes S1,S2 --vjp-config "$vjp"
+  done
+  # The forward's consumer warpgroups taking turns (ping-pong), without and with overlap.
+  for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1}' \
+             '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'; do
+    TAIL=14 run "sweep-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper \
+      --config "$fwd"
   done
 fi
 if wants sweep || wants tma; then
