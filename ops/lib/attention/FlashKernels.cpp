@@ -185,10 +185,19 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   auto parts = unpack(carried, {kb.size(), vb.size()});
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
-  Scores sc = scores(pr, product_nt(s, k, kb, q), n, t0, j0, bq, bkv, masking, true, p.softcap != 0);
+  // On wgmma (the hopper kernels) dP^T stays in flight through P^T where the registers
+  // allow: both accumulators (H + Hv words a thread over 2), S^T, dP^T and P^T (bq / 2
+  // each) under 160.
+  const bool inFlight = s.tma && (p.H + p.Hv) / 2 + 3 * bq / 2 <= 160;
+  Value sT = product_nt(s, k, kb, q, inFlight);
+  Value dpT = inFlight ? product_nt(s, k, vb, d, true) : Value();
+  if (inFlight)
+    sT = dsl::dot_wait(sT, 1);
+  Scores sc = scores(pr, sT, n, t0, j0, bq, bkv, masking, true, p.softcap != 0);
   Value probT = sc.exp2_minus(stats.lse2, 0);  // [bkv, bq]
   Chunks dvNew = product_nn(s, probT, d, parts[1]);
-  Value dsT = scoreGradient(p, probT, product_nt(s, k, vb, d), stats.delta, 0, sc);
+  dpT = inFlight ? dsl::dot_wait(dpT, 0) : product_nt(s, k, vb, d);
+  Value dsT = scoreGradient(p, probT, dpT, stats.delta, 0, sc);
   if (ds)
     ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
   Chunks dkNew = product_nn(s, dsT, q, parts[0]);
@@ -200,9 +209,16 @@ Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &st
   const KernelSpec &s = pr.s;
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
-  Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bq, bkv, masking, false, pr.p.softcap != 0);
+  // On wgmma (the hopper kernels) dP stays in flight through P.
+  const bool inFlight = s.tma;
+  Value qk = product_nt(s, k, q, kb, inFlight);
+  Value dp = inFlight ? product_nt(s, k, d, vb, true) : Value();
+  if (inFlight)
+    qk = dsl::dot_wait(qk, 1);
+  Scores sc = scores(pr, qk, n, t0, j0, bq, bkv, masking, false, pr.p.softcap != 0);
   Value prob = sc.exp2_minus(stats.lse2, 1);
-  Value dsBlock = scoreGradient(pr.p, prob, product_nt(s, k, d, vb), stats.delta, 1, sc);
+  dp = inFlight ? dsl::dot_wait(dp, 0) : product_nt(s, k, d, vb);
+  Value dsBlock = scoreGradient(pr.p, prob, dp, stats.delta, 1, sc);
   return product_nn(s, dsBlock, kb, acc);
 }
 
