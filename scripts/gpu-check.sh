@@ -74,7 +74,9 @@ if wants sweep; then
   # The VJP with 128-key dq steps (no spills at H 64 and 128) against the heuristic's 64.
   t=(timeout -k 10)
   TAIL=6 run sass "${t[@]}" 60 "$bin/tokamax-unit-tests" "[sass]" --durations yes  # cuobjdump is there
-  for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'; do
+  # 32-query dk/dv steps keep dP^T in flight at H 128 too.
+  for vjp in '{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}' '{"block_q":32,"block_kv":64,"num_warps":8,"stages":2}' \
+             '{"block_q":32,"block_kv":128,"num_warps":8,"stages":3}'; do
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
       --shapes S1,S2 --vjp-config "$vjp"
   done
