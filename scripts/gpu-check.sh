@@ -16,6 +16,7 @@
 #   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 and the forward's
 #               ping-pong configs (no peers), then the tma part
 #   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
+#   tuned       the hopper attention rows autotuned first (--autotune), beside the peers
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
@@ -92,6 +93,16 @@ if wants sweep || wants tma; then
   TAIL=10 run gpu-hopper-matmul "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
   TAIL=10 run gpu-hopper-ragged "${t[@]}" 80 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
   TAIL=10 run gpu-hopper-glu "${t[@]}" 110 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
+fi
+if wants tuned; then
+  t=(timeout -k 10)
+  tuned_peers=()
+  if has_torch; then
+    TAIL=12 run attention-peers-tuned "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers-tuned.json"
+    tuned_peers=(--peers "$out/attention-peers-tuned.json")
+  fi
+  TAIL=30 run attention-hopper-tuned "${t[@]}" 420 "$bin/tokamax-attention-bench" --impl hopper --autotune \
+    --json "$out/attention-hopper-tuned.json" "${tuned_peers[@]}"
 fi
 if wants new; then
   # Products on wgmma (attention's "wgmma" configs, the ring kernel's wgmma and async

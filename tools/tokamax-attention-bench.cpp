@@ -22,10 +22,14 @@
 //
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
-//                                [--quick]
+//                                [--quick] [--autotune]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
+//   --autotune: each row first autotunes its calls (the forward, and the VJP for
+//             fwd+bwd) among the row's implementation's configs, then times the tuned
+//             calls; the row prints the tuning time and the configs chosen
+#include <tokamax/autotune/Autotune.h>
 #include <tokamax/ops/Attention.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
@@ -70,6 +74,7 @@ const Shape kQuickShape = {"Q", 2, 512, 4, 64};
 /// How --config reaches the rows' child processes.
 constexpr const char *kConfigVariable = "TOKAMAX_ATTENTION_BENCH_CONFIG";
 constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
+constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
 
 struct Row {
   std::string shape, pass, impl;
@@ -78,6 +83,8 @@ struct Row {
   double ms = 0, tflops = 0, first_call_ms = 0;
   int iterations = 0;
   int64_t peak_extra_bytes = -1;
+  double tune_s = 0;                   ///< --autotune: the tuning time
+  std::string config, vjp_config;      ///< --autotune: the configs chosen
 };
 
 std::vector<std::string> splitList(const std::string &list) {
@@ -178,6 +185,32 @@ double elapsedMs(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
 
+/// --autotune: the row's calls tuned among `impl`'s configs (the time and the choices go
+/// into the row), for the timing to run in the result's scope.
+AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::string &impl,
+                         const AttentionOptions &options, const AttentionOptions &vjpOptions, Row &row) {
+  const ArgSpec qs{{s.b, s.t, s.n, s.h}, DType::BF16};
+  std::vector<BoundArgs> calls{bind_attention({qs, qs, qs, {}, {}, {}, {}, qs, attention_lse_spec(qs)}, options)};
+  if (pass != "fwd")
+    calls.push_back(bind_attention_vjp(
+        {qs, qs, qs, qs, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, qs, qs, {}}, vjpOptions));
+  AutotuneOptions tuning;
+  tuning.implementations = {impl};
+  tuning.progress = false;
+  tuning.update_cache = false;
+  const auto start = std::chrono::steady_clock::now();
+  AutotuningResult result = autotune(calls, tuning);
+  row.tune_s = elapsedMs(start) / 1000;
+  auto chosen = [&](const BoundArgs &args) {
+    const TuningEntry *e = result.find(args);
+    return e ? e->config.to_json() : std::string("?");
+  };
+  row.config = chosen(calls[0]);
+  if (calls.size() > 1)
+    row.vjp_config = chosen(calls[1]);
+  return result;
+}
+
 /// One row, in this process (a child of the table's: see runInChild). The first call
 /// compiles (or reads the disk cache), loads the kernels and takes the stream workspace;
 /// its peak extra memory is measured, so the figure includes the kernels' code (a few
@@ -203,6 +236,9 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
     vjpOptions.config = Config::from_json(config);
+  std::optional<AutotuningScope> tuned;
+  if (std::getenv(kAutotuneVariable))
+    tuned.emplace(tuneRow(s, pass, impl, options, vjpOptions, row));
   auto call = [&](Stream &stream) {
     dot_product_attention(buf.q, buf.k, buf.v, buf.out, stream, options, &buf.lse.view());
     if (pass != "fwd")
@@ -234,7 +270,8 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
 json toJson(const Row &r) {
   return {{"shape", r.shape}, {"causal", r.causal}, {"pass", r.pass}, {"impl", r.impl}, {"status", r.status},
           {"ms", r.ms}, {"tflops", r.tflops}, {"iterations", r.iterations}, {"first_call_ms", r.first_call_ms},
-          {"peak_extra_bytes", r.peak_extra_bytes}};
+          {"peak_extra_bytes", r.peak_extra_bytes}, {"tune_s", r.tune_s}, {"config", r.config},
+          {"vjp_config", r.vjp_config}};
 }
 
 Row fromJson(const json &j) {
@@ -245,6 +282,8 @@ Row fromJson(const json &j) {
   r.ms = j.at("ms").get<double>(), r.tflops = j.at("tflops").get<double>();
   r.first_call_ms = j.at("first_call_ms").get<double>(), r.iterations = j.at("iterations").get<int>();
   r.peak_extra_bytes = j.at("peak_extra_bytes").get<int64_t>();
+  r.tune_s = j.value("tune_s", 0.0);
+  r.config = j.value("config", ""), r.vjp_config = j.value("vjp_config", "");
   return r;
 }
 
@@ -342,9 +381,12 @@ int main(int argc, char **argv) try {
       peersPath = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--autotune") {
+      setenv(kAutotuneVariable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
-                         "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick]\n");
+                         "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
+                         "[--autotune]\n");
       return 2;
     }
   }
@@ -395,6 +437,9 @@ int main(int argc, char **argv) try {
                 j["ratio_to_" + b] = row.tflops / theirs;
             }
           }
+          if (row.tune_s > 0)
+            line += fmt::format("  tuned in {:.1f} s: {}{}", row.tune_s, row.config,
+                                row.vjp_config.empty() ? "" : ", VJP " + row.vjp_config);
           fmt::print("{}\n", line);
           std::fflush(stdout);
           doc["rows"].push_back(j);
