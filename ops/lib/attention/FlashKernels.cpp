@@ -195,12 +195,17 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
     sT = dsl::dot_wait(sT, 1);
   Scores sc = scores(pr, sT, n, t0, j0, bq, bkv, masking, true, p.softcap != 0);
   Value probT = sc.exp2_minus(stats.lse2, 0);  // [bkv, bq]
-  Chunks dvNew = product_nn(s, probT, d, parts[1]);
-  dpT = inFlight ? dsl::dot_wait(dpT, 0) : product_nt(s, k, vb, d);
+  // With more room dV stays in flight through dS^T too.
+  const bool dvInFlight = inFlight && (p.H + p.Hv) / 2 + 2 * bq <= 192;
+  Chunks dvNew = dvInFlight ? Chunks{dsl::dot_async(probT.to(p.dtype), d[0], parts[1][0])}
+                            : product_nn(s, probT, d, parts[1]);
+  dpT = inFlight ? dsl::dot_wait(dpT, dvInFlight ? 1 : 0) : product_nt(s, k, vb, d);
   Value dsT = scoreGradient(p, probT, dpT, stats.delta, 0, sc);
   if (ds)
     ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
   Chunks dkNew = product_nn(s, dsT, q, parts[0]);
+  if (dvInFlight)
+    dvNew[0] = dsl::dot_wait(dvNew[0], 0);
   return pack({&dkNew, &dvNew});
 }
 
