@@ -93,6 +93,7 @@ void evalReduce(Interpreter &in, tile::ReduceOp op) {
 
 void evalDot(Interpreter &in, tile::DotOp op) {
   const HostTile &a = in.get(op.getA()), &b = in.get(op.getB()), &acc = in.get(op.getAcc());
+  const bool fresh = op.getFresh() && in.get(op.getFresh()).truth(0);  // start from zero
   HostTile r = HostTile::of(op.getType());
   int64_t m = a.shape[0], kk = a.shape[1], n = b.shape[1];
   for (int64_t i = 0; i < m; ++i)
@@ -101,7 +102,7 @@ void evalDot(Interpreter &in, tile::DotOp op) {
       for (int64_t k = 0; k < kk; ++k)
         s += a.asDouble(static_cast<size_t>(i * kk + k)) * b.asDouble(static_cast<size_t>(k * n + j));
       size_t out = static_cast<size_t>(i * n + j);
-      r.f[out] = castFloat(r.elem, acc.f[out] + s);
+      r.f[out] = castFloat(r.elem, (fresh ? 0.0 : acc.f[out]) + s);
     }
   in.set(op.getResult(), std::move(r));
 }

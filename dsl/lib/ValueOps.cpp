@@ -322,7 +322,7 @@ Value where(const Value &cond, const Value &a, const Value &b) {
 
 namespace {
 
-Value buildDot(const Value &a, const Value &b, const Value &acc, bool async) {
+Value buildDot(const Value &a, const Value &b, const Value &acc, bool async, const Value *fresh = nullptr) {
   KernelBuilder &kb = builderOf(async ? "dot_async" : "dot", {&a, &b, &acc});
   mlir::Value x = kb.materialize(a, {}), y = kb.materialize(b, {});
   auto ta = dyn_cast<RankedTensorType>(x.getType()), tb = dyn_cast<RankedTensorType>(y.getType());
@@ -337,7 +337,14 @@ Value buildDot(const Value &a, const Value &b, const Value &acc, bool async) {
   if (c.getType() != RankedTensorType::get(shape, accElem))
     kb.fail(fmt::format("dot: the accumulator must be {} [{}], got {} {}", typeString(accElem),
                         fmt::join(shape, ", "), typeString(c.getType()), shapeString(c.getType())));
-  auto op = kb.b().create<tile::DotOp>(kb.loc(), x, y, c);
+  mlir::Value restart;
+  if (fresh) {
+    restart = kb.materialize(*fresh, kb.b().getI1Type());
+    if (restart.getType() != kb.b().getI1Type())
+      kb.fail("dot_async: fresh must be a bool scalar, got " + typeString(restart.getType()) + " " +
+              shapeString(restart.getType()));
+  }
+  auto op = kb.b().create<tile::DotOp>(kb.loc(), x, y, c, restart);
   if (async)
     op.setAsync(true);
   return kb.wrap(op);
@@ -348,6 +355,10 @@ Value buildDot(const Value &a, const Value &b, const Value &acc, bool async) {
 Value dot(const Value &a, const Value &b, const Value &acc) { return buildDot(a, b, acc, false); }
 
 Value dot_async(const Value &a, const Value &b, const Value &acc) { return buildDot(a, b, acc, true); }
+
+Value dot_async(const Value &a, const Value &b, const Value &acc, const Value &fresh) {
+  return buildDot(a, b, acc, true, &fresh);
+}
 
 Value dot_wait(const Value &value, int pending) {
   KernelBuilder &kb = builderOf("dot_wait", {&value});

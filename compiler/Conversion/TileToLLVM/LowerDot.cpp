@@ -421,6 +421,15 @@ FailureOr<Registers> emitMmaSync(TileLowering &t, Operation *op, RankedTensorTyp
 
 namespace {
 
+/// The accumulator's registers as mma.sync reads them: zeros where a fresh dot restarts.
+Registers accumulatorIn(TileLowering &t, DotOp op) {
+  Registers acc = t.regs(op.getAcc());
+  if (Value fresh = op.getFresh())
+    for (Value &r : acc)
+      r = t.builder().create<arith::SelectOp>(op.getLoc(), t.regs(fresh)[0], t.constant(r.getType(), 0.0), r);
+  return acc;
+}
+
 LogicalResult lowerDot(TileLowering &t, DotOp op) {
   auto accType = op.getAcc().getType();
   auto aType = op.getA().getType(), bType = op.getB().getType();
@@ -485,7 +494,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
   }
   if (staged.empty() && readers.empty()) {
     FailureOr<Registers> result =
-        emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], t.regs(op.getAcc()));
+        emitMmaSync(t, op, aType, bType, accType, operands[0], operands[1], accumulatorIn(t, op));
     if (failed(result))
       return failure();
     t.setRegs(op.getResult(), std::move(*result));
@@ -500,7 +509,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
     t.barrier();
   const unsigned kpi = 8 * cast<DotOperandLayoutAttr>(aType.getEncoding()).getKWidth();
   const unsigned repK = std::max<int64_t>(1, aType.getDimSize(1) / kpi);
-  Registers acc = t.regs(op.getAcc());
+  Registers acc = accumulatorIn(t, op);
   for (unsigned rk = 0; rk < repK; ++rk) {
     KSteps step{rk, rk + 1};
     for (auto &[index, read] : readers) {

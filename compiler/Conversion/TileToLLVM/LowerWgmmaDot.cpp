@@ -165,7 +165,14 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
     for (auto &words : slab)
       for (Value &word : words)
         word = fenced[next++];
+  // A fresh product's first K step starts from zero (scale-d 0), the rest accumulate.
+  Value restart;
+  if (Value fresh = op.getFresh())
+    restart = b.create<arith::ExtUIOp>(loc, b.getI32Type(),
+                                       b.create<arith::XOrIOp>(loc, t.regs(fresh)[0], b.create<arith::ConstantOp>(
+                                                                                           loc, b.getBoolAttr(true))));
   for (int64_t kk = 0; kk < kSteps; ++kk) {
+    Value scaleD = kk == 0 ? restart : Value();
     Value descB = operandDescriptor(ptx, i32, base, bView.staging, kMajor, kk, Value());
     for (int64_t r = 0; r < slabs; ++r) {
       SmallVector<Value> in;
@@ -176,9 +183,10 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
         const bool aKMajor = aView->cd == 1;
         Value descA = operandDescriptor(ptx, i32, aBase, aView->staging, aKMajor, kk,
                                         i32.add(warpgroupRows, i32.c(16 * warps * r)));
-        out = ptx.wgmma(static_cast<unsigned>(n), ab, descA, descB, in, /*transA=*/!aKMajor, /*transB=*/!kMajor);
+        out = ptx.wgmma(static_cast<unsigned>(n), ab, descA, descB, in, /*transA=*/!aKMajor, /*transB=*/!kMajor,
+                        scaleD);
       } else {
-        out = ptx.wgmmaRegisterA(static_cast<unsigned>(n), ab, aWords[r][kk], descB, in, /*transB=*/!kMajor);
+        out = ptx.wgmmaRegisterA(static_cast<unsigned>(n), ab, aWords[r][kk], descB, in, /*transB=*/!kMajor, scaleD);
       }
       for (int64_t i = 0; i < perSlab; ++i)
         result[regOf[r * perSlab + i]] = out[i];

@@ -124,20 +124,23 @@ public:
   mlir::Value wgmmaDescriptor(mlir::Value addr, int64_t leading, int64_t stride, int64_t swizzleBytes);
   /// `wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<ab>.<ab>` (k32 for ab = e4m3 / e5m2)
   /// with both operands in shared memory (64-bit matrix descriptors); acc holds n / 2
-  /// f32 and is accumulated.
+  /// f32 and is accumulated where `scaleD` (an i32: 0 starts from zero) is nonzero; a
+  /// null scaleD accumulates.
   llvm::SmallVector<mlir::Value> wgmma(unsigned n, llvm::StringRef ab, mlir::Value descA,
                                        mlir::Value descB, mlir::ValueRange acc, bool transA,
-                                       bool transB);
+                                       bool transB, mlir::Value scaleD = {});
   /// The same with A from registers: `aRegs` are the four 32-bit words of this thread's
   /// A fragment (rows 16 w .. 16 w + 15 of the 64-row slab for warp w of the warpgroup,
   /// as ldmatrix.x4 reads them), B from shared memory.
   llvm::SmallVector<mlir::Value> wgmmaRegisterA(unsigned n, llvm::StringRef ab, mlir::ValueRange aRegs,
-                                                mlir::Value descB, mlir::ValueRange acc, bool transB);
+                                                mlir::Value descB, mlir::ValueRange acc, bool transB,
+                                                mlir::Value scaleD = {});
 
 private:
   llvm::SmallVector<mlir::Value> throughAsm(llvm::StringRef text, mlir::ValueRange values);
   llvm::SmallVector<mlir::Value> wgmmaAsm(unsigned n, llvm::StringRef ab, mlir::ValueRange a, bool aInRegisters,
-                                          mlir::Value descB, mlir::ValueRange acc, bool transA, bool transB);
+                                          mlir::Value descB, mlir::ValueRange acc, bool transA, bool transB,
+                                          mlir::Value scaleD);
   mlir::Value asmCall(mlir::Type resultType, mlir::ValueRange operands, llvm::StringRef text,
                       llvm::StringRef constraints, bool sideEffects);
   mlir::OpBuilder &b;

@@ -167,13 +167,13 @@ SmallVector<Value> PtxBuilder::wgmmaFenceFor(ValueRange values) {
 }
 
 SmallVector<Value> PtxBuilder::wgmma(unsigned n, StringRef ab, Value descA, Value descB, ValueRange acc,
-                                     bool transA, bool transB) {
-  return wgmmaAsm(n, ab, ValueRange{descA}, /*aInRegisters=*/false, descB, acc, transA, transB);
+                                     bool transA, bool transB, Value scaleD) {
+  return wgmmaAsm(n, ab, ValueRange{descA}, /*aInRegisters=*/false, descB, acc, transA, transB, scaleD);
 }
 
 SmallVector<Value> PtxBuilder::wgmmaRegisterA(unsigned n, StringRef ab, ValueRange aRegs, Value descB,
-                                              ValueRange acc, bool transB) {
-  return wgmmaAsm(n, ab, aRegs, /*aInRegisters=*/true, descB, acc, /*transA=*/false, transB);
+                                              ValueRange acc, bool transB, Value scaleD) {
+  return wgmmaAsm(n, ab, aRegs, /*aInRegisters=*/true, descB, acc, /*transA=*/false, transB, scaleD);
 }
 
 // Operands: d (n / 2 f32 outputs, tied to the acc inputs at the end), A (a descriptor,
@@ -181,7 +181,7 @@ SmallVector<Value> PtxBuilder::wgmmaRegisterA(unsigned n, StringRef ab, ValueRan
 // predicate. 8-bit operands: k32 and no transpose immediates (they are K-major only);
 // A from registers has no transpose immediate of its own.
 SmallVector<Value> PtxBuilder::wgmmaAsm(unsigned n, StringRef ab, ValueRange a, bool aInRegisters, Value descB,
-                                        ValueRange acc, bool transA, bool transB) {
+                                        ValueRange acc, bool transA, bool transB, Value scaleD) {
   unsigned regs = n / 2, aCount = static_cast<unsigned>(a.size());
   bool fp8 = ab == "e4m3" || ab == "e5m2";
   auto list = [](unsigned first, unsigned count) {
@@ -209,7 +209,7 @@ SmallVector<Value> PtxBuilder::wgmmaAsm(unsigned n, StringRef ab, ValueRange a, 
   for (unsigned i = 0; i < regs; ++i)
     constraints += "," + std::to_string(i);
   SmallVector<Value> operands(a.begin(), a.end());
-  operands.append({descB, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1)});
+  operands.append({descB, scaleD ? scaleD : b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1)});
   operands.append(acc.begin(), acc.end());
   SmallVector<Type> fields(regs, b.getF32Type());
   Value result = asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), operands, text, constraints, true);

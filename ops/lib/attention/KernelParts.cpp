@@ -113,8 +113,10 @@ Chunks scale_all(const Chunks &c, double factor) {
 
 Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async) {
   int64_t m = a[0].shape()[0], n = b[0].shape()[0];
-  if (s.product == Product::Mma)
-    return (async ? dsl::dot_async : dsl::dot)(a[0], b[0].trans(), k.full({m, n}, 0.0, DType::F32));
+  if (s.product == Product::Mma) {
+    Value zeros = k.full({m, n}, 0.0, DType::F32);
+    return async ? dsl::dot_async(a[0], b[0].trans(), zeros) : dsl::dot(a[0], b[0].trans(), zeros);
+  }
   Value sum;
   for (size_t c = 0; c < a.size(); ++c) {
     Value part = (a[c].expand(1) * b[c].expand(0)).sum(2);

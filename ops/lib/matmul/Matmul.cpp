@@ -361,8 +361,7 @@ namespace {
 ///     persistent grid (`programs` fewer than the tiles: tiles p, p + P, ... in grouped
 ///     order) the loop is flat over the program's tiles and their K steps: the consumers
 ///     store each tile after its last step and start the next from zero, so the producer
-///     loads the next tile's slices during the epilogue (each step's product completes
-///     within its step there, see below).
+///     loads the next tile's slices during the epilogue.
 Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool tmaStore) {
   const int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k, stages = config.num_stages;
   Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
@@ -401,10 +400,11 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     epilogue(spec, p, config.warp_specialize ? acc[0] : dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
     return k;
   }
-  // Persistent: one flat loop over the program's tiles and their K steps. The tile's
-  // last step stores it and the next starts from zero. The branch joins the
-  // accumulator's registers, which must not be in flight there (ptxas would serialize
-  // the whole wgmma chain), so each step's product completes within the step.
+  // Persistent: one flat loop over the program's tiles and their K steps, each step's
+  // product left in flight until the next step's is issued. A tile's first product
+  // starts from zero (dot_async's `fresh`: no select on registers in flight) and its
+  // last step stores it in a branch that only reads the accumulator (a branch joining
+  // it would make ptxas serialize the wgmma chain).
   k.grid(programs);
   Value pid = k.program_id(0);
   Value tiles = (Value(units) - pid + Value(programs - 1)) / Value(programs);
@@ -420,16 +420,15 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
       },
       [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
         ring.wait_full(k, i);
-        Value acc = product(blocks, carried[0], 0);
-        ring.release(k, i);
-        return k.if_else(
-            i % Value(steps) == Value(steps - 1),
-            [&] {
-              auto [m0, n0] = origin(i);
-              epilogue(spec, p, acc, m0, n0, bn, tmaStore);
-              return std::vector<Value>{zeros};
-            },
-            [&] { return std::vector<Value>{acc}; });
+        Value a = spec.trans_a ? blocks[0].trans() : blocks[0];
+        Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
+        Value acc = dot_wait(dot_async(a, b, carried[0], i % Value(steps) == Value(0)), 1);
+        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's product is done
+        k.when(i % Value(steps) == Value(steps - 1), [&] {
+          auto [m0, n0] = origin(i);
+          epilogue(spec, p, dot_wait(acc, 0), m0, n0, bn, tmaStore);
+        });
+        return std::vector<Value>{acc};
       });
   return k;
 }

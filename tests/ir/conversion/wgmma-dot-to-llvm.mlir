@@ -195,3 +195,33 @@ func.func @qk_then_pv(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %v: !tile.ptr<bf
   tile.block_store %o[%c0, %c0], %out {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
   return
 }
+
+// -----
+
+// A fresh dot (tile.dot ... fresh %c): where %c holds the product starts from zero. On
+// wgmma only the first K step's scale-d is !%c (0: the accumulator's registers are not
+// read), the other steps accumulate with 1; on mma.sync the accumulator is selected to
+// zero first.
+
+// CHECK-LABEL: llvm.func @fresh
+// CHECK: arith.xori %{{.*}}, %true
+// CHECK-NEXT: %[[SCALE:.*]] = arith.extui %{{.*}} : i1 to i32
+// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} %[[SCALE]],
+// CHECK: %[[ONE:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CHECK-NEXT: llvm.inline_asm {{.*}}wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} %[[ONE]],
+// SM80-LABEL: llvm.func @fresh
+// SM80-COUNT-4: arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
+// SM80: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+func.func @fresh(%q: !tile.ptr<bf16>, %k: !tile.ptr<bf16>, %x: !tile.ptr<f32>, %o: !tile.ptr<f32>, %n: i32) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %qt = tile.block_load %q[%c0, %c0] {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <bf16> -> tensor<64x64xbf16>
+  %kt = tile.async_block_load %k[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+  tile.async_wait
+  %kT = tile.trans %kt [1, 0] : tensor<64x64xbf16> -> tensor<64x64xbf16>
+  %acc = tile.block_load %x[%c0, %c0] {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32> -> tensor<64x64xf32>
+  %first = arith.cmpi eq, %n, %c0 : i32
+  %s = tile.dot %qt, %kT, %acc fresh %first {async} : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+  %w = tile.dot_wait %s {pending = 0 : i32} : tensor<64x64xf32>
+  tile.block_store %o[%c0, %c0], %w {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
+  return
+}

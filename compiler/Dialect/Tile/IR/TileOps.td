@@ -358,10 +358,16 @@ def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
     as one wgmma group but not waited for: its result may be used only through a
     tile.dot_wait, and the shared tiles it reads must stay unchanged until then. Other
     dots (mma.sync, the interpreter) complete at once, so `async` changes nothing there.
+
+    With `fresh` (an i1 scalar) holding, the product starts from zero and `acc` is not
+    read: a loop over several products' steps (a persistent kernel's tiles) restarts
+    its accumulator without a select on registers that may be in flight (on wgmma the
+    first step's scale-d is 0).
   }];
-  let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc, UnitAttr:$async);
+  let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc, Optional<I1>:$fresh,
+                       UnitAttr:$async);
   let results = (outs Tile_ScalarTensor:$result);
-  let assemblyFormat = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `->` type($acc)";
+  let assemblyFormat = "$a `,` $b `,` $acc (`fresh` $fresh^)? attr-dict `:` type($a) `,` type($b) `->` type($acc)";
   let hasVerifier = 1;
 }
 

@@ -299,7 +299,8 @@ private:
           setLayout(result, defaultFor(result.getType()));
       if (auto dot = dyn_cast<DotOp>(op))
         for (OpOperand &operand : op->getOpOperands())
-          convertOperand(op, operand, defaultFor(operand.get().getType()));
+          if (isa<RankedTensorType>(operand.get().getType()))
+            convertOperand(op, operand, defaultFor(operand.get().getType()));
       return;
     }
     if (isa<BlockStoreOp, TmaStoreOp, BlockAtomicAddOp>(op))

@@ -109,6 +109,9 @@ TOKAMAX_API Value dot(const Value &a, const Value &b, const Value &acc);
 /// the result may be used only through dot_wait, and the shared tiles it reads must not
 /// be refilled before that wait. Work placed between the two overlaps the product.
 TOKAMAX_API Value dot_async(const Value &a, const Value &b, const Value &acc);
+/// dot_async starting from zero where `fresh` (a bool scalar) holds, from acc elsewhere:
+/// a loop restarts an accumulator that may still be in flight without touching it.
+TOKAMAX_API Value dot_async(const Value &a, const Value &b, const Value &acc, const Value &fresh);
 /// The result of a dot_async once at most `pending` (0-7) async dots issued after it
 /// are still running (0: all have completed).
 TOKAMAX_API Value dot_wait(const Value &value, int pending = 0);
