@@ -322,6 +322,35 @@ std::vector<Value> tma_ring_loop(Kernel &k, const Value &steps, int64_t step, co
   return out;
 }
 
+std::vector<Value> tma_tile_loop(Kernel &k, const Value &tiles, int64_t steps, int64_t step, const TmaRing &ring,
+                                 const Value &zero, std::vector<Value> extras, const TmaTileLoop &body) {
+  std::vector<Value> carried{zero};
+  carried.insert(carried.end(), extras.begin(), extras.end());
+  const Value perTile(steps);
+  std::vector<Value> out = k.specialized_loop(
+      0, tiles * perTile, 1, std::move(carried),
+      [&](Value i) {
+        ring.wait_free(k, i);
+        return body.copies(i / perTile, i % perTile * Value(step), ring.slot(i));
+      },
+      [&](Value i, std::vector<Value> c, std::vector<Value> blocks) {
+        ring.wait_full(k, i);
+        Value acc = dot_wait(body.product(blocks, c[0], i % perTile == Value(0)), 1);
+        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's product is done
+        std::vector<Value> rest(c.begin() + 1, c.end());
+        Value last = i % perTile == Value(steps - 1);
+        if (rest.empty())
+          k.when(last, [&] { body.done(i / perTile, dot_wait(acc, 0), {}); });
+        else
+          rest = k.if_else(last, [&] { return body.done(i / perTile, dot_wait(acc, 0), rest); }, [&] { return rest; });
+        std::vector<Value> next{acc};
+        next.insert(next.end(), rest.begin(), rest.end());
+        return next;
+      });
+  out.erase(out.begin());
+  return out;
+}
+
 std::string hopper_unsupported(const MatmulSpec &spec) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !is_fp8(spec.dtype))
     return fmt::format("the hopper matmul takes bf16, f16, f8e4m3 or f8e5m2, got {}", dtype_name(spec.dtype));
@@ -408,28 +437,24 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
   k.grid(programs);
   Value pid = k.program_id(0);
   Value tiles = (Value(units) - pid + Value(programs - 1)) / Value(programs);
-  auto origin = [&](const Value &i) {
-    return grouped_block(pid + i / Value(steps) * Value(programs), gridM, gridN, config.group_m, bm, bn);
+  auto origin = [&](const Value &tile) {
+    return grouped_block(pid + tile * Value(programs), gridM, gridN, config.group_m, bm, bn);
   };
-  k.specialized_loop(
-      0, tiles * Value(steps), 1, {zeros},
-      [&](Value i) {
-        ring.wait_free(k, i);
-        auto [m0, n0] = origin(i);
-        return copies(m0, n0, i % Value(steps) * Value(bk), ring.slot(i));
-      },
-      [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
-        ring.wait_full(k, i);
-        Value a = spec.trans_a ? blocks[0].trans() : blocks[0];
-        Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
-        Value acc = dot_wait(dot_async(a, b, carried[0], i % Value(steps) == Value(0)), 1);
-        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's product is done
-        k.when(i % Value(steps) == Value(steps - 1), [&] {
-          auto [m0, n0] = origin(i);
-          epilogue(spec, p, dot_wait(acc, 0), m0, n0, bn, tmaStore);
-        });
-        return std::vector<Value>{acc};
-      });
+  TmaTileLoop body;
+  body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
+    auto [m0, n0] = origin(tile);
+    return copies(m0, n0, k0, slot);
+  };
+  body.product = [&](const std::vector<Value> &blocks, const Value &acc, const Value &fresh) {
+    return dot_async(spec.trans_a ? blocks[0].trans() : blocks[0], spec.trans_b ? blocks[1].trans() : blocks[1], acc,
+                     fresh);
+  };
+  body.done = [&](const Value &tile, const Value &acc, std::vector<Value>) {
+    auto [m0, n0] = origin(tile);
+    epilogue(spec, p, acc, m0, n0, bn, tmaStore);
+    return std::vector<Value>{};
+  };
+  tma_tile_loop(k, tiles, steps, bk, ring, zeros, {}, body);
   return k;
 }
 

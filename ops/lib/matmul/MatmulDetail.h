@@ -83,6 +83,25 @@ std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, const dsl::Value &steps, i
                                       std::vector<dsl::Value> accs, const TmaRingCopies &copies,
                                       const RingProducts &products);
 
+/// A warp-specialized loop over `tiles` products of `steps` K steps each (k0 = K step x
+/// `step`), flat: one specialized_loop over tiles x steps through `ring`, each step's
+/// product in flight until the next is issued. `copies(tile, k0, slot)` issues a step's
+/// TMA copies; `product(blocks, acc, fresh)` issues its dot_async, starting from zero
+/// where `fresh` holds (a tile's first step); `done(tile, acc, extras)` runs on the
+/// completed accumulator after a tile's last step (in a branch that only reads it, so
+/// ptxas keeps the wgmma chain asynchronous) and returns the carried `extras` (row
+/// statistics, or none). Returns the extras.
+struct TmaTileLoop {
+  std::function<std::vector<dsl::Value>(const dsl::Value &tile, const dsl::Value &k0, const dsl::Value &slot)> copies;
+  std::function<dsl::Value(const std::vector<dsl::Value> &blocks, const dsl::Value &acc, const dsl::Value &fresh)>
+      product;
+  std::function<std::vector<dsl::Value>(const dsl::Value &tile, const dsl::Value &acc, std::vector<dsl::Value> extras)>
+      done;
+};
+std::vector<dsl::Value> tma_tile_loop(dsl::Kernel &k, const dsl::Value &tiles, int64_t steps, int64_t step,
+                                      const TmaRing &ring, const dsl::Value &zero, std::vector<dsl::Value> extras,
+                                      const TmaTileLoop &body);
+
 /// Config checks every tiled product kernel shares (gated_linear_unit, ragged_dot), each
 /// giving the first problem found, or nullopt:
 ///   - block_m, block_n (powers of two to 256), block_k (to 128), both from 16 on tensor
