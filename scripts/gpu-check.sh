@@ -13,9 +13,12 @@
 #               producer warpgroup): tma_ring matmul, the tma configs of the gated linear
 #               unit and ragged_dot, and the hopper attention forward, numerics then
 #               timings beside their peers
-#   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 and the forward's
-#               ping-pong configs (no peers), then the tma part
-#   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit
+#   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 (no peers), then
+#               the tma part
+#   configs     opt-in configs not yet timed: the attention forward's ping-pong, the
+#               persistent ring matmul, cross-entropy on TMA rings
+#   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit,
+#               cross-entropy
 #   tuned       the hopper attention rows autotuned first (--autotune), beside the peers
 #   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
@@ -23,7 +26,7 @@
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-hopper sweep tests matmul load unit new bench attention sanitize}
+parts=${*:-hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -81,18 +84,28 @@ if wants sweep; then
     TAIL=9 run "sweep-vjp-$(echo "$vjp" | tr -dc '0-9')" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper \
       --shapes S1,S2 --vjp-config "$vjp"
   done
-  # The forward's consumer warpgroups taking turns (ping-pong), without and with overlap.
+fi
+if wants configs; then
+  # Opt-in configs not yet timed: the attention forward's consumer warpgroups taking
+  # turns (ping-pong), without and with overlap; the persistent warp-specialized ring
+  # matmul; cross-entropy on TMA rings.
+  t=(timeout -k 10)
   for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1}' \
              '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'; do
-    TAIL=14 run "sweep-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper \
+    TAIL=14 run "configs-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper \
       --config "$fwd"
   done
+  TAIL=14 run configs-matmul-ring "${t[@]}" 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
+  xent_tma='{"block_b":128,"block_v":128,"block_k":64,"num_warps":8,"tma":1,"stages":3,"split_v":5,"block_d":64}'
+  TAIL=10 run configs-xent-tma "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --config "$xent_tma"
+  TAIL=10 run configs-xent-tile "${t[@]}" 60 "$bin/tokamax-cross-entropy-bench"
 fi
 if wants sweep || wants tma; then
   t=(timeout -k 10)
   TAIL=10 run gpu-hopper-matmul "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][matmul]" --durations yes
   TAIL=10 run gpu-hopper-ragged "${t[@]}" 80 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
   TAIL=10 run gpu-hopper-glu "${t[@]}" 110 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
+  TAIL=10 run gpu-hopper-xent "${t[@]}" 60 "$bin/tokamax-gpu-tests" "[tma_ring][cross_entropy]" --durations yes
 fi
 if wants tuned; then
   t=(timeout -k 10)

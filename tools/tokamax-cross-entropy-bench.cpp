@@ -11,7 +11,8 @@
 //   extra memory: device memory taken by the call beyond its inputs and the gradients
 //           it returns (lse, loss and the calls' scratch), as the drop of free memory from
 //           before the first call to after it (the scratch stays cached)
-//   --config JSON: the forward's and the VJP's config; --json FILE: the rows;
+//   --config JSON: the forward's and the VJP's config (each call drops the other's own
+//           keys: split_v is the forward's, block_d and chunk_v the VJP's); --json FILE: the rows;
 //   --peers FILE: the JSON cross_entropy.py writes, printed per row as time and memory
 //           ratios
 //
@@ -94,11 +95,19 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
     Tensor loss = Tensor::empty({1}, DType::F32), lse = Tensor::empty({s.b}, DType::F32);
     Tensor dloss = Tensor::empty({1}, DType::F32);
     dloss.copy_from_host(std::vector<float>{1.0f}.data(), sizeof(float));
-    CrossEntropyOptions options{LossReduction::Mean, -100, impl, config};
+    auto without = [&](std::initializer_list<const char *> keys) {
+      std::optional<Config> c = config;
+      if (c)
+        for (const char *key : keys)
+          c->values.erase(key);
+      return c;
+    };
+    const CrossEntropyOptions options{LossReduction::Mean, -100, impl, without({"block_d", "chunk_v"})};
+    const CrossEntropyOptions vjpOptions{LossReduction::Mean, -100, impl, without({"split_v"})};
     auto call = [&] {
       linear_softmax_cross_entropy_loss(x, w, labels, loss, lse, stream, options);
       if (backward)
-        linear_softmax_cross_entropy_loss_vjp(dloss, x, w, labels, lse, *dx, *dw, stream, options);
+        linear_softmax_cross_entropy_loss_vjp(dloss, x, w, labels, lse, *dx, *dw, stream, vjpOptions);
     };
     auto t0 = std::chrono::steady_clock::now();
     call();

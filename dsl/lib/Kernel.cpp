@@ -70,6 +70,11 @@ KernelBuilder::KernelBuilder(std::string name, KernelOptions options)
     kernel->setAttr("tile.mma_rows_per_warp", builder.getUnitAttr());
   if (options.wgmma_dots)
     kernel->setAttr("tile.wgmma_dots", builder.getUnitAttr());
+  if (options.producer_registers < 24 || options.producer_registers > 256 || options.producer_registers % 8 != 0)
+    throw Error(fmt::format("kernel {}: producer_registers must be a multiple of 8 in [24, 256], got {}", name_,
+                            options.producer_registers));
+  if (options.producer_registers != 24)
+    kernel->setAttr("tile.producer_registers", builder.getI32IntegerAttr(options.producer_registers));
   kernel->setAttr("tile.grid", builder.getDenseI64ArrayAttr(grid));
   Block *entry = kernel.addEntryBlock();
   builder.setInsertionPointToEnd(entry);

@@ -92,3 +92,30 @@ TEST_CASE("cross_entropy on the device: rows of the benchmark shape (D 4096, V 1
   check(checkForward(c, 900, onDevice(false)));
   check(checkVjp(c, 901, onDevice(true)));
 }
+
+TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matches float64",
+          "[gpu][cross_entropy][tma_ring]") {
+  if (Device::get().arch() != "sm_90a") {
+    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+    return;
+  }
+  // D and V multiples of 8 (TMA rows), neither a multiple of the blocks; B past the last
+  // row block; 4 and 8 warps, V in splits (forward) and chunks (VJP).
+  uint64_t seed = 1100;
+  struct Shape {
+    int64_t b, d, v;
+  };
+  for (Shape s : {Shape{300, 264, 1032}, Shape{17, 4096, 5000}})
+    for (int64_t warps : {4, 8}) {
+      Config c{{"block_b", 16 * warps}, {"block_v", 128}, {"block_k", 64}, {"num_warps", warps}, {"tma", 1},
+               {"stages", warps == 8 ? 3 : 4}};
+      Config vjp = c;
+      vjp.set("block_d", 64).set("chunk_v", 512);
+      c.set("split_v", 3);
+      INFO(s.b << "x" << s.d << "x" << s.v << " " << c.to_json());
+      check(checkForward(Case{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "tile", c},
+                         seed++, onDevice(false)));
+      check(checkVjp(Case{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "tile", vjp}, seed++,
+                     onDevice(true)));
+    }
+}

@@ -337,6 +337,18 @@ TEST_CASE("num_warps must be a power of two in [1, 32]", "[dsl]") {
   }
 }
 
+TEST_CASE("a specialized loop's producer register limit is a multiple of 8 from 24", "[dsl]") {
+  for (int registers : {0, 16, 30, 264}) {
+    INFO("producer_registers = " << registers);
+    CHECK_THROWS_WITH(Kernel("k", KernelOptions{.num_warps = 8, .producer_registers = registers}),
+                      Contains("kernel k: producer_registers must be a multiple of 8 in [24, 256], got " +
+                               std::to_string(registers)));
+  }
+  CHECK_THAT(Kernel("k", KernelOptions{.num_warps = 8, .producer_registers = 40}).ir(),
+             Contains("tile.producer_registers = 40 : i32"));
+  CHECK_THAT(Kernel("k", KernelOptions{.num_warps = 8}).ir(), !Contains("tile.producer_registers"));
+}
+
 TEST_CASE("grid and program ids are range-checked", "[dsl]") {
   Kernel k("g");
   CHECK_THROWS_WITH(k.grid(0), Contains("kernel g: grid (0, 1, 1) must be positive and below 2^31"));

@@ -4,6 +4,7 @@
 // kernels' PTX for sm_90a / sm_80 through ptxas (no spills at the benchmark shape).
 #include <catch2/catch.hpp>
 
+#include "unit/HopperPtxChecks.h"
 #include "unit/PtxasUtil.h"
 #include "unit/XentTestCase.h"
 
@@ -221,4 +222,45 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
   }
   if (ptxas.empty())
     WARN("ptxas not found: the kernels were lowered but not assembled");
+}
+
+TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for sm_90a on TMA and wgmma",
+          "[cross_entropy][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const BoundArgs fwd = forwardArgs(DType::BF16, 8192, 4096, 131072);
+  for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
+    const Implementation &tile = find_op(args.op)->implementation("tile");
+    for (int64_t warps : {4, 8}) {
+      Config c = tile.heuristic(args);
+      c.set("block_b", 16 * warps).set("block_v", 128).set("block_k", 64).set("num_warps", warps).set("tma", 1);
+      REQUIRE_FALSE(tile.check_config(args, c).has_value());
+      size_t onTma = 0;
+      for (const dsl::Kernel &kernel : tile.kernels(args, c)) {
+        if (kernel.name() != "xent_rows" && kernel.name() != "xent_dlogits")
+          continue;
+        ++onTma;
+        INFO(args.op << " " << kernel.name() << " " << c.to_json());
+        const CompiledKernel compiled = test::sm90a_ptx(kernel);
+        test::check_hopper_ptx(compiled,
+                               {.min_copies = 2, .producer = warps == 8, .tensor_maps = 2,
+                                .threads = uint32_t(32 * (warps + 4))},
+                               ptxas);
+        // The producer keeps 40 registers (its coordinates spilled at 24), the consumers 232.
+        if (warps == 8) {
+          CHECK(test::contains(compiled.ptx, "setmaxnreg.dec.sync.aligned.u32 \t40;"));
+          CHECK(test::contains(compiled.ptx, "setmaxnreg.inc.sync.aligned.u32 \t232;"));
+        }
+      }
+      CHECK(onTma == 1u);
+    }
+  }
+  // What the tma config needs is named.
+  const Implementation &tile = find_op(fwd.op)->implementation("tile");
+  Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"tma", 1}};
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_b", 64)), Contains("block_b = 16 * num_warps"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("block_k", 128)), Contains("swizzle row"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("stages", 5)), Contains("2, 3 or 4"));
+  CHECK_THAT(*tile.check_config(fwd, Config(c).set("tma", 0).set("stages", 3)), Contains("needs \"tma\": 1"));
+  CHECK_THAT(*tile.check_config(forwardArgs(DType::BF16, 64, 40, 100), c), Contains("multiples of 8"));
+  CHECK_THAT(*find_op(fwd.op)->implementation("reference").check_config(fwd, c), Contains("unknown key"));
 }

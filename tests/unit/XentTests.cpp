@@ -95,3 +95,28 @@ TEST_CASE("cross_entropy: all ignored rows give a NaN mean and zero gradients", 
   for (double v : dw.values())
     CHECK(v == 0.0);
 }
+
+TEST_CASE("cross_entropy: the tma config (TMA rings, a producer warpgroup, wgmma) matches float64",
+          "[cross_entropy][hopper]") {
+  // The interpreter runs the same kernels (each step's copies, then its product). V over
+  // several tiles with a partial last one, D over several steps with a partial last
+  // slice, B past the last row block; the forward in splits of V, the VJP in chunks.
+  uint64_t seed = 700;
+  struct Shape {
+    int64_t b, d, v;
+  };
+  for (Shape s : {Shape{70, 40, 200}, Shape{1, 64, 136}, Shape{150, 24, 72}})
+    for (int variant = 0; variant < 2; ++variant)
+      for (bool vjp : {false, true}) {
+        const int64_t warps = variant ? 8 : 4;
+        Config c{{"block_b", 16 * warps}, {"block_v", variant ? 128 : 64}, {"block_k", variant ? 32 : 16},
+                 {"num_warps", warps}, {"tma", 1}, {"stages", variant ? 3 : 2}};
+        if (vjp)
+          c.set("block_d", 16).set("chunk_v", 2 * c.get("block_v"));
+        else
+          c.set("split_v", 2);
+        INFO(s.b << "x" << s.d << "x" << s.v << " " << c.to_json());
+        Case tile{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "tile", c};
+        check(vjp ? checkVjp(tile, seed++) : checkForward(tile, seed++));
+      }
+}

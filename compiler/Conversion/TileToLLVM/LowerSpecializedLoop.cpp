@@ -34,7 +34,7 @@ namespace {
 // The producer only computes copy coordinates and waits: 24 (the least setmaxnreg
 // allows) leaves 240 to each of two consumer warpgroups, which a VJP step's four
 // accumulators and products need (at 232 the causal dk/dv kernel spilled).
-constexpr int64_t kProducerRegisters = 24, kMaxConsumerRegisters = 240;
+constexpr int64_t kDefaultProducerRegisters = 24, kMaxConsumerRegisters = 240;
 
 /// Arithmetic either role may need: lowered in the producer's copy too wherever its
 /// operands are there (what the consumers alone need is dead code in it). The passes
@@ -141,10 +141,14 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
   // The launch limit that fits every thread of the block, then what the producer's
   // decrease frees for the consumers (240 with 8 consumer warps: 2 x 128 x 240 + 128 x
   // 24 = 384 x 168).
+  int64_t producerRegisters = kDefaultProducerRegisters;
+  if (auto func = loop->getParentOfType<func::FuncOp>())
+    if (auto attr = func->getAttrOfType<IntegerAttr>(kProducerRegistersAttr))
+      producerRegisters = attr.getInt();
   const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * warps + producerThreads;
   const int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
   const int64_t consumers =
-      std::min(kMaxConsumerRegisters, (launch * threads - kProducerRegisters * producerThreads) / (32 * warps) / 8 * 8);
+      std::min(kMaxConsumerRegisters, (launch * threads - producerRegisters * producerThreads) / (32 * warps) / 8 * 8);
   const bool rebalance = consumers > launch;
   if (rebalance)
     t.setLaunchRegisters(static_cast<unsigned>(launch));
@@ -154,7 +158,7 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
   Value isProducer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, warp, t.i32(warps));
   auto setRegisters = [&](bool producer) {
     if (rebalance)
-      b.create<NVVM::SetMaxRegisterOp>(loc, static_cast<uint32_t>(producer ? kProducerRegisters : consumers),
+      b.create<NVVM::SetMaxRegisterOp>(loc, static_cast<uint32_t>(producer ? producerRegisters : consumers),
                                        producer ? NVVM::SetMaxRegisterAction::decrease
                                                 : NVVM::SetMaxRegisterAction::increase);
   };

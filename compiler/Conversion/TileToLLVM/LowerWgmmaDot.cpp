@@ -207,7 +207,11 @@ LogicalResult lowerDotWait(TileLowering &t, DotWaitOp op) {
   }
   if (!op.getValue().getType().getElementType().isF32())
     return op.emitOpError("waits for wgmma accumulators, which are f32, got ") << op.getValue().getType();
-  SmallVector<Value> out = t.ptx(op.getLoc()).wgmmaWaitGroupFor(static_cast<unsigned>(op.getPending()), in);
+  // A value with other users stays live past the wait: copy it after the wait instead
+  // of tying (LLVM would copy the registers in flight before it).
+  PtxBuilder ptx = t.ptx(op.getLoc());
+  SmallVector<Value> out = op.getValue().hasOneUse() ? ptx.wgmmaWaitGroupFor(static_cast<unsigned>(op.getPending()), in)
+                                                     : ptx.wgmmaWaitGroupCopy(static_cast<unsigned>(op.getPending()), in);
   t.setRegs(op.getResult(), Registers(out.begin(), out.end()));
   return success();
 }

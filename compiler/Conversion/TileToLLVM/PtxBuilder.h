@@ -115,6 +115,10 @@ public:
   /// `wgmma.wait_group.sync.aligned pending` with the f32 `values` flowing through it
   /// (tied operands): returns them, so no use of them is scheduled before the wait.
   llvm::SmallVector<mlir::Value> wgmmaWaitGroupFor(unsigned pending, mlir::ValueRange values);
+  /// The same wait, the values then copied into fresh registers inside the asm: for
+  /// values that stay live past the wait (a loop-carried accumulator read in a branch),
+  /// which a tied wait would make LLVM copy before it, reading registers in flight.
+  llvm::SmallVector<mlir::Value> wgmmaWaitGroupCopy(unsigned pending, mlir::ValueRange values);
   /// `wgmma.fence.sync.aligned` with the f32 accumulator and i32 A-fragment `values`
   /// flowing through it: returns them, so every write of them is ordered before the fence
   /// and the wgmma that reads the returned values after it.

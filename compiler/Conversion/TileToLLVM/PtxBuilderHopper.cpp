@@ -158,6 +158,27 @@ SmallVector<Value> PtxBuilder::wgmmaWaitGroupFor(unsigned pending, ValueRange va
   return throughAsm(llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str(), values);
 }
 
+SmallVector<Value> PtxBuilder::wgmmaWaitGroupCopy(unsigned pending, ValueRange values) {
+  // The wait, then a copy of each value into an untied output.
+  std::string text = llvm::formatv("wgmma.wait_group.sync.aligned {0};", pending).str();
+  std::string constraints;
+  SmallVector<Type> fields;
+  const size_t n = values.size();
+  for (size_t i = 0; i < n; ++i) {
+    const bool f32 = values[i].getType().isF32();
+    text += llvm::formatv("\n mov.b32 ${0}, ${1};", i, n + i).str();
+    constraints += f32 ? "=f," : "=r,";
+    fields.push_back(values[i].getType());
+  }
+  for (size_t i = 0; i < n; ++i)
+    constraints += std::string(i ? "," : "") + (values[i].getType().isF32() ? "f" : "r");
+  Value result = asmCall(LLVM::LLVMStructType::getLiteral(b.getContext(), fields), values, text, constraints, true);
+  SmallVector<Value> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(b.create<LLVM::ExtractValueOp>(loc, result, i));
+  return out;
+}
+
 SmallVector<Value> PtxBuilder::wgmmaFenceFor(ValueRange values) {
   if (values.empty()) {
     wgmmaFence();

@@ -52,6 +52,11 @@ struct XentKernelSpec {
   int64_t chunk_v = 0;  ///< the VJP's chunk of V columns (a multiple of block_v)
   int64_t split_v = 1;  ///< the forward's programs per row block, each over a range of V
   int num_warps = 4;
+  /// The rows and dlogits kernels on TMA rings (config "tma", sm_90a): x's and w's
+  /// blocks copied by a producer warpgroup into rings of `stages` slots, the logit tile
+  /// on wgmma; the rows kernel walks its V tiles and their D steps as one flat loop.
+  bool tma = false;
+  int stages = 3;
 
   KernelKey key() const;
 };

@@ -52,11 +52,34 @@ struct Operands {
   TensorArg x, w, labels;
 };
 
+/// x's [bb, bk] and w's [bk, bv] blocks of one D step by TMA into the rings.
+struct TmaBlocks {
+  TmaRing ring;
+  SharedBuffer x, w;
+
+  TmaBlocks(Kernel &k, const XentKernelSpec &s)
+      : ring(TmaRing::make(k, s.stages, 2, s.num_warps)), x(k.shared_buffer(s.stages)), w(k.shared_buffer(s.stages)) {}
+  std::vector<Value> copies(const XentKernelSpec &s, const Operands &o, const Value &m0, const Value &n0,
+                            const Value &k0, const Value &slot) const {
+    return {o.x.load_tma({m0, k0}, {s.block_b, s.block_k}, x, slot, ring.full, slot),
+            o.w.load_tma({k0, n0}, {s.block_k, s.block_v}, w, slot, ring.full, slot)};
+  }
+};
+
 /// The [bb, bv] logit tile at rows m0, columns n0 in the accumulation dtype (rows past
-/// B and columns past V come out 0: their loads are padded).
+/// B and columns past V come out 0: their loads are padded, or TMA reads zeros there).
 Value logitTile(Kernel &k, const XentKernelSpec &s, const Operands &o, const Value &m0, const Value &n0) {
   const Problem &p = s.p;
   Value zero = k.full({s.block_b, s.block_v}, 0.0, p.compute);
+  if (s.tma) {  // each D step's product in flight until the next is issued
+    const TmaBlocks blocks(k, s);
+    return tma_ring_loop(
+        k, Value(cdiv(p.D, s.block_k)), s.block_k, blocks.ring, {zero},
+        [&](const Value &k0, const Value &slot) { return blocks.copies(s, o, m0, n0, k0, slot); },
+        [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
+          return std::vector<Value>{dot_wait(dot_async(b[0], b[1], acc[0]), 1)};
+        })[0];
+  }
   return k.loop(0, p.D, s.block_k, {zero}, [&](Value k0, std::vector<Value> acc) {
     Value a = o.x.load({m0, k0}, {s.block_b, s.block_k});
     Value b = o.w.load({k0, n0}, {s.block_k, s.block_v});
@@ -107,14 +130,35 @@ void rowsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
   Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index));
   Value labelColumn = label.expand(1);
   Value init = k.full({s.block_b}, -INFINITY, p.compute), zero = k.full({s.block_b}, 0.0, p.compute);
-  std::vector<Value> r = k.loop(lo, hi, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
+  // The online update with the logit tile of columns n0 .. n0 + bv: (max, sum, picked).
+  auto update = [&](const Value &n0, const Value &tile, const std::vector<Value> &c) {
     Value cols = columns(k, s, n0);
-    Value logits = where(cols < Value(p.V), logitTile(k, s, o, m0, n0), -INFINITY);
+    Value logits = where(cols < Value(p.V), tile, -INFINITY);
     Value mNew = maximum(c[0], logits.max(1));
     Value sum = c[1] * exp(c[0] - mNew) + exp(logits - mNew.expand(1)).sum(1);
     Value picked = c[2] + where(cols == labelColumn, logits, 0.0).sum(1);
     return std::vector<Value>{mNew, sum, picked};
-  });
+  };
+  std::vector<Value> r;
+  if (s.tma) {  // the split's V tiles and their D steps as one flat loop
+    const TmaBlocks blocks(k, s);
+    TmaTileLoop body;
+    body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
+      return blocks.copies(s, o, m0, lo + tile * Value(s.block_v), k0, slot);
+    };
+    body.product = [](const std::vector<Value> &b, const Value &acc, const Value &fresh) {
+      return dot_async(b[0], b[1], acc, fresh);
+    };
+    body.done = [&](const Value &tile, const Value &acc, std::vector<Value> c) {
+      return update(lo + tile * Value(s.block_v), acc, c);
+    };
+    r = tma_tile_loop(k, (hi - lo + Value(s.block_v - 1)) / Value(s.block_v), cdiv(p.D, s.block_k), s.block_k,
+                      blocks.ring, k.full({s.block_b, s.block_v}, 0.0, p.compute), {init, zero, zero}, body);
+  } else {
+    r = k.loop(lo, hi, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
+      return update(n0, logitTile(k, s, o, m0, n0), c);
+    });
+  }
   if (split) {
     for (int i = 0; i < 3; ++i)
       partials->store({Value(i), part, m0}, r[size_t(i)].reshape({1, 1, s.block_b}));
@@ -272,14 +316,18 @@ void dwKernel(Kernel &k, const XentKernelSpec &s) {
 KernelKey XentKernelSpec::key() const {
   return ops_detail::specializationKey(kindName(kind),
                                        {p.B, p.D, p.V, int64_t(p.dtype), int64_t(p.compute), int64_t(p.reduction),
-                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, split_v, num_warps});
+                                        p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, split_v, num_warps,
+                                        tma, stages});
 }
 
 Kernel xent_kernel(const XentKernelSpec &s) {
   const Problem &p = s.p;
   if (p.B < 1 || p.V < 1)
     throw Error(fmt::format("linear_softmax_cross_entropy_loss: a kernel needs B, V >= 1, got B {}, V {}", p.B, p.V));
-  Kernel k(kindName(s.kind), {.num_warps = s.num_warps});
+  // The tma rows kernel's producer computes each step's tile and D coordinates (LLVM
+  // unrolls its loop): at 24 registers it spilled, at 40 not (ptxas, 8 warps).
+  Kernel k(kindName(s.kind),
+           {.num_warps = s.num_warps, .mma_rows_per_warp = s.tma, .wgmma_dots = s.tma, .producer_registers = s.tma ? 40 : 24});
   if (s.kind == KernelKind::Reduce) {
     reduceKernel(k, s);
     return k;

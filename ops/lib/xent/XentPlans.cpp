@@ -16,7 +16,9 @@
 // partial log-sum-exps the combine kernel merges in a fixed order). The tile
 // heuristic takes [64, 128] logit tiles with 32-wide D slices on 4 warps (one f32
 // accumulator of 64 registers per thread) and, for the VJP, 64-wide D blocks of dx and
-// dw; exact products use matmul reference's small blocks.
+// dw; exact products use matmul reference's small blocks. Opt-in until measured: "tma"
+// (with "stages"): the rows and dlogits kernels' x and w blocks by TMA through rings a
+// producer warpgroup refills, the logit tiles on wgmma (checkTma says what it needs).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/xent/XentDetail.h"
@@ -35,6 +37,39 @@ namespace {
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/// "tma" (opt-in until measured, sm_90a): the logit tiles' x and w blocks by TMA through
+/// rings of "stages" slots (2-4, default 3) refilled by a producer warpgroup, products
+/// on wgmma. Every consumer warp owns 16 rows (block_b = 16 x num_warps, 4 or 8 warps);
+/// block_k is one 32-, 64- or 128-byte swizzle row, block_v whole 128-byte rows; x's and
+/// w's rows are whole 16-byte chunks (D and V multiples of 8 at 16 bits).
+std::optional<std::string> checkTma(const Problem &p, const Config &c) {
+  const int64_t tma = c.get_or("tma", 0);
+  if (tma != 0 && tma != 1)
+    return fmt::format("tma must be 0 or 1, got {}", tma);
+  if (!tma)
+    return c.has("stages") ? std::optional<std::string>("stages (the TMA rings' slots) needs \"tma\": 1")
+                           : std::nullopt;
+  const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
+  const int64_t stages = c.get_or("stages", 3), bytes = int64_t(dtype_size(p.dtype));
+  if ((w != 4 && w != 8) || bb != 16 * w)
+    return fmt::format("tma needs 4 or 8 warps and block_b = 16 * num_warps, got block_b {} with {} warps", bb, w);
+  if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
+    return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
+  if (bv * bytes % 128 != 0)
+    return fmt::format("tma needs block_v of whole 128-byte rows ({} elements), got {}", 128 / bytes, bv);
+  if (stages < 2 || stages > 4)
+    return fmt::format("stages (the TMA rings' slots) must be 2, 3 or 4, got {}", stages);
+  if (p.D * bytes % 16 != 0 || p.V * bytes % 16 != 0)
+    return fmt::format("tma reads x [B, D] and w [D, V] in rows of whole 16-byte chunks: D {} and V {} must be "
+                       "multiples of {}",
+                       p.D, p.V, 16 / bytes);
+  const int64_t shared = stages * (bb * bk + bk * bv) * bytes;
+  if (shared > 200 * 1024)
+    return fmt::format("{} stages of [{}, {}] and [{}, {}] blocks need {} KiB of shared memory (at most 200)", stages,
+                       bb, bk, bk, bv, shared / 1024);
+  return std::nullopt;
+}
 
 XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind kind) {
   XentKernelSpec s;
@@ -57,6 +92,10 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
     s.exact = false;
     s.block_b = s.block_v = s.block_k = 0;
     s.num_warps = 4;
+  }
+  if ((kind == KernelKind::Rows || kind == KernelKind::DLogits) && c.get_or("tma", 0)) {
+    s.tma = true;
+    s.stages = static_cast<int>(c.get_or("stages", 3));
   }
   if (kind != KernelKind::Rows && kind != KernelKind::Combine)
     s.chunk_v = c.has("chunk_v") ? std::min(c.get("chunk_v"), (p.V + s.block_v - 1) / s.block_v * s.block_v)
@@ -170,7 +209,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("missing \"{}\"", key);
   for (const auto &[key, value] : c.values)
     if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end() &&
-        !(p.vjp && key == "chunk_v") && !(!p.vjp && key == "split_v"))
+        !(p.vjp && key == "chunk_v") && !(!p.vjp && key == "split_v") &&
+        !(impl == Impl::Tile && (key == "tma" || key == "stages")))
       return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
                          key == "block_d" || key == "chunk_v" ? " (the VJP's)" : key == "split_v" ? " (the forward's)" : "");
   if (c.has("split_v") && (c.get("split_v") < 1 || c.get("split_v") > 32))
@@ -197,6 +237,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
       return fmt::format("exact products must hold at most 8192 partial products, got {}", largest);
     return std::nullopt;
   }
+  if (auto problem = checkTma(p, c))
+    return problem;
   // The largest f32 accumulator: the logit tile, or the VJP's dx / dw tiles.
   const int64_t words = std::max({bb * bv, bb * bd, bd * bv});
   if (words / (32 * w) > 160)

@@ -91,6 +91,9 @@ inline constexpr llvm::StringLiteral kTensorMapsAttr = "tile.tensor_maps";
 inline constexpr llvm::StringLiteral kProducerWarpsAttr = "tile.producer_warps";
 /// The producer: one warpgroup.
 inline constexpr unsigned kProducerWarps = 4;
+/// On a kernel: its warp-specialized loop's producer register limit (setmaxnreg), when
+/// not the default 24.
+inline constexpr llvm::StringLiteral kProducerRegistersAttr = "tile.producer_registers";
 /// CTAs per cluster along x (from tile.tma_dot's cluster_m), on the lowered kernel.
 inline constexpr llvm::StringLiteral kClusterAttr = "tile.cluster";
 /// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).

@@ -261,6 +261,11 @@ struct TOKAMAX_API KernelOptions {
   /// warps all run along M (mma_rows_per_warp) issue wgmma with B read by the tensor
   /// cores from shared memory; elsewhere, and on other GPUs, they stay on mma.sync.
   bool wgmma_dots = false;
+  /// The register limit (setmaxnreg) of a specialized_loop's producer warpgroup: a
+  /// multiple of 8 from 24; the consumers get what it leaves of the launch's budget (240
+  /// each for two consumer warpgroups at 24). A producer that computes many copy
+  /// coordinates a step may need more.
+  int producer_registers = 24;
 };
 
 class TOKAMAX_API Kernel {
