@@ -11,6 +11,8 @@
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/CrossEntropy.h>
+#include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
 
 #include <catch2/catch.hpp>
@@ -22,11 +24,13 @@ using test::contains;
 
 namespace {
 
-/// cuobjdump -sass of `kernel` assembled for sm_90a.
-std::string sassOf(const std::string &cuobjdump, const dsl::Kernel &kernel) {
+/// cuobjdump -sass of `kernel` assembled for sm_90a (its PTX in `ptx` when asked).
+std::string sassOf(const std::string &cuobjdump, const dsl::Kernel &kernel, std::string *ptx = nullptr) {
   CompileOptions options;
   options.arch = "sm_90a";
   CompiledKernel compiled = compile(kernel, options);
+  if (ptx)
+    *ptx = compiled.ptx;
   REQUIRE(!compiled.cubin.empty());
   auto [status, sass] = test::run_cuobjdump_sass(cuobjdump, compiled.cubin);
   INFO(sass.substr(0, 2000));
@@ -79,5 +83,54 @@ TEST_CASE("attention SASS: the hopper forward, dk/dv and dq on HGMMA fed by TMA 
     CHECK(contains(sass, "UTMALDG.2D"));
     CHECK(contains(sass, "SYNCS."));
     CHECK_FALSE(contains(sass, "HMMA."));
+  }
+}
+
+TEST_CASE("warpgroup waits in SASS: ptxas injects none beyond the PTX's own", "[sass]") {
+  // ptxas reports "warpgroup.wait is injected" (C7517) for the GLU tma kernel, the
+  // persistent ring matmul and the cross-entropy tma rows kernel, which keep a product
+  // in flight across steps: an injected wait inside the loop would complete every
+  // product at once. The PTX's waits (wgmma.wait_group) against the machine code's
+  // (WARPGROUP.DEPBAR) tell whether one landed there.
+  const std::string cuobjdump = test::cuobjdump_path();
+  if (cuobjdump.empty()) {
+    WARN("cuobjdump not found (set TOKAMAX_CUOBJDUMP): the SASS is not checked");
+    return;
+  }
+  std::vector<dsl::Kernel> kernels;
+  MatmulSpec spec{4096, 4096, 4096, DType::BF16, DType::BF16};
+  MatmulConfig ring = default_hopper_config(spec, 132);
+  ring.tma_ring = true;
+  ring.warp_specialize = true;
+  kernels.push_back(matmul_hopper_kernel(spec, ring));
+  BoundArgs glu = bind_gated_linear_unit({{8192, 4096}, DType::BF16}, {{4096, 2, 14336}, DType::BF16},
+                                         {{8192, 14336}, DType::BF16}, GluActivation::Swish);
+  for (dsl::Kernel &k : gated_linear_unit_op().implementation("tile").kernels(
+           glu, Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8}, {"async_copy", 1},
+                       {"stages", 3}, {"tma", 1}}))
+    kernels.push_back(std::move(k));
+  const ArgSpec x{{8192, 4096}, DType::BF16}, w{{4096, 131072}, DType::BF16};
+  BoundArgs xent = bind_linear_softmax_cross_entropy_loss(x, w, {{8192}, DType::I32},
+                                                          cross_entropy_loss_spec(x, w, LossReduction::Mean),
+                                                          cross_entropy_lse_spec(x, w), LossReduction::Mean, -100);
+  for (dsl::Kernel &k : find_op(xent.op)->implementation("tile").kernels(
+           xent, Config{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"tma", 1},
+                        {"split_v", 5}}))
+    if (k.name() == "xent_rows")
+      kernels.push_back(std::move(k));
+  const ArgSpec q{{4, 2048, 8, 128}, DType::BF16};
+  BoundArgs forward = bind_attention({q, q, q, {}, {}, {}, {}, q, attention_lse_spec(q)});
+  for (dsl::Kernel &k : attention_op().implementation("hopper").kernels(
+           forward, Config{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"overlap", 1}}))
+    kernels.push_back(std::move(k));
+  for (const dsl::Kernel &kernel : kernels) {
+    std::string ptx;
+    const std::string sass = sassOf(cuobjdump, kernel, &ptx);
+    const size_t ptxWaits = test::count(ptx, "wgmma.wait_group"), sassWaits = test::count(sass, "WARPGROUP.DEPBAR");
+    WARN(kernel.name() << ": " << ptxWaits << " wgmma.wait_group in PTX, " << sassWaits
+                       << " WARPGROUP.DEPBAR in SASS");
+    INFO(kernel.name());
+    CHECK(sassWaits > 0);
+    CHECK(sassWaits <= ptxWaits);
   }
 }
