@@ -42,7 +42,7 @@ run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; loc
 has_torch() { python3 -c "import torch" 2> /dev/null; }
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
-wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]" --durations yes
+wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]~[pingpong]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes
 wants load && TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
 if wants unit; then
@@ -90,7 +90,8 @@ if wants configs; then
   # turns (ping-pong), without and with overlap; the persistent warp-specialized ring
   # matmul; cross-entropy on TMA rings.
   t=(timeout -k 10)
-  for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1}' \
+  TAIL=12 run gpu-pingpong "${t[@]}" 90 "$bin/tokamax-gpu-tests" "[pingpong]" --durations yes
+  [ $last_rc -eq 124 ] || [ $last_rc -eq 137 ] || for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1}' \
              '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'; do
     TAIL=14 run "configs-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper \
       --config "$fwd"

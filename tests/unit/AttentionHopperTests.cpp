@@ -204,7 +204,12 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
   for (auto [h, causal] : {std::pair{64, false}, std::pair{128, false}, std::pair{128, true}}) {
     BoundArgs args = forwardArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
     const Implementation &hopper = attention_op().implementation("hopper");
-    for (const Config &config : hopper.search_space(args)) {
+    // The search space, and its 8-warp configs with ping-pong (opt-in, outside it).
+    std::vector<Config> configs = hopper.search_space(args);
+    for (size_t i = 0, n = configs.size(); i < n; ++i)
+      if (configs[i].get("num_warps") == 8)
+        configs.push_back(Config(configs[i]).set("pingpong", 1));
+    for (const Config &config : configs) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
       INFO("H " << h << (causal ? " causal " : " ") << config.to_json());
