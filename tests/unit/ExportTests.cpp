@@ -129,6 +129,26 @@ TEST_CASE("the headline gradient's export replays on the interpreter with the Fu
   CHECK(a.out == b.out);
 }
 
+TEST_CASE("the headline gradient with its hopper attention exports for sm_90a and replays with its bits",
+          "[export][interpreter][attention]") {
+  // Built with no GPU: the second attention's forward and VJP are hopper's TMA / wgmma
+  // kernels (a producer warpgroup, tensor maps), recorded with their launch metadata.
+  const Function g = headline_grad("hopper");
+  ExportOptions options;
+  options.target = h200();
+  options.include_ptx = false;
+  ExportedFunction e = export_function(g, options);
+  size_t hopperCalls = 0;
+  for (const auto &c : e.calls())
+    hopperCalls += c.implementation == "hopper";
+  CHECK(hopperCalls == 2u);  // the forward and its VJP
+  CHECK_THAT(e.describe(), Contains("hopper"));
+  HostBuffers a(g.input_specs(), g.output_specs(), 29), b(g.input_specs(), g.output_specs(), 29, 0xA5);
+  g.interpret(a.inViews, a.outViews);
+  interpret(e, b.inViews, b.outViews);
+  CHECK(a.out == b.out);
+}
+
 TEST_CASE("configs of an autotuning result are used and recorded per call", "[export][autotune]") {
   const Function g = small_grad();
   const Function::Call *ln = first_call(g, "layer_norm");
