@@ -204,6 +204,9 @@ LogicalResult lowerTurnOp(TileLowering &t, Operation *op, bool &handled) {
   handled = isa<TurnWaitOp, TurnPassOp>(op);
   if (!handled)
     return success();
+  if (t.setInTurn(isa<TurnWaitOp>(op)) && isa<TurnPassOp>(op))
+    return op->emitOpError("ends a turn with a barrier among the consumers inside it (a layout conversion or a "
+                           "shared-memory tile): the other warpgroups wait for the turn and never reach it");
   Turns turn = turns(t, op);
   if (turn.warpgroups < 2)
     return success();  // one warpgroup: always its turn

@@ -231,6 +231,7 @@ Value TileLowering::combine(ReduceKind kind, Value x, Value y) {
 }
 
 void TileLowering::barrier() {
+  barrierInTurn_ |= inTurn_;
   if (barrierThreads_)
     ptx(b.getUnknownLoc()).namedBarrier(1, barrierThreads_);
   else

@@ -93,6 +93,15 @@ public:
   /// Barriers from now on are among `threads` threads (0: the whole block); returns the
   /// previous count.
   unsigned setBarrierThreads(unsigned threads) { return std::exchange(barrierThreads_, threads); }
+  /// Between a tile.turn_wait and its tile.turn_pass (`begin`), then after it: returns
+  /// whether a barrier was emitted inside the turn, where the other consumer warpgroups
+  /// wait for the turn and never reach it (a deadlock the turn's pass then reports).
+  bool setInTurn(bool begin) {
+    bool barrierInside = barrierInTurn_;
+    inTurn_ = begin;
+    barrierInTurn_ = false;
+    return barrierInside;
+  }
   /// Emits `body` at the builder's point inside an scf.if on `cond` (no results).
   void when(mlir::Location loc, mlir::Value cond, llvm::function_ref<void()> body);
   /// Emits `body` (stores of this thread's elements of a tile of `type` to shared memory)
@@ -119,6 +128,7 @@ private:
   llvm::DenseMap<mlir::Value, Registers> values;
   llvm::DenseMap<mlir::Value, mlir::Value> tensorMaps;
   unsigned barrierThreads_ = 0;  // 0: every thread of the block
+  bool inTurn_ = false, barrierInTurn_ = false;
   bool bulkStores_ = false;
   bool skipRest_ = false;
   WarpRole role_ = WarpRole::All;

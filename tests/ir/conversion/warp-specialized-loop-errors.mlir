@@ -32,3 +32,34 @@ func.func @producer_store(%a: !tile.ptr<f32>) attributes {tile.kernel, tile.num_
   } {tile.warp_specialize}
   return
 }
+
+// -----
+
+// A barrier among the consumers inside a turn (here: A read from registers into its
+// operand layout through shared memory) would deadlock: the other warpgroup waits for
+// the turn before it could reach the barrier.
+func.func @barrier_in_turn(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.mbarriers = array<i64: 1, 256>, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  %c64 = arith.constant 64 : i32
+  %z = arith.constant 0.0 : f32
+  %acc0 = tile.splat %z : f32 -> tensor<128x64xf32>
+  %r = scf.for %i = %c0 to %c3 step %c1 iter_args(%acc = %acc0) -> (tensor<128x64xf32>) : i32 {
+    %parity = arith.xori %c1, %c0 {tile.producer} : i32
+    tile.mbarrier_wait %c1, %parity {tile.producer}
+    %k0 = arith.muli %i, %c64 {tile.producer} : i32
+    %bt = tile.async_block_load %b[%c0, %k0] slot %c0 barrier %c0 {tile.producer, dims = array<i64: 64, 1000>, strides = array<i64: 1000, 1>, block = array<i64: 64, 64>, buffer = 1 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+    tile.mbarrier_wait %c0, %c0
+    %at = tile.block_load %a[%c0, %c0] {dims = array<i64: 128, 64>, strides = array<i64: 64, 1>} : <bf16> -> tensor<128x64xbf16>
+    tile.turn_wait
+    %bT = tile.trans %bt [1, 0] : tensor<64x64xbf16> -> tensor<64x64xbf16>
+    %s = tile.dot %at, %bT, %acc : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xf32>
+    // expected-error @+1 {{ends a turn with a barrier among the consumers inside it}}
+    tile.turn_pass
+    tile.mbarrier_arrive %c1
+    scf.yield %s : tensor<128x64xf32>
+  } {tile.warp_specialize}
+  tile.block_store %o[%c0, %c0], %r {dims = array<i64: 128, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<128x64xf32>
+  return
+}
