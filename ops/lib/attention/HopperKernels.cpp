@@ -160,10 +160,15 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
         takeTurn(k, s, false);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));
-        // Every step masked: the extra last step's keys (from S on) are all hidden.
-        Masking everywhere(true);
-        everywhere.bound_keys = true;
-        OnlineSoftmax u = online_softmax(pr, m, qk, n, t0, j0, everywhere);
+        // Edge steps masked; the extra last step's keys (from S on) are all hidden, so it
+        // is always one, with the key bound.
+        Masking masking = block_masking(pr, keys.range, j0, s.block_kv, /*along_keys=*/true);
+        if (!masking.masked)
+          masking = Masking(i >= blocks);
+        else if (masking.edge.valid())
+          masking.edge = masking.edge | (i >= blocks);
+        masking.bound_keys = true;
+        OnlineSoftmax u = online_softmax(pr, m, qk, n, t0, j0, masking);
         pv = dsl::dot_wait(pv, 0);
         return Carried{u.m, u.l(l), pv * u.alpha.expand(1), u.prob.to(p.dtype)};
       });
