@@ -217,7 +217,9 @@ def Tile_TurnWaitOp : Tile_TurnOp<"turn_wait"> {
     goes first). With two warpgroups, one issues its tensor-core products while the
     other runs its softmax. Lowered to named barriers 2 + w of 256 threads (bar.sync
     here, bar.arrive in turn_pass; warpgroup 0 arrives on its own before the loop); with
-    one warpgroup, and on the interpreter, it does nothing.
+    one warpgroup, and on the interpreter, it does nothing. No barrier among the
+    consumers may fall inside a turn (the others wait for the turn and never reach it):
+    the lowering rejects one.
   }];
 }
 

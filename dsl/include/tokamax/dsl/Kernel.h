@@ -331,7 +331,8 @@ public:
   /// in warpgroup order, through the code between turn_wait() and turn_pass() at each
   /// step (ping-pong: with two, one issues its products while the other runs the
   /// elementwise work between them). With one warpgroup, and on the interpreter, they do
-  /// nothing.
+  /// nothing. Nothing between them may need a barrier among the consumers (a layout
+  /// conversion through shared memory): compiling such a kernel fails, naming it.
   void turn_wait();
   void turn_pass();
 
