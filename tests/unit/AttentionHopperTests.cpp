@@ -111,6 +111,7 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
       {"window", 40, 96, 2, 2, 64, 64, false, LocalWindow{20, 5}},
       {"soft cap, bias", 33, 48, 2, 1, 32, 32, false, std::nullopt, 30.0, true},
       {"mask, lengths", 40, 64, 2, 1, 16, 16, false, std::nullopt, 0, false, true, true},
+      {"one query, one key block, causal", 1, 16, 2, 1, 32, 32, true},
   };
   const DType dt = DType::BF16;
   uint64_t seed = 40;
