@@ -249,6 +249,13 @@ TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit"
                             {"stages", 2 + index % 2}};
       cases.push_back(c);
     }
+  // One query against one 16-key block (causal), and S of two 16-key blocks with T 17:
+  // the heuristic configs at the smallest shapes hopper serves.
+  for (auto [t, s] : {std::pair<int64_t, int64_t>{1, 16}, {17, 32}}) {
+    Case c = makeCase("hopper", DType::BF16, {.batch = {3}, .t = t, .s = s, .n = 4, .k = 2, .h = 64, .hv = 64});
+    c.options.is_causal = t == 1;
+    cases.push_back(c);
+  }
   checkOnDevice(cases, stream);
 }
 

@@ -86,6 +86,10 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(*hopperVjp.why_not(vjpArgs({2, 64, 4, 256}, {2, 64, 2, 256})), Catch::Contains("up to 128"));
   for (const Config &c : hopperVjp.search_space(vjp))
     CHECK_FALSE(hopperVjp.check_config(vjp, c).has_value());
+  // The smallest shapes it serves get valid heuristics: one query, one 16-key block.
+  BoundArgs tiny = forwardArgs({3, 1, 4, 64}, {3, 16, 2, 64}), tinyVjp = vjpArgs({3, 1, 4, 64}, {3, 16, 2, 64});
+  CHECK_FALSE(hopper.check_config(tiny, hopper.heuristic(tiny)).has_value());
+  CHECK_FALSE(hopperVjp.check_config(tinyVjp, hopperVjp.heuristic(tinyVjp)).has_value());
   // Auto takes hopper first on sm_90a (measured faster there), tile elsewhere.
   CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "hopper");
   CHECK(attention_op().select(args, std::nullopt, "sm_80").name() == "tile");
