@@ -188,10 +188,8 @@ TEST_CASE("attention on the device matches float64 and reruns bit for bit", "[gp
 
 TEST_CASE("attention with its products on wgmma matches float64 and reruns bit for bit", "[gpu][attention][wgmma]") {
   Device &device = Device::get();
-  if (device.arch() != "sm_90a") {
-    WARN("skipped: wgmma products need sm_90a, this GPU is " << device.arch());
+  if (!gpu_test::sm90a_or_skip("wgmma"))
     return;
-  }
   Stream stream = Stream::create(device);
   // The tile cases (H 32 to 256, Hv != H, GQA, every option) on the cp.async ring with
   // "wgmma": 1, forward and VJP; and the bench's blocks at H 64 and 128.
@@ -216,11 +214,20 @@ TEST_CASE("attention with its products on wgmma matches float64 and reruns bit f
   checkOnDevice(cases, stream);
 }
 
+namespace {
+
+/// A hopper case of the device tests' shape (2 batch rows, T 1000 not a multiple of the
+/// query block, S 768, GQA 4:2), bf16 or f16 alternating with `index`.
+Case hopperCase(int index, int64_t h, int64_t hv) {
+  return makeCase("hopper", index % 2 ? DType::F16 : DType::BF16,
+                  {.batch = {2}, .t = 1000, .s = 768, .n = 4, .k = 2, .h = h, .hv = hv});
+}
+
+} // namespace
+
 TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit", "[gpu][attention][tma_ring]") {
-  if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the hopper kernels need sm_90a, the device is " << Device::get().arch());
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
-  }
   Stream stream = Stream::create(Device::get());
   // Every option (bias with dbias, soft cap), GQA, Hv != H, T not a multiple of the query
   // block, several key blocks, 4 and 8 consumer warps, 2-4 ring stages; S multiples of
@@ -229,8 +236,7 @@ TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit"
   int index = 0;
   for (int64_t h : {64, 128})
     for (int variant = 0; variant < 5; ++variant, ++index) {
-      Case c = makeCase("hopper", index % 2 ? DType::F16 : DType::BF16,
-                        {.batch = {2}, .t = 1000, .s = 768, .n = 4, .k = 2, .h = h, .hv = variant == 3 ? 64 : h});
+      Case c = hopperCase(index, h, variant == 3 ? 64 : h);
       c.options.is_causal = variant == 1;
       if (variant == 2)
         c.options.window = Window{100, 20};
@@ -263,17 +269,14 @@ TEST_CASE("attention hopper forward with ping-pong warpgroups matches float64 an
           "[gpu][attention][pingpong]") {
   // Its own case (and tag): turns are named barriers between the consumer warpgroups, and
   // a schedule that never hands a turn over would hang here, not in the case above.
-  if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the hopper kernels need sm_90a, the device is " << Device::get().arch());
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
-  }
   Stream stream = Stream::create(Device::get());
   std::vector<Case> cases;
   int index = 0;
   for (int64_t h : {64, 128})
     for (int variant = 0; variant < 3; ++variant, ++index) {
-      Case c = makeCase("hopper", index % 2 ? DType::F16 : DType::BF16,
-                        {.batch = {2}, .t = 1000, .s = 768, .n = 4, .k = 2, .h = h, .hv = h});
+      Case c = hopperCase(index, h, h);
       c.options.is_causal = variant == 1;
       if (variant == 2)
         c.q_lengths = {1000, 517}, c.kv_lengths = {700, 768};

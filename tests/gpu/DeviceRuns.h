@@ -12,9 +12,20 @@
 #include <tokamax/runtime/Tensor.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace gpu_test {
+
+/// Whether the device is sm_90a (what the Hopper kernels need); otherwise the test case
+/// says it is skipped, naming `what` and the device's arch, and should return.
+inline bool sm90a_or_skip(const char *what) {
+  const std::string arch = tokamax::Device::get().arch();
+  if (arch == "sm_90a")
+    return true;
+  WARN("SKIPPED: " << what << " needs sm_90a, the device is " << arch);
+  return false;
+}
 
 inline tokamax::Tensor upload(const attention_test::HostBuffer &h) {
   tokamax::Tensor t = tokamax::Tensor::empty(h.shape, h.dtype);

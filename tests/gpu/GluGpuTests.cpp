@@ -82,10 +82,8 @@ TEST_CASE("gated_linear_unit on the device: odd and large shapes, both tile main
 }
 
 TEST_CASE("gated_linear_unit on the device: TMA rings and a producer warpgroup (tma)", "[gpu][glu][tma_ring]") {
-  if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+  if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
-  }
   uint64_t seed = 900;
   // Ragged K and N (a W0 block reaching into W1's columns, K past the last slice), 1-4
   // warpgroups' worth of rows, 32- to 128-byte K slices, 2-4 stages, forward and VJP.

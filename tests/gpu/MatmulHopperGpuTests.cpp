@@ -4,6 +4,7 @@
 // main loop on the DSL's Hopper primitives (tma_ring); operands TMA cannot take.
 #include <catch2/catch.hpp>
 
+#include "gpu/DeviceRuns.h"
 #include "gpu/MatmulGpuCase.h"
 
 #include <tokamax/runtime/Device.h>
@@ -13,13 +14,6 @@ using namespace tokamax;
 using namespace matmul_gpu_test;
 
 namespace {
-/// Whether the GPU is sm_90a; otherwise the test says it is skipped and why.
-bool hopperOrSkip() {
-  if (Device::get().arch() == "sm_90a")
-    return true;
-  WARN("skipped: the hopper kernel needs sm_90a, this GPU is " << Device::get().arch());
-  return false;
-}
 MatmulSpec specOf(const Case &c) {
   MatmulSpec spec{c.m, c.n, c.k, c.dtype, c.out};
   spec.trans_a = c.ta, spec.trans_b = c.tb, spec.has_bias = c.bias;
@@ -28,7 +22,7 @@ MatmulSpec specOf(const Case &c) {
 } // namespace
 
 TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "[gpu][matmul][hopper]") {
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   Stream stream = Stream::create(Device::get());
   const int64_t sizes[] = {1, 8, 17, 127, 1000, 4097, 4104};
@@ -59,7 +53,7 @@ TEST_CASE("hopper matmul on the device: odd shapes, all transposes, bf16/f16", "
 }
 
 TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device", "[gpu][matmul][hopper][tma_ring]") {
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   Stream stream = Stream::create(Device::get());
   // TMA copies into rings, mbarrier phases, async wgmma from shared memory, with and
@@ -97,7 +91,7 @@ TEST_CASE("hopper matmul on the DSL's Hopper primitives (tma_ring) on the device
 }
 
 TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][matmul][hopper]") {
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   Stream stream = Stream::create(Device::get());
   // Every block shape of the search space, ring depths 2-4, in order and warp-
@@ -223,7 +217,7 @@ TEST_CASE("hopper matmul on the device: configs, long K, auto choice", "[gpu][ma
 }
 
 TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hopper]") {
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   Stream stream = Stream::create(Device::get());
   // a [M, K], b [N, K] (K-major, as wgmma reads 8-bit operands); odd M and N, K
@@ -259,7 +253,7 @@ TEST_CASE("hopper matmul on the device: fp8 e4m3 and e5m2", "[gpu][matmul][hoppe
 }
 
 TEST_CASE("matmul on the device: operands that are not 16-byte aligned get a clear error", "[gpu][matmul][hopper]") {
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   // a starts 2 bytes into its buffer (a view one bf16 element in): every implementation
   // reads with 16-byte vectors (hopper with TMA), so auto and explicit choices both refuse it.
@@ -291,7 +285,7 @@ TEST_CASE("hopper matmul with A in registers in order at block_k 16 (wrong under
   // Regression: thread 0's refill branch left warp 0 diverged at the next iteration's
   // .sync.aligned ldmatrix / wgmma; under compute-sanitizer memcheck these two cases
   // came out with relative error inf. scripts/gpu-sanitize.sh runs this case.
-  if (!hopperOrSkip())
+  if (!gpu_test::sm90a_or_skip("the hopper kernel"))
     return;
   Stream stream = Stream::create(Device::get());
   for (int t = 0; t < 2; ++t) {

@@ -58,10 +58,8 @@ TEST_CASE("ragged_dot on the device: every dtype matches float64", "[gpu][ragged
 }
 
 TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpgroup)", "[gpu][ragged_dot][tma_ring]") {
-  if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+  if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
-  }
   uint64_t seed = 900;
   struct Shape {
     int64_t m, k, n, g;

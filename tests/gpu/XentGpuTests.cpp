@@ -95,10 +95,8 @@ TEST_CASE("cross_entropy on the device: rows of the benchmark shape (D 4096, V 1
 
 TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matches float64",
           "[gpu][cross_entropy][tma_ring]") {
-  if (Device::get().arch() != "sm_90a") {
-    WARN("SKIPPED: the tma config needs sm_90a, the device is " << Device::get().arch());
+  if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
-  }
   // D and V multiples of 8 (TMA rows), neither a multiple of the blocks; B past the last
   // row block; 4 and 8 warps, V in splits (forward) and chunks (VJP).
   uint64_t seed = 1100;

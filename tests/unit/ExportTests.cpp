@@ -111,6 +111,24 @@ TEST_CASE("the exported plan replays on the interpreter with the Function's bits
   CHECK_THROWS_WITH(interpret(e, swapped, b.outViews), Contains("input 0 is f32 [33]"));
 }
 
+namespace {
+
+/// `g` exported for an H200 without PTX, checked to replay on the interpreter with the
+/// bits of `g` itself (inputs from `seed`); the export, for the caller's own checks.
+ExportedFunction replayedOnInterpreter(const Function &g, uint32_t seed) {
+  ExportOptions options;
+  options.target = h200();
+  options.include_ptx = false;
+  ExportedFunction e = export_function(g, options);
+  HostBuffers a(g.input_specs(), g.output_specs(), seed), b(g.input_specs(), g.output_specs(), seed, 0xA5);
+  g.interpret(a.inViews, a.outViews);
+  interpret(e, b.inViews, b.outViews);
+  CHECK(a.out == b.out);
+  return e;
+}
+
+} // namespace
+
 TEST_CASE("the headline gradient's export replays on the interpreter with the Function's bits",
           "[export][interpreter][attention]") {
   // layer_norm tile -> attention chunked -> layer_norm -> attention tile -> sum, and back:
@@ -118,35 +136,20 @@ TEST_CASE("the headline gradient's export replays on the interpreter with the Fu
   std::ifstream in(std::string(TOKAMAX_TEST_DATA) + "/headline-grad-function.json");
   REQUIRE(in);
   const Function g = Function::from_json(std::string(std::istreambuf_iterator<char>(in), {}));
-  ExportOptions options;
-  options.target = h200();
-  options.include_ptx = false;
-  ExportedFunction e = export_function(g, options);
+  ExportedFunction e = replayedOnInterpreter(g, 23);
   CHECK(e.calls().size() == g.calls().size());
-  HostBuffers a(g.input_specs(), g.output_specs(), 23), b(g.input_specs(), g.output_specs(), 23, 0xA5);
-  g.interpret(a.inViews, a.outViews);
-  interpret(e, b.inViews, b.outViews);
-  CHECK(a.out == b.out);
 }
 
 TEST_CASE("the headline gradient with its hopper attention exports for sm_90a and replays with its bits",
           "[export][interpreter][attention]") {
   // Built with no GPU: the second attention's forward and VJP are hopper's TMA / wgmma
   // kernels (a producer warpgroup, tensor maps), recorded with their launch metadata.
-  const Function g = headline_grad("hopper");
-  ExportOptions options;
-  options.target = h200();
-  options.include_ptx = false;
-  ExportedFunction e = export_function(g, options);
+  ExportedFunction e = replayedOnInterpreter(headline_grad("hopper"), 29);
   size_t hopperCalls = 0;
   for (const auto &c : e.calls())
     hopperCalls += c.implementation == "hopper";
   CHECK(hopperCalls == 2u);  // the forward and its VJP
   CHECK_THAT(e.describe(), Contains("hopper"));
-  HostBuffers a(g.input_specs(), g.output_specs(), 29), b(g.input_specs(), g.output_specs(), 29, 0xA5);
-  g.interpret(a.inViews, a.outViews);
-  interpret(e, b.inViews, b.outViews);
-  CHECK(a.out == b.out);
 }
 
 TEST_CASE("configs of an autotuning result are used and recorded per call", "[export][autotune]") {
