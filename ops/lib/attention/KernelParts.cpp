@@ -278,12 +278,16 @@ bool hidesPairs(const Problem &p, int64_t step, bool alongKeys) {
          (alongKeys && p.S % step != 0);
 }
 
+/// Whether a walk masks every block it meets: the spec does not split edges, or a mask
+/// tensor may hide a pair anywhere.
+bool masksEveryBlock(const Program &pr) { return !pr.s.split_edges || pr.p.mask; }
+
 } // namespace
 
 Masking block_masking(const Program &pr, const Range &r, const Value &first, int64_t step, bool alongKeys) {
   if (!hidesPairs(pr.p, step, alongKeys))
     return false;
-  if (!pr.s.split_edges || pr.p.mask)
+  if (masksEveryBlock(pr))
     return true;
   return Masking((first < r.inner_lo) | (first >= r.inner_hi));
 }
@@ -293,7 +297,7 @@ Carried walk(Program &pr, const Range &r, int64_t step, Carried carried, const B
     return pr.k.loop(lo, hi, step, std::move(c),
                      [&](Value j, std::vector<Value> cur) { return body(j, std::move(cur), masked); });
   };
-  if (!pr.s.split_edges || pr.p.mask)
+  if (masksEveryBlock(pr))
     return run(r.lo, r.hi, true, std::move(carried));
   carried = run(r.lo, r.inner_lo, true, std::move(carried));
   carried = run(r.inner_lo, r.inner_hi, false, std::move(carried));

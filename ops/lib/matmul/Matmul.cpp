@@ -282,10 +282,14 @@ std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_byt
     return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
                        "block_m = 16 * num_warps, got block_m {} with {} warps",
                        bm, w);
+  return check_tma_block_shape(bk, "block_n", bn, elem_bytes);
+}
+
+std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes) {
   if (bk * elem_bytes != 32 && bk * elem_bytes != 64 && bk * elem_bytes != 128)
     return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
-  if (bn * elem_bytes % 128 != 0)
-    return fmt::format("tma needs block_n of whole 128-byte rows ({} elements), got {}", 128 / elem_bytes, bn);
+  if (cols * elem_bytes % 128 != 0)
+    return fmt::format("tma needs {} of whole 128-byte rows ({} elements), got {}", cols_key, 128 / elem_bytes, cols);
   return std::nullopt;
 }
 
@@ -407,14 +411,14 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
                            : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, ring.full, slot);
     return std::vector<Value>{a, b};
   };
-  // The step's product, leaving `pending` (this one, or none) in flight.
-  auto product = [&](const std::vector<Value> &blocks, const Value &acc, int pending = 1) {
-    Value a = spec.trans_a ? blocks[0].trans() : blocks[0];
-    Value b = spec.trans_b ? blocks[1].trans() : blocks[1];
-    return dot_wait(dot_async(a, b, acc), pending);
+  // A step's a and b as the product reads them (a transposed slot is a view of it).
+  auto operands = [&](const std::vector<Value> &blocks) {
+    return std::pair{spec.trans_a ? blocks[0].trans() : blocks[0], spec.trans_b ? blocks[1].trans() : blocks[1]};
   };
+  // The step's product, left in flight until the next one is issued.
   RingProducts products = [&](const Value &, std::vector<Value> accs, std::vector<Value> blocks) {
-    return std::vector<Value>{product(blocks, accs[0])};
+    auto [a, b] = operands(blocks);
+    return std::vector<Value>{dot_wait(dot_async(a, b, accs[0]), 1)};
   };
   Value zeros = k.full({bm, bn}, 0.0, DType::F32);
   const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
@@ -446,8 +450,8 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     return copies(m0, n0, k0, slot);
   };
   body.product = [&](const std::vector<Value> &blocks, const Value &acc, const Value &fresh) {
-    return dot_async(spec.trans_a ? blocks[0].trans() : blocks[0], spec.trans_b ? blocks[1].trans() : blocks[1], acc,
-                     fresh);
+    auto [a, b] = operands(blocks);
+    return dot_async(a, b, acc, fresh);
   };
   body.done = [&](const Value &tile, const Value &acc, std::vector<Value>) {
     auto [m0, n0] = origin(tile);

@@ -114,6 +114,10 @@ std::vector<dsl::Value> tma_tile_loop(dsl::Kernel &k, const dsl::Value &tiles, i
 std::optional<std::string> check_block_sizes(const Config &c, bool tile);
 std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N);
 std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes);
+/// The block shape TMA copies into wgmma's swizzled tiles need (check_tma_ring_keys, and
+/// cross-entropy's tma): block_k one 32-, 64- or 128-byte swizzle row, the `cols_key`
+/// block whole 128-byte rows.
+std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes);
 
 /// The search space of a tiled product kernel (gated_linear_unit, ragged_dot): its
 /// `heuristic` first, then for `reference` two small blocks, else block_m and block_n in

@@ -24,6 +24,7 @@
 #include "ops/lib/xent/XentDetail.h"
 
 #include "ops/lib/Dispatch.h"
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/runtime/Error.h>
 
@@ -54,10 +55,8 @@ std::optional<std::string> checkTma(const Problem &p, const Config &c) {
   const int64_t stages = c.get_or("stages", 3), bytes = int64_t(dtype_size(p.dtype));
   if ((w != 4 && w != 8) || bb != 16 * w)
     return fmt::format("tma needs 4 or 8 warps and block_b = 16 * num_warps, got block_b {} with {} warps", bb, w);
-  if (bk * bytes != 32 && bk * bytes != 64 && bk * bytes != 128)
-    return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
-  if (bv * bytes % 128 != 0)
-    return fmt::format("tma needs block_v of whole 128-byte rows ({} elements), got {}", 128 / bytes, bv);
+  if (auto problem = check_tma_block_shape(bk, "block_v", bv, bytes))
+    return problem;
   if (stages < 2 || stages > 4)
     return fmt::format("stages (the TMA rings' slots) must be 2, 3 or 4, got {}", stages);
   if (p.D * bytes % 16 != 0 || p.V * bytes % 16 != 0)
