@@ -400,15 +400,17 @@ TEST_CASE("norm timings and config search", "[.][gpu-bench]") {
       for (bool vjp : {false, true}) {
         const DType d = DType::BF16;
         Tensor x = upload(randomHost(d, {rows, n}, 1)), dy = upload(randomHost(d, {rows, n}, 2));
-        Tensor s = upload(randomHost(d, {n}, 3, 0.5, 1.5)), b = upload(randomHost(d, {n}, 4));
+        // f32 parameters, as tokamax-bench and the targets have them.
+        const DType pd = DType::F32;
+        Tensor s = upload(randomHost(pd, {n}, 3, 0.5, 1.5)), b = upload(randomHost(pd, {n}, 4));
         Tensor y = Tensor::empty({rows, n}, d), dx = Tensor::empty({rows, n}, d);
         Tensor m = Tensor::empty({rows}, DType::F32), r = Tensor::empty({rows}, DType::F32);
-        Tensor ds = Tensor::empty({n}, d), db = Tensor::empty({n}, d);
+        Tensor ds = Tensor::empty({n}, pd), db = Tensor::empty({n}, pd);
         if (layer)
           layer_norm(x, &s.view(), &b.view(), y, stream, {}, &m.view(), &r.view());
         else
           rms_norm(x, &s.view(), y, stream, {}, &r.view());
-        ArgSpec xs{{rows, n}, d}, ps{{n}, d}, rs{{rows}, DType::F32};
+        ArgSpec xs{{rows, n}, d}, ps{{n}, pd}, rs{{rows}, DType::F32};
         BoundArgs args = !vjp ? (layer ? bind_layer_norm(xs, ps, ps, xs, std::nullopt, std::nullopt, -1, 1e-5)
                                        : bind_rms_norm(xs, ps, xs, std::nullopt, -1, 1e-5))
                               : (layer ? bind_layer_norm_vjp(xs, xs, ps, rs, rs, xs, ps, ps, -1)
