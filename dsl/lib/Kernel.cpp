@@ -417,6 +417,38 @@ mlir::Value KernelBuilder::mbarrierIndex(const Mbarriers &barriers, const Value 
   return b().create<arith::AddIOp>(loc(), i, first);
 }
 
+namespace {
+
+/// A loop whose `producer` part (its ops, nested ones included) is marked for the
+/// producer warpgroup; the `consumer` part follows it in each step.
+std::vector<Value> splitLoop(Kernel &k, KernelBuilder &kb, const Value &lo, const Value &hi, const Value &step,
+                             std::vector<Value> carried, const Kernel::LoopProducer &producer,
+                             const Kernel::LoopConsumer &consumer, mlir::Operation *&loopOp) {
+  return k.loop(lo, hi, step, std::move(carried), [&](Value i, std::vector<Value> c) {
+    Block *body = kb.b().getInsertionBlock();
+    loopOp = body->getParentOp();
+    Operation *before = kb.b().getInsertionPoint() == body->begin() ? nullptr : &*std::prev(kb.b().getInsertionPoint());
+    std::vector<Value> produced = producer(i);
+    Block::iterator end = kb.b().getInsertionPoint();
+    Operation *stop = end == body->end() ? nullptr : &*end;
+    for (Operation *op = before ? before->getNextNode() : (body->empty() ? nullptr : &body->front()); op && op != stop;
+         op = op->getNextNode())
+      op->walk([&](Operation *inner) {
+        auto copy = dyn_cast<tile::AsyncBlockLoadOp>(inner);
+        if (!(copy && copy.isTma()) &&
+            !isa<tile::MbarrierWaitOp, tile::MbarrierArriveOp, scf::IfOp, scf::ForOp, scf::YieldOp>(inner) &&
+            !isMemoryEffectFree(inner))
+          kb.fail(fmt::format("kernel {}: specialized_loop: the producer may issue TMA copies (load_tma), wait on and "
+                              "arrive at mbarriers and compute, not {}",
+                              k.name(), inner->getName().getStringRef().str()));
+        inner->setAttr("tile.producer", kb.b().getUnitAttr());
+      });
+    return consumer(i, std::move(c), std::move(produced));
+  });
+}
+
+} // namespace
+
 std::vector<Value> Kernel::specialized_loop(const Value &lo, const Value &hi, const Value &step,
                                             std::vector<Value> carried, const LoopProducer &producer,
                                             const LoopConsumer &consumer) {
@@ -432,30 +464,30 @@ std::vector<Value> Kernel::specialized_loop(const Value &lo, const Value &hi, co
     kb.fail(fmt::format("kernel {}: specialized_loop needs whole warpgroups of consumers (num_warps a multiple of "
                         "4), got {}",
                         name(), kb.numWarps()));
-  mlir::Value induction;
-  std::vector<Value> results = loop(lo, hi, step, std::move(carried), [&](Value i, std::vector<Value> c) {
-    induction = KernelBuilder::raw(i);
-    Block *body = kb.b().getInsertionBlock();
-    Operation *before = kb.b().getInsertionPoint() == body->begin() ? nullptr : &*std::prev(kb.b().getInsertionPoint());
-    std::vector<Value> produced = producer(i);
-    // Everything the producer built, nested ops included, is the producer's.
-    Block::iterator end = kb.b().getInsertionPoint();
-    Operation *stop = end == body->end() ? nullptr : &*end;
-    for (Operation *op = before ? before->getNextNode() : (body->empty() ? nullptr : &body->front()); op && op != stop;
-         op = op->getNextNode())
-      op->walk([&](Operation *inner) {
-        auto copy = dyn_cast<tile::AsyncBlockLoadOp>(inner);
-        if (!(copy && copy.isTma()) &&
-            !isa<tile::MbarrierWaitOp, tile::MbarrierArriveOp, scf::IfOp, scf::ForOp, scf::YieldOp>(inner) &&
-            !isMemoryEffectFree(inner))
-          kb.fail(fmt::format("kernel {}: specialized_loop: the producer may issue TMA copies (load_tma), wait on and "
-                              "arrive at mbarriers and compute, not {}",
-                              name(), inner->getName().getStringRef().str()));
-        inner->setAttr("tile.producer", kb.b().getUnitAttr());
-      });
-    return consumer(i, std::move(c), std::move(produced));
-  });
-  induction.getParentBlock()->getParentOp()->setAttr("tile.warp_specialize", kb.b().getUnitAttr());
+  Operation *loopOp = nullptr;
+  std::vector<Value> results = splitLoop(
+      *this, kb, lo, hi, step, std::move(carried), producer,
+      [&](Value i, std::vector<Value> c, std::vector<Value> produced) {
+        Block *outer = std::exchange(kb.specializedConsumer, kb.b().getInsertionBlock());
+        std::vector<Value> next = consumer(i, std::move(c), std::move(produced));
+        kb.specializedConsumer = outer;
+        return next;
+      },
+      loopOp);
+  loopOp->setAttr("tile.warp_specialize", kb.b().getUnitAttr());
+  return results;
+}
+
+std::vector<Value> Kernel::specialized_steps(const Value &lo, const Value &hi, const Value &step,
+                                             std::vector<Value> carried, const LoopProducer &producer,
+                                             const LoopConsumer &consumer) {
+  KernelBuilder &kb = *builder_;
+  if (!kb.specializedConsumer || kb.b().getInsertionBlock() != kb.specializedConsumer)
+    kb.fail(fmt::format("kernel {}: specialized_steps must sit directly in a specialized_loop's consumer", name()));
+  Block *outer = std::exchange(kb.specializedConsumer, nullptr);  // no deeper nesting
+  Operation *loopOp = nullptr;
+  std::vector<Value> results = splitLoop(*this, kb, lo, hi, step, std::move(carried), producer, consumer, loopOp);
+  kb.specializedConsumer = outer;
   return results;
 }
 

@@ -32,6 +32,8 @@ public:
   std::vector<int64_t> grid{1, 1, 1};
   int64_t sharedBuffers = 0;  ///< ids handed out by Kernel::shared_buffer
   std::vector<int64_t> mbarrierArrivals;  ///< per mbarrier (Kernel::mbarriers)
+  /// The body of the specialized_loop whose consumer is being built, else null.
+  mlir::Block *specializedConsumer = nullptr;
   bool wgmmaDots() const { return options.wgmma_dots; }
   /// The i32 index of barrier `index` (0 <= index < count) of `barriers`.
   mlir::Value mbarrierIndex(const Mbarriers &barriers, const Value &index, const char *op);

@@ -209,9 +209,11 @@ TEST_CASE("gated_linear_unit: the tma config runs on TMA rings and a producer wa
     REQUIRE_FALSE(impl.check_config(args, config).has_value());
     std::vector<dsl::Kernel> kernels = impl.kernels(args, config);
     INFO((vjp ? "VJP" : "forward"));
-    // x and the weights as [K, 2N]
-    test::check_hopper_ptx(test::sm90a_ptx(kernels.front()), {.min_copies = 3, .tensor_maps = 2, .threads = 384u},
-                           ptxas);
+    // x and the weights as [K, 2N]. ptxas adds one wait before the main loop (the two
+    // zero accumulators share a register that the first product overwrites): once a
+    // tile, not a step.
+    test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
+                           {.min_copies = 3, .tensor_maps = 2, .threads = 384u, .may_inject = true}, ptxas);
   }
 }
 

@@ -292,6 +292,33 @@ TEST_CASE("specialized_loop: roles marked in the IR, misuse reported with the pr
       return std::vector<Value>{};
     });
   }
+  {
+    // specialized_steps: only directly in a specialized_loop's consumer.
+    Kernel k("ws_steps", options(4));
+    CHECK_THROWS_WITH(k.specialized_steps(0, 4, 1, {}, nothing, same), Contains("directly in a specialized_loop's consumer"));
+    k.specialized_loop(0, 2, 1, {}, nothing, [&](Value, std::vector<Value> c, std::vector<Value>) {
+      k.when(k.program_id(0) > Value(0), [&] {
+        CHECK_THROWS_WITH(k.specialized_steps(0, 4, 1, {}, nothing, same),
+                          Contains("directly in a specialized_loop's consumer"));
+      });
+      // Marks the steps' producer ops; the loop itself and the consumers' ops stay unmarked.
+      auto full = k.mbarriers(1);
+      k.specialized_steps(0, 4, 1, {}, [&](Value) {
+        k.wait(full, 0, 0);
+        return std::vector<Value>{};
+      }, [&](Value, std::vector<Value> d, std::vector<Value>) {
+        k.arrive(full, 0);
+        CHECK_THROWS_WITH(k.specialized_steps(0, 4, 1, {}, nothing, same),
+                          Contains("directly in a specialized_loop's consumer"));
+        return d;
+      });
+      return c;
+    });
+    const std::string ir = k.ir();
+    CHECK(std::regex_search(ir, std::regex("tile.mbarrier_wait [^\\n]*[{]tile.producer[}]")));
+    CHECK(std::regex_search(ir, std::regex("tile.mbarrier_arrive [^{\\n]*\\n")));
+    CHECK(std::regex_search(ir, std::regex("[}] [{]tile.warp_specialize[}]")));
+  }
   Kernel k("ws", options(4));
   auto a = k.input("a", DType::BF16, {256, 64});
   auto o = k.output("o", DType::F32, {64, 64});

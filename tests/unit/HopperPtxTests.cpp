@@ -54,8 +54,11 @@ void checkAssembles(const std::string &ptxas, const std::string &ptx, bool maySp
     CHECK(contains(log, "0 bytes spill stores"));
     CHECK(contains(log, "0 bytes spill loads"));
   }
-  if (!maySerialize)
+  if (!maySerialize) {
     CHECK_FALSE(contains(log, "serialized"));
+    // C7517: a wait ptxas adds where registers of a product in flight meet another path.
+    CHECK_FALSE(contains(log, "warpgroup.wait is injected"));
+  }
 }
 
 } // namespace
@@ -156,11 +159,15 @@ TEST_CASE("hopper matmul PTX on the DSL's Hopper primitives (tma_ring)", "[hoppe
       CHECK(contains(ptx, "mbarrier.try_wait.parity"));
       // One product in flight across steps, the persistent loop's too: a tile's first
       // product restarts the accumulator through wgmma's scale-d (dot_async's `fresh`),
-      // and its store only reads it; checkAssembles finds no serialized wgmma chain.
+      // and its store follows the tile's steps (nested loops); checkAssembles finds no
+      // serialized wgmma chain and no injected wait. The persistent producer keeps 40.
+      const bool persistent = config.warp_specialize && config.programs;
       CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1"));
-      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+24;")) ==
+      CHECK(std::regex_search(ptx, std::regex(persistent ? "setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+40;"
+                                                         : "setmaxnreg\\.dec\\.sync\\.aligned\\.u32\\s+24;")) ==
             config.warp_specialize);
-      CHECK(std::regex_search(ptx, std::regex("setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+240;")) ==
+      CHECK(std::regex_search(ptx, std::regex(persistent ? "setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+232;"
+                                                         : "setmaxnreg\\.inc\\.sync\\.aligned\\.u32\\s+240;")) ==
             config.warp_specialize);
       CHECK(std::regex_search(ptx, std::regex("\\.maxnreg\\s+168")) == config.warp_specialize);
       CHECK(contains(ptx, "mbarrier.arrive.shared::cta.b64") == config.warp_specialize);

@@ -10,6 +10,10 @@
 //   - the consumers' copy drops the producer's mbarrier ops, keeps of each TMA copy only
 //     its slot's address, and lowers everything else; the ops after the loop follow in
 //     the same branch, their barriers among the consumer threads (bar.sync 1, N).
+// The body may hold loops of steps split the same way (Kernel::specialized_steps: an
+// unmarked scf.for holding marked ops): the producer's copy keeps such a loop with its
+// marked ops, the consumers' the rest, so a loop over tiles can run each tile's K steps
+// and then its epilogue on the consumers alone.
 // Each role first sets its register limit (setmaxnreg): ptxas gives each straight-line
 // region one register budget, and the producer needs few.
 //
@@ -41,18 +45,35 @@ constexpr int64_t kDefaultProducerRegisters = 24, kMaxConsumerRegisters = 240;
 /// after the DSL (layouts, canonicalization) create such ops without marks.
 bool isSharedArithmetic(Operation *op) { return op->getNumRegions() == 0 && isMemoryEffectFree(op); }
 
+/// A loop of steps split between the roles inside the specialized loop's body (DSL
+/// Kernel::specialized_steps): an unmarked scf.for holding marked ops.
+bool isSplitSteps(Operation *op) {
+  auto loop = dyn_cast<scf::ForOp>(op);
+  return loop && !op->hasAttr(kProducerAttr) &&
+         llvm::any_of(loop.getBody()->without_terminator(), [](Operation &inner) { return inner.hasAttr(kProducerAttr); });
+}
+
 /// The producer's ops may hold TMA copies, mbarrier ops, branches and loops of them, and
-/// side-effect-free arithmetic, and use only the induction variable, values from before
-/// the loop, each other's results and arithmetic on those.
-LogicalResult checkProducerOps(scf::ForOp loop) {
-  llvm::DenseSet<Value> available{loop.getInductionVar()};
+/// side-effect-free arithmetic, and use only the induction variables (the loop's and a
+/// split loop of steps' in it), values from before the loop, each other's results and
+/// arithmetic on those.
+LogicalResult checkProducerOps(scf::ForOp loop, llvm::DenseSet<Value> &available, Operation *top) {
+  available.insert(loop.getInductionVar());
   auto usable = [&](Value v) {
-    Operation *def = v.getDefiningOp();
-    bool outside = def ? !loop->isProperAncestor(def) : v.getParentBlock() != loop.getBody();
-    return outside || available.contains(v);
+    Operation *owner = v.getDefiningOp() ? v.getDefiningOp() : v.getParentBlock()->getParentOp();
+    return !top->isAncestor(owner) || available.contains(v);
   };
   for (Operation &op : loop.getBody()->without_terminator()) {
     const bool allUsable = llvm::all_of(op.getOperands(), usable);
+    if (isSplitSteps(&op)) {
+      auto steps = cast<scf::ForOp>(op);
+      if (!usable(steps.getLowerBound()) || !usable(steps.getUpperBound()) || !usable(steps.getStep()))
+        return op.emitOpError("is a loop of steps split between warp roles whose bounds the producer cannot compute "
+                              "(they use a value of the consumers)");
+      if (failed(checkProducerOps(steps, available, top)))
+        return failure();
+      continue;
+    }
     if (!op.hasAttr(kProducerAttr)) {
       if (isSharedArithmetic(&op) && allUsable)
         available.insert(op.result_begin(), op.result_end());
@@ -77,6 +98,11 @@ LogicalResult checkProducerOps(scf::ForOp loop) {
   return success();
 }
 
+LogicalResult checkProducerOps(scf::ForOp loop) {
+  llvm::DenseSet<Value> available;
+  return checkProducerOps(loop, available, loop);
+}
+
 constexpr unsigned kFirstTurnBarrier = 2;  // 0: the whole block, 1: the consumers' barrier
 constexpr unsigned kWarpgroupThreads = 128;
 
@@ -92,7 +118,8 @@ Turns turns(TileLowering &t, Operation *op) {
   return {getNumWarps(op) * 32 / kWarpgroupThreads, warpgroup};
 }
 
-/// The producer's copy of the loop: its marked ops only, nothing carried.
+/// The producer's copy of the loop (or of a loop of steps in it): its marked ops only,
+/// nothing carried.
 LogicalResult lowerProducerCopy(TileLowering &t, scf::ForOp loop) {
   OpBuilder &b = t.builder();
   auto lowered = b.create<scf::ForOp>(loop.getLoc(), t.regs(loop.getLowerBound())[0],
@@ -110,6 +137,11 @@ FailureOr<bool> lowerForRole(TileLowering &t, Operation *op) {
   if (t.role() == TileLowering::WarpRole::Producer) {
     if (producerOp)
       return false;
+    if (isSplitSteps(op)) {  // its marked ops, in a loop of their own
+      if (failed(lowerProducerCopy(t, cast<scf::ForOp>(op))))
+        return failure();
+      return true;
+    }
     if (isSharedArithmetic(op) && llvm::all_of(op->getOperands(), [&](Value v) { return t.hasRegs(v); }))
       return false;
     return true;  // the consumers' to run

@@ -328,31 +328,30 @@ std::vector<Value> tma_ring_loop(Kernel &k, const Value &steps, int64_t step, co
 
 std::vector<Value> tma_tile_loop(Kernel &k, const Value &tiles, int64_t steps, int64_t step, const TmaRing &ring,
                                  const Value &zero, std::vector<Value> extras, const TmaTileLoop &body) {
-  std::vector<Value> carried{zero};
-  carried.insert(carried.end(), extras.begin(), extras.end());
   const Value perTile(steps);
-  std::vector<Value> out = k.specialized_loop(
-      0, tiles * perTile, 1, std::move(carried),
-      [&](Value i) {
-        ring.wait_free(k, i);
-        return body.copies(i / perTile, i % perTile * Value(step), ring.slot(i));
-      },
-      [&](Value i, std::vector<Value> c, std::vector<Value> blocks) {
-        ring.wait_full(k, i);
-        Value acc = dot_wait(body.product(blocks, c[0], i % perTile == Value(0)), 1);
-        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's product is done
-        std::vector<Value> rest(c.begin() + 1, c.end());
-        Value last = i % perTile == Value(steps - 1);
-        if (rest.empty())
-          k.when(last, [&] { body.done(i / perTile, dot_wait(acc, 0), {}); });
-        else
-          rest = k.if_else(last, [&] { return body.done(i / perTile, dot_wait(acc, 0), rest); }, [&] { return rest; });
-        std::vector<Value> next{acc};
-        next.insert(next.end(), rest.begin(), rest.end());
-        return next;
+  // Tiles outside, each tile's K steps inside: the producer walks the steps of every
+  // tile in turn (step i = tile x steps + s of the ring), the consumers complete a tile's
+  // products before its epilogue on every path.
+  return k.specialized_loop(
+      0, tiles, 1, std::move(extras), [](Value) { return std::vector<Value>{}; },
+      [&](Value tile, std::vector<Value> carried, std::vector<Value>) {
+        Value first = tile * perTile;
+        std::vector<Value> acc = k.specialized_steps(
+            0, perTile, 1, {zero},
+            [&](Value s) {
+              ring.wait_free(k, first + s);
+              return body.copies(tile, s * Value(step), ring.slot(first + s));
+            },
+            [&](Value s, std::vector<Value> c, std::vector<Value> blocks) {
+              ring.wait_full(k, first + s);
+              Value product = dot_wait(body.product(blocks, c[0], s == Value(0)), 1);
+              k.when(s > Value(0), [&] { ring.release(k, first + s - Value(1)); });  // step s - 1's product is done
+              return std::vector<Value>{product};
+            });
+        Value done = dot_wait(acc[0], 0);
+        ring.release(k, first + perTile - Value(1));
+        return body.done(tile, done, std::move(carried));
       });
-  out.erase(out.begin());
-  return out;
 }
 
 std::string hopper_unsupported(const MatmulSpec &spec) {
@@ -392,14 +391,21 @@ namespace {
 ///   - warp-specialized: a producer warpgroup (Kernel::specialized_loop) walks the K
 ///     steps, refilling a slot once every consumer thread has released it. With a
 ///     persistent grid (`programs` fewer than the tiles: tiles p, p + P, ... in grouped
-///     order) the loop is flat over the program's tiles and their K steps: the consumers
-///     store each tile after its last step and start the next from zero, so the producer
-///     loads the next tile's slices during the epilogue.
+///     order) a loop over the program's tiles holds their K steps (tma_tile_loop): the
+///     consumers store each tile after its last step and start the next from zero, while
+///     the producer loads the next tile's slices.
 Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool tmaStore) {
   const int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k, stages = config.num_stages;
-  Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true});
-  Params p = declare(k, spec, DType::F32);
   const int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn), units = gridM * gridN, steps = cdiv(spec.k, bk);
+  const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
+  const bool persistent = config.warp_specialize && programs < units;
+  // The persistent producer's nested tile / step loops spill at 24 registers (8-40
+  // bytes); at 40 the consumers keep 232, more than a 128 x 256 accumulator needs.
+  Kernel k("matmul_hopper_tma_ring", {.num_warps = config.num_warps,
+                                      .mma_rows_per_warp = true,
+                                      .wgmma_dots = true,
+                                      .producer_registers = persistent ? 40 : 24});
+  Params p = declare(k, spec, DType::F32);
   // a's and b's copies; in order no consumer releases a slot (the block barrier orders refills).
   const TmaRing ring = config.warp_specialize ? TmaRing::make(k, stages, 2, config.num_warps)
                                               : TmaRing{stages, k.mbarriers(stages, 2), {}};
@@ -421,8 +427,7 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     return std::vector<Value>{dot_wait(dot_async(a, b, accs[0]), 1)};
   };
   Value zeros = k.full({bm, bn}, 0.0, DType::F32);
-  const int64_t programs = config.programs == 0 || config.programs >= units ? units : config.programs;
-  if (!config.warp_specialize || programs == units) {
+  if (!persistent) {
     k.grid(units);
     auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
     TmaRingCopies step = [&](const Value &k0, const Value &slot) { return copies(m0, n0, k0, slot); };
@@ -433,11 +438,10 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     epilogue(spec, p, config.warp_specialize ? acc[0] : dot_wait(acc[0], 0), m0, n0, bn, tmaStore);
     return k;
   }
-  // Persistent: one flat loop over the program's tiles and their K steps, each step's
+  // Persistent: a loop over the program's tiles holding their K steps, each step's
   // product left in flight until the next step's is issued. A tile's first product
-  // starts from zero (dot_async's `fresh`: no select on registers in flight) and its
-  // last step stores it in a branch that only reads the accumulator (a branch joining
-  // it would make ptxas serialize the wgmma chain).
+  // starts from zero (dot_async's `fresh`: no select on registers in flight); its store
+  // follows the tile's completed products, while the producer loads the next tile's.
   k.grid(programs);
   Value pid = k.program_id(0);
   Value tiles = (Value(units) - pid + Value(programs - 1)) / Value(programs);

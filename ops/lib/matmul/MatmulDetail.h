@@ -84,12 +84,12 @@ std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, const dsl::Value &steps, i
                                       const RingProducts &products);
 
 /// A warp-specialized loop over `tiles` products of `steps` K steps each (k0 = K step x
-/// `step`), flat: one specialized_loop over tiles x steps through `ring`, each step's
-/// product in flight until the next is issued. `copies(tile, k0, slot)` issues a step's
+/// `step`) through `ring`: tiles outside, each tile's steps inside (Kernel::
+/// specialized_steps), each step's product in flight until the next is issued. The
+/// producer runs ahead across tile boundaries. `copies(tile, k0, slot)` issues a step's
 /// TMA copies; `product(blocks, acc, fresh)` issues its dot_async, starting from zero
 /// where `fresh` holds (a tile's first step); `done(tile, acc, extras)` runs on the
-/// completed accumulator after a tile's last step (in a branch that only reads it, so
-/// ptxas keeps the wgmma chain asynchronous) and returns the carried `extras` (row
+/// completed accumulator after a tile's last step and returns the carried `extras` (row
 /// statistics, or none). Returns the extras.
 struct TmaTileLoop {
   std::function<std::vector<dsl::Value>(const dsl::Value &tile, const dsl::Value &k0, const dsl::Value &slot)> copies;

@@ -20,6 +20,27 @@ func.func @uses_consumer_value(%a: !tile.ptr<bf16>) attributes {tile.kernel, til
 
 // -----
 
+// The producer may not use a value the consumers carry through the steps.
+
+func.func @producer_uses_step_carried(%a: !tile.ptr<bf16>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.wgmma_dots, tile.mbarriers = array<i64: 1>, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  %c64 = arith.constant 64 : i32
+  scf.for %t = %c0 to %c3 step %c1 : i32 {
+    %r = scf.for %s = %c0 to %c3 step %c1 iter_args(%n = %c0) -> (i32) : i32 {
+      // expected-error @+1 {{runs on the producer warpgroup but uses a value of the consumers}}
+      %k0 = arith.muli %n, %c64 {tile.producer} : i32
+      %t0 = tile.async_block_load %a[%c0, %k0] slot %c0 barrier %c0 {tile.producer, dims = array<i64: 64, 1000>, strides = array<i64: 1000, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 1 : i64} : <bf16> -> tensor<64x64xbf16>
+      %m = arith.addi %n, %c1 : i32
+      scf.yield %m : i32
+    }
+  } {tile.warp_specialize}
+  return
+}
+
+// -----
+
 func.func @producer_store(%a: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
   %c0 = arith.constant 0 : i32
   %c1 = arith.constant 1 : i32

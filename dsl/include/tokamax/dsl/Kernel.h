@@ -310,6 +310,14 @@ public:
   /// level, once per kernel, num_warps a multiple of 4.
   std::vector<Value> specialized_loop(const Value &lo, const Value &hi, const Value &step, std::vector<Value> carried,
                                       const LoopProducer &producer, const LoopConsumer &consumer);
+  /// Directly in a specialized_loop's consumer: a loop of steps split between the roles
+  /// as specialized_loop's own steps are (`producer` on the producer warpgroup, the rest
+  /// on the consumers). The code around it in that consumer runs on the consumers only,
+  /// so a loop over tiles can hold the K steps of each tile and an epilogue after them
+  /// (nested loops: the wgmma chain of a tile completes before its epilogue on every
+  /// path, which ptxas needs to keep the products asynchronous).
+  std::vector<Value> specialized_steps(const Value &lo, const Value &hi, const Value &step, std::vector<Value> carried,
+                                       const LoopProducer &producer, const LoopConsumer &consumer);
   /// A shared-memory buffer of `slots` slots for TensorArg::load_async.
   SharedBuffer shared_buffer(int64_t slots);
   /// Waits until at most `pending` of this thread's latest load_async copies are in
