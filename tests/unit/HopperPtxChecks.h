@@ -16,6 +16,7 @@
 #include <tokamax/jit/DslKernel.h>
 
 #include <optional>
+#include <regex>
 
 namespace test {
 
@@ -37,6 +38,12 @@ inline void check_hopper_ptx(const tokamax::CompiledKernel &compiled, const Hopp
   CHECK(count(ptx, "mma.sync") == 0);
   CHECK(count(ptx, "wgmma.mma_async.sync.aligned.m64n") > 0);
   CHECK(compiled.launch.tensor_maps.size() == want.tensor_maps);
+  // After the roles split (where the warp index is broadcast from lane 0) no barrier of
+  // the whole block: the producer would wait there for consumers that never come.
+  const size_t split = ptx.find("shfl.sync.idx");
+  CHECK(split != std::string::npos);
+  CHECK_FALSE(std::regex_search(ptx.substr(split == std::string::npos ? ptx.size() : split),
+                                std::regex("bar\\.sync\\s+0;")));
   if (want.threads)
     CHECK(compiled.launch.block_threads == *want.threads);
   if (ptxas.empty())

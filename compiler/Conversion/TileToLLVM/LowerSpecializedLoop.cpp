@@ -40,10 +40,15 @@ namespace {
 // accumulators and products need (at 232 the causal dk/dv kernel spilled).
 constexpr int64_t kDefaultProducerRegisters = 24, kMaxConsumerRegisters = 240;
 
-/// Arithmetic either role may need: lowered in the producer's copy too wherever its
-/// operands are there (what the consumers alone need is dead code in it). The passes
-/// after the DSL (layouts, canonicalization) create such ops without marks.
-bool isSharedArithmetic(Operation *op) { return op->getNumRegions() == 0 && isMemoryEffectFree(op); }
+/// Scalar arithmetic either role may need: lowered in the producer's copy too wherever
+/// its operands are there (what the consumers alone need is dead code in it). The passes
+/// after the DSL (layouts, canonicalization) create such ops without marks. Tile-valued
+/// ops stay the consumers': a layout conversion among them would put a barrier of the
+/// whole block in the producer's copy, which the consumers never reach.
+bool isSharedArithmetic(Operation *op) {
+  return op->getNumRegions() == 0 && isMemoryEffectFree(op) &&
+         llvm::none_of(op->getResultTypes(), [](Type type) { return isa<ShapedType>(type); });
+}
 
 /// A loop of steps split between the roles inside the specialized loop's body (DSL
 /// Kernel::specialized_steps): an unmarked scf.for holding marked ops.
