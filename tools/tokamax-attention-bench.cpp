@@ -131,10 +131,10 @@ int64_t peakExtraBytes(const FreeMemory &freeMemory, Device &device, Stream &fre
   fresh.synchronize();
   const size_t before = freeMemory();
   std::atomic<size_t> lowest{before};
-  std::atomic<bool> done{false};
-  std::thread sampler([&] {
+  // A jthread: when `work` throws (a config the op refuses), unwinding stops and joins it.
+  std::jthread sampler([&](std::stop_token stop) {
     device.make_current();
-    while (!done.load()) {
+    while (!stop.stop_requested()) {
       const size_t now = freeMemory();
       if (now && now < lowest.load())
         lowest.store(now);
@@ -143,7 +143,7 @@ int64_t peakExtraBytes(const FreeMemory &freeMemory, Device &device, Stream &fre
   });
   work();
   fresh.synchronize();
-  done.store(true);
+  sampler.request_stop();
   sampler.join();
   const size_t after = std::min(lowest.load(), freeMemory());
   return before > after ? int64_t(before - after) : 0;
