@@ -9,7 +9,8 @@ each backend, forward and VJP, in GB/s by the bench's byte counts: the forward m
 and y out (2 bytes an element each way), the VJP dy and x in and dx out (the parameter
 rows and the statistics are not counted, as in tokamax-bench).
 
-    torch:  F.layer_norm / F.rms_norm; the VJP times y.backward(dy) into x, scale, offset
+    torch:  F.layer_norm / F.rms_norm with bf16 parameters (its fused kernels need the
+            input's dtype); the VJP times the gradients of x, scale, offset from dy
     xla:    the norm written in jnp under jax.jit (XLA fuses it); the VJP is the jitted
             jax.vjp of (x, scale, offset) -> y applied to dy (XLA recomputes the
             statistics inside its fused backward)
@@ -44,8 +45,10 @@ def torch_rows(iters):
         gen = torch.Generator(device="cuda").manual_seed(1)
         x = torch.randn((rows_, cols), generator=gen, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn((rows_, cols), generator=gen, device="cuda", dtype=torch.bfloat16)
-        scale = torch.randn((cols,), generator=gen, device="cuda", dtype=torch.float32)
-        offset = torch.randn((cols,), generator=gen, device="cuda", dtype=torch.float32)
+        # bf16 parameters: torch's fused kernels take the input's dtype (f32 ones fail in
+        # layer_norm and send rms_norm to its unfused path).
+        scale = torch.randn((cols,), generator=gen, device="cuda", dtype=torch.bfloat16)
+        offset = torch.randn((cols,), generator=gen, device="cuda", dtype=torch.bfloat16)
         n = x.numel() * 2
         for op in ("layer_norm", "rms_norm"):
             def forward(xx, s, b):

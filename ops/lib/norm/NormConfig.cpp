@@ -126,15 +126,20 @@ Config heuristic(const NormProblem &p, ImplKind impl) {
   if (impl == ImplKind::Tile) {
     if (p.n <= fusedLimit(p)) {
       int64_t cols = next_pow2(p.n);
-      // From the H200 config search (bf16, kernel time; tests/gpu/NormGpuTests.cpp "norm
-      // timings and config search"). Forward rows of 8192+ columns: layer_norm walks
-      // quarter-row blocks on 8 warps (16384x8192: 3921 GB/s against 2816 for the whole
-      // row on 16; 4096x16384: 3597), rms_norm holds 16384 elements on 8 warps (16384x8192
-      // two rows: 4041 against 3279; 4096x16384 one row: 3767 against 3577 on 16).
-      if (!p.vjp && cols >= 8192) {
+      // From the H200 config search (bf16 x, f32 parameters, kernel time;
+      // tests/gpu/NormGpuTests.cpp "norm timings and config search"). Forward rows of
+      // 4096+ columns: one row a program, 32 elements a thread; layer_norm on persistent
+      // programs that load the parameters once (16384x4096: 3316 GB/s against 2741 on
+      // 4 warps without; 16384x8192: 3331 against 2606 for quarter-row blocks;
+      // 4096x16384: 2692 against 2354), rms_norm without (16384x4096: 3820 against 3639
+      // on 8 warps), its 16384-column rows in two 8192-column blocks (3366 against 2509).
+      if (!p.vjp && cols >= 4096) {
+        const int warps = static_cast<int>(std::min<int64_t>(cols / 1024, 32));
         if (p.kind == NormKind::Layer)
-          return Config{{"block_rows", 1}, {"block_cols", cols / 4}, {"num_warps", 8}};
-        return Config{{"block_rows", std::clamp<int64_t>(16384 / cols, 1, next_pow2(p.rows()))}, {"num_warps", 8}};
+          return Config{{"block_rows", 1}, {"num_warps", warps}, {"programs", forwardPrograms(p, 1, warps)}};
+        if (cols >= 16384)
+          return Config{{"block_rows", 1}, {"block_cols", 8192}, {"num_warps", 8}};
+        return Config{{"block_rows", 1}, {"num_warps", warps}};
       }
       // Otherwise about 2048+ elements per program, or a forward row of 1024+ columns per
       // program (32768x1024 layer_norm: 3588 GB/s against 3284 for two rows). Elements per
@@ -152,12 +157,16 @@ Config heuristic(const NormProblem &p, ImplKind impl) {
       if (p.vjp)
         c.set("programs", vjpPrograms(p, rows, cols, warps));
     } else {
-      // Rows past the fused limit walk 4096-column blocks; the forward on 16 warps (4096 x
-      // 32768 layer_norm: 3525 GB/s against 2789 on 8).
-      const int warps = p.vjp ? 8 : 16;
-      c = Config{{"block_rows", 1}, {"block_cols", 4096}, {"num_warps", warps}};
-      if (p.vjp)
-        c.set("programs", vjpPrograms(p, 1, 4096, warps));
+      // Rows past the fused limit walk column blocks: the forward 4096 on 16 warps (4096 x
+      // 32768 layer_norm: 3525 GB/s against 2789 on 8), the VJP 2048 on 4 (4096x16384
+      // with f32 parameters: layer_norm 2174 against 1978 for 4096 on 8, rms_norm 2228
+      // against 1980).
+      if (p.vjp) {
+        c = Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 4}};
+        c.set("programs", vjpPrograms(p, 1, 2048, 4));
+      } else {
+        c = Config{{"block_rows", 1}, {"block_cols", 4096}, {"num_warps", 16}};
+      }
     }
     return c;
   }
