@@ -105,10 +105,40 @@ void load(const ExportedFunction::State &s, Device &device, ExportedFunction::St
   const uint64_t scratchOffset = total;
   total += aligned(plan.scratch_bytes);
   DeviceBuffer buffers(total, device);
-  on.intermediates.assign(plan.values.size(), 0);
+  std::vector<uint64_t> intermediates(plan.values.size(), 0);
   for (size_t v = 0; v < plan.values.size(); ++v)
     if (used[v])
-      on.intermediates[v] = buffers.ptr() + offsets[v];
+      intermediates[v] = buffers.ptr() + offsets[v];
+  // Each kernel step's words, checked once by pack() with every tensor at the (aligned)
+  // start of the buffer: runs replace the tensor words only. An offset that would
+  // misalign a tensor is refused here, as launch() would refuse it.
+  std::vector<std::array<uint64_t, LoadedKernel::kMaxParams>> words(plan.steps.size());
+  std::vector<TensorView> views;
+  std::vector<KernelArg> args;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const Step &step = plan.steps[i];
+    if (step.kernel < 0)
+      continue;
+    const LaunchInfo &info = plan.kernels[step.kernel].launch;
+    views.clear();
+    views.reserve(step.args.size());  // the KernelArgs point into it: no reallocation below
+    args.clear();
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      const StepArg &arg = step.args[a];
+      if (arg.is_scalar) {
+        args.emplace_back(arg.scalar);
+        continue;
+      }
+      if (arg.buffer.offset % 16 != 0)
+        throw Error(fmt::format("export: step {} passes {} at offset {}, not 16-byte aligned", i,
+                                info.params[a].name, arg.buffer.offset));
+      views.emplace_back(buffers.ptr(), info.params[a].dtype, info.params[a].shape, device.ordinal());
+      args.emplace_back(views.back());
+    }
+    kernels[step.kernel]->pack(args, words[i].data());
+  }
+  on.intermediates = std::move(intermediates);
+  on.words = std::move(words);
   on.scratch = buffers.ptr() + scratchOffset;
   on.buffers = std::move(buffers);
   on.kernels = std::move(kernels);
@@ -155,19 +185,17 @@ void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const T
         memset_d8(address(step.buffer), 0, step.zero_bytes, stream.handle());
       continue;
     }
-    const LaunchInfo &info = plan.kernels[step.kernel].launch;
-    on.views.clear();
-    on.views.reserve(step.args.size());  // the KernelArgs point into it: no reallocation below
-    on.args.clear();
+    std::array<uint64_t, LoadedKernel::kMaxParams> words = on.words[&step - plan.steps.data()];
     for (size_t a = 0; a < step.args.size(); ++a) {
-      if (step.args[a].is_scalar) {
-        on.args.emplace_back(step.args[a].scalar);
+      if (step.args[a].is_scalar)
         continue;
-      }
-      on.views.emplace_back(address(step.args[a].buffer), info.params[a].dtype, info.params[a].shape, device.ordinal());
-      on.args.emplace_back(on.views.back());
+      words[a] = address(step.args[a].buffer);
+      if (words[a] % 16 != 0)  // the caller's tensor (intermediates and offsets are aligned)
+        throw Error(fmt::format("export run: {}'s argument '{}' must be 16-byte aligned (address {:#x})",
+                                plan.kernels[step.kernel].launch.kernel_name,
+                                plan.kernels[step.kernel].launch.params[a].name, words[a]));
     }
-    on.kernels[step.kernel]->launch(on.args, stream.handle());
+    on.kernels[step.kernel]->launch_packed(words.data(), stream.handle());
   }
 }
 

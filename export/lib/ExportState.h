@@ -8,6 +8,7 @@
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Tensor.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,8 +34,10 @@ struct ExportedFunction::State {
     std::vector<uint64_t> intermediates;  ///< per value: its address in `buffers` (0: the caller's)
     uint64_t scratch = 0;
     std::vector<uint64_t> bound;  ///< per value: the address this run uses
-    std::vector<TensorView> views;
-    std::vector<KernelArg> args;
+    /// Per step, its launch words as LoadedKernel::pack() wrote them (scalars final,
+    /// tensors at placeholder addresses that each run replaces): a run launches them
+    /// with launch_packed, checking only the addresses' alignment.
+    std::vector<std::array<uint64_t, LoadedKernel::kMaxParams>> words;
   };
   std::mutex mutex;
   std::map<int, OnDevice> devices;
