@@ -154,6 +154,14 @@ TEST_CASE("random_host_values is deterministic per seed", "[benchmark]") {
   // A shorter tensor gets a prefix of a longer one's values.
   const std::vector<double> prefix = random_host_values({{2}, DType::F64}, 0);
   CHECK(std::equal(prefix.begin(), prefix.end(), f64.begin()));
+  // Large tensors are generated in chunks on several threads: the same values, and the
+  // prefix property, across chunk boundaries.
+  const std::vector<double> longer = random_host_values({{300001}, DType::BF16}, 5);
+  const std::vector<double> shorter = random_host_values({{200003}, DType::BF16}, 5);
+  CHECK(longer == random_host_values({{300001}, DType::BF16}, 5));
+  CHECK(std::equal(shorter.begin(), shorter.end(), longer.begin()));
+  CHECK(std::set<double>(longer.begin() + 65536, longer.begin() + 131072).size() > 100);  // chunks differ
+  CHECK(!std::equal(longer.begin(), longer.begin() + 1000, longer.begin() + 65536));
 }
 
 TEST_CASE("TensorSpec counts elements and rejects negative dims", "[benchmark]") {
