@@ -16,6 +16,9 @@
 #include <tokamax/ops/Matmul.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <utility>
 
 #include "PtxasUtil.h"
 
@@ -36,6 +39,34 @@ std::string sassOf(const std::string &cuobjdump, const dsl::Kernel &kernel, std:
   INFO(sass.substr(0, 2000));
   REQUIRE(status == 0);
   return sass;
+}
+
+/// The lines of `sass` that order wgmma: its products, fences, waits, branches and
+/// barrier waits, with their offsets (where an unexpected wait sits in the loop).
+std::string wgmmaOrder(const std::string &sass) {
+  std::string out;
+  size_t start = 0, exps = 0;  // a run of exponentials (the softmax) shows as one line
+  while (start < sass.size()) {
+    size_t end = sass.find('\n', start);
+    if (end == std::string::npos)
+      end = sass.size();
+    const std::string line = sass.substr(start, end - start);
+    start = end + 1;
+    if (line.find("/*0") == std::string::npos)
+      continue;
+    if (line.find("MUFU.EX2") != std::string::npos) {
+      ++exps;
+      continue;
+    }
+    for (const char *what : {"HGMMA", "WARPGROUP", "BRA", "SYNCS.PHASECHK", "BAR."})
+      if (line.find(what) != std::string::npos) {
+        if (exps)
+          out += fmt::format("        ... {} x MUFU.EX2\n", std::exchange(exps, 0));
+        out += line.substr(0, std::min<size_t>(line.size(), 110)) + "\n";
+        break;
+      }
+  }
+  return out;
 }
 
 } // namespace
@@ -131,6 +162,8 @@ TEST_CASE("warpgroup waits in SASS: ptxas injects none beyond the PTX's own", "[
                        << " WARPGROUP.DEPBAR in SASS");
     INFO(kernel.name());
     CHECK(sassWaits > 0);
+    if (sassWaits > ptxWaits)  // where they sit, for the log
+      WARN(kernel.name() << " in SASS (products, waits, branches):\n" << wgmmaOrder(sass));
     CHECK(sassWaits <= ptxWaits);
   }
 }
