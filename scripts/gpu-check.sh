@@ -15,12 +15,14 @@
 #               timings beside their peers
 #   sweep       the SASS tests, hopper attention VJP configs at S1 and S2 (no peers), then
 #               the tma part
-#   configs     opt-in configs not yet timed: the attention forward's ping-pong, the
-#               persistent ring matmul, cross-entropy on TMA rings
+#   configs     opt-in configs: the attention forward's ping-pong (the heuristic's) numerics
+#               and its overlap variant's timings, the persistent ring matmul,
+#               cross-entropy on TMA rings
 #   tma         the numerics of the tma configs: matmul, ragged_dot, gated_linear_unit,
 #               cross-entropy
 #   tuned       the hopper attention rows autotuned first (--autotune), beside the peers
-#   bench       tokamax-bench (norms, dispatch, graphs), export and matmul benchmarks
+#   bench       tokamax-bench (norms, dispatch, graphs) with the norms' torch / XLA peers,
+#               export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
 set -uo pipefail
@@ -86,15 +88,14 @@ if wants sweep; then
   done
 fi
 if wants configs; then
-  # Opt-in configs not yet timed: the attention forward's consumer warpgroups taking
-  # turns (ping-pong), without and with overlap; the persistent warp-specialized ring
+  # Opt-in configs: the attention forward's ping-pong numerics (the heuristic's since
+  # the H200 timed it) and its overlap variant; the persistent warp-specialized ring
   # matmul; cross-entropy on TMA rings.
   t=(timeout -k 10)
   TAIL=12 run gpu-pingpong "${t[@]}" 90 "$bin/tokamax-gpu-tests" "[pingpong]" --durations yes
-  [ $last_rc -eq 124 ] || [ $last_rc -eq 137 ] || for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1}' \
-             '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'; do
+  [ $last_rc -eq 124 ] || [ $last_rc -eq 137 ] || for fwd in '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'; do
     TAIL=14 run "configs-fwd-$(echo "$fwd" | tr -dc '0-9')" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper \
-      --config "$fwd"
+      --config "$fwd" --vjp-config '{"block_q":64,"block_kv":64,"num_warps":8,"stages":2}'
   done
   TAIL=14 run configs-matmul-ring "${t[@]}" 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
   xent_tma='{"block_b":128,"block_v":128,"block_k":64,"num_warps":8,"tma":1,"stages":3,"split_v":5,"block_d":64}'
@@ -130,6 +131,9 @@ if wants new; then
 fi
 if wants bench; then
   TAIL=40 run bench "$bin/tokamax-bench" --json "$out/bench.json"
+  if has_torch; then
+    (cd "$here/../bench/peers" && TAIL=34 run norm-peers python3 norms.py --json "$out/norm-peers.json")
+  fi
   # Load + first run in fresh processes and the per-call overhead against the Function.
   TAIL=20 run export-bench "$bin/tokamax-export-bench" --json "$out/export.json"
   TAIL=24 run matmul-bench "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder,tile --json "$out/matmul.json"
