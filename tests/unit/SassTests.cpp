@@ -151,9 +151,12 @@ TEST_CASE("warpgroup waits in SASS: ptxas injects none beyond the PTX's own", "[
       kernels.push_back(std::move(k));
   const ArgSpec q{{4, 2048, 8, 128}, DType::BF16};
   BoundArgs forward = bind_attention({q, q, q, {}, {}, {}, {}, q, attention_lse_spec(q)});
-  for (dsl::Kernel &k : attention_op().implementation("hopper").kernels(
-           forward, Config{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"overlap", 1}}))
-    kernels.push_back(std::move(k));
+  // The heuristic's forward (ping-pong) and the overlapped one.
+  const Implementation &hopper = attention_op().implementation("hopper");
+  for (const Config &config : {hopper.heuristic(forward), Config{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8},
+                                                                  {"stages", 2}, {"overlap", 1}}})
+    for (dsl::Kernel &k : hopper.kernels(forward, config))
+      kernels.push_back(std::move(k));
   for (const dsl::Kernel &kernel : kernels) {
     std::string ptx;
     const std::string sass = sassOf(cuobjdump, kernel, &ptx);
