@@ -118,11 +118,12 @@ TEST_CASE("attention SASS: the hopper forward, dk/dv and dq on HGMMA fed by TMA 
 }
 
 TEST_CASE("warpgroup waits in SASS: ptxas injects none beyond the PTX's own", "[sass]") {
-  // ptxas reports "warpgroup.wait is injected" (C7517) for the GLU tma kernel, the
-  // persistent ring matmul and the cross-entropy tma rows kernel, which keep a product
-  // in flight across steps: an injected wait inside the loop would complete every
-  // product at once. The PTX's waits (wgmma.wait_group) against the machine code's
-  // (WARPGROUP.DEPBAR) tell whether one landed there.
+  // Kernels that keep products in flight across steps: a wait ptxas adds inside the loop
+  // (C7517, or one it does not report) would complete every product at once. The PTX's
+  // waits (wgmma.wait_group) against the machine code's (WARPGROUP.DEPBAR) tell whether
+  // one landed there. On the H200 the persistent ring matmul and the cross-entropy tma
+  // rows kernel (tiles holding their steps) matched; the GLU tma kernel and the
+  // attention forward held more.
   const std::string cuobjdump = test::cuobjdump_path();
   if (cuobjdump.empty()) {
     WARN("cuobjdump not found (set TOKAMAX_CUOBJDUMP): the SASS is not checked");
@@ -152,21 +153,26 @@ TEST_CASE("warpgroup waits in SASS: ptxas injects none beyond the PTX's own", "[
   const ArgSpec q{{4, 2048, 8, 128}, DType::BF16};
   BoundArgs forward = bind_attention({q, q, q, {}, {}, {}, {}, q, attention_lse_spec(q)});
   // The heuristic's forward (ping-pong) and the overlapped one.
+  // (The two forwards share a kernel name: each is labelled with its config.)
+  std::vector<std::string> labels(kernels.size());
   const Implementation &hopper = attention_op().implementation("hopper");
   for (const Config &config : {hopper.heuristic(forward), Config{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8},
                                                                   {"stages", 2}, {"overlap", 1}}})
-    for (dsl::Kernel &k : hopper.kernels(forward, config))
+    for (dsl::Kernel &k : hopper.kernels(forward, config)) {
+      labels.push_back(config.to_json());
       kernels.push_back(std::move(k));
-  for (const dsl::Kernel &kernel : kernels) {
+    }
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const dsl::Kernel &kernel = kernels[i];
+    const std::string name = labels[i].empty() ? kernel.name() : kernel.name() + " " + labels[i];
     std::string ptx;
     const std::string sass = sassOf(cuobjdump, kernel, &ptx);
     const size_t ptxWaits = test::count(ptx, "wgmma.wait_group"), sassWaits = test::count(sass, "WARPGROUP.DEPBAR");
-    WARN(kernel.name() << ": " << ptxWaits << " wgmma.wait_group in PTX, " << sassWaits
-                       << " WARPGROUP.DEPBAR in SASS");
-    INFO(kernel.name());
+    WARN(name << ": " << ptxWaits << " wgmma.wait_group in PTX, " << sassWaits << " WARPGROUP.DEPBAR in SASS");
+    INFO(name);
     CHECK(sassWaits > 0);
     if (sassWaits > ptxWaits)  // where they sit, for the log
-      WARN(kernel.name() << " in SASS (products, waits, branches):\n" << wgmmaOrder(sass));
+      WARN(name << " in SASS (products, waits, branches):\n" << wgmmaOrder(sass));
     CHECK(sassWaits <= ptxWaits);
   }
 }
