@@ -117,3 +117,26 @@ TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matche
                      onDevice(true)));
     }
 }
+
+TEST_CASE("cross_entropy on the device: hopper (TMA rings, dx and dw on the hopper matmul) matches float64",
+          "[gpu][cross_entropy][tma_ring]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  // Its heuristic: V in splits (forward) and one chunk or several (VJP: dx accumulated
+  // over the chunks on the matmul, dw through the panel); then a config of 64-row tiles
+  // and 256-column chunks, so the last chunk is partial.
+  uint64_t seed = 1200;
+  struct Shape {
+    int64_t b, d, v;
+  };
+  for (Shape s : {Shape{300, 264, 1032}, Shape{17, 4096, 5000}, Shape{16, 4096, 131072}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      INFO(s.b << "x" << s.d << "x" << s.v << " " << dtype_name(dtype));
+      Case c{s.b, s.d, s.v, dtype, LossReduction::Mean, Labels::SomeIgnored, "hopper", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+  Config small{{"block_b", 64}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 4}, {"stages", 4}, {"chunk_v", 256}};
+  check(checkVjp(Case{300, 264, 1032, DType::BF16, LossReduction::Sum, Labels::SomeIgnored, "hopper", small}, seed++,
+                 onDevice(true)));
+}

@@ -224,6 +224,45 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
     WARN("ptxas not found: the kernels were lowered but not assembled");
 }
 
+TEST_CASE("cross_entropy: hopper's kernels assemble for sm_90a without spills; its VJP runs dx and dw on the "
+          "hopper matmul",
+          "[cross_entropy][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const BoundArgs fwd = forwardArgs(DType::BF16, 8192, 4096, 131072);
+  for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
+    const Implementation &hopper = find_op(args.op)->implementation("hopper");
+    CHECK(hopper.supported_on("sm_90a"));
+    CHECK_FALSE(hopper.supported_on("sm_80"));
+    std::vector<std::string> names;
+    for (const dsl::Kernel &kernel : hopper.kernels(args, hopper.heuristic(args))) {
+      names.push_back(kernel.name());
+      CompileOptions options;
+      options.assemble = false;
+      options.arch = "sm_90a";
+      const std::string ptx = compile(kernel, options).ptx;
+      INFO(args.op << " " << kernel.name());
+      CHECK_FALSE(test::contains(ptx, "mma.sync"));
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(test::contains(log, " 0 bytes spill stores"));
+    }
+    const std::vector<std::string> expected =
+        args.op == fwd.op ? std::vector<std::string>{"xent_rows", "xent_combine", "xent_reduce"}
+                          : std::vector<std::string>{"xent_row_scale", "xent_dlogits", "xent_w_panel",
+                                                     "matmul_hopper", "matmul_hopper", "xent_dw_panel",
+                                                     "matmul_hopper", "xent_dx_round"};  // dx's first chunk, then dw, then dx's accumulating chunks
+    CHECK(names == expected);
+  }
+  CHECK_THAT(*find_op(fwd.op)->implementation("hopper").why_not(forwardArgs(DType::BF16, 64, 40, 100)),
+             Contains("multiples of 8"));
+  CHECK_THAT(*find_op(fwd.op)->implementation("hopper").why_not(forwardArgs(DType::F32)), Contains("bf16 and f16"));
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}
+
 TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for sm_90a on TMA and wgmma",
           "[cross_entropy][hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();

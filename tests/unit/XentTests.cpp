@@ -118,5 +118,33 @@ TEST_CASE("cross_entropy: the tma config (TMA rings, a producer warpgroup, wgmma
         INFO(s.b << "x" << s.d << "x" << s.v << " " << c.to_json());
         Case tile{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "tile", c};
         check(vjp ? checkVjp(tile, seed++) : checkForward(tile, seed++));
+        // hopper: the same kernels (TMA always on), its VJP's dx and dw on the hopper
+        // matmul (dx accumulated over the chunks in f32, dw through a [D, chunk] panel).
+        Config h{{"block_b", 16 * warps}, {"block_v", c.get("block_v")}, {"block_k", c.get("block_k")},
+                 {"num_warps", warps}, {"stages", c.get("stages")}};
+        if (vjp)
+          h.set("chunk_v", c.get("chunk_v"));
+        else
+          h.set("split_v", 2);
+        INFO("hopper " << h.to_json());
+        Case hopper{s.b, s.d, s.v, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "hopper", h};
+        check(vjp ? checkVjp(hopper, seed++) : checkForward(hopper, seed++));
       }
+}
+
+TEST_CASE("cross_entropy: hopper at its heuristic, f16, every reduction, matches float64", "[cross_entropy][hopper]") {
+  // One chunk of V and several (the VJP's chunk at the heuristic covers V here; 64
+  // columns make three chunks, the last partial).
+  uint64_t seed = 760;
+  for (LossReduction reduction : kReductions)
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (bool vjp : {false, true}) {
+        Case heuristic{33, 48, 136, dtype, reduction, Labels::SomeIgnored, "hopper", std::nullopt};
+        INFO(dtype_name(dtype) << " reduction " << int(reduction) << (vjp ? " vjp" : ""));
+        check(vjp ? checkVjp(heuristic, seed++) : checkForward(heuristic, seed++));
+      }
+  Case chunked{40, 32, 136, DType::BF16, LossReduction::Sum, Labels::SomeIgnored, "hopper",
+               Config{{"block_b", 64}, {"block_v", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
+                      {"chunk_v", 64}}};
+  check(checkVjp(chunked, seed++));
 }

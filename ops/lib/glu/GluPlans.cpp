@@ -54,14 +54,8 @@ GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
 /// c = op(a) @ op(b) on the implementation's matmul kernel (alpha 1, no bias).
 void launchMatmul(ops_detail::KernelExecutor &ex, Impl impl, const MatmulSpec &spec, TensorView a, TensorView b,
                   TensorView c) {
-  const bool reference = impl == Impl::Reference;
-  MatmulConfig mc = reference ? MatmulConfig{} : default_config(spec);
-  KernelKey key = ops_detail::specializationKey(
-      reference ? "glu_matmul_reference" : "glu_matmul_tile",
-      {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b, mc.block_m,
-       mc.block_n, mc.block_k, mc.group_m, mc.num_warps, mc.num_stages});
-  ex.launch(key, [=] { return reference ? matmul_reference_kernel(spec) : matmul_kernel(spec, mc); },
-            {std::move(a), std::move(b), std::move(c), Arg::value(1.0)});
+  launch_matmul_step(ex, "glu", impl == Impl::Reference ? MatmulKernelKind::Reference : MatmulKernelKind::Tile, spec,
+                     std::move(a), std::move(b), std::move(c));
 }
 
 /// Estimated 32-bit registers per thread of the two accumulators (and, without the

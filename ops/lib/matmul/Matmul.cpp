@@ -76,11 +76,14 @@ Value blockB(const MatmulSpec &spec, const Params &p, Value k0, Value n0, int64_
   return spec.trans_b ? p.b.load({n0, k0}, {bn, bk}).trans() : p.b.load({k0, n0}, {bk, bn});
 }
 
-/// alpha * acc (+ bias), stored to c at (m0, n0), through TMA when `tma`.
+/// alpha * acc (+ bias) (+ c with spec.accumulate), stored to c at (m0, n0), through TMA
+/// when `tma`.
 void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Value n0, int64_t bn, bool tma = false) {
   Value out = acc * cast(p.alpha, acc.dtype());
   if (spec.has_bias)
     out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
+  if (spec.accumulate)
+    out = out + cast(p.c.load({m0, n0}, {acc.shape()[0], bn}), acc.dtype());
   if (tma)
     p.c.tma_store({m0, n0}, cast(out, spec.out_dtype));
   else
@@ -372,6 +375,10 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   MatmulConfig config;
   config.block_m = 128;
   config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, ops_detail::next_power_of_two(spec.n));
+  if (spec.accumulate) {  // the epilogue holds c's tile beside the accumulator
+    config.block_n = std::min<int64_t>(config.block_n, 128);
+    config.rebalance_registers = true;  // 168 registers a thread spilled; the consumers get 232
+  }
   config.block_k = 128 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));  // 128-byte rows
   config.num_warps = 8;
   // 128 x 256 x 64 bf16 (or x 128 fp8) stages are 48 KiB: four fit in the 227 KiB a program may use.

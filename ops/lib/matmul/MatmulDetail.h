@@ -1,6 +1,8 @@
 //===- MatmulDetail.h - Shared between the matmul kernels and its op -*- C++ -*-===//
 #pragma once
 
+#include "ops/lib/KernelExecutor.h"
+
 #include <tokamax/ops/Matmul.h>
 
 #include <functional>
@@ -10,6 +12,18 @@
 #include <vector>
 
 namespace tokamax {
+
+/// The matmul kernel another op's plan runs for one of its products.
+enum class MatmulKernelKind : uint8_t {
+  Reference,  ///< exact multiply-adds (matmul_reference_kernel)
+  Tile,       ///< mma.sync at default_config
+  Hopper,     ///< TMA + wgmma (sm_90a) at default_hopper_config, persistent over the SMs
+};
+/// c (+)= op(a) @ op(b) (alpha 1, no bias; spec.accumulate adds to c) on the `kind`
+/// kernel, keyed as "<op>_matmul_<kind>": the dx / dw products of the gated linear unit's
+/// and the cross-entropy's VJPs.
+void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKernelKind kind, const MatmulSpec &spec,
+                        TensorView a, TensorView b, TensorView c);
 
 /// Throws Error (bad spec) or NotSupported (f64 off the reference kernel) naming the
 /// problem; `reference`: the spec is for matmul_reference_kernel.

@@ -179,6 +179,8 @@ public:
 
   std::string name() const override { return xent_detail::impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
     return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
@@ -221,6 +223,7 @@ public:
   explicit XentOp(bool vjp)
       : Op(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3,
            {std::make_shared<XentImplementation>(vjp, Impl::Tile),
+            std::make_shared<XentImplementation>(vjp, Impl::Hopper),
             std::make_shared<XentImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}
 

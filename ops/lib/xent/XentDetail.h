@@ -19,7 +19,9 @@
 
 namespace tokamax::xent_detail {
 
-enum class Impl : uint8_t { Reference, Tile };
+/// hopper (sm_90a): the tile kernels on TMA rings and wgmma (the "tma" configs), the
+/// VJP's dx and dw products on the hopper matmul kernel.
+enum class Impl : uint8_t { Reference, Tile, Hopper };
 const char *impl_name(Impl impl);
 
 struct Problem {
@@ -42,6 +44,9 @@ enum class KernelKind : uint8_t {
   DLogits,   ///< VJP: dlogits of one chunk of V columns, [B, chunk_v], from recomputed logits
   Dx,        ///< VJP: dx (f32 accumulator, then x's dtype) += dlogits chunk @ w chunk^T
   Dw,        ///< VJP: dw's chunk columns = x^T @ dlogits chunk
+  WPanel,    ///< hopper VJP: w's chunk columns copied to a [D, chunk_v] panel (0 past V)
+  DwPanel,   ///< hopper VJP: a [D, chunk_v] panel copied to dw's chunk columns (those < V)
+  DxRound,   ///< hopper VJP: the f32 dx accumulator rounded into dx
 };
 
 struct XentKernelSpec {

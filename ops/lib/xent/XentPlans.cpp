@@ -75,6 +75,13 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
   s.p = p;
   s.kind = kind;
   s.exact = impl == Impl::Reference;
+  if (kind == KernelKind::WPanel || kind == KernelKind::DwPanel || kind == KernelKind::DxRound) {  // copies
+    s.exact = false;
+    s.block_b = s.block_v = s.block_k = s.block_d = 0;
+    s.num_warps = 4;
+    s.chunk_v = kind == KernelKind::DxRound ? 0 : specOf(p, impl, c, KernelKind::DLogits).chunk_v;
+    return s;
+  }
   if (kind == KernelKind::Reduce || kind == KernelKind::RowScale) {  // one program, no products
     s.exact = false;
     s.block_b = s.block_v = s.block_k = s.block_d = 0;
@@ -83,7 +90,7 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
   s.block_b = c.get("block_b");
   s.block_v = c.get("block_v");
   s.block_k = c.get("block_k");
-  s.block_d = p.vjp ? c.get("block_d") : 0;
+  s.block_d = p.vjp && impl != Impl::Hopper ? c.get("block_d") : 0;
   s.num_warps = static_cast<int>(c.get("num_warps"));
   if (kind == KernelKind::Rows || kind == KernelKind::Combine)
     s.split_v = split_count(p, s.block_v, c.get_or("split_v", 1));
@@ -92,7 +99,7 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
     s.block_b = s.block_v = s.block_k = 0;
     s.num_warps = 4;
   }
-  if ((kind == KernelKind::Rows || kind == KernelKind::DLogits) && c.get_or("tma", 0)) {
+  if ((kind == KernelKind::Rows || kind == KernelKind::DLogits) && (impl == Impl::Hopper || c.get_or("tma", 0))) {
     s.tma = true;
     s.stages = static_cast<int>(c.get_or("stages", 3));
   }
@@ -106,6 +113,40 @@ using Arg = ops_detail::KernelExecutor::Arg;
 
 void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<Arg> &args) {
   ex.launch(s.key(), [s] { return xent_kernel(s); }, args);
+}
+
+/// The hopper VJP after the row scales, per chunk of V columns: dlogits on TMA rings;
+/// w's chunk copied into a [D, chunk] panel; dx_acc (+)= dlogits @ panel^T and then
+/// panel = x^T @ dlogits on the hopper matmul (the panel reused once its copy of w is
+/// read, in stream order); the panel copied into dw's chunk columns. Then dx_acc is
+/// rounded into dx. Scratch: the dlogits chunk, the panel and the f32 dx_acc.
+void hopperVjpChunks(const Problem &p, const Config &config, const std::vector<TensorView> &t,
+                     ops_detail::KernelExecutor &ex) {
+  const TensorView &x = t[0], &w = t[1], &labels = t[2], &lse = t[3], &scale = t[4], &dx = t[5], &dw = t[6];
+  const int device = ex.device();
+  const XentKernelSpec dlSpec = specOf(p, Impl::Hopper, config, KernelKind::DLogits);
+  const int64_t C = dlSpec.chunk_v;
+  auto buffer = [&](DType dtype, int64_t rows, int64_t cols) {
+    return TensorView(ex.scratch(size_t(rows) * cols * dtype_size(dtype)), dtype, std::vector<int64_t>{rows, cols},
+                      device);
+  };
+  const TensorView dlogits = buffer(p.dtype, p.B, C), panel = buffer(p.dtype, p.D, C),
+                   dxAcc = buffer(p.compute, p.B, p.D);
+  const XentKernelSpec wPanel = specOf(p, Impl::Hopper, config, KernelKind::WPanel),
+                       dwPanel = specOf(p, Impl::Hopper, config, KernelKind::DwPanel);
+  for (int64_t c0 = 0; c0 < p.V; c0 += C) {
+    const Arg chunk = Arg::value(double(c0));
+    launch(ex, dlSpec, {x, w, labels, lse, scale, dlogits, chunk});
+    launch(ex, wPanel, {w, panel, chunk});
+    MatmulSpec dxSpec{p.B, p.D, C, p.dtype, p.compute, /*trans_a=*/false, /*trans_b=*/true};
+    dxSpec.accumulate = c0 > 0;
+    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper, dxSpec, dlogits, panel, dxAcc);
+    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper,
+                       MatmulSpec{p.D, C, p.B, p.dtype, p.dtype, /*trans_a=*/true, /*trans_b=*/false}, x, dlogits,
+                       panel);
+    launch(ex, dwPanel, {panel, dw, chunk});
+  }
+  launch(ex, specOf(p, Impl::Hopper, config, KernelKind::DxRound), {dxAcc, dx});
 }
 
 } // namespace
@@ -159,6 +200,10 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
   }
   const TensorView scale = rowsView(ex.scratch(rowBytes));
   launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
+  if (impl == Impl::Hopper) {
+    hopperVjpChunks(p, config, {x, w, labels, lse, scale, dx, dw}, ex);
+    return;
+  }
   const XentKernelSpec dlSpec = specOf(p, impl, config, KernelKind::DLogits),
                        dxSpec = specOf(p, impl, config, KernelKind::Dx),
                        dwSpec = specOf(p, impl, config, KernelKind::Dw);
@@ -177,12 +222,27 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
 }
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
-  if (impl == Impl::Tile && !isHalf(p.dtype))
-    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  if (impl != Impl::Reference && !isHalf(p.dtype))
+    return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
+                       dtype_name(p.dtype));
+  if (impl == Impl::Hopper && (p.D % 8 != 0 || p.V % 8 != 0))
+    return fmt::format("hopper reads x [B, D] and w [D, V] by TMA in rows of whole 16-byte chunks: D {} and V {} "
+                       "must be multiples of 8; use tile",
+                       p.D, p.V);
   return std::nullopt;
 }
 
 Config heuristic(const Problem &p, Impl impl) {
+  if (impl == Impl::Hopper) {
+    // [128, 128] logit tiles on two consumer warpgroups, 64-wide D steps through a
+    // three-slot ring; the forward splits V as the tile heuristic does for its row blocks.
+    Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 3}};
+    const int64_t rowBlocks = (p.B + 127) / 128;
+    if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1));
+        !p.vjp && splits > 1)
+      c.set("split_v", splits);
+    return c;
+  }
   Config c = impl == Impl::Reference
                  ? Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"num_warps", 4}}
                  : Config{{"block_b", std::clamp<int64_t>(ops_detail::next_power_of_two(p.B), 16, 64)},
@@ -201,7 +261,7 @@ Config heuristic(const Problem &p, Impl impl) {
 
 std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
   std::vector<const char *> keys{"block_b", "block_v", "block_k", "num_warps"};
-  if (p.vjp)
+  if (p.vjp && impl != Impl::Hopper)  // hopper's dx and dw run on the matmul kernel
     keys.push_back("block_d");
   for (const char *key : keys)
     if (!c.has(key))
@@ -209,7 +269,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   for (const auto &[key, value] : c.values)
     if (std::find_if(keys.begin(), keys.end(), [&](const char *k) { return key == k; }) == keys.end() &&
         !(p.vjp && key == "chunk_v") && !(!p.vjp && key == "split_v") &&
-        !(impl == Impl::Tile && (key == "tma" || key == "stages")))
+        !(impl == Impl::Tile && key == "tma") && !(impl != Impl::Reference && key == "stages"))
       return fmt::format("unknown key \"{}\" for {}{}", key, impl_name(impl),
                          key == "block_d" || key == "chunk_v" ? " (the VJP's)" : key == "split_v" ? " (the forward's)" : "");
   if (c.has("split_v") && (c.get("split_v") < 1 || c.get("split_v") > 32))
@@ -217,7 +277,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   if (c.has("chunk_v") && (c.get("chunk_v") < 1 || c.get("chunk_v") % c.get("block_v") != 0))
     return fmt::format("chunk_v (the VJP's V columns per chunk) must be a positive multiple of block_v {}, got {}",
                        c.get("block_v"), c.get("chunk_v"));
-  const bool tile = impl == Impl::Tile;
+  const bool tile = impl != Impl::Reference;
   const int64_t minBlock = tile ? 16 : 1;
   for (const char *key : keys) {
     if (std::string(key) == "num_warps")
@@ -229,15 +289,20 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
   if (w != 1 && w != 2 && w != 4 && w != 8)
     return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  const int64_t bd = p.vjp ? c.get("block_d") : 0;
+  const int64_t bd = p.vjp && impl != Impl::Hopper ? c.get("block_d") : 0;
   if (!tile) {  // exact products hold [rows, k, columns] partial products
     const int64_t largest = std::max({bb * bk * bv, bb * bv * bd});
     if (largest > 8192)
       return fmt::format("exact products must hold at most 8192 partial products, got {}", largest);
     return std::nullopt;
   }
-  if (auto problem = checkTma(p, c))
+  if (impl == Impl::Hopper) {  // always on TMA rings
+    Config tma = c;
+    if (auto problem = checkTma(p, tma.set("tma", 1)))
+      return problem;
+  } else if (auto problem = checkTma(p, c)) {
     return problem;
+  }
   // The largest f32 accumulator: the logit tile, or the VJP's dx / dw tiles.
   const int64_t words = std::max({bb * bv, bb * bd, bd * bv});
   if (words / (32 * w) > 160)
@@ -252,6 +317,13 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
       space.push_back(std::move(c));
   };
+  if (impl == Impl::Hopper) {  // ring depth, and 64-row tiles on one consumer warpgroup
+    for (int64_t stages : {2, 4})
+      add(Config(space.front()).set("stages", stages));
+    Config narrow = space.front();
+    add(narrow.set("block_b", 64).set("num_warps", 4).set("stages", 4));
+    return space;
+  }
   if (impl == Impl::Reference) {
     Config c{{"block_b", 16}, {"block_v", 32}, {"block_k", 8}, {"num_warps", 4}};
     if (p.vjp)

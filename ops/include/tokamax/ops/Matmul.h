@@ -33,6 +33,9 @@ struct TOKAMAX_API MatmulSpec {
   DType dtype = DType::BF16;      ///< a and b
   DType out_dtype = DType::BF16;  ///< c (and bias): dtype or f32 (f64 for f64)
   bool trans_a = false, trans_b = false, has_bias = false;
+  /// c += alpha * op(a) @ op(b) (+ bias): c's tile is read before it is written (kernels
+  /// that other ops' plans run; the matmul op itself overwrites c)
+  bool accumulate = false;
 };
 
 struct TOKAMAX_API MatmulConfig {
