@@ -111,3 +111,21 @@ TEST_CASE("gated_linear_unit on the device: rows of the benchmark shape (K 4096,
   check(checkForward(c, 900, onDevice(false)));
   check(checkVjp(c, 901, onDevice(true)));
 }
+
+TEST_CASE("gated_linear_unit on the device: hopper (TMA rings, dx and dweights on the hopper matmul)",
+          "[gpu][glu][tma_ring]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  uint64_t seed = 950;
+  struct Shape {
+    std::vector<int64_t> lead;
+    int64_t k, n;
+  };
+  int index = 0;
+  for (const Shape &s : {Shape{{1}, 72, 40}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000}, Shape{{1000}, 1000, 1000}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c{s.lead, s.k, s.n, dtype, index++ % 2 ? "swish" : "gelu", "hopper", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+}

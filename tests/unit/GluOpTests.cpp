@@ -217,6 +217,46 @@ TEST_CASE("gated_linear_unit: the tma config runs on TMA rings and a producer wa
   }
 }
 
+TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a; its VJP's products run on the hopper matmul",
+          "[glu][ptx][hopper]") {
+  const std::string ptxas = test::ptxas_path();
+  const ArgSpec x{{8192, 4096}, DType::BF16}, w{{4096, 2, 14336}, DType::BF16}, out{{8192, 14336}, DType::BF16};
+  const BoundArgs fwd = bind_gated_linear_unit(x, w, out, GluActivation::Swish);
+  const BoundArgs back = bind_gated_linear_unit_vjp(out, x, w, x, w, GluActivation::Swish);
+  for (const BoundArgs &args : {fwd, back}) {
+    const Implementation &hopper = find_op(args.op)->implementation("hopper");
+    CHECK(hopper.supported_on("sm_90a"));
+    CHECK_FALSE(hopper.supported_on("sm_80"));
+    const Config c = hopper.heuristic(args);
+    REQUIRE_FALSE(hopper.check_config(args, c).has_value());
+    for (const Config &candidate : hopper.search_space(args))
+      CHECK_FALSE(hopper.check_config(args, candidate).has_value());
+    std::vector<dsl::Kernel> kernels = hopper.kernels(args, c);
+    REQUIRE(kernels.size() == (args.op == fwd.op ? 1u : 3u));
+    test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
+                           {.min_copies = 3, .tensor_maps = 2, .threads = 384u, .may_inject = true}, ptxas);
+    for (size_t i = 1; i < kernels.size(); ++i) {
+      CHECK(kernels[i].name() == "matmul_hopper");
+      CompileOptions options;
+      options.assemble = false;
+      options.arch = "sm_90a";
+      const std::string ptx = compile(kernels[i], options).ptx;
+      CHECK(test::contains(ptx, "wgmma.mma_async"));
+      if (ptxas.empty())
+        continue;
+      auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(test::contains(log, " 0 bytes spill stores"));
+    }
+  }
+  const Implementation &hopper = gated_linear_unit_op().implementation("hopper");
+  CHECK_THAT(*hopper.check_config(fwd, Config(hopper.heuristic(fwd)).set("tma", 1)), Contains("always on TMA"));
+  CHECK_THAT(*hopper.why_not(bind_gated_linear_unit({{8, 36}, DType::BF16}, {{36, 2, 20}, DType::BF16},
+                                                    {{8, 20}, DType::BF16}, GluActivation::Swish)),
+             Contains("multiples of 8"));
+}
+
 TEST_CASE("gated_linear_unit: wgmma configs put the ring's products on wgmma for sm_90a and assemble",
           "[glu][ptx]") {
   const std::string ptxas = test::ptxas_path();

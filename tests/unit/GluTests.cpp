@@ -70,5 +70,10 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
                {"async_copy", 1}, {"stages", 2}, {"tma", 1}};
     check(checkForward({{33}, 72, n, DType::BF16, "swish", "tile", tma}, seed++));
     check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "tile", tma}, seed++));
+    // hopper: the same gate kernels, its VJP's dx and dweights on the hopper matmul.
+    Config hopper{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}};
+    check(checkForward({{33}, 72, n, DType::BF16, "swish", "hopper", hopper}, seed++));
+    check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "hopper", hopper}, seed++));
+    check(checkVjp({{3, 11}, 72, n, DType::BF16, "sigmoid", "hopper", std::nullopt}, seed++));
   }
 }

@@ -144,6 +144,8 @@ public:
 
   std::string name() const override { return glu_detail::impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
     return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
@@ -178,6 +180,7 @@ public:
   explicit GluOp(bool vjp)
       : Op(vjp ? "gated_linear_unit_vjp" : "gated_linear_unit", vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
            {std::make_shared<GluImplementation>(vjp, Impl::Tile),
+            std::make_shared<GluImplementation>(vjp, Impl::Hopper),
             std::make_shared<GluImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}
 

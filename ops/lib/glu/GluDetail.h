@@ -19,7 +19,9 @@
 
 namespace tokamax::glu_detail {
 
-enum class Impl : uint8_t { Reference, Tile };
+/// hopper (sm_90a): the gate kernels on TMA rings and wgmma (the tile "tma" configs),
+/// the VJP's dx and dweights on the hopper matmul.
+enum class Impl : uint8_t { Reference, Tile, Hopper };
 const char *impl_name(Impl impl);
 
 struct Problem {

@@ -24,7 +24,14 @@ namespace tokamax::glu_detail {
 
 using namespace dsl;
 
-const char *impl_name(Impl impl) { return impl == Impl::Tile ? "tile" : "reference"; }
+const char *impl_name(Impl impl) {
+  switch (impl) {
+  case Impl::Tile: return "tile";
+  case Impl::Hopper: return "hopper";
+  case Impl::Reference: break;
+  }
+  return "reference";
+}
 
 KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",

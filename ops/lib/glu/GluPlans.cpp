@@ -35,7 +35,13 @@ using Arg = ops_detail::KernelExecutor::Arg;
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
+/// A hopper config as the tile config it runs: the cp.async ring's keys and TMA on.
+Config asTile(Impl impl, const Config &c) {
+  return impl == Impl::Hopper ? Config(c).set("async_copy", 1).set("tma", 1) : c;
+}
+
+GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &hopperOrTile) {
+  const Config c = asTile(impl, hopperOrTile);
   GateKernelSpec s;
   s.p = p;
   s.exact = impl == Impl::Reference;
@@ -54,8 +60,10 @@ GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &c) {
 /// c = op(a) @ op(b) on the implementation's matmul kernel (alpha 1, no bias).
 void launchMatmul(ops_detail::KernelExecutor &ex, Impl impl, const MatmulSpec &spec, TensorView a, TensorView b,
                   TensorView c) {
-  launch_matmul_step(ex, "glu", impl == Impl::Reference ? MatmulKernelKind::Reference : MatmulKernelKind::Tile, spec,
-                     std::move(a), std::move(b), std::move(c));
+  const MatmulKernelKind kind = impl == Impl::Reference ? MatmulKernelKind::Reference
+                               : impl == Impl::Hopper  ? MatmulKernelKind::Hopper
+                                                       : MatmulKernelKind::Tile;
+  launch_matmul_step(ex, "glu", kind, spec, std::move(a), std::move(b), std::move(c));
 }
 
 /// Estimated 32-bit registers per thread of the two accumulators (and, without the
@@ -122,12 +130,23 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
 }
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
-  if (impl == Impl::Tile && !isHalf(p.dtype))
-    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  if (impl != Impl::Reference && !isHalf(p.dtype))
+    return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
+                       dtype_name(p.dtype));
+  if (impl == Impl::Hopper && !async_copy_serves(p))
+    return fmt::format("hopper reads x [M, K] and the weights [K, 2N] by TMA in rows of whole 16-byte chunks: K {} "
+                       "and N {} must be multiples of 8; use tile",
+                       p.K, p.N);
   return std::nullopt;
 }
 
 Config heuristic(const Problem &p, Impl impl) {
+  // [128, 128] tiles (ptxas: 168 registers at launch, the consumers raise theirs to 232,
+  // no spills), the VJP's [128, 64] (its epilogue also holds dout, da and db); 64-wide K
+  // slices through a three-slot ring.
+  if (impl == Impl::Hopper)
+    return {{"block_m", 128}, {"block_n", p.vjp ? 64 : 128}, {"block_k", 64}, {"group_m", 8}, {"num_warps", 8},
+            {"stages", 3}};
   if (impl == Impl::Reference)
     return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
   // Two [128, 128] f32 accumulators take 128 registers per thread on 8 warps: the ring's
@@ -142,11 +161,16 @@ Config heuristic(const Problem &p, Impl impl) {
   return c;
 }
 
-std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config) {
   for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
-    if (!c.has(key))
+    if (!config.has(key))
       return fmt::format("missing \"{}\"", key);
-  const bool tile = impl == Impl::Tile;
+  if (impl == Impl::Hopper)  // always on the TMA ring
+    for (const char *key : {"async_copy", "tma", "wgmma"})
+      if (config.has(key))
+        return fmt::format("unknown key \"{}\" for hopper (its gate kernels are always on TMA rings)", key);
+  const Config c = asTile(impl, config);
+  const bool tile = impl != Impl::Reference;
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
         !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma" || key == "tma")))
@@ -179,6 +203,16 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 }
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
+  if (impl == Impl::Hopper) {  // ring depth and tile width around the heuristic
+    std::vector<Config> space{heuristic(p, impl)};
+    for (int64_t bn : {64, 128})
+      for (int64_t stages : {2, 3, 4}) {
+        Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
+        if (!check_config(p, impl, c) && std::find(space.begin(), space.end(), c) == space.end())
+          space.push_back(std::move(c));
+      }
+    return space;
+  }
   return block_search_space(heuristic(p, impl), impl == Impl::Reference, async_copy_serves(p), Config{{"group_m", 8}},
                             [&](const Config &c) { return !check_config(p, impl, c); });
 }
