@@ -77,6 +77,21 @@ TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpg
     }
 }
 
+TEST_CASE("ragged_dot on the device: hopper at its heuristic", "[gpu][ragged_dot][tma_ring]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  uint64_t seed = 950;
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  for (Shape s : {Shape{1, 64, 136, 3}, Shape{1000, 520, 1000, 8}, Shape{1554, 1024, 2048, 64}})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), dtype, "hopper", std::nullopt};
+      check(checkForward(c, seed++, onDevice(false)));
+      check(checkVjp(c, seed++, onDevice(true)));
+    }
+}
+
 TEST_CASE("ragged_dot on the device: odd shapes and group sizes", "[gpu][ragged_dot]") {
   uint64_t seed = 700;
   struct Shape {

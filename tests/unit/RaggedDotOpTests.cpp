@@ -161,6 +161,19 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   CHECK_THAT(why(fwd, "num_warps", 4), Contains("block_m = 16 * num_warps"));
   CHECK_THAT(why(fwd, "block_n", 32), Contains("whole 128-byte rows"));
   CHECK_THAT(why(forwardArgs(DType::BF16, 1000, 4000, 4096, 8), "block_k", 64), Contains("K a multiple of block_k"));
+  // hopper: the same kernels at its heuristic (this config without the TMA keys).
+  const Implementation &hopper = ragged_dot_op().implementation("hopper");
+  CHECK(hopper.supported_on("sm_90a"));
+  CHECK_FALSE(hopper.supported_on("sm_80"));
+  CHECK(hopper.heuristic(fwd) == Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8},
+                                        {"stages", 4}});
+  CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4000, 4096, 8)).get("block_k") == 32);
+  CHECK_THAT(*hopper.check_config(fwd, c), Contains("always on TMA rings"));
+  CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4004, 4096, 8)), Contains("multiples of 8"));
+  CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4008, 4096, 8)), Contains("divide K"));
+  for (const BoundArgs &b : {fwd, vjpArgs(fwd)})
+    for (const Config &candidate : find_op(b.op)->implementation("hopper").search_space(b))
+      CHECK_FALSE(find_op(b.op)->implementation("hopper").check_config(b, candidate).has_value());
   for (const BoundArgs &b : {fwd, vjpArgs(fwd)}) {
     const Implementation &impl = find_op(b.op)->implementation("tile");
     std::vector<dsl::Kernel> kernels = impl.kernels(b, c);

@@ -35,10 +35,8 @@ using Arg = ops_detail::KernelExecutor::Arg;
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-/// A hopper config as the tile config it runs: the cp.async ring's keys and TMA on.
-Config asTile(Impl impl, const Config &c) {
-  return impl == Impl::Hopper ? Config(c).set("async_copy", 1).set("tma", 1) : c;
-}
+/// A hopper config as the tile config it runs.
+Config asTile(Impl impl, const Config &c) { return impl == Impl::Hopper ? hopper_as_tile(c) : c; }
 
 GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &hopperOrTile) {
   const Config c = asTile(impl, hopperOrTile);
@@ -165,10 +163,9 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
     if (!config.has(key))
       return fmt::format("missing \"{}\"", key);
-  if (impl == Impl::Hopper)  // always on the TMA ring
-    for (const char *key : {"async_copy", "tma", "wgmma"})
-      if (config.has(key))
-        return fmt::format("unknown key \"{}\" for hopper (its gate kernels are always on TMA rings)", key);
+  if (impl == Impl::Hopper)
+    if (auto problem = check_hopper_keys(config))
+      return problem;
   const Config c = asTile(impl, config);
   const bool tile = impl != Impl::Reference;
   for (const auto &[key, value] : c.values)
@@ -203,16 +200,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 }
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
-  if (impl == Impl::Hopper) {  // ring depth and tile width around the heuristic
-    std::vector<Config> space{heuristic(p, impl)};
-    for (int64_t bn : {64, 128})
-      for (int64_t stages : {2, 3, 4}) {
-        Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
-        if (!check_config(p, impl, c) && std::find(space.begin(), space.end(), c) == space.end())
-          space.push_back(std::move(c));
-      }
-    return space;
-  }
+  if (impl == Impl::Hopper)
+    return hopper_search_space(heuristic(p, impl), [&](const Config &c) { return !check_config(p, impl, c); });
   return block_search_space(heuristic(p, impl), impl == Impl::Reference, async_copy_serves(p), Config{{"group_m", 8}},
                             [&](const Config &c) { return !check_config(p, impl, c); });
 }

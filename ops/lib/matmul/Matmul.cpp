@@ -288,6 +288,26 @@ std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_byt
   return check_tma_block_shape(bk, "block_n", bn, elem_bytes);
 }
 
+std::optional<std::string> check_hopper_keys(const Config &c) {
+  for (const char *key : {"async_copy", "tma", "wgmma"})
+    if (c.has(key))
+      return fmt::format("unknown key \"{}\" for hopper (its kernels are always on TMA rings)", key);
+  return std::nullopt;
+}
+
+Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).set("tma", 1); }
+
+std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {
+  std::vector<Config> space{std::move(heuristic)};
+  for (int64_t bn : {64, 128})
+    for (int64_t stages : {2, 3, 4}) {
+      Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
+      if (valid(c) && std::find(space.begin(), space.end(), c) == space.end())
+        space.push_back(std::move(c));
+    }
+  return space;
+}
+
 std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes) {
   if (bk * elem_bytes != 32 && bk * elem_bytes != 64 && bk * elem_bytes != 128)
     return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);

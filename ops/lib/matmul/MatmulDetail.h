@@ -128,6 +128,14 @@ std::vector<dsl::Value> tma_tile_loop(dsl::Kernel &k, const dsl::Value &tiles, i
 std::optional<std::string> check_block_sizes(const Config &c, bool tile);
 std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N);
 std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes);
+/// The hopper implementations of gated_linear_unit and ragged_dot run their tile kernels
+/// with TMA rings always on: their configs hold no async_copy, tma or wgmma key
+/// (check_hopper_keys: the first found, named), and run as hopper_as_tile(config).
+std::optional<std::string> check_hopper_keys(const Config &c);
+Config hopper_as_tile(const Config &c);
+/// A hopper search space: the heuristic, then its ring depth (2-4) and tile width (64,
+/// 128) varied, where `valid`.
+std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid);
 /// The block shape TMA copies into wgmma's swizzled tiles need (check_tma_ring_keys, and
 /// cross-entropy's tma): block_k one 32-, 64- or 128-byte swizzle row, the `cols_key`
 /// block whole 128-byte rows.

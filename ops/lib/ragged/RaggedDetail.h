@@ -19,7 +19,9 @@
 
 namespace tokamax::ragged_detail {
 
-enum class Impl : uint8_t { Reference, Tile };
+/// hopper (sm_90a): the tile kernels with the rows kernels on TMA rings and wgmma (the
+/// tile "tma" configs).
+enum class Impl : uint8_t { Reference, Tile, Hopper };
 const char *impl_name(Impl impl);
 
 struct Problem {

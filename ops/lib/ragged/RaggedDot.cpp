@@ -109,6 +109,8 @@ public:
 
   std::string name() const override { return ragged_detail::impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
     return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
@@ -142,6 +144,7 @@ public:
   explicit RaggedDotOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
            {std::make_shared<RaggedDotImplementation>(vjp, Impl::Tile),
+            std::make_shared<RaggedDotImplementation>(vjp, Impl::Hopper),
             std::make_shared<RaggedDotImplementation>(vjp, Impl::Reference)}),
         vjp_(vjp) {}
 

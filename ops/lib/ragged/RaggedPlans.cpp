@@ -33,7 +33,8 @@ namespace {
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-Blocks blocksOf(const Problem &p, Impl impl, const Config &c) {
+Blocks blocksOf(const Problem &p, Impl impl, const Config &hopperOrTile) {
+  const Config c = impl == Impl::Hopper ? hopper_as_tile(hopperOrTile) : hopperOrTile;
   const bool exact = impl == Impl::Reference;
   return {exact,
           c.get("block_m"),
@@ -106,8 +107,17 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
 }
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
-  if (impl == Impl::Tile && !isHalf(p.dtype))
-    return fmt::format("tile serves bf16 and f16 (tensor cores), not {}; use reference", dtype_name(p.dtype));
+  if (impl != Impl::Reference && !isHalf(p.dtype))
+    return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
+                       dtype_name(p.dtype));
+  if (impl == Impl::Hopper && !async_copy_serves(p))
+    return fmt::format("hopper reads lhs and rhs by TMA in rows of whole 16-byte chunks: K {} and N {} must be "
+                       "multiples of 8; use tile",
+                       p.K, p.N);
+  if (impl == Impl::Hopper && !p.vjp && p.K % 16 != 0)
+    return fmt::format("hopper's forward steps through each group's rhs in blocks of 16, 32 or 64 rows that must "
+                       "divide K {}; use tile",
+                       p.K);
   // The kernels' row offsets are 32-bit.
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (p.M * std::max(p.K, p.N) > kMax || p.G * p.K * p.N > kMax)
@@ -116,6 +126,13 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 }
 
 Config heuristic(const Problem &p, Impl impl) {
+  // [128, 128] tiles on two consumer warpgroups (ptxas: 168 registers at launch, no
+  // spills), K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs
+  // blocks may not reach into the next group) through a four-slot ring.
+  if (impl == Impl::Hopper) {
+    const int64_t bk = p.vjp || p.K % 64 == 0 ? 64 : p.K % 32 == 0 ? 32 : 16;
+    return {{"block_m", 128}, {"block_n", 128}, {"block_k", bk}, {"num_warps", 8}, {"stages", 4}};
+  }
   if (impl == Impl::Reference)
     return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
   // Per-group row counts are unknown on the host: the tile follows M / G, the mean group.
@@ -128,15 +145,19 @@ Config heuristic(const Problem &p, Impl impl) {
   return c;
 }
 
-std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &c) {
+std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config) {
   for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
-    if (!c.has(key))
+    if (!config.has(key))
       return fmt::format("missing \"{}\"", key);
+  if (impl == Impl::Hopper)
+    if (auto problem = check_hopper_keys(config))
+      return problem;
+  const Config c = impl == Impl::Hopper ? hopper_as_tile(config) : config;
+  const bool tile = impl != Impl::Reference;
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
-        !(impl == Impl::Tile && (key == "async_copy" || key == "stages" || key == "tma")))
+        !(tile && (key == "async_copy" || key == "stages" || key == "tma")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
-  const bool tile = impl == Impl::Tile;
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
   if (auto problem = check_block_sizes(c, tile))
     return problem;
@@ -160,6 +181,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 }
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
+  if (impl == Impl::Hopper)
+    return hopper_search_space(heuristic(p, impl), [&](const Config &c) { return !check_config(p, impl, c); });
   return block_search_space(heuristic(p, impl), impl == Impl::Reference, async_copy_serves(p), Config{},
                             [&](const Config &c) { return !check_config(p, impl, c); });
 }
