@@ -225,6 +225,12 @@ TEST_CASE("norm: persistent and row-split configs are checked with a reason", "[
   CHECK_THAT(why(ref, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"block_cols", 4096}, {"programs", 8}}),
              Contains("needs the tile implementation"));
   CHECK(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 16}, {"row_split", 2}, {"programs", 8}}) == "valid");
+  CHECK(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"programs", 8}, {"prefetch", 1}}) == "valid");
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"prefetch", 1}}), Contains("persistent programs"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"programs", 8}, {"prefetch", 2}}),
+             Contains("prefetch must be 0 or 1"));
+  CHECK_THAT(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"programs", 8}, {"prefetch", 1}}),
+             Contains("forward"));
   // The VJP holds 8192 columns a program at most: 16384 need a split or a looping config.
   CHECK_THAT(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"programs", 8}}),
              Contains("set block_cols or row_split"));

@@ -255,6 +255,14 @@ TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][s
               c.fwd_config = Config{{"block_rows", 1}, {"num_warps", 8}, {"programs", 2}};
               c.vjp_config = Config{{"block_rows", 1}, {"num_warps", 8}, {"programs", 2}};
               cases.push_back(c);
+              // ... loading each program's next row during the current one (the last
+              // load past the rows reads nothing).
+              c.fwd_config->set("prefetch", 1);
+              cases.push_back(c);
+            }
+            if (cols == 1 && rows == 17) {  // row groups of four, the last partial
+              c.fwd_config = Config{{"block_rows", 4}, {"num_warps", 1}, {"programs", 2}, {"prefetch", 1}};
+              cases.push_back(c);
             }
           }
   for (const Case &c : cases)

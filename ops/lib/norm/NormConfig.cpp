@@ -7,7 +7,9 @@
 // column sums; tile forward, optional: persistent programs that load the parameters
 // once) and, tile only, "row_split" (a row's column blocks, next_pow2(n) / row_split
 // columns each, on that many adjacent programs: each sums the statistics over the whole
-// row, holds its own block's parameters, and writes its block).
+// row, holds its own block's parameters, and writes its block) and "prefetch" (tile
+// forward on persistent programs: each loads its next row group before working on the
+// current one).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernels.h"
@@ -190,7 +192,7 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
   const bool tile = impl == ImplKind::Tile;
   for (const auto &[key, value] : c.values) {
     bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || key == "programs" ||
-                 key == "row_split";
+                 key == "row_split" || key == "prefetch";
     if (!known)
       return fmt::format("unknown key \"{}\"", key);
   }
@@ -209,6 +211,14 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
   if (!p.vjp && c.has("programs") && (!tile || c.has("block_cols")))
     return std::string("programs (persistent forward programs that load the parameters once) needs the tile "
                        "implementation without block_cols (a looping forward loads the parameters per block)");
+  if (c.has("prefetch")) {
+    const int64_t prefetch = c.get("prefetch");
+    if (prefetch != 0 && prefetch != 1)
+      return fmt::format("prefetch must be 0 or 1, got {}", prefetch);
+    if (prefetch && (p.vjp || !tile || !c.has("programs") || c.has("block_cols") || c.has("row_split")))
+      return std::string("prefetch (the next row group loaded during the current one) is a config of the tile "
+                         "forward's fused kernel on persistent programs (programs, no block_cols or row_split)");
+  }
   if (c.has("row_split")) {
     int64_t split = c.get("row_split");
     if (!tile)
@@ -273,8 +283,12 @@ std::vector<Config> search_space(const NormProblem &p, ImplKind impl) {
     for (Config c : std::vector<Config>(out))
       if (!c.has("block_cols") && !c.has("programs")) {
         int64_t h = forwardPrograms(p, c.get("block_rows"), int(c.get("num_warps")));
-        for (int64_t programs : {h, h * 2})
-          add(Config(c).set("programs", std::min(programs, groupsOf(p, c.get("block_rows")))));
+        for (int64_t programs : {h, h * 2}) {
+          Config persistent = Config(c).set("programs", std::min(programs, groupsOf(p, c.get("block_rows"))));
+          add(persistent);
+          if (p.n >= 2048)  // long rows: the next row's loads in flight through this one's reductions
+            add(persistent.set("prefetch", 1));
+        }
       }
   }
   if (impl == ImplKind::Tile && p.n > 4096)

@@ -106,6 +106,7 @@ void runForward(const NormProblem &p, ImplKind impl, const Config &c, std::span<
     s.block_cols = next_pow2(p.n) / c.get_or("row_split", 1);
   }
   s.programs = std::clamp<int64_t>(c.get_or("programs", s.groups()), 1, s.groups());
+  s.prefetch = c.get_or("prefetch", 0) != 0 && s.programs < s.groups();
   std::vector<Executor::Arg> args{shapes.asMatrix(in[0])};
   if (p.scale)
     args.push_back(shapes.asParameter(in[1], s));

@@ -34,7 +34,7 @@ KernelKey NormKernelSpec::key() const {
                        uint64_t(n),      uint64_t(inner),     uint64_t(x),         uint64_t(compute),
                        opt(scale),       opt(offset),         uint64_t(mean_out),  uint64_t(rstd_out),
                        opt(dscale),      opt(doffset),        uint64_t(block_rows), uint64_t(block_cols),
-                       uint64_t(num_warps), uint64_t(programs), uint64_t(residual)};
+                       uint64_t(num_warps), uint64_t(programs), uint64_t(residual), uint64_t(prefetch)};
   KernelKey key("tokamax.norm.v2");
   for (uint64_t f : fields)
     key.add(f);
@@ -195,6 +195,8 @@ void checkSpec(const NormKernelSpec &s) {
                             s.block_cols, s.n));
   if (s.programs < 1)
     throw Error(fmt::format("norm kernel: programs must be positive, got {}", s.programs));
+  if (s.prefetch && (s.kernel != KernelKind::Fwd || s.mode != Mode::Fused || s.programs >= s.groups()))
+    throw Error("norm kernel: prefetch is a mode of the fused forward on persistent programs");
   if ((s.kernel == KernelKind::VjpDx || s.kernel == KernelKind::Fwd) && s.programs > s.groups())
     throw Error(fmt::format("norm kernel: {} programs for {} row groups", s.programs, s.groups()));
 }
@@ -264,6 +266,19 @@ void forEachGroup(Kernel &k, const NormKernelSpec &s, const Value &program, cons
   });
 }
 
+/// forEachGroup for persistent programs that carry their next group's tile (`load(g)`,
+/// issued before body(g, tile of g) runs; past the last group the load reads nothing).
+void forEachGroupPrefetched(Kernel &k, const NormKernelSpec &s, const Value &program,
+                            const std::function<Value(Value)> &load,
+                            const std::function<void(Value, Value)> &body) {
+  Value first = load(program);
+  k.loop(program, Value(s.groups()), Value(s.programs), {first}, [&](Value g, std::vector<Value> carried) {
+    Value next = load(g + Value(s.programs));
+    body(g, carried[0]);
+    return std::vector<Value>{next};
+  });
+}
+
 Kernel forwardKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
   const DType f = s.compute;
@@ -314,11 +329,11 @@ Kernel forwardKernel(const NormKernelSpec &s) {
     });
   };
 
-  auto group = [&](const Value &g) {
+  auto group = [&](const Value &g, const Value &prefetched) {
     rows.at(g);
     Value mean, rstd;
     if (s.mode == Mode::Fused) {
-      Value xs = rows.load(x, Value(0)).to(f);
+      Value xs = (prefetched.valid() ? prefetched : rows.load(x, Value(0))).to(f);
       Value centred = xs;
       if (layer) {
         mean = Rows::sumRow(xs) / n;
@@ -370,7 +385,17 @@ Kernel forwardKernel(const NormKernelSpec &s) {
     else
       residuals();
   };
-  forEachGroup(k, s, at.program, group);
+  if (s.prefetch) {
+    forEachGroupPrefetched(
+        k, s, at.program,
+        [&](Value g) {
+          rows.at(g);
+          return rows.load(x, Value(0));
+        },
+        group);
+  } else {
+    forEachGroup(k, s, at.program, [&](Value g) { group(g, Value()); });
+  }
   return k;
 }
 

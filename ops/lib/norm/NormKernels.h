@@ -69,6 +69,10 @@ struct NormKernelSpec {
   /// loads the parameters once); VjpDx: the same, each writing a row of partial sums;
   /// Reduce: partial rows.
   int64_t programs = 1;
+  /// Fused Fwd on persistent programs: each iteration loads the program's next row group
+  /// before working on the current one (carried in registers), so its loads are in
+  /// flight through the current group's reductions and stores.
+  bool prefetch = false;
 
   int64_t rows() const { return outer * inner; }
   bool strided() const { return inner > 1; }
