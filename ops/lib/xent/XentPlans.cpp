@@ -235,12 +235,23 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 Config heuristic(const Problem &p, Impl impl) {
   if (impl == Impl::Hopper) {
     // [128, 128] logit tiles on two consumer warpgroups, 64-wide D steps through a
-    // three-slot ring; the forward splits V as the tile heuristic does for its row blocks.
+    // three-slot ring. One such program fits an SM (registers): the forward splits V so
+    // that its row blocks x splits fill whole waves of 132 SMs best (B 8192: 64 row
+    // blocks in 2 splits, 128 programs, one wave).
     Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 3}};
-    const int64_t rowBlocks = (p.B + 127) / 128;
-    if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1));
-        !p.vjp && splits > 1)
-      c.set("split_v", splits);
+    const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
+    int64_t best = 1;
+    double bestFill = 0;
+    for (int64_t wanted = 1; wanted <= 32; ++wanted) {
+      const int64_t splits = split_count(p, 128, wanted), programs = rowBlocks * splits;
+      const double fill = double(programs) / double((programs + 131) / 132 * 132);
+      if (fill > bestFill + 1e-9) {
+        best = splits;
+        bestFill = fill;
+      }
+    }
+    if (!p.vjp && best > 1)
+      c.set("split_v", best);
     return c;
   }
   Config c = impl == Impl::Reference
@@ -317,9 +328,14 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
       space.push_back(std::move(c));
   };
-  if (impl == Impl::Hopper) {  // ring depth, and 64-row tiles on one consumer warpgroup
+  if (impl == Impl::Hopper) {  // ring depth, more splits of V, 64-row tiles on one consumer warpgroup
     for (int64_t stages : {2, 4})
       add(Config(space.front()).set("stages", stages));
+    if (!p.vjp) {
+      const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
+      if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / rowBlocks); splits > 1)
+        add(Config(space.front()).set("split_v", splits));
+    }
     Config narrow = space.front();
     add(narrow.set("block_b", 64).set("num_warps", 4).set("stages", 4));
     return space;
