@@ -160,8 +160,12 @@ std::vector<Value> tmaLoop(Kernel &k, const GateKernelSpec &s, const Operands &o
                               o.w.load_tma({k0, o.n0 + Value(s.p.N)}, {bk, bn}, rings[2], slot, ring.full, slot)};
   };
   return tma_ring_loop(k, Value(cdiv(s.p.K, bk)), bk, ring, {zero, zero}, copies,
-                       [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
-                         Value a0 = dot_async(b[0], b[1], acc[0]), a1 = dot_async(b[0], b[2], acc[1]);
+                       [](const Value &k0, std::vector<Value> acc, std::vector<Value> b) {
+                         // The first step starts both from zero (fresh): the two zero
+                         // accumulators would otherwise share registers that the first
+                         // product overwrites while in flight.
+                         Value first = k0 == Value(0);
+                         Value a0 = dot_async(b[0], b[1], acc[0], first), a1 = dot_async(b[0], b[2], acc[1], first);
                          return std::vector<Value>{dot_wait(a0, 2), dot_wait(a1, 2)};
                        });
 }
