@@ -240,7 +240,9 @@ TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a; its VJP's pr
       CompileOptions options;
       options.assemble = false;
       options.arch = "sm_90a";
-      const std::string ptx = compile(kernels[i], options).ptx;
+      const CompiledKernel compiled = compile(kernels[i], options);
+      const std::string &ptx = compiled.ptx;
+      CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
       CHECK(test::contains(ptx, "wgmma.mma_async"));
       if (ptxas.empty())
         continue;

@@ -403,6 +403,8 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   config.num_warps = 8;
   // 128 x 256 x 64 bf16 (or x 128 fp8) stages are 48 KiB: four fit in the 227 KiB a program may use.
   config.num_stages = config.block_n == 256 ? 4 : 6;
+  if (spec.accumulate)  // c's f32 tile meets the accumulator's layout through 64 KiB of shared memory
+    config.num_stages = 4;
   config.programs = sm_count;
   return config;
 }
