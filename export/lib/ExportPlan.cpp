@@ -148,6 +148,9 @@ void check_launch_info(const LaunchInfo &info, const std::string &where) {
       fail(mw, fmt::format("box {} x {} is out of range (1 to 256)", m.box_inner, m.box_outer));
     if (m.swizzle != 32 && m.swizzle != 64 && m.swizzle != 128)
       fail(mw, fmt::format("swizzle {} is not 32, 64 or 128", m.swizzle));
+    if (m.batch_rows != 0 && info.params[m.param].shape[0] % m.batch_rows != 0)
+      fail(mw, fmt::format("batches of {} rows do not divide the tensor's {} rows", m.batch_rows,
+                           info.params[m.param].shape[0]));
   }
 }
 

@@ -24,8 +24,12 @@ std::string LaunchInfo::to_json() const {
   j["dynamic_shared"] = dynamic_shared;
   j["cluster"] = cluster;
   nlohmann::json maps = nlohmann::json::array();
-  for (const TensorMapParam &m : tensor_maps)
-    maps.push_back({m.param, m.box_inner, m.box_outer, m.swizzle});
+  for (const TensorMapParam &m : tensor_maps) {
+    nlohmann::json map = {m.param, m.box_inner, m.box_outer, m.swizzle};
+    if (m.batch_rows)  // only where batched: older readers see the 2-D maps they know
+      map.push_back(m.batch_rows);
+    maps.push_back(std::move(map));
+  }
   j["tensor_maps"] = maps;
   return j.dump();
 }
@@ -54,7 +58,8 @@ LaunchInfo LaunchInfo::from_json(const std::string &text) {
     if (j.contains("tensor_maps"))
       for (const auto &m : j.at("tensor_maps"))
         info.tensor_maps.push_back({m.at(0).get<uint32_t>(), m.at(1).get<uint32_t>(), m.at(2).get<uint32_t>(),
-                                    m.size() > 3 ? m.at(3).get<uint32_t>() : 128u});
+                                    m.size() > 3 ? m.at(3).get<uint32_t>() : 128u,
+                                    m.size() > 4 ? m.at(4).get<uint32_t>() : 0u});
     return info;
   } catch (const nlohmann::json::exception &e) {
     throw Error(std::string("invalid kernel launch metadata: ") + e.what());

@@ -25,7 +25,7 @@ CUtensorMapDataType tmaType(DType dtype, const char *what) {
 } // namespace
 
 TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows, int64_t cols,
-                            uint32_t box_inner, uint32_t box_outer, uint32_t swizzle_bytes) {
+                            uint32_t box_inner, uint32_t box_outer, uint32_t swizzle_bytes, int64_t batch_rows) {
   const int64_t rowBytes = cols * static_cast<int64_t>(dtype_size(dtype));
   if (rows < 1 || cols < 1 || rowBytes % 16 != 0)
     throw Error(fmt::format("{}: TMA needs rows of a multiple of 16 bytes, got [{}, {}] {}", what, rows, cols,
@@ -37,23 +37,29 @@ TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int
   if (box_inner * dtype_size(dtype) > swizzle_bytes || box_outer > 256 || box_inner == 0 || box_outer == 0)
     throw Error(fmt::format("{}: TMA box {} x {} exceeds the {}-byte swizzle or 256 rows", what, box_outer,
                             box_inner, swizzle_bytes));
+  if (batch_rows < 0 || (batch_rows > 0 && rows % batch_rows != 0))
+    throw Error(fmt::format("{}: TMA batches of {} rows must divide the {} rows", what, batch_rows, rows));
   const CUtensorMapDataType type = tmaType(dtype, what);  // refused before the driver is touched
   const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                            : CU_TENSOR_MAP_SWIZZLE_32B;
   TensorMap map{};
-  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[1] = {static_cast<cuuint64_t>(rowBytes)};
-  cuuint32_t box[2] = {box_inner, box_outer};
-  cuuint32_t elementStrides[2] = {1, 1};
+  const bool batched = batch_rows > 0;
+  const int64_t inBatch = batched ? batch_rows : rows;
+  cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(inBatch),
+                        static_cast<cuuint64_t>(rows / inBatch)};
+  cuuint64_t strides[2] = {static_cast<cuuint64_t>(rowBytes), static_cast<cuuint64_t>(rowBytes * inBatch)};
+  cuuint32_t box[3] = {box_inner, box_outer, 1};
+  cuuint32_t elementStrides[3] = {1, 1, 1};
   CUresult r = detail::driver().cuTensorMapEncodeTiled(
-      reinterpret_cast<CUtensorMap *>(&map), type, 2, reinterpret_cast<void *>(address), dims,
+      reinterpret_cast<CUtensorMap *>(&map), type, batched ? 3 : 2, reinterpret_cast<void *>(address), dims,
       strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     detail::throw_driver_error(r, "cuTensorMapEncodeTiled",
-                               fmt::format("{}: [{}, {}] {} at {:#x}, box {} x {}", what, rows, cols,
-                                           dtype_name(dtype), address, box_outer, box_inner));
+                               fmt::format("{}: [{}, {}] {} at {:#x}, box {} x {}{}", what, rows, cols,
+                                           dtype_name(dtype), address, box_outer, box_inner,
+                                           batched ? fmt::format(", batches of {} rows", batch_rows) : ""));
   return map;
 }
 

@@ -216,10 +216,23 @@ CUresult nullGraphExecDestroy(CUgraphExec exec) {
   return CUDA_SUCCESS;
 }
 
-CUresult nullTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+/// Records what it was asked for in the map's words (a test reads them back): rank,
+/// dims, byte strides (rank - 1), box.
+CUresult nullTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType, cuuint32_t rank, void *,
+                                  const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
   std::memset(map, 0, sizeof *map);
+  if (rank < 1 || rank > 5)
+    return CUDA_ERROR_INVALID_VALUE;
+  cuuint64_t words[16] = {rank};
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    words[1 + i] = dims[i];
+    words[1 + rank + (rank - 1) + i] = box[i];
+  }
+  for (cuuint32_t i = 0; i + 1 < rank; ++i)
+    words[1 + rank + i] = strides[i];
+  std::memcpy(map, words, sizeof words);
   return CUDA_SUCCESS;
 }
 

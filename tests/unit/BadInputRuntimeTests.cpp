@@ -95,6 +95,8 @@ TEST_CASE("bad input: encode_tensor_map", "[bad-input][runtime]") {
       {"box of no rows", encode(0x1000, F32, 8, 16, 16, 0), {"box 0 x 16"}},
       {"box over 256 rows", encode(0x1000, F32, 512, 16, 16, 512), {"box 512 x 16"}},
       {"f64", encode(0x1000, DType::F64, 8, 2, 2, 8), {"a: TMA cannot move f64 tensors"}},
+      {"batches not dividing the rows", [] { encode_tensor_map("a", 0x1000, F32, 10, 16, 16, 8, 128, 4); },
+       {"a: TMA batches of 4 rows must divide the 10 rows"}},
   });
 }
 

@@ -31,6 +31,9 @@ struct TOKAMAX_API TensorMapParam {
   uint32_t param = 0;  ///< index of the tensor parameter
   uint32_t box_inner = 0, box_outer = 0;  ///< box extent along the contiguous dimension, and the other
   uint32_t swizzle = 128;  ///< bytes of the swizzle pattern's row: 32, 64 or 128
+  /// > 0: the tensor's rows are batches of this many and boxes stay within one (a 3-D
+  /// map; zeros past a batch's last row)
+  uint32_t batch_rows = 0;
 };
 
 struct TOKAMAX_API LaunchInfo {
