@@ -144,9 +144,10 @@ LaunchInfo launchInfo(ModuleOp module) {
     if (auto cluster = func->getAttrOfType<IntegerAttr>(tile::kClusterAttr))
       info.cluster = static_cast<uint32_t>(cluster.getInt());
     if (auto maps = func->getAttrOfType<DenseI64ArrayAttr>(tile::kTensorMapsAttr))
-      for (int64_t i = 0; i + 3 < maps.size(); i += 4)
+      for (int64_t i = 0; i + 4 < maps.size(); i += 5)  // parameter, box inner / rows, swizzle, batch rows
         info.tensor_maps.push_back({static_cast<uint32_t>(maps[i]), static_cast<uint32_t>(maps[i + 1]),
-                                    static_cast<uint32_t>(maps[i + 2]), static_cast<uint32_t>(maps[i + 3])});
+                                    static_cast<uint32_t>(maps[i + 2]), static_cast<uint32_t>(maps[i + 3]),
+                                    static_cast<uint32_t>(maps[i + 4])});
   }
   return info;
 }

@@ -68,15 +68,18 @@ Value TensorArg::load_tma(std::vector<Value> offsets, std::vector<int64_t> block
   if (!kb.wgmmaDots())
     kb.fail(fmt::format("load_tma {}: needs KernelOptions::wgmma_dots (shared tiles stored as wgmma swizzle atoms)",
                         name_));
-  if (shape_.size() != 2 || block.size() != 2)
-    kb.fail(fmt::format("load_tma {}: copies 2-D blocks of 2-D tensors, got a [{}] block of a [{}] tensor", name_,
-                        fmt::join(block, ", "), fmt::join(shape_, ", ")));
-  const int64_t rowBytes = block[1] * static_cast<int64_t>(dtype_size(dtype_));
+  const bool batched = shape_.size() == 3 && block.size() == 3 && block[0] == 1;
+  if (!(shape_.size() == 2 && block.size() == 2) && !batched)
+    kb.fail(fmt::format("load_tma {}: copies 2-D blocks of 2-D tensors, or [1, rows, cols] blocks of 3-D ones (a "
+                        "batch at a time), got a [{}] block of a [{}] tensor",
+                        name_, fmt::join(block, ", "), fmt::join(shape_, ", ")));
+  const int64_t rows = block[block.size() - 2], cols = block.back();
+  const int64_t rowBytes = cols * static_cast<int64_t>(dtype_size(dtype_));
   if (rowBytes != 32 && rowBytes != 64 && (rowBytes % 128 != 0 || rowBytes <= 0))
     kb.fail(fmt::format("load_tma {}: block rows must be 32 or 64 bytes or a multiple of 128, got {} bytes", name_,
                         rowBytes));
-  if (block[0] % 8 != 0 || block[0] < 8 || block[0] > 256)
-    kb.fail(fmt::format("load_tma {}: the block needs a multiple of 8 rows, 8 to 256, got {}", name_, block[0]));
+  if (rows % 8 != 0 || rows < 8 || rows > 256)
+    kb.fail(fmt::format("load_tma {}: the block needs a multiple of 8 rows, 8 to 256, got {}", name_, rows));
   mlir::Value barrier = kb.mbarrierIndex(barriers, index, "load_tma");
   Value copy = load_async(std::move(offsets), std::move(block), buffer, slot);
   mlir::Operation *op = KernelBuilder::raw(copy).getDefiningOp();

@@ -142,15 +142,17 @@ void check_launch_info(const LaunchInfo &info, const std::string &where) {
   for (size_t i = 0; i < info.tensor_maps.size(); ++i) {
     const TensorMapParam &m = info.tensor_maps[i];
     const std::string mw = fmt::format("{}.tensor_maps[{}]", where, i);
-    if (m.param >= info.params.size() || !info.params[m.param].is_tensor || info.params[m.param].shape.size() != 2)
-      fail(mw, fmt::format("parameter {} is not a 2-D tensor parameter of the kernel", m.param));
+    if (m.param >= info.params.size() || !info.params[m.param].is_tensor ||
+        info.params[m.param].shape.size() != (m.batch_rows ? 3u : 2u))
+      fail(mw, fmt::format("parameter {} is not a {} tensor parameter of the kernel", m.param,
+                           m.batch_rows ? "3-D (batched)" : "2-D"));
     if (m.box_inner == 0 || m.box_inner > 256 || m.box_outer == 0 || m.box_outer > 256)
       fail(mw, fmt::format("box {} x {} is out of range (1 to 256)", m.box_inner, m.box_outer));
     if (m.swizzle != 32 && m.swizzle != 64 && m.swizzle != 128)
       fail(mw, fmt::format("swizzle {} is not 32, 64 or 128", m.swizzle));
-    if (m.batch_rows != 0 && info.params[m.param].shape[0] % m.batch_rows != 0)
-      fail(mw, fmt::format("batches of {} rows do not divide the tensor's {} rows", m.batch_rows,
-                           info.params[m.param].shape[0]));
+    if (m.batch_rows != 0 && info.params[m.param].shape[1] != m.batch_rows)
+      fail(mw, fmt::format("batches of {} rows, but the tensor's batches have {}", m.batch_rows,
+                           info.params[m.param].shape[1]));
   }
 }
 

@@ -140,8 +140,7 @@ void LoadedKernel::launch_packed(const uint64_t *words, CUstream stream) const {
       const KernelParam &p = params[m.param];
       const uint64_t address = words[m.param];
       maps[j] = maps_->get(j, address, [&] {
-        return encode_tensor_map(p.name.c_str(), address, p.dtype, p.shape[0], p.shape[1], m.box_inner,
-                                 m.box_outer, m.swizzle, m.batch_rows);
+        return encode_tensor_map(p, m, address);
       });
       pointers[params.size() + j] = &maps[j];
     }

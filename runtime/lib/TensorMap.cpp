@@ -63,4 +63,14 @@ TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int
   return map;
 }
 
+TensorMap encode_tensor_map(const KernelParam &param, const TensorMapParam &map, uint64_t address) {
+  if (param.shape.size() < 2)
+    throw Error(fmt::format("{}: a TMA tensor has 2 or 3 dims, got {}", param.name, param.shape.size()));
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < param.shape.size(); ++d)
+    rows *= param.shape[d];
+  return encode_tensor_map(param.name.c_str(), address, param.dtype, rows, param.shape.back(), map.box_inner,
+                           map.box_outer, map.swizzle, map.batch_rows);
+}
+
 } // namespace tokamax

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <optional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -220,7 +221,16 @@ namespace {
 /// query block, S 768, GQA 4:2), bf16 or f16 alternating with `index`.
 Case hopperCase(int index, int64_t h, int64_t hv) {
   return makeCase("hopper", index % 2 ? DType::F16 : DType::BF16,
-                  {.batch = {2}, .t = 1000, .s = 768, .n = 4, .k = 2, .h = h, .hv = hv});
+                  {.batch = {2}, .t = 1000, .s = index % 2 ? 700 : 768, .n = 4, .k = 2, .h = h, .hv = hv});
+}
+
+/// `h` with a second batch row of +inf after its first (and only) one.
+HostBuffer withInfiniteRow(const HostBuffer &h) {
+  std::vector<int64_t> shape = h.shape;
+  shape[0] *= 2;
+  std::vector<double> values = h.values();
+  values.resize(values.size() * 2, std::numeric_limits<double>::infinity());
+  return HostBuffer(h.dtype, shape, values);
 }
 
 } // namespace
@@ -229,9 +239,9 @@ TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit"
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   Stream stream = Stream::create(Device::get());
-  // Every option (bias with dbias, soft cap), GQA, Hv != H, T not a multiple of the query
-  // block, several key blocks, 4 and 8 consumer warps, 2-4 ring stages; S multiples of
-  // 16 as hopper needs. The VJP holds 16 x num_warps rows and steps 32 or 64.
+  // Every option (bias with dbias, soft cap), GQA, Hv != H, T and S (700) not multiples
+  // of the blocks, several key blocks, 4 and 8 consumer warps, 2-4 ring stages. The VJP
+  // holds 16 x num_warps rows and steps 32 or 64.
   std::vector<Case> cases;
   int index = 0;
   for (int64_t h : {64, 128})
@@ -255,14 +265,41 @@ TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit"
                             {"stages", 2 + index % 2}};
       cases.push_back(c);
     }
-  // One query against one 16-key block (causal), and S of two 16-key blocks with T 17:
-  // the heuristic configs at the smallest shapes hopper serves.
-  for (auto [t, s] : {std::pair<int64_t, int64_t>{1, 16}, {17, 32}}) {
+  // One query against one 16-key block (causal), S of two 16-key blocks with T 17, and S
+  // 5 and 70 (one partial key block, and a partial last one): the heuristic configs.
+  for (auto [t, s] : {std::pair<int64_t, int64_t>{1, 16}, {17, 32}, {9, 5}, {40, 70}}) {
     Case c = makeCase("hopper", DType::BF16, {.batch = {3}, .t = t, .s = s, .n = 4, .k = 2, .h = 64, .hv = 64});
     c.options.is_causal = t == 1;
     cases.push_back(c);
   }
   checkOnDevice(cases, stream);
+}
+
+TEST_CASE("attention hopper: blocks past T and S read zeros, never the next batch row's", "[gpu][attention][tma_ring]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  Stream stream = Stream::create(Device::get());
+  // Batch row 1 holds +inf in q, k, v and dout: a block of row 0 reaching past T = 40 or
+  // S = 70 into row 1 (forward: K / V; dk/dv: Q / dO) would bring 0 x inf = NaN into row
+  // 0's outputs or gradients. Row 0 must match the reference of row 0 alone.
+  for (bool causal : {false, true}) {
+    Case one = makeCase("hopper", DType::BF16, {.batch = {1}, .t = 40, .s = 70, .n = 4, .k = 2, .h = 64, .hv = 64});
+    one.options.is_causal = causal;
+    one.seed = causal ? 71 : 70;
+    CaseData data = makeData(one);
+    Outputs ref = Reference(one.dims, one.options, data.inputs).run(hostThreads());
+    Case two = one;
+    two.dims.batch = {2};
+    CaseData both;
+    both.q = withInfiniteRow(data.q), both.k = withInfiniteRow(data.k), both.v = withInfiniteRow(data.v);
+    both.dout = withInfiniteRow(data.dout);
+    DeviceRun run = runOnDevice(two, both, stream);
+    auto firstHalf = [](const std::vector<double> &v) { return std::vector<double>(v.begin(), v.begin() + v.size() / 2); };
+    Results rowZero{firstHalf(run.results.out), firstHalf(run.results.lse), firstHalf(run.results.dq),
+                    firstHalf(run.results.dk),  firstHalf(run.results.dv),  {}};
+    INFO((causal ? "causal" : "no mask"));
+    checkResults(one, ref, rowZero);
+  }
 }
 
 TEST_CASE("attention hopper forward with ping-pong warpgroups matches float64 and reruns bit for bit",
@@ -304,10 +341,12 @@ TEST_CASE("attention's automatic choice and hopper's reach on the device", "[gpu
   Stream stream = Stream::create(device);
   Tensor q = poisoned(DType::BF16, {2, 128, 8, 128}), kv = poisoned(DType::BF16, {2, 256, 2, 128});
   Tensor out = poisoned(DType::BF16, {2, 128, 8, 128});
-  // hopper serves the forward on sm_90a only, and refuses S not a multiple of 16.
+  // hopper serves the forward on sm_90a only (any S), bf16 and f16 only.
   if (arch == "sm_90a") {
-    Tensor kv100 = poisoned(DType::BF16, {2, 100, 2, 128});
-    CHECK_THROWS_AS(dot_product_attention(q, kv100, kv100, out, stream, {.implementation = "hopper"}), NotSupported);
+    Tensor q32 = poisoned(DType::F32, {2, 128, 8, 128}), kv32 = poisoned(DType::F32, {2, 100, 2, 128});
+    Tensor out32 = poisoned(DType::F32, {2, 128, 8, 128});
+    CHECK_THROWS_AS(dot_product_attention(q32, kv32, kv32, out32, stream, {.implementation = "hopper"}),
+                    NotSupported);
   } else {
     CHECK_THROWS_AS(dot_product_attention(q, kv, kv, out, stream, {.implementation = "hopper"}), NotSupported);
   }

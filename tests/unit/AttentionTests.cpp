@@ -228,16 +228,15 @@ TEST_CASE("attention: entry points check views and implementations", "[attention
   TensorView q = data.q.view(), k = data.k.view(), v = data.v.view();
   TensorView o = out.view(), bo = badOut.view(), l = lse.view();
   CHECK_THAT(errorOf([&] { dot_product_attention_host(q, k, v, bo); }), NamesArgument("out"));
-  // "hopper" asked for a call it cannot serve (S 5, not a multiple of 16) is NotSupported
-  // with the reason (AttentionHopperTests.cpp covers what it serves).
-  CHECK_THROWS_AS(dot_product_attention_host(q, k, v, o, {.implementation = "hopper"}), NotSupported);
+  // "hopper" asked for a call it cannot serve (f32) is NotSupported with the reason
+  // (AttentionHopperTests.cpp covers what it serves).
+  CHECK_THROWS_AS(attention_op().select(bind_attention(goodSpecs(DType::F32)), "hopper", "sm_90a"), NotSupported);
   BoundArgs args = bind_attention(goodSpecs());
   // "tile" serves bf16 / f16 only.
   CHECK_THROWS_AS(attention_op().select(bind_attention(goodSpecs(DType::F32)), "tile", "sm_90a"), NotSupported);
   CHECK_THROWS_AS(dot_product_attention_host(q, k, v, o, {.implementation = "no-such-implementation"}), Error);
-  // Auto on sm_90a: tile for 16-bit inputs where hopper refuses (S 40, not a multiple of
-  // 16), chunked for f32 / f64.
-  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "tile");
+  // Auto on sm_90a: hopper for 16-bit inputs (any S: S 40 here), chunked for f32 / f64.
+  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "hopper");
   CHECK(attention_op().select(bind_attention(goodSpecs(DType::F32)), std::nullopt, "sm_90a").name() == "chunked");
   CHECK(attention_op().select(bind_attention(goodSpecs(DType::F64)), std::nullopt, "sm_90a").name() == "chunked");
   CHECK_NOTHROW(dot_product_attention_host(q, k, v, o, {}, &l));

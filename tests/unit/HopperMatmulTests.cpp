@@ -234,7 +234,9 @@ TEST_CASE("TMA copies and mbarriers: misuse in the DSL is reported with the prob
   auto x = k.input("x", DType::BF16, {4, 256, 64});
   auto ring = k.shared_buffer(2);
   auto bars = k.mbarriers(2);
-  CHECK_THROWS_WITH(x.load_tma({0, 0, 0}, {1, 64, 64}, ring, 0, bars, 0), Contains("copies 2-D blocks of 2-D tensors"));
+  CHECK_THROWS_WITH(x.load_tma({0, 0, 0}, {2, 64, 64}, ring, 0, bars, 0),
+                    Contains("or [1, rows, cols] blocks of 3-D ones (a batch at a time)"));
+  CHECK_THROWS_WITH(a.load_tma({0, 0, 0}, {1, 64, 64}, ring, 0, bars, 0), Contains("copies 2-D blocks of 2-D tensors"));
   CHECK_THROWS_WITH(a.load_tma({0, 0}, {4, 64}, ring, 0, bars, 0), Contains("a multiple of 8 rows, 8 to 256, got 4"));
   CHECK_THROWS_WITH(a.load_tma({0, 0}, {512, 64}, ring, 0, bars, 0), Contains("got 512"));
   CHECK_THROWS_WITH(a.load_tma({0, 0}, {64, 8}, ring, 0, bars, 0),

@@ -30,7 +30,9 @@ struct HopperPtx {
 
 inline void check_hopper_ptx(const tokamax::CompiledKernel &compiled, const HopperPtx &want, const std::string &ptxas) {
   const std::string &ptx = compiled.ptx;
-  CHECK(count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= want.min_copies);
+  CHECK(count(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") +
+            count(ptx, "cp.async.bulk.tensor.3d.shared::cluster.global") >=
+        want.min_copies);
   CHECK(count(ptx, "setmaxnreg.dec.sync.aligned.u32") == (want.producer ? 1u : 0u));
   if (want.no_ldmatrix)
     CHECK(count(ptx, "ldmatrix") == 0);

@@ -60,8 +60,7 @@ public:
     }
     for (const TensorMapParam &m : info.tensor_maps) {
       const KernelParam &p = info.params[m.param];
-      maps_.push_back(encode_tensor_map(p.name.c_str(), words_[m.param], p.dtype, p.shape[0], p.shape[1], m.box_inner,
-                                        m.box_outer, m.swizzle, m.batch_rows));
+      maps_.push_back(encode_tensor_map(p, m, words_[m.param]));
     }
     for (uint64_t &w : words_)
       pointers_.push_back(&w);

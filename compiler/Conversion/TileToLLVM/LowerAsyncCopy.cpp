@@ -59,11 +59,11 @@ Value slotPointer(TileLowering &t, AsyncBlockLoadOp op) {
   return b.create<LLVM::GEPOp>(loc, ptrType, b.getI8Type(), t.scratchBase(op), ValueRange{slotOffset});
 }
 
-std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op) {
+TmaBox tmaCopyBox(AsyncBlockLoadOp op) {
   auto type = op.getResult().getType();
   unsigned bytes = elementBytes(type.getElementType());
   Staging s(type.getDimSize(0), type.getDimSize(1), bytes, /*panels=*/true);
-  return {s.panelCols, s.rows, s.rowBytes(bytes)};
+  return {s.panelCols, s.rows, s.rowBytes(bytes), op.getDims().size() == 3 ? op.getDims()[1] : 0};
 }
 
 Value mbarrierAddress(TileLowering &t, Operation *op, Value index) {
@@ -112,15 +112,23 @@ LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr,
     return op.emitOpError("has no tensor map for its tensor");
   I32 m{t, loc};
   Value bar = mbarrierAddress(t, op, t.regs(op.getBarrier())[0]);
-  Value row = t.regs(op.getOffsets()[0])[0], col = t.regs(op.getOffsets()[1])[0];
+  // 2-D (row, col), or 3-D (batch, row within it, col): a box stays within its batch.
+  const bool batched = op.getOffsets().size() == 3;
+  Value batch = batched ? t.regs(op.getOffsets()[0])[0] : Value();
+  Value row = t.regs(op.getOffsets()[batched ? 1 : 0])[0], col = t.regs(op.getOffsets()[batched ? 2 : 1])[0];
   const int64_t panels = s.cols / s.panelCols;
   // The producer warpgroup of a warp-specialized loop follows the kernel's warps.
   const bool producer = t.role() == TileLowering::WarpRole::Producer;
   t.when(loc, m.eq(t.threadId(), producer ? 32 * int64_t(getNumWarps(op)) : 0), [&] {
     PtxBuilder ptx = t.ptx(loc);
     ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(s.rows * s.cols * bytes));
-    for (int64_t p = 0; p < panels; ++p)
-      ptx.tmaLoad2d(m.add(slotAddr, m.c(p * s.panelBytes(bytes))), map, m.add(col, m.c(p * s.panelCols)), row, bar);
+    for (int64_t p = 0; p < panels; ++p) {
+      Value dst = m.add(slotAddr, m.c(p * s.panelBytes(bytes))), inner = m.add(col, m.c(p * s.panelCols));
+      if (batched)
+        ptx.tmaLoad3d(dst, map, inner, row, batch, bar);
+      else
+        ptx.tmaLoad2d(dst, map, inner, row, bar);
+    }
   });
   return success();
 }

@@ -102,10 +102,16 @@ mlir::Value slotPointer(TileLowering &t, AsyncBlockLoadOp op);
 mlir::Value mbarrierAddress(TileLowering &t, mlir::Operation *op, mlir::Value index);
 /// Thread 0 initializes the kernel's mbarriers (tile.mbarriers), then a block barrier.
 mlir::LogicalResult initMbarriers(TileLowering &t, mlir::func::FuncOp func);
+/// A tensor parameter's TMA box as its tensor map describes it: inner elements, rows,
+/// swizzle bytes, and for a 3-D tensor [batches, batch_rows, cols] the rows of a batch
+/// (boxes stay within one; 0 for 2-D tensors).
+struct TmaBox {
+  int64_t inner = 0, rows = 0, swizzle = 128, batchRows = 0;
+  bool operator==(const TmaBox &) const = default;
+};
 /// The TMA box of a TMA copy (tile.async_block_load with a barrier): one 128-byte panel
-/// of the block's rows, or the whole row where it is 32 or 64 bytes. Returns (inner
-/// elements, rows, swizzle bytes).
-std::tuple<int64_t, int64_t, int64_t> tmaCopyBox(AsyncBlockLoadOp op);
+/// of the block's rows, or the whole row where it is 32 or 64 bytes.
+TmaBox tmaCopyBox(AsyncBlockLoadOp op);
 /// Whether `op` reads a shared tile into a dot-operand layout for the dots after it in
 /// its block (one, or several in wgmma kernels): each reads the tile itself (one K step
 /// at a time on mma.sync, through a descriptor on wgmma).

@@ -80,6 +80,9 @@ public:
                  mlir::Value bar);
   /// The same box written at `dst` (and signalled on `bar`, both this CTA's shared
   /// offsets) in every CTA of the cluster whose bit is set in `ctaMask`.
+  /// The same from a 3-D tensor map at (inner, row, batch).
+  void tmaLoad3d(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value row, mlir::Value batch,
+                 mlir::Value bar);
   void tmaLoad2dMulticast(mlir::Value dst, mlir::Value tensorMap, mlir::Value inner, mlir::Value outer,
                           mlir::Value bar, unsigned ctaMask);
 

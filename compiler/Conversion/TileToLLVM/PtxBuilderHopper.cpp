@@ -53,6 +53,13 @@ void PtxBuilder::tmaLoad2d(Value dst, Value tensorMap, Value inner, Value outer,
           "r,l,r,r,r", true);
 }
 
+void PtxBuilder::tmaLoad3d(Value dst, Value tensorMap, Value inner, Value row, Value batch, Value bar) {
+  asmCall(Type(), ValueRange{dst, tensorMap, inner, row, batch, bar},
+          "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+          " [$0], [$1, {$2, $3, $4}], [$5];",
+          "r,l,r,r,r,r", true);
+}
+
 void PtxBuilder::tmaLoad2dMulticast(Value dst, Value tensorMap, Value inner, Value outer, Value bar,
                                     unsigned ctaMask) {
   Value mask = b.create<LLVM::ConstantOp>(loc, b.getI16Type(), b.getI16IntegerAttr(int16_t(ctaMask)));

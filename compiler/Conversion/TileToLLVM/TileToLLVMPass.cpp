@@ -52,7 +52,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     // One TMA tensor map per tensor parameter a tile.tma_dot reads, appended to the
     // parameters (128 bytes by value, read in place: grid constants).
     // param -> (box inner, box outer, swizzle bytes)
-    std::map<unsigned, std::tuple<int64_t, int64_t, int64_t>> boxes;
+    std::map<unsigned, TmaBox> boxes;
     unsigned producerWarps = 0;
     int64_t cluster = 1;
     WalkResult walked = func.walk([&](TmaDotOp dot) {
@@ -76,8 +76,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       auto want = [&](Value operand, bool kMajor, int64_t rows) -> LogicalResult {
         unsigned index = cast<BlockArgument>(operand).getArgNumber();
         const int64_t bk = static_cast<int64_t>(dot.getBlockK());
-        std::tuple<int64_t, int64_t, int64_t> box = kMajor ? std::tuple{bk, rows, bk * bytes}
-                                                           : std::tuple{128 / bytes, bk, int64_t(128)};
+        TmaBox box = kMajor ? TmaBox{bk, rows, bk * bytes} : TmaBox{128 / bytes, bk, 128};
         auto [it, inserted] = boxes.emplace(index, box);
         if (!inserted && it->second != box)
           return dot.emitOpError("reads parameter ") << index << " with another TMA box than an earlier tma_dot";
@@ -107,8 +106,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     // tile.tma_store: a box of one 128-byte strip of columns by the block's rows.
     walked = func.walk([&](TmaStoreOp store) {
       unsigned index = cast<BlockArgument>(store.getBase()).getArgNumber();
-      std::tuple<int64_t, int64_t, int64_t> box{store.getStripColumns(), store.getValue().getType().getDimSize(0),
-                                                128};
+      TmaBox box{store.getStripColumns(), store.getValue().getType().getDimSize(0), 128};
       auto [it, inserted] = boxes.emplace(index, box);
       if (!inserted && it->second != box) {
         store.emitOpError("writes parameter ") << index << " with another TMA box than an earlier TMA access";
@@ -170,8 +168,8 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
                           TypeAttr::get(LLVM::LLVMArrayType::get(b.getI8Type(), 128)));
       llvmFunc.setArgAttr(index, LLVM::LLVMDialect::getAlignAttrName(), b.getI64IntegerAttr(64));
       llvmFunc.setArgAttr(index, NVVM::NVVMDialect::getGridConstantAttrName(), UnitAttr::get(ctx));
-      auto [inner, outer, swizzle] = entry.second;
-      mapInfo.append({int64_t(entry.first), inner, outer, swizzle});
+      const TmaBox &box = entry.second;
+      mapInfo.append({int64_t(entry.first), box.inner, box.rows, box.swizzle, box.batchRows});
     }
     if (!mapInfo.empty())
       llvmFunc->setAttr(kTensorMapsAttr, b.getDenseI64ArrayAttr(mapInfo));

@@ -59,8 +59,8 @@ bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d ==
 /// The hopper kernels' keys. Every program holds 16 x num_warps rows (4 or 8 warps: each
 /// consumer warp owns 16, whole warpgroups): the forward's queries (block_q must say so)
 /// with block_kv keys a step. The VJP's dk/dv programs hold keys and walk block_q queries
-/// a step, its dq programs hold queries and walk block_kv keys. Key steps divide S (a K /
-/// V block stays in its batch row); stages are the rings' slots. The held blocks, the
+/// a step, its dq programs hold queries and walk block_kv keys (blocks are copied a batch
+/// row at a time: any T and S); stages are the rings' slots. The held blocks, the
 /// rings and the registers of the scores and accumulators must fit. The forward's
 /// "overlap" (in the search space) issues each step's Q K^T before the previous step's
 /// P V, so the softmax runs while the tensor cores work; "pingpong" (8 warps, the
@@ -83,10 +83,8 @@ std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
     return fmt::format("the hopper forward needs block_q = 16 * num_warps, got block_q {} with {} warps", bq, w);
   if (p.vjp && (bq < 16 || bq > 256 || (bq & (bq - 1))))
     return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
-  if (bkv < 16 || bkv > 256 || (bkv & (bkv - 1)) || p.S % bkv != 0)
-    return fmt::format("hopper needs block_kv a power of two in [16, 256] dividing S = {} (a K / V block must not "
-                       "reach into the next batch row), got {}",
-                       p.S, bkv);
+  if (bkv < 16 || bkv > 256 || (bkv & (bkv - 1)))
+    return fmt::format("hopper needs block_kv a power of two in [16, 256], got {}", bkv);
   if (stages < 2 || stages > 4)
     return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
   // Causal grids run the row blocks along grid z (heaviest first): at most 65535.
@@ -140,10 +138,6 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
       return fmt::format("the hopper VJP holds dk and dv in registers: head dims up to 128, got H {} and Hv {}; use "
                          "tile",
                          p.H, p.Hv);
-    if (p.S % 16 != 0)
-      return fmt::format("hopper needs S a multiple of 16 (K / V blocks must not reach into the next batch row), got "
-                         "{}; use tile",
-                         p.S);
     return std::nullopt;
   case Impl::Reference: {
     // The logits (and, for the VJP, dS) buffers: refuse what no GPU could hold.
@@ -165,22 +159,19 @@ Config heuristic(const Problem &p, Impl impl) {
     // (4, 4096, 32, 128) 259.5 TFLOP/s against 213.6 with 64, at (32, 2048, 16, 64) 205.2
     // against 195.4; without a mask 64 stays ahead (271.3 against 257.0).
     const int64_t warps = std::max(p.T, p.S) > 64 ? 8 : 4;
-    int64_t bq = p.causal ? 32 : 64, bkv = 64;
+    int64_t bq = p.causal ? 32 : 64;
+    const int64_t bkv = std::min<int64_t>(64, pow2AtLeast(p.S, 16));
     while (bq > 16 && 2 * bq + p.H + p.Hv > 384)
       bq /= 2;
-    while (bkv > 16 && p.S % bkv != 0)
-      bkv /= 2;
     return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
   }
   if (impl == Impl::Hopper) {
     // 128-row query blocks on two consumer warpgroups where T fills them; the widest
-    // key step dividing S that keeps the scores and accumulator in registers.
+    // key step that keeps the scores and accumulator in registers (no wider than S needs).
     // Two consumer warpgroups take turns (ping-pong): on the H200 2-5 % ahead at every
     // benchmark shape, causal or not (e.g. (4, 4096, 32, 128) 545.6 TFLOP/s against 517.8).
     const int64_t warps = p.T > 64 ? 8 : 4;
-    int64_t bkv = dim <= 128 ? 128 : 64;
-    while (bkv > 16 && p.S % bkv != 0)
-      bkv /= 2;
+    const int64_t bkv = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2AtLeast(p.S, 16));
     Config c{{"block_q", 16 * warps}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
     if (warps == 8)
       c.set("pingpong", 1);

@@ -137,7 +137,7 @@ Kernel delta_kernel(const KernelSpec &s) {
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
   std::vector<int64_t> doutShape{p.B, p.T, p.N, p.Hv}, statShape{p.B, p.N, p.T};
   if (rows)
-    doutShape = {p.B * p.T, p.N * p.Hv}, statShape = {p.B * p.N * p.T};
+    doutShape = {p.B, p.T, p.N * p.Hv}, statShape = {p.B * p.N * p.T};
   return {k.input("dout", p.dtype, doutShape), k.input("lse", p.compute, statShape),
           k.input("delta", p.compute, statShape)};
 }

@@ -15,11 +15,10 @@
 // one (block_masking); without causal, window, lengths or a mask tensor no step is. Under
 // a causal mask the heaviest blocks start first (row_block_grid).
 //
-// q, k, v and dout are read as [B T, N H], [B S, K H], [B S, K Hv] and [B T, N Hv] (TMA
-// tensor maps are 2-D). A streamed K / V block never reaches into the next batch row:
-// S is a multiple of the key step (check_config). A Q / dO block may, past T: those
-// rows' lse is +inf (their P and dS are 0) and they are never stored; past the last batch
-// row TMA reads zeros.
+// q, k, v and dout are read as [B, T, N H], [B, S, K H], [B, S, K Hv] and [B, T, N Hv],
+// copied a batch row at a time (3-D tensor maps): a block reaching past T or S reads
+// zeros, never the next batch row's, so any T and S are served. Keys past S are masked;
+// queries past T have lse +inf (their P and dS are 0) and are never stored.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
@@ -37,11 +36,17 @@ dsl::KernelOptions hopperOptions(const KernelSpec &s) {
   return {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true};
 }
 
-/// A block one TMA copy reads: rows x cols at (row, col) of a 2-D tensor.
+/// A block one TMA copy reads: rows x cols at (row, col) of batch row `batch` of a
+/// [B, rows, cols] tensor (zeros past its last row).
 struct TmaBlock {
   TensorArg t;
-  Value row, col;
+  Value batch, row, col;
   int64_t rows, cols;
+
+  Value load(const dsl::SharedBuffer &buffer, const Value &slot, const dsl::Mbarriers &barriers,
+             const Value &index) const {
+    return t.load_tma({batch, row, col}, {1, rows, cols}, buffer, slot, barriers, index);
+  }
 };
 
 /// Copies `blocks` once, each into its own buffer, on one barrier, and waits for them.
@@ -49,7 +54,7 @@ Chunks loadOnce(Kernel &k, const std::vector<TmaBlock> &blocks) {
   dsl::Mbarriers ready = k.mbarriers(1, static_cast<int64_t>(blocks.size()));
   Chunks tiles;
   for (const TmaBlock &b : blocks)
-    tiles.push_back(b.t.load_tma({b.row, b.col}, {b.rows, b.cols}, k.shared_buffer(1), 0, ready, 0));
+    tiles.push_back(b.load(k.shared_buffer(1), 0, ready, 0));
   k.wait(ready, 0, 0);
   return tiles;
 }
@@ -74,8 +79,7 @@ Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried
         std::vector<Value> tiles;
         std::vector<TmaBlock> step = blocks(i);
         for (size_t c = 0; c < step.size(); ++c)
-          tiles.push_back(step[c].t.load_tma({step[c].row, step[c].col}, {step[c].rows, step[c].cols}, rings[c], slot,
-                                             ring.full, slot));
+          tiles.push_back(step[c].load(rings[c], slot, ring.full, slot));
         return tiles;
       },
       [&](Value i, Carried carried, std::vector<Value> tiles) {
@@ -86,8 +90,9 @@ Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried
       });
 }
 
-/// Key blocks [lo, hi) of `range` in steps of block_kv (lo is a multiple of it; all inside
-/// S): K's and V's blocks of kv head kvh, `count` steps.
+/// Key blocks [lo, hi) of `range` in steps of block_kv (lo is a multiple of it; the last
+/// may reach past S, where TMA reads zeros and the keys are masked): K's and V's blocks
+/// of kv head kvh, `count` steps.
 struct KeySteps {
   const Program *pr;
   Range range;
@@ -99,7 +104,7 @@ struct KeySteps {
     return block_masking(*pr, range, first(i), pr->s.block_kv, /*along_keys=*/true);
   }
   TmaBlock block(const TensorArg &t, int64_t dim, const Value &i) const {
-    return {t, pr->b * pr->p.S + first(i), kvh * dim, pr->s.block_kv, dim};
+    return {t, pr->b, first(i), kvh * dim, pr->s.block_kv, dim};
   }
   TmaBlock k(const Value &i) const { return block(pr->in.k, pr->p.H, i); }
   TmaBlock v(const Value &i) const { return block(pr->in.v, pr->p.Hv, i); }
@@ -186,7 +191,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   Program &pr = f.pr;
   Value t0 = f.t0, n = f.n;
 
-  Value q = loadOnce(k, {{pr.in.q, pr.b * p.T + t0, n * p.H, bq, p.H}})[0];
+  Value q = loadOnce(k, {{pr.in.q, pr.b, t0, n * p.H, bq, p.H}})[0];
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), f.kvh);
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
   const size_t accSize = start.acc.size();
@@ -213,8 +218,7 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, id.batch);
   Value j0 = id.block * bkv, h = id.head;
 
-  Value kvRow = pr.b * p.S + j0;
-  Chunks kv = loadOnce(k, {{in.k, kvRow, h * p.H, bkv, p.H}, {in.v, kvRow, h * p.Hv, bkv, p.Hv}});
+  Chunks kv = loadOnce(k, {{in.k, pr.b, j0, h * p.H, bkv, p.H}, {in.v, pr.b, j0, h * p.Hv, bkv, p.Hv}});
   // Steps walk the query blocks [lo, hi) of each query head of the group in turn.
   const Range range = query_range(pr, j0, bq, bkv);
   Value blocks = (maximum(range.hi - range.lo, 0) + (bq - 1)) / bq;
@@ -224,8 +228,8 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Carried sums = streamBlocks(
       k, s, blocks * p.group(), pack({&dk0, &dv0}), 2,
       [&](Value i) {
-        Value row = pr.b * p.T + first(i), n = head(i);
-        return std::vector<TmaBlock>{{in.q, row, n * p.H, bq, p.H}, {ct.dout, row, n * p.Hv, bq, p.Hv}};
+        Value row = first(i), n = head(i);
+        return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
         return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
@@ -246,8 +250,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, id.batch);
   Value t0 = id.block * bq, n = id.head;
 
-  Value qRow = pr.b * p.T + t0;
-  Chunks qd = loadOnce(k, {{in.q, qRow, n * p.H, bq, p.H}, {ct.dout, qRow, n * p.Hv, bq, p.Hv}});
+  Chunks qd = loadOnce(k, {{in.q, pr.b, t0, n * p.H, bq, p.H}, {ct.dout, pr.b, t0, n * p.Hv, bq, p.Hv}});
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
   Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),

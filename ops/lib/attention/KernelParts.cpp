@@ -41,7 +41,7 @@ dsl::KernelOptions kernel_options(const KernelSpec &s) {
 
 Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
   auto shape = [&](int64_t r, int64_t heads, int64_t dim) {
-    return rows ? std::vector<int64_t>{p.B * r, heads * dim} : std::vector<int64_t>{p.B, r, heads, dim};
+    return rows ? std::vector<int64_t>{p.B, r, heads * dim} : std::vector<int64_t>{p.B, r, heads, dim};
   };
   Operands in{k.input("q", p.dtype, shape(p.T, p.N, p.H)), k.input("k", p.dtype, shape(p.S, p.K, p.H)),
               k.input("v", p.dtype, shape(p.S, p.K, p.Hv)), {}, {}, {}, {}};

@@ -33,7 +33,8 @@ struct Operands {
   TensorArg q, k, v;
   std::optional<TensorArg> bias, mask, q_lengths, kv_lengths;
 };
-/// With `rows`, q, k and v as 2-D [B T, N H], [B S, K H], [B S, K Hv] (for TMA).
+/// With `rows`, q, k and v as [B, T, N H], [B, S, K H], [B, S, K Hv] (for TMA: each batch
+/// row's heads as one row, copied a batch row at a time).
 Operands declare_operands(Kernel &k, const Problem &p, bool rows = false);
 
 /// One program's view of the call: its batch row and the valid lengths (i32 scalars).

@@ -99,12 +99,12 @@ private:
 };
 
 /// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
-/// (with `rows`, q, k and v as 2-D rows of heads: the hopper kernels' TMA views).
+/// (with `rows`, q, k and v as [B, rows, heads x dim]: the hopper kernels' TMA views).
 std::vector<Arg> operandArgs(const Problem &p, const Views &w, const TensorView &q, const TensorView &k,
                              const TensorView &v, std::span<const TensorView> optional, bool rows = false) {
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
   if (rows)
-    args = {w.as(q, {p.B * p.T, p.N * p.H}), w.as(k, {p.B * p.S, p.K * p.H}), w.as(v, {p.B * p.S, p.K * p.Hv})};
+    args = {w.as(q, {p.B, p.T, p.N * p.H}), w.as(k, {p.B, p.S, p.K * p.H}), w.as(v, {p.B, p.S, p.K * p.Hv})};
   if (p.bias)
     args.push_back(w.broadcast(optional[0], *p.bias));
   if (p.mask)
@@ -160,7 +160,7 @@ void backward(const Problem &p, Impl impl, const Config &c, std::span<const Tens
     if (p.dbias)
       ex.zero(dsView);  // blocks no query sees stay zero
     std::vector<Arg> args = operands;
-    args.emplace_back(hopper ? w.as(dout, {p.B * p.T, p.N * p.Hv}) : w.o(dout));
+    args.emplace_back(hopper ? w.as(dout, {p.B, p.T, p.N * p.Hv}) : w.o(dout));
     for (const TensorView &t : {w.rows(lse), deltaView})
       args.emplace_back(hopper ? w.as(t, {p.B * p.N * p.T}) : t);
     // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq

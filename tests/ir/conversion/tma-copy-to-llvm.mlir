@@ -20,7 +20,7 @@
 // SMEM-SAME: tile.shared_bytes = 49168 : i64
 
 // CHECK-LABEL: llvm.func @tma_ss
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 64, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 64, 128, 0>
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 2;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 256;"
 // CHECK: fence.mbarrier_init.release.cluster
@@ -45,6 +45,34 @@ func.func @tma_ss(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32>) 
   %c1 = arith.constant 1 : i32
   %z = arith.constant 0.0 : f32
   %at = tile.async_block_load %a[%c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 1000, 64>, strides = array<i64: 64, 1>, block = array<i64: 128, 64>, buffer = 0 : i64, slots = 2 : i64} : <bf16> -> tensor<128x64xbf16>
+  %bt = tile.async_block_load %b[%c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 64, 1000>, strides = array<i64: 1000, 1>, block = array<i64: 64, 128>, buffer = 1 : i64, slots = 1 : i64} : <bf16> -> tensor<64x128xbf16>
+  tile.mbarrier_wait %c0, %c0
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  %s = tile.dot %at, %bt, %acc : tensor<128x64xbf16>, tensor<64x128xbf16> -> tensor<128x128xf32>
+  tile.mbarrier_arrive %c1
+  tile.block_store %o[%c0, %c0], %s {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  return
+}
+
+// -----
+
+// The same with A a 3-D tensor [4, 1000, 64] copied a batch at a time: its map records
+// the batch's 1000 rows (its fifth entry; 0 for B's 2-D map), and the copy addresses
+// (column, row, batch) with a 3-D box, so rows past the batch's last read zeros.
+
+// CHECK-LABEL: llvm.func @tma_batched
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1000, 1, 64, 64, 128, 0>
+// CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 16384;"
+// CHECK-COUNT-1: "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];"
+// CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 16384;"
+// CHECK-COUNT-2: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+func.func @tma_batched(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.mbarriers = array<i64: 2, 256>, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  %c960 = arith.constant 960 : i32
+  %z = arith.constant 0.0 : f32
+  %at = tile.async_block_load %a[%c3, %c960, %c0] slot %c0 barrier %c0 {dims = array<i64: 4, 1000, 64>, strides = array<i64: 64000, 64, 1>, block = array<i64: 1, 128, 64>, buffer = 0 : i64, slots = 2 : i64} : <bf16> -> tensor<128x64xbf16>
   %bt = tile.async_block_load %b[%c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 64, 1000>, strides = array<i64: 1000, 1>, block = array<i64: 64, 128>, buffer = 1 : i64, slots = 1 : i64} : <bf16> -> tensor<64x128xbf16>
   tile.mbarrier_wait %c0, %c0
   %acc = tile.splat %z : f32 -> tensor<128x128xf32>

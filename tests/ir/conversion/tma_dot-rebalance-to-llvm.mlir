@@ -17,7 +17,7 @@
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}
 // CHECK-SAME: nvvm.maxnreg = 168 : i32, nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK-SAME: tile.producer_warps = 4 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 128, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 128, 128, 0>
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 1;
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 8;
 // CHECK: fence.proxy.async.shared::cta;
@@ -71,7 +71,7 @@ func.func @rebalanced(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f3
 // CHECK-LABEL: llvm.func @cluster_rebalanced
 // CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
 // CHECK-SAME: tile.cluster = 2 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 64, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 64, 128, 0>
 // CHECK: %cluster_ctarank
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 16;
 // CHECK: fence.mbarrier_init.release.cluster;

@@ -15,7 +15,7 @@
 // CHECK-SAME: %{{.*}}: !llvm.ptr {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}
 // CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK-SAME: tile.producer_warps = 4 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 128, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 128, 128, 0>
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 1;
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 8;
 // CHECK: fence.proxy.async.shared::cta;
@@ -91,7 +91,7 @@ func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>)
 // CHECK-LABEL: llvm.func @cluster
 // CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
 // CHECK-SAME: tile.cluster = 2 : i32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 64, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 64, 128, 0>
 // CHECK: %cluster_ctarank
 // CHECK: mbarrier.init.shared::cta.b64 [$0], 16;
 // CHECK: fence.mbarrier_init.release.cluster;
@@ -135,7 +135,7 @@ func.func @cluster(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>)
 // 32-wide slice is two k16 wgmma per slab.
 
 // CHECK-LABEL: llvm.func @swizzle64
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 32, 128, 64, 1, 64, 32, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 32, 128, 64, 0, 1, 64, 32, 128, 0>
 // CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 16384;
 // CHECK: } else {
 // CHECK-DAG: llvm.mlir.constant(-9223371899415756800 : i64) : i64
@@ -159,7 +159,7 @@ func.func @swizzle64(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32
 // 0xC000001000010000); one k16 wgmma per slab and slice.
 
 // CHECK-LABEL: llvm.func @swizzle32
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 16, 128, 32, 1, 16, 128, 32>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 16, 128, 32, 0, 1, 16, 128, 32, 0>
 // CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 8192;
 // CHECK: } else {
 // CHECK: llvm.mlir.constant(-4611685949707845632 : i64) : i64

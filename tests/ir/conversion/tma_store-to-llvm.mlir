@@ -10,7 +10,7 @@
 
 // CHECK: llvm.mlir.global external @store_scratch() {addr_space = 3 : i32, alignment = 1024 : i64}
 // CHECK-LABEL: llvm.func @store
-// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 1, 64, 128, 128, 2, 64, 128, 128>
+// CHECK-SAME: tile.tensor_maps = array<i64: 0, 64, 128, 128, 0, 1, 64, 128, 128, 0, 2, 64, 128, 128, 0>
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: cp.async.bulk.wait_group.read 1;
 // CHECK: nvvm.barrier0

@@ -47,11 +47,21 @@ func.func @not_wgmma_kernel(%a: !tile.ptr<bf16>) attributes {tile.kernel, tile.n
 
 // -----
 
-// Tensor maps are 2-D.
-func.func @three_dims(%a: !tile.ptr<bf16>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.wgmma_dots, tile.mbarriers = array<i64: 1>} {
+// Tensor maps are 2-D, or 3-D copied a batch at a time (block [1, rows, cols]).
+func.func @four_dims(%a: !tile.ptr<bf16>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.wgmma_dots, tile.mbarriers = array<i64: 1>} {
   %c0 = arith.constant 0 : i32
-  // expected-error @+1 {{a TMA copy reads 2-D tensors, got 3 dims}}
-  %t = tile.async_block_load %a[%c0, %c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 4, 1000, 64>, strides = array<i64: 64000, 64, 1>, block = array<i64: 1, 128, 64>, buffer = 0 : i64, slots = 2 : i64} : <bf16> -> tensor<128x64xbf16>
+  // expected-error @+1 {{a TMA copy reads 2-D tensors or 3-D ones a batch at a time, got 4 dims}}
+  %t = tile.async_block_load %a[%c0, %c0, %c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 2, 4, 1000, 64>, strides = array<i64: 256000, 64000, 64, 1>, block = array<i64: 1, 1, 128, 64>, buffer = 0 : i64, slots = 2 : i64} : <bf16> -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+// The batches must be contiguous rows of one row-major tensor.
+func.func @strided_batches(%a: !tile.ptr<bf16>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.wgmma_dots, tile.mbarriers = array<i64: 1>} {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{a TMA copy reads row-major contiguous tensors (stride 64 for its rows), got strides [128000, 64, 1]}}
+  %t = tile.async_block_load %a[%c0, %c0, %c0] slot %c0 barrier %c0 {dims = array<i64: 4, 1000, 64>, strides = array<i64: 128000, 64, 1>, block = array<i64: 1, 128, 64>, buffer = 0 : i64, slots = 2 : i64} : <bf16> -> tensor<128x64xbf16>
   return
 }
 

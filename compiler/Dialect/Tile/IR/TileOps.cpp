@@ -184,12 +184,20 @@ LogicalResult AsyncBlockLoadOp::verifyTmaCopy() {
     return emitOpError("a TMA copy needs a kernel with tile.wgmma_dots (shared tiles stored as wgmma swizzle atoms)");
   if (!isKernelParameter(getBase()))
     return emitOpError("a TMA copy reads a kernel tensor parameter (its tensor map is a launch parameter)");
-  ArrayRef<int64_t> dims = getDims(), block = getBlock();
-  if (dims.size() != 2)
-    return emitOpError("a TMA copy reads 2-D tensors, got ") << dims.size() << " dims";
-  if (getStrides()[0] != dims[1])
-    return emitOpError("a TMA copy reads row-major tensors (stride ") << dims[1] << " for dim 0), got stride "
-                                                                       << getStrides()[0];
+  ArrayRef<int64_t> fullDims = getDims(), fullBlock = getBlock(), strides = getStrides();
+  // 2-D [rows, cols], or 3-D [batches, rows, cols] copied a batch at a time (block [1,
+  // rows, cols]): the box stays within its batch, zeros past the batch's last row.
+  if (fullDims.size() != 2 && fullDims.size() != 3)
+    return emitOpError("a TMA copy reads 2-D tensors or 3-D ones a batch at a time, got ") << fullDims.size()
+                                                                                            << " dims";
+  const bool batched = fullDims.size() == 3;
+  if (batched && fullBlock[0] != 1)
+    return emitOpError("a TMA copy of a 3-D tensor copies within one batch (block [1, rows, cols]), got ")
+           << fullBlock[0] << " batches";
+  ArrayRef<int64_t> dims = fullDims.take_back(2), block = fullBlock.take_back(2);
+  if (strides.take_back(2)[0] != dims[1] || (batched && strides[0] != dims[0] * dims[1]))
+    return emitOpError("a TMA copy reads row-major contiguous tensors (stride ")
+           << dims[1] << " for its rows), got strides [" << strides << "]";
   const int64_t rowBytes = block[1] * elementBytes(getResult().getType().getElementType());
   if (rowBytes != 32 && rowBytes != 64 && rowBytes % 128 != 0)
     return emitOpError("a TMA copy's block rows must be 32 or 64 bytes or a multiple of 128, got ") << rowBytes;

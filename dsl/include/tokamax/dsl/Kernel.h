@@ -218,6 +218,8 @@ public:
   /// refill waits for, or a wait_async barrier). A 2-D row-major tensor whose rows are
   /// 16-byte multiples; the block [rows, cols] has 8 to 256 rows (a multiple of 8) of
   /// 32 or 64 bytes or a multiple of 128; each tensor is copied in blocks of one shape.
+  /// A 3-D tensor [batches, rows, cols] is copied a batch at a time (block [1, rows,
+  /// cols]): rows past the batch's last read zeros, never the next batch's.
   Value load_tma(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
                  const Value &slot, const Mbarriers &barriers, const Value &index) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.

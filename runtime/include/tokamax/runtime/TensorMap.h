@@ -10,6 +10,7 @@
 
 #include <tokamax/runtime/DType.h>
 #include <tokamax/runtime/Export.h>
+#include <tokamax/runtime/LaunchInfo.h>
 
 #include <cstdint>
 
@@ -30,5 +31,8 @@ struct alignas(128) TensorMap {
 TOKAMAX_API TensorMap encode_tensor_map(const char *what, uint64_t address, DType dtype, int64_t rows,
                                         int64_t cols, uint32_t box_inner, uint32_t box_outer,
                                         uint32_t swizzle_bytes = 128, int64_t batch_rows = 0);
+/// The map a kernel's launch metadata asks for: its tensor parameter `param` (2-D, or
+/// 3-D [batches, rows, cols] as rows in batches) at `address`.
+TOKAMAX_API TensorMap encode_tensor_map(const KernelParam &param, const TensorMapParam &map, uint64_t address);
 
 } // namespace tokamax
