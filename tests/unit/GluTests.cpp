@@ -76,4 +76,12 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
     check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "hopper", hopper}, seed++));
     check(checkVjp({{3, 11}, 72, n, DType::BF16, "sigmoid", "hopper", std::nullopt}, seed++));
   }
+  // Persistent programs walking several tiles each (12 tiles of 64 x 64 over 2 and 5
+  // programs; the producer loads a tile's blocks while the consumers gate the last).
+  for (int64_t programs : {2, 5}) {
+    Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 3},
+                      {"programs", programs}};
+    check(checkForward({{200}, 72, 136, DType::BF16, "gelu", "hopper", persistent}, seed++));
+    check(checkVjp({{4, 50}, 72, 136, DType::F16, "swish", "hopper", persistent}, seed++));
+  }
 }

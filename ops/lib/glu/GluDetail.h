@@ -51,6 +51,9 @@ struct GateKernelSpec {
   /// a producer warpgroup refilling the rings (dsl::Kernel::specialized_loop), and both
   /// products read both operands from shared memory on wgmma.
   bool tma = false;
+  /// With tma: a persistent grid of this many programs walking the tiles (0: one per
+  /// tile), so the producer loads a tile's blocks while the consumers gate the last one.
+  int64_t programs = 0;
 
   KernelKey key() const;
 };

@@ -37,7 +37,7 @@ KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
                                        {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),
                                         exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma,
-                                        tma});
+                                        tma, programs});
 }
 
 namespace {
@@ -146,28 +146,61 @@ std::vector<Value> ringLoop(Kernel &k, const GateKernelSpec &s, const Operands &
                    });
 }
 
-/// a, b over K through TMA rings (tma_ring_loop): x's block and the two weight halves'
-/// blocks, the weights read as [K, 2N] (W1's block starts N columns after W0's; W0's
-/// columns past N read W1's, which only feed output columns past N, never stored). Each
-/// step leaves its two products in flight until the next step's are issued.
-std::vector<Value> tmaLoop(Kernel &k, const GateKernelSpec &s, const Operands &o, Value zero) {
+/// The gate of a completed tile at (m0, n0): forward act(a) * b into out, VJP dh = [dout
+/// b act'(a), dout act(a)].
+void gateEpilogue(const GateKernelSpec &s, const std::optional<TensorArg> &dout, const TensorArg &result,
+                  const Value &m0, const Value &n0, const Value &a, const Value &b) {
+  const Problem &p = s.p;
+  if (!p.vjp) {
+    result.store({m0, n0}, (activate(p.activation, a) * b).to(p.dtype));
+    return;
+  }
+  const int64_t bm = s.block_m, bn = s.block_n;
+  Value g = dout->load({m0, n0}, {bm, bn}).to(p.compute);
+  Value da = activate_vjp(p.activation, a, g * b), db = g * activate(p.activation, a);
+  result.store({m0, 0, n0}, da.to(p.dtype).reshape({bm, 1, bn}));
+  result.store({m0, 1, n0}, db.to(p.dtype).reshape({bm, 1, bn}));
+}
+
+/// The tma kernel's tiles through TMA rings (tma_tile_loop): each of `programs` programs
+/// walks tiles pid, pid + programs, ... in grouped order, each tile's K steps copying x's
+/// block and the two weight halves' blocks (the weights read as [K, 2N]: W1's block
+/// starts N columns after W0's; W0's columns past N read W1's, which only feed output
+/// columns past N, never stored). Both products of a step stay in flight until the next
+/// step's are issued; a tile's first step starts them from zero (fresh: the zero
+/// accumulators are never read, so ptxas injects no wait); the producer loads the next
+/// tile's blocks while the consumers apply the gate.
+void tmaTiles(Kernel &k, const GateKernelSpec &s, const Operands &o, const std::optional<TensorArg> &dout,
+              const TensorArg &result) {
+  const Problem &p = s.p;
   const int64_t bm = s.block_m, bn = s.block_n, bk = s.block_k;
+  const int64_t gridM = cdiv(p.M, bm), gridN = cdiv(p.N, bn), tiles = gridM * gridN;
+  const int64_t programs = s.programs > 0 ? std::min(s.programs, tiles) : tiles;
+  k.grid(programs);
+  Value pid = k.program_id(0);
+  auto origin = [&](const Value &tile) {
+    return grouped_block(pid + tile * Value(programs), gridM, gridN, s.group_m, bm, bn);
+  };
   const TmaRing ring = TmaRing::make(k, s.stages, 3, s.num_warps);
   const SharedBuffer rings[3] = {k.shared_buffer(s.stages), k.shared_buffer(s.stages), k.shared_buffer(s.stages)};
-  TmaRingCopies copies = [&](const Value &k0, const Value &slot) {
-    return std::vector<Value>{o.x.load_tma({o.m0, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
-                              o.w.load_tma({k0, o.n0}, {bk, bn}, rings[1], slot, ring.full, slot),
-                              o.w.load_tma({k0, o.n0 + Value(s.p.N)}, {bk, bn}, rings[2], slot, ring.full, slot)};
+  TmaTileLoop body;
+  body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
+    auto [m0, n0] = origin(tile);
+    return std::vector<Value>{o.x.load_tma({m0, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
+                              o.w.load_tma({k0, n0}, {bk, bn}, rings[1], slot, ring.full, slot),
+                              o.w.load_tma({k0, n0 + Value(p.N)}, {bk, bn}, rings[2], slot, ring.full, slot)};
   };
-  return tma_ring_loop(k, Value(cdiv(s.p.K, bk)), bk, ring, {zero, zero}, copies,
-                       [](const Value &k0, std::vector<Value> acc, std::vector<Value> b) {
-                         // The first step starts both from zero (fresh): the two zero
-                         // accumulators would otherwise share registers that the first
-                         // product overwrites while in flight.
-                         Value first = k0 == Value(0);
-                         Value a0 = dot_async(b[0], b[1], acc[0], first), a1 = dot_async(b[0], b[2], acc[1], first);
-                         return std::vector<Value>{dot_wait(a0, 2), dot_wait(a1, 2)};
-                       });
+  body.products = [](const std::vector<Value> &b, const std::vector<Value> &accs, const Value &fresh) {
+    return std::vector<Value>{dot_async(b[0], b[1], accs[0], fresh), dot_async(b[0], b[2], accs[1], fresh)};
+  };
+  body.done = [&](const Value &tile, const std::vector<Value> &ab, std::vector<Value>) {
+    auto [m0, n0] = origin(tile);
+    gateEpilogue(s, dout, result, m0, n0, ab[0], ab[1]);
+    return std::vector<Value>{};
+  };
+  Value zero = k.full({bm, bn}, 0.0, p.compute);
+  Value count = (Value(tiles) - pid + Value(programs - 1)) / Value(programs);
+  tma_tile_loop(k, count, cdiv(p.K, bk), bk, ring, {zero, zero}, {}, body);
 }
 
 } // namespace
@@ -187,23 +220,18 @@ Kernel gate_kernel(const GateKernelSpec &s) {
              k.input("weights", p.dtype, s.tma ? std::vector<int64_t>{p.K, 2 * p.N} : std::vector<int64_t>{p.K, 2, p.N}),
              Value(), Value()};
   TensorArg result = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.output("out", p.dtype, {p.M, p.N});
+  if (s.tma) {
+    tmaTiles(k, s, o, dout, result);
+    return k;
+  }
   const int64_t gridM = cdiv(p.M, bm), gridN = cdiv(p.N, bn);
   k.grid(gridM * gridN);
   std::tie(o.m0, o.n0) = grouped_block(k.program_id(0), gridM, gridN, s.group_m, bm, bn);
   Value zero = k.full({bm, bn}, 0.0, p.compute);
   std::vector<Value> ab = s.exact        ? exactLoop(k, s, o, zero)
-                          : s.tma        ? tmaLoop(k, s, o, zero)
                           : s.async_copy ? ringLoop(k, s, o, zero)
                                          : registerLoop(k, s, o, zero);
-  const Value &a = ab[0], &b = ab[1];
-  if (!p.vjp) {
-    result.store({o.m0, o.n0}, (activate(p.activation, a) * b).to(p.dtype));
-    return k;
-  }
-  Value g = dout->load({o.m0, o.n0}, {bm, bn}).to(p.compute);
-  Value da = activate_vjp(p.activation, a, g * b), db = g * activate(p.activation, a);
-  result.store({o.m0, 0, o.n0}, da.to(p.dtype).reshape({bm, 1, bn}));
-  result.store({o.m0, 1, o.n0}, db.to(p.dtype).reshape({bm, 1, bn}));
+  gateEpilogue(s, dout, result, o.m0, o.n0, ab[0], ab[1]);
   return k;
 }
 

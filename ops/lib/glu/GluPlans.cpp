@@ -38,7 +38,8 @@ bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 /// A hopper config as the tile config it runs.
 Config asTile(Impl impl, const Config &c) { return impl == Impl::Hopper ? hopper_as_tile(c) : c; }
 
-GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &hopperOrTile) {
+/// `smCount` resolves "programs": -1 (one per SM).
+GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &hopperOrTile, int smCount) {
   const Config c = asTile(impl, hopperOrTile);
   GateKernelSpec s;
   s.p = p;
@@ -52,6 +53,8 @@ GateKernelSpec gateSpec(const Problem &p, Impl impl, const Config &hopperOrTile)
   s.stages = c.get_or("stages", 3);
   s.wgmma = s.async_copy && c.get_or("wgmma", 0) != 0;
   s.tma = s.async_copy && c.get_or("tma", 0) != 0;
+  const int64_t programs = c.get_or("programs", 0);
+  s.programs = s.tma ? (programs < 0 ? smCount : programs) : 0;
   return s;
 }
 
@@ -102,7 +105,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
       ex.zero(out[0]);
       return;
     }
-    GateKernelSpec s = gateSpec(p, impl, config);
+    GateKernelSpec s = gateSpec(p, impl, config, ex.sm_count());
     ex.launch(s.key(), [s] { return gate_kernel(s); },
               {as(in[0], {p.M, p.K}), as(in[1], weightsShape(s)), as(out[0], {p.M, p.N})});
     return;
@@ -114,7 +117,7 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
     return;
   }
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
-  GateKernelSpec s = gateSpec(p, impl, config);
+  GateKernelSpec s = gateSpec(p, impl, config, ex.sm_count());
   ex.launch(s.key(), [s] { return gate_kernel(s); },
             {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)),
              TensorView(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device)});
@@ -142,9 +145,9 @@ Config heuristic(const Problem &p, Impl impl) {
   // [128, 128] tiles (ptxas: 168 registers at launch, the consumers raise theirs to 232,
   // no spills), the VJP's [128, 64] (its epilogue also holds dout, da and db); 64-wide K
   // slices through a three-slot ring.
-  if (impl == Impl::Hopper)
+  if (impl == Impl::Hopper)  // persistent: one program per SM ("programs": -1)
     return {{"block_m", 128}, {"block_n", p.vjp ? 64 : 128}, {"block_k", 64}, {"group_m", 8}, {"num_warps", 8},
-            {"stages", 3}};
+            {"stages", 3}, {"programs", -1}};
   if (impl == Impl::Reference)
     return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
   // Two [128, 128] f32 accumulators take 128 registers per thread on 8 warps: the ring's
@@ -170,7 +173,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   const bool tile = impl != Impl::Reference;
   for (const auto &[key, value] : c.values)
     if (key != "block_m" && key != "block_n" && key != "block_k" && key != "num_warps" &&
-        !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma" || key == "tma")))
+        !(tile && (key == "group_m" || key == "async_copy" || key == "stages" || key == "wgmma" || key == "tma" ||
+                   key == "programs")))
       return fmt::format("unknown key \"{}\" for {}", key, impl_name(impl));
   const int64_t bm = c.get("block_m"), bn = c.get("block_n"), w = c.get("num_warps");
   if (auto problem = check_block_sizes(c, tile))
@@ -179,6 +183,10 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     return std::nullopt;
   if (c.get_or("group_m", 8) < 1)
     return fmt::format("group_m must be at least 1, got {}", c.get("group_m"));
+  if (c.has("programs") && (c.get("programs") < -1 || !c.get_or("tma", 0)))
+    return fmt::format("programs (a persistent grid of the tma kernels: -1 one per SM, 0 one per tile, or a count) "
+                       "needs \"tma\": 1 and a value >= -1, got {}",
+                       c.get("programs"));
   if (auto problem = check_ring_keys(c, async_copy_serves(p), p.K, p.N))
     return problem;
   const bool async = c.get_or("async_copy", 0) != 0;

@@ -350,8 +350,9 @@ std::vector<Value> tma_ring_loop(Kernel &k, const Value &steps, int64_t step, co
 }
 
 std::vector<Value> tma_tile_loop(Kernel &k, const Value &tiles, int64_t steps, int64_t step, const TmaRing &ring,
-                                 const Value &zero, std::vector<Value> extras, const TmaTileLoop &body) {
+                                 const std::vector<Value> &zeros, std::vector<Value> extras, const TmaTileLoop &body) {
   const Value perTile(steps);
+  const int inFlight = static_cast<int>(zeros.size());  // one commit group per product
   // Tiles outside, each tile's K steps inside: the producer walks the steps of every
   // tile in turn (step i = tile x steps + s of the ring), the consumers complete a tile's
   // products before its epilogue on every path.
@@ -359,21 +360,24 @@ std::vector<Value> tma_tile_loop(Kernel &k, const Value &tiles, int64_t steps, i
       0, tiles, 1, std::move(extras), [](Value) { return std::vector<Value>{}; },
       [&](Value tile, std::vector<Value> carried, std::vector<Value>) {
         Value first = tile * perTile;
-        std::vector<Value> acc = k.specialized_steps(
-            0, perTile, 1, {zero},
+        std::vector<Value> accs = k.specialized_steps(
+            0, perTile, 1, zeros,
             [&](Value s) {
               ring.wait_free(k, first + s);
               return body.copies(tile, s * Value(step), ring.slot(first + s));
             },
             [&](Value s, std::vector<Value> c, std::vector<Value> blocks) {
               ring.wait_full(k, first + s);
-              Value product = dot_wait(body.product(blocks, c[0], s == Value(0)), 1);
-              k.when(s > Value(0), [&] { ring.release(k, first + s - Value(1)); });  // step s - 1's product is done
-              return std::vector<Value>{product};
+              std::vector<Value> products = body.products(blocks, c, s == Value(0));
+              for (Value &product : products)  // step s - 1's products are done
+                product = dot_wait(product, inFlight);
+              k.when(s > Value(0), [&] { ring.release(k, first + s - Value(1)); });
+              return products;
             });
-        Value done = dot_wait(acc[0], 0);
+        for (Value &acc : accs)
+          acc = dot_wait(acc, 0);
         ring.release(k, first + perTile - Value(1));
-        return body.done(tile, done, std::move(carried));
+        return body.done(tile, accs, std::move(carried));
       });
 }
 
@@ -482,16 +486,16 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
     auto [m0, n0] = origin(tile);
     return copies(m0, n0, k0, slot);
   };
-  body.product = [&](const std::vector<Value> &blocks, const Value &acc, const Value &fresh) {
+  body.products = [&](const std::vector<Value> &blocks, const std::vector<Value> &accs, const Value &fresh) {
     auto [a, b] = operands(blocks);
-    return dot_async(a, b, acc, fresh);
+    return std::vector<Value>{dot_async(a, b, accs[0], fresh)};
   };
-  body.done = [&](const Value &tile, const Value &acc, std::vector<Value>) {
+  body.done = [&](const Value &tile, const std::vector<Value> &accs, std::vector<Value>) {
     auto [m0, n0] = origin(tile);
-    epilogue(spec, p, acc, m0, n0, bn, tmaStore);
+    epilogue(spec, p, accs[0], m0, n0, bn, tmaStore);
     return std::vector<Value>{};
   };
-  tma_tile_loop(k, tiles, steps, bk, ring, zeros, {}, body);
+  tma_tile_loop(k, tiles, steps, bk, ring, {zeros}, {}, body);
   return k;
 }
 

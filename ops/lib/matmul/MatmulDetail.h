@@ -97,24 +97,27 @@ std::vector<dsl::Value> tma_ring_loop(dsl::Kernel &k, const dsl::Value &steps, i
                                       std::vector<dsl::Value> accs, const TmaRingCopies &copies,
                                       const RingProducts &products);
 
-/// A warp-specialized loop over `tiles` products of `steps` K steps each (k0 = K step x
+/// A warp-specialized loop over `tiles` tiles of `steps` K steps each (k0 = K step x
 /// `step`) through `ring`: tiles outside, each tile's steps inside (Kernel::
-/// specialized_steps), each step's product in flight until the next is issued. The
-/// producer runs ahead across tile boundaries. `copies(tile, k0, slot)` issues a step's
-/// TMA copies; `product(blocks, acc, fresh)` issues its dot_async, starting from zero
-/// where `fresh` holds (a tile's first step); `done(tile, acc, extras)` runs on the
-/// completed accumulator after a tile's last step and returns the carried `extras` (row
-/// statistics, or none). Returns the extras.
+/// specialized_steps), each step's products in flight until the next step's are issued.
+/// The producer runs ahead across tile boundaries. `copies(tile, k0, slot)` issues a
+/// step's TMA copies; `products(blocks, accs, fresh)` issues one dot_async per
+/// accumulator (as many as `zeros`), starting from zero where `fresh` holds (a tile's
+/// first step); `done(tile, accs, extras)` runs on the completed accumulators after a
+/// tile's last step and returns the carried `extras` (row statistics, or none). Returns
+/// the extras.
 struct TmaTileLoop {
   std::function<std::vector<dsl::Value>(const dsl::Value &tile, const dsl::Value &k0, const dsl::Value &slot)> copies;
-  std::function<dsl::Value(const std::vector<dsl::Value> &blocks, const dsl::Value &acc, const dsl::Value &fresh)>
-      product;
-  std::function<std::vector<dsl::Value>(const dsl::Value &tile, const dsl::Value &acc, std::vector<dsl::Value> extras)>
+  std::function<std::vector<dsl::Value>(const std::vector<dsl::Value> &blocks, const std::vector<dsl::Value> &accs,
+                                        const dsl::Value &fresh)>
+      products;
+  std::function<std::vector<dsl::Value>(const dsl::Value &tile, const std::vector<dsl::Value> &accs,
+                                        std::vector<dsl::Value> extras)>
       done;
 };
 std::vector<dsl::Value> tma_tile_loop(dsl::Kernel &k, const dsl::Value &tiles, int64_t steps, int64_t step,
-                                      const TmaRing &ring, const dsl::Value &zero, std::vector<dsl::Value> extras,
-                                      const TmaTileLoop &body);
+                                      const TmaRing &ring, const std::vector<dsl::Value> &zeros,
+                                      std::vector<dsl::Value> extras, const TmaTileLoop &body);
 
 /// Config checks every tiled product kernel shares (gated_linear_unit, ragged_dot), each
 /// giving the first problem found, or nullopt:

@@ -156,14 +156,14 @@ void rowsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
     body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
       return blocks.copies(s, o, m0, lo + tile * Value(s.block_v), k0, slot);
     };
-    body.product = [](const std::vector<Value> &b, const Value &acc, const Value &fresh) {
-      return dot_async(b[0], b[1], acc, fresh);
+    body.products = [](const std::vector<Value> &b, const std::vector<Value> &accs, const Value &fresh) {
+      return std::vector<Value>{dot_async(b[0], b[1], accs[0], fresh)};
     };
-    body.done = [&](const Value &tile, const Value &acc, std::vector<Value> c) {
-      return update(lo + tile * Value(s.block_v), acc, c);
+    body.done = [&](const Value &tile, const std::vector<Value> &accs, std::vector<Value> c) {
+      return update(lo + tile * Value(s.block_v), accs[0], c);
     };
     r = tma_tile_loop(k, (hi - lo + Value(s.block_v - 1)) / Value(s.block_v), cdiv(p.D, s.block_k), s.block_k,
-                      blocks.ring, k.full({s.block_b, s.block_v}, 0.0, p.compute), {init, zero, zero}, body);
+                      blocks.ring, {k.full({s.block_b, s.block_v}, 0.0, p.compute)}, {init, zero, zero}, body);
   } else {
     r = k.loop(lo, hi, s.block_v, {init, zero, zero}, [&](Value n0, std::vector<Value> c) {
       return update(n0, logitTile(k, s, o, m0, n0), c);
