@@ -62,6 +62,9 @@ struct XentKernelSpec {
   /// on wgmma; the rows kernel walks its V tiles and their D steps as one flat loop.
   bool tma = false;
   int stages = 3;
+  /// The tma dlogits kernel's persistent programs walking the chunk's tiles (0: one per
+  /// tile), so the producer loads a tile's blocks while the consumers write the last.
+  int64_t programs = 0;
 
   KernelKey key() const;
 };

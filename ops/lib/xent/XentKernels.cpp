@@ -77,19 +77,11 @@ struct TmaBlocks {
 };
 
 /// The [bb, bv] logit tile at rows m0, columns n0 in the accumulation dtype (rows past
-/// B and columns past V come out 0: their loads are padded, or TMA reads zeros there).
+/// B and columns past V come out 0: their loads are padded). The tma kernels walk their
+/// tiles through tma_tile_loop instead.
 Value logitTile(Kernel &k, const XentKernelSpec &s, const Operands &o, const Value &m0, const Value &n0) {
   const Problem &p = s.p;
   Value zero = k.full({s.block_b, s.block_v}, 0.0, p.compute);
-  if (s.tma) {  // each D step's product in flight until the next is issued
-    const TmaBlocks blocks(k, s);
-    return tma_ring_loop(
-        k, Value(cdiv(p.D, s.block_k)), s.block_k, blocks.ring, {zero},
-        [&](const Value &k0, const Value &slot) { return blocks.copies(s, o, m0, n0, k0, slot); },
-        [](const Value &, std::vector<Value> acc, std::vector<Value> b) {
-          return std::vector<Value>{dot_wait(dot_async(b[0], b[1], acc[0]), 1)};
-        })[0];
-  }
   return k.loop(0, p.D, s.block_k, {zero}, [&](Value k0, std::vector<Value> acc) {
     Value a = o.x.load({m0, k0}, {s.block_b, s.block_k});
     Value b = o.w.load({k0, n0}, {s.block_k, s.block_v});
@@ -265,17 +257,51 @@ void dlogitsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
   TensorArg lseIn = k.input("lse", p.compute, {p.B}), scaleIn = k.input("scale", p.compute, {p.B});
   TensorArg dl = k.output("dlogits", operandDtype(s), {p.B, s.chunk_v});
   Value c0 = k.scalar("c0", DType::I32);
-  const int64_t gridV = s.chunk_v / s.block_v;
-  k.grid(cdiv(p.B, s.block_b) * gridV);
+  const int64_t gridV = s.chunk_v / s.block_v, tiles = cdiv(p.B, s.block_b) * gridV;
+  // The tile at (m0, j0) of the chunk from its logits.
+  auto write = [&](const Value &m0, const Value &j0, const Value &logits) {
+    Value n0 = c0 + j0;
+    Value cols = columns(k, s, n0);
+    Value lse = lseIn.load({m0}, {s.block_b}).expand(1);
+    Value scale = scaleIn.load({m0}, {s.block_b}).expand(1);
+    Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index)).expand(1);
+    Value prob = where(cols < Value(p.V), exp(logits - lse), 0.0);
+    dl.store({m0, j0}, (where(cols == label, prob - 1.0, prob) * scale).to(operandDtype(s)));
+  };
+  if (!s.tma) {
+    k.grid(tiles);
+    Value pid = k.program_id(0);
+    Value m0 = pid / Value(gridV) * Value(s.block_b), j0 = pid % Value(gridV) * Value(s.block_v);
+    write(m0, j0, logitTile(k, s, o, m0, c0 + j0));
+    return;
+  }
+  // TMA rings: programs walk tiles pid, pid + programs, ... (tma_tile_loop), each D
+  // step's product in flight until the next is issued; the producer loads the next
+  // tile's blocks while the consumers write this one.
+  const int64_t programs = s.programs > 0 ? std::min(s.programs, tiles) : tiles;
+  k.grid(programs);
   Value pid = k.program_id(0);
-  Value m0 = pid / Value(gridV) * Value(s.block_b), j0 = pid % Value(gridV) * Value(s.block_v);
-  Value n0 = c0 + j0;
-  Value cols = columns(k, s, n0);
-  Value lse = lseIn.load({m0}, {s.block_b}).expand(1);
-  Value scale = scaleIn.load({m0}, {s.block_b}).expand(1);
-  Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index)).expand(1);
-  Value prob = where(cols < Value(p.V), exp(logitTile(k, s, o, m0, n0) - lse), 0.0);
-  dl.store({m0, j0}, (where(cols == label, prob - 1.0, prob) * scale).to(operandDtype(s)));
+  auto origin = [&](const Value &tile) {
+    Value t = pid + tile * Value(programs);
+    return std::pair{t / Value(gridV) * Value(s.block_b), t % Value(gridV) * Value(s.block_v)};
+  };
+  const TmaBlocks blocks(k, s);
+  TmaTileLoop body;
+  body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
+    auto [m0, j0] = origin(tile);
+    return blocks.copies(s, o, m0, c0 + j0, k0, slot);
+  };
+  body.products = [](const std::vector<Value> &b, const std::vector<Value> &accs, const Value &fresh) {
+    return std::vector<Value>{dot_async(b[0], b[1], accs[0], fresh)};
+  };
+  body.done = [&](const Value &tile, const std::vector<Value> &accs, std::vector<Value>) {
+    auto [m0, j0] = origin(tile);
+    write(m0, j0, accs[0]);
+    return std::vector<Value>{};
+  };
+  Value count = (Value(tiles) - pid + Value(programs - 1)) / Value(programs);
+  tma_tile_loop(k, count, cdiv(p.D, s.block_k), s.block_k, blocks.ring,
+                {k.full({s.block_b, s.block_v}, 0.0, p.compute)}, {}, body);
 }
 
 /// dx [bb, bd] at (m0, d0): the f32 accumulator plus dlogits [bb, chunk] @ w[d0:, c0:]^T
@@ -360,7 +386,7 @@ KernelKey XentKernelSpec::key() const {
   return ops_detail::specializationKey(kindName(kind),
                                        {p.B, p.D, p.V, int64_t(p.dtype), int64_t(p.compute), int64_t(p.reduction),
                                         p.ignore_index, exact, block_b, block_v, block_k, block_d, chunk_v, split_v, num_warps,
-                                        tma, stages});
+                                        tma, stages, programs});
 }
 
 Kernel xent_kernel(const XentKernelSpec &s) {

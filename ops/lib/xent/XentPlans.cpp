@@ -124,7 +124,8 @@ void hopperVjpChunks(const Problem &p, const Config &config, const std::vector<T
                      ops_detail::KernelExecutor &ex) {
   const TensorView &x = t[0], &w = t[1], &labels = t[2], &lse = t[3], &scale = t[4], &dx = t[5], &dw = t[6];
   const int device = ex.device();
-  const XentKernelSpec dlSpec = specOf(p, Impl::Hopper, config, KernelKind::DLogits);
+  XentKernelSpec dlSpec = specOf(p, Impl::Hopper, config, KernelKind::DLogits);
+  dlSpec.programs = ex.sm_count();  // persistent: one program per SM
   const int64_t C = dlSpec.chunk_v;
   auto buffer = [&](DType dtype, int64_t rows, int64_t cols) {
     return TensorView(ex.scratch(size_t(rows) * cols * dtype_size(dtype)), dtype, std::vector<int64_t>{rows, cols},
