@@ -177,22 +177,36 @@ std::vector<uint8_t> assembleWithPtxas(const std::string &ptx, const std::string
   return cubin;
 }
 
+/// nvJitLink compiles its input as a separate compilation unit: ptxas then ignores
+/// setmaxnreg (C7504: "to maintain compatibility across compilation units") and
+/// serializes wgmma (C7509: every product waited for), with spills where the register
+/// split was counted on. Kernels using either go through ptxas (whole program) where it
+/// is found.
+bool needsWholeProgram(const std::string &ptx) {
+  return ptx.find("setmaxnreg") != std::string::npos || ptx.find("wgmma.") != std::string::npos;
+}
+
 } // namespace
 
-std::string assembler_key() { return "cuda-13"; }
+// "cuda-13.wp": Hopper kernels assembled as whole programs (entries cached before,
+// assembled by nvJitLink, are not reused).
+std::string assembler_key() { return "cuda-13.wp"; }
 
 std::string assembler_identity() {
   const NvJitLink &api = nvJitLink();
+  const bool ptxas = !ptxasVersion().empty();
+  if (api.loaded && ptxas)
+    return fmt::format("nvJitLink {}.{} + ptxas {}", api.major, api.minor, ptxasVersion());
   if (api.loaded)
     return fmt::format("nvJitLink {}.{}", api.major, api.minor);
-  if (!ptxasVersion().empty())
+  if (ptxas)
     return "ptxas " + ptxasVersion();
   return "none";
 }
 
 std::vector<uint8_t> assemble_ptx(const std::string &ptx, const std::string &arch) {
   const NvJitLink &api = nvJitLink();
-  if (api.loaded)
+  if (api.loaded && !(needsWholeProgram(ptx) && !findPtxas().empty()))
     return assembleWithNvJitLink(api, ptx, arch);
   return assembleWithPtxas(ptx, arch);
 }

@@ -17,10 +17,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include "MatmulTestUtil.h"
 #include "PtxasUtil.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <tuple>
@@ -420,4 +426,31 @@ TEST_CASE("hopper matmul with fewer rows than its warpgroups cover is refused at
                     Contains("block M a multiple of 16 * num_warps") && Contains("8 warps for block M 64"));
   config.num_warps = 4;
   CHECK_NOTHROW(compile(matmul_hopper_kernel(spec, config), options));
+}
+
+TEST_CASE("warp-specialized wgmma kernels are assembled as whole programs (as ptxas does)", "[hopper][ptx]") {
+  // nvJitLink compiles its input as a separate compilation unit: ptxas ignores setmaxnreg
+  // there (C7504) and serializes wgmma (C7509). assemble_ptx takes such kernels to ptxas
+  // where one is found, so the cubin is ptxas's own.
+  const std::string ptxas = test::ptxas_path();
+  if (ptxas.empty() || assembler_identity() == "none") {
+    WARN("ptxas not found: which assembler takes Hopper kernels is not checked");
+    return;
+  }
+  MatmulSpec spec{4096, 4096, 4096, DType::BF16, DType::BF16};
+  MatmulConfig ring = default_hopper_config(spec, 132);
+  ring.tma_ring = true;
+  CompileOptions options;
+  options.arch = "sm_90a";
+  const CompiledKernel compiled = compile(matmul_hopper_kernel(spec, ring), options);
+  REQUIRE(test::contains(compiled.ptx, "setmaxnreg"));
+  REQUIRE_FALSE(compiled.cubin.empty());
+  const std::string dir = std::filesystem::temp_directory_path() / ("tokamax-wp-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/k.ptx") << compiled.ptx;
+  REQUIRE(std::system(("'" + ptxas + "' -arch=sm_90a -O3 '" + dir + "/k.ptx' -o '" + dir + "/k.cubin'").c_str()) == 0);
+  std::ifstream in(dir + "/k.cubin", std::ios::binary);
+  const std::vector<uint8_t> reference((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove_all(dir);
+  CHECK(compiled.cubin == reference);
 }
