@@ -250,6 +250,12 @@ TEST_CASE("norm: persistent and row-split configs are checked with a reason", "[
   CHECK(offers(tile, fwd, "programs"));
   CHECK(offers(tileVjp, vjp, "row_split"));
   CHECK(offers(rms_norm_vjp_op().implementation("tile"), bind_rms_norm_vjp(x, x, s, r, x, s, -1), "row_split"));
-  CHECK(tile.heuristic(fwd).has("programs"));
+  // Long rows: persistent programs loading the next rows during the current ones, where
+  // there are more row groups than programs (64 rows are not).
+  CHECK_FALSE(tile.heuristic(fwd).has("programs"));
+  ArgSpec tall{{4096, 16384}, DType::BF16}, tallRows{{4096}, DType::F32};
+  Config longRows = tile.heuristic(bind_layer_norm(tall, s, s, tall, tallRows, tallRows, -1, 1e-5));
+  CHECK(longRows.get("programs") == 264);
+  CHECK(longRows.get("prefetch") == 1);
   CHECK_FALSE(tileVjp.heuristic(vjp).has("row_split"));
 }
