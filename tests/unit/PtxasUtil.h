@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -90,6 +92,15 @@ inline std::pair<int, std::string> run_cuobjdump_sass(const std::string &cuobjdu
 inline std::pair<int, std::string> run_ptxas(const std::string &ptxas, const std::string &ptx,
                                              const std::string &arch) {
   return run_on_file("'" + ptxas + "' -v -arch=" + arch + " {} -o /dev/null", ptx.data(), ptx.size(), ".ptx");
+}
+
+/// ptxas assembles `ptx` for `arch` and reports no spill stores (its log in the failure).
+inline void check_assembles_without_spills(const std::string &ptxas, const std::string &ptx,
+                                           const std::string &arch = "sm_90a") {
+  auto [status, log] = run_ptxas(ptxas, ptx, arch);
+  INFO(log);
+  CHECK(status == 0);
+  CHECK(contains(log, " 0 bytes spill stores"));
 }
 
 } // namespace test
