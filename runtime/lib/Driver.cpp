@@ -113,6 +113,7 @@ LoadedDriver load() {
   TOKAMAX_RESOLVE(cuEventElapsedTime);
   TOKAMAX_RESOLVE(cuStreamBeginCapture);
   TOKAMAX_RESOLVE(cuStreamEndCapture);
+  TOKAMAX_RESOLVE(cuStreamIsCapturing);
   TOKAMAX_RESOLVE(cuGraphLaunch);
   TOKAMAX_RESOLVE(cuGraphUpload);
   TOKAMAX_RESOLVE(cuGraphExecUpdate);

@@ -8,9 +8,46 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 namespace tokamax {
+
+namespace {
+
+/// TOKAMAX_LAUNCH_TRACE=1: every launch is printed and waited for, so a kernel that
+/// never finishes is named by the last line (streams being captured are not waited for).
+bool launch_trace() {
+  static const bool on = [] {
+    const char *v = std::getenv("TOKAMAX_LAUNCH_TRACE");
+    return v && *v == '1';
+  }();
+  return on;
+}
+
+void trace_launch(std::string_view name, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
+                  uint32_t shared_bytes, CUstream stream) {
+  std::fputs(fmt::format("tokamax: launch {} grid ({}, {}, {}) block {} shared {} B ...", name, grid[0], grid[1],
+                         grid[2], block[0] * block[1] * block[2], shared_bytes)
+                 .c_str(),
+             stderr);
+  std::fflush(stderr);
+  const auto& api = detail::driver();
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (api.cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS &&
+      capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+    std::fputs(" (captured)\n", stderr);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const CUresult r = api.cuStreamSynchronize(stream);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::fputs(fmt::format(" {} in {:.3f} ms\n", r == CUDA_SUCCESS ? "done" : "FAILED", ms).c_str(), stderr);
+}
+
+} // namespace
 
 void KernelFunction::launch(std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
                             uint32_t shared_bytes, CUstream stream, void** params) const {
@@ -20,6 +57,8 @@ void KernelFunction::launch(std::array<uint32_t, 3> grid, std::array<uint32_t, 3
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_launch_error(r, grid, block, shared_bytes);
   detail::note_launch(name_);
+  if (launch_trace()) [[unlikely]]
+    trace_launch(name_, grid, block, shared_bytes, stream);
 }
 
 void KernelFunction::throw_launch_error(int result, std::array<uint32_t, 3> grid,

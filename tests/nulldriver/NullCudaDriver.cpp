@@ -162,7 +162,12 @@ CUresult nullModuleGetFunction(CUfunction *function, CUmodule module, const char
   *function = reinterpret_cast<CUfunction>(module);  // never dereferenced
   return CUDA_SUCCESS;
 }
-CUresult nullFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+// Like an sm_90 device: at most 227 KiB of dynamic shared memory per block.
+CUresult nullFuncSetAttribute(CUfunction, CUfunction_attribute attribute, int value) {
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value > 227 * 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
 CUresult nullFuncGetAttribute(int *value, CUfunction_attribute, CUfunction) {
   *value = 32;
   return CUDA_SUCCESS;

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -101,6 +102,17 @@ inline void check_assembles_without_spills(const std::string &ptxas, const std::
   INFO(log);
   CHECK(status == 0);
   CHECK(contains(log, " 0 bytes spill stores"));
+}
+
+/// The spill-store bytes a `ptxas -v` log reports (the largest, over its functions).
+inline int64_t spill_store_bytes(const std::string &log) {
+  int64_t most = 0;
+  for (size_t at = log.find(" bytes spill stores"); at != std::string::npos;
+       at = log.find(" bytes spill stores", at + 1)) {
+    size_t begin = log.rfind(' ', at - 1);
+    most = std::max<int64_t>(most, std::stoll(log.substr(begin + 1, at - begin - 1)));
+  }
+  return most;
 }
 
 } // namespace test

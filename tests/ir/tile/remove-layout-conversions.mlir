@@ -402,3 +402,39 @@ func.func @hoist_invariant(%p: !tile.ptr<f32>, %n: i32) -> tensor<512xf32, #b> {
   }
   return %r : tensor<512xf32, #b>
 }
+
+// -----
+
+#bl = #tile.blocked<{sizePerThread = [1, 1], threadsPerWarp = [32, 1], warpsPerCTA = [4, 1], order = [1, 0]}>
+#m = #tile.mma<{warpsPerCTA = [4, 1]}>
+
+// Rule 2 through expand_dims and broadcast: a store's pointer grid, rows x stride +
+// cols built in the default layout, is rebuilt in the values' mma layout (the row and
+// column ranges in its slices), so no [64, 64] tile of pointers goes through shared memory.
+
+// CHECK-LABEL: func.func @pointer_grid_follows_values
+// CHECK-NOT: tile.convert_layout
+// CHECK-DAG: tile.arange 0 to 64 : tensor<64xi32, #tile.slice<{dim = 1, parent = #tile.mma
+// CHECK-DAG: tile.arange 0 to 64 : tensor<64xi32, #tile.slice<{dim = 0, parent = #tile.mma
+// CHECK: %[[P:.*]] = tile.addptr {{.*}} : tensor<64x64x!tile.ptr<bf16>, #tile.mma<{warpsPerCTA = [4, 1]}>>
+// CHECK-NOT: tile.convert_layout
+// CHECK: tile.store %[[P]]
+func.func @pointer_grid_follows_values(%p: !tile.ptr<bf16>, %r0: i32, %v: tensor<64x64xbf16, #m>) {
+  %c64 = arith.constant 64 : i32
+  %a = tile.arange 0 to 64 : tensor<64xi32, #tile.slice<{dim = 1, parent = #bl}>>
+  %s = tile.splat %r0 : i32 -> tensor<64xi32, #tile.slice<{dim = 1, parent = #bl}>>
+  %rows = arith.addi %s, %a : tensor<64xi32, #tile.slice<{dim = 1, parent = #bl}>>
+  %e = tile.expand_dims %rows axis = 1 : tensor<64xi32, #tile.slice<{dim = 1, parent = #bl}>> -> tensor<64x1xi32, #bl>
+  %st = tile.splat %c64 : i32 -> tensor<64x1xi32, #bl>
+  %mul = arith.muli %e, %st : tensor<64x1xi32, #bl>
+  %b = tile.broadcast %mul : tensor<64x1xi32, #bl> -> tensor<64x64xi32, #bl>
+  %c = tile.arange 0 to 64 : tensor<64xi32, #tile.slice<{dim = 0, parent = #bl}>>
+  %ce = tile.expand_dims %c axis = 0 : tensor<64xi32, #tile.slice<{dim = 0, parent = #bl}>> -> tensor<1x64xi32, #bl>
+  %cb = tile.broadcast %ce : tensor<1x64xi32, #bl> -> tensor<64x64xi32, #bl>
+  %off = arith.addi %b, %cb : tensor<64x64xi32, #bl>
+  %base = tile.splat %p : !tile.ptr<bf16> -> tensor<64x64x!tile.ptr<bf16>, #bl>
+  %ptrs = tile.addptr %base, %off : tensor<64x64x!tile.ptr<bf16>, #bl>, tensor<64x64xi32, #bl>
+  %cv = tile.convert_layout %ptrs : tensor<64x64x!tile.ptr<bf16>, #bl> -> tensor<64x64x!tile.ptr<bf16>, #m>
+  tile.store %cv, %v : tensor<64x64x!tile.ptr<bf16>, #m>, tensor<64x64xbf16, #m>
+  return
+}

@@ -13,7 +13,9 @@
 //    reads the elements it holds there, from L1 where threads share them: a row
 //    statistic broadcast over an mma tile, read at every step, then costs no barrier)
 //    are recreated there; elementwise ops (arith,
-//    math, tile.cast, tile.addptr) are cloned over operands built the same way. Below
+//    math, tile.cast, tile.addptr) and broadcasts are cloned over operands built the
+//    same way, expand_dims over its operand built in the slice of the wanted layout (a
+//    store's pointer grid, [rows, 1] x stride + [1, cols], follows its values). Below
 //    them, a conversion gives its source (which moves nothing when already in the
 //    wanted layout, else is converted there directly) and any other tile (a load, an
 //    argument) is converted right after its definition, reusing a conversion of it to
@@ -42,7 +44,9 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/MapVector.h"
+
+#include <optional>
 
 namespace tokamax::tile {
 #define GEN_PASS_DEF_TILEREMOVELAYOUTCONVERSIONS
@@ -56,7 +60,7 @@ namespace {
 
 /// Ops cloned per rematerialization at most: duplicated work stays small next to the
 /// shared-memory round trip it saves.
-constexpr unsigned kMaxClonedOps = 16;
+constexpr unsigned kMaxClonedOps = 24;
 /// Sweeps over a kernel at most (each successful rewrite removes a conversion, so this
 /// only bounds pathological inputs).
 constexpr unsigned kMaxSweeps = 8;
@@ -124,39 +128,58 @@ bool isElementwise(Operation *op) {
   });
 }
 
-/// How to build a value in `layout`: the ops to clone there (operands before users), the
-/// conversions whose sources they read instead, and the values that must move.
+/// How to build a value in `layout`: the ops to clone (operands before users), the
+/// conversions whose sources they read instead, and the values that must move, each with
+/// the layout it is wanted in (the target's, or a slice of it below an expand_dims).
 struct Remat {
   Attribute layout;
-  llvm::SetVector<Operation *> ops;
-  llvm::SetVector<Operation *> leaves;
-  llvm::SetVector<Value> moved;
+  llvm::MapVector<Operation *, Attribute> ops;
+  llvm::MapVector<Operation *, Attribute> leaves;
+  llvm::MapVector<Value, Attribute> moved;
 };
 
-/// Adds what building `value` in `plan.layout` needs; false when it cannot be built.
-bool collect(Value value, Remat &plan) {
-  if (getLayout(value.getType()) == plan.layout)
+/// Adds what building `value` in `layout` needs; false when it cannot be built (or is
+/// wanted in two layouts).
+bool collect(Value value, Attribute layout, Remat &plan) {
+  if (getLayout(value.getType()) == layout)
     return true;
   Operation *def = value.getDefiningOp();
-  if ((def && (plan.ops.contains(def) || plan.leaves.contains(def))) || plan.moved.contains(value))
-    return true;
+  auto wantedAs = [&](auto &map, auto key) -> std::optional<bool> {
+    if (auto it = map.find(key); it != map.end())
+      return it->second == layout;
+    return std::nullopt;
+  };
+  if (def)
+    if (auto known = wantedAs(plan.ops, def) ? wantedAs(plan.ops, def) : wantedAs(plan.leaves, def))
+      return *known;
+  if (auto known = wantedAs(plan.moved, value))
+    return *known;
   if (auto convert = dyn_cast_or_null<ConvertLayoutOp>(def)) {
     if (isPinned(convert))
       return false;
-    plan.leaves.insert(def);
+    plan.leaves.insert({def, layout});
     return true;
   }
-  if (def && plan.ops.size() < kMaxClonedOps && (isCheapProducer(def) || isElementwise(def) || isRereadableLoad(def))) {
-    for (Value operand : def->getOperands())
-      if (isa<RankedTensorType>(operand.getType()) && !collect(operand, plan))
-        return false;
-    plan.ops.insert(def);
-    return true;
+  if (def && plan.ops.size() < kMaxClonedOps) {
+    // What each tensor operand must be built in: the same layout, except under an
+    // expand_dims (its operand is the slice of the result's layout along the new axis).
+    Attribute operandLayout;
+    if (isCheapProducer(def) || isElementwise(def) || isRereadableLoad(def) || isa<BroadcastOp>(def))
+      operandLayout = layout;
+    else if (auto expand = dyn_cast<ExpandDimsOp>(def); expand && isa<BlockedLayoutAttr, MmaLayoutAttr>(layout))
+      operandLayout = SliceLayoutAttr::get(def->getContext(), expand.getAxis(), layout);
+    if (operandLayout) {
+      for (Value operand : def->getOperands())
+        if (isa<RankedTensorType>(operand.getType()) && !collect(operand, operandLayout, plan))
+          return false;
+      plan.ops.insert({def, layout});
+      return true;
+    }
   }
   // Dot and reduction results are not converted anew: their layouts are fixed.
   if (def && fixesLayout(def))
     return false;
-  plan.moved.insert(value);
+  plan.moved.insert({value, layout});
   return true;
 }
 
@@ -250,7 +273,7 @@ private:
     if (isPinned(op))
       return false;
     Remat plan{getLayout(op.getType()), {}, {}, {}};
-    if (!plan.layout || !collect(op.getSource(), plan) || plan.ops.empty())
+    if (!plan.layout || !collect(op.getSource(), plan.layout, plan) || plan.ops.empty())
       return false;
 
     // Count: this conversion goes, so does each leaf conversion nothing else uses; each
@@ -261,23 +284,23 @@ private:
     auto onlyDeadUsers = [&](Operation *o) {
       return llvm::all_of(o->getUsers(), [&](Operation *user) { return dead.contains(user); });
     };
-    for (Operation *o : llvm::reverse(plan.ops)) // users before their operands
+    for (auto &[o, layout] : llvm::reverse(plan.ops)) // users before their operands
       if (onlyDeadUsers(o))
         dead.insert(o);
     unsigned removed = 1, added = 0;
     int64_t bytesRemoved = bytes(op.getType()), bytesAdded = 0;
-    for (Operation *leaf : plan.leaves) {
+    for (auto &[leaf, layout] : plan.leaves) {
       if (onlyDeadUsers(leaf)) {
         ++removed;
         bytesRemoved += bytes(leaf->getResult(0).getType());
       }
-      if (getLayout(leaf->getOperand(0).getType()) != plan.layout) {
+      if (getLayout(leaf->getOperand(0).getType()) != layout) {
         ++added;
         bytesAdded += bytes(leaf->getOperand(0).getType());
       }
     }
-    for (Value value : plan.moved)
-      if (!existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), plan.layout))) {
+    for (auto &[value, layout] : plan.moved)
+      if (!existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), layout))) {
         ++added;
         bytesAdded += bytes(value.getType());
       }
@@ -286,29 +309,28 @@ private:
 
     IRMapping map;
     OpBuilder builder(op.getContext());
-    auto convertTo = [&](Value source) -> Value {
-      return builder.create<ConvertLayoutOp>(
-          source.getLoc(), withLayout(cast<RankedTensorType>(source.getType()), plan.layout), source);
+    auto convertTo = [&](Value source, Attribute layout) -> Value {
+      return builder.create<ConvertLayoutOp>(source.getLoc(),
+                                             withLayout(cast<RankedTensorType>(source.getType()), layout), source);
     };
-    for (Operation *leaf : plan.leaves) {
+    for (auto &[leaf, layout] : plan.leaves) {
       Value source = leaf->getOperand(0);
       builder.setInsertionPointAfter(leaf);
-      map.map(leaf->getResult(0), getLayout(source.getType()) == plan.layout ? source : convertTo(source));
+      map.map(leaf->getResult(0), getLayout(source.getType()) == layout ? source : convertTo(source, layout));
     }
     // Moved values are converted right after their definition, so every clone sees them.
-    for (Value value : plan.moved) {
+    for (auto &[value, layout] : plan.moved) {
       setInsertionPointAfterValue(builder, value);
-      ConvertLayoutOp existing =
-          existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), plan.layout));
+      ConvertLayoutOp existing = existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), layout));
       if (existing && builder.getInsertionPoint() != existing->getIterator())
         existing->moveBefore(builder.getInsertionBlock(), builder.getInsertionPoint());
-      map.map(value, existing ? existing.getResult() : convertTo(value));
+      map.map(value, existing ? existing.getResult() : convertTo(value, layout));
     }
-    for (Operation *original : plan.ops) {
+    for (auto &[original, layout] : plan.ops) {
       // Right after the original: its operands' clones come before it, and a producer
       // outside a loop is not rebuilt on every iteration.
       builder.setInsertionPointAfter(original);
-      auto type = withLayout(cast<RankedTensorType>(original->getResult(0).getType()), plan.layout);
+      auto type = withLayout(cast<RankedTensorType>(original->getResult(0).getType()), layout);
       Operation *clone;
       if (DenseElementsAttr dense = splatConstant(original)) {
         clone = builder.create<arith::ConstantOp>(original->getLoc(), type,
@@ -320,9 +342,9 @@ private:
       map.map(original->getResult(0), clone->getResult(0));
     }
     replace(op, map.lookup(op.getSource()));
-    for (Operation *original : llvm::reverse(plan.ops))
+    for (auto &[original, layout] : llvm::reverse(plan.ops))
       eraseIfDead(original);
-    for (Operation *leaf : plan.leaves)
+    for (auto &[leaf, layout] : plan.leaves)
       eraseIfDead(leaf);
     return true;
   }

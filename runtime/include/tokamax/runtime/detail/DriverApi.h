@@ -64,6 +64,7 @@ struct DriverApi {
   TOKAMAX_DRIVER_FN(cuEventElapsedTime);
   TOKAMAX_DRIVER_FN(cuStreamBeginCapture);
   TOKAMAX_DRIVER_FN(cuStreamEndCapture);
+  TOKAMAX_DRIVER_FN(cuStreamIsCapturing);
   // cuda.h maps cuGraphInstantiate to cuGraphInstantiateWithFlags; resolved
   // under that name.
   TOKAMAX_DRIVER_FN(cuGraphInstantiate);
