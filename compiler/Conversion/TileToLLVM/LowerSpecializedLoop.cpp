@@ -5,7 +5,8 @@
 // warps (the consumers). It is lowered twice, each copy in a branch on the warp's role:
 //   - the producer's copy keeps only the ops marked tile.producer (TMA copies, mbarrier
 //     waits and arrivals, the arithmetic they need) and the unmarked arithmetic it can
-//     compute, and carries nothing; the producer's first thread issues each TMA copy;
+//     compute, and carries nothing; the producer's first thread alone runs it (waits
+//     included: a thread that only waited could miss a phase) and issues each TMA copy;
 //     the producer warps then skip the rest of the kernel;
 //   - the consumers' copy drops the producer's mbarrier ops, keeps of each TMA copy only
 //     its slot's address, and lowers everything else; the ops after the loop follow in
@@ -212,7 +213,14 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(producer.getThenRegion().front().getTerminator());
     setRegisters(true);
-    if (failed(asRole(TileLowering::WarpRole::Producer, [&] { return lowerProducerCopy(t, loop); })))
+    // One thread runs the producer's loop: a thread that only waited could fall two
+    // phases behind a slot's barrier (the issuing thread and the consumers move on
+    // without it), wait on a parity that never returns and keep the block alive.
+    LogicalResult lowered = success();
+    t.when(loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(32 * warps)), [&] {
+      lowered = asRole(TileLowering::WarpRole::Producer, [&] { return lowerProducerCopy(t, loop); });
+    });
+    if (failed(lowered))
       return failure();
   }
   Value isConsumer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, warp, t.i32(warps));

@@ -13,6 +13,8 @@
 // CHECK-SAME: nvvm.maxntid = array<i32: 256, 1, 1>
 // CHECK: nvvm.shfl.sync idx
 // CHECK: scf.if
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %{{.*}}, %c128_i32
+// CHECK-NEXT: scf.if %[[FIRST]]
 // CHECK: scf.for
 // CHECK-NOT: wgmma.mma_async
 // CHECK: mbarrier.try_wait.parity

@@ -1,7 +1,8 @@
 // RUN: tokamax-opt %s -split-input-file -tile-assign-layouts -canonicalize -tile-allocate-shared -tile-insert-barriers -convert-tile-to-llvm=arch=sm_90a | FileCheck %s
 
 // A warp-specialized loop over tiles holding a loop of K steps split between the roles
-// (DSL Kernel::specialized_steps; LowerSpecializedLoop.cpp). The producer's copy keeps
+// (DSL Kernel::specialized_steps; LowerSpecializedLoop.cpp). The producer's copy, run by
+// its first thread alone (thread 128: a thread that only waited could miss a phase), keeps
 // both loops with only the marked ops in the inner one (its wait on the slot's release
 // and the two TMA copies), nothing carried; the consumers' copy keeps both loops too,
 // the inner one carrying the accumulator (wait for the copies, products, release), and
@@ -10,6 +11,8 @@
 // CHECK-LABEL: llvm.func @tiles_of_steps
 // CHECK: arith.cmpi uge
 // CHECK-NEXT: scf.if
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %{{.*}}, %c128_i32
+// CHECK-NEXT: scf.if %[[FIRST]]
 // CHECK-NEXT: scf.for
 // CHECK-NOT: wgmma.mma_async
 // CHECK: scf.for
