@@ -69,7 +69,7 @@ TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpg
     for (DType dtype : {DType::BF16, DType::F16}) {
       const int warps = index % 2 ? 8 : 4;
       Config config{{"block_m", 16 * warps}, {"block_n", index % 3 ? 128 : 64}, {"block_k", 32 << (index % 2)},
-                    {"num_warps", warps}, {"async_copy", 1}, {"stages", 2}, {"tma", 1}};
+                    {"num_warps", warps}, {"async_copy", 1}, {"stages", 2 + index % 3}, {"tma", 1}};
       ++index;
       Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), dtype, "tile", config};
       check(checkForward(c, seed++, onDevice(false)));
@@ -84,8 +84,7 @@ TEST_CASE("ragged_dot on the device: hopper at its heuristic", "[gpu][ragged_dot
   struct Shape {
     int64_t m, k, n, g;
   };
-  // K 528: 16-wide steps (the widest dividing it), 1024: 64-wide, the ring wrapping.
-  for (Shape s : {Shape{1, 64, 136, 3}, Shape{1000, 528, 1000, 8}, Shape{1554, 1024, 2048, 64}})
+  for (Shape s : {Shape{1, 64, 136, 3}, Shape{1000, 520, 1000, 8}, Shape{1554, 1024, 2048, 64}})
     for (DType dtype : {DType::BF16, DType::F16}) {
       Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), dtype, "hopper", std::nullopt};
       check(checkForward(c, seed++, onDevice(false)));

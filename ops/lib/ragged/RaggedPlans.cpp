@@ -128,11 +128,10 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 Config heuristic(const Problem &p, Impl impl) {
   // [128, 128] tiles on two consumer warpgroups (ptxas: 168 registers at launch, no
   // spills), K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs
-  // blocks may not reach into the next group) through a two-slot ring (deeper rings never
-  // finished on an H100: check_config).
+  // blocks may not reach into the next group) through a four-slot ring.
   if (impl == Impl::Hopper) {
     const int64_t bk = p.vjp || p.K % 64 == 0 ? 64 : p.K % 32 == 0 ? 32 : 16;
-    return {{"block_m", 128}, {"block_n", 128}, {"block_k", bk}, {"num_warps", 8}, {"stages", 2}};
+    return {{"block_m", 128}, {"block_n", 128}, {"block_k", bk}, {"num_warps", 8}, {"stages", 4}};
   }
   if (impl == Impl::Reference)
     return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
@@ -168,10 +167,6 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     return problem;
   if (auto problem = check_tma_ring_keys(c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (c.get_or("tma", 0) && c.get_or("stages", 3) != 2)
-    return fmt::format("tma rings of ragged_dot take 2 stages (deeper rings of these kernels never finished on an "
-                       "H100), got {}",
-                       c.get_or("stages", 3));
   if (c.get_or("tma", 0) && !p.vjp && p.K % bk != 0)
     return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
                        "group's rows), got K {} and block_k {}",

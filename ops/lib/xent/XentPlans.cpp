@@ -40,8 +40,7 @@ bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /// "tma" (opt-in until measured, sm_90a): the logit tiles' x and w blocks by TMA through
-/// rings of "stages" slots (2: deeper rings of these kernels never finished on an H100,
-/// docs/performance.md) refilled by a producer warpgroup, products
+/// rings of "stages" slots (2-4, default 3) refilled by a producer warpgroup, products
 /// on wgmma. Every consumer warp owns 16 rows (block_b = 16 x num_warps, 4 or 8 warps);
 /// block_k is one 32-, 64- or 128-byte swizzle row, block_v whole 128-byte rows; x's and
 /// w's rows are whole 16-byte chunks (D and V multiples of 8 at 16 bits).
@@ -53,15 +52,13 @@ std::optional<std::string> checkTma(const Problem &p, const Config &c) {
     return c.has("stages") ? std::optional<std::string>("stages (the TMA rings' slots) needs \"tma\": 1")
                            : std::nullopt;
   const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
-  const int64_t stages = c.get_or("stages", 2), bytes = int64_t(dtype_size(p.dtype));
+  const int64_t stages = c.get_or("stages", 3), bytes = int64_t(dtype_size(p.dtype));
   if ((w != 4 && w != 8) || bb != 16 * w)
     return fmt::format("tma needs 4 or 8 warps and block_b = 16 * num_warps, got block_b {} with {} warps", bb, w);
   if (auto problem = check_tma_block_shape(bk, "block_v", bv, bytes))
     return problem;
-  if (stages != 2)
-    return fmt::format("stages (the TMA rings' slots) must be 2 (deeper rings of these kernels never finished on an "
-                       "H100), got {}",
-                       stages);
+  if (stages < 2 || stages > 4)
+    return fmt::format("stages (the TMA rings' slots) must be 2, 3 or 4, got {}", stages);
   if (p.D * bytes % 16 != 0 || p.V * bytes % 16 != 0)
     return fmt::format("tma reads x [B, D] and w [D, V] in rows of whole 16-byte chunks: D {} and V {} must be "
                        "multiples of {}",
@@ -104,7 +101,7 @@ XentKernelSpec specOf(const Problem &p, Impl impl, const Config &c, KernelKind k
   }
   if ((kind == KernelKind::Rows || kind == KernelKind::DLogits) && (impl == Impl::Hopper || c.get_or("tma", 0))) {
     s.tma = true;
-    s.stages = static_cast<int>(c.get_or("stages", 2));
+    s.stages = static_cast<int>(c.get_or("stages", 3));
   }
   if (kind != KernelKind::Rows && kind != KernelKind::Combine)
     s.chunk_v = c.has("chunk_v") ? std::min(c.get("chunk_v"), (p.V + s.block_v - 1) / s.block_v * s.block_v)
@@ -239,10 +236,10 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
 Config heuristic(const Problem &p, Impl impl) {
   if (impl == Impl::Hopper) {
     // [128, 128] logit tiles on two consumer warpgroups, 64-wide D steps through a
-    // two-slot ring. One such program fits an SM (registers): the forward splits V so
+    // three-slot ring. One such program fits an SM (registers): the forward splits V so
     // that its row blocks x splits fill whole waves of 132 SMs best (B 8192: 64 row
     // blocks in 2 splits, 128 programs, one wave).
-    Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 2}};
+    Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 3}};
     const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
     int64_t best = 1;
     double bestFill = 0;
@@ -332,15 +329,16 @@ std::vector<Config> search_space(const Problem &p, Impl impl) {
     if (std::find(space.begin(), space.end(), c) == space.end() && !check_config(p, impl, c))
       space.push_back(std::move(c));
   };
-  if (impl == Impl::Hopper) {  // 32-wide D steps, more splits of V, 64-row tiles on one consumer warpgroup
-    add(Config(space.front()).set("block_k", 32));
+  if (impl == Impl::Hopper) {  // ring depth, more splits of V, 64-row tiles on one consumer warpgroup
+    for (int64_t stages : {2, 4})
+      add(Config(space.front()).set("stages", stages));
     if (!p.vjp) {
       const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
       if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / rowBlocks); splits > 1)
         add(Config(space.front()).set("split_v", splits));
     }
     Config narrow = space.front();
-    add(narrow.set("block_b", 64).set("num_warps", 4));
+    add(narrow.set("block_b", 64).set("num_warps", 4).set("stages", 4));
     return space;
   }
   if (impl == Impl::Reference) {
