@@ -6,7 +6,9 @@
 #include <tokamax/runtime/Hash.h>
 #include <tokamax/runtime/Stream.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace tokamax::ops_detail {
@@ -28,6 +30,15 @@ inline int arch_number(const std::string &arch) {
     else if (v)
       break;
   return v;
+}
+
+/// Kernels that did not finish at every shape of their device runs serve only where
+/// TOKAMAX_EXPERIMENTAL=1 asks for them: elsewhere the reason (`what` and what was seen),
+/// so neither auto, nor the autotuner, nor an explicit request launches them.
+inline std::optional<std::string> experimental_gate(const std::string &what) {
+  if (const char *v = std::getenv("TOKAMAX_EXPERIMENTAL"); v && std::string(v) == "1")
+    return std::nullopt;
+  return what + " (set TOKAMAX_EXPERIMENTAL=1 to run them anyway)";
 }
 
 /// The op name with the fields of a spec and config.

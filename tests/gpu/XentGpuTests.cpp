@@ -9,6 +9,7 @@
 #include "gpu/DeviceRuns.h"
 
 #include "unit/XentTestCase.h"
+#include "common/ScopedState.h"
 
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/runtime/Device.h>
@@ -95,6 +96,8 @@ TEST_CASE("cross_entropy on the device: rows of the benchmark shape (D 4096, V 1
 
 TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matches float64",
           "[gpu][cross_entropy][tma_ring]") {
+  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
+  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
   // D and V multiples of 8 (TMA rows), neither a multiple of the blocks; B past the last
@@ -120,6 +123,8 @@ TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matche
 
 TEST_CASE("cross_entropy on the device: hopper (TMA rings, dx and dw on the hopper matmul) matches float64",
           "[gpu][cross_entropy][tma_ring]") {
+  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
+  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   // Its heuristic: V in splits (forward) and one chunk or several (VJP: dx accumulated

@@ -7,6 +7,7 @@
 #include "unit/HopperPtxChecks.h"
 #include "unit/PtxasUtil.h"
 #include "unit/XentTestCase.h"
+#include "common/ScopedState.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>
@@ -263,6 +264,8 @@ TEST_CASE("cross_entropy: hopper's kernels assemble for sm_90a without spills; i
 
 TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for sm_90a on TMA and wgmma",
           "[cross_entropy][hopper][ptx]") {
+  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
+  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   const std::string ptxas = test::ptxas_path();
   const BoundArgs fwd = forwardArgs(DType::BF16, 8192, 4096, 131072);
   for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
@@ -305,5 +308,13 @@ TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("stages", 5)), Contains("2, 3 or 4"));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("tma", 0).set("stages", 3)), Contains("needs \"tma\": 1"));
   CHECK_THAT(*tile.check_config(forwardArgs(DType::BF16, 64, 40, 100), c), Contains("multiples of 8"));
+  {
+    test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
+    CHECK_THAT(*tile.check_config(fwd, c), Contains("experimental") && Contains("TOKAMAX_EXPERIMENTAL=1"));
+    CHECK_THAT(*find_op(fwd.op)->implementation("hopper").why_not(fwd), Contains("experimental"));
+    CHECK_THROWS_WITH(find_op(fwd.op)->select(fwd, "hopper", "sm_90a"), Contains("experimental"));
+    for (const Config &candidate : tile.search_space(fwd))
+      CHECK(candidate.get_or("tma", 0) == 0);
+  }
   CHECK_THAT(*find_op(fwd.op)->implementation("reference").check_config(fwd, c), Contains("unknown key"));
 }

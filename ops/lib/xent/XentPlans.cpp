@@ -39,6 +39,10 @@ namespace {
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+const char *const kTmaRingsExperimental =
+    "the cross-entropy kernels on TMA rings (hopper, tile's tma config) are experimental: on an H100 the rows "
+    "kernel did not finish (B 1024, D 1024, V 16384 and B 8192, D 4096, V 131072); use tile";
+
 /// "tma" (opt-in until measured, sm_90a): the logit tiles' x and w blocks by TMA through
 /// rings of "stages" slots (2-4, default 3) refilled by a producer warpgroup, products
 /// on wgmma. Every consumer warp owns 16 rows (block_b = 16 x num_warps, 4 or 8 warps);
@@ -51,6 +55,8 @@ std::optional<std::string> checkTma(const Problem &p, const Config &c) {
   if (!tma)
     return c.has("stages") ? std::optional<std::string>("stages (the TMA rings' slots) needs \"tma\": 1")
                            : std::nullopt;
+  if (auto gate = ops_detail::experimental_gate(kTmaRingsExperimental))
+    return gate;
   const int64_t w = c.get("num_warps"), bb = c.get("block_b"), bv = c.get("block_v"), bk = c.get("block_k");
   const int64_t stages = c.get_or("stages", 3), bytes = int64_t(dtype_size(p.dtype));
   if ((w != 4 && w != 8) || bb != 16 * w)
@@ -223,6 +229,9 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
 }
 
 std::optional<std::string> why_not(const Problem &p, Impl impl) {
+  if (impl == Impl::Hopper)
+    if (auto gate = ops_detail::experimental_gate(kTmaRingsExperimental))
+      return *gate;
   if (impl != Impl::Reference && !isHalf(p.dtype))
     return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
                        dtype_name(p.dtype));
