@@ -24,15 +24,6 @@ namespace tokamax::glu_detail {
 
 using namespace dsl;
 
-const char *impl_name(Impl impl) {
-  switch (impl) {
-  case Impl::Tile: return "tile";
-  case Impl::Hopper: return "hopper";
-  case Impl::Reference: break;
-  }
-  return "reference";
-}
-
 KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
                                        {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),

@@ -295,6 +295,15 @@ std::optional<std::string> check_hopper_keys(const Config &c) {
   return std::nullopt;
 }
 
+const char *impl_name(ProductImpl impl) {
+  switch (impl) {
+  case ProductImpl::Tile: return "tile";
+  case ProductImpl::Hopper: return "hopper";
+  case ProductImpl::Reference: break;
+  }
+  return "reference";
+}
+
 Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).set("tma", 1); }
 
 std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {

@@ -13,6 +13,11 @@
 
 namespace tokamax {
 
+/// The implementations of the tiled product ops (gated_linear_unit, ragged_dot, the
+/// cross-entropy), in auto's order, and their names ("reference", "tile", "hopper").
+enum class ProductImpl : uint8_t { Reference, Tile, Hopper };
+const char *impl_name(ProductImpl impl);
+
 /// The matmul kernel another op's plan runs for one of its products.
 enum class MatmulKernelKind : uint8_t {
   Reference,  ///< exact multiply-adds (matmul_reference_kernel)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ops/lib/KernelExecutor.h"
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/RaggedDot.h>
@@ -21,8 +22,7 @@ namespace tokamax::ragged_detail {
 
 /// hopper (sm_90a): the tile kernels with the rows kernels on TMA rings and wgmma (the
 /// tile "tma" configs).
-enum class Impl : uint8_t { Reference, Tile, Hopper };
-const char *impl_name(Impl impl);
+using Impl = ProductImpl;
 
 struct Problem {
   bool vjp = false;

@@ -107,7 +107,7 @@ public:
       : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3), vjp_(vjp), impl_(impl) {}
   using Implementation::supported_on;
 
-  std::string name() const override { return ragged_detail::impl_name(impl_); }
+  std::string name() const override { return impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
     if (impl_ == Impl::Hopper)
       return arch == "sm_90a";

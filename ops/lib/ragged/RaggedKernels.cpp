@@ -31,15 +31,6 @@ namespace tokamax::ragged_detail {
 
 using namespace dsl;
 
-const char *impl_name(Impl impl) {
-  switch (impl) {
-  case Impl::Tile: return "tile";
-  case Impl::Hopper: return "hopper";
-  case Impl::Reference: break;
-  }
-  return "reference";
-}
-
 KernelKey RowsKernelSpec::key() const {
   return ops_detail::specializationKey(trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
                                        {M, R, C, G, int64_t(dtype), int64_t(compute), blocks.exact, blocks.block_m,

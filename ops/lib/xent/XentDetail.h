@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ops/lib/KernelExecutor.h"
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/CrossEntropy.h>
@@ -21,8 +22,7 @@ namespace tokamax::xent_detail {
 
 /// hopper (sm_90a): the tile kernels on TMA rings and wgmma (the "tma" configs), the
 /// VJP's dx and dw products on the hopper matmul kernel.
-enum class Impl : uint8_t { Reference, Tile, Hopper };
-const char *impl_name(Impl impl);
+using Impl = ProductImpl;
 
 struct Problem {
   bool vjp = false;

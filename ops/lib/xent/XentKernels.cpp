@@ -27,15 +27,6 @@ namespace tokamax::xent_detail {
 
 using namespace dsl;
 
-const char *impl_name(Impl impl) {
-  switch (impl) {
-  case Impl::Tile: return "tile";
-  case Impl::Hopper: return "hopper";
-  case Impl::Reference: break;
-  }
-  return "reference";
-}
-
 namespace {
 
 const char *kindName(KernelKind kind) {
@@ -395,8 +386,9 @@ Kernel xent_kernel(const XentKernelSpec &s) {
     throw Error(fmt::format("linear_softmax_cross_entropy_loss: a kernel needs B, V >= 1, got B {}, V {}", p.B, p.V));
   // The tma rows kernel's producer computes each step's tile and D coordinates in its
   // nested tile / step loops (LLVM unrolls and hoists): ptxas, 8 warps, 2-4 stages:
-  // spills at 24 and 40 registers, none at 56 (the consumers keep 224).
-  const int producerRegisters = s.tma && s.kind == KernelKind::Rows ? 56 : 24;
+  // spills at 24 and 40 registers, none at 56 (the consumers keep 224); the dlogits
+  // kernel's one producer thread spilled at 24, not at 40 (the consumers keep 232).
+  const int producerRegisters = !s.tma ? 24 : s.kind == KernelKind::Rows ? 56 : 40;
   Kernel k(kindName(s.kind), {.num_warps = s.num_warps,
                               .mma_rows_per_warp = s.tma,
                               .wgmma_dots = s.tma,
