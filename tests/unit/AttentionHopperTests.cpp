@@ -234,7 +234,7 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
       // wait for its turn and pass to the other.
       const bool pingPong = config.get_or("pingpong", 0) != 0;
       CHECK(test::count(compiled.ptx, "bar.arrive") == (pingPong ? 2u : 0u));
-      CHECK((test::count(compiled.ptx, "bar.sync %r") > 0) == pingPong);
+      CHECK((test::count(compiled.ptx, "bar.sync \t%r") > 0) == pingPong);
     }
   }
   if (ptxas.empty())

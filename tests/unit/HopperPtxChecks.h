@@ -45,6 +45,10 @@ inline void check_hopper_ptx(const tokamax::CompiledKernel &compiled, const Hopp
   CHECK(split != std::string::npos);
   CHECK_FALSE(std::regex_search(ptx.substr(split == std::string::npos ? ptx.size() : split),
                                 std::regex("bar\\.sync\\s+0;")));
+  // Named barriers come from LLVM's convergent intrinsics, never inline asm, which LLVM
+  // may copy into both arms of a lane-dependent branch (bar.sync is .aligned: a warp
+  // split between two copies hangs).
+  CHECK_FALSE(std::regex_search(ptx, std::regex("begin inline asm\\s*\\n\\s*bar\\.(sync|arrive)")));
   if (want.threads)
     CHECK(compiled.launch.block_threads == *want.threads);
   if (ptxas.empty())

@@ -107,21 +107,27 @@ void PtxBuilder::mbarrierArriveRemote(Value bar, Value rank, Value pred) {
           "r,r,r", true);
 }
 
+// Named barriers (bar.sync / bar.arrive are .aligned: every thread of a warp must reach
+// the same instruction) and the warpgroup-wide .aligned instructions go through NVVM
+// intrinsics, which LLVM knows to be convergent: it never duplicates them into
+// lane-dependent branches, where the warp would reach two copies at different addresses
+// (and hang). As inline asm, a barrier after a lane-dependent shared-memory store was
+// copied into both arms of the branch (the cross-entropy rows kernel's split epilogue).
 void PtxBuilder::namedBarrier(unsigned id, unsigned threads) {
-  asmCall(Type(), ValueRange{}, llvm::formatv("bar.sync {0}, {1};", id, threads).str(), "", true);
+  namedBarrierSync(b.create<LLVM::ConstantOp>(loc, b.getI32Type(), static_cast<int32_t>(id)), threads);
 }
 
 void PtxBuilder::namedBarrierSync(Value id, unsigned threads) {
-  asmCall(Type(), ValueRange{id}, llvm::formatv("bar.sync $0, {0};", threads).str(), "r", true);
+  Value count = b.create<LLVM::ConstantOp>(loc, b.getI32Type(), static_cast<int32_t>(threads));
+  b.create<NVVM::BarrierOp>(loc, TypeRange{}, id, count, NVVM::BarrierReductionAttr{}, Value{});
 }
 
 void PtxBuilder::namedBarrierArrive(Value id, unsigned threads) {
-  asmCall(Type(), ValueRange{id}, llvm::formatv("bar.arrive $0, {0};", threads).str(), "r", true);
+  Value count = b.create<LLVM::ConstantOp>(loc, b.getI32Type(), static_cast<int32_t>(threads));
+  b.create<LLVM::CallIntrinsicOp>(loc, b.getStringAttr("llvm.nvvm.barrier.cta.arrive.aligned.count"),
+                                  ValueRange{id, count});
 }
 
-// The warpgroup-wide .aligned instructions go through NVVM intrinsics, which LLVM knows
-// to be convergent: it never duplicates them into lane-dependent branches, where the
-// warp would reach two copies at different addresses (and hang).
 void PtxBuilder::wgmmaFence() { b.create<NVVM::WgmmaFenceAlignedOp>(loc); }
 
 void PtxBuilder::wgmmaCommitGroup() { b.create<NVVM::WgmmaGroupSyncAlignedOp>(loc); }

@@ -66,7 +66,8 @@ func.func @persistent(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f3
 // CHECK: nvvm.barrier0
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: scf.if
-// CHECK: "bar.sync 1, 256;"
+// CHECK: %[[ONE:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CHECK: nvvm.barrier id = %[[ONE]] number_of_threads = %{{.*}}
 // CHECK-NOT: nvvm.barrier0
 // CHECK: llvm.return
 func.func @top_level(%a: !tile.ptr<f16>, %b: !tile.ptr<f16>, %s: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {

@@ -10,19 +10,19 @@
 // CHECK-LABEL: llvm.func @ping_pong
 // CHECK: scf.if
 // CHECK: scf.for
-// CHECK-NOT: bar.sync $0, 256;
-// CHECK-NOT: bar.arrive $0, 256;
+// CHECK-NOT: nvvm.barrier id
+// CHECK-NOT: barrier.cta.arrive
 // CHECK: cp.async.bulk.tensor.2d
 // CHECK: arith.cmpi ult, %{{.*}}, %{{.*}} : i32
 // CHECK: scf.if
-// CHECK: "bar.arrive $0, 256;", "r"
+// CHECK: llvm.call_intrinsic "llvm.nvvm.barrier.cta.arrive.aligned.count"
 // CHECK: scf.for
 // CHECK: mbarrier.try_wait.parity
 // CHECK: arith.divui
-// CHECK: "bar.sync $0, 256;", "r"
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
 // CHECK: wgmma.mma_async
 // CHECK: arith.remui
-// CHECK: "bar.arrive $0, 256;", "r"
+// CHECK: llvm.call_intrinsic "llvm.nvvm.barrier.cta.arrive.aligned.count"
 // CHECK: @p mbarrier.arrive.shared::cta.b64
 func.func @ping_pong(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.mbarriers = array<i64: 1, 256>, tile.grid = array<i64: 1, 1, 1>} {
   %c0 = arith.constant 0 : i32
@@ -54,10 +54,10 @@ func.func @ping_pong(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32
 // One consumer warpgroup: always its turn, no barrier at all.
 
 // CHECK-LABEL: llvm.func @one_warpgroup
-// CHECK-NOT: bar.arrive
-// CHECK-NOT: bar.sync $0
+// CHECK-NOT: barrier.cta.arrive
+// CHECK-NOT: nvvm.barrier id
 // CHECK: wgmma.mma_async
-// CHECK-NOT: bar.arrive
+// CHECK-NOT: barrier.cta.arrive
 // CHECK: llvm.return
 func.func @one_warpgroup(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.mma_rows_per_warp, tile.wgmma_dots, tile.mbarriers = array<i64: 1, 128>, tile.grid = array<i64: 1, 1, 1>} {
   %c0 = arith.constant 0 : i32
