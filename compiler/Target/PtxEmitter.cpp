@@ -4,6 +4,9 @@
 #include <tokamax/compiler/Compiler.h>
 
 #include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/InlineAsm.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/Module.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
@@ -53,6 +56,21 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(const std::string &arch
       triple, arch, features, options, llvm::Reloc::PIC_, std::nullopt, level));
 }
 
+/// PTX every lane of a warp must reach at the same instruction (`.aligned`: mma.sync,
+/// ldmatrix, wgmma, bar) written as inline asm is convergent: otherwise LLVM may copy it
+/// into both arms of a lane-dependent branch (tail duplication, jump threading), and a
+/// warp split between the copies hangs or computes garbage. The LLVM dialect's inline
+/// asm carries no such attribute, so the calls get it here.
+void markWarpCollectiveAsmConvergent(llvm::Module &module) {
+  for (llvm::Function &function : module)
+    for (llvm::BasicBlock &block : function)
+      for (llvm::Instruction &inst : block)
+        if (auto *call = llvm::dyn_cast<llvm::CallInst>(&inst))
+          if (auto *code = llvm::dyn_cast<llvm::InlineAsm>(call->getCalledOperand());
+              code && code->getAsmString().contains(".aligned"))
+            call->addFnAttr(llvm::Attribute::Convergent);
+}
+
 } // namespace
 
 std::unique_ptr<llvm::Module> translateToLLVMIR(mlir::ModuleOp module, llvm::LLVMContext &ctx,
@@ -62,6 +80,7 @@ std::unique_ptr<llvm::Module> translateToLLVMIR(mlir::ModuleOp module, llvm::LLV
     error = "translation of the LLVM dialect to LLVM IR failed";
     return nullptr;
   }
+  markWarpCollectiveAsmConvergent(*llvmModule);
   auto tm = createTargetMachine(arch, 3, error);
   if (!tm)
     return nullptr;

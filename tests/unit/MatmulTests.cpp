@@ -25,7 +25,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
+#include <regex>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -296,4 +298,30 @@ TEST_CASE("the cp.async ring needs sm_80", "[matmul][ptx]") {
   options.assemble = false;
   CHECK_THROWS_WITH(compile(matmul_kernel(spec, default_config(spec)), options),
                     Contains("cp.async and mma.sync (sm_80 or newer)") && Contains("sm_75"));
+}
+
+TEST_CASE("warp-collective inline asm (mma.sync, ldmatrix) is convergent in the LLVM IR", "[matmul][ptx]") {
+  // LLVM may copy a call that is not convergent into both arms of a lane-dependent
+  // branch; a warp split between two copies of an .aligned instruction hangs.
+  MatmulSpec spec{512, 512, 512, DType::BF16, DType::BF16};
+  auto dir = std::filesystem::temp_directory_path() / ("tokamax-convergent-dump-" + std::to_string(::getpid()));
+  CompileOptions options;
+  options.assemble = false;
+  options.dump_dir = dir.string();
+  compile(matmul_kernel(spec, default_config(spec)), options);
+  std::ifstream in(dir / "matmul" / "06-kernel.ll");
+  std::string ll((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove_all(dir);
+  REQUIRE(!ll.empty());
+  std::map<std::string, std::string> groups;  // "#N" -> its attributes
+  const std::regex group(R"(attributes (#\d+) = \{([^}]*)\})");
+  for (auto it = std::sregex_iterator(ll.begin(), ll.end(), group); it != std::sregex_iterator(); ++it)
+    groups[(*it)[1]] = (*it)[2];
+  const std::regex call(R"(asm sideeffect "[^"]*\.aligned[^"]*"[^\n]*\) (#\d+))");
+  size_t calls = 0;
+  for (auto it = std::sregex_iterator(ll.begin(), ll.end(), call); it != std::sregex_iterator(); ++it, ++calls) {
+    INFO(it->str());
+    CHECK(contains(groups[(*it)[1]], "convergent"));
+  }
+  CHECK(calls > 0);
 }
