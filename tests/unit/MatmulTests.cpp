@@ -80,6 +80,20 @@ using test::describe;
 using test::contains;
 using test::count;
 
+/// The text of pipeline stage `stage` (e.g. "02-layouts.mlir") of the matmul kernel for
+/// `spec` at its default config, compiled to PTX without assembling.
+std::string matmulStage(const MatmulSpec &spec, const std::string &stage) {
+  auto dir = std::filesystem::temp_directory_path() / ("tokamax-matmul-dump-" + std::to_string(::getpid()));
+  CompileOptions options;
+  options.assemble = false;
+  options.dump_dir = dir.string();
+  compile(matmul_kernel(spec, default_config(spec)), options);
+  std::ifstream in(dir / "matmul" / stage);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove_all(dir);
+  return text;
+}
+
 } // namespace
 
 TEST_CASE("matmul tile kernel on the interpreter: odd M, N, K", "[matmul][interpreter]") {
@@ -211,14 +225,7 @@ TEST_CASE("matmul tile kernel PTX uses ldmatrix and mma.sync and assembles", "[m
 
 TEST_CASE("tile.dot gets mma layouts and the k-loop keeps its accumulator in them", "[matmul][layout]") {
   MatmulSpec spec{512, 512, 510, DType::BF16, DType::BF16};  // 1020-byte rows: register loads
-  auto dir = std::filesystem::temp_directory_path() / ("tokamax-matmul-dump-" + std::to_string(::getpid()));
-  CompileOptions options;
-  options.assemble = false;
-  options.dump_dir = dir.string();
-  compile(matmul_kernel(spec, default_config(spec)), options);
-  std::ifstream in(dir / "matmul" / "02-layouts.mlir");
-  std::string ir((std::istreambuf_iterator<char>(in)), {});
-  std::filesystem::remove_all(dir);
+  const std::string ir = matmulStage(spec, "02-layouts.mlir");
   REQUIRE(!ir.empty());
   const std::string mma = "#tile.mma<{warpsPerCTA = [4, 2]}>";
   CHECK(contains(ir, "tile.dot_op<{opIdx = 0, parent = " + mma + ", kWidth = 2}>"));
@@ -232,10 +239,7 @@ TEST_CASE("tile.dot gets mma layouts and the k-loop keeps its accumulator in the
   // Through the cp.async ring: the accumulator is in the mma layout from the start
   // (64 x 64 warp tiles) and nothing converts.
   spec.k = 512;
-  compile(matmul_kernel(spec, default_config(spec)), options);
-  std::ifstream ringIn(dir / "matmul" / "02-layouts.mlir");
-  std::string ringIr((std::istreambuf_iterator<char>(ringIn)), {});
-  std::filesystem::remove_all(dir);
+  const std::string ringIr = matmulStage(spec, "02-layouts.mlir");
   REQUIRE(contains(ringIr, "tile.cp_async_dot"));
   CHECK(contains(ringIr, "tensor<128x128xf32, #tile.mma<{warpsPerCTA = [2, 2]}>>"));
   CHECK(count(ringIr, "tile.convert_layout") == 0);
@@ -303,15 +307,7 @@ TEST_CASE("the cp.async ring needs sm_80", "[matmul][ptx]") {
 TEST_CASE("warp-collective inline asm (mma.sync, ldmatrix) is convergent in the LLVM IR", "[matmul][ptx]") {
   // LLVM may copy a call that is not convergent into both arms of a lane-dependent
   // branch; a warp split between two copies of an .aligned instruction hangs.
-  MatmulSpec spec{512, 512, 512, DType::BF16, DType::BF16};
-  auto dir = std::filesystem::temp_directory_path() / ("tokamax-convergent-dump-" + std::to_string(::getpid()));
-  CompileOptions options;
-  options.assemble = false;
-  options.dump_dir = dir.string();
-  compile(matmul_kernel(spec, default_config(spec)), options);
-  std::ifstream in(dir / "matmul" / "06-kernel.ll");
-  std::string ll((std::istreambuf_iterator<char>(in)), {});
-  std::filesystem::remove_all(dir);
+  const std::string ll = matmulStage({512, 512, 512, DType::BF16, DType::BF16}, "06-kernel.ll");
   REQUIRE(!ll.empty());
   std::map<std::string, std::string> groups;  // "#N" -> its attributes
   const std::regex group(R"(attributes (#\d+) = \{([^}]*)\})");
