@@ -174,6 +174,22 @@ std::vector<KernelParam> kernelParams(ModuleOp module) {
   return params;
 }
 
+/// Shared memory one block may use on `arch` (the opt-in maximum), or 0 where unknown.
+int64_t sharedMemoryLimit(const std::string &arch) {
+  int sm = 0;
+  for (char c : arch)
+    if (c >= '0' && c <= '9')
+      sm = sm * 10 + (c - '0');
+  switch (sm) {
+  case 70: case 72: return 96 * 1024;
+  case 75: return 64 * 1024;
+  case 80: case 87: return 163 * 1024;
+  case 86: case 89: case 120: return 99 * 1024;
+  case 90: case 100: case 103: return 227 * 1024;
+  default: return 0;
+  }
+}
+
 } // namespace
 
 std::vector<std::string> pipeline_stages() {
@@ -220,6 +236,11 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
   }
   result.launch = launchInfo(*module);
   result.launch.params = std::move(params);
+  // More shared memory than a block may have fails only at launch, on the device:
+  // refused here, where a CPU build sees it.
+  if (const int64_t limit = sharedMemoryLimit(options.arch); limit && result.launch.shared_bytes > limit)
+    throw Error(fmt::format("kernel {}: needs {} bytes of shared memory a block; {} allows at most {}", name,
+                            result.launch.shared_bytes, options.arch, limit));
 
   llvm::LLVMContext llvmContext;
   std::string error;

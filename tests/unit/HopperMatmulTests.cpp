@@ -496,3 +496,17 @@ TEST_CASE("tma_store misuse in the DSL is reported with the problem", "[hopper][
   CHECK_THROWS_WITH(t.tma_store({zero, zero}, k.full({64, 64}, 0.0, DType::F32)),
                     Contains("tile dtype f32 does not match the tensor dtype bf16; cast with .to()"));
 }
+
+TEST_CASE("a kernel asking for more shared memory than its target has is refused at compile time", "[hopper]") {
+  // Eight 48 KiB stages of [128 + 256] x 64 bf16: 384 KiB, where sm_90a gives a block at
+  // most 227 KiB. The launch would fail on the device only; compile() says so first.
+  MatmulSpec spec{1024, 1024, 1024, DType::BF16, DType::BF16, false, true};
+  MatmulConfig config = default_hopper_config(spec);
+  config.num_stages = 8;
+  CompileOptions options;
+  options.assemble = false;
+  CHECK_THROWS_WITH(compile(matmul_hopper_kernel(spec, config), options),
+                    Contains("bytes of shared memory a block; sm_90a allows at most 232448"));
+  config.num_stages = 4;  // 192 KiB: compiles
+  CHECK_NOTHROW(compile(matmul_hopper_kernel(spec, config), options));
+}
