@@ -149,10 +149,12 @@ bool collect(Value value, Attribute layout, Remat &plan) {
       return it->second == layout;
     return std::nullopt;
   };
-  if (def)
-    if (auto known = wantedAs(plan.ops, def) ? wantedAs(plan.ops, def) : wantedAs(plan.leaves, def))
-      return *known;
-  if (auto known = wantedAs(plan.moved, value))
+  std::optional<bool> known = def ? wantedAs(plan.ops, def) : std::nullopt;
+  if (def && !known)
+    known = wantedAs(plan.leaves, def);
+  if (!known)
+    known = wantedAs(plan.moved, value);
+  if (known)
     return *known;
   if (auto convert = dyn_cast_or_null<ConvertLayoutOp>(def)) {
     if (isPinned(convert))
