@@ -117,9 +117,7 @@ LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr,
   Value batch = batched ? t.regs(op.getOffsets()[0])[0] : Value();
   Value row = t.regs(op.getOffsets()[batched ? 1 : 0])[0], col = t.regs(op.getOffsets()[batched ? 2 : 1])[0];
   const int64_t panels = s.cols / s.panelCols;
-  // The producer warpgroup of a warp-specialized loop follows the kernel's warps.
-  const bool producer = t.role() == TileLowering::WarpRole::Producer;
-  t.when(loc, m.eq(t.threadId(), producer ? 32 * int64_t(getNumWarps(op)) : 0), [&] {
+  auto issue = [&] {
     PtxBuilder ptx = t.ptx(loc);
     ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(s.rows * s.cols * bytes));
     for (int64_t p = 0; p < panels; ++p) {
@@ -129,7 +127,13 @@ LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr,
       else
         ptx.tmaLoad2d(dst, map, inner, row, bar);
     }
-  });
+  };
+  // A warp-specialized loop's producer copy already runs on its one issuing thread
+  // (lowerSpecializedLoop); elsewhere thread 0 issues.
+  if (t.role() == TileLowering::WarpRole::Producer)
+    issue();
+  else
+    t.when(loc, m.eq(t.threadId(), 0), issue);
   return success();
 }
 
