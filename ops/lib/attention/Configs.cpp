@@ -87,10 +87,6 @@ std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
     return fmt::format("hopper needs block_kv a power of two in [16, 256], got {}", bkv);
   if (stages < 2 || stages > 4)
     return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
-  // Causal grids run the row blocks along grid z (heaviest first): at most 65535.
-  if (p.causal && (std::max(p.T, p.S) + held - 1) / held > 65535)
-    return fmt::format("a causal hopper grid has at most 65535 blocks of {} rows; T {} and S {} need more", held, p.T,
-                       p.S);
   // Forward: Q held, K / V streamed. VJP: K / V or Q / dO held, the other streamed.
   const int64_t step = p.vjp ? std::max(bq, bkv) : bkv;
   const int64_t shared = (held * (p.vjp ? dims : p.H) + stages * step * dims) * 2;

@@ -420,13 +420,9 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
 }
 
 GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, WorkOrder order) {
-  if (order == WorkOrder::Even) {
-    k.grid(blocks, heads, batch);
-    return {k.program_id(0), k.program_id(1), k.program_id(2)};
-  }
-  k.grid(heads, batch, blocks);
-  Value block = order == WorkOrder::GrowsUp ? Value(blocks - 1) - k.program_id(2) : k.program_id(2);
-  return {block, k.program_id(0), k.program_id(1)};
+  k.grid(blocks, heads, batch);
+  Value block = order == WorkOrder::GrowsUp ? Value(blocks - 1) - k.program_id(0) : k.program_id(0);
+  return {block, k.program_id(1), k.program_id(2)};
 }
 
 WorkOrder work_order(const KernelSpec &s, bool grows_up) {

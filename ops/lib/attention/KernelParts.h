@@ -165,11 +165,12 @@ struct GridIds {
 /// Where a block's work grows with its index.
 enum class WorkOrder { Even, GrowsUp, GrowsDown };
 /// Sets the grid over `blocks` row blocks x `heads` x batch rows and returns the
-/// program's ids. Even work: blocks along x. The hopper kernels under a causal mask
-/// (GrowsUp: the forward and dq, whose last query blocks see the most keys; GrowsDown:
-/// dk/dv) start the heaviest first: blocks become the slowest grid dim, counted from the
-/// heaviest, so the dispatch order (x fastest) starts every head's longest blocks before
-/// any shorter one and the grid's tail is short blocks.
+/// program's ids. Blocks run along x, the fastest in dispatch order, so the programs
+/// resident together share a few heads' streamed blocks in L2 (with heads along x they
+/// would each read their own from DRAM: the causal hopper forward at (4, 4096, 32, 128)
+/// ran memory-bound that way). Under a causal mask (GrowsUp: the forward and dq, whose
+/// last query blocks see the most keys; GrowsDown: dk/dv) each head's heaviest block
+/// starts first and its lightest end the grid.
 GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, WorkOrder order);
 /// GrowsUp / GrowsDown for the hopper kernels of a causal problem, else Even.
 WorkOrder work_order(const KernelSpec &s, bool grows_up);
