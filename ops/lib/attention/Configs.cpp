@@ -150,27 +150,33 @@ Config heuristic(const Problem &p, Impl impl) {
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
   if (impl == Impl::Hopper && p.vjp) {
     // 128 held rows on two consumer warpgroups; the widest query step whose S, dP, dk and
-    // dv fit the registers, 64-key steps for dq.
-    // Causal: 32-query steps (finer skipping of hidden blocks): on the H200, fwd+bwd at
-    // (4, 4096, 32, 128) 259.5 TFLOP/s against 213.6 with 64, at (32, 2048, 16, 64) 205.2
-    // against 195.4; without a mask 64 stays ahead (271.3 against 257.0).
+    // dv fit the registers, 128-key steps for dq. On the H100 (row blocks along grid x),
+    // fwd+bwd with 64 / 128 against 64 / 64 and the causal 32 / 64: (32, 2048, 16, 64)
+    // 342.5 against 338.5, causal 273.0 against 251.2; (8, 8192, 16, 128) 455.8 against
+    // 452.8, causal 434.7 against 410.2.
     const int64_t warps = std::max(p.T, p.S) > 64 ? 8 : 4;
-    int64_t bq = p.causal ? 32 : 64;
-    const int64_t bkv = std::min<int64_t>(64, pow2AtLeast(p.S, 16));
+    int64_t bq = 64;
+    const int64_t bkv = std::min<int64_t>(128, pow2AtLeast(p.S, 16));
     while (bq > 16 && 2 * bq + p.H + p.Hv > 384)
       bq /= 2;
     return {{"block_q", bq}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
   }
   if (impl == Impl::Hopper) {
-    // 128-row query blocks on two consumer warpgroups where T fills them; the widest
-    // key step that keeps the scores and accumulator in registers (no wider than S needs).
+    // 128-row query blocks on two consumer warpgroups where T fills them; the widest key
+    // step that keeps the scores and accumulator in registers (no wider than S needs).
     // Two consumer warpgroups take turns (ping-pong): on the H200 2-5 % ahead at every
     // benchmark shape, causal or not (e.g. (4, 4096, 32, 128) 545.6 TFLOP/s against 517.8).
+    // Where no pair is hidden each step's Q K^T is also issued before the previous P V
+    // (overlap): on the H100 (32, 2048, 16, 64) 427.2 against 402.4, (4, 4096, 32, 128)
+    // 640.5 against 613.9; under a causal mask it lost (326.5 -> 312.1 at the first).
     const int64_t warps = p.T > 64 ? 8 : 4;
     const int64_t bkv = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2AtLeast(p.S, 16));
     Config c{{"block_q", 16 * warps}, {"block_kv", bkv}, {"num_warps", warps}, {"stages", 2}};
     if (warps == 8)
       c.set("pingpong", 1);
+    const bool hidesNothing = !p.causal && p.left < 0 && p.right < 0 && !p.mask && !p.q_lengths && !p.kv_lengths;
+    if (warps == 8 && hidesNothing)
+      c.set("overlap", 1);
     return c;
   }
   if (!usesTensorCores(p, impl)) {
