@@ -32,7 +32,7 @@ inline int arch_number(const std::string &arch) {
   return v;
 }
 
-/// Kernels that did not finish at every shape of their device runs serve only where
+/// Kernels that failed a device run (did not finish, or gave wrong results) serve only where
 /// TOKAMAX_EXPERIMENTAL=1 asks for them: elsewhere the reason (`what` and what was seen),
 /// so neither auto, nor the autotuner, nor an explicit request launches them.
 inline std::optional<std::string> experimental_gate(const std::string &what) {

@@ -59,8 +59,6 @@ TEST_CASE("ragged_dot on the device: every dtype matches float64", "[gpu][ragged
 }
 
 TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpgroup)", "[gpu][ragged_dot][tma_ring]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
   uint64_t seed = 900;
@@ -81,8 +79,6 @@ TEST_CASE("ragged_dot on the device: the tma config (TMA rings, a producer warpg
 }
 
 TEST_CASE("ragged_dot on the device: hopper at its heuristic", "[gpu][ragged_dot][tma_ring]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   uint64_t seed = 950;

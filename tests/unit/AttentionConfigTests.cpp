@@ -73,7 +73,7 @@ TEST_CASE("attention: every tile and chunked config matches the reference implem
   }
 }
 
-TEST_CASE("attention: the tile kernels at the headline shape assemble; the 8-warp ones without spills",
+TEST_CASE("attention: the tile kernels at the headline shape assemble, the 8-warp ones without spills",
           "[attention][ptx]") {
   const std::string ptxas = test::ptxas_path();
   if (ptxas.empty()) {
@@ -112,7 +112,7 @@ TEST_CASE("attention: more batch rows than a grid dimension holds is refused wit
   CHECK_THROWS_WITH(attention_op().select(args, std::string("chunked"), "sm_90a"), Catch::Contains("65535"));
 }
 
-TEST_CASE("attention: no queries is a no-op; the VJP's dk and dv are zero", "[attention]") {
+TEST_CASE("attention: no queries is a no-op, the VJP's dk and dv are zero", "[attention]") {
   const DType dt = DType::F32;
   HostBuffer q(dt, {2, 0, 2, 16}), k(dt, {2, 5, 2, 16}, randomNormal(2 * 5 * 2 * 16, dt, 1));
   HostBuffer v(dt, {2, 5, 2, 16}, randomNormal(2 * 5 * 2 * 16, dt, 2)), out(dt, {2, 0, 2, 16}), lse(dt, {2, 2, 0});
@@ -132,7 +132,7 @@ TEST_CASE("attention: no queries is a no-op; the VJP's dk and dv are zero", "[at
   }
 }
 
-TEST_CASE("attention: configs are checked key by key; the cp.async ring where head dims allow it", "[attention]") {
+TEST_CASE("attention: configs are checked key by key, the cp.async ring where head dims allow it", "[attention]") {
   auto bind = [](int64_t h, DType dt) {
     const ArgSpec x{{2, 64, 4, h}, dt};
     return bind_attention({x, x, x, {}, {}, {}, {}, x, attention_lse_spec(x)});

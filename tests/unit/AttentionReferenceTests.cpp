@@ -126,7 +126,7 @@ TEST_CASE("attention reference: the VJP matches finite differences of the forwar
   }
 }
 
-TEST_CASE("attention reference: softmax rows sum to one; rows that see no key are zero", "[attention][reference]") {
+TEST_CASE("attention reference: softmax rows sum to one, rows that see no key are zero", "[attention][reference]") {
   const Dims d{.batch = {2}, .t = 6, .s = 7, .n = 2, .k = 1, .h = 4, .hv = 3};
   Inputs in = randomInputs(d, 41);
   in.q_lengths = {6, 4};

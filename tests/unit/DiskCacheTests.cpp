@@ -108,7 +108,7 @@ TEST_CASE("CacheKey text is canonical and reversible", "[cache]") {
   CHECK_FALSE(CacheKey::from_string("format=other/1\n"));
 }
 
-TEST_CASE("store then load round trip; absent keys miss", "[cache]") {
+TEST_CASE("store then load round trip, absent keys miss", "[cache]") {
   TempDir dir;
   WarningCapture warnings;
   DiskCache cache(dir.path);

@@ -217,7 +217,7 @@ TEST_CASE("gated_linear_unit: the tma config runs on TMA rings and a producer wa
   }
 }
 
-TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a; its VJP's products run on the hopper matmul",
+TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a, its VJP's products run on the hopper matmul",
           "[glu][ptx][hopper]") {
   const std::string ptxas = test::ptxas_path();
   const ArgSpec x{{8192, 4096}, DType::BF16}, w{{4096, 2, 14336}, DType::BF16}, out{{8192, 14336}, DType::BF16};

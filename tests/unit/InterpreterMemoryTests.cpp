@@ -161,7 +161,7 @@ module {
     REQUIRE(back.get(i) == x.get(i));
 }
 
-TEST_CASE("interpreter: integer sum reductions wrap; 1-D tiles reduce to scalars",
+TEST_CASE("interpreter: integer sum reductions wrap, 1-D tiles reduce to scalars",
           "[interpreter]") {
   const char *ir = R"(
 module {

@@ -92,7 +92,7 @@ TEST_CASE("matmul op: auto order per architecture and dtype", "[matmul][op]") {
                     Contains("K-major only"));
 }
 
-TEST_CASE("matmul op: search spaces hold valid configs; invalid ones are refused", "[matmul][op]") {
+TEST_CASE("matmul op: search spaces hold valid configs, invalid ones are refused", "[matmul][op]") {
   for (const BoundArgs &args : {bind(4096, 4096, 4096, DType::BF16, DType::BF16),
                                 bind(8192, 8192, 512, DType::F16, DType::F32, true, true),
                                 bind(4096, 4096, 4096, DType::F8E4M3, DType::BF16, false, true)}) {
@@ -216,7 +216,7 @@ TEST_CASE("matmul op: the interpreter refuses views that do not match the bindin
   CHECK(c[0] == 16.0f);
 }
 
-TEST_CASE("matmul op: empty products; no rows or columns is a no-op, K = 0 gives bias or 0", "[matmul][op]") {
+TEST_CASE("matmul op: empty products, no rows or columns is a no-op, K = 0 gives bias or 0", "[matmul][op]") {
   // Regression: M = 0 threw "needs M, N, K >= 1" while layer_norm on [0, 64] was a no-op.
   for (const char *impl : {"", "tile", "reference"}) {
     INFO("implementation \"" << impl << "\"");

@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include "unit/RaggedDotTestCase.h"
-#include "common/ScopedState.h"
 
 #include <tokamax/ops/RaggedDot.h>
 
@@ -63,8 +62,6 @@ TEST_CASE("ragged_dot: odd shapes and random group sizes", "[ragged_dot]") {
 }
 
 TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches float64", "[ragged_dot]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   // Groups whose rows share row tiles (each tile's rows of other groups are computed and
   // not stored), empty groups, dlhs columns past K reaching the next group's rhs rows, K
   // a multiple of block_k as the forward needs, 2 and 3 ring slots.

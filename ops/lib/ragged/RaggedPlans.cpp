@@ -33,10 +33,6 @@ namespace {
 
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-const char *const kTmaRingsExperimental =
-    "ragged_dot's kernels on TMA rings (hopper, tile's tma config) are experimental: on an H100 their numerics test "
-    "stalled after its first shape; use tile";
-
 Blocks blocksOf(const Problem &p, Impl impl, const Config &hopperOrTile) {
   const Config c = impl == Impl::Hopper ? hopper_as_tile(hopperOrTile) : hopperOrTile;
   const bool exact = impl == Impl::Reference;
@@ -114,9 +110,6 @@ std::optional<std::string> why_not(const Problem &p, Impl impl) {
   if (impl != Impl::Reference && !isHalf(p.dtype))
     return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
                        dtype_name(p.dtype));
-  if (impl == Impl::Hopper)
-    if (auto gate = ops_detail::experimental_gate(kTmaRingsExperimental))
-      return *gate;
   if (impl == Impl::Hopper && !async_copy_serves(p))
     return fmt::format("hopper reads lhs and rhs by TMA in rows of whole 16-byte chunks: K {} and N {} must be "
                        "multiples of 8; use tile",
@@ -174,9 +167,6 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     return problem;
   if (auto problem = check_tma_ring_keys(c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (impl == Impl::Tile && c.get_or("tma", 0))
-    if (auto gate = ops_detail::experimental_gate(kTmaRingsExperimental))
-      return *gate;
   if (c.get_or("tma", 0) && !p.vjp && p.K % bk != 0)
     return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
                        "group's rows), got K {} and block_k {}",
