@@ -38,6 +38,16 @@ using namespace mlir;
 
 const char *ptx_isa_version() { return "8.0"; }
 
+int sm_version(const std::string &arch) {
+  int v = 0;
+  for (char c : arch)
+    if (c >= '0' && c <= '9')
+      v = v * 10 + (c - '0');
+    else if (v)
+      break;
+  return v;
+}
+
 std::string llvm_version() { return "LLVM " LLVM_VERSION_STRING; }
 
 std::string CompileOptions::key() const { return fmt::format("opt={};assemble={};fma=contract", opt_level, assemble); }
@@ -176,11 +186,7 @@ std::vector<KernelParam> kernelParams(ModuleOp module) {
 
 /// Shared memory one block may use on `arch` (the opt-in maximum), or 0 where unknown.
 int64_t sharedMemoryLimit(const std::string &arch) {
-  int sm = 0;
-  for (char c : arch)
-    if (c >= '0' && c <= '9')
-      sm = sm * 10 + (c - '0');
-  switch (sm) {
+  switch (sm_version(arch)) {
   case 70: case 72: return 96 * 1024;
   case 75: return 64 * 1024;
   case 80: case 87: return 163 * 1024;

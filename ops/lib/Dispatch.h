@@ -23,13 +23,7 @@ inline int64_t next_power_of_two(int64_t v) {
 
 /// The compute capability in an arch name: 90 for "sm_90a", 80 for "sm_80".
 inline int arch_number(const std::string &arch) {
-  int v = 0;
-  for (char c : arch)
-    if (c >= '0' && c <= '9')
-      v = v * 10 + (c - '0');
-    else if (v)
-      break;
-  return v;
+  return sm_version(arch);
 }
 
 /// Kernels that failed a device run (did not finish, or gave wrong results) serve only where

@@ -24,6 +24,8 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
 
+#include <tokamax/compiler/Compiler.h>
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
 #include <cstdio>
@@ -33,12 +35,7 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
-int smVersion(const std::string &arch) {
-  int major = 0, minor = 0;
-  if (std::sscanf(arch.c_str(), "sm_%1d%1d", &major, &minor) != 2)
-    return 0;
-  return major * 10 + minor;
-}
+int smVersion(const std::string &arch) { return sm_version(arch); }
 
 namespace {
 

@@ -39,6 +39,9 @@ struct TOKAMAX_API CompiledKernel {
 /// PTX ISA version every kernel is emitted for (pinned so that cached PTX and cubins
 /// do not depend on LLVM's default).
 TOKAMAX_API const char *ptx_isa_version();
+/// The compute capability in an arch name: 90 for "sm_90a", 100 for "sm_100a", 80 for
+/// "sm_80"; 0 where it holds none.
+TOKAMAX_API int sm_version(const std::string &arch);
 /// "LLVM 22.1.8".
 TOKAMAX_API std::string llvm_version();
 
