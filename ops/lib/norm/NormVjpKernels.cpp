@@ -1,0 +1,209 @@
+//===- NormVjpKernels.cpp - The VJP kernels of layer_norm / rms_norm --------===//
+//
+// VjpCoef: each row group's coefficients (rows past the fused limit); VjpDx: dx and
+// per-program partial sums of dscale / doffset (fused, looping or split rows); Reduce:
+// the partial sums in a fixed order (deterministic dscale / doffset).
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/norm/NormKernelParts.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+namespace tokamax::norm_detail {
+
+using namespace dsl;
+
+namespace {
+
+/// The inputs every VJP kernel reads: dy, x, scale, mean (layer), rstd.
+struct VjpInputs {
+  TensorArg dy, x;
+  std::optional<TensorArg> scale, mean;
+  TensorArg rstd;
+};
+
+VjpInputs declareVjpInputs(Kernel &k, Rows &rows, const NormKernelSpec &s) {
+  VjpInputs in;
+  in.dy = rows.matrix("dy", s.x, false);
+  in.x = rows.matrix("x", s.x, false);
+  if (s.scale)
+    in.scale = rows.parameter("scale", *s.scale);
+  if (s.kind == NormKind::Layer)
+    in.mean = rows.rowVector("mean", s.residual, false);
+  in.rstd = rows.rowVector("rstd", s.residual, false);
+  return in;
+}
+
+/// xhat and dy * scale for the tile at `col` of the current row group.
+struct VjpTile {
+  Value g, xhat, wdy, rstd;
+};
+
+VjpTile vjpTile(const Rows &rows, const VjpInputs &in, const NormKernelSpec &s, const Value &col,
+                const Value &scaleCol) {
+  const DType f = s.compute;
+  VjpTile t;
+  t.g = rows.load(in.dy, col).to(f);
+  Value xs = rows.load(in.x, col).to(f);
+  t.rstd = Rows::rowB(rows.loadRow(in.rstd).to(f));
+  t.xhat = (in.mean ? xs - Rows::rowB(rows.loadRow(*in.mean).to(f)) : xs) * t.rstd;
+  t.wdy = scaleCol.valid() ? t.g * scaleCol : t.g;
+  return t;
+}
+
+/// mean(wdy * xhat) and (layer) mean(wdy) of the current row group, summed over every
+/// column block in order.
+std::pair<Value, Value> rowCoefficients(Kernel &k, const Rows &rows, const VjpInputs &in, const NormKernelSpec &s) {
+  const DType f = s.compute;
+  auto acc = accumulate(k, Value(0), s.n, s.block_cols, [&](Value col) {
+    Value scaleCol = in.scale ? rows.loadCol(*in.scale, col, f) : Value();
+    VjpTile t = vjpTile(rows, in, s, col, scaleCol);  // padding columns have dy = 0
+    if (s.kind == NormKind::Rms)
+      return std::vector<Value>{t.wdy * t.xhat};
+    return std::vector<Value>{t.wdy * t.xhat, t.wdy};
+  });
+  const double n = double(s.n);
+  return {Rows::sumRow(acc[0]) / n, s.kind == NormKind::Layer ? Rows::sumRow(acc[1]) / n : Value()};
+}
+
+} // namespace
+
+Kernel vjpCoefKernel(const NormKernelSpec &s) {
+  const bool layer = s.kind == NormKind::Layer;
+  const DType f = s.compute;
+  Kernel k(fmt::format("{}_vjp_coef", kindName(s.kind)), {s.num_warps});
+  Rows rows(k, s);
+  VjpInputs in = declareVjpInputs(k, rows, s);
+  TensorArg c1 = rows.rowVector("c1", f, true);
+  std::optional<TensorArg> c2;
+  if (layer)
+    c2 = rows.rowVector("c2", f, true);
+  k.grid(s.groups());
+  rows.at(k.program_id(0));
+  auto [m1, m2] = rowCoefficients(k, rows, in, s);
+  rows.storeRow(c1, m1);
+  if (c2)
+    rows.storeRow(*c2, m2);
+  return k;
+}
+
+Kernel vjpDxKernel(const NormKernelSpec &s) {
+  const bool layer = s.kind == NormKind::Layer;
+  const bool fused = s.mode == Mode::Fused, split = s.mode == Mode::Split;
+  const DType f = s.compute;
+  static const char *modes[] = {"fused", "looping", "shifted", "split"};
+  Kernel k(fmt::format("{}_vjp_dx_{}", kindName(s.kind), modes[int(s.mode)]), {s.num_warps});
+  Rows rows(k, s);
+  VjpInputs in = declareVjpInputs(k, rows, s);
+  std::optional<TensorArg> c1, c2, pds, pdo;
+  if (!fused && !split) {
+    c1 = rows.rowVector("c1", f, false);
+    if (layer)
+      c2 = rows.rowVector("c2", f, false);
+  }
+  TensorArg dx = rows.matrix("dx", s.x, true);
+  if (s.dscale)
+    pds = k.output("pdscale", f, {s.programs, s.n});
+  if (s.doffset && layer)
+    pdo = k.output("pdoffset", f, {s.programs, s.n});
+  Value program, col;
+  if (split) {
+    Placement at = place(k, s, true);
+    program = at.program;
+    col = at.col;
+  } else {
+    int64_t columnBlocks = s.columnBlocks();
+    k.grid(s.programs, columnBlocks);
+    program = k.program_id(0);
+    col = columnBlocks == 1 ? Value(0) : k.program_id(1) * Value(s.block_cols);
+  }
+  // Held across the row groups, except in the split kernel: the registers go to the
+  // whole-row sums there, and its own block's scale has just been read with them (L1).
+  Value heldScale = in.scale && !split ? rows.loadCol(*in.scale, col, f) : Value();
+  const double n = double(s.n);
+  // One row group: dx, and the terms of the partial column sums.
+  auto group = [&](Value g) {
+    rows.at(g);
+    Value m1, m2;  // mean(wdy * xhat), mean(wdy)
+    if (split)  // the whole row (its own block too: the tile below comes from L1 / L2)
+      std::tie(m1, m2) = rowCoefficients(k, rows, in, s);
+    Value scaleCol = in.scale && split ? rows.loadCol(*in.scale, col, f) : heldScale;
+    VjpTile t = vjpTile(rows, in, s, col, scaleCol);
+    if (fused) {
+      m1 = Rows::sumRow(t.wdy * t.xhat) / n;
+      if (layer)
+        m2 = Rows::sumRow(t.wdy) / n;
+    } else if (!split) {
+      m1 = rows.loadRow(*c1);
+      if (layer)
+        m2 = rows.loadRow(*c2);
+    }
+    Value d = t.wdy - t.xhat * Rows::rowB(m1);
+    if (layer)
+      d = d - Rows::rowB(m2);
+    rows.store(dx, col, (d * t.rstd).to(s.x));
+    std::vector<Value> terms;
+    if (pds)
+      terms.push_back(t.g * t.xhat);
+    if (pdo)
+      terms.push_back(t.g);
+    return terms;
+  };
+  // Program p takes row groups p, p + programs, ... (at least one: programs <= groups).
+  std::vector<Value> acc;
+  if (pds || pdo)
+    acc = accumulate(k, program, s.groups(), s.programs, group);
+  else
+    k.loop(program, Value(s.groups()), Value(s.programs), {}, [&](Value g, std::vector<Value>) {
+      group(g);
+      return std::vector<Value>{};
+    });
+  size_t i = 0;
+  if (pds)
+    pds->store({program, col}, rows.sumToColumns(acc[i++]));
+  if (pdo)
+    pdo->store({program, col}, rows.sumToColumns(acc[i++]));
+  return k;
+}
+
+Kernel reduceKernel(const NormKernelSpec &s) {
+  const DType f = s.compute;
+  Kernel k(fmt::format("{}_vjp_reduce", kindName(s.kind)), {s.num_warps});
+  std::optional<TensorArg> pds, pdo, ds, dof;
+  if (s.dscale)
+    pds = k.input("pdscale", f, {s.programs, s.n});
+  if (s.doffset)
+    pdo = k.input("pdoffset", f, {s.programs, s.n});
+  if (s.dscale)
+    ds = k.output("dscale", *s.dscale, {s.n});
+  if (s.doffset)
+    dof = k.output("doffset", *s.doffset, {s.n});
+  if (!ds && !dof)
+    throw Error("norm reduce kernel: nothing to reduce");
+  k.grid(cdiv(s.n, s.block_cols));
+  Value col = k.program_id(0) * Value(s.block_cols);
+  Value zero = k.full({s.block_rows, s.block_cols}, 0.0, f);
+  std::vector<Value> init;
+  for (size_t i = 0; i < size_t(bool(ds)) + size_t(bool(dof)); ++i)
+    init.push_back(zero);
+  // Fixed order: program rows block by block, then a tree over the block's rows.
+  auto acc = k.loop(0, Value(s.programs), Value(s.block_rows), init, [&](Value r, std::vector<Value> a) {
+    std::vector<Value> next;
+    size_t i = 0;
+    if (pds)
+      next.push_back(a[i++] + pds->load({r, col}, {s.block_rows, s.block_cols}));
+    if (pdo)
+      next.push_back(a[i++] + pdo->load({r, col}, {s.block_rows, s.block_cols}));
+    return next;
+  });
+  size_t i = 0;
+  if (ds)
+    ds->store({col}, acc[i++].sum(0).to(*s.dscale));
+  if (dof)
+    dof->store({col}, acc[i++].sum(0).to(*s.doffset));
+  return k;
+}
+
+} // namespace tokamax::norm_detail
