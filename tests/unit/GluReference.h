@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "unit/AttentionReference.h"
+#include "unit/ReferenceProducts.h"
 
 #include <tokamax/ops/GatedLinearUnit.h>
 
@@ -58,45 +58,12 @@ struct Pre {
   std::vector<double> a, b;  ///< [M, N]: x W0, x W1
 };
 
-/// By tiles of 16 rows by 256 columns in parallel: the tile stays in cache while W streams
-/// past once, and each element still sums over K in order.
+/// x W0 and x W1 (W is [K, 2, N]: W0's rows at stride 2N, W1's from column N).
 inline Pre preActivations(const std::vector<double> &x, const std::vector<double> &w, int64_t m, int64_t k,
                           int64_t n) {
   Pre p{std::vector<double>(size_t(m * n)), std::vector<double>(size_t(m * n))};
-  constexpr int64_t kRows = 16, kCols = 256;
-  const int64_t panels = (n + kCols - 1) / kCols, blocks = (m + kRows - 1) / kRows;
-  attention_test::parallelChunks(blocks * panels, 1, attention_test::hostThreads(), [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r0 = t / panels * kRows, r1 = std::min(m, r0 + kRows);
-      const int64_t c0 = t % panels * kCols, cols = std::min(n - c0, kCols);
-      int64_t kk = 0;
-      // Four steps of K per pass over the tile: the same sums in the same order, with a
-      // quarter of the tile's loads and stores.
-      for (; kk + 4 <= k; kk += 4) {
-        const double *w0 = w.data() + kk * 2 * n + c0;
-        for (int64_t i = r0; i < r1; ++i) {
-          const double *xv = &x[size_t(i * k + kk)];
-          const double x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
-          double *a = &p.a[size_t(i * n + c0)], *b = &p.b[size_t(i * n + c0)];
-          for (int64_t j = 0; j < cols; ++j) {
-            a[j] = a[j] + x0 * w0[j] + x1 * w0[2 * n + j] + x2 * w0[4 * n + j] + x3 * w0[6 * n + j];
-            b[j] = b[j] + x0 * w0[n + j] + x1 * w0[3 * n + j] + x2 * w0[5 * n + j] + x3 * w0[7 * n + j];
-          }
-        }
-      }
-      for (; kk < k; ++kk) {
-        const double *w0 = w.data() + kk * 2 * n + c0, *w1 = w0 + n;
-        for (int64_t i = r0; i < r1; ++i) {
-          const double xv = x[size_t(i * k + kk)];
-          double *a = &p.a[size_t(i * n + c0)], *b = &p.b[size_t(i * n + c0)];
-          for (int64_t j = 0; j < cols; ++j) {
-            a[j] += xv * w0[j];
-            b[j] += xv * w1[j];
-          }
-        }
-      }
-    }
-  });
+  reference_products::addAB(x.data(), k, w.data(), 2 * n, p.a.data(), n, m, k, n);
+  reference_products::addAB(x.data(), k, w.data() + n, 2 * n, p.b.data(), n, m, k, n);
   return p;
 }
 
@@ -127,77 +94,10 @@ inline Gradients vjp(const std::vector<double> &dout, const std::vector<double> 
       db[ij] = dout[ij] * activate(act, p.a[ij]);
     }
   });
-  constexpr int64_t kRows = 16, kBlock = 64, kCols = 256;
-  const int64_t rowBlocks = (m + kRows - 1) / kRows, kBlocks = (k + kBlock - 1) / kBlock;
-  attention_test::parallelChunks(rowBlocks * kBlocks, 1, threads, [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r0 = t / kBlocks * kRows, r1 = std::min(m, r0 + kRows);
-      const int64_t k0 = t % kBlocks * kBlock, k1 = std::min(k, k0 + kBlock);
-      for (int64_t c0 = 0; c0 < n; c0 += kCols) {
-        const int64_t cols = std::min(n - c0, kCols);
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          const double *w0 = w.data() + kk * 2 * n + c0, *w1 = w0 + n;
-          int64_t i = r0;
-          // Four rows' sums side by side: independent chains hide the adds' latency, each
-          // still in column order.
-          for (; i + 4 <= r1; i += 4) {
-            const double *a0 = &da[size_t(i * n + c0)], *b0 = &db[size_t(i * n + c0)];
-            double *s = &g.dx[size_t(i * k + kk)];
-            double s0 = s[0], s1 = s[k], s2 = s[2 * k], s3 = s[3 * k];
-            for (int64_t j = 0; j < cols; ++j) {
-              s0 += a0[j] * w0[j] + b0[j] * w1[j];
-              s1 += a0[n + j] * w0[j] + b0[n + j] * w1[j];
-              s2 += a0[2 * n + j] * w0[j] + b0[2 * n + j] * w1[j];
-              s3 += a0[3 * n + j] * w0[j] + b0[3 * n + j] * w1[j];
-            }
-            s[0] = s0;
-            s[k] = s1;
-            s[2 * k] = s2;
-            s[3 * k] = s3;
-          }
-          for (; i < r1; ++i) {
-            const double *a0 = &da[size_t(i * n + c0)], *b0 = &db[size_t(i * n + c0)];
-            double s = g.dx[size_t(i * k + kk)];
-            for (int64_t j = 0; j < cols; ++j)
-              s += a0[j] * w0[j] + b0[j] * w1[j];
-            g.dx[size_t(i * k + kk)] = s;
-          }
-        }
-      }
-    }
-  });
-  const int64_t panels = (n + kCols - 1) / kCols;
-  attention_test::parallelChunks(kBlocks * panels, 1, threads, [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t k0 = t / panels * kBlock, k1 = std::min(k, k0 + kBlock);
-      const int64_t c0 = t % panels * kCols, cols = std::min(n - c0, kCols);
-      int64_t i = 0;
-      // Four rows per pass, as in preActivations.
-      for (; i + 4 <= m; i += 4) {
-        const double *a = &da[size_t(i * n + c0)], *b = &db[size_t(i * n + c0)];
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          const double x0 = x[size_t(i * k + kk)], x1 = x[size_t((i + 1) * k + kk)], x2 = x[size_t((i + 2) * k + kk)],
-                       x3 = x[size_t((i + 3) * k + kk)];
-          double *dw0 = &g.dw[size_t(kk * 2 * n + c0)], *dw1 = dw0 + n;
-          for (int64_t j = 0; j < cols; ++j) {
-            dw0[j] = dw0[j] + x0 * a[j] + x1 * a[n + j] + x2 * a[2 * n + j] + x3 * a[3 * n + j];
-            dw1[j] = dw1[j] + x0 * b[j] + x1 * b[n + j] + x2 * b[2 * n + j] + x3 * b[3 * n + j];
-          }
-        }
-      }
-      for (; i < m; ++i) {
-        const double *a = &da[size_t(i * n + c0)], *b = &db[size_t(i * n + c0)];
-        for (int64_t kk = k0; kk < k1; ++kk) {
-          const double xv = x[size_t(i * k + kk)];
-          double *dw0 = &g.dw[size_t(kk * 2 * n + c0)], *dw1 = dw0 + n;
-          for (int64_t j = 0; j < cols; ++j) {
-            dw0[j] += xv * a[j];
-            dw1[j] += xv * b[j];
-          }
-        }
-      }
-    }
-  });
+  reference_products::addABt(da.data(), n, w.data(), 2 * n, g.dx.data(), k, m, n, k);
+  reference_products::addABt(db.data(), n, w.data() + n, 2 * n, g.dx.data(), k, m, n, k);
+  reference_products::addAtB(x.data(), k, da.data(), n, g.dw.data(), 2 * n, m, k, n);
+  reference_products::addAtB(x.data(), k, db.data(), n, g.dw.data() + n, 2 * n, m, k, n);
   return g;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "unit/AttentionReference.h"
+#include "unit/ReferenceProducts.h"
 
 #include <tokamax/ops/RaggedDot.h>
 
@@ -44,52 +45,15 @@ inline std::vector<std::pair<int64_t, int64_t>> groupRows(const std::vector<int3
 }
 
 /// out [m, n] = lhs_g [., k] @ rhs[g] [k, n] per group; rows past the groups zero.
-/// Tiles of 16 rows by 256 columns run in parallel: the tile stays in cache while rhs[g]
-/// streams past once, and each element still sums over k in order.
 inline std::vector<double> forward(const std::vector<double> &lhs, const std::vector<double> &rhs,
                                    const std::vector<int32_t> &sizes, int64_t m, int64_t k, int64_t n) {
   std::vector<double> out(size_t(m * n), 0.0);
-  std::vector<int64_t> groupOf(size_t(m), -1);
   const auto rows = groupRows(sizes, m);
-  for (size_t g = 0; g < rows.size(); ++g)
-    std::fill(groupOf.begin() + rows[g].first, groupOf.begin() + rows[g].second, int64_t(g));
-  constexpr int64_t kRows = 16, kCols = 256;
-  const int64_t blocks = (m + kRows - 1) / kRows, panels = (n + kCols - 1) / kCols;
-  attention_test::parallelChunks(blocks * panels, 1, attention_test::hostThreads(), [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t c0 = t % panels * kCols, w = std::min(n - c0, kCols), r1 = std::min(m, (t / panels + 1) * kRows);
-      // Runs of rows in one group; rows past the groups (-1) stay zero.
-      for (int64_t r0 = t / panels * kRows, e; r0 < r1; r0 = e) {
-        const int64_t g = groupOf[size_t(r0)];
-        for (e = r0 + 1; e < r1 && groupOf[size_t(e)] == g; ++e) {
-        }
-        if (g < 0)
-          continue;
-        int64_t i = 0;
-        // Four steps of k per pass over the tile: the same sums in the same order, with a
-        // quarter of the tile's loads and stores.
-        for (; i + 4 <= k; i += 4) {
-          const double *b0 = &rhs[size_t((g * k + i) * n + c0)], *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
-          for (int64_t r = r0; r < e; ++r) {
-            const double a0 = lhs[size_t(r * k + i)], a1 = lhs[size_t(r * k + i + 1)],
-                         a2 = lhs[size_t(r * k + i + 2)], a3 = lhs[size_t(r * k + i + 3)];
-            double *o = &out[size_t(r * n + c0)];
-            for (int64_t c = 0; c < w; ++c)
-              o[c] = o[c] + a0 * b0[c] + a1 * b1[c] + a2 * b2[c] + a3 * b3[c];
-          }
-        }
-        for (; i < k; ++i) {
-          const double *b = &rhs[size_t((g * k + i) * n + c0)];
-          for (int64_t r = r0; r < e; ++r) {
-            const double a = lhs[size_t(r * k + i)];
-            double *o = &out[size_t(r * n + c0)];
-            for (int64_t c = 0; c < w; ++c)
-              o[c] += a * b[c];
-          }
-        }
-      }
-    }
-  });
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t r0 = rows[g].first, count = rows[g].second - r0;
+    reference_products::addAB(lhs.data() + r0 * k, k, rhs.data() + int64_t(g) * k * n, n, out.data() + r0 * n, n,
+                              count, k, n);
+  }
   return out;
 }
 
@@ -97,92 +61,18 @@ struct Gradients {
   std::vector<double> dlhs, drhs;
 };
 
-/// dlhs [r, i] = sum_c dout[r, c] rhs[g, i, c] by tiles of (rows, i), and drhs [g, i, c] =
-/// sum over g's rows of lhs[r, i] dout[r, c] by tiles of (g, i, c): no element has two
-/// writers, and each still sums in index order (c for dlhs, r for drhs).
+/// dlhs_g = dout_g rhs[g]^T and drhs[g] = lhs_g^T dout_g per group.
 inline Gradients vjp(const std::vector<double> &dout, const std::vector<double> &lhs, const std::vector<double> &rhs,
                      const std::vector<int32_t> &sizes, int64_t m, int64_t k, int64_t n) {
   Gradients d{std::vector<double>(size_t(m * k), 0.0), std::vector<double>(sizes.size() * size_t(k * n), 0.0)};
-  std::vector<int64_t> groupOf(size_t(m), -1);
   const auto rows = groupRows(sizes, m);
-  for (size_t g = 0; g < rows.size(); ++g)
-    std::fill(groupOf.begin() + rows[g].first, groupOf.begin() + rows[g].second, int64_t(g));
-  constexpr int64_t kRows = 16, kBlock = 64, kCols = 256;
-  const int threads = attention_test::hostThreads();
-  const int64_t rowBlocks = (m + kRows - 1) / kRows, iBlocks = (k + kBlock - 1) / kBlock;
-  attention_test::parallelChunks(rowBlocks * iBlocks, 1, threads, [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i0 = t % iBlocks * kBlock, i1 = std::min(k, i0 + kBlock);
-      const int64_t r1 = std::min(m, (t / iBlocks + 1) * kRows);
-      for (int64_t r0 = t / iBlocks * kRows, e; r0 < r1; r0 = e) {
-        const int64_t g = groupOf[size_t(r0)];
-        for (e = r0 + 1; e < r1 && groupOf[size_t(e)] == g; ++e) {
-        }
-        if (g < 0)
-          continue;
-        for (int64_t c0 = 0; c0 < n; c0 += kCols) {
-          const int64_t w = std::min(n - c0, kCols);
-          for (int64_t i = i0; i < i1; ++i) {
-            const double *b = &rhs[size_t((g * k + i) * n + c0)];
-            int64_t r = r0;
-            // Four rows' sums side by side: independent chains hide the adds' latency, each
-            // still in column order.
-            for (; r + 4 <= e; r += 4) {
-              const double *o0 = &dout[size_t(r * n + c0)], *o1 = o0 + n, *o2 = o1 + n, *o3 = o2 + n;
-              double *s = &d.dlhs[size_t(r * k + i)];
-              double s0 = s[0], s1 = s[k], s2 = s[2 * k], s3 = s[3 * k];
-              for (int64_t c = 0; c < w; ++c) {
-                s0 += o0[c] * b[c];
-                s1 += o1[c] * b[c];
-                s2 += o2[c] * b[c];
-                s3 += o3[c] * b[c];
-              }
-              s[0] = s0;
-              s[k] = s1;
-              s[2 * k] = s2;
-              s[3 * k] = s3;
-            }
-            for (; r < e; ++r) {
-              const double *o = &dout[size_t(r * n + c0)];
-              double s = d.dlhs[size_t(r * k + i)];
-              for (int64_t c = 0; c < w; ++c)
-                s += o[c] * b[c];
-              d.dlhs[size_t(r * k + i)] = s;
-            }
-          }
-        }
-      }
-    }
-  });
-  const int64_t panels = (n + kCols - 1) / kCols, perGroup = iBlocks * panels;
-  attention_test::parallelChunks(int64_t(rows.size()) * perGroup, 1, threads, [&](int, int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t g = t / perGroup, i0 = t % perGroup / panels * kBlock, i1 = std::min(k, i0 + kBlock);
-      const int64_t c0 = t % panels * kCols, w = std::min(n - c0, kCols);
-      const int64_t r1 = rows[size_t(g)].second;
-      int64_t r = rows[size_t(g)].first;
-      // Four rows per pass, as in forward.
-      for (; r + 4 <= r1; r += 4) {
-        const double *o0 = &dout[size_t(r * n + c0)], *o1 = o0 + n, *o2 = o1 + n, *o3 = o2 + n;
-        for (int64_t i = i0; i < i1; ++i) {
-          const double a0 = lhs[size_t(r * k + i)], a1 = lhs[size_t((r + 1) * k + i)],
-                       a2 = lhs[size_t((r + 2) * k + i)], a3 = lhs[size_t((r + 3) * k + i)];
-          double *dr = &d.drhs[size_t((g * k + i) * n + c0)];
-          for (int64_t c = 0; c < w; ++c)
-            dr[c] = dr[c] + a0 * o0[c] + a1 * o1[c] + a2 * o2[c] + a3 * o3[c];
-        }
-      }
-      for (; r < r1; ++r) {
-        const double *o = &dout[size_t(r * n + c0)];
-        for (int64_t i = i0; i < i1; ++i) {
-          const double a = lhs[size_t(r * k + i)];
-          double *dr = &d.drhs[size_t((g * k + i) * n + c0)];
-          for (int64_t c = 0; c < w; ++c)
-            dr[c] += a * o[c];
-        }
-      }
-    }
-  });
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t r0 = rows[g].first, count = rows[g].second - r0;
+    const double *rhsG = rhs.data() + int64_t(g) * k * n;
+    reference_products::addABt(dout.data() + r0 * n, n, rhsG, n, d.dlhs.data() + r0 * k, k, count, n, k);
+    reference_products::addAtB(lhs.data() + r0 * k, k, dout.data() + r0 * n, n, d.drhs.data() + int64_t(g) * k * n,
+                               n, count, k, n);
+  }
   return d;
 }
 
