@@ -41,6 +41,16 @@ inline std::vector<double> logitsOf(const Problem &p, const std::vector<double> 
   return logits;
 }
 
+/// log(sum(exp(row))) of one row of logits, against its max.
+inline double logSumExp(const double *row, int64_t v) {
+  double m = -INFINITY, s = 0;
+  for (int64_t j = 0; j < v; ++j)
+    m = std::max(m, row[j]);
+  for (int64_t j = 0; j < v; ++j)
+    s += std::exp(row[j] - m);
+  return m + std::log(s);
+}
+
 inline bool inRange(const Problem &p, int64_t label) { return label >= 0 && label < p.v; }
 
 inline int64_t counted(const Problem &p, const std::vector<int64_t> &labels) {
@@ -59,12 +69,7 @@ inline Forward forward(const Problem &p, const std::vector<double> &x, const std
   attention_test::parallelChunks(p.b, 4, attention_test::hostThreads(), [&](int, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const double *row = &logits[size_t(i * p.v)];
-      double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j < p.v; ++j)
-        m = std::max(m, row[j]);
-      for (int64_t j = 0; j < p.v; ++j)
-        s += std::exp(row[j] - m);
-      f.lse[size_t(i)] = m + std::log(s);
+      f.lse[size_t(i)] = logSumExp(row, p.v);
       const int64_t l = labels[size_t(i)];
       rows[size_t(i)] = l == p.ignore_index ? 0.0
                         : inRange(p, l)     ? f.lse[size_t(i)] - row[l]
@@ -95,14 +100,8 @@ inline Gradients vjp(const Problem &p, const std::vector<double> &dloss, const s
   std::vector<double> dl(size_t(p.b * p.v));
   attention_test::parallelChunks(p.b, 4, threads, [&](int, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      // lse as forward computes it, from the same logits.
       const double *row = &logits[size_t(i * p.v)];
-      double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j < p.v; ++j)
-        m = std::max(m, row[j]);
-      for (int64_t j = 0; j < p.v; ++j)
-        s += std::exp(row[j] - m);
-      const double lse = m + std::log(s);
+      const double lse = logSumExp(row, p.v);
       const int64_t l = labels[size_t(i)];
       double scale = p.reduction == LossReduction::None ? dloss[size_t(i)] : dloss[0];
       if (p.reduction == LossReduction::Mean)
