@@ -64,7 +64,7 @@ ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   std::optional<TensorArg> lse;
   if (p.lse_out)
     lse = k.output("lse", p.compute, {p.B, p.N, p.T});
-  GridIds id = row_block_grid(k, cdiv(p.T, s.block_q), p.N, p.B, work_order(s, /*grows_up=*/true));
+  GridIds id = row_block_grid(k, cdiv(p.T, s.block_q), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, std::move(in), id.batch);
   Value t0 = id.block * s.block_q, n = id.head;
   return {out, lse, std::move(pr), t0, n, n / p.group()};

@@ -214,7 +214,7 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
   DkDvOutputs o = declare_dkdv_outputs(k, p);
-  GridIds id = row_block_grid(k, cdiv(p.S, bkv), p.K, p.B, work_order(s, /*grows_up=*/false));
+  GridIds id = row_block_grid(k, cdiv(p.S, bkv), p.K, p.B, /*last_first=*/false);
   Program pr = program(k, s, in, id.batch);
   Value j0 = id.block * bkv, h = id.head;
 
@@ -246,7 +246,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
   TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
-  GridIds id = row_block_grid(k, cdiv(p.T, bq), p.N, p.B, work_order(s, /*grows_up=*/true));
+  GridIds id = row_block_grid(k, cdiv(p.T, bq), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, in, id.batch);
   Value t0 = id.block * bq, n = id.head;
 

@@ -419,17 +419,13 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
   return walkAsync(pr, r, step, std::move(carried), sources, body, &prologue);
 }
 
-GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, WorkOrder order) {
+GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, bool last_first) {
   k.grid(blocks, heads, batch);
-  Value block = order == WorkOrder::GrowsUp ? Value(blocks - 1) - k.program_id(0) : k.program_id(0);
+  Value block = last_first ? Value(blocks - 1) - k.program_id(0) : k.program_id(0);
   return {block, k.program_id(1), k.program_id(2)};
 }
 
-WorkOrder work_order(const KernelSpec &s, bool grows_up) {
-  if (!s.tma || !s.p.causal)
-    return WorkOrder::Even;
-  return grows_up ? WorkOrder::GrowsUp : WorkOrder::GrowsDown;
-}
+bool last_block_first(const KernelSpec &s) { return s.tma && s.p.causal; }
 
 Carried pack(std::initializer_list<const Chunks *> parts) {
   Carried c;

@@ -162,18 +162,17 @@ Carried walk_blocks_lookahead(Program &pr, const Range &r, int64_t step, Carried
 struct GridIds {
   Value block, head, batch;
 };
-/// Where a block's work grows with its index.
-enum class WorkOrder { Even, GrowsUp, GrowsDown };
 /// Sets the grid over `blocks` row blocks x `heads` x batch rows and returns the
 /// program's ids. Blocks run along x, the fastest in dispatch order, so the programs
 /// resident together share a few heads' streamed blocks in L2 (with heads along x they
 /// would each read their own from DRAM: the causal hopper forward at (4, 4096, 32, 128)
-/// ran memory-bound that way). Under a causal mask (GrowsUp: the forward and dq, whose
-/// last query blocks see the most keys; GrowsDown: dk/dv) each head's heaviest block
-/// starts first and its lightest end the grid.
-GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, WorkOrder order);
-/// GrowsUp / GrowsDown for the hopper kernels of a causal problem, else Even.
-WorkOrder work_order(const KernelSpec &s, bool grows_up);
+/// ran memory-bound that way). With `last_first` the blocks count from the last, so a
+/// kernel whose last blocks are the heaviest starts each head's heaviest first and ends
+/// the grid with its lightest (dk/dv's heaviest blocks are its first already).
+GridIds row_block_grid(Kernel &k, int64_t blocks, int64_t heads, int64_t batch, bool last_first);
+/// Whether the forward and dq grids start from their last query block: the hopper
+/// kernels under a causal mask, where the last query blocks see the most keys.
+bool last_block_first(const KernelSpec &s);
 
 /// Packs chunk lists into one carried list and back.
 Carried pack(std::initializer_list<const Chunks *> parts);
