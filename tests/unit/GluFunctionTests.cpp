@@ -5,6 +5,7 @@
 // and the JSON round trip of such a gradient Function.
 #include <catch2/catch.hpp>
 
+#include "unit/GradCheck.h"
 #include "unit/GluTestCase.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -35,15 +36,7 @@ struct Point {
 
 /// The Function's loss in float64 on the host: rms_norm over rows, then the unit.
 double hostLoss(const Point &p, GluActivation act) {
-  std::vector<double> h(p.x.size());
-  for (int64_t r = 0; r < kRows; ++r) {
-    double sq = 0;
-    for (int64_t c = 0; c < kK; ++c)
-      sq += p.x[size_t(r * kK + c)] * p.x[size_t(r * kK + c)];
-    const double rstd = 1 / std::sqrt(sq / kK + 1e-5);
-    for (int64_t c = 0; c < kK; ++c)
-      h[size_t(r * kK + c)] = p.x[size_t(r * kK + c)] * rstd * p.scale[size_t(c)];
-  }
+  const std::vector<double> h = grad_check::rmsNormRows(p.x, p.scale, kRows, kK);
   double sum = 0;
   for (double v : forward(h, p.w, kRows, kK, kN, act))
     sum += v;
@@ -52,17 +45,7 @@ double hostLoss(const Point &p, GluActivation act) {
 
 /// d hostLoss / d p.*field by central differences.
 std::vector<double> finiteDifferences(Point p, std::vector<double> Point::*field, GluActivation act) {
-  std::vector<double> &v = p.*field, g(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double saved = v[i], h = 1e-5;
-    v[i] = saved + h;
-    const double up = hostLoss(p, act);
-    v[i] = saved - h;
-    const double down = hostLoss(p, act);
-    v[i] = saved;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
+  return grad_check::centralDifferences(p.*field, [&] { return hostLoss(p, act); });
 }
 
 struct Grads {

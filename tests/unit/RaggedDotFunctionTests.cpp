@@ -4,6 +4,7 @@
 // the float64 ones; and the JSON round trip of such a gradient Function.
 #include <catch2/catch.hpp>
 
+#include "unit/GradCheck.h"
 #include "unit/RaggedDotTestCase.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -35,15 +36,7 @@ struct Point {
 };
 
 double hostLoss(const Point &p) {
-  std::vector<double> h(p.x.size());
-  for (int64_t r = 0; r < kRows; ++r) {
-    double sq = 0;
-    for (int64_t c = 0; c < kK; ++c)
-      sq += p.x[size_t(r * kK + c)] * p.x[size_t(r * kK + c)];
-    const double rstd = 1 / std::sqrt(sq / kK + 1e-5);
-    for (int64_t c = 0; c < kK; ++c)
-      h[size_t(r * kK + c)] = p.x[size_t(r * kK + c)] * rstd * p.scale[size_t(c)];
-  }
+  const std::vector<double> h = grad_check::rmsNormRows(p.x, p.scale, kRows, kK);
   double sum = 0;
   for (double v : forward(h, p.rhs, kSizes, kRows, kK, kN))
     sum += v;
@@ -51,17 +44,7 @@ double hostLoss(const Point &p) {
 }
 
 std::vector<double> finiteDifferences(Point p, std::vector<double> Point::*field) {
-  std::vector<double> &v = p.*field, g(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double saved = v[i], h = 1e-5;
-    v[i] = saved + h;
-    const double up = hostLoss(p);
-    v[i] = saved - h;
-    const double down = hostLoss(p);
-    v[i] = saved;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
+  return grad_check::centralDifferences(p.*field, [&] { return hostLoss(p); });
 }
 
 struct Grads {

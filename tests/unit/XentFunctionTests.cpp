@@ -4,6 +4,7 @@
 // against the float64 ones; and the JSON round trip of such a gradient Function.
 #include <catch2/catch.hpp>
 
+#include "unit/GradCheck.h"
 #include "unit/XentTestCase.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -34,30 +35,12 @@ struct Point {
 };
 
 double hostLoss(const Point &p, LossReduction reduction) {
-  std::vector<double> h(p.x.size());
-  for (int64_t r = 0; r < kRows; ++r) {
-    double sq = 0;
-    for (int64_t c = 0; c < kD; ++c)
-      sq += p.x[size_t(r * kD + c)] * p.x[size_t(r * kD + c)];
-    const double rstd = 1 / std::sqrt(sq / kD + 1e-5);
-    for (int64_t c = 0; c < kD; ++c)
-      h[size_t(r * kD + c)] = p.x[size_t(r * kD + c)] * rstd * p.scale[size_t(c)];
-  }
+  const std::vector<double> h = grad_check::rmsNormRows(p.x, p.scale, kRows, kD);
   return forward({kRows, kD, kV, reduction, -100}, h, p.w, kLabels).loss[0];
 }
 
 std::vector<double> finiteDifferences(Point p, std::vector<double> Point::*field, LossReduction reduction) {
-  std::vector<double> &v = p.*field, g(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double saved = v[i], h = 1e-5;
-    v[i] = saved + h;
-    const double up = hostLoss(p, reduction);
-    v[i] = saved - h;
-    const double down = hostLoss(p, reduction);
-    v[i] = saved;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
+  return grad_check::centralDifferences(p.*field, [&] { return hostLoss(p, reduction); });
 }
 
 struct Grads {
