@@ -30,7 +30,8 @@ inline std::vector<double> rmsNormRows(const std::vector<double> &x, const std::
 
 /// d loss() / d v[i] for every i by central differences of step h; `loss` reads v
 /// (which is restored after each element).
-template <class Loss> std::vector<double> centralDifferences(std::vector<double> &v, const Loss &loss, double h = 1e-5) {
+template <class Loss>
+std::vector<double> centralDifferences(std::vector<double> &v, const Loss &loss, double h = 1e-5) {
   std::vector<double> g(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const double saved = v[i];
