@@ -56,7 +56,7 @@ public:
     callScratch_ = 0;
   }
 
-  uint64_t scratch(size_t bytes) override {
+  uint64_t allocate_scratch(size_t bytes) override {
     callScratch_ = bytes;
     plan_.scratch_bytes = std::max<uint64_t>(plan_.scratch_bytes, bytes);
     return ops_detail::kStandInScratch;

@@ -7,6 +7,7 @@
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
 
@@ -16,13 +17,21 @@
 
 namespace tokamax::ops_detail {
 
+uint64_t KernelExecutor::scratch(size_t bytes) {
+  if (scratch_requested_)
+    throw Error("internal error: an op call requested scratch memory twice; its workspaces must be carved out of "
+                "one request (on the device both requests would start at the same address)");
+  scratch_requested_ = true;
+  return allocate_scratch(bytes);
+}
+
 namespace {
 
 class DeviceKernelExecutor : public KernelExecutor {
 public:
   DeviceKernelExecutor(Stream &stream, int device) : stream_(stream), device_(Device::get(device)) {}
 
-  uint64_t scratch(size_t bytes) override { return stream_workspace(device_, stream_, bytes); }
+  uint64_t allocate_scratch(size_t bytes) override { return stream_workspace(device_, stream_, bytes); }
 
   void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) override {
     const LoadedKernel &kernel = kernelFor(key, device_, build);
@@ -55,7 +64,7 @@ private:
 
 class HostKernelExecutor : public KernelExecutor {
 public:
-  uint64_t scratch(size_t bytes) override {
+  uint64_t allocate_scratch(size_t bytes) override {
     buffers_.emplace_back(std::make_unique<double[]>((bytes + 7) / 8 + 2));
     return reinterpret_cast<uint64_t>(buffers_.back().get());
   }
@@ -91,7 +100,7 @@ private:
 class ForwardingKernelExecutor : public KernelExecutor {
 public:
   explicit ForwardingKernelExecutor(KernelExecutor &sink) : sink_(sink) {}
-  uint64_t scratch(size_t bytes) override { return sink_.scratch(bytes); }
+  uint64_t allocate_scratch(size_t bytes) override { return sink_.allocate_scratch(bytes); }
   void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) override {
     sink_.launch(key, build, args);
   }
@@ -109,7 +118,7 @@ thread_local KernelExecutor *captureSink = nullptr;
 class RecordingKernelExecutor : public KernelExecutor {
 public:
   explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
-  uint64_t scratch(size_t) override { return 256; }
+  uint64_t allocate_scratch(size_t) override { return 256; }
   void launch(const KernelKey &, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
   void zero(const TensorView &) override {}
   void copy(const TensorView &, const TensorView &) override {}

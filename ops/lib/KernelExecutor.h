@@ -43,8 +43,12 @@ public:
 
   virtual ~KernelExecutor() = default;
   /// The call's one scratch buffer (16-byte aligned, contents undefined): carve every
-  /// workspace of a call out of a single request.
-  virtual uint64_t scratch(size_t bytes) = 0;
+  /// workspace of a call out of this single request (Workspace below). On the device each
+  /// request of a stream starts at the stream's one workspace, so two requests of one
+  /// call would overlap: a second request throws Error.
+  uint64_t scratch(size_t bytes);
+  /// What scratch() returns, unchecked: for executors that forward another's requests.
+  virtual uint64_t allocate_scratch(size_t bytes) = 0;
   virtual void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &args) = 0;
   /// Fills the bytes of `t` with zeros.
   virtual void zero(const TensorView &t) = 0;
@@ -55,6 +59,27 @@ public:
   /// Programs of a persistent grid that fills the device: its SM count (132 when only
   /// listing kernels, as on an H100 / H200; kInterpreterPrograms on the interpreter).
   virtual int sm_count() const = 0;
+
+private:
+  bool scratch_requested_ = false;
+};
+
+/// Carves 256-byte aligned pieces out of a call's one scratch request: add() every
+/// piece, allocate() once, then at(offset) gives each piece's address.
+class Workspace {
+public:
+  /// The offset of a new piece of `bytes` bytes.
+  size_t add(double bytes) {
+    size_t at = total_;
+    total_ += (static_cast<size_t>(bytes) + 255) / 256 * 256;
+    return at;
+  }
+  void allocate(KernelExecutor &ex) { base_ = total_ ? ex.scratch(total_) : 0; }
+  uint64_t at(size_t offset) const { return base_ + offset; }
+
+private:
+  size_t total_ = 0;
+  uint64_t base_ = 0;
 };
 
 /// Programs a persistent grid gets on the interpreter: few, but more than one, so the

@@ -28,7 +28,7 @@ public:
   PlanRecorder(LaunchPlan &plan, std::span<const uint64_t> sizes, Device &device, std::string what)
       : plan_(plan), sizes_(sizes), device_(device), what_(std::move(what)) {}
 
-  uint64_t scratch(size_t bytes) override {
+  uint64_t allocate_scratch(size_t bytes) override {
     plan_.scratch_bytes = std::max<uint64_t>(plan_.scratch_bytes, bytes);
     return kStandInScratch;
   }

@@ -44,21 +44,7 @@ struct Views {
   TensorView lengths(const TensorView &t) const { return as(t, {p.B}); }
 };
 
-/// Carves aligned pieces out of one scratch request.
-class Workspace {
-public:
-  size_t add(double bytes) {
-    size_t at = total_;
-    total_ += (static_cast<size_t>(bytes) + 255) / 256 * 256;
-    return at;
-  }
-  void allocate(ops_detail::KernelExecutor &ex) { base_ = total_ ? ex.scratch(total_) : 0; }
-  uint64_t at(size_t offset) const { return base_ + offset; }
-
-private:
-  size_t total_ = 0;
-  uint64_t base_ = 0;
-};
+using ops_detail::Workspace;
 
 class Launcher {
 public:

@@ -154,7 +154,7 @@ const std::vector<std::string> kVjpArgs{"dloss", "x", "w", "labels", "lse", "dx"
 class DistinctKernels : public ops_detail::KernelExecutor {
 public:
   explicit DistinctKernels(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
-  uint64_t scratch(size_t) override { return 256; }
+  uint64_t allocate_scratch(size_t) override { return 256; }
   void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
     if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
       keys_.push_back(key);

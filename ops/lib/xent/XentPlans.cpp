@@ -40,8 +40,8 @@ bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 const char *const kTmaRingsExperimental =
-    "the cross-entropy kernels on TMA rings (hopper, tile's tma config) are experimental: on an H100 their VJP's "
-    "dx and dw differed from float64 and between reruns (B 300, D 264, V 1032); use tile";
+    "the cross-entropy kernels on TMA rings (hopper, tile's tma config) are experimental until a device run verifies "
+    "them: on an H100 their VJP's dx and dw differed from float64 (its workspaces overlapped, since fixed); use tile";
 
 /// "tma" (opt-in until measured, sm_90a): the logit tiles' x and w blocks by TMA through
 /// rings of "stages" slots (2-4, default 3) refilled by a producer warpgroup, products
@@ -121,24 +121,30 @@ void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::
   ex.launch(s.key(), [s] { return xent_kernel(s); }, args);
 }
 
-/// The hopper VJP after the row scales, per chunk of V columns: dlogits on TMA rings;
+/// The hopper VJP: the row scales, then per chunk of V columns: dlogits on TMA rings;
 /// w's chunk copied into a [D, chunk] panel; dx_acc (+)= dlogits @ panel^T and then
 /// panel = x^T @ dlogits on the hopper matmul (the panel reused once its copy of w is
 /// read, in stream order); the panel copied into dw's chunk columns. Then dx_acc is
-/// rounded into dx. Scratch: the dlogits chunk, the panel and the f32 dx_acc.
+/// rounded into dx. Scratch: the row scales, the dlogits chunk, the panel and the f32 dx_acc.
 void hopperVjpChunks(const Problem &p, const Config &config, const std::vector<TensorView> &t,
                      ops_detail::KernelExecutor &ex) {
-  const TensorView &x = t[0], &w = t[1], &labels = t[2], &lse = t[3], &scale = t[4], &dx = t[5], &dw = t[6];
+  const TensorView &x = t[0], &w = t[1], &labels = t[2], &lse = t[3], &dloss = t[4], &dx = t[5], &dw = t[6];
   const int device = ex.device();
   XentKernelSpec dlSpec = specOf(p, Impl::Hopper, config, KernelKind::DLogits);
   dlSpec.programs = ex.sm_count();  // persistent: one program per SM
   const int64_t C = dlSpec.chunk_v;
-  auto buffer = [&](DType dtype, int64_t rows, int64_t cols) {
-    return TensorView(ex.scratch(size_t(rows) * cols * dtype_size(dtype)), dtype, std::vector<int64_t>{rows, cols},
-                      device);
+  ops_detail::Workspace ws;
+  const size_t scaleAt = ws.add(double(p.B) * dtype_size(p.compute)),
+               dlogitsAt = ws.add(double(p.B) * C * dtype_size(p.dtype)),
+               panelAt = ws.add(double(p.D) * C * dtype_size(p.dtype)),
+               dxAccAt = ws.add(double(p.B) * p.D * dtype_size(p.compute));
+  ws.allocate(ex);
+  auto view = [&](size_t at, DType dtype, std::vector<int64_t> shape) {
+    return TensorView(ws.at(at), dtype, std::move(shape), device);
   };
-  const TensorView dlogits = buffer(p.dtype, p.B, C), panel = buffer(p.dtype, p.D, C),
-                   dxAcc = buffer(p.compute, p.B, p.D);
+  const TensorView scale = view(scaleAt, p.compute, {p.B}), dlogits = view(dlogitsAt, p.dtype, {p.B, C}),
+                   panel = view(panelAt, p.dtype, {p.D, C}), dxAcc = view(dxAccAt, p.compute, {p.B, p.D});
+  launch(ex, specOf(p, Impl::Hopper, config, KernelKind::RowScale), {dloss, labels, scale});
   const XentKernelSpec wPanel = specOf(p, Impl::Hopper, config, KernelKind::WPanel),
                        dwPanel = specOf(p, Impl::Hopper, config, KernelKind::DwPanel);
   for (int64_t c0 = 0; c0 < p.V; c0 += C) {
@@ -175,8 +181,12 @@ int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes) {
 void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> in,
              std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
   const int device = ex.device();
-  const size_t rowBytes = size_t(p.B) * dtype_size(p.compute);
-  auto rowsView = [&](uint64_t data) { return TensorView(data, p.compute, std::vector<int64_t>{p.B}, device); };
+  const double rowBytes = double(p.B) * dtype_size(p.compute);
+  // The call's workspaces, carved out of its one scratch request.
+  ops_detail::Workspace ws;
+  auto view = [&](size_t at, DType dtype, std::vector<int64_t> shape) {
+    return TensorView(ws.at(at), dtype, std::move(shape), device);
+  };
   if (!p.vjp) {
     const TensorView &x = in[0], &w = in[1], &labels = in[2], &loss = out[0], &lse = out[1];
     if (p.B == 0) {  // no rows: the reduced loss is 0
@@ -184,11 +194,14 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
         ex.zero(loss);
       return;
     }
-    const TensorView rows = p.reduction == LossReduction::None ? loss : rowsView(ex.scratch(rowBytes));
     const XentKernelSpec rowsSpec = specOf(p, impl, config, KernelKind::Rows);
+    const bool rowsInScratch = p.reduction != LossReduction::None;
+    const size_t rowsAt = rowsInScratch ? ws.add(rowBytes) : 0,
+                 partialsAt = rowsSpec.split_v > 1 ? ws.add(3 * double(rowsSpec.split_v) * rowBytes) : 0;
+    ws.allocate(ex);
+    const TensorView rows = rowsInScratch ? view(rowsAt, p.compute, {p.B}) : loss;
     if (rowsSpec.split_v > 1) {  // the splits' partials, merged in a fixed order
-      const TensorView partials(ex.scratch(3 * size_t(rowsSpec.split_v) * rowBytes), p.compute,
-                                std::vector<int64_t>{3, rowsSpec.split_v, p.B}, device);
+      const TensorView partials = view(partialsAt, p.compute, {3, rowsSpec.split_v, p.B});
       launch(ex, rowsSpec, {x, w, labels, partials});
       launch(ex, specOf(p, impl, config, KernelKind::Combine), {partials, labels, rows, lse});
     } else {
@@ -205,20 +218,20 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
     ex.zero(dw);
     return;
   }
-  const TensorView scale = rowsView(ex.scratch(rowBytes));
-  launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
   if (impl == Impl::Hopper) {
-    hopperVjpChunks(p, config, {x, w, labels, lse, scale, dx, dw}, ex);
+    hopperVjpChunks(p, config, {x, w, labels, lse, dloss, dx, dw}, ex);
     return;
   }
   const XentKernelSpec dlSpec = specOf(p, impl, config, KernelKind::DLogits),
                        dxSpec = specOf(p, impl, config, KernelKind::Dx),
                        dwSpec = specOf(p, impl, config, KernelKind::Dw);
   const DType operand = impl == Impl::Reference ? p.compute : p.dtype;
-  const TensorView dlogits(ex.scratch(size_t(p.B) * dlSpec.chunk_v * dtype_size(operand)), operand,
-                           std::vector<int64_t>{p.B, dlSpec.chunk_v}, device);
-  const TensorView dxAcc(ex.scratch(size_t(p.B) * p.D * dtype_size(p.compute)), p.compute,
-                         std::vector<int64_t>{p.B, p.D}, device);
+  const size_t scaleAt = ws.add(rowBytes), dlogitsAt = ws.add(double(p.B) * dlSpec.chunk_v * dtype_size(operand)),
+               dxAccAt = ws.add(double(p.B) * p.D * dtype_size(p.compute));
+  ws.allocate(ex);
+  const TensorView scale = view(scaleAt, p.compute, {p.B}), dlogits = view(dlogitsAt, operand, {p.B, dlSpec.chunk_v}),
+                   dxAcc = view(dxAccAt, p.compute, {p.B, p.D});
+  launch(ex, specOf(p, impl, config, KernelKind::RowScale), {dloss, labels, scale});
   ex.zero(dxAcc);
   for (int64_t c0 = 0; c0 < p.V; c0 += dlSpec.chunk_v) {
     const Arg chunk = Arg::value(double(c0));
