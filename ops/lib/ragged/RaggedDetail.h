@@ -48,7 +48,7 @@ struct Blocks {
 };
 
 /// out [M, C] = lhs [M, R] @ rhs[g] per group, rhs [G, R, C] (or [G, C, R] read
-/// transposed: the VJP's dlhs = dout @ rhs^T). Grid: (row tiles, column tiles).
+/// transposed: the VJP's dlhs = dout @ rhs^T). Grid: row tiles x column tiles, in grouped order.
 struct RowsKernelSpec {
   int64_t M = 0, R = 0, C = 0, G = 0;
   bool trans_rhs = false;
