@@ -25,10 +25,14 @@
 #               export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
+#   pending     what no GPU has run yet (run it first): the cross-entropy's numerics
+#               with one workspace per call (tile, and the TMA-ring kernels under
+#               TOKAMAX_EXPERIMENTAL=1), ragged_dot's numerics and timings with its grids in
+#               grouped order, beside torch's grouped mm
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
+parts=${*:-pending hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -44,6 +48,19 @@ run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; loc
 has_torch() { python3 -c "import torch" 2> /dev/null; }
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
+if wants pending; then
+  t=(timeout -k 10)
+  TAIL=12 run pending-xent "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[cross_entropy]" --durations yes
+  TOKAMAX_EXPERIMENTAL=1 TAIL=12 run pending-xent-tma "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[tma_ring][cross_entropy]" \
+    --durations yes
+  TAIL=12 run pending-ragged "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[ragged_dot]" --durations yes
+  pending_peers=()
+  if has_torch; then
+    TAIL=10 run pending-ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
+    pending_peers=(--peers "$out/ragged-peers.json")
+  fi
+  TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
+fi
 wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]~[pingpong]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes
 wants load && TOKAMAX_LOAD_SECONDS=60 TAIL=8 run load "$bin/tokamax-gpu-tests" "[load]"
