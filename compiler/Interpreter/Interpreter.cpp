@@ -19,6 +19,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace tokamax {
 
@@ -117,14 +118,20 @@ void Interpreter::run() {
   if (Operation *bad = firstUnsupported(func))
     throw Error("interpreter: unsupported operation " + bad->getName().getStringRef().str());
   Block &body = func.getBody().front();
-  for (pid[2] = 0; pid[2] < grid[2]; ++pid[2])
-    for (pid[1] = 0; pid[1] < grid[1]; ++pid[1])
-      for (pid[0] = 0; pid[0] < grid[0]; ++pid[0]) {
-        env.clear();
-        for (unsigned a = 0; a < body.getNumArguments(); ++a)
-          set(body.getArgument(a), scalars[a]);
-        runBlock(body);
-      }
+  // Program instances run one after another, x fastest; TOKAMAX_INTERPRETER_ORDER=reverse
+  // runs them last to first. A GPU runs them in any order and at once, so a kernel whose
+  // results change with the order has programs that read each other's writes: a race.
+  const char *order = std::getenv("TOKAMAX_INTERPRETER_ORDER");
+  const bool reverse = order && std::string_view(order) == "reverse";
+  const int64_t programs = grid[0] * grid[1] * grid[2];
+  for (int64_t i = 0; i < programs; ++i) {
+    const int64_t linear = reverse ? programs - 1 - i : i;
+    pid = {linear % grid[0], linear / grid[0] % grid[1], linear / (grid[0] * grid[1])};
+    env.clear();
+    for (unsigned a = 0; a < body.getNumArguments(); ++a)
+      set(body.getArgument(a), scalars[a]);
+    runBlock(body);
+  }
 }
 
 const HostTile &Interpreter::get(Value v) const {

@@ -1,5 +1,6 @@
 // Interpreter numerics: memory, reductions, shapes, dot, control flow, atomics, errors.
 #include "InterpreterTestUtil.h"
+#include "common/ScopedState.h"
 
 namespace {
 
@@ -425,22 +426,28 @@ module {
   }
 }
 )";
-  std::string text = ir;
-  Buf ids(DType::I32, 24), order(DType::I64, 24), counter(DType::I64, 1), facc(DType::F64, 1);
-  run(text, {ids.arg(), order.arg(), counter.arg(), facc.arg(), HostArg::value(-7),
-             HostArg::value(0.1)});
-  double fref = 0;
-  for (int64_t i = 0; i < 24; ++i)
-    fref += i * 0.1; // sequential, in program order
-  REQUIRE(facc.get(0) == fref);
-  for (int64_t z = 0; z < 4; ++z)
-    for (int64_t y = 0; y < 2; ++y)
-      for (int64_t x = 0; x < 3; ++x) {
-        int64_t idx = (z * 2 + y) * 3 + x;
-        REQUIRE(ids.geti(idx) == x + 10 * y + 100 * z + 423000 - 7);
-        REQUIRE(order.geti(idx) == idx); // x fastest, then y, then z
-      }
-  REQUIRE(counter.geti(0) == 24);
+  // TOKAMAX_INTERPRETER_ORDER=reverse runs the same programs last to first (the check
+  // that kernels do not depend on the order uses it).
+  for (bool reverse : {false, true}) {
+    INFO("reverse " << reverse);
+    test::EnvGuard programOrder("TOKAMAX_INTERPRETER_ORDER", reverse ? "reverse" : nullptr);
+    std::string text = ir;
+    Buf ids(DType::I32, 24), order(DType::I64, 24), counter(DType::I64, 1), facc(DType::F64, 1);
+    run(text, {ids.arg(), order.arg(), counter.arg(), facc.arg(), HostArg::value(-7),
+               HostArg::value(0.1)});
+    double fref = 0;
+    for (int64_t i = 0; i < 24; ++i)
+      fref += (reverse ? 23 - i : i) * 0.1; // sequential, in program order
+    REQUIRE(facc.get(0) == fref);
+    for (int64_t z = 0; z < 4; ++z)
+      for (int64_t y = 0; y < 2; ++y)
+        for (int64_t x = 0; x < 3; ++x) {
+          int64_t idx = (z * 2 + y) * 3 + x;
+          REQUIRE(ids.geti(idx) == x + 10 * y + 100 * z + 423000 - 7);
+          REQUIRE(order.geti(idx) == (reverse ? 23 - idx : idx)); // x fastest, then y, then z
+        }
+    REQUIRE(counter.geti(0) == 24);
+  }
 }
 
 TEST_CASE("interpreter: atomic max and compare-and-swap across program instances",
