@@ -65,7 +65,12 @@ private:
 class HostKernelExecutor : public KernelExecutor {
 public:
   uint64_t allocate_scratch(size_t bytes) override {
-    buffers_.emplace_back(std::make_unique<double[]>((bytes + 7) / 8 + 2));
+    // Filled with NaNs (all-ones bytes: -1 as integers), not zeros: on the device the
+    // stream's workspace holds whatever the previous call left, so a kernel that reads
+    // scratch it never wrote must fail here too.
+    const size_t words = (bytes + 7) / 8 + 2;
+    buffers_.emplace_back(std::make_unique_for_overwrite<double[]>(words));
+    std::memset(buffers_.back().get(), 0xFF, words * sizeof(double));
     return reinterpret_cast<uint64_t>(buffers_.back().get());
   }
 
