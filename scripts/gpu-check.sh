@@ -28,7 +28,8 @@
 #   pending     what no GPU has run yet (run it first): the cross-entropy's numerics
 #               with one workspace per call (tile, and the TMA-ring kernels under
 #               TOKAMAX_EXPERIMENTAL=1), ragged_dot's numerics and timings with its grids in
-#               grouped order, beside torch's grouped mm
+#               grouped order, beside torch's grouped mm, gated_linear_unit's hopper on
+#               persistent grids (numerics, then timings beside cuBLAS)
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
@@ -60,6 +61,20 @@ if wants pending; then
     pending_peers=(--peers "$out/ragged-peers.json")
   fi
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
+  TAIL=10 run pending-glu-persistent "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
+  if [ $last_rc -eq 0 ]; then
+    glu_peers=()
+    if has_torch; then
+      TAIL=10 run pending-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/glu-peers.json"
+      glu_peers=(--peers "$out/glu-peers.json")
+    fi
+    TAIL=10 run pending-glu-bench "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper "${glu_peers[@]}"
+    for programs in -1 264; do
+      TAIL=10 run "pending-glu-bench-programs$programs" "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper \
+        --config "{\"block_m\":128,\"block_n\":128,\"block_k\":64,\"group_m\":8,\"num_warps\":8,\"stages\":4,\"programs\":$programs}" \
+        "${glu_peers[@]}"
+    done
+  fi
 fi
 wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]~[pingpong]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes

@@ -129,3 +129,23 @@ TEST_CASE("gated_linear_unit on the device: hopper (TMA rings, dx and dweights o
       check(checkVjp(c, seed++, onDevice(true)));
     }
 }
+
+TEST_CASE("gated_linear_unit on the device: hopper on persistent grids", "[gpu][glu][tma_ring][persistent]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  // Programs that walk several tiles each (one per SM, and 5 for many tiles a program):
+  // the producer loads a tile's blocks while the consumers gate the last one. These grids
+  // once did not finish on an H200 (before the producer's copies ran on one thread).
+  uint64_t seed = 980;
+  for (int64_t programs : {-1, 5})
+    for (int64_t bk : {32, 64}) {
+      // The forward's [128, 128] tiles; the VJP's gate kernel also holds dout, da and db,
+      // so its tiles are [128, 64] (the hopper heuristics' shapes).
+      Config forward{{"block_m", 128}, {"block_n", 128}, {"block_k", bk}, {"group_m", 8},
+                     {"num_warps", 8},   {"stages", bk == 64 ? 4 : 3}, {"programs", programs}};
+      Config vjp = Config(forward).set("block_n", 64).set("stages", 2);
+      INFO(forward.to_json() << " " << vjp.to_json());
+      check(checkForward(Case{{1000}, 1000, 1000, DType::BF16, "swish", "hopper", forward}, seed++, onDevice(false)));
+      check(checkVjp(Case{{1000}, 1000, 1000, DType::BF16, "swish", "hopper", vjp}, seed++, onDevice(true)));
+    }
+}
