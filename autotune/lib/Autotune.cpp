@@ -45,6 +45,7 @@ void AutotuneStats::add(const AutotuneStats& other) {
   kernels_cached += other.kernels_cached;
   pruned += other.pruned;
   run_failed += other.run_failed;
+  mismatched += other.mismatched;
   if (timed_per_round.size() < other.timed_per_round.size())
     timed_per_round.resize(other.timed_per_round.size());
   for (size_t i = 0; i < other.timed_per_round.size(); ++i)
@@ -60,6 +61,8 @@ std::string AutotuneStats::summary() const {
                         fmt::join(timed_per_round, " -> "));
   if (compile_failed || run_failed)
     text += fmt::format(", {} failed to compile, {} to run", compile_failed, run_failed);
+  if (mismatched)
+    text += fmt::format(", {} dropped: outputs unlike the others'", mismatched);
   return text;
 }
 
@@ -165,6 +168,11 @@ TuningEntry time_call(CallSearch& call, const CallTensors& tensors, Stream& stre
       to_time.push_back(records.size());
     records.push_back(c.record);
   }
+  const std::vector<size_t> runnable = to_time;
+  if (options.check_agreement) {
+    progress.update(fmt::format("{}: comparing {} candidates' outputs", call.op->name(), to_time.size()));
+    stats.mismatched += detail::drop_disagreeing(call, records, to_time, inputs, outputs, stream);
+  }
   int shown_round = -1;
   size_t done = 0;
   std::optional<std::pair<double, size_t>> best;  // of the round being timed
@@ -200,8 +208,8 @@ TuningEntry time_call(CallSearch& call, const CallTensors& tensors, Stream& stre
       successive_halving(records, to_time, HalvingSchedule::of(options), timer, &per_round);
   AutotuneStats call_stats;
   call_stats.timed_per_round = per_round;
-  for (size_t i : to_time)
-    call_stats.run_failed += !records[i].ok();
+  for (size_t i : runnable)
+    call_stats.run_failed += records[i].error.starts_with("run: ");
   stats.add(call_stats);
 
   TuningEntry entry;

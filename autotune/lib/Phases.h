@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+namespace tokamax {
+class Stream;
+}
+
 namespace tokamax::detail {
 
 struct Candidate {
@@ -60,5 +64,13 @@ std::vector<CallSearch> enumerate_calls(std::span<const OpCall> calls, const std
 /// one pool over all calls, each distinct kernel once, then prunes (options.prune).
 void compile_and_prune(std::vector<CallSearch>& calls, const AutotuneTarget& target,
                        const AutotuneOptions& options, Progress& progress, AutotuneStats& stats);
+
+/// Runs each candidate of `to_time` (indices into call.candidates and `records`) once on
+/// the call's tensors, its outputs filled with NaN bytes first, and removes from
+/// `to_time` those that throw ("run: ...") or whose outputs disagree with the baseline's
+/// ("mismatch: ..."): the first candidate's, or, when a majority disagrees with it, the
+/// one most others agree with (Agreement.cpp). Returns how many disagreed.
+size_t drop_disagreeing(const CallSearch& call, std::vector<TuningRecord>& records, std::vector<size_t>& to_time,
+                        std::span<const TensorView> inputs, std::span<const TensorView> outputs, Stream& stream);
 
 } // namespace tokamax::detail

@@ -9,8 +9,10 @@
 //   3. candidates that cannot launch on the device (shared memory, registers) or whose
 //      kernels spill to local memory while another candidate of the same implementation
 //      does not are pruned, with the reason recorded (Search.h);
-//   4. the rest run on the device with random, never-zero inputs (standardize), with an
-//      L2 flush per iteration, in rounds of successive halving: every candidate briefly,
+//   4. the rest run once on the device with random, never-zero inputs (standardize);
+//      those whose outputs disagree with the others' are dropped (check_agreement), and
+//      the others are timed on the same inputs, with an L2 flush per iteration, in
+//      rounds of successive halving: every candidate briefly,
 //      then the best fraction again with more iterations, until the last few get the
 //      full iterations; the fastest median of the final round wins. A candidate that
 //      fails to compile or run is recorded with its error, not fatal.
@@ -113,6 +115,8 @@ struct TOKAMAX_API AutotuneStats {
   size_t kernels_cached = 0;  ///< of which the disk cache already held
   size_t pruned = 0;
   size_t run_failed = 0;
+  /// Not timed: their outputs disagreed with the others' (check_agreement).
+  size_t mismatched = 0;
   /// Candidates timed in each successive-halving round (the last is the final round),
   /// summed over the calls by round index.
   std::vector<size_t> timed_per_round;
@@ -212,6 +216,11 @@ struct TOKAMAX_API AutotuneOptions {
   /// memory while another candidate of the same implementation does not (recorded as
   /// "pruned: ..."). Needs the kernel cache (the cubins are inspected).
   bool prune = true;
+  /// Before timing, run every candidate once and drop those whose outputs disagree with
+  /// the baseline's (the first candidate's, unless most disagree with it) beyond a
+  /// coarse tolerance per dtype: a config that writes nothing, garbage or NaNs is
+  /// recorded as "mismatch: ..." and never chosen, however fast.
+  bool check_agreement = true;
   bool flush_l2 = true;
   uint32_t seed = 0;                     ///< inputs: standardize(spec, seed + argument index)
   /// Parallel compile threads; 0: min(cores, candidates, available memory / 1 GiB).
