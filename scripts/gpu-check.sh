@@ -29,7 +29,8 @@
 #               with one workspace per call (tile, and the TMA-ring kernels under
 #               TOKAMAX_EXPERIMENTAL=1), ragged_dot's numerics and timings with its grids in
 #               grouped order, beside torch's grouped mm, gated_linear_unit's hopper on
-#               persistent grids (numerics, then timings beside cuBLAS)
+#               persistent grids (numerics, then timings beside cuBLAS); both with six-slot
+#               TMA rings
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
@@ -61,6 +62,8 @@ if wants pending; then
     pending_peers=(--peers "$out/ragged-peers.json")
   fi
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
+  TAIL=10 run pending-ragged-bench-6slots "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":6}' "${pending_peers[@]}"
   TAIL=10 run pending-glu-persistent "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
   if [ $last_rc -eq 0 ]; then
     glu_peers=()
@@ -69,6 +72,8 @@ if wants pending; then
       glu_peers=(--peers "$out/glu-peers.json")
     fi
     TAIL=10 run pending-glu-bench "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper "${glu_peers[@]}"
+    TAIL=10 run pending-glu-bench-6slots "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper \
+      --config '{"block_m":128,"block_n":128,"block_k":32,"group_m":8,"num_warps":8,"stages":6}' "${glu_peers[@]}"
     for programs in -1 264; do
       TAIL=10 run "pending-glu-bench-programs$programs" "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper \
         --config "{\"block_m\":128,\"block_n\":128,\"block_k\":64,\"group_m\":8,\"num_warps\":8,\"stages\":4,\"programs\":$programs}" \

@@ -84,4 +84,9 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
     check(checkForward({{200}, 72, 136, DType::BF16, "gelu", "hopper", persistent}, seed++));
     check(checkVjp({{4, 50}, 72, 136, DType::F16, "swish", "hopper", persistent}, seed++));
   }
+  // A six-slot ring (TMA rings go to 8) over 9 K steps: the slots wrap past the first
+  // phase while the producer runs six steps ahead.
+  Config deep{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 6}, {"programs", 2}};
+  check(checkForward({{150}, 288, 72, DType::BF16, "swish", "hopper", deep}, seed++));
+  check(checkVjp({{70}, 288, 72, DType::BF16, "gelu", "hopper", Config(deep).set("programs", 0)}, seed++));
 }

@@ -78,6 +78,11 @@ TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches 
       check(checkForward({m, k, n, sizes, DType::F16, "hopper", hopper}, seed++));
       check(checkVjp({m, k, n, sizes, DType::BF16, "hopper", std::nullopt}, seed++));
     }
+  // A six-slot ring (TMA rings go to 8) over 7 K steps: the slots wrap.
+  Config deep{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 6}};
+  std::vector<int32_t> sizes = randomSizes(4, 90, seed);
+  check(checkForward({90, 224, 72, sizes, DType::BF16, "hopper", deep}, seed++));
+  check(checkVjp({90, 224, 72, sizes, DType::F16, "hopper", deep}, seed++));
 }
 
 TEST_CASE("ragged_dot: one group holding every row, empty groups, short and overlong sizes", "[ragged_dot]") {

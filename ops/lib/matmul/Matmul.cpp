@@ -268,9 +268,14 @@ std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t
     return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
                        "K {}, N {}",
                        K, N);
-  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > 4))
-    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
-                       c.get("stages"));
+  // TMA rings wait on each slot's own barrier, so they may be deeper than a cp.async ring
+  // (whose waits count the copies in flight).
+  const int64_t most = c.get_or("tma", 0) == 1 ? 8 : 4;
+  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > most))
+    return most == 4 ? fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, "
+                                   "got {}",
+                                   c.get("stages"))
+                     : fmt::format("stages (the TMA ring's slots) must be 2 to 8, got {}", c.get("stages"));
   return std::nullopt;
 }
 
@@ -309,7 +314,7 @@ Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).s
 std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {
   std::vector<Config> space{std::move(heuristic)};
   for (int64_t bn : {64, 128})
-    for (int64_t stages : {2, 3, 4}) {
+    for (int64_t stages : {2, 3, 4, 6}) {
       Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
       if (valid(c) && std::find(space.begin(), space.end(), c) == space.end())
         space.push_back(std::move(c));

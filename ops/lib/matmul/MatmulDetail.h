@@ -130,7 +130,7 @@ std::vector<dsl::Value> tma_tile_loop(dsl::Kernel &k, const dsl::Value &tiles, i
 ///     cores (`tile`), num_warps 1-8; exact products' [block_m, block_k, block_n] partial
 ///     products at most 8192;
 ///   - async_copy 0 or 1, only where `serves` (K and N rows of 16-byte chunks); stages
-///     2-4, only with it;
+///     2-4 (2-8 with tma), only with it;
 ///   - tma 0 or 1; with it async_copy, 4 or 8 warps, block_m = 16 x num_warps, block_k
 ///     one 32-, 64- or 128-byte swizzle row, block_n whole 128-byte rows.
 std::optional<std::string> check_block_sizes(const Config &c, bool tile);
@@ -141,8 +141,8 @@ std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_byt
 /// (check_hopper_keys: the first found, named), and run as hopper_as_tile(config).
 std::optional<std::string> check_hopper_keys(const Config &c);
 Config hopper_as_tile(const Config &c);
-/// A hopper search space: the heuristic, then its ring depth (2-4) and tile width (64,
-/// 128) varied, where `valid`.
+/// A hopper search space: the heuristic, then its ring depth (2, 3, 4, 6) and tile width
+/// (64, 128) varied, where `valid` (the rings must fit the shared memory).
 std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid);
 /// The block shape TMA copies into wgmma's swizzled tiles need (check_tma_ring_keys, and
 /// cross-entropy's tma): block_k one 32-, 64- or 128-byte swizzle row, the `cols_key`

@@ -100,7 +100,11 @@ void execute(const Problem &p, Impl impl, const Config &config, std::span<const 
     if (p.M == 0) {
       ex.zero(drhs);
     } else {
-      GroupsKernelSpec s{p.M, p.K, p.N, p.G, p.dtype, p.compute, blocks};
+      // drhs streams through a cp.async ring (TMA serves only the rows kernels): at most
+      // four slots, however deep the config's TMA rings.
+      Blocks groups = blocks;
+      groups.stages = std::min<int64_t>(groups.stages, 4);
+      GroupsKernelSpec s{p.M, p.K, p.N, p.G, p.dtype, p.compute, groups};
       ex.launch(s.key(), [s] { return groups_kernel(s); }, {dout, lhs, sizes, drhs});
     }
   }
