@@ -268,3 +268,32 @@ TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][s
   for (const Case &c : cases)
     DYNAMIC_SECTION(describe(c)) { check(c); }
 }
+
+TEST_CASE("norm: the staged VJP (each row in shared memory) on odd shapes", "[norm][split]") {
+  // Rows past the fused VJP's 8192 columns, not multiples of the column block (the last
+  // block partial); one row, and more rows than the two persistent programs (each program
+  // copies its next row during the current one; the copy past the last row reads zeros).
+  std::vector<Case> cases;
+  for (bool layer : {true, false})
+    for (DType d : {DType::BF16, DType::F32})
+      for (int64_t rows : {1, 3, 17})
+        for (int64_t cols : {8200, 16376})
+          for (bool params : {false, true}) {
+            if (d == DType::F32 && cols > 8200)  // two f32 rows of x and dy past 200 KiB
+              continue;
+            Case c;
+            c.layer = layer;
+            c.x = d;
+            c.shape = {rows, cols};
+            c.implementation = "tile";
+            if (params) {
+              c.scale = DType::F32;
+              c.offset = DType::F32;
+            }
+            c.vjp_config = Config{{"block_rows", 1}, {"block_cols", cols > 8200 ? 4096 : 2048}, {"num_warps", 4},
+                                  {"staged", 1}, {"programs", 2}};
+            cases.push_back(c);
+          }
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) { check(c); }
+}

@@ -7,9 +7,11 @@
 // column sums; tile forward, optional: persistent programs that load the parameters
 // once) and, tile only, "row_split" (a row's column blocks, next_pow2(n) / row_split
 // columns each, on that many adjacent programs: each sums the statistics over the whole
-// row, holds its own block's parameters, and writes its block) and "prefetch" (tile
+// row, holds its own block's parameters, and writes its block), "prefetch" (tile
 // forward on persistent programs: each loads its next row group before working on the
-// current one).
+// current one) and "staged" (tile VJP with block_cols, one row a program: each program
+// copies its next row of x and dy into shared memory while working on the current one,
+// read there twice: no coefficient kernel, x and dy leave DRAM once).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernels.h"
@@ -31,6 +33,12 @@ constexpr int64_t kTargetSms = 132;
 bool isPow2(int64_t v) { return v > 0 && !(v & (v - 1)); }
 
 int64_t fusedLimit(const NormProblem &p) { return p.vjp ? kNormTileMaxFusedVjpCols : kNormTileMaxFusedCols; }
+
+/// The shared memory a staged VJP program holds: two rows of x and dy, whole blocks.
+int64_t stagedBytes(const NormProblem &p, int64_t blockCols) {
+  return 2 * 2 * dsl::cdiv(p.n, blockCols) * blockCols * int64_t(dtype_size(p.x));
+}
+constexpr int64_t kStagedMaxBytes = 200 * 1024;
 
 /// Row groups of a config (what the programs of a forward grid cover).
 int64_t groupsOf(const NormProblem &p, int64_t blockRows) {
@@ -200,7 +208,7 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
   const bool tile = impl == ImplKind::Tile;
   for (const auto &[key, value] : c.values) {
     bool known = key == "block_rows" || key == "num_warps" || key == "block_cols" || key == "programs" ||
-                 key == "row_split" || key == "prefetch";
+                 key == "row_split" || key == "prefetch" || key == "staged";
     if (!known)
       return fmt::format("unknown key \"{}\"", key);
   }
@@ -239,6 +247,25 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
       return fmt::format("row_split {} needs rows of at least {} columns, got {}", split, split, p.n);
     if (rows != 1)
       return fmt::format("row_split takes block_rows = 1, got {}", rows);
+  }
+  if (c.has("staged")) {
+    const int64_t staged = c.get("staged");
+    if (staged != 0 && staged != 1)
+      return fmt::format("staged must be 0 or 1, got {}", staged);
+    if (staged) {
+      if (!tile || !p.vjp || !c.has("block_cols") || rows != 1)
+        return std::string("staged (each row copied into shared memory) is a config of the tile VJP with block_cols "
+                           "and block_rows 1");
+      if (p.inner > 1 || p.n % 8 != 0 || dtype_size(p.x) > 4)
+        return fmt::format("staged copies rows of 16- or 32-bit x of whole 16-byte chunks with cp.async: {} columns "
+                           "of {}{}",
+                           p.n, dtype_name(p.x), p.inner > 1 ? ", normalised over an inner axis" : "");
+      const int64_t bytes = stagedBytes(p, c.get("block_cols"));
+      if (bytes > kStagedMaxBytes)
+        return fmt::format("staged holds two rows of x and dy in shared memory: {} KiB for {} columns of {} (at most "
+                           "{} KiB)",
+                           bytes / 1024, p.n, dtype_name(p.x), kStagedMaxBytes / 1024);
+    }
   }
   int64_t cols;
   if (c.has("block_cols")) {
@@ -309,6 +336,17 @@ std::vector<Config> search_space(const NormProblem &p, ImplKind impl) {
         add(Config(c).set("programs", p.vjp ? vjpPrograms(p, 1, next_pow2(p.n) / split, warps)
                                             : forwardPrograms(p, 1, warps)));
       }
+  // Staged VJPs for rows past the fused limit, one program an SM: at 16384 columns
+  // (sm_90a) 2048-column blocks on 8 warps and 4096 on 16 spilled least (rms_norm 16 and
+  // 40 bytes, layer_norm 280 and 356: the partial sums of the whole row stay in
+  // registers); fewer columns a block or other warp counts spilled kilobytes.
+  if (impl == ImplKind::Tile && p.vjp && p.n > fusedLimit(p))
+    for (auto [cols, warps] : {std::pair<int64_t, int>{2048, 8}, {4096, 16}})
+      add(Config{{"block_rows", 1},
+                 {"block_cols", cols},
+                 {"num_warps", warps},
+                 {"staged", 1},
+                 {"programs", std::min<int64_t>(kTargetSms, groupsOf(p, 1))}});
   // Looping configs: the reference's, the tile's long rows, and for rows of a few thousand
   // columns an alternative to the fused tile kernels (two passes, but fewer registers).
   if (!fused || p.n > 2048) {

@@ -8,7 +8,8 @@
 //   forward, reference:  one kernel looping three times over column blocks (mean,
 //                        variance, y), any axis;
 //   VJP, tile fused:     dx + per-program partial column sums in one kernel, then reduce
-//                        (row_split: the same with a row's column blocks on adjacent programs);
+//                        (row_split: the same with a row's column blocks on adjacent programs;
+//                        staged: the same with each row copied into shared memory);
 //   VJP, looping / ref.: row coefficients, then dx + partials, then reduce.
 // The partial sums (dscale, doffset) go to a [programs, cols] workspace and one kernel sums
 // them in a fixed order: deterministic, no atomics.
@@ -130,13 +131,15 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   const bool wantScale = p.dscale.has_value(), wantOffset = layer && p.doffset.has_value();
   const bool split = impl == ImplKind::Tile && c.has("row_split");
   const bool fused = impl == ImplKind::Tile && !c.has("block_cols") && !split;
+  const bool staged = impl == ImplKind::Tile && c.get_or("staged", 0) != 0;
+  const bool looping = !fused && !split && !staged;  // coefficients in a kernel of their own
   NormKernelSpec s = baseSpec(p, c);
   s.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / c.get("row_split") : c.get("block_cols");
   const int64_t groups = s.groups();
   const int64_t programs = (wantScale || wantOffset) ? std::clamp<int64_t>(c.get("programs"), 1, groups) : groups;
   const size_t elem = dtype_size(p.compute);
   auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
-  size_t rowBytes = fused || split ? 0 : aligned(size_t(p.rows()) * elem);
+  size_t rowBytes = looping ? aligned(size_t(p.rows()) * elem) : 0;
   size_t partialBytes = aligned(size_t(programs) * size_t(p.n) * elem);
   size_t total = rowBytes * (layer ? 2 : 1) + partialBytes * (size_t(wantScale) + size_t(wantOffset));
   uint64_t ws = total ? ex.scratch(total) : 0;
@@ -152,7 +155,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
     args.push_back(shapes.asRow(rstd));
     return args;
   };
-  if (!fused && !split) {
+  if (looping) {
     NormKernelSpec coef = s;
     coef.kernel = KernelKind::VjpCoef;
     coef.mode = Mode::Looping;
@@ -164,12 +167,12 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   }
   NormKernelSpec dxSpec = s;
   dxSpec.kernel = KernelKind::VjpDx;
-  dxSpec.mode = fused ? Mode::Fused : split ? Mode::Split : Mode::Looping;
+  dxSpec.mode = fused ? Mode::Fused : split ? Mode::Split : staged ? Mode::Staged : Mode::Looping;
   dxSpec.programs = programs;
   dxSpec.dscale = wantScale ? std::optional<DType>(p.compute) : std::nullopt;
   dxSpec.doffset = wantOffset ? std::optional<DType>(p.compute) : std::nullopt;
   std::vector<Executor::Arg> args = common();
-  if (!fused && !split) {
+  if (looping) {
     args.push_back(shapes.asRow(c1));
     if (layer)
       args.push_back(shapes.asRow(c2));

@@ -45,6 +45,11 @@ std::vector<Value> addColumns(Kernel &k, std::vector<Value> acc, int64_t start, 
 
 const char *kindName(NormKind kind) { return kind == NormKind::Layer ? "layer_norm" : "rms_norm"; }
 
+const char *modeName(Mode mode) {
+  static const char *names[] = {"fused", "looping", "shifted", "split", "staged"};
+  return names[int(mode)];
+}
+
 void checkSpec(const NormKernelSpec &s) {
   auto pow2 = [](int64_t v) { return v > 0 && !(v & (v - 1)); };
   if (s.outer < 1 || s.n < 1 || s.inner < 1)
@@ -61,6 +66,11 @@ void checkSpec(const NormKernelSpec &s) {
     throw Error(fmt::format("norm kernel: the split mode is a forward / dx mode of the row case with several "
                             "column blocks (block_cols {} for {} columns)",
                             s.block_cols, s.n));
+  if (s.mode == Mode::Staged &&
+      (s.strided() || s.kernel != KernelKind::VjpDx || s.block_rows != 1 || dtype_size(s.x) > 4 || s.n % 8 != 0))
+    throw Error(fmt::format("norm kernel: the staged mode is a dx mode of the row case with one row a program and "
+                            "16- or 32-bit rows of whole 16-byte chunks (block_rows {}, {} columns of {})",
+                            s.block_rows, s.n, dtype_name(s.x)));
   if (s.programs < 1)
     throw Error(fmt::format("norm kernel: programs must be positive, got {}", s.programs));
   if (s.prefetch && (s.kernel != KernelKind::Fwd || s.mode != Mode::Fused || s.programs >= s.groups()))

@@ -116,6 +116,7 @@ std::vector<Value> addColumns(Kernel &k, std::vector<Value> acc, int64_t start, 
                               const Terms &terms);
 
 const char *kindName(NormKind kind);
+const char *modeName(Mode mode);
 /// Throws tokamax::Error on an inconsistent spec.
 void checkSpec(const NormKernelSpec &s);
 
@@ -146,6 +147,7 @@ void forEachGroupPrefetched(Kernel &k, const NormKernelSpec &s, const Value &pro
 Kernel forwardKernel(const NormKernelSpec &s);
 Kernel vjpCoefKernel(const NormKernelSpec &s);
 Kernel vjpDxKernel(const NormKernelSpec &s);
+Kernel vjpStagedKernel(const NormKernelSpec &s);
 Kernel reduceKernel(const NormKernelSpec &s);
 
 } // namespace tokamax::norm_detail

@@ -46,9 +46,8 @@ KernelKey NormKernelSpec::key() const {
 
 std::string NormKernelSpec::describe() const {
   static const char *kernels[] = {"fwd", "vjp_coef", "vjp_dx", "reduce"};
-  static const char *modes[] = {"fused", "looping", "shifted", "split"};
   return fmt::format("{}_norm {} {} [{}, {}, {}] {} block {}x{} warps {} programs {}",
-                     kind == NormKind::Layer ? "layer" : "rms", kernels[int(kernel)], modes[int(mode)], outer, n,
+                     kind == NormKind::Layer ? "layer" : "rms", kernels[int(kernel)], modeName(mode), outer, n,
                      inner, dtype_name(x), block_rows, block_cols, num_warps, programs);
 }
 
@@ -57,8 +56,7 @@ bool takes_epsilon(const NormKernelSpec &spec) { return spec.kernel == KernelKin
 Kernel forwardKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
   const DType f = s.compute;
-  static const char *modes[] = {"fused", "looping", "shifted", "split"};
-  Kernel k(fmt::format("{}_fwd_{}", kindName(s.kind), modes[int(s.mode)]), {s.num_warps});
+  Kernel k(fmt::format("{}_fwd_{}", kindName(s.kind), modeName(s.mode)), {s.num_warps});
   Rows rows(k, s);
   TensorArg x = rows.matrix("x", s.x, false);
   std::optional<TensorArg> scale, offset, meanOut, rstdOut;
@@ -182,7 +180,7 @@ Kernel build_norm_kernel(const NormKernelSpec &spec) {
   case KernelKind::VjpCoef:
     return vjpCoefKernel(spec);
   case KernelKind::VjpDx:
-    return vjpDxKernel(spec);
+    return spec.mode == Mode::Staged ? vjpStagedKernel(spec) : vjpDxKernel(spec);
   case KernelKind::Reduce:
     return reduceKernel(spec);
   }

@@ -50,6 +50,11 @@ enum class Mode : uint8_t {
             ///< (adjacent program ids, so they run together); every one sums the statistics
             ///< over the whole row in the same fixed order (the other blocks come from L2:
             ///< x leaves DRAM once) and writes its own block, parameters held in registers
+  Staged,   ///< VjpDx, row case, 16- or 32-bit x: persistent programs each copy a whole row
+            ///< of x and dy into shared memory (cp.async, its column blocks in slots) while
+            ///< working on the row before; the coefficients and dx read the row there, so
+            ///< x and dy leave DRAM once with no coefficient kernel, and each program keeps
+            ///< the partial column sums of every block in registers
 };
 
 struct NormKernelSpec {

@@ -1,11 +1,14 @@
 //===- NormVjpKernels.cpp - The VJP kernels of layer_norm / rms_norm --------===//
 //
 // VjpCoef: each row group's coefficients (rows past the fused limit); VjpDx: dx and
-// per-program partial sums of dscale / doffset (fused, looping or split rows); Reduce:
-// the partial sums in a fixed order (deterministic dscale / doffset).
+// per-program partial sums of dscale / doffset (fused, looping or split rows, or staged:
+// each row in shared memory); Reduce: the partial sums in a fixed order (deterministic
+// dscale / doffset).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernelParts.h"
+
+#include "ops/lib/matmul/MatmulDetail.h"
 
 #include <fmt/format.h>
 
@@ -93,8 +96,7 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
   const bool layer = s.kind == NormKind::Layer;
   const bool fused = s.mode == Mode::Fused, split = s.mode == Mode::Split;
   const DType f = s.compute;
-  static const char *modes[] = {"fused", "looping", "shifted", "split"};
-  Kernel k(fmt::format("{}_vjp_dx_{}", kindName(s.kind), modes[int(s.mode)]), {s.num_warps});
+  Kernel k(fmt::format("{}_vjp_dx_{}", kindName(s.kind), modeName(s.mode)), {s.num_warps});
   Rows rows(k, s);
   VjpInputs in = declareVjpInputs(k, rows, s);
   std::optional<TensorArg> c1, c2, pds, pdo;
@@ -165,6 +167,91 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
     pds->store({program, col}, rows.sumToColumns(acc[i++]));
   if (pdo)
     pdo->store({program, col}, rows.sumToColumns(acc[i++]));
+  return k;
+}
+
+Kernel vjpStagedKernel(const NormKernelSpec &s) {
+  const bool layer = s.kind == NormKind::Layer;
+  const DType f = s.compute;
+  const int64_t bc = s.block_cols, blocks = s.columnBlocks();
+  Kernel k(fmt::format("{}_vjp_dx_staged", kindName(s.kind)), {s.num_warps});
+  Rows rows(k, s);
+  VjpInputs in = declareVjpInputs(k, rows, s);
+  TensorArg dx = rows.matrix("dx", s.x, true);
+  std::optional<TensorArg> pds, pdo;
+  if (s.dscale)
+    pds = k.output("pdscale", f, {s.programs, s.n});
+  if (s.doffset && layer)
+    pdo = k.output("pdoffset", f, {s.programs, s.n});
+  k.grid(s.programs);
+  const Value program = k.program_id(0);
+  auto col = [&](int64_t b) { return Value(b * bc); };
+  // A buffer of two slots (two rows) for each column block of x, then of dy.
+  std::vector<dsl::SharedBuffer> buffers;
+  for (int64_t b = 0; b < 2 * blocks; ++b)
+    buffers.push_back(k.shared_buffer(2));
+  RingCopies copies = [&](const Value &g, const Value &slot) {
+    std::vector<Value> tiles;
+    for (int64_t b = 0; b < 2 * blocks; ++b)  // rows past the last read zeros, never used
+      tiles.push_back((b < blocks ? in.x : in.dy).load_async({g, col(b % blocks)}, {1, bc}, buffers[size_t(b)], slot));
+    return tiles;
+  };
+  // The partial sums of each block: dy * xhat (dscale), then dy (doffset).
+  const size_t sums = size_t(bool(pds)) + size_t(bool(pdo));
+  std::vector<Value> zeros(sums * size_t(blocks), k.full({1, bc}, 0.0, f));
+  RingProducts products = [&](const Value &g, std::vector<Value> acc, std::vector<Value> tiles) {
+    rows.at(g);
+    const Value rstd = Rows::rowB(rows.loadRow(in.rstd).to(f));
+    const Value mean = in.mean ? Rows::rowB(rows.loadRow(*in.mean).to(f)) : Value();
+    auto tile = [&](int64_t b) {  // padding columns read dy = 0: their terms vanish
+      VjpTile t;
+      t.g = tiles[size_t(blocks + b)].to(f);
+      const Value xs = tiles[size_t(b)].to(f);
+      t.rstd = rstd;
+      t.xhat = (mean.valid() ? xs - mean : xs) * rstd;
+      // The scale is read again for each use (from L1): held, it would take as many
+      // registers as the partial sums, and ptxas spilled.
+      t.wdy = in.scale ? t.g * rows.loadCol(*in.scale, col(b), f) : t.g;
+      return t;
+    };
+    // mean(wdy * xhat) and (layer) mean(wdy), the blocks summed in order.
+    Value m1, m2;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const VjpTile t = tile(b);
+      const Value a = Rows::sumRow(t.wdy * t.xhat);
+      m1 = b ? m1 + a : a;
+      if (layer)
+        m2 = b ? m2 + Rows::sumRow(t.wdy) : Rows::sumRow(t.wdy);
+    }
+    m1 = m1 / double(s.n);
+    if (layer)
+      m2 = m2 / double(s.n);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const VjpTile t = tile(b);
+      Value d = t.wdy - t.xhat * Rows::rowB(m1);
+      if (layer)
+        d = d - Rows::rowB(m2);
+      rows.store(dx, col(b), (d * rstd).to(s.x));
+      size_t i = size_t(b) * sums;
+      if (pds) {
+        acc[i] = acc[i] + t.g * t.xhat;
+        ++i;
+      }
+      if (pdo)
+        acc[i] = acc[i] + t.g;
+    }
+    return acc;
+  };
+  // Program p takes rows p, p + programs, ...: each row's copies land while the row
+  // before is worked on (a two-row ring).
+  std::vector<Value> acc = ring_loop(k, program, Value(s.groups()), s.programs, 2, zeros, copies, products);
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t i = size_t(b) * sums;
+    if (pds)
+      pds->store({program, col(b)}, rows.sumToColumns(acc[i++]));
+    if (pdo)
+      pdo->store({program, col(b)}, rows.sumToColumns(acc[i]));
+  }
   return k;
 }
 
