@@ -293,6 +293,12 @@ TEST_CASE("norm: the staged VJP (each row in shared memory) on odd shapes", "[no
             c.vjp_config = Config{{"block_rows", 1}, {"block_cols", cols > 8200 ? 4096 : 2048}, {"num_warps", 4},
                                   {"staged", 1}, {"programs", 2}};
             cases.push_back(c);
+            // The row in parts on adjacent programs (each stages its own blocks, reads the
+            // others' for the statistics): 8200 columns in 2 parts of one 8192-column block
+            // (the second holds 8 columns), 16376 in 4 of two 2048-column blocks.
+            c.vjp_config = Config{{"block_rows", 1}, {"block_cols", cols > 8200 ? 2048 : 8192}, {"num_warps", 4},
+                                  {"staged", 1}, {"row_split", cols > 8200 ? 4 : 2}, {"programs", 2}};
+            cases.push_back(c);
           }
   for (const Case &c : cases)
     DYNAMIC_SECTION(describe(c)) { check(c); }

@@ -11,7 +11,8 @@
 // forward on persistent programs: each loads its next row group before working on the
 // current one) and "staged" (tile VJP with block_cols, one row a program: each program
 // copies its next row of x and dy into shared memory while working on the current one,
-// read there twice: no coefficient kernel, x and dy leave DRAM once).
+// read there twice: no coefficient kernel, x and dy leave DRAM once; with row_split the
+// row's column blocks in that many parts on adjacent programs).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/norm/NormKernels.h"
@@ -235,13 +236,17 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
       return std::string("prefetch (the next row group loaded during the current one) is a config of the tile "
                          "forward's fused kernel on persistent programs (programs, no block_cols or row_split)");
   }
+  const bool staged = c.get_or("staged", 0) != 0;
   if (c.has("row_split")) {
     int64_t split = c.get("row_split");
     if (!tile)
       return std::string("row_split is a config of the tile implementation");
     if (!isPow2(split) || split < 2 || split > 16)
       return fmt::format("row_split must be a power of two from 2 to 16, got {}", split);
-    if (c.has("block_cols"))
+    if (staged && c.has("block_cols") && dsl::cdiv(p.n, c.get("block_cols")) % split != 0)
+      return fmt::format("a staged row in {} parts needs a multiple of {} column blocks, got {} of {} columns", split,
+                         split, dsl::cdiv(p.n, c.get("block_cols")), c.get("block_cols"));
+    if (c.has("block_cols") && !staged)
       return std::string("row_split and block_cols exclude each other (row_split sets the column block)");
     if (next_pow2(p.n) < split)
       return fmt::format("row_split {} needs rows of at least {} columns, got {}", split, split, p.n);
@@ -249,10 +254,10 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
       return fmt::format("row_split takes block_rows = 1, got {}", rows);
   }
   if (c.has("staged")) {
-    const int64_t staged = c.get("staged");
-    if (staged != 0 && staged != 1)
-      return fmt::format("staged must be 0 or 1, got {}", staged);
-    if (staged) {
+    const int64_t value = c.get("staged");
+    if (value != 0 && value != 1)
+      return fmt::format("staged must be 0 or 1, got {}", value);
+    if (value) {
       if (!tile || !p.vjp || !c.has("block_cols") || rows != 1)
         return std::string("staged (each row copied into shared memory) is a config of the tile VJP with block_cols "
                            "and block_rows 1");
@@ -260,7 +265,7 @@ std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, con
         return fmt::format("staged copies rows of 16- or 32-bit x of whole 16-byte chunks with cp.async: {} columns "
                            "of {}{}",
                            p.n, dtype_name(p.x), p.inner > 1 ? ", normalised over an inner axis" : "");
-      const int64_t bytes = stagedBytes(p, c.get("block_cols"));
+      const int64_t bytes = stagedBytes(p, c.get("block_cols")) / c.get_or("row_split", 1);
       if (bytes > kStagedMaxBytes)
         return fmt::format("staged holds two rows of x and dy in shared memory: {} KiB for {} columns of {} (at most "
                            "{} KiB)",
@@ -336,17 +341,19 @@ std::vector<Config> search_space(const NormProblem &p, ImplKind impl) {
         add(Config(c).set("programs", p.vjp ? vjpPrograms(p, 1, next_pow2(p.n) / split, warps)
                                             : forwardPrograms(p, 1, warps)));
       }
-  // Staged VJPs for rows past the fused limit, one program an SM: at 16384 columns
-  // (sm_90a) 2048-column blocks on 8 warps and 4096 on 16 spilled least (rms_norm 16 and
-  // 40 bytes, layer_norm 280 and 356: the partial sums of the whole row stay in
-  // registers); fewer columns a block or other warp counts spilled kilobytes.
+  // Staged VJPs for rows past the fused limit, each row in 2 or 4 parts on adjacent
+  // programs (one program a row held the partial sums of the whole row in registers:
+  // ptxas spilled at 16384 columns at every block and warp count), about one or two
+  // programs an SM. At 4096x16384 on sm_90a none of these spills (95-225 registers).
   if (impl == ImplKind::Tile && p.vjp && p.n > fusedLimit(p))
-    for (auto [cols, warps] : {std::pair<int64_t, int>{2048, 8}, {4096, 16}})
-      add(Config{{"block_rows", 1},
-                 {"block_cols", cols},
-                 {"num_warps", warps},
-                 {"staged", 1},
-                 {"programs", std::min<int64_t>(kTargetSms, groupsOf(p, 1))}});
+    for (int64_t parts : {2, 4})
+      for (int64_t cols : {2048, 4096})
+        for (int warps : {8, 16})
+          for (int64_t perSm : {1, 2}) {
+            const int64_t programs = std::clamp<int64_t>(kTargetSms * perSm / parts, 1, groupsOf(p, 1));
+            add(Config{{"block_rows", 1}, {"block_cols", cols}, {"num_warps", warps}, {"staged", 1},
+                       {"row_split", parts}, {"programs", programs}});
+          }
   // Looping configs: the reference's, the tile's long rows, and for rows of a few thousand
   // columns an alternative to the fused tile kernels (two passes, but fewer registers).
   if (!fused || p.n > 2048) {

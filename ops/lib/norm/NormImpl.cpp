@@ -129,9 +129,9 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   // Inputs: dy, x, scale, [mean], rstd; outputs: dx, dscale, [doffset].
   const TensorView &dy = in[0], &x = in[1], &rstd = in[layer ? 4 : 3];
   const bool wantScale = p.dscale.has_value(), wantOffset = layer && p.doffset.has_value();
-  const bool split = impl == ImplKind::Tile && c.has("row_split");
-  const bool fused = impl == ImplKind::Tile && !c.has("block_cols") && !split;
   const bool staged = impl == ImplKind::Tile && c.get_or("staged", 0) != 0;
+  const bool split = impl == ImplKind::Tile && c.has("row_split") && !staged;  // staged: the row's parts
+  const bool fused = impl == ImplKind::Tile && !c.has("block_cols") && !split;
   const bool looping = !fused && !split && !staged;  // coefficients in a kernel of their own
   NormKernelSpec s = baseSpec(p, c);
   s.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / c.get("row_split") : c.get("block_cols");
@@ -168,6 +168,7 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   NormKernelSpec dxSpec = s;
   dxSpec.kernel = KernelKind::VjpDx;
   dxSpec.mode = fused ? Mode::Fused : split ? Mode::Split : staged ? Mode::Staged : Mode::Looping;
+  dxSpec.parts = staged ? c.get_or("row_split", 1) : 1;
   dxSpec.programs = programs;
   dxSpec.dscale = wantScale ? std::optional<DType>(p.compute) : std::nullopt;
   dxSpec.doffset = wantOffset ? std::optional<DType>(p.compute) : std::nullopt;

@@ -71,6 +71,10 @@ void checkSpec(const NormKernelSpec &s) {
     throw Error(fmt::format("norm kernel: the staged mode is a dx mode of the row case with one row a program and "
                             "16- or 32-bit rows of whole 16-byte chunks (block_rows {}, {} columns of {})",
                             s.block_rows, s.n, dtype_name(s.x)));
+  if (s.parts < 1 || (s.parts > 1 && (s.mode != Mode::Staged || s.columnBlocks() % s.parts != 0)))
+    throw Error(fmt::format("norm kernel: {} parts of a row need the staged mode and a multiple of {} column blocks, "
+                            "got {}",
+                            s.parts, s.parts, s.columnBlocks()));
   if (s.programs < 1)
     throw Error(fmt::format("norm kernel: programs must be positive, got {}", s.programs));
   if (s.prefetch && (s.kernel != KernelKind::Fwd || s.mode != Mode::Fused || s.programs >= s.groups()))

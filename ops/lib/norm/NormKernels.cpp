@@ -37,7 +37,8 @@ KernelKey NormKernelSpec::key() const {
                        uint64_t(n),      uint64_t(inner),     uint64_t(x),         uint64_t(compute),
                        opt(scale),       opt(offset),         uint64_t(mean_out),  uint64_t(rstd_out),
                        opt(dscale),      opt(doffset),        uint64_t(block_rows), uint64_t(block_cols),
-                       uint64_t(num_warps), uint64_t(programs), uint64_t(residual), uint64_t(prefetch)};
+                       uint64_t(num_warps), uint64_t(programs), uint64_t(residual), uint64_t(prefetch),
+                       uint64_t(parts)};
   KernelKey key("tokamax.norm.v2");
   for (uint64_t f : fields)
     key.add(f);

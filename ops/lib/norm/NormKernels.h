@@ -78,6 +78,10 @@ struct NormKernelSpec {
   /// before working on the current one (carried in registers), so its loads are in
   /// flight through the current group's reductions and stores.
   bool prefetch = false;
+  /// Staged VjpDx: adjacent programs that share a row, each staging (and writing dx and
+  /// the partial sums of) its own 1 / parts of the row's column blocks; the statistics
+  /// read the other parts from L2, where the partner programs' copies brought them.
+  int64_t parts = 1;
 
   int64_t rows() const { return outer * inner; }
   bool strided() const { return inner > 1; }

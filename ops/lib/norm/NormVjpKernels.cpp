@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <optional>
 
 namespace tokamax::norm_detail {
@@ -183,55 +184,83 @@ Kernel vjpStagedKernel(const NormKernelSpec &s) {
     pds = k.output("pdscale", f, {s.programs, s.n});
   if (s.doffset && layer)
     pdo = k.output("pdoffset", f, {s.programs, s.n});
-  k.grid(s.programs);
-  const Value program = k.program_id(0);
+  // Program p's parts run on adjacent ids: a row's parts run together, so the row leaves
+  // DRAM once.
+  const int64_t own = blocks / s.parts;
+  k.grid(s.programs * s.parts);
+  const Value program = s.parts == 1 ? k.program_id(0) : k.program_id(0) / Value(s.parts);
+  const Value part = s.parts == 1 ? Value(0) : k.program_id(0) % Value(s.parts);
+  // Column block b of the row, and the i-th of this program's own blocks.
   auto col = [&](int64_t b) { return Value(b * bc); };
-  // A buffer of two slots (two rows) for each column block of x, then of dy.
+  auto ownCol = [&](int64_t i) { return s.parts == 1 ? col(i) : (part * Value(own) + Value(i)) * Value(bc); };
+  // A buffer of two slots (two rows) for each own column block of x, then of dy.
   std::vector<dsl::SharedBuffer> buffers;
-  for (int64_t b = 0; b < 2 * blocks; ++b)
+  for (int64_t i = 0; i < 2 * own; ++i)
     buffers.push_back(k.shared_buffer(2));
   RingCopies copies = [&](const Value &g, const Value &slot) {
     std::vector<Value> tiles;
-    for (int64_t b = 0; b < 2 * blocks; ++b)  // rows past the last read zeros, never used
-      tiles.push_back((b < blocks ? in.x : in.dy).load_async({g, col(b % blocks)}, {1, bc}, buffers[size_t(b)], slot));
+    for (int64_t i = 0; i < 2 * own; ++i)  // rows past the last read zeros, never used
+      tiles.push_back((i < own ? in.x : in.dy).load_async({g, ownCol(i % own)}, {1, bc}, buffers[size_t(i)], slot));
     return tiles;
   };
-  // The partial sums of each block: dy * xhat (dscale), then dy (doffset).
+  // The partial sums of each own block: dy * xhat (dscale), then dy (doffset).
   const size_t sums = size_t(bool(pds)) + size_t(bool(pdo));
-  std::vector<Value> zeros(sums * size_t(blocks), k.full({1, bc}, 0.0, f));
+  std::vector<Value> zeros(sums * size_t(own), k.full({1, bc}, 0.0, f));
   RingProducts products = [&](const Value &g, std::vector<Value> acc, std::vector<Value> tiles) {
     rows.at(g);
     const Value rstd = Rows::rowB(rows.loadRow(in.rstd).to(f));
     const Value mean = in.mean ? Rows::rowB(rows.loadRow(*in.mean).to(f)) : Value();
-    auto tile = [&](int64_t b) {  // padding columns read dy = 0: their terms vanish
+    // The block at column c from dy and x tiles; padding columns read dy = 0, so their
+    // terms vanish.
+    auto tile = [&](const Value &dyTile, const Value &xTile, const Value &c) {
       VjpTile t;
-      t.g = tiles[size_t(blocks + b)].to(f);
-      const Value xs = tiles[size_t(b)].to(f);
+      t.g = dyTile.to(f);
+      const Value xs = xTile.to(f);
       t.rstd = rstd;
       t.xhat = (mean.valid() ? xs - mean : xs) * rstd;
       // The scale is read again for each use (from L1): held, it would take as many
       // registers as the partial sums, and ptxas spilled.
-      t.wdy = in.scale ? t.g * rows.loadCol(*in.scale, col(b), f) : t.g;
+      t.wdy = in.scale ? t.g * rows.loadCol(*in.scale, c, f) : t.g;
       return t;
     };
-    // mean(wdy * xhat) and (layer) mean(wdy), the blocks summed in order.
+    auto ownTile = [&](int64_t i) { return tile(tiles[size_t(own + i)], tiles[size_t(i)], ownCol(i)); };
+    // mean(wdy * xhat) and (layer) mean(wdy) over the whole row: each part's blocks
+    // summed in order, then the parts in order (every part of a row gets the same sums);
+    // this program's own part from shared memory, the others' from L2.
+    auto partSums = [&](const std::function<VjpTile(int64_t)> &block) {
+      Value a1, a2;
+      for (int64_t i = 0; i < own; ++i) {
+        const VjpTile t = block(i);
+        a1 = i ? a1 + Rows::sumRow(t.wdy * t.xhat) : Rows::sumRow(t.wdy * t.xhat);
+        if (layer)
+          a2 = i ? a2 + Rows::sumRow(t.wdy) : Rows::sumRow(t.wdy);
+      }
+      return layer ? std::vector<Value>{a1, a2} : std::vector<Value>{a1};
+    };
     Value m1, m2;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const VjpTile t = tile(b);
-      const Value a = Rows::sumRow(t.wdy * t.xhat);
-      m1 = b ? m1 + a : a;
+    for (int64_t q = 0; q < s.parts; ++q) {
+      std::vector<Value> sums =
+          s.parts == 1 ? partSums(ownTile)
+                       : k.if_else(part == Value(q), [&] { return partSums(ownTile); },
+                                   [&] {
+                                     return partSums([&](int64_t i) {
+                                       const Value c = col(q * own + i);
+                                       return tile(rows.load(in.dy, c), rows.load(in.x, c), c);
+                                     });
+                                   });
+      m1 = q ? m1 + sums[0] : sums[0];
       if (layer)
-        m2 = b ? m2 + Rows::sumRow(t.wdy) : Rows::sumRow(t.wdy);
+        m2 = q ? m2 + sums[1] : sums[1];
     }
     m1 = m1 / double(s.n);
     if (layer)
       m2 = m2 / double(s.n);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const VjpTile t = tile(b);
+    for (int64_t b = 0; b < own; ++b) {
+      const VjpTile t = ownTile(b);
       Value d = t.wdy - t.xhat * Rows::rowB(m1);
       if (layer)
         d = d - Rows::rowB(m2);
-      rows.store(dx, col(b), (d * rstd).to(s.x));
+      rows.store(dx, ownCol(b), (d * rstd).to(s.x));
       size_t i = size_t(b) * sums;
       if (pds) {
         acc[i] = acc[i] + t.g * t.xhat;
@@ -245,12 +274,12 @@ Kernel vjpStagedKernel(const NormKernelSpec &s) {
   // Program p takes rows p, p + programs, ...: each row's copies land while the row
   // before is worked on (a two-row ring).
   std::vector<Value> acc = ring_loop(k, program, Value(s.groups()), s.programs, 2, zeros, copies, products);
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < own; ++b) {
     size_t i = size_t(b) * sums;
     if (pds)
-      pds->store({program, col(b)}, rows.sumToColumns(acc[i++]));
+      pds->store({program, ownCol(b)}, rows.sumToColumns(acc[i++]));
     if (pdo)
-      pdo->store({program, col(b)}, rows.sumToColumns(acc[i]));
+      pdo->store({program, ownCol(b)}, rows.sumToColumns(acc[i]));
   }
   return k;
 }
