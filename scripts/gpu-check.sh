@@ -30,7 +30,7 @@
 #               TOKAMAX_EXPERIMENTAL=1), ragged_dot's numerics and timings with its grids in
 #               grouped order, beside torch's grouped mm, gated_linear_unit's hopper on
 #               persistent grids (numerics, then timings beside cuBLAS); both with six-slot
-#               TMA rings
+#               TMA rings; the staged norm VJP's numerics and its configs timed at 4096x16384
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
@@ -64,6 +64,10 @@ if wants pending; then
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
   TAIL=10 run pending-ragged-bench-6slots "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":6}' "${pending_peers[@]}"
+  # The staged norm VJP: numerics, then every config of the search space timed at the
+  # shape it is for (the looping VJP made 55 % of copy there).
+  TAIL=8 run pending-norm-staged "${t[@]}" 120 "$bin/tokamax-gpu-tests" "norm implementations and variants on the device"
+  TOKAMAX_NORM_SEARCH_SHAPES=4096x16384 TAIL=8 run pending-norm-search "${t[@]}" 180 "$bin/tokamax-gpu-tests" "[gpu-bench]"
   TAIL=10 run pending-glu-persistent "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
   if [ $last_rc -eq 0 ]; then
     glu_peers=()

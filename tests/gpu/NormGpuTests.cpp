@@ -295,7 +295,17 @@ TEST_CASE("norm implementations and variants on the device", "[gpu]") {
   tileLoopFwd.implementation = tileLoopVjp.implementation = "tile";
   tileLoopFwd.config = Config{{"block_rows", 1}, {"block_cols", 1024}, {"num_warps", 4}};
   tileLoopVjp.config = Config{{"block_rows", 1}, {"block_cols", 1024}, {"num_warps", 4}, {"programs", 100}};
+  // The staged VJP: rows copied into shared memory, whole (one program a row) and in 2
+  // or 4 parts on adjacent programs.
+  NormOptions staged, stagedHalves, stagedQuarters;
+  staged.implementation = stagedHalves.implementation = stagedQuarters.implementation = "tile";
+  staged.config = Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 8}, {"staged", 1}, {"programs", 66}};
+  stagedHalves.config = Config(*staged.config).set("row_split", 2);
+  stagedQuarters.config = Config(*staged.config).set("num_warps", 16).set("row_split", 4);
   std::vector<Variant> variants = {
+      {"tile VJP staged (16376 columns)", 300, 16376, DType::BF16, DType::F32, {}, staged},
+      {"tile VJP staged in halves (12000 columns)", 1000, 12000, DType::BF16, DType::F32, {}, stagedHalves},
+      {"tile VJP staged in quarters (16384 columns)", 517, 16384, DType::F16, DType::F32, {}, stagedQuarters},
       {"reference bf16", 1000, 4097, DType::BF16, DType::BF16, ref, ref},
       {"reference f32, no parameters", 300, 17, DType::F32, std::nullopt, ref, ref},
       {"tile looping (explicit)", 1000, 4097, DType::BF16, DType::F32, tileLoopFwd, tileLoopVjp},
