@@ -239,7 +239,7 @@ Kernel vjpStagedKernel(const NormKernelSpec &s) {
     };
     Value m1, m2;
     for (int64_t q = 0; q < s.parts; ++q) {
-      std::vector<Value> sums =
+      std::vector<Value> partial =
           s.parts == 1 ? partSums(ownTile)
                        : k.if_else(part == Value(q), [&] { return partSums(ownTile); },
                                    [&] {
@@ -248,9 +248,9 @@ Kernel vjpStagedKernel(const NormKernelSpec &s) {
                                        return tile(rows.load(in.dy, c), rows.load(in.x, c), c);
                                      });
                                    });
-      m1 = q ? m1 + sums[0] : sums[0];
+      m1 = q ? m1 + partial[0] : partial[0];
       if (layer)
-        m2 = q ? m2 + sums[1] : sums[1];
+        m2 = q ? m2 + partial[1] : partial[1];
     }
     m1 = m1 / double(s.n);
     if (layer)
