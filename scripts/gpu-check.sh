@@ -25,16 +25,18 @@
 #               export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
-#   pending     what no GPU has run yet (run it first): the cross-entropy's numerics
-#               with one workspace per call (tile, and the TMA-ring kernels under
-#               TOKAMAX_EXPERIMENTAL=1), ragged_dot's numerics and timings with its grids in
-#               grouped order, beside torch's grouped mm, gated_linear_unit's hopper on
-#               persistent grids (numerics, then timings beside cuBLAS); both with six-slot
-#               TMA rings; the staged norm VJP's numerics and its configs timed at 4096x16384
+#   pending     what no GPU has run yet (run it first; each fits a 10-minute call): the
+#               cross-entropy's numerics with one workspace per call (tile, and the
+#               TMA-ring kernels under TOKAMAX_EXPERIMENTAL=1) and its timings beside
+#               torch; ragged_dot's numerics and timings (grids in grouped order, six-slot
+#               rings) beside torch's grouped mm
+#   pending2    the rest of it: the staged norm VJP's numerics and its configs timed at
+#               4096x16384; gated_linear_unit's hopper on persistent grids and with
+#               six-slot rings (numerics, then timings beside cuBLAS)
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-pending hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
+parts=${*:-pending pending2 hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -55,6 +57,18 @@ if wants pending; then
   TAIL=12 run pending-xent "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[cross_entropy]" --durations yes
   TOKAMAX_EXPERIMENTAL=1 TAIL=12 run pending-xent-tma "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[tma_ring][cross_entropy]" \
     --durations yes
+  xent_tma_rc=$last_rc
+  # Its timings at X1 beside torch's matmul + cross_entropy: tile, and hopper if its
+  # TMA-ring numerics passed.
+  xent_peers=()
+  if has_torch; then
+    TAIL=10 run pending-xent-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py" --json "$out/xent-peers.json"
+    xent_peers=(--peers "$out/xent-peers.json")
+  fi
+  xent_impls=tile
+  [ $xent_tma_rc -eq 0 ] && xent_impls=tile,hopper
+  TOKAMAX_EXPERIMENTAL=1 TAIL=10 run pending-xent-bench "${t[@]}" 240 "$bin/tokamax-cross-entropy-bench" \
+    --impl "$xent_impls" "${xent_peers[@]}"
   TAIL=12 run pending-ragged "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[ragged_dot]" --durations yes
   pending_peers=()
   if has_torch; then
@@ -64,6 +78,9 @@ if wants pending; then
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
   TAIL=10 run pending-ragged-bench-6slots "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":6}' "${pending_peers[@]}"
+fi
+if wants pending2; then
+  t=(timeout -k 10)
   # The staged norm VJP: numerics, then every config of the search space timed at the
   # shape it is for (the looping VJP made 55 % of copy there).
   TAIL=8 run pending-norm-staged "${t[@]}" 120 "$bin/tokamax-gpu-tests" "norm implementations and variants on the device"
