@@ -223,6 +223,24 @@ TEST_CASE("norm: every kernel variant compiles to PTX", "[norm][ptx]") {
 }
 
 
+namespace {
+
+/// A tile case of x [rows, cols], with f32 scale and offset when `params`.
+Case tileCase(bool layer, DType d, int64_t rows, int64_t cols, bool params) {
+  Case c;
+  c.layer = layer;
+  c.x = d;
+  c.shape = {rows, cols};
+  c.implementation = "tile";
+  if (params) {
+    c.scale = DType::F32;
+    c.offset = DType::F32;
+  }
+  return c;
+}
+
+} // namespace
+
 TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][split]") {
   std::vector<Case> cases;
   for (bool layer : {true, false})
@@ -230,15 +248,7 @@ TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][s
       for (int64_t rows : {1, 3, 17})
         for (int64_t cols : {1, 4095, 8193, 16383})
           for (bool params : {false, true}) {
-            Case c;
-            c.layer = layer;
-            c.x = d;
-            c.shape = {rows, cols};
-            c.implementation = "tile";
-            if (params) {
-              c.scale = DType::F32;
-              c.offset = DType::F32;
-            }
+            Case c = tileCase(layer, d, rows, cols, params);
             // Two persistent programs (rows 3 and 17 loop over row groups; a partial last
             // one with four rows a group); rows of several columns split over programs
             // (8193: three blocks of 4096, the last with one column).
@@ -281,15 +291,7 @@ TEST_CASE("norm: the staged VJP (each row in shared memory) on odd shapes", "[no
           for (bool params : {false, true}) {
             if (d == DType::F32 && cols > 8200)  // two f32 rows of x and dy past 200 KiB
               continue;
-            Case c;
-            c.layer = layer;
-            c.x = d;
-            c.shape = {rows, cols};
-            c.implementation = "tile";
-            if (params) {
-              c.scale = DType::F32;
-              c.offset = DType::F32;
-            }
+            Case c = tileCase(layer, d, rows, cols, params);
             c.vjp_config = Config{{"block_rows", 1}, {"block_cols", cols > 8200 ? 4096 : 2048}, {"num_warps", 4},
                                   {"staged", 1}, {"programs", 2}};
             cases.push_back(c);
