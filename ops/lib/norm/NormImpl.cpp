@@ -138,13 +138,14 @@ void runVjp(const NormProblem &p, ImplKind impl, const Config &c, std::span<cons
   const int64_t groups = s.groups();
   const int64_t programs = (wantScale || wantOffset) ? std::clamp<int64_t>(c.get("programs"), 1, groups) : groups;
   const size_t elem = dtype_size(p.compute);
-  auto aligned = [](size_t b) { return (b + 255) / 256 * 256; };
-  size_t rowBytes = looping ? aligned(size_t(p.rows()) * elem) : 0;
-  size_t partialBytes = aligned(size_t(programs) * size_t(p.n) * elem);
-  size_t total = rowBytes * (layer ? 2 : 1) + partialBytes * (size_t(wantScale) + size_t(wantOffset));
-  uint64_t ws = total ? ex.scratch(total) : 0;
-  uint64_t c1 = ws, c2 = ws + rowBytes, partial = ws + rowBytes * (layer ? 2 : 1);
-  uint64_t pds = partial, pdo = partial + (wantScale ? partialBytes : 0);
+  // The coefficient rows (looping) and the partial sums, out of the call's one scratch request.
+  ops_detail::Workspace ws;
+  const double rowBytes = double(p.rows()) * double(elem);
+  const double partialBytes = double(programs) * double(p.n) * double(elem);
+  const size_t c1At = looping ? ws.add(rowBytes) : 0, c2At = looping && layer ? ws.add(rowBytes) : 0;
+  const size_t pdsAt = wantScale ? ws.add(partialBytes) : 0, pdoAt = wantOffset ? ws.add(partialBytes) : 0;
+  ws.allocate(ex);
+  const uint64_t c1 = ws.at(c1At), c2 = ws.at(c2At), pds = ws.at(pdsAt), pdo = ws.at(pdoAt);
 
   auto common = [&] {
     std::vector<Executor::Arg> args{shapes.asMatrix(dy), shapes.asMatrix(x)};
