@@ -14,8 +14,8 @@
 #include "export/lib/ExportFile.h"
 #include "export/lib/ExportPlan.h"
 
-#include "ops/lib/ExecutorCapture.h"
-#include "ops/lib/LaunchPlan.h"
+#include "ops/lib/framework/ExecutorCapture.h"
+#include "ops/lib/framework/LaunchPlan.h"
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/dsl/Kernel.h>

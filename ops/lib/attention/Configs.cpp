@@ -13,7 +13,7 @@
 // use small blocks, since their [rows, keys, 16] partial products live in registers.
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/attention/Common.h"
 
 #include <fmt/format.h>
 

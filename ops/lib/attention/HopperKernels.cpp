@@ -22,7 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
-#include "ops/lib/matmul/MatmulDetail.h"
+#include "ops/lib/matmul/Common.h"
 
 #include <cmath>
 

@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/attention/Common.h"
 
 #include <optional>
 #include <vector>

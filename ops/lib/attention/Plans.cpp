@@ -8,7 +8,7 @@
 // call's one scratch buffer.
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/attention/Common.h"
 
 #include <tokamax/runtime/Error.h>
 

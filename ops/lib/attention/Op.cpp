@@ -1,0 +1,486 @@
+//===- Op.cpp - dot_product_attention: binding, checks, ops, API -----===//
+#include <tokamax/ops/Attention.h>
+
+#include "ops/lib/framework/OpEntry.h"
+#include "ops/lib/attention/Common.h"
+#include "ops/lib/framework/CallCache.h"
+#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/Views.h"
+
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+namespace tokamax {
+
+using attention_detail::Impl;
+using attention_detail::Problem;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+std::string shapeText(const std::vector<int64_t> &s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
+DType computeOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
+
+/// The geometry q, k and v agree on.
+struct Geometry {
+  std::vector<int64_t> batch;
+  int64_t B = 1, T, S, N, K, H, Hv;
+  DType dtype;
+};
+
+Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v) {
+  auto rank = [&](const char *name, const ArgSpec &a) {
+    if (a.shape.size() < 3)
+      throw Error(fmt::format("{}: {} must be [batch..., seq, heads, head_dim] (rank >= 3), got {}", op, name,
+                              shapeText(a.shape)));
+  };
+  rank("q", q), rank("k", k), rank("v", v);
+  // Negative dims (a hand-built spec) and element counts past int64 are refused up front.
+  ops_detail::check_spec(op, "q", q), ops_detail::check_spec(op, "k", k), ops_detail::check_spec(op, "v", v);
+  if (!isFloat(q.dtype))
+    throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}", op, dtype_name(q.dtype)));
+  for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
+    if (a->dtype != q.dtype)
+      throw Error(fmt::format("{}: {} must have q's dtype {}, got {}", op, name, dtype_name(q.dtype),
+                              dtype_name(a->dtype)));
+  Geometry g;
+  size_t nb = q.shape.size() - 3;
+  g.batch.assign(q.shape.begin(), q.shape.begin() + nb);
+  for (int64_t d : g.batch)
+    g.B *= d;
+  for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
+    if (a->shape.size() != q.shape.size() || !std::equal(g.batch.begin(), g.batch.end(), a->shape.begin()))
+      throw Error(fmt::format("{}: {} must have q's batch dims {} (shape [batch..., seq, heads, dim]), got {}", op,
+                              name, shapeText(g.batch), shapeText(a->shape)));
+  g.T = q.shape[nb], g.N = q.shape[nb + 1], g.H = q.shape[nb + 2];
+  g.S = k.shape[nb], g.K = k.shape[nb + 1];
+  g.Hv = v.shape[nb + 2];
+  g.dtype = q.dtype;
+  if (k.shape[nb + 2] != g.H)
+    throw Error(fmt::format("{}: k's head_dim {} must equal q's {} (k {}, q {})", op, k.shape[nb + 2], g.H,
+                            shapeText(k.shape), shapeText(q.shape)));
+  if (v.shape[nb] != g.S || v.shape[nb + 1] != g.K)
+    throw Error(fmt::format("{}: v must be [batch..., {}, {}, Hv] like k's seq and heads, got {}", op, g.S, g.K,
+                            shapeText(v.shape)));
+  // No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
+  // no keys has no softmax to take.
+  for (auto [name, d] : {std::pair{"k's seq", g.S}, std::pair{"q's heads", g.N}, std::pair{"k's heads", g.K},
+                         std::pair{"head_dim", g.H}, std::pair{"v's head_dim", g.Hv}})
+    if (d < 1)
+      throw Error(fmt::format("{}: {} must be at least 1, got {}", op, name, d));
+  if (g.N % g.K != 0)
+    throw Error(fmt::format("{}: q's heads ({}) must be a multiple of k's heads ({}) for grouped-query attention", op,
+                            g.N, g.K));
+  if (g.H > kAttentionMaxHeadDim || g.Hv > kAttentionMaxHeadDim)
+    throw Error(fmt::format("{}: head dims up to {} are served, got H {} and Hv {}", op, kAttentionMaxHeadDim, g.H,
+                            g.Hv));
+  return g;
+}
+
+std::vector<int64_t> withBatch(const Geometry &g, std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> s = g.batch;
+  s.insert(s.end(), tail);
+  return s;
+}
+
+void checkExact(const char *op, const char *name, const ArgSpec &a, const std::vector<int64_t> &shape, DType dtype) {
+  if (a.shape != shape || a.dtype != dtype)
+    throw Error(fmt::format("{}: {} must be {} {}, got {} {}", op, name, dtype_name(dtype), shapeText(shape),
+                            dtype_name(a.dtype), shapeText(a.shape)));
+}
+
+/// bias / mask broadcastable to [B..., N, T, S] (batch dims all 1 or all full).
+void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g, bool isMask) {
+  if (!a)
+    return;
+  if (isMask && a->dtype != DType::Bool)
+    throw Error(fmt::format("{}: mask must be bool (true = attend), got {}", op, dtype_name(a->dtype)));
+  if (!isMask && a->dtype != g.dtype && a->dtype != DType::F32)
+    throw Error(fmt::format("{}: bias must be f32 or q's dtype {}, got {}", op, dtype_name(g.dtype),
+                            dtype_name(a->dtype)));
+  std::vector<int64_t> full = withBatch(g, {g.N, g.T, g.S});
+  auto bad = [&] {
+    return Error(fmt::format("{}: {} {} does not broadcast to [batch..., N, T, S] = {} (each dim 1 or full; the "
+                             "batch dims all 1 or all full)",
+                             op, name, shapeText(a->shape), shapeText(full)));
+  };
+  if (a->shape.size() > full.size())
+    throw bad();
+  std::vector<int64_t> s(full.size() - a->shape.size(), 1);
+  s.insert(s.end(), a->shape.begin(), a->shape.end());
+  for (size_t d = 0; d < full.size(); ++d)
+    if (s[d] != 1 && s[d] != full[d])
+      throw bad();
+  size_t nb = g.batch.size();
+  bool allOne = true, allFull = true;
+  for (size_t d = 0; d < nb; ++d) {
+    allOne = allOne && s[d] == 1;
+    allFull = allFull && s[d] == full[d];
+  }
+  if (!allOne && !allFull)
+    throw bad();
+}
+
+void checkLengths(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
+  if (!a)
+    return;
+  bool shapeOk = a->shape == g.batch || (a->shape.size() == 1 && a->shape[0] == g.B);
+  if (a->dtype != DType::I32 || !shapeOk)
+    throw Error(fmt::format("{}: {} must be int32 {} (one length per batch row), got {} {}", op, name,
+                            shapeText(g.batch.empty() ? std::vector<int64_t>{1} : g.batch), dtype_name(a->dtype),
+                            shapeText(a->shape)));
+}
+
+/// q, k, v and the optional operands forward and VJP share.
+Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v,
+                       const std::optional<ArgSpec> &bias, const std::optional<ArgSpec> &mask,
+                       const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths) {
+  Geometry g = geometry(op, q, k, v);
+  checkBroadcast(op, "bias", bias, g, false);
+  checkBroadcast(op, "mask", mask, g, true);
+  checkLengths(op, "q_seq_lengths", qLengths, g);
+  checkLengths(op, "kv_seq_lengths", kvLengths, g);
+  return g;
+}
+
+std::map<std::string, std::string> attributes(const char *op, const Geometry &g, const AttentionOptions &o) {
+  double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(g.H));
+  if (!std::isfinite(scale))
+    throw Error(fmt::format("{}: scale must be finite, got {}", op, scale));
+  std::map<std::string, std::string> a{{"scale", fmt::format("{}", scale)}, {"is_causal", o.is_causal ? "1" : "0"}};
+  if (o.local_window) {
+    for (auto [side, v] : {std::pair{"left", o.local_window->left}, std::pair{"right", o.local_window->right}}) {
+      if (v && *v < 0)
+        throw Error(fmt::format("{}: local_window.{} must be >= 0 (or absent: unbounded), got {}", op, side, *v));
+      if (v)
+        a[fmt::format("window_{}", side)] = std::to_string(*v);
+    }
+  }
+  if (o.logits_soft_cap) {
+    if (!(*o.logits_soft_cap > 0) || !std::isfinite(*o.logits_soft_cap))
+      throw Error(fmt::format("{}: logits_soft_cap must be positive and finite, got {}", op, *o.logits_soft_cap));
+    a["logits_soft_cap"] = fmt::format("{}", *o.logits_soft_cap);
+  }
+  return a;
+}
+
+/// Options as a bound call records them (for Op::validate's round trip).
+AttentionOptions optionsOf(const BoundArgs &b) {
+  AttentionOptions o;
+  o.scale = b.float_attribute("scale");
+  o.is_causal = b.int_attribute("is_causal") != 0;
+  if (b.attributes.count("window_left") || b.attributes.count("window_right")) {
+    o.local_window = LocalWindow{};
+    if (b.attributes.count("window_left"))
+      o.local_window->left = b.int_attribute("window_left");
+    if (b.attributes.count("window_right"))
+      o.local_window->right = b.int_attribute("window_right");
+  }
+  if (b.attributes.count("logits_soft_cap"))
+    o.logits_soft_cap = b.float_attribute("logits_soft_cap");
+  return o;
+}
+
+const std::vector<std::string> kForwardArgs{"q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths",
+                                            "out", "lse"};
+const std::vector<std::string> kVjpArgs{"dout", "q", "k", "v", "out", "lse", "bias", "mask", "q_seq_lengths",
+                                        "kv_seq_lengths", "dq", "dk", "dv", "dbias"};
+
+std::optional<ArgSpec> at(const BoundArgs &b, size_t i) { return i < b.args.size() ? b.args[i] : std::nullopt; }
+
+} // namespace
+
+ArgSpec attention_lse_spec(const ArgSpec &q) {
+  if (q.shape.size() < 3)
+    throw Error(fmt::format("attention: q must be [batch..., seq, heads, head_dim], got {}", shapeText(q.shape)));
+  size_t nb = q.shape.size() - 3;
+  std::vector<int64_t> s(q.shape.begin(), q.shape.begin() + nb);
+  s.push_back(q.shape[nb + 1]);
+  s.push_back(q.shape[nb]);
+  return {s, computeOf(q.dtype)};
+}
+
+BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
+  const char *op = "attention";
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
+  checkExact(op, "out", a.out, withBatch(g, {g.T, g.N, g.Hv}), g.dtype);
+  if (a.lse)
+    checkExact(op, "lse", *a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
+  return BoundArgs{op,
+                   {a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.out, a.lse},
+                   attributes(op, g, o)};
+}
+
+BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions &o) {
+  const char *op = "attention_vjp";
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
+  std::vector<int64_t> outShape = withBatch(g, {g.T, g.N, g.Hv});
+  checkExact(op, "dout", a.dout, outShape, g.dtype);
+  checkExact(op, "out", a.out, outShape, g.dtype);
+  checkExact(op, "lse", a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
+  checkExact(op, "dq", a.dq, a.q.shape, g.dtype);
+  checkExact(op, "dk", a.dk, a.k.shape, g.dtype);
+  checkExact(op, "dv", a.dv, a.v.shape, g.dtype);
+  if (a.dbias && !a.bias)
+    throw Error(fmt::format("{}: dbias needs the forward's bias", op));
+  if (a.dbias)
+    checkExact(op, "dbias", *a.dbias, a.bias->shape, a.bias->dtype);
+  return BoundArgs{op,
+                   {a.dout, a.q, a.k, a.v, a.out, a.lse, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.dq,
+                    a.dk, a.dv, a.dbias},
+                   attributes(op, g, o)};
+}
+
+namespace attention_detail {
+
+Problem problem_of(const BoundArgs &b) {
+  Problem p;
+  p.vjp = b.op == "attention_vjp";
+  size_t base = p.vjp ? 1 : 0, opt = p.vjp ? 6 : 3;
+  const ArgSpec &q = b.arg(base), &k = b.arg(base + 1), &v = b.arg(base + 2);
+  size_t nb = q.shape.size() - 3;
+  p.batch.assign(q.shape.begin(), q.shape.begin() + nb);
+  for (int64_t d : p.batch)
+    p.B *= d;
+  p.T = q.shape[nb], p.N = q.shape[nb + 1], p.H = q.shape[nb + 2];
+  p.S = k.shape[nb], p.K = k.shape[nb + 1], p.Hv = v.shape[nb + 2];
+  p.dtype = q.dtype;
+  p.compute = computeOf(q.dtype);
+  p.scale = b.float_attribute("scale");
+  p.causal = b.int_attribute("is_causal") != 0;
+  if (b.attributes.count("window_left"))
+    p.left = b.int_attribute("window_left");
+  if (b.attributes.count("window_right"))
+    p.right = b.int_attribute("window_right");
+  if (b.attributes.count("logits_soft_cap"))
+    p.softcap = b.float_attribute("logits_soft_cap");
+  auto broadcast = [&](size_t i) -> std::optional<Broadcast> {
+    if (!b.has(i))
+      return std::nullopt;
+    const ArgSpec &a = b.arg(i);
+    std::vector<int64_t> s(nb + 3 - a.shape.size(), 1);
+    s.insert(s.end(), a.shape.begin(), a.shape.end());
+    Broadcast bc;
+    for (size_t d = 0; d < nb; ++d)
+      bc.shape[0] = s[d] != 1 ? p.B : bc.shape[0];
+    bc.shape[1] = s[nb], bc.shape[2] = s[nb + 1], bc.shape[3] = s[nb + 2];
+    bc.dtype = a.dtype;
+    return bc;
+  };
+  p.bias = broadcast(opt);
+  p.mask = broadcast(opt + 1);
+  p.q_lengths = b.has(opt + 2);
+  p.kv_lengths = b.has(opt + 3);
+  p.lse_out = !p.vjp && b.has(8);
+  p.dbias = p.vjp && b.has(13);
+  return p;
+}
+
+} // namespace attention_detail
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Ops and implementations
+//===----------------------------------------------------------------------===//
+
+class AttentionImplementation : public ops_detail::PlannedImplementation {
+public:
+  AttentionImplementation(bool vjp, Impl impl)
+      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7), vjp_(vjp), impl_(impl) {}
+  using Implementation::supported_on;
+
+  std::string name() const override { return attention_detail::impl_name(impl_); }
+  bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
+    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
+  }
+  std::optional<std::string> why_not(const BoundArgs &args) const override {
+    return attention_detail::why_not(problem(args), impl_);
+  }
+  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
+    return attention_detail::check_config(problem(args), impl_, config);
+  }
+  Config heuristic(const BoundArgs &args) const override { return attention_detail::heuristic(problem(args), impl_); }
+  std::vector<Config> search_space(const BoundArgs &args) const override {
+    return attention_detail::search_space(problem(args), impl_);
+  }
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
+    attention_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
+  }
+  void check_device(const BoundArgs &args, Device &device) const override {
+    if (impl_ != Impl::Reference)
+      return;
+    const Problem p = problem(args);
+    double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+    size_t total = device.total_memory();
+    if (bytes > 0.8 * static_cast<double>(total))
+      throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
+                                     args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
+  }
+
+private:
+  Problem problem(const BoundArgs &args) const {
+    const char *op = vjp_ ? "attention_vjp" : "attention";
+    if (args.op != op)
+      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, args.op));
+    return attention_detail::problem_of(args);
+  }
+
+  bool vjp_;
+  Impl impl_;
+};
+
+class AttentionOp : public Op {
+public:
+  explicit AttentionOp(bool vjp)
+      : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
+           // hopper first on sm_90a: on the H200 its forward ran 1.14-1.57x tile's and its
+           // VJP at least as fast (docs/performance.md); tile where hopper refuses.
+           {std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
+            std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
+            std::make_shared<AttentionImplementation>(vjp, Impl::Chunked),
+            std::make_shared<AttentionImplementation>(vjp, Impl::Reference)}),
+        vjp_(vjp) {}
+
+  void validate(const BoundArgs &b) const override {
+    if (b.op != name())
+      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", name(), b.op));
+    if (b.args.size() != arg_names().size())
+      throw Error(fmt::format("{}: expected {} arguments ({}), got {}", name(), arg_names().size(),
+                              fmt::join(arg_names(), ", "), b.args.size()));
+    for (const auto &[key, value] : b.attributes)
+      if (key != "scale" && key != "is_causal" && key != "window_left" && key != "window_right" &&
+          key != "logits_soft_cap")
+        throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
+    auto need = [&](size_t i) -> const ArgSpec & {
+      if (!b.args[i])
+        throw Error(fmt::format("{}: {} is required", name(), arg_names()[i]));
+      return *b.args[i];
+    };
+    BoundArgs again;
+    if (!vjp_)
+      again = bind_attention({need(0), need(1), need(2), at(b, 3), at(b, 4), at(b, 5), at(b, 6), need(7), at(b, 8)},
+                             optionsOf(b));
+    else
+      again = bind_attention_vjp({need(0), need(1), need(2), need(3), need(4), need(5), at(b, 6), at(b, 7), at(b, 8),
+                                  at(b, 9), need(10), need(11), need(12), at(b, 13)},
+                                 optionsOf(b));
+    ops_detail::require_canonical(name(), b, again);
+  }
+
+private:
+  bool vjp_;
+};
+
+std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
+TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
+
+AttentionSpecs forwardSpecs(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
+                            const AttentionOptions &o, const TensorView *lse) {
+  return {ArgSpec::of(q),         ArgSpec::of(k),     ArgSpec::of(v),          specOf(o.bias),
+          specOf(o.mask),         specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths), ArgSpec::of(out),
+          specOf(lse)};
+}
+
+AttentionVjpSpecs vjpSpecs(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
+                           const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
+                           const TensorView &dv, const AttentionOptions &o, const TensorView *dbias) {
+  return {ArgSpec::of(dout), ArgSpec::of(q),  ArgSpec::of(k),  ArgSpec::of(v),  ArgSpec::of(out),
+          ArgSpec::of(lse),  specOf(o.bias),  specOf(o.mask),  specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths),
+          ArgSpec::of(dq),   ArgSpec::of(dk), ArgSpec::of(dv), specOf(dbias)};
+}
+
+} // namespace
+
+const Op &attention_op() {
+  static const AttentionOp op(false);
+  return op;
+}
+const Op &attention_vjp_op() {
+  static const AttentionOp op(true);
+  return op;
+}
+
+namespace {
+[[maybe_unused]] const bool kRegistered = [] {
+  register_op(attention_op());
+  register_op(attention_vjp_op());
+  return true;
+}();
+
+void dispatchHost(const Op &op, const BoundArgs &b, std::span<const TensorView> in, std::span<const TensorView> out,
+                  const AttentionOptions &o) {
+  op.interpret(b, in, out, o.implementation, o.config);
+}
+
+/// A device call through the eager call cache: `key` holds the op and its tensors; the
+/// options join it here.
+template <class Bind>
+void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
+                    Stream &stream, const AttentionOptions &o, Bind &&bind) {
+  // Every option joins the key (the tensors are in it already); a new field must join it too.
+  static_assert(sizeof(AttentionOptions) == 208, "AttentionOptions changed: add the new option to the call key");
+  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.local_window.has_value());
+  if (o.local_window)
+    key.add(o.local_window->left).add(o.local_window->right);
+  ops_detail::run_eager(key, {key.op(), in, out, stream, o.implementation, o.config}, std::forward<Bind>(bind));
+}
+} // namespace
+
+void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
+                           Stream &stream, const AttentionOptions &o, const TensorView *lse) {
+  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  TensorView outs[] = {out, viewOf(lse)};
+  ops_detail::CallKey key(attention_op());
+  key.add({&q, &k, &v, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &out, lse});
+  dispatchCached(key, in, outs, stream, o, [&] { return bind_attention(forwardSpecs(q, k, v, out, o, lse), o); });
+}
+
+void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
+                               const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
+                               const TensorView &dv, Stream &stream, const AttentionOptions &o,
+                               const TensorView *dbias) {
+  TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
+                     viewOf(o.kv_seq_lengths)};
+  TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
+  ops_detail::CallKey key(attention_vjp_op());
+  key.add({&dout, &q, &k, &v, &out, &lse, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &dq, &dk, &dv, dbias});
+  dispatchCached(key, in, outs, stream, o,
+                 [&] { return bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o); });
+}
+
+void dot_product_attention_host(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
+                                const AttentionOptions &o, const TensorView *lse) {
+  BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
+  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  TensorView outs[] = {out, viewOf(lse)};
+  dispatchHost(attention_op(), b, in, outs, o);
+}
+
+void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q, const TensorView &k,
+                                    const TensorView &v, const TensorView &out, const TensorView &lse,
+                                    const TensorView &dq, const TensorView &dk, const TensorView &dv,
+                                    const AttentionOptions &o, const TensorView *dbias) {
+  BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o);
+  TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
+                     viewOf(o.kv_seq_lengths)};
+  TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
+  dispatchHost(attention_vjp_op(), b, in, outs, o);
+}
+
+} // namespace tokamax

@@ -1,0 +1,255 @@
+//===- Op.cpp - gated_linear_unit: binding, ops, API -----------===//
+#include <tokamax/ops/GatedLinearUnit.h>
+
+#include "ops/lib/framework/OpEntry.h"
+#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/Views.h"
+#include "ops/lib/gated_linear_unit/Common.h"
+
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+
+namespace tokamax {
+
+using glu_detail::Impl;
+using glu_detail::Problem;
+
+namespace {
+
+constexpr std::array<std::pair<const char *, GluActivation>, 8> kActivationNames{{
+    {"swish", GluActivation::Swish},
+    {"silu", GluActivation::Swish},
+    {"gelu_tanh", GluActivation::GeluTanh},
+    {"gelu", GluActivation::Gelu},
+    {"gelu_exact", GluActivation::Gelu},
+    {"sigmoid", GluActivation::Sigmoid},
+    {"relu", GluActivation::Relu},
+    {"none", GluActivation::None},
+}};
+
+std::string describe(const ArgSpec &s) { return fmt::format("{} [{}]", dtype_name(s.dtype), fmt::join(s.shape, ", ")); }
+
+bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
+
+/// x [..., K] and weights [K, 2, N] of one float dtype; returns {K, N}.
+std::pair<int64_t, int64_t> checkOperands(const char *op, const ArgSpec &x, const ArgSpec &w) {
+  ops_detail::check_spec(op, "x", x);
+  ops_detail::check_spec(op, "weights", w);
+  if (x.shape.empty())
+    throw Error(fmt::format("{}: x must be [..., K] (rank >= 1), got {}", op, describe(x)));
+  if (!isFloat(x.dtype))
+    throw Error(fmt::format("{}: x must be bf16, f16, f32 or f64, got {}", op, dtype_name(x.dtype)));
+  if (w.shape.size() != 3 || w.shape[1] != 2)
+    throw Error(fmt::format("{}: weights must be [K, 2, N] (the gate's and the value's columns), got {}", op,
+                            describe(w)));
+  if (w.dtype != x.dtype)
+    throw Error(fmt::format("{}: weights must have x's dtype {}, got {}", op, dtype_name(x.dtype), dtype_name(w.dtype)));
+  if (w.shape[0] != x.shape.back())
+    throw Error(fmt::format("{}: weights's K ({}) must equal x's last dim ({}): x {}, weights {}", op, w.shape[0],
+                            x.shape.back(), describe(x), describe(w)));
+  return {w.shape[0], w.shape[2]};
+}
+
+void checkExact(const char *op, const char *name, const ArgSpec &got, const ArgSpec &want) {
+  if (got != want)
+    throw Error(fmt::format("{}: {} must be {}, got {}", op, name, describe(want), describe(got)));
+}
+
+} // namespace
+
+const char *glu_activation_name(GluActivation activation) {
+  switch (activation) {
+  case GluActivation::Swish: return "swish";
+  case GluActivation::GeluTanh: return "gelu_tanh";
+  case GluActivation::Gelu: return "gelu";
+  case GluActivation::Sigmoid: return "sigmoid";
+  case GluActivation::Relu: return "relu";
+  case GluActivation::None: return "none";
+  }
+  throw Error(fmt::format("gated_linear_unit: activation {} is not a GluActivation", int(activation)));
+}
+
+GluActivation parse_glu_activation(const std::string &name) {
+  for (auto [known, activation] : kActivationNames)
+    if (name == known)
+      return activation;
+  std::vector<const char *> names;
+  for (auto [known, activation] : kActivationNames)
+    names.push_back(known);
+  throw Error(fmt::format("gated_linear_unit: unknown activation \"{}\" (known: {})", name, fmt::join(names, ", ")));
+}
+
+ArgSpec gated_linear_unit_out_spec(const ArgSpec &x, const ArgSpec &weights) {
+  auto [k, n] = checkOperands("gated_linear_unit", x, weights);
+  ArgSpec out = x;
+  out.shape.back() = n;
+  return out;
+}
+
+BoundArgs bind_gated_linear_unit(const ArgSpec &x, const ArgSpec &weights, const ArgSpec &out,
+                                 GluActivation activation) {
+  const char *op = "gated_linear_unit";
+  ops_detail::check_spec(op, "out", out);
+  checkExact(op, "out", out, gated_linear_unit_out_spec(x, weights));
+  return BoundArgs{op, {x, weights, out}, {{"activation", glu_activation_name(activation)}}};
+}
+
+BoundArgs bind_gated_linear_unit_vjp(const ArgSpec &dout, const ArgSpec &x, const ArgSpec &weights, const ArgSpec &dx,
+                                     const ArgSpec &dweights, GluActivation activation) {
+  const char *op = "gated_linear_unit_vjp";
+  checkOperands(op, x, weights);
+  for (auto [name, spec] : {std::pair{"dout", &dout}, std::pair{"dx", &dx}, std::pair{"dweights", &dweights}})
+    ops_detail::check_spec(op, name, *spec);
+  checkExact(op, "dout", dout, gated_linear_unit_out_spec(x, weights));
+  checkExact(op, "dx", dx, x);
+  checkExact(op, "dweights", dweights, weights);
+  return BoundArgs{op, {dout, x, weights, dx, dweights}, {{"activation", glu_activation_name(activation)}}};
+}
+
+namespace glu_detail {
+
+Problem problem_of(const BoundArgs &b) {
+  Problem p;
+  p.vjp = b.op == "gated_linear_unit_vjp";
+  const ArgSpec &x = b.arg(p.vjp ? 1 : 0), &w = b.arg(p.vjp ? 2 : 1);
+  p.K = w.shape[0];
+  p.N = w.shape[2];
+  p.M = 1;
+  for (size_t d = 0; d + 1 < x.shape.size(); ++d)
+    p.M *= x.shape[d];
+  p.dtype = x.dtype;
+  p.compute = x.dtype == DType::F64 ? DType::F64 : DType::F32;
+  p.activation = parse_glu_activation(b.attribute("activation"));
+  return p;
+}
+
+} // namespace glu_detail
+
+namespace {
+
+const std::vector<std::string> kForwardArgs{"x", "weights", "out"};
+const std::vector<std::string> kVjpArgs{"dout", "x", "weights", "dx", "dweights"};
+
+class GluImplementation : public ops_detail::PlannedImplementation {
+public:
+  GluImplementation(bool vjp, Impl impl)
+      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2), vjp_(vjp), impl_(impl) {}
+  using Implementation::supported_on;
+
+  std::string name() const override { return impl_name(impl_); }
+  bool supported_on(const std::string &arch) const override {
+    if (impl_ == Impl::Hopper)
+      return arch == "sm_90a";
+    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
+  }
+  std::optional<std::string> why_not(const BoundArgs &args) const override {
+    return glu_detail::why_not(problem(args), impl_);
+  }
+  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
+    return glu_detail::check_config(problem(args), impl_, config);
+  }
+  Config heuristic(const BoundArgs &args) const override { return glu_detail::heuristic(problem(args), impl_); }
+  std::vector<Config> search_space(const BoundArgs &args) const override {
+    return glu_detail::search_space(problem(args), impl_);
+  }
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
+    glu_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
+  }
+
+private:
+  Problem problem(const BoundArgs &args) const {
+    const char *op = vjp_ ? "gated_linear_unit_vjp" : "gated_linear_unit";
+    if (args.op != op)
+      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, args.op));
+    return glu_detail::problem_of(args);
+  }
+
+  bool vjp_;
+  Impl impl_;
+};
+
+class GluOp : public Op {
+public:
+  explicit GluOp(bool vjp)
+      : Op(vjp ? "gated_linear_unit_vjp" : "gated_linear_unit", vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
+           {std::make_shared<GluImplementation>(vjp, Impl::Tile),
+            std::make_shared<GluImplementation>(vjp, Impl::Hopper),
+            std::make_shared<GluImplementation>(vjp, Impl::Reference)}),
+        vjp_(vjp) {}
+
+  void validate(const BoundArgs &b) const override {
+    ops_detail::require_call_shape(name(), b, arg_names(), {"activation"});
+    GluActivation activation = parse_glu_activation(b.attribute("activation"));
+    BoundArgs again = vjp_ ? bind_gated_linear_unit_vjp(*b.args[0], *b.args[1], *b.args[2], *b.args[3], *b.args[4],
+                                                         activation)
+                           : bind_gated_linear_unit(*b.args[0], *b.args[1], *b.args[2], activation);
+    ops_detail::require_canonical(name(), b, again);
+  }
+
+private:
+  bool vjp_;
+};
+
+} // namespace
+
+const Op &gated_linear_unit_op() {
+  static const GluOp op(false);
+  return op;
+}
+const Op &gated_linear_unit_vjp_op() {
+  static const GluOp op(true);
+  return op;
+}
+
+namespace {
+
+[[maybe_unused]] const bool kRegistered = [] {
+  register_op(gated_linear_unit_op());
+  register_op(gated_linear_unit_vjp_op());
+  return true;
+}();
+
+void forward(const TensorView &x, const TensorView &weights, const TensorView &out, Stream *stream,
+             const GluOptions &o) {
+  BoundArgs b = bind_gated_linear_unit(ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(out),
+                                       parse_glu_activation(o.activation));
+  TensorView in[] = {x, weights};
+  ops_detail::run_or_interpret(gated_linear_unit_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
+}
+
+void backward(const TensorView &dout, const TensorView &x, const TensorView &weights, const TensorView &dx,
+              const TensorView &dweights, Stream *stream, const GluOptions &o) {
+  BoundArgs b = bind_gated_linear_unit_vjp(ArgSpec::of(dout), ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(dx),
+                                           ArgSpec::of(dweights), parse_glu_activation(o.activation));
+  TensorView in[] = {dout, x, weights}, outs[] = {dx, dweights};
+  ops_detail::run_or_interpret(gated_linear_unit_vjp_op(), b, in, outs, stream, o);
+}
+
+} // namespace
+
+void gated_linear_unit(const TensorView &x, const TensorView &weights, const TensorView &out, Stream &stream,
+                       const GluOptions &options) {
+  forward(x, weights, out, &stream, options);
+}
+void gated_linear_unit_vjp(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                           const TensorView &dx, const TensorView &dweights, Stream &stream,
+                           const GluOptions &options) {
+  backward(dout, x, weights, dx, dweights, &stream, options);
+}
+void gated_linear_unit_host(const TensorView &x, const TensorView &weights, const TensorView &out,
+                            const GluOptions &options) {
+  forward(x, weights, out, nullptr, options);
+}
+void gated_linear_unit_vjp_host(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                                const TensorView &dx, const TensorView &dweights, const GluOptions &options) {
+  backward(dout, x, weights, dx, dweights, nullptr, options);
+}
+
+} // namespace tokamax
