@@ -14,7 +14,7 @@
 #include "bench/Dispatch.h"
 
 #include <tokamax/compiler/Compiler.h>
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Elementwise.h>

@@ -10,7 +10,7 @@
 //   tokamax-compile verify [--cache-dir DIR] [--remove-bad]
 //   tokamax-compile prune --max-size 1G [--cache-dir DIR]
 #include <tokamax/autotune/Autotune.h>
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/export/ExportFunction.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Function.h>

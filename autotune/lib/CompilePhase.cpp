@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "Phases.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>

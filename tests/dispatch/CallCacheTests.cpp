@@ -3,7 +3,7 @@
 #include "dispatch/DispatchTestUtil.h"
 
 #include <tokamax/autotune/Autotune.h>
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/runtime/Benchmark.h>

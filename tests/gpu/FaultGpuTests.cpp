@@ -7,7 +7,7 @@
 
 #include "common/ScopedState.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/runtime/Device.h>

@@ -7,7 +7,7 @@
 #include "common/Numerics.h"
 
 #include <tokamax/compiler/Interpreter.h>
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Elementwise.h>

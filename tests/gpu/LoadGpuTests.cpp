@@ -10,7 +10,7 @@
 
 #include "common/KernelCases.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/runtime/Device.h>
 
 #include <atomic>

@@ -1,6 +1,6 @@
 // Tests for the on-disk kernel cache (DiskCache, CacheKey) and the hashes.
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>

@@ -11,19 +11,6 @@
 
 namespace tokamax::attention_detail {
 
-const char *impl_name(Impl impl) {
-  switch (impl) {
-  case Impl::Reference:
-    return "reference";
-  case Impl::Chunked:
-    return "chunked";
-  case Impl::Tile:
-    return "tile";
-  case Impl::Hopper:
-    return "hopper";
-  }
-  return "?";
-}
 
 int64_t padded_head_dim(int64_t d) {
   int64_t p = 16;

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ops/lib/framework/ImplKind.h"
 #include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -25,8 +26,8 @@
 
 namespace tokamax::attention_detail {
 
-enum class Impl : uint8_t { Reference, Chunked, Tile, Hopper };
-const char *impl_name(Impl impl);
+using Impl = ops_detail::ImplKind;  ///< reference, chunked, tile or hopper
+using ops_detail::impl_name;
 
 /// A broadcastable operand (bias or mask) as [b, n, t, s], each 1 or the full extent.
 struct Broadcast {

@@ -22,13 +22,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
-#include "ops/lib/matmul/Common.h"
+
+#include <tokamax/dsl/Pipeline.h>
 
 #include <cmath>
 
 namespace tokamax::attention_detail {
 
 using dsl::cdiv;
+using dsl::TmaRing;
 
 namespace {
 

@@ -4,8 +4,7 @@
 #include "ops/lib/framework/OpEntry.h"
 #include "ops/lib/attention/Common.h"
 #include "ops/lib/framework/CallCache.h"
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -288,6 +287,18 @@ Problem problem_of(const BoundArgs &b) {
   return p;
 }
 
+/// The reference implementation materializes the logits (twice for the VJP): a call
+/// whose workspace would take most of the device's memory is refused before planning.
+void check_device(const Problem &p, Impl impl, const BoundArgs &args, Device &device) {
+  if (impl != Impl::Reference)
+    return;
+  double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+  size_t total = device.total_memory();
+  if (bytes > 0.8 * static_cast<double>(total))
+    throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
+                                   args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
+}
+
 } // namespace attention_detail
 
 namespace {
@@ -296,65 +307,15 @@ namespace {
 // Ops and implementations
 //===----------------------------------------------------------------------===//
 
-class AttentionImplementation : public ops_detail::PlannedImplementation {
-public:
-  AttentionImplementation(bool vjp, Impl impl)
-      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7), vjp_(vjp), impl_(impl) {}
-  using Implementation::supported_on;
-
-  std::string name() const override { return attention_detail::impl_name(impl_); }
-  bool supported_on(const std::string &arch) const override {
-    if (impl_ == Impl::Hopper)
-      return arch == "sm_90a";
-    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
-  }
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    return attention_detail::why_not(problem(args), impl_);
-  }
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    return attention_detail::check_config(problem(args), impl_, config);
-  }
-  Config heuristic(const BoundArgs &args) const override { return attention_detail::heuristic(problem(args), impl_); }
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    return attention_detail::search_space(problem(args), impl_);
-  }
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    attention_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
-  }
-  void check_device(const BoundArgs &args, Device &device) const override {
-    if (impl_ != Impl::Reference)
-      return;
-    const Problem p = problem(args);
-    double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
-    size_t total = device.total_memory();
-    if (bytes > 0.8 * static_cast<double>(total))
-      throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
-                                     args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
-  }
-
-private:
-  Problem problem(const BoundArgs &args) const {
-    const char *op = vjp_ ? "attention_vjp" : "attention";
-    if (args.op != op)
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, args.op));
-    return attention_detail::problem_of(args);
-  }
-
-  bool vjp_;
-  Impl impl_;
-};
-
 class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
       : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
            // hopper first on sm_90a: on the H200 its forward ran 1.14-1.57x tile's and its
            // VJP at least as fast (docs/performance.md); tile where hopper refuses.
-           {std::make_shared<AttentionImplementation>(vjp, Impl::Hopper),
-            std::make_shared<AttentionImplementation>(vjp, Impl::Tile),
-            std::make_shared<AttentionImplementation>(vjp, Impl::Chunked),
-            std::make_shared<AttentionImplementation>(vjp, Impl::Reference)}),
+           ops_detail::implementations<Problem>(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs,
+                                                vjp ? 10 : 7, {Impl::Hopper, Impl::Tile, Impl::Chunked, Impl::Reference},
+                                                attention_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

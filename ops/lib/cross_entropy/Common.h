@@ -8,7 +8,7 @@
 #pragma once
 
 #include "ops/lib/framework/KernelExecutor.h"
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/products/Products.h"
 
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/CrossEntropy.h>

@@ -12,8 +12,10 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/cross_entropy/Common.h"
 
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/framework/KernelExecutor.h"
+#include "ops/lib/products/Products.h"
+
+#include <tokamax/dsl/Pipeline.h>
 
 #include <tokamax/runtime/Error.h>
 

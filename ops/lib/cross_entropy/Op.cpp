@@ -2,8 +2,7 @@
 #include <tokamax/ops/CrossEntropy.h>
 
 #include "ops/lib/framework/OpEntry.h"
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/cross_entropy/Common.h"
 
@@ -150,81 +149,13 @@ namespace {
 const std::vector<std::string> kForwardArgs{"x", "w", "labels", "loss", "lse"};
 const std::vector<std::string> kVjpArgs{"dloss", "x", "w", "labels", "lse", "dx", "dw"};
 
-/// Records the kernels a plan launches, each key once; reads no tensor.
-class DistinctKernels : public ops_detail::KernelExecutor {
-public:
-  explicit DistinctKernels(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
-  uint64_t allocate_scratch(size_t) override { return 256; }
-  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
-    if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
-      keys_.push_back(key);
-      kernels_.push_back(build());
-    }
-  }
-  void zero(const TensorView &) override {}
-  void copy(const TensorView &, const TensorView &) override {}
-  int device() const override { return 0; }
-  int sm_count() const override { return 132; }
-
-private:
-  std::vector<dsl::Kernel> &kernels_;
-  std::vector<KernelKey> keys_;
-};
-
-class XentImplementation : public ops_detail::PlannedImplementation {
-public:
-  XentImplementation(bool vjp, Impl impl)
-      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3), vjp_(vjp), impl_(impl) {}
-  using Implementation::supported_on;
-
-  std::string name() const override { return impl_name(impl_); }
-  bool supported_on(const std::string &arch) const override {
-    if (impl_ == Impl::Hopper)
-      return arch == "sm_90a";
-    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
-  }
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    return xent_detail::why_not(problem(args), impl_);
-  }
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    return xent_detail::check_config(problem(args), impl_, config);
-  }
-  Config heuristic(const BoundArgs &args) const override { return xent_detail::heuristic(problem(args), impl_); }
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    return xent_detail::search_space(problem(args), impl_);
-  }
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    xent_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
-  }
-  /// Each kernel once: the VJP launches the same three kernels for every chunk of V.
-  std::vector<dsl::Kernel> kernels(const BoundArgs &args, const Config &config) const override {
-    std::vector<dsl::Kernel> kernels;
-    DistinctKernels recorder(kernels);
-    std::vector<TensorView> in(num_inputs()), out(args.args.size() - num_inputs());
-    execute(args, config, in, out, recorder);
-    return kernels;
-  }
-
-private:
-  Problem problem(const BoundArgs &args) const {
-    const char *op = vjp_ ? kVjpOp : kForwardOp;
-    if (args.op != op)
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, args.op));
-    return xent_detail::problem_of(args);
-  }
-
-  bool vjp_;
-  Impl impl_;
-};
-
 class XentOp : public Op {
 public:
   explicit XentOp(bool vjp)
       : Op(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3,
-           {std::make_shared<XentImplementation>(vjp, Impl::Tile),
-            std::make_shared<XentImplementation>(vjp, Impl::Hopper),
-            std::make_shared<XentImplementation>(vjp, Impl::Reference)}),
+           ops_detail::implementations<Problem>(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs,
+                                                vjp ? 5 : 3, {Impl::Tile, Impl::Hopper, Impl::Reference},
+                                                xent_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

@@ -23,8 +23,8 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/cross_entropy/Common.h"
 
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/framework/OpEntry.h"
+#include "ops/lib/products/Products.h"
 
 #include <tokamax/runtime/Error.h>
 
@@ -279,7 +279,7 @@ Config heuristic(const Problem &p, Impl impl) {
   }
   Config c = impl == Impl::Reference
                  ? Config{{"block_b", 16}, {"block_v", 16}, {"block_k", 8}, {"num_warps", 4}}
-                 : Config{{"block_b", std::clamp<int64_t>(ops_detail::next_power_of_two(p.B), 16, 64)},
+                 : Config{{"block_b", std::clamp<int64_t>(dsl::next_power_of_two(p.B), 16, 64)},
                           {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}};
   if (impl == Impl::Tile && !p.vjp) {
     // Few row blocks (B / 64 against 132 SMs at B 8192) walk V in several splits: about

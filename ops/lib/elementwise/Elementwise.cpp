@@ -1,12 +1,15 @@
 //===- Elementwise.cpp - copy, vector_add, gelu -----------------------------===//
 #include <tokamax/ops/Elementwise.h>
 
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/Views.h"
+#include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
 
+#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

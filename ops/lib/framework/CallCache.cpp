@@ -4,7 +4,7 @@
 #include "ops/lib/framework/LaunchPlan.h"
 #include "ops/lib/framework/PlannedImplementation.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>

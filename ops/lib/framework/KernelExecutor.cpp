@@ -1,7 +1,6 @@
 //===- KernelExecutor.cpp - Device, host and recording executors ------------===//
 #include "ops/lib/framework/KernelExecutor.h"
 
-#include "ops/lib/framework/Dispatch.h"
 #include "ops/lib/framework/ExecutorCapture.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -13,6 +12,7 @@
 
 #include <tokamax/ops/Op.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace tokamax::ops_detail {
@@ -124,7 +124,13 @@ class RecordingKernelExecutor : public KernelExecutor {
 public:
   explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
   uint64_t allocate_scratch(size_t) override { return 256; }
-  void launch(const KernelKey &, const Build &build, const std::vector<Arg> &) override { kernels_.push_back(build()); }
+  /// Each kernel once (the cross-entropy's VJP launches the same kernels for every chunk of V).
+  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
+    if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
+      keys_.push_back(key);
+      kernels_.push_back(build());
+    }
+  }
   void zero(const TensorView &) override {}
   void copy(const TensorView &, const TensorView &) override {}
   int device() const override { return 0; }
@@ -132,6 +138,7 @@ public:
 
 private:
   std::vector<dsl::Kernel> &kernels_;
+  std::vector<KernelKey> keys_;
 };
 
 } // namespace

@@ -9,11 +9,12 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -23,6 +24,19 @@ class Stream;
 }
 
 namespace tokamax::ops_detail {
+
+/// The op name with the fields of a spec and config.
+inline KernelKey specializationKey(const char *op, std::initializer_list<int64_t> fields) {
+  return KernelKey(op, fields);
+}
+
+/// The loaded kernel for `key` (one hash lookup once compiled).
+template <class Build>
+const LoadedKernel &kernelFor(const KernelKey &key, Device &device, Build &&build) {
+  if (const LoadedKernel *k = Jit::instance().find(key, device))
+    return *k;
+  return Jit::instance().get_ir(key, device, [&] { return build().ir(); });
+}
 
 class KernelExecutor {
 public:

@@ -1,7 +1,7 @@
 //===- LaunchPlan.cpp - Recording and replaying an op call's launches -------===//
 #include "ops/lib/framework/LaunchPlan.h"
 
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/PlannedImplementation.h"
 
 #include <tokamax/runtime/Device.h>

@@ -18,7 +18,7 @@
 
 #include "ops/lib/framework/KernelExecutor.h"
 
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/ops/Op.h>
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <tokamax/compiler/Compiler.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/Error.h>
 
@@ -17,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include <cstdlib>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -55,6 +58,20 @@ void run_or_interpret(const Op &op, const BoundArgs &bound, std::span<const Tens
     op.run(bound, in, out, *stream, options.implementation, options.config);
   else
     op.interpret(bound, in, out, options.implementation, options.config);
+}
+
+/// The compute capability in an arch name: 90 for "sm_90a", 80 for "sm_80".
+inline int arch_number(const std::string &arch) {
+  return sm_version(arch);
+}
+
+/// Kernels that failed a device run (did not finish, or gave wrong results) serve only where
+/// TOKAMAX_EXPERIMENTAL=1 asks for them: elsewhere the reason (`what` and what was seen),
+/// so neither auto, nor the autotuner, nor an explicit request launches them.
+inline std::optional<std::string> experimental_gate(const std::string &what) {
+  if (const char *v = std::getenv("TOKAMAX_EXPERIMENTAL"); v && std::string(v) == "1")
+    return std::nullopt;
+  return what + " (set TOKAMAX_EXPERIMENTAL=1 to run them anyway)";
 }
 
 } // namespace tokamax::ops_detail

@@ -1,11 +1,34 @@
 //===- PlannedImplementation.cpp - run / interpret / kernels from execute() -===//
 #include "ops/lib/framework/PlannedImplementation.h"
 
+#include "ops/lib/framework/ImplementationAdapter.h"
+#include "ops/lib/framework/OpEntry.h"
+
 #include "ops/lib/framework/Views.h"
 
 #include <tokamax/runtime/Device.h>
 
 namespace tokamax::ops_detail {
+
+const char *impl_name(ImplKind kind) {
+  switch (kind) {
+  case ImplKind::Chunked: return "chunked";
+  case ImplKind::Tile: return "tile";
+  case ImplKind::Hopper: return "hopper";
+  case ImplKind::Reference: break;
+  }
+  return "reference";
+}
+
+bool impl_supported_on(ImplKind kind, const std::string &arch) {
+  switch (kind) {
+  case ImplKind::Reference: return true;
+  case ImplKind::Hopper: return arch == "sm_90a";
+  case ImplKind::Chunked:
+  case ImplKind::Tile: break;
+  }
+  return arch_number(arch) >= 80;
+}
 
 int device_of(std::span<const TensorView> inputs, std::span<const TensorView> outputs) {
   for (auto views : {inputs, outputs})

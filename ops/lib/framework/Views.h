@@ -26,4 +26,9 @@ inline void check_spec(const char *op, const char *name, const std::optional<Arg
     check_spec(op, name, *spec);
 }
 
+/// Validates that x and out (named `x_name`, `out_name` in errors) agree, are contiguous, have data
+/// and sit on one device; returns the element count.
+int64_t checkSameTensors(const char *op, const TensorView &x, const TensorView &out, const char *x_name = "x",
+                         const char *out_name = "out");
+
 } // namespace tokamax::ops_detail

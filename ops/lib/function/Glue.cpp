@@ -8,7 +8,7 @@
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Function.h>
 
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/PlannedImplementation.h"
 #include "ops/lib/framework/Views.h"
 

@@ -11,8 +11,10 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/gated_linear_unit/Common.h"
 
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/framework/KernelExecutor.h"
+#include "ops/lib/products/Products.h"
+
+#include <tokamax/dsl/Pipeline.h>
 
 #include <tokamax/runtime/Error.h>
 

@@ -2,8 +2,7 @@
 #include <tokamax/ops/GatedLinearUnit.h>
 
 #include "ops/lib/framework/OpEntry.h"
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/gated_linear_unit/Common.h"
 
@@ -134,54 +133,17 @@ Problem problem_of(const BoundArgs &b) {
 namespace {
 
 const std::vector<std::string> kForwardArgs{"x", "weights", "out"};
+const char *opName(bool vjp) { return vjp ? "gated_linear_unit_vjp" : "gated_linear_unit"; }
+
 const std::vector<std::string> kVjpArgs{"dout", "x", "weights", "dx", "dweights"};
 
-class GluImplementation : public ops_detail::PlannedImplementation {
-public:
-  GluImplementation(bool vjp, Impl impl)
-      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2), vjp_(vjp), impl_(impl) {}
-  using Implementation::supported_on;
-
-  std::string name() const override { return impl_name(impl_); }
-  bool supported_on(const std::string &arch) const override {
-    if (impl_ == Impl::Hopper)
-      return arch == "sm_90a";
-    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
-  }
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    return glu_detail::why_not(problem(args), impl_);
-  }
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    return glu_detail::check_config(problem(args), impl_, config);
-  }
-  Config heuristic(const BoundArgs &args) const override { return glu_detail::heuristic(problem(args), impl_); }
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    return glu_detail::search_space(problem(args), impl_);
-  }
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    glu_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
-  }
-
-private:
-  Problem problem(const BoundArgs &args) const {
-    const char *op = vjp_ ? "gated_linear_unit_vjp" : "gated_linear_unit";
-    if (args.op != op)
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op, args.op));
-    return glu_detail::problem_of(args);
-  }
-
-  bool vjp_;
-  Impl impl_;
-};
 
 class GluOp : public Op {
 public:
   explicit GluOp(bool vjp)
-      : Op(vjp ? "gated_linear_unit_vjp" : "gated_linear_unit", vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
-           {std::make_shared<GluImplementation>(vjp, Impl::Tile),
-            std::make_shared<GluImplementation>(vjp, Impl::Hopper),
-            std::make_shared<GluImplementation>(vjp, Impl::Reference)}),
+      : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
+           ops_detail::implementations<Problem>(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
+                                                {Impl::Tile, Impl::Hopper, Impl::Reference}, glu_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

@@ -16,9 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/gated_linear_unit/Common.h"
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/products/Products.h"
 
-#include "ops/lib/framework/Dispatch.h"
 
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/runtime/Error.h>
@@ -158,8 +157,8 @@ Config heuristic(const Problem &p, Impl impl) {
   // Two [128, 128] f32 accumulators take 128 registers per thread on 8 warps: the ring's
   // forward fits; the register loads' blocks and the VJP's epilogue need half-width tiles.
   const bool ring = async_copy_serves(p);
-  const int64_t bm = std::clamp<int64_t>(ops_detail::next_power_of_two(p.M), 16, 128);
-  const int64_t bn = std::clamp<int64_t>(ops_detail::next_power_of_two(p.N), 16, ring && !p.vjp ? 128 : 64);
+  const int64_t bm = std::clamp<int64_t>(dsl::next_power_of_two(p.M), 16, 128);
+  const int64_t bn = std::clamp<int64_t>(dsl::next_power_of_two(p.N), 16, ring && !p.vjp ? 128 : 64);
   Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", 32}, {"group_m", 8},
            {"num_warps", std::clamp<int64_t>(bm * bn / 1024, 1, 8)}};
   if (async_copy_serves(p))

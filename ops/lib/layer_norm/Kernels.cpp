@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/layer_norm/KernelParts.h"
 
-#include "ops/lib/framework/Dispatch.h"
 
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
@@ -25,7 +24,7 @@ namespace tokamax::norm_detail {
 
 using namespace dsl;
 
-int64_t next_pow2(int64_t v) { return ops_detail::next_power_of_two(v); }
+int64_t next_pow2(int64_t v) { return dsl::next_power_of_two(v); }
 
 int64_t NormKernelSpec::groups() const {
   return strided() ? outer * cdiv(inner, block_rows) : cdiv(outer, block_rows);

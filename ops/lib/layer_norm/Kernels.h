@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ops/lib/framework/ImplKind.h"
 #include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -104,7 +105,7 @@ int64_t next_pow2(int64_t v);
 // From a bound call to launched kernels (Plans.cpp)
 //===----------------------------------------------------------------------===//
 
-enum class ImplKind : uint8_t { Reference, Tile };
+using ops_detail::ImplKind;  ///< reference or tile
 
 /// A norm call as the implementations see it.
 struct NormProblem {

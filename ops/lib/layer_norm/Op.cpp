@@ -4,8 +4,7 @@
 #include "ops/lib/framework/OpEntry.h"
 #include "ops/lib/layer_norm/Kernels.h"
 #include "ops/lib/framework/CallCache.h"
-#include "ops/lib/framework/Dispatch.h"
-#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 
 #include <tokamax/runtime/Device.h>
@@ -134,51 +133,15 @@ size_t numInputs(NormKind kind, bool vjp) {
   return vjp ? 4 : 2;
 }
 
-class NormImplementation : public ops_detail::PlannedImplementation {
-public:
-  NormImplementation(NormKind kind, bool vjp, ImplKind impl)
-      : PlannedImplementation(argNames(kind, vjp), numInputs(kind, vjp)), kind_(kind), vjp_(vjp), impl_(impl) {}
-  using Implementation::supported_on;
-
-  std::string name() const override { return impl_ == ImplKind::Tile ? "tile" : "reference"; }
-  bool supported_on(const std::string &arch) const override {
-    return impl_ == ImplKind::Reference || ops_detail::arch_number(arch) >= 80;
-  }
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    return norm_detail::why_not(problem(args), impl_);
-  }
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    return norm_detail::check_config(problem(args), impl_, config);
-  }
-  Config heuristic(const BoundArgs &args) const override { return norm_detail::heuristic(problem(args), impl_); }
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    return norm_detail::search_space(problem(args), impl_);
-  }
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    norm_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
-  }
-
-private:
-  norm_detail::NormProblem problem(const BoundArgs &args) const {
-    if (args.op != opName(kind_, vjp_))
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", opName(kind_, vjp_), args.op));
-    return norm_detail::problem_of(args, kind_, vjp_);
-  }
-
-  NormKind kind_;
-  bool vjp_;
-  ImplKind impl_;
-};
-
 std::optional<ArgSpec> at(const BoundArgs &b, size_t i) { return i < b.args.size() ? b.args[i] : std::nullopt; }
 
 class NormOp : public Op {
 public:
   NormOp(NormKind kind, bool vjp)
       : Op(opName(kind, vjp), argNames(kind, vjp), numInputs(kind, vjp),
-           {std::make_shared<NormImplementation>(kind, vjp, ImplKind::Tile),
-            std::make_shared<NormImplementation>(kind, vjp, ImplKind::Reference)}),
+           ops_detail::implementations<norm_detail::NormProblem>(
+               opName(kind, vjp), argNames(kind, vjp), numInputs(kind, vjp), {ImplKind::Tile, ImplKind::Reference},
+               [kind, vjp](const BoundArgs &args) { return norm_detail::problem_of(args, kind, vjp); })),
         kind_(kind), vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

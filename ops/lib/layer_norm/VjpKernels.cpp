@@ -8,7 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/layer_norm/KernelParts.h"
 
-#include "ops/lib/matmul/Common.h"
+
+#include <tokamax/dsl/Pipeline.h>
 
 #include <fmt/format.h>
 

@@ -1,8 +1,10 @@
 //===- Kernels.cpp - Matrix multiplication: tile and reference kernels -------===//
 #include <tokamax/ops/Matmul.h>
 
-#include "ops/lib/framework/Dispatch.h"
 #include "ops/lib/matmul/Common.h"
+#include "ops/lib/products/Products.h"
+
+#include <tokamax/dsl/Pipeline.h>
 
 #include <tokamax/runtime/Error.h>
 
@@ -92,109 +94,12 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
 
 } // namespace
 
-/// Block origin (m0, n0) of tile `pid` in grouped order: group_m consecutive tiles walk
-/// down M before moving along N, so the B blocks they share stay in L2.
-std::pair<Value, Value> grouped_block(Value pid, int64_t gridM, int64_t gridN, int64_t groupM, int64_t bm,
-                                     int64_t bn) {
-  groupM = std::max<int64_t>(1, groupM);
-  Value inGroup = Value(groupM * gridN);
-  Value firstM = (pid / inGroup) * Value(groupM);
-  Value sizeM = minimum(Value(gridM) - firstM, Value(groupM));
-  Value local = pid % inGroup;
-  return {(firstM + local % sizeM) * Value(bm), (local / sizeM) * Value(bn)};
-}
 
-
-Value exact_product(const Value &a, const Value &b, const Value &acc) {
-  // [bm, bk, 1] * [1, bk, bn], summed over k.
-  return acc + (a.expand(2) * b.expand(0)).sum(1);
-}
-
-std::vector<Config> block_search_space(Config heuristic, bool reference, bool ring, const Config &extra,
-                                       const std::function<bool(const Config &)> &valid) {
-  std::vector<Config> space{std::move(heuristic)};
-  auto add = [&](Config c) {
-    if (std::find(space.begin(), space.end(), c) == space.end() && valid(c))
-      space.push_back(std::move(c));
-  };
-  if (reference) {
-    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
-    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
-    return space;
-  }
-  for (int64_t bm : {64, 128, 256})
-    for (int64_t bn : {64, 128, 256})
-      for (int64_t bk : {32, 64})
-        for (int64_t warps : {4, 8})
-          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
-            if (stages && !ring)
-              continue;
-            Config c = extra;
-            c.set("block_m", bm).set("block_n", bn).set("block_k", bk).set("num_warps", warps);
-            if (stages)
-              c.set("async_copy", 1).set("stages", stages);
-            add(std::move(c));
-          }
-  return space;
-}
-
-std::vector<Value> ring_loop(Kernel &k, const Value &lo, const Value &hi, int64_t step, int64_t stages,
-                             std::vector<Value> accs, const RingCopies &copies, const RingProducts &products,
-                             const Mbarriers *tma) {
-  const size_t numAccs = accs.size();
-  std::vector<Value> carried = std::move(accs);
-  size_t perStep = 0;
-  for (int64_t ahead = 0; ahead + 1 < stages; ++ahead) {
-    Value k0 = lo.is_literal() ? Value(int64_t(*lo.literal()) + ahead * step) : lo + Value(ahead * step);
-    std::vector<Value> blocks = copies(k0, k.constant(double(ahead), DType::I32));
-    perStep = blocks.size();
-    carried.insert(carried.end(), blocks.begin(), blocks.end());
-  }
-  carried.push_back(k.constant(0, DType::I32));  // this step's slot
-  std::vector<Value> out = k.loop(lo, hi, step, carried, [&](Value k0, std::vector<Value> c) {
-    Value slot = c.back();
-    auto blocks = c.begin() + numAccs;
-    auto refill = [&] { return copies(k0 + Value((stages - 1) * step), (slot + Value(stages - 1)) % Value(stages)); };
-    std::vector<Value> next, result;
-    if (!tma) {
-      k.wait_async(static_cast<int>((stages - 2) * perStep));
-      next = refill();
-      result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
-    } else {
-      // Step j's copies complete phase j / stages of its slot's barrier.
-      k.wait(*tma, slot, ((k0 - lo) / Value(step * stages)) % Value(2));
-      result = products(k0, {c.begin(), blocks}, {blocks, blocks + perStep});
-      k.wait_async(0);  // every warp is past step j - 1: its slot may be refilled
-      next = refill();
-    }
-    result.insert(result.end(), blocks + perStep, c.end() - 1);  // later steps' blocks, in flight
-    result.insert(result.end(), next.begin(), next.end());
-    result.push_back((slot + Value(1)) % Value(stages));
-    return result;
-  });
-  if (!tma) {
-    k.wait_async(0);  // the last copies land before the program ends
-  } else {
-    // Steps n .. n + stages - 2 were copied and not used: wait for them too.
-    Value n = lo.is_literal() && hi.is_literal()
-                  ? Value(int64_t(cdiv(int64_t(*hi.literal()) - int64_t(*lo.literal()), step)))
-                  : (hi - lo + Value(step - 1)) / Value(step);
-    for (int64_t i = 0; i + 1 < stages; ++i) {
-      Value j = n.is_literal() ? Value(int64_t(*n.literal()) + i) : n + Value(i);
-      if (j.is_literal())
-        k.wait(*tma, Value(int64_t(*j.literal()) % stages), Value(int64_t(*j.literal()) / stages % 2));
-      else
-        k.wait(*tma, j % Value(stages), (j / Value(stages)) % Value(2));
-    }
-  }
-  out.resize(numAccs);
-  return out;
-}
 
 MatmulConfig default_config(const MatmulSpec &spec) {
   MatmulConfig config;
-  config.block_m = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.m), 16, 128);
-  config.block_n = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.n), 16, 128);
+  config.block_m = std::clamp<int64_t>(dsl::next_power_of_two(spec.m), 16, 128);
+  config.block_n = std::clamp<int64_t>(dsl::next_power_of_two(spec.n), 16, 128);
   int64_t minK = spec.dtype == DType::F32 ? 8 : 16;  // one mma K step (k16, tf32 k8)
   if (rows_of_16_bytes(spec)) {
     // cp.async ring: 64-byte K slices (two mma steps), four stages (16 KiB each at
@@ -206,7 +111,7 @@ MatmulConfig default_config(const MatmulSpec &spec) {
   }
   // Register prefetch: one K block of two mma steps, so that both operands' staging
   // tiles fit twice in 48 KiB (double-buffered: one barrier per block).
-  config.block_k = std::clamp<int64_t>(ops_detail::next_power_of_two(spec.k), minK, 2 * minK);
+  config.block_k = std::clamp<int64_t>(dsl::next_power_of_two(spec.k), minK, 2 * minK);
   // About a 32x64 warp tile: 8 warps for 128x128 blocks, fewer for small blocks.
   config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 2048, 1, 8));
   return config;
@@ -244,157 +149,6 @@ Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   return k;
 }
 
-std::optional<std::string> check_block_sizes(const Config &c, bool tile) {
-  auto isPowerOfTwo = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
-  const int64_t minBlock = tile ? 16 : 1;
-  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
-    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
-      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
-  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
-    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
-  if (w != 1 && w != 2 && w != 4 && w != 8)
-    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  if (!tile && bm * bk * bn > 8192)  // exact products hold [block_m, block_k, block_n] partial products
-    return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
-  return std::nullopt;
-}
-
-std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N) {
-  const int64_t async = c.get_or("async_copy", 0);
-  if (async != 0 && async != 1)
-    return fmt::format("async_copy must be 0 or 1, got {}", async);
-  if (async && !serves)
-    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
-                       "K {}, N {}",
-                       K, N);
-  // TMA rings wait on each slot's own barrier, so they may be deeper than a cp.async ring
-  // (whose waits count the copies in flight).
-  const int64_t most = c.get_or("tma", 0) == 1 ? 8 : 4;
-  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > most))
-    return most == 4 ? fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, "
-                                   "got {}",
-                                   c.get("stages"))
-                     : fmt::format("stages (the TMA ring's slots) must be 2 to 8, got {}", c.get("stages"));
-  return std::nullopt;
-}
-
-std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes) {
-  const int64_t tma = c.get_or("tma", 0);
-  if (tma != 0 && tma != 1)
-    return fmt::format("tma must be 0 or 1, got {}", tma);
-  if (!tma)
-    return std::nullopt;
-  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
-  if (!c.get_or("async_copy", 0) || bm != 16 * w || w % 4 != 0)
-    return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
-                       "block_m = 16 * num_warps, got block_m {} with {} warps",
-                       bm, w);
-  return check_tma_block_shape(bk, "block_n", bn, elem_bytes);
-}
-
-std::optional<std::string> check_hopper_keys(const Config &c) {
-  for (const char *key : {"async_copy", "tma", "wgmma"})
-    if (c.has(key))
-      return fmt::format("unknown key \"{}\" for hopper (its kernels are always on TMA rings)", key);
-  return std::nullopt;
-}
-
-const char *impl_name(ProductImpl impl) {
-  switch (impl) {
-  case ProductImpl::Tile: return "tile";
-  case ProductImpl::Hopper: return "hopper";
-  case ProductImpl::Reference: break;
-  }
-  return "reference";
-}
-
-Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).set("tma", 1); }
-
-std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {
-  std::vector<Config> space{std::move(heuristic)};
-  for (int64_t bn : {64, 128})
-    for (int64_t stages : {2, 3, 4, 6}) {
-      Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
-      if (valid(c) && std::find(space.begin(), space.end(), c) == space.end())
-        space.push_back(std::move(c));
-    }
-  return space;
-}
-
-std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes) {
-  if (bk * elem_bytes != 32 && bk * elem_bytes != 64 && bk * elem_bytes != 128)
-    return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
-  if (cols * elem_bytes % 128 != 0)
-    return fmt::format("tma needs {} of whole 128-byte rows ({} elements), got {}", cols_key, 128 / elem_bytes, cols);
-  return std::nullopt;
-}
-
-TmaRing TmaRing::make(Kernel &k, int64_t stages, int64_t copies, int consumer_warps) {
-  return {stages, k.mbarriers(stages, copies), k.mbarriers(stages, 32 * int64_t(consumer_warps))};
-}
-
-void TmaRing::wait_free(Kernel &k, const Value &step) const {
-  k.wait(empty, slot(step), (step / Value(stages) + Value(1)) % Value(2));
-}
-
-void TmaRing::wait_full(Kernel &k, const Value &step) const {
-  k.wait(full, slot(step), (step / Value(stages)) % Value(2));
-}
-
-void TmaRing::release(Kernel &k, const Value &step) const { k.arrive(empty, slot(step)); }
-
-std::vector<Value> tma_ring_loop(Kernel &k, const Value &steps, int64_t step, const TmaRing &ring,
-                                 std::vector<Value> accs, const TmaRingCopies &copies, const RingProducts &products) {
-  std::vector<Value> out = k.specialized_loop(
-      0, steps, 1, std::move(accs),
-      [&](Value i) {
-        ring.wait_free(k, i);
-        return copies(i * Value(step), ring.slot(i));
-      },
-      [&](Value i, std::vector<Value> carried, std::vector<Value> blocks) {
-        ring.wait_full(k, i);
-        std::vector<Value> result = products(i * Value(step), std::move(carried), std::move(blocks));
-        k.when(i > Value(0), [&] { ring.release(k, i - Value(1)); });  // step i - 1's dots are done
-        return result;
-      });
-  for (Value &acc : out)
-    acc = dot_wait(acc, 0);
-  return out;
-}
-
-std::vector<Value> tma_tile_loop(Kernel &k, const Value &tiles, int64_t steps, int64_t step, const TmaRing &ring,
-                                 const std::vector<Value> &zeros, std::vector<Value> extras, const TmaTileLoop &body) {
-  const Value perTile(steps);
-  const int inFlight = static_cast<int>(zeros.size());  // one commit group per product
-  // Tiles outside, each tile's K steps inside: the producer walks the steps of every
-  // tile in turn (step i = tile x steps + s of the ring), the consumers complete a tile's
-  // products before its epilogue on every path.
-  return k.specialized_loop(
-      0, tiles, 1, std::move(extras), [](Value) { return std::vector<Value>{}; },
-      [&](Value tile, std::vector<Value> carried, std::vector<Value>) {
-        Value first = tile * perTile;
-        std::vector<Value> accs = k.specialized_steps(
-            0, perTile, 1, zeros,
-            [&](Value s) {
-              ring.wait_free(k, first + s);
-              return body.copies(tile, s * Value(step), ring.slot(first + s));
-            },
-            [&](Value s, std::vector<Value> c, std::vector<Value> blocks) {
-              ring.wait_full(k, first + s);
-              std::vector<Value> products = body.products(blocks, c, s == Value(0));
-              for (Value &product : products)  // step s - 1's products are done
-                product = dot_wait(product, inFlight);
-              k.when(s > Value(0), [&] { ring.release(k, first + s - Value(1)); });
-              return products;
-            });
-        for (Value &acc : accs)
-          acc = dot_wait(acc, 0);
-        ring.release(k, first + perTile - Value(1));
-        return body.done(tile, accs, std::move(carried));
-      });
-}
-
 std::string hopper_unsupported(const MatmulSpec &spec) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !is_fp8(spec.dtype))
     return fmt::format("the hopper matmul takes bf16, f16, f8e4m3 or f8e5m2, got {}", dtype_name(spec.dtype));
@@ -412,7 +166,7 @@ std::string hopper_unsupported(const MatmulSpec &spec) {
 MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   MatmulConfig config;
   config.block_m = 128;
-  config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, ops_detail::next_power_of_two(spec.n));
+  config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, dsl::next_power_of_two(spec.n));
   if (spec.accumulate) {  // the epilogue holds c's tile beside the accumulator
     config.block_n = std::min<int64_t>(config.block_n, 128);
     config.rebalance_registers = true;  // 168 registers a thread spilled; the consumers get 232

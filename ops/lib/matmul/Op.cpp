@@ -11,10 +11,11 @@
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/framework/CallCache.h"
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/PlannedImplementation.h"
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/matmul/Common.h"
+#include "ops/lib/products/Products.h"
 
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
@@ -410,30 +411,6 @@ void matmul_host(const TensorView &a, const TensorView &b, const TensorView &c, 
   TensorView inputs[3] = {a, b, options.bias ? *options.bias : TensorView()};
   matmul_op().interpret(args, inputs, std::span<const TensorView>(&c, 1), explicitImplementation(options),
                         explicitConfig(options));
-}
-
-void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKernelKind kind, const MatmulSpec &spec,
-                        TensorView a, TensorView b, TensorView c) {
-  static const char *names[] = {"reference", "tile", "hopper"};
-  MatmulConfig mc = kind == MatmulKernelKind::Hopper ? default_hopper_config(spec, ex.sm_count())
-                    : kind == MatmulKernelKind::Tile ? default_config(spec)
-                                                     : MatmulConfig{};
-  KernelKey key = ops_detail::specializationKey(
-      fmt::format("{}_matmul_{}", op, names[int(kind)]).c_str(),
-      {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
-       spec.accumulate, mc.block_m, mc.block_n, mc.block_k, mc.group_m, mc.num_warps, mc.num_stages,
-       mc.warp_specialize, mc.cluster_m, mc.tma_store, mc.programs, mc.rebalance_registers});
-  ex.launch(
-      key,
-      [=] {
-        switch (kind) {
-        case MatmulKernelKind::Hopper: return matmul_hopper_kernel(spec, mc);
-        case MatmulKernelKind::Tile: return matmul_kernel(spec, mc);
-        case MatmulKernelKind::Reference: break;
-        }
-        return matmul_reference_kernel(spec);
-      },
-      {std::move(a), std::move(b), std::move(c), ops_detail::KernelExecutor::Arg::value(1.0)});
 }
 
 } // namespace tokamax

@@ -2,8 +2,7 @@
 #include <tokamax/ops/RaggedDot.h>
 
 #include "ops/lib/framework/OpEntry.h"
-#include "ops/lib/framework/PlannedImplementation.h"
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/ragged_dot/Common.h"
 
@@ -101,51 +100,13 @@ const std::vector<std::string> kVjpArgs{"dout", "lhs", "rhs", "group_sizes", "dl
 
 const char *opName(bool vjp) { return vjp ? "ragged_dot_vjp" : "ragged_dot"; }
 
-class RaggedDotImplementation : public ops_detail::PlannedImplementation {
-public:
-  RaggedDotImplementation(bool vjp, Impl impl)
-      : PlannedImplementation(vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3), vjp_(vjp), impl_(impl) {}
-  using Implementation::supported_on;
-
-  std::string name() const override { return impl_name(impl_); }
-  bool supported_on(const std::string &arch) const override {
-    if (impl_ == Impl::Hopper)
-      return arch == "sm_90a";
-    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
-  }
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    return ragged_detail::why_not(problem(args), impl_);
-  }
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    return ragged_detail::check_config(problem(args), impl_, config);
-  }
-  Config heuristic(const BoundArgs &args) const override { return ragged_detail::heuristic(problem(args), impl_); }
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    return ragged_detail::search_space(problem(args), impl_);
-  }
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    ragged_detail::execute(problem(args), impl_, config, inputs, outputs, executor);
-  }
-
-private:
-  Problem problem(const BoundArgs &args) const {
-    if (args.op != opName(vjp_))
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", opName(vjp_), args.op));
-    return ragged_detail::problem_of(args);
-  }
-
-  bool vjp_;
-  Impl impl_;
-};
 
 class RaggedDotOp : public Op {
 public:
   explicit RaggedDotOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
-           {std::make_shared<RaggedDotImplementation>(vjp, Impl::Tile),
-            std::make_shared<RaggedDotImplementation>(vjp, Impl::Hopper),
-            std::make_shared<RaggedDotImplementation>(vjp, Impl::Reference)}),
+           ops_detail::implementations<Problem>(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
+                                                {Impl::Tile, Impl::Hopper, Impl::Reference}, ragged_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

@@ -15,10 +15,9 @@
 // blocks.
 //
 //===----------------------------------------------------------------------===//
-#include "ops/lib/matmul/Common.h"
+#include "ops/lib/products/Products.h"
 #include "ops/lib/ragged_dot/Common.h"
 
-#include "ops/lib/framework/Dispatch.h"
 
 #include <tokamax/runtime/Error.h>
 
@@ -141,8 +140,8 @@ Config heuristic(const Problem &p, Impl impl) {
     return {{"block_m", 16}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}};
   // Per-group row counts are unknown on the host: the tile follows M / G, the mean group.
   const int64_t rows = p.vjp ? std::max(p.M / std::max<int64_t>(p.G, 1), p.K) : p.M / std::max<int64_t>(p.G, 1);
-  const int64_t bm = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max<int64_t>(rows, 1)), 16, 128);
-  const int64_t bn = std::clamp<int64_t>(ops_detail::next_power_of_two(std::max(p.N, p.vjp ? p.K : 1)), 16, 128);
+  const int64_t bm = std::clamp<int64_t>(dsl::next_power_of_two(std::max<int64_t>(rows, 1)), 16, 128);
+  const int64_t bn = std::clamp<int64_t>(dsl::next_power_of_two(std::max(p.N, p.vjp ? p.K : 1)), 16, 128);
   Config c{{"block_m", bm}, {"block_n", bn}, {"block_k", 32}, {"num_warps", std::clamp<int64_t>(bm * bn / 1024, 1, 8)}};
   if (async_copy_serves(p))
     c.set("async_copy", 1).set("stages", 3);

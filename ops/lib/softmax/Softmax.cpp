@@ -1,12 +1,15 @@
 //===- Softmax.cpp - Row softmax in one pass over registers -----------------===//
 #include <tokamax/ops/Softmax.h>
 
-#include "ops/lib/framework/Dispatch.h"
+#include "ops/lib/framework/Views.h"
+#include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
 
+#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,10 +22,10 @@ using namespace dsl;
 
 SoftmaxConfig default_config(const SoftmaxSpec &spec) {
   SoftmaxConfig config;
-  int64_t cols = ops_detail::next_power_of_two(spec.cols);
+  int64_t cols = dsl::next_power_of_two(spec.cols);
   // About 16 elements per thread: several 16-byte loads in flight, no spills.
   int64_t perProgram = std::max<int64_t>(2048, cols);
-  config.block_rows = std::clamp<int64_t>(perProgram / cols, 1, ops_detail::next_power_of_two(spec.rows));
+  config.block_rows = std::clamp<int64_t>(perProgram / cols, 1, dsl::next_power_of_two(spec.rows));
   int64_t elements = config.block_rows * cols;
   config.num_warps = static_cast<int>(std::clamp<int64_t>(elements / (32 * 16), 1, 16));
   return config;
@@ -37,7 +40,7 @@ Kernel softmax_kernel(const SoftmaxSpec &spec, const SoftmaxConfig &config) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && spec.dtype != DType::F32 && spec.dtype != DType::F64)
     throw Error(fmt::format("softmax: x must be bf16, f16, f32 or f64, got {}", dtype_name(spec.dtype)));
   DType f = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  int64_t cols = ops_detail::next_power_of_two(spec.cols);
+  int64_t cols = dsl::next_power_of_two(spec.cols);
   Kernel k("softmax", {config.num_warps});
   TensorArg x = k.input("x", spec.dtype, {spec.rows, spec.cols});
   TensorArg y = k.output("y", spec.dtype, {spec.rows, spec.cols});
@@ -80,7 +83,7 @@ SoftmaxCall bindSoftmax(const TensorView &x, const TensorView &y, const SoftmaxO
                             c.block_rows, c.num_warps));
   // One program holds block_rows padded rows in registers: bounded like the norms' blocks
   // (an absurd block_rows would otherwise build a tile the size of memory).
-  const int64_t paddedCols = ops_detail::next_power_of_two(call.spec.cols);
+  const int64_t paddedCols = dsl::next_power_of_two(call.spec.cols);
   if (c.block_rows > kSoftmaxMaxBlockElements / paddedCols)
     throw Error(fmt::format("softmax: config block_rows {} holds {} padded columns each, over the {} elements one "
                             "program holds",

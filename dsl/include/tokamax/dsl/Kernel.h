@@ -126,6 +126,13 @@ TOKAMAX_API Value atomic_max(const Value &ptrs, const Value &value, const Value 
 TOKAMAX_API Value atomic_cas(const Value &ptrs, const Value &compare, const Value &value);
 
 constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/// The smallest power of two >= v (tile extents are powers of two).
+constexpr int64_t next_power_of_two(int64_t v) {
+  int64_t p = 1;
+  while (p < v)
+    p *= 2;
+  return p;
+}
 
 class TensorArg;
 

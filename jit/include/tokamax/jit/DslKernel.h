@@ -9,7 +9,7 @@
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/compiler/Interpreter.h>
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 #include <tokamax/dsl/Kernel.h>
 
 #include <span>

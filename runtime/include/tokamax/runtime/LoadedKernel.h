@@ -2,7 +2,7 @@
 //
 // A cubin's module and function with its launch metadata: launch() checks each argument
 // against the kernel's parameters, packs them with no allocation and launches. The JIT
-// (<tokamax/compiler/Jit.h>) and exports (<tokamax/export/ExportedFunction.h>) both
+// (<tokamax/jit/Jit.h>) and exports (<tokamax/export/ExportedFunction.h>) both
 // launch through it; it needs only the driver.
 //
 //===----------------------------------------------------------------------===//

@@ -1,5 +1,5 @@
 //===- Jit.cpp - Compile on first use, cache in memory and on disk ----------===//
-#include <tokamax/compiler/Jit.h>
+#include <tokamax/jit/Jit.h>
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/DiskCache.h>

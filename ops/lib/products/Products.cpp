@@ -1,0 +1,149 @@
+//===- Products.cpp - What the tiled product ops share ---------------------===//
+#include "ops/lib/products/Products.h"
+
+#include "ops/lib/framework/KernelExecutor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tokamax {
+
+using namespace dsl;
+
+Value exact_product(const Value &a, const Value &b, const Value &acc) {
+  // [bm, bk, 1] * [1, bk, bn], summed over k.
+  return acc + (a.expand(2) * b.expand(0)).sum(1);
+}
+
+std::vector<Config> block_search_space(Config heuristic, bool reference, bool ring, const Config &extra,
+                                       const std::function<bool(const Config &)> &valid) {
+  std::vector<Config> space{std::move(heuristic)};
+  auto add = [&](Config c) {
+    if (std::find(space.begin(), space.end(), c) == space.end() && valid(c))
+      space.push_back(std::move(c));
+  };
+  if (reference) {
+    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
+    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
+    return space;
+  }
+  for (int64_t bm : {64, 128, 256})
+    for (int64_t bn : {64, 128, 256})
+      for (int64_t bk : {32, 64})
+        for (int64_t warps : {4, 8})
+          for (int64_t stages : {0, 3, 4}) {  // 0: register loads
+            if (stages && !ring)
+              continue;
+            Config c = extra;
+            c.set("block_m", bm).set("block_n", bn).set("block_k", bk).set("num_warps", warps);
+            if (stages)
+              c.set("async_copy", 1).set("stages", stages);
+            add(std::move(c));
+          }
+  return space;
+}
+
+std::optional<std::string> check_block_sizes(const Config &c, bool tile) {
+  auto isPowerOfTwo = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
+  const int64_t minBlock = tile ? 16 : 1;
+  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
+    if (!isPowerOfTwo(v) || v < minBlock || v > 256)
+      return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
+  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
+    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  if (!tile && bm * bk * bn > 8192)  // exact products hold [block_m, block_k, block_n] partial products
+    return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+  return std::nullopt;
+}
+
+std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N) {
+  const int64_t async = c.get_or("async_copy", 0);
+  if (async != 0 && async != 1)
+    return fmt::format("async_copy must be 0 or 1, got {}", async);
+  if (async && !serves)
+    return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
+                       "K {}, N {}",
+                       K, N);
+  // TMA rings wait on each slot's own barrier, so they may be deeper than a cp.async ring
+  // (whose waits count the copies in flight).
+  const int64_t most = c.get_or("tma", 0) == 1 ? 8 : 4;
+  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > most))
+    return most == 4 ? fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, "
+                                   "got {}",
+                                   c.get("stages"))
+                     : fmt::format("stages (the TMA ring's slots) must be 2 to 8, got {}", c.get("stages"));
+  return std::nullopt;
+}
+
+std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes) {
+  const int64_t tma = c.get_or("tma", 0);
+  if (tma != 0 && tma != 1)
+    return fmt::format("tma must be 0 or 1, got {}", tma);
+  if (!tma)
+    return std::nullopt;
+  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
+  if (!c.get_or("async_copy", 0) || bm != 16 * w || w % 4 != 0)
+    return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
+                       "block_m = 16 * num_warps, got block_m {} with {} warps",
+                       bm, w);
+  return check_tma_block_shape(bk, "block_n", bn, elem_bytes);
+}
+
+std::optional<std::string> check_hopper_keys(const Config &c) {
+  for (const char *key : {"async_copy", "tma", "wgmma"})
+    if (c.has(key))
+      return fmt::format("unknown key \"{}\" for hopper (its kernels are always on TMA rings)", key);
+  return std::nullopt;
+}
+
+
+Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).set("tma", 1); }
+
+std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {
+  std::vector<Config> space{std::move(heuristic)};
+  for (int64_t bn : {64, 128})
+    for (int64_t stages : {2, 3, 4, 6}) {
+      Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
+      if (valid(c) && std::find(space.begin(), space.end(), c) == space.end())
+        space.push_back(std::move(c));
+    }
+  return space;
+}
+
+std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes) {
+  if (bk * elem_bytes != 32 && bk * elem_bytes != 64 && bk * elem_bytes != 128)
+    return fmt::format("tma needs block_k of 32, 64 or 128 bytes (a swizzle row), got {}", bk);
+  if (cols * elem_bytes % 128 != 0)
+    return fmt::format("tma needs {} of whole 128-byte rows ({} elements), got {}", cols_key, 128 / elem_bytes, cols);
+  return std::nullopt;
+}
+
+void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKernelKind kind, const MatmulSpec &spec,
+                        TensorView a, TensorView b, TensorView c) {
+  static const char *names[] = {"reference", "tile", "hopper"};
+  MatmulConfig mc = kind == MatmulKernelKind::Hopper ? default_hopper_config(spec, ex.sm_count())
+                    : kind == MatmulKernelKind::Tile ? default_config(spec)
+                                                     : MatmulConfig{};
+  KernelKey key = ops_detail::specializationKey(
+      fmt::format("{}_matmul_{}", op, names[int(kind)]).c_str(),
+      {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
+       spec.accumulate, mc.block_m, mc.block_n, mc.block_k, mc.group_m, mc.num_warps, mc.num_stages,
+       mc.warp_specialize, mc.cluster_m, mc.tma_store, mc.programs, mc.rebalance_registers});
+  ex.launch(
+      key,
+      [=] {
+        switch (kind) {
+        case MatmulKernelKind::Hopper: return matmul_hopper_kernel(spec, mc);
+        case MatmulKernelKind::Tile: return matmul_kernel(spec, mc);
+        case MatmulKernelKind::Reference: break;
+        }
+        return matmul_reference_kernel(spec);
+      },
+      {std::move(a), std::move(b), std::move(c), ops_detail::KernelExecutor::Arg::value(1.0)});
+}
+
+} // namespace tokamax
