@@ -22,6 +22,7 @@
 
 #include "ops/lib/framework/ImplKind.h"
 #include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/TypedConfig.h"
 
 #include <tokamax/runtime/Error.h>
 
@@ -121,6 +122,80 @@ implementations(const std::string &op, const std::vector<std::string> &arg_names
   for (ImplKind kind : kinds)
     list.push_back(std::make_shared<OpImplementation<Problem>>(op, arg_names, num_inputs, kind, read));
   return list;
+}
+
+/// An implementation in a file of its own, with a typed config (TypedConfig.h):
+///
+///   struct Hopper {
+///     static constexpr ImplKind kind = ImplKind::Hopper;
+///     using Problem = ...;  using Config = HopperConfig;  // Config lists its keys
+///     static std::optional<std::string> why_not(const Problem &);
+///     static Config heuristic(const Problem &);
+///     static std::vector<Config> search_space(const Problem &);
+///     static std::optional<std::string> check(const Problem &, const Config &);
+///     static void execute(const Problem &, const Config &, std::span<const TensorView> inputs,
+///                         std::span<const TensorView> outputs, KernelExecutor &);
+///     // optional: static void check_device(const Problem &, const BoundArgs &, Device &);
+///   };
+///
+/// The string map is read (from_config) and written (to_config) here only.
+template <class Impl>
+class TypedImplementation final : public PlannedImplementation {
+public:
+  using Problem = typename Impl::Problem;
+  using TypedConfig = typename Impl::Config;
+  using Read = std::function<Problem(const BoundArgs &)>;
+
+  TypedImplementation(std::string op, std::vector<std::string> arg_names, size_t num_inputs, Read read)
+      : PlannedImplementation(std::move(arg_names), num_inputs), op_(std::move(op)), read_(std::move(read)) {}
+  using Implementation::supported_on;
+
+  std::string name() const override { return impl_name(Impl::kind); }
+  bool supported_on(const std::string &arch) const override { return impl_supported_on(Impl::kind, arch); }
+  std::optional<std::string> why_not(const BoundArgs &args) const override { return Impl::why_not(problem(args)); }
+  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
+    const Problem p = problem(args);
+    TypedConfig c;
+    try {
+      c = from_config<TypedConfig>(config);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return Impl::check(p, c);
+  }
+  Config heuristic(const BoundArgs &args) const override { return to_config(Impl::heuristic(problem(args))); }
+  std::vector<Config> search_space(const BoundArgs &args) const override {
+    std::vector<Config> space;
+    for (const TypedConfig &c : Impl::search_space(problem(args)))
+      space.push_back(to_config(c));
+    return space;
+  }
+  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs, KernelExecutor &executor) const override {
+    Impl::execute(problem(args), from_config<TypedConfig>(config), inputs, outputs, executor);
+  }
+  void check_device(const BoundArgs &args, Device &device) const override {
+    if constexpr (requires(const Problem &p) { Impl::check_device(p, args, device); })
+      Impl::check_device(problem(args), args, device);
+  }
+
+private:
+  Problem problem(const BoundArgs &args) const {
+    if (args.op != op_)
+      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", op_, args.op));
+    return read_(args);
+  }
+
+  std::string op_;
+  Read read_;
+};
+
+/// An op's typed implementations, in auto's order.
+template <class... Impls, class Read>
+std::vector<std::shared_ptr<const Implementation>>
+typed_implementations(const std::string &op, const std::vector<std::string> &arg_names, size_t num_inputs,
+                      Read read) {
+  return {std::make_shared<TypedImplementation<Impls>>(op, arg_names, num_inputs, read)...};
 }
 
 } // namespace tokamax::ops_detail

@@ -1,0 +1,112 @@
+//===- TypedConfig.h - Typed configs and their string-map form ----*- C++ -*-===//
+//
+// An implementation's config is a struct with named fields. It becomes the string map
+// (tokamax::Config: {"block_q": 128, ...}) only at the boundary: autotuning results,
+// caches, export files and --config. The struct lists its keys once:
+//
+//   struct HopperConfig {
+//     int64_t block_kv = 128;
+//     bool pingpong = false;
+//     static constexpr auto keys = std::tuple{
+//         ConfigKey{"block_kv", &HopperConfig::block_kv},                    // required
+//         ConfigKey{"pingpong", &HopperConfig::pingpong, KeyUse::Optional}};  // written when set
+//   };
+//
+// from_config<C>(map) reads it (unknown keys, missing required keys and values a bool
+// field cannot hold are an Error naming the key); to_config(c) writes it back with the
+// same keys, so maps written before the struct existed read and write back unchanged.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tokamax::ops_detail {
+
+/// How a key appears in the map:
+///   Required:  must be there on reading; always written;
+///   Optional:  may be absent (the struct's default) on reading; written where it differs
+///              from that default;
+///   Defaulted: may be absent on reading; always written.
+enum class KeyUse : uint8_t { Required, Optional, Defaulted };
+
+template <class C, class T>
+struct ConfigKey {
+  const char *name;
+  T C::*member;
+  KeyUse use = KeyUse::Required;
+};
+template <class C, class T>
+ConfigKey(const char *, T C::*) -> ConfigKey<C, T>;
+template <class C, class T>
+ConfigKey(const char *, T C::*, KeyUse) -> ConfigKey<C, T>;
+
+namespace config_detail {
+template <class C, class F>
+void forEachKey(F &&f) {
+  std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
+}
+} // namespace config_detail
+
+/// The keys `C` declares, in order.
+template <class C>
+std::vector<std::string> config_keys() {
+  std::vector<std::string> names;
+  config_detail::forEachKey<C>([&](const auto &key) { names.push_back(key.name); });
+  return names;
+}
+
+/// Reads `map` as a `C`; throws Error naming the first unknown key, missing required key
+/// or value a bool field cannot hold ("unknown key ...", "missing ...").
+template <class C>
+C from_config(const Config &map) {
+  for (const auto &[name, value] : map.values) {
+    bool known = false;
+    config_detail::forEachKey<C>([&](const auto &key) { known = known || name == key.name; });
+    if (!known)
+      throw Error(fmt::format("unknown key \"{}\"", name));
+  }
+  C c{};
+  config_detail::forEachKey<C>([&](const auto &key) {
+    using T = std::remove_cvref_t<decltype(c.*key.member)>;
+    if (!map.has(key.name)) {
+      if (key.use == KeyUse::Required)
+        throw Error(fmt::format("missing \"{}\"", key.name));
+      return;
+    }
+    const int64_t v = map.get(key.name);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (v != 0 && v != 1)
+        throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
+      c.*key.member = v != 0;
+    } else {
+      c.*key.member = static_cast<T>(v);
+    }
+  });
+  return c;
+}
+
+/// Writes `c` with its keys: optional ones where they differ from a default-constructed
+/// C, the others always.
+template <class C>
+Config to_config(const C &c) {
+  const C defaults{};
+  Config map;
+  config_detail::forEachKey<C>([&](const auto &key) {
+    if (key.use != KeyUse::Optional || c.*key.member != defaults.*key.member)
+      map.set(key.name, static_cast<int64_t>(c.*key.member));
+  });
+  return map;
+}
+
+} // namespace tokamax::ops_detail
