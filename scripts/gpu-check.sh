@@ -30,6 +30,10 @@
 #               TMA-ring kernels under TOKAMAX_EXPERIMENTAL=1) and its timings beside
 #               torch; ragged_dot's numerics and timings (grids in grouped order, six-slot
 #               rings) beside torch's grouped mm
+#   house       after a refactor that must change no kernel: the GPU tests of attention,
+#               matmul and the norms (numerics against float64), the dispatch tests on
+#               the real driver, the host cost of cached calls, and the hopper attention
+#               beside torch's SDPA (cuDNN, flash) at S1 and S2
 #   pending2    the rest of it: the staged norm VJP's numerics and its configs timed at
 #               4096x16384; gated_linear_unit's hopper on persistent grids and with
 #               six-slot rings (numerics, then timings beside cuBLAS)
@@ -78,6 +82,20 @@ if wants pending; then
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
   TAIL=10 run pending-ragged-bench-6slots "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":6}' "${pending_peers[@]}"
+fi
+if wants house; then
+  t=(timeout -k 10)
+  TAIL=12 run house-gpu-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[attention],[matmul],[norm]" --durations yes
+  TAIL=8 run house-dispatch-tests "${t[@]}" 60 "$bin/tokamax-dispatch-tests"
+  TAIL=12 run house-dispatch "${t[@]}" 60 "$bin/tokamax-bench" --dispatch
+  house_peers=()
+  if has_torch; then
+    TAIL=12 run house-attention-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
+      --json "$out/house-attention-peers.json"
+    house_peers=(--peers "$out/house-attention-peers.json")
+  fi
+  TAIL=24 run house-attention-bench "${t[@]}" 150 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    "${house_peers[@]}"
 fi
 if wants pending2; then
   t=(timeout -k 10)
