@@ -9,6 +9,7 @@
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Softmax.h>
+#include <tokamax/ops/SoftmaxCrossEntropy.h>
 
 #include <fmt/format.h>
 
@@ -96,6 +97,11 @@ std::vector<RegisteredKernel> registered_kernels() {
      bind_linear_softmax_cross_entropy_loss(cx, cw, labels, closs, clse, LossReduction::Mean, -100));
   op(linear_softmax_cross_entropy_loss_vjp_op(),
      bind_linear_softmax_cross_entropy_loss_vjp(closs, cx, cw, labels, clse, cx, cw, LossReduction::Mean, -100));
+  // softmax_cross_entropy at the cross-entropy benchmark's logits (B 8192, V 131072 bf16):
+  // the tile forward and VJP.
+  ArgSpec logits{{8192, 131072}, DType::BF16}, rows = softmax_cross_entropy_row_spec(logits);
+  op(softmax_cross_entropy_op(), bind_softmax_cross_entropy(logits, labels, rows, rows));
+  op(softmax_cross_entropy_vjp_op(), bind_softmax_cross_entropy_vjp(rows, logits, labels, rows, logits));
   return kernels;
 }
 

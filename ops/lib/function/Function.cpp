@@ -190,6 +190,14 @@ Sym Tracer::linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const Cr
                    options.implementation)[0];
 }
 
+Sym Tracer::softmax_cross_entropy(Sym logits, Sym labels, std::optional<std::string> implementation) {
+  const ArgSpec &ls = spec(logits);
+  // The residual lse is always produced: a later grad() needs it.
+  const ArgSpec rows = softmax_cross_entropy_row_spec(ls);
+  BoundArgs b = bind_softmax_cross_entropy(ls, spec(labels), rows, rows);
+  return f_.record(softmax_cross_entropy_op(), b, {logits.id, labels.id, -2, -2}, std::move(implementation))[0];
+}
+
 Sym Tracer::sum(Sym x) {
   BoundArgs b{"sum", {spec(x), ArgSpec{{1}, DType::F32}}, {}};
   return f_.record(sum_op(), b, {x.id, -2})[0];
@@ -494,6 +502,17 @@ Function grad(const Function &f, std::vector<int> wrt) {
                                        {dlossCast.id, sl[0], sl[1], sl[2], sl[4], -2, -2}, call.implementation);
       accumulate(sl[0], outs[0]);
       accumulate(sl[1], outs[1]);
+    } else if (op == "softmax_cross_entropy") {
+      auto dloss = cot(2);
+      if (!dloss)
+        continue;
+      const auto &sl = call.slots;  // logits, labels | loss, lse
+      Sym dlossCast = t.cast(*dloss, t.spec(Sym{sl[2]}).dtype);
+      const ArgSpec &logits = t.spec(Sym{sl[0]});
+      BoundArgs b = bind_softmax_cross_entropy_vjp(t.spec(dlossCast), logits, t.spec(Sym{sl[1]}), t.spec(Sym{sl[3]}),
+                                                   logits);
+      accumulate(sl[0], g.record(softmax_cross_entropy_vjp_op(), b, {dlossCast.id, sl[0], sl[1], sl[3], -2},
+                                 call.implementation)[0]);
     } else {
       throw Error("grad: op '" + op + "' has no VJP");
     }

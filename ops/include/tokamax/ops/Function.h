@@ -22,6 +22,7 @@
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/ops/Op.h>
+#include <tokamax/ops/SoftmaxCrossEntropy.h>
 
 #include <functional>
 #include <memory>
@@ -80,6 +81,9 @@ public:
   /// The loss of logits x @ w against labels (CrossEntropy.h): [B] for "none", else [1],
   /// in the accumulation dtype; options.implementation pins the call and its VJP.
   Sym linear_softmax_cross_entropy_loss(Sym x, Sym w, Sym labels, const CrossEntropyOptions &options = {});
+  /// Each row's loss of given logits [B, V] against labels int32 [B] (SoftmaxCrossEntropy.h):
+  /// [B] f32 (f64 for f64 logits); `implementation` pins the call and its VJP.
+  Sym softmax_cross_entropy(Sym logits, Sym labels, std::optional<std::string> implementation = std::nullopt);
   /// Sum of every element, as an f32 tensor of shape [1].
   Sym sum(Sym x);
   Sym add(Sym a, Sym b);
