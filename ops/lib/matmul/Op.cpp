@@ -2,20 +2,19 @@
 //
 // matmul as an Op: arguments a, b, bias (optional) then c; attributes trans_a, trans_b
 // and alpha. Implementations in auto order: hopper (sm_90a: TMA + wgmma, bf16, f16,
-// fp8), tile (mma.sync: bf16, f16, f32 as tf32) and reference (every float dtype). A
-// Config holds MatmulConfig's fields; "programs" = -1 (the hopper heuristic) runs a
-// persistent grid of one program per SM of the device (3 on the interpreter, so the
-// tile loop still runs), 0 one program per tile, N > 0 N programs.
+// fp8), tile (mma.sync: bf16, f16, f32 as tf32) and reference (every float dtype), one
+// file each. A Config holds MatmulConfig's fields (KeyedMatmulConfig, Common.h);
+// "programs" = -1 (the hopper heuristic) runs a persistent grid of one program per SM of
+// the device (3 on the interpreter, so the tile loop still runs), 0 one program per
+// tile, N > 0 N programs.
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/ops/Matmul.h>
 
 #include "ops/lib/framework/CallCache.h"
-#include "ops/lib/framework/KernelExecutor.h"
-#include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/matmul/Common.h"
-#include "ops/lib/products/Products.h"
 
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
@@ -23,10 +22,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <memory>
 
 namespace tokamax {
 
@@ -34,269 +30,14 @@ namespace {
 
 const std::vector<std::string> kMatmulArgs{"a", "b", "bias", "c"};
 
-enum class Kind { Hopper, Tile, Reference };
-
 std::string describe(const ArgSpec &s) { return fmt::format("{} [{}]", dtype_name(s.dtype), fmt::join(s.shape, ", ")); }
-
-constexpr int64_t kOnePerSm = -1;
-
-Config toConfig(const MatmulConfig &c, int64_t programs) {
-  Config config{{"block_m", c.block_m},     {"block_n", c.block_n},
-                {"block_k", c.block_k},     {"group_m", c.group_m},
-                {"num_warps", c.num_warps}, {"num_stages", c.num_stages},
-                {"warp_specialize", c.warp_specialize}, {"cluster_m", c.cluster_m}, {"tma_store", c.tma_store},
-                {"a_in_registers", c.a_in_registers}, {"programs", programs}};
-  if (c.rebalance_registers)  // only where set: configs saved before it existed stay valid
-    config.set("rebalance_registers", 1);
-  if (c.tma_ring)
-    config.set("tma_ring", 1);
-  return config;
-}
-
-/// `sm_count`: what programs = -1 stands for.
-MatmulConfig fromConfig(const Config &config, int sm_count) {
-  MatmulConfig c;
-  c.block_m = config.get("block_m");
-  c.block_n = config.get("block_n");
-  c.block_k = config.get("block_k");
-  c.group_m = config.get_or("group_m", 8);
-  c.num_warps = static_cast<int>(config.get("num_warps"));
-  c.num_stages = config.get_or("num_stages", 4);
-  c.warp_specialize = config.get_or("warp_specialize", 1) != 0;
-  c.cluster_m = config.get_or("cluster_m", 1);
-  c.tma_store = config.get_or("tma_store", 0) != 0;
-  c.a_in_registers = config.get_or("a_in_registers", 0) != 0;
-  c.rebalance_registers = config.get_or("rebalance_registers", 0) != 0;
-  c.tma_ring = config.get_or("tma_ring", 0) != 0;
-  int64_t programs = config.get_or("programs", 0);
-  c.programs = programs == kOnePerSm ? sm_count : programs;
-  return c;
-}
-
-bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
-/// The rule for empty tensors: no rows or columns of c is a no-op; K = 0 (an empty sum)
-/// makes c = bias in every row, or 0. Returns whether the call was one of those.
-bool emptyProduct(const MatmulSpec &spec, std::span<const TensorView> inputs, const TensorView &c,
-                  ops_detail::KernelExecutor &executor) {
-  if (spec.m > 0 && spec.n > 0 && spec.k > 0)
-    return false;
-  if (spec.m == 0 || spec.n == 0)
-    return true;
-  if (!spec.has_bias) {
-    executor.zero(c);
-    return true;
-  }
-  auto bytesAt = [&](uint64_t address, size_t bytes) {
-    const int64_t n = static_cast<int64_t>(bytes);
-    return TensorView(address, DType::I8, std::span<const int64_t>(&n, 1), c.device());
-  };
-  // Row 0 from bias, then the rows so far doubled: log2(M) copies.
-  const size_t row = c.nbytes() / spec.m;
-  executor.copy(bytesAt(c.data(), row), bytesAt(inputs[2].data(), row));
-  for (int64_t done = 1; done < spec.m; done *= 2) {
-    const size_t bytes = size_t(std::min(done, spec.m - done)) * row;
-    executor.copy(bytesAt(c.data() + done * row, bytes), bytesAt(c.data(), bytes));
-  }
-  return true;
-}
-
-class MatmulImplementation : public ops_detail::PlannedImplementation {
-public:
-  explicit MatmulImplementation(Kind kind) : PlannedImplementation(kMatmulArgs, 3), kind_(kind) {}
-
-  std::string name() const override {
-    return kind_ == Kind::Hopper ? "hopper" : kind_ == Kind::Tile ? "tile" : "reference";
-  }
-
-  bool supported_on(const std::string &arch) const override { return kind_ != Kind::Hopper || arch == "sm_90a"; }
-
-  std::optional<std::string> why_not(const BoundArgs &args) const override {
-    MatmulSpec spec = matmul_spec(args);
-    std::string why = kind_ == Kind::Hopper ? hopper_unsupported(spec)
-                      : kind_ == Kind::Tile ? tile_unsupported(spec)
-                                            : std::string();
-    if (why.empty())
-      return std::nullopt;
-    return why;
-  }
-
-  std::optional<std::string> check_config(const BoundArgs &args, const Config &config) const override {
-    if (kind_ == Kind::Reference)
-      return std::nullopt;  // fixed small blocks
-    for (const char *key : {"block_m", "block_n", "block_k", "num_warps"})
-      if (!config.has(key))
-        return fmt::format("missing \"{}\"", key);
-    if (config.get_or("programs", 0) < kOnePerSm)
-      return fmt::format("programs must be -1 (one per SM), 0 (one per tile) or a count, got {}",
-                         config.get("programs"));
-    MatmulConfig c = fromConfig(config, 1);
-    for (int64_t v : {c.block_m, c.block_n, c.block_k, int64_t(c.num_warps)})
-      if (!isPowerOfTwo(v))
-        return fmt::format("block sizes and num_warps must be powers of two, got {}", config.to_json());
-    if (c.group_m < 1)
-      return fmt::format("group_m must be at least 1, got {}", c.group_m);
-    MatmulSpec spec = matmul_spec(args);
-    int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
-    if (kind_ == Kind::Tile)
-      return check_tile_config(spec, c, bytes);
-    // A K-major slice row is one swizzle row of 32, 64 or 128 bytes.
-    if (c.block_k * bytes != 32 && c.block_k * bytes != 64 && c.block_k * bytes != 128)
-      return fmt::format("block_k must be {}, {} or {} (32-, 64- or 128-byte rows), got {}", 32 / bytes, 64 / bytes,
-                         128 / bytes, c.block_k);
-    if (c.block_m < 64 || c.block_m > 256 || c.block_n < 64 || c.block_n > 256)
-      return fmt::format("block_m and block_n must be 64, 128 or 256, got {} x {}", c.block_m, c.block_n);
-    if ((c.num_warps != 4 && c.num_warps != 8) || c.block_m % (16 * c.num_warps) != 0)
-      return fmt::format("num_warps must be 4 or 8 with block_m a multiple of 16 * num_warps, got {} for {}",
-                         c.num_warps, c.block_m);
-    // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program (the
-    // TMA store's strips are used only where they fit beside it).
-    if (c.num_stages < 2 || hopper_ring_bytes(c, bytes) > kHopperSharedLimit)
-      return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
-                         c.num_stages, c.block_m, c.block_n);
-    if (c.cluster_m != 1 && c.cluster_m != 2)
-      return fmt::format("cluster_m must be 1 or 2, got {}", c.cluster_m);
-    if (c.cluster_m == 2 && !c.warp_specialize)
-      return std::string("cluster_m = 2 needs warp_specialize");
-    if (c.a_in_registers && spec.trans_a)
-      return std::string("a_in_registers needs a as [M, K] (trans_a = false)");
-    if (c.rebalance_registers && !c.warp_specialize)
-      return std::string("rebalance_registers needs warp_specialize");
-    if (c.cluster_m == 2 && !spec.trans_b && c.block_n < 128)
-      return fmt::format("cluster_m = 2 with b as [K, N] needs block_n >= 128, got {}", c.block_n);
-    if (c.tma_ring) {
-      if (is_fp8(spec.dtype))
-        return fmt::format("tma_ring takes bf16 or f16 operands, got {}", dtype_name(spec.dtype));
-      if (c.programs != 0 && !c.warp_specialize)
-        return fmt::format("tma_ring in order runs one program per tile (programs 0), got programs {}", c.programs);
-      if (c.cluster_m != 1 || c.a_in_registers || c.rebalance_registers)
-        return std::string("tma_ring does not combine with cluster_m, a_in_registers or rebalance_registers");
-    }
-    return std::nullopt;
-  }
-
-  static std::optional<std::string> check_tile_config(const MatmulSpec &spec, const MatmulConfig &c, int64_t bytes) {
-    if (c.block_m < 16 || c.block_n < 16 || c.block_m > 256 || c.block_n > 256)
-      return fmt::format("block_m and block_n must be in [16, 256], got {} x {}", c.block_m, c.block_n);
-    if (!rows_of_16_bytes(spec))
-      return std::nullopt;  // masked register loads: any power-of-two block_k
-    // The cp.async ring: K slices of whole mma steps, all stages within 227 KiB.
-    if (c.block_k * bytes % 32 != 0 || c.block_k * bytes > 256)
-      return fmt::format("block_k must be a multiple of {} up to {} for {}, got {}", 32 / bytes, 256 / bytes,
-                         dtype_name(spec.dtype), c.block_k);
-    if (c.num_stages < 2 || c.num_stages > 8 ||
-        c.num_stages * (c.block_m + c.block_n) * c.block_k * bytes > 227 * 1024)
-      return fmt::format("num_stages must be in [2, 8] with the ring within 227 KiB, got {} stages of {} x {} x {}",
-                         c.num_stages, c.block_m, c.block_n, c.block_k);
-    return std::nullopt;
-  }
-
-  Config heuristic(const BoundArgs &args) const override {
-    MatmulSpec spec = matmul_spec(args);
-    if (kind_ == Kind::Hopper)
-      return toConfig(default_hopper_config(spec), kOnePerSm);
-    if (kind_ == Kind::Tile)
-      return toConfig(default_config(spec), 0);
-    return Config{};
-  }
-
-  std::vector<Config> search_space(const BoundArgs &args) const override {
-    std::vector<Config> space{heuristic(args)};
-    if (kind_ == Kind::Reference)
-      return space;
-    MatmulSpec spec = matmul_spec(args);
-    auto add = [&](MatmulConfig c, int64_t programs) {
-      Config config = toConfig(c, programs);
-      if (!check_config(args, config) && std::find(space.begin(), space.end(), config) == space.end())
-        space.push_back(config);
-    };
-    if (kind_ == Kind::Hopper) {
-      MatmulConfig c = default_hopper_config(spec);
-      for (auto [bm, bn, stages] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 4}, {128, 256, 3}, {256, 128, 4},
-                                    {128, 128, 6}, {128, 128, 4}})
-        for (int64_t programs : {kOnePerSm, int64_t(0)})
-          for (bool tma : {true, false}) {
-            c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true, c.tma_store = tma;
-            add(c, programs);
-          }
-      // 2-CTA clusters: within 1 % of the default at 4096^3 on the H200, ahead for
-      // 128 x 128 blocks (see docs/performance.md): one config keeps them in reach.
-      c = default_hopper_config(spec);
-      c.cluster_m = 2;
-      add(c, kOnePerSm);
-      c = default_hopper_config(spec);
-      c.warp_specialize = false, c.cluster_m = 1;
-      add(c, 0);
-      // Registers moved from the producer to the consumers (setmaxnreg): 1-2 % behind the
-      // default on the H200 (docs/performance.md), kept in reach for other shapes.
-      c = default_hopper_config(spec);
-      c.rebalance_registers = true;
-      add(c, kOnePerSm);
-      // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory;
-      // with A from registers too (wgmma RS, a as [M, K] only), where half-width slices
-      // keep the fragments of two slices in flight within a consumer's registers.
-      c = default_hopper_config(spec);
-      c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
-      add(c, kOnePerSm);
-      if (!spec.trans_a) {
-        c.a_in_registers = true;
-        add(c, kOnePerSm);
-      }
-      return space;
-    }
-    int64_t minK = spec.dtype == DType::F32 ? 8 : 16;
-    for (auto [bm, bn, warps] : {std::tuple<int64_t, int64_t, int>{128, 128, 4}, {128, 128, 8}, {128, 256, 8},
-                                 {256, 128, 8}, {64, 128, 4}, {64, 64, 4}})
-      for (int64_t bk : {2 * minK, 4 * minK})
-        for (int64_t stages : {3, 4}) {
-          MatmulConfig c = default_config(spec);
-          c.block_m = bm, c.block_n = bn, c.block_k = bk, c.num_warps = warps, c.num_stages = stages;
-          add(c, 0);
-        }
-    return space;
-  }
-
-  /// One kernel (none for an empty product), its persistent grid as large as the
-  /// executor's device (132 SMs when only listing kernels, as on an H100 / H200).
-  void execute(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
-               std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) const override {
-    MatmulSpec spec = matmul_spec(args);
-    if (emptyProduct(spec, inputs, outputs[0], executor))
-      return;
-    MatmulConfig c = kind_ == Kind::Reference ? MatmulConfig{} : fromConfig(config, executor.sm_count());
-    KernelKey key = ops_detail::specializationKey(
-        ("matmul_" + name()).c_str(),
-        {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
-         spec.has_bias, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, c.warp_specialize,
-         c.cluster_m, c.tma_store, c.a_in_registers, c.programs, c.rebalance_registers, c.tma_ring,
-         spec.accumulate});
-    std::vector<ops_detail::KernelExecutor::Arg> kernelArgs{inputs[0], inputs[1]};
-    if (spec.has_bias)
-      kernelArgs.emplace_back(inputs[2]);
-    kernelArgs.emplace_back(outputs[0]);
-    kernelArgs.push_back(ops_detail::KernelExecutor::Arg::value(args.float_attribute("alpha")));
-    executor.launch(key, [this, spec, c] { return build(spec, c); }, kernelArgs);
-  }
-
-private:
-  dsl::Kernel build(const MatmulSpec &spec, const MatmulConfig &c) const {
-    switch (kind_) {
-    case Kind::Hopper: return matmul_hopper_kernel(spec, c);
-    case Kind::Tile: return matmul_kernel(spec, c);
-    case Kind::Reference: break;
-    }
-    return matmul_reference_kernel(spec);
-  }
-
-  Kind kind_;
-};
 
 class MatmulOp : public Op {
 public:
   MatmulOp()
       : Op("matmul", kMatmulArgs, 3,
-           {std::make_shared<MatmulImplementation>(Kind::Hopper), std::make_shared<MatmulImplementation>(Kind::Tile),
-            std::make_shared<MatmulImplementation>(Kind::Reference)}) {}
+           ops_detail::typed_implementations<matmul_impl::Hopper, matmul_impl::Tile, matmul_impl::Reference>(
+               "matmul", kMatmulArgs, 3, matmul_impl::problem_of)) {}
 
   void validate(const BoundArgs &b) const override {
     if (b.op != name())
@@ -375,7 +116,8 @@ BoundArgs bindCall(const TensorView &a, const TensorView &b, const TensorView &c
 std::optional<Config> explicitConfig(const MatmulOptions &options) {
   if (!options.config)
     return std::nullopt;
-  return toConfig(*options.config, options.config->programs);
+  // The map an autotuning result or a --config string would hold ("programs" as given).
+  return ops_detail::to_config(matmul_impl::KeyedMatmulConfig(*options.config, options.config->programs));
 }
 std::optional<std::string> explicitImplementation(const MatmulOptions &options) {
   if (options.implementation.empty())

@@ -1,153 +1,24 @@
-//===- Kernels.cpp - Matrix multiplication: tile and reference kernels -------===//
-#include <tokamax/ops/Matmul.h>
-
+//===- Hopper.cpp - matmul's hopper implementation (sm_90a) ----------------===//
+//
+// TMA into shared-memory rings, wgmma, a producer warpgroup, a persistent grid: the
+// kernel (tma_dot's main loop, or the DSL's Hopper primitives with tma_ring), its
+// heuristic, search space and config checks.
+//
+//===----------------------------------------------------------------------===//
 #include "ops/lib/matmul/Common.h"
-#include "ops/lib/products/Products.h"
 
 #include <tokamax/dsl/Pipeline.h>
-
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 
 namespace tokamax {
 
 using namespace dsl;
-
-void check_matmul_spec(const MatmulSpec &spec, bool reference) {
-  // (The op serves empty products without a kernel; a kernel needs every extent.)
-  if (spec.m < 1 || spec.n < 1 || spec.k < 1)
-    throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
-  check_matmul_dtypes(spec, reference);
-}
-
-void check_matmul_dtypes(const MatmulSpec &spec, bool reference) {
-  if (!is_floating(spec.dtype))
-    throw Error(fmt::format("matmul: dtype must be bf16, f16, f32, f64, f8e4m3 or f8e5m2, got {}",
-                            dtype_name(spec.dtype)));
-  if (spec.dtype == DType::F64 && !reference)
-    throw NotSupported("matmul: f64 has no tensor-core path; use matmul_reference_kernel "
-                       "(the CUDA cores, or the CPU interpreter)");
-  DType wide = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  DType narrow = is_fp8(spec.dtype) ? DType::BF16 : spec.dtype;  // fp8 products come out as bf16 or f32
-  if (spec.out_dtype != narrow && spec.out_dtype != wide)
-    throw Error(fmt::format("matmul: c must be {} or {} for {} inputs, got {}", dtype_name(narrow),
-                            dtype_name(wide), dtype_name(spec.dtype), dtype_name(spec.out_dtype)));
-}
-
-std::string tile_unsupported(const MatmulSpec &spec) {
-  if (spec.dtype == DType::F64 || is_fp8(spec.dtype))
-    return fmt::format("the tile kernel (mma.sync) takes bf16, f16 or f32, got {}", dtype_name(spec.dtype));
-  return {};
-}
-
-bool rows_of_16_bytes(const MatmulSpec &spec) {
-  int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
-  int64_t perRow = 16 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));
-  return rowA % perRow == 0 && rowB % perRow == 0;
-}
-
-namespace {
-
-struct Params {
-  TensorArg a, b, bias, c;
-  Value alpha;
-};
-
-Params declare(Kernel &k, const MatmulSpec &spec, DType scalar) {
-  Params p;
-  p.a = k.input("a", spec.dtype, spec.trans_a ? std::vector<int64_t>{spec.k, spec.m} : std::vector<int64_t>{spec.m, spec.k});
-  p.b = k.input("b", spec.dtype, spec.trans_b ? std::vector<int64_t>{spec.n, spec.k} : std::vector<int64_t>{spec.k, spec.n});
-  if (spec.has_bias)
-    p.bias = k.input("bias", spec.out_dtype, {spec.n});
-  p.c = k.output("c", spec.out_dtype, {spec.m, spec.n});
-  p.alpha = k.scalar("alpha", scalar);
-  return p;
-}
-
-Value cast(const Value &v, DType dtype) { return v.dtype() == dtype ? v : v.to(dtype); }
-
-/// [bm, bk] block of op(a) and [bk, bn] block of op(b) at (m0, k0) and (k0, n0).
-Value blockA(const MatmulSpec &spec, const Params &p, Value m0, Value k0, int64_t bm, int64_t bk) {
-  return spec.trans_a ? p.a.load({k0, m0}, {bk, bm}).trans() : p.a.load({m0, k0}, {bm, bk});
-}
-Value blockB(const MatmulSpec &spec, const Params &p, Value k0, Value n0, int64_t bk, int64_t bn) {
-  return spec.trans_b ? p.b.load({n0, k0}, {bn, bk}).trans() : p.b.load({k0, n0}, {bk, bn});
-}
-
-/// alpha * acc (+ bias) (+ c with spec.accumulate), stored to c at (m0, n0), through TMA
-/// when `tma`.
-void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Value n0, int64_t bn, bool tma = false) {
-  Value out = acc * cast(p.alpha, acc.dtype());
-  if (spec.has_bias)
-    out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
-  if (spec.accumulate)
-    out = out + cast(p.c.load({m0, n0}, {acc.shape()[0], bn}), acc.dtype());
-  if (tma)
-    p.c.tma_store({m0, n0}, cast(out, spec.out_dtype));
-  else
-    p.c.store({m0, n0}, cast(out, spec.out_dtype));
-}
-
-} // namespace
-
-
-
-MatmulConfig default_config(const MatmulSpec &spec) {
-  MatmulConfig config;
-  config.block_m = std::clamp<int64_t>(dsl::next_power_of_two(spec.m), 16, 128);
-  config.block_n = std::clamp<int64_t>(dsl::next_power_of_two(spec.n), 16, 128);
-  int64_t minK = spec.dtype == DType::F32 ? 8 : 16;  // one mma K step (k16, tf32 k8)
-  if (rows_of_16_bytes(spec)) {
-    // cp.async ring: 64-byte K slices (two mma steps), four stages (16 KiB each at
-    // 128 x 128 bf16), 64 x 64 warp tiles: 4 warps at 128 x 128.
-    config.block_k = 32 / static_cast<int64_t>(dtype_size(spec.dtype)) * 2;
-    config.num_stages = 4;
-    config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 4096, 1, 8));
-    return config;
-  }
-  // Register prefetch: one K block of two mma steps, so that both operands' staging
-  // tiles fit twice in 48 KiB (double-buffered: one barrier per block).
-  config.block_k = std::clamp<int64_t>(dsl::next_power_of_two(spec.k), minK, 2 * minK);
-  // About a 32x64 warp tile: 8 warps for 128x128 blocks, fewer for small blocks.
-  config.num_warps = static_cast<int>(std::clamp<int64_t>(config.block_m * config.block_n / 2048, 1, 8));
-  return config;
-}
-
-Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
-  check_matmul_spec(spec, false);
-  if (std::string why = tile_unsupported(spec); !why.empty())
-    throw NotSupported("matmul: " + why + "; use hopper (sm_90a) or reference");
-  int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k;
-  Kernel k("matmul", {config.num_warps});
-  Params p = declare(k, spec, DType::F32);
-  int64_t gridM = cdiv(spec.m, bm), gridN = cdiv(spec.n, bn);
-  k.grid(gridM * gridN);
-  auto [m0, n0] = grouped_block(k.program_id(0), gridM, gridN, config.group_m, bm, bn);
-  Value acc = k.full({bm, bn}, 0.0, DType::F32);
-
-  if (rows_of_16_bytes(spec)) {
-    // Rows of whole 16-byte chunks: the cp.async ring streams both operands.
-    CpAsyncDotOptions options{.block_k = bk, .stages = config.num_stages, .trans_a = spec.trans_a,
-                              .trans_b = spec.trans_b};
-    epilogue(spec, p, cp_async_dot(p.a, p.b, m0, n0, acc, options), m0, n0, bn);
-    return k;
-  }
-  // Otherwise masked register loads: the k-loop carries the accumulator and the next
-  // blocks, each iteration issuing the loads of block k + bk before the dot of block k.
-  std::vector<Value> out = k.loop(
-      0, spec.k, bk, {acc, blockA(spec, p, m0, 0, bm, bk), blockB(spec, p, 0, n0, bk, bn)},
-      [&](Value k0, std::vector<Value> carried) -> std::vector<Value> {
-        Value next = k0 + Value(bk);
-        Value a = blockA(spec, p, m0, next, bm, bk), b = blockB(spec, p, next, n0, bk, bn);
-        return {dot(carried[1], carried[2], carried[0]), a, b};
-      });
-  epilogue(spec, p, out[0], m0, n0, bn);
-  return k;
-}
+using matmul_impl::epilogue;
+using matmul_impl::Params;
 
 std::string hopper_unsupported(const MatmulSpec &spec) {
   if (spec.dtype != DType::BF16 && spec.dtype != DType::F16 && !is_fp8(spec.dtype))
@@ -206,7 +77,7 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
                                       .mma_rows_per_warp = true,
                                       .wgmma_dots = true,
                                       .producer_registers = persistent ? 40 : 24});
-  Params p = declare(k, spec, DType::F32);
+  Params p = matmul_impl::declare(k, spec, DType::F32);
   // a's and b's copies; in order no consumer releases a slot (the block barrier orders refills).
   const TmaRing ring = config.warp_specialize ? TmaRing::make(k, stages, 2, config.num_warps)
                                               : TmaRing{stages, k.mbarriers(stages, 2), {}};
@@ -288,7 +159,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   if (config.tma_ring)
     return tma_ring_kernel(spec, config, tmaStore);
   Kernel k("matmul_hopper", {config.num_warps});
-  Params p = declare(k, spec, DType::F32);
+  Params p = matmul_impl::declare(k, spec, DType::F32);
   // Work is handed out in units of `cluster` vertically adjacent blocks (one per CTA of
   // a cluster; a unit hanging below M computes zeros and stores nothing).
   int64_t gridM = cdiv(cdiv(spec.m, bm), cluster), gridN = cdiv(spec.n, bn), units = gridM * gridN;
@@ -319,22 +190,104 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   return k;
 }
 
-Kernel matmul_reference_kernel(const MatmulSpec &spec) {
-  check_matmul_spec(spec, true);
-  constexpr int64_t bm = 16, bn = 16, bk = 8;
-  DType accType = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  Kernel k("matmul_reference", {4});
-  Params p = declare(k, spec, accType);
-  k.grid(cdiv(spec.m, bm), cdiv(spec.n, bn));
-  Value m0 = k.program_id(0) * Value(bm), n0 = k.program_id(1) * Value(bn);
-  Value acc = k.full({bm, bn}, 0.0, accType);
-  std::vector<Value> out = k.loop(0, spec.k, bk, {acc}, [&](Value k0, std::vector<Value> carried) {
-    Value a = cast(blockA(spec, p, m0, k0, bm, bk), accType);
-    Value b = cast(blockB(spec, p, k0, n0, bk, bn), accType);
-    return std::vector<Value>{exact_product(a, b, carried[0])};
-  });
-  epilogue(spec, p, out[0], m0, n0, bn);
-  return k;
+namespace matmul_impl {
+
+std::optional<std::string> Hopper::why_not(const Problem &p) {
+  if (std::string why = hopper_unsupported(p.spec); !why.empty())
+    return why;
+  return std::nullopt;
 }
 
+/// One program per SM of the device, whatever default_hopper_config's count.
+Hopper::Config Hopper::heuristic(const Problem &p) { return {default_hopper_config(p.spec), kOnePerSm}; }
+
+std::optional<std::string> Hopper::check(const Problem &p, const Config &keyed) {
+  if (auto problem = check_blocks(keyed))
+    return problem;
+  const MatmulSpec &spec = p.spec;
+  const MatmulConfig c = keyed.resolved(1);
+  const int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
+  // A K-major slice row is one swizzle row of 32, 64 or 128 bytes.
+  if (c.block_k * bytes != 32 && c.block_k * bytes != 64 && c.block_k * bytes != 128)
+    return fmt::format("block_k must be {}, {} or {} (32-, 64- or 128-byte rows), got {}", 32 / bytes, 64 / bytes,
+                       128 / bytes, c.block_k);
+  if (c.block_m < 64 || c.block_m > 256 || c.block_n < 64 || c.block_n > 256)
+    return fmt::format("block_m and block_n must be 64, 128 or 256, got {} x {}", c.block_m, c.block_n);
+  if ((c.num_warps != 4 && c.num_warps != 8) || c.block_m % (16 * c.num_warps) != 0)
+    return fmt::format("num_warps must be 4 or 8 with block_m a multiple of 16 * num_warps, got {} for {}",
+                       c.num_warps, c.block_m);
+  // The ring (plus 1 KiB of alignment slack) must fit the 227 KiB of one program (the
+  // TMA store's strips are used only where they fit beside it).
+  if (c.num_stages < 2 || hopper_ring_bytes(c, bytes) > kHopperSharedLimit)
+    return fmt::format("num_stages must be >= 2 and the ring must fit 227 KiB, got {} stages of {} x {}",
+                       c.num_stages, c.block_m, c.block_n);
+  if (c.cluster_m != 1 && c.cluster_m != 2)
+    return fmt::format("cluster_m must be 1 or 2, got {}", c.cluster_m);
+  if (c.cluster_m == 2 && !c.warp_specialize)
+    return std::string("cluster_m = 2 needs warp_specialize");
+  if (c.a_in_registers && spec.trans_a)
+    return std::string("a_in_registers needs a as [M, K] (trans_a = false)");
+  if (c.rebalance_registers && !c.warp_specialize)
+    return std::string("rebalance_registers needs warp_specialize");
+  if (c.cluster_m == 2 && !spec.trans_b && c.block_n < 128)
+    return fmt::format("cluster_m = 2 with b as [K, N] needs block_n >= 128, got {}", c.block_n);
+  if (c.tma_ring) {
+    if (is_fp8(spec.dtype))
+      return fmt::format("tma_ring takes bf16 or f16 operands, got {}", dtype_name(spec.dtype));
+    if (c.programs != 0 && !c.warp_specialize)
+      return fmt::format("tma_ring in order runs one program per tile (programs 0), got programs {}", c.programs);
+    if (c.cluster_m != 1 || c.a_in_registers || c.rebalance_registers)
+      return std::string("tma_ring does not combine with cluster_m, a_in_registers or rebalance_registers");
+  }
+  return std::nullopt;
+}
+
+std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
+  std::vector<Config> space{heuristic(p)};
+  auto add = [&](const MatmulConfig &c, int64_t programs) {
+    const Config keyed(c, programs);
+    add_candidate(space, keyed, check(p, keyed));
+  };
+  const MatmulConfig heuristicConfig = default_hopper_config(p.spec);
+  MatmulConfig c = heuristicConfig;
+  for (auto [bm, bn, stages] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 4}, {128, 256, 3}, {256, 128, 4},
+                                {128, 128, 6}, {128, 128, 4}})
+    for (int64_t programs : {kOnePerSm, int64_t(0)})
+      for (bool tma : {true, false}) {
+        c.block_m = bm, c.block_n = bn, c.num_stages = stages, c.warp_specialize = true, c.tma_store = tma;
+        add(c, programs);
+      }
+  // 2-CTA clusters: within 1 % of the default at 4096^3 on the H200, ahead for
+  // 128 x 128 blocks (see docs/performance.md): one config keeps them in reach.
+  c = heuristicConfig;
+  c.cluster_m = 2;
+  add(c, kOnePerSm);
+  c = heuristicConfig;
+  c.warp_specialize = false, c.cluster_m = 1;
+  add(c, 0);
+  // Registers moved from the producer to the consumers (setmaxnreg): 1-2 % behind the
+  // default on the H200 (docs/performance.md), kept in reach for other shapes.
+  c = heuristicConfig;
+  c.rebalance_registers = true;
+  add(c, kOnePerSm);
+  // Half-width K slices (64-byte swizzle): twice the stages in the same shared memory;
+  // with A from registers too (wgmma RS, a as [M, K] only), where half-width slices
+  // keep the fragments of two slices in flight within a consumer's registers.
+  c = heuristicConfig;
+  c.block_k /= 2, c.num_stages = std::min<int64_t>(8, 2 * c.num_stages);
+  add(c, kOnePerSm);
+  if (!p.spec.trans_a) {
+    c.a_in_registers = true;
+    add(c, kOnePerSm);
+  }
+  return space;
+}
+
+/// Persistent over the executor's SMs (132 when only listing kernels, as on an H100 / H200).
+void Hopper::execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                     std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) {
+  run_matmul(kind, p, c.resolved(executor.sm_count()), matmul_hopper_kernel, inputs, outputs, executor);
+}
+
+} // namespace matmul_impl
 } // namespace tokamax
