@@ -15,6 +15,8 @@
 // from_config<C>(map) reads it (unknown keys, missing required keys and values a bool
 // field cannot hold are an Error naming the key); to_config(c) writes it back with the
 // same keys, so maps written before the struct existed read and write back unchanged.
+// A key whose absence no value stands for (absent and every value mean different
+// things) is a std::optional field, KeyUse::Optional: read when present, written when set.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -25,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -56,6 +59,27 @@ template <class C, class F>
 void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
 }
+
+template <class T>
+struct OptionalField : std::false_type {
+  using Value = T;
+};
+template <class T>
+struct OptionalField<std::optional<T>> : std::true_type {
+  using Value = T;
+};
+
+/// A map value as a field of type T (an Error for a bool other than 0 or 1).
+template <class T>
+T fieldValue(const char *name, int64_t v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (v != 0 && v != 1)
+      throw Error(fmt::format("{} must be 0 or 1, got {}", name, v));
+    return v != 0;
+  } else {
+    return static_cast<T>(v);
+  }
+}
 } // namespace config_detail
 
 /// The keys `C` declares, in order.
@@ -84,27 +108,26 @@ C from_config(const Config &map) {
         throw Error(fmt::format("missing \"{}\"", key.name));
       return;
     }
-    const int64_t v = map.get(key.name);
-    if constexpr (std::is_same_v<T, bool>) {
-      if (v != 0 && v != 1)
-        throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
-      c.*key.member = v != 0;
-    } else {
-      c.*key.member = static_cast<T>(v);
-    }
+    c.*key.member = config_detail::fieldValue<typename config_detail::OptionalField<T>::Value>(
+        key.name, map.get(key.name));
   });
   return c;
 }
 
-/// Writes `c` with its keys: optional ones where they differ from a default-constructed
-/// C, the others always.
+/// Writes `c` with its keys: std::optional fields where set, other optional ones where
+/// they differ from a default-constructed C, the others always.
 template <class C>
 Config to_config(const C &c) {
   const C defaults{};
   Config map;
   config_detail::forEachKey<C>([&](const auto &key) {
-    if (key.use != KeyUse::Optional || c.*key.member != defaults.*key.member)
-      map.set(key.name, static_cast<int64_t>(c.*key.member));
+    const auto &value = c.*key.member;
+    if constexpr (config_detail::OptionalField<std::remove_cvref_t<decltype(value)>>::value) {
+      if (value)
+        map.set(key.name, static_cast<int64_t>(*value));
+    } else if (key.use != KeyUse::Optional || value != defaults.*key.member) {
+      map.set(key.name, static_cast<int64_t>(value));
+    }
   });
   return map;
 }

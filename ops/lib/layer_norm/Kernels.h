@@ -13,7 +13,6 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ops/lib/framework/ImplKind.h"
 #include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -26,10 +25,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-namespace tokamax {
-class Stream;
-}
 
 namespace tokamax::norm_detail {
 
@@ -100,44 +95,5 @@ dsl::Kernel build_norm_kernel(const NormKernelSpec &spec);
 bool takes_epsilon(const NormKernelSpec &spec);
 
 int64_t next_pow2(int64_t v);
-
-//===----------------------------------------------------------------------===//
-// From a bound call to launched kernels (Plans.cpp)
-//===----------------------------------------------------------------------===//
-
-using ops_detail::ImplKind;  ///< reference or tile
-
-/// A norm call as the implementations see it.
-struct NormProblem {
-  NormKind kind = NormKind::Layer;
-  bool vjp = false;
-  int64_t outer = 1, n = 1, inner = 1;
-  DType x = DType::F32, compute = DType::F32;
-  DType residual = DType::F32;                ///< mean / rstd dtype (f32 or compute)
-  std::optional<DType> scale, offset;         ///< forward: parameters; VJP: scale
-  bool mean_out = false, rstd_out = false;    ///< forward residual outputs
-  std::optional<DType> dscale, doffset;       ///< VJP outputs
-  double epsilon = 1e-5;
-
-  int64_t rows() const { return outer * inner; }
-};
-
-/// Reads a BoundArgs of layer_norm / rms_norm / their VJPs (already validated).
-NormProblem problem_of(const BoundArgs &args, NormKind kind, bool vjp);
-
-std::optional<std::string> why_not(const NormProblem &p, ImplKind impl);
-Config heuristic(const NormProblem &p, ImplKind impl);
-std::vector<Config> search_space(const NormProblem &p, ImplKind impl);
-std::optional<std::string> check_config(const NormProblem &p, ImplKind impl, const Config &c);
-
-/// Where a call's kernels go: the device, the interpreter, or a list (KernelExecutor.h).
-using Executor = ops_detail::KernelExecutor;
-
-/// Launches the kernel of `spec` (keyed by spec.key()).
-void launch(Executor &executor, const NormKernelSpec &spec, const std::vector<Executor::Arg> &args);
-
-/// Runs the call; tensors in the op's argument order (inputs, then outputs).
-void execute(const NormProblem &p, ImplKind impl, const Config &config, std::span<const TensorView> inputs,
-             std::span<const TensorView> outputs, Executor &executor);
 
 } // namespace tokamax::norm_detail

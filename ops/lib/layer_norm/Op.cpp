@@ -1,11 +1,11 @@
 //===- Op.cpp - layer_norm / rms_norm ops: binding, implementations, API --===//
 #include <tokamax/ops/Norm.h>
 
-#include "ops/lib/framework/OpEntry.h"
-#include "ops/lib/layer_norm/Kernels.h"
 #include "ops/lib/framework/CallCache.h"
 #include "ops/lib/framework/ImplementationAdapter.h"
+#include "ops/lib/framework/OpEntry.h"
 #include "ops/lib/framework/Views.h"
+#include "ops/lib/layer_norm/Common.h"
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -18,7 +18,6 @@
 
 namespace tokamax {
 
-using norm_detail::ImplKind;
 using norm_detail::NormKind;
 
 namespace {
@@ -139,8 +138,8 @@ class NormOp : public Op {
 public:
   NormOp(NormKind kind, bool vjp)
       : Op(opName(kind, vjp), argNames(kind, vjp), numInputs(kind, vjp),
-           ops_detail::implementations<norm_detail::NormProblem>(
-               opName(kind, vjp), argNames(kind, vjp), numInputs(kind, vjp), {ImplKind::Tile, ImplKind::Reference},
+           ops_detail::typed_implementations<norm_detail::Tile, norm_detail::Reference>(
+               opName(kind, vjp), argNames(kind, vjp), numInputs(kind, vjp),
                [kind, vjp](const BoundArgs &args) { return norm_detail::problem_of(args, kind, vjp); })),
         kind_(kind), vjp_(vjp) {}
 
