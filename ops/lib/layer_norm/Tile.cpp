@@ -131,6 +131,10 @@ std::optional<std::string> Tile::check(const NormProblem &p, const TileConfig &c
   if (auto problem = check_common(p, c.block_rows, c.num_warps, c.programs))
     return problem;
   const int64_t rows = c.block_rows;
+  // Before anything divides by it (a staged row's parts count its column blocks).
+  if (c.block_cols)
+    if (auto problem = check_block_cols(*c.block_cols))
+      return problem;
   if (!p.vjp && c.programs && c.block_cols)
     return std::string(kForwardProgramsNeedTile);
   if (c.prefetch && (p.vjp || !c.programs || c.block_cols || c.row_split))
