@@ -16,6 +16,12 @@
 // field cannot hold are an Error naming the key); to_config(c) writes it back with the
 // same keys, so maps written before the struct existed read and write back unchanged.
 //
+// A std::optional field is a key whose absence means something (KeyUse::Optional:
+// written when it holds a value). A config may say why it refuses a key another
+// implementation takes, instead of "unknown key":
+//
+//   static std::optional<std::string> refused_key(const std::string &key);
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -25,6 +31,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -56,6 +63,14 @@ template <class C, class F>
 void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
 }
+template <class T>
+struct Optional : std::false_type {
+  using Value = T;
+};
+template <class T>
+struct Optional<std::optional<T>> : std::true_type {
+  using Value = T;
+};
 } // namespace config_detail
 
 /// The keys `C` declares, in order.
@@ -73,12 +88,16 @@ C from_config(const Config &map) {
   for (const auto &[name, value] : map.values) {
     bool known = false;
     config_detail::forEachKey<C>([&](const auto &key) { known = known || name == key.name; });
-    if (!known)
-      throw Error(fmt::format("unknown key \"{}\"", name));
+    if (known)
+      continue;
+    if constexpr (requires { C::refused_key(name); })
+      if (std::optional<std::string> why = C::refused_key(name))
+        throw Error(*why);
+    throw Error(fmt::format("unknown key \"{}\"", name));
   }
   C c{};
   config_detail::forEachKey<C>([&](const auto &key) {
-    using T = std::remove_cvref_t<decltype(c.*key.member)>;
+    using T = typename config_detail::Optional<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
     if (!map.has(key.name)) {
       if (key.use == KeyUse::Required)
         throw Error(fmt::format("missing \"{}\"", key.name));
@@ -97,14 +116,19 @@ C from_config(const Config &map) {
 }
 
 /// Writes `c` with its keys: optional ones where they differ from a default-constructed
-/// C, the others always.
+/// C, std::optional ones where they hold a value, the others always.
 template <class C>
 Config to_config(const C &c) {
   const C defaults{};
   Config map;
   config_detail::forEachKey<C>([&](const auto &key) {
-    if (key.use != KeyUse::Optional || c.*key.member != defaults.*key.member)
-      map.set(key.name, static_cast<int64_t>(c.*key.member));
+    const auto &value = c.*key.member;
+    if constexpr (config_detail::Optional<std::remove_cvref_t<decltype(value)>>::value) {
+      if (value)
+        map.set(key.name, static_cast<int64_t>(*value));
+    } else if (key.use != KeyUse::Optional || value != defaults.*key.member) {
+      map.set(key.name, static_cast<int64_t>(value));
+    }
   });
   return map;
 }

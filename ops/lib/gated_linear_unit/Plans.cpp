@@ -213,7 +213,8 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
 
 std::vector<Config> search_space(const Problem &p, Impl impl) {
   if (impl == Impl::Hopper)
-    return hopper_search_space(heuristic(p, impl), [&](const Config &c) { return !check_config(p, impl, c); });
+    return hopper_search_space(heuristic(p, impl), std::function<bool(const Config &)>(
+                                                       [&](const Config &c) { return !check_config(p, impl, c); }));
   return block_search_space(heuristic(p, impl), impl == Impl::Reference, async_copy_serves(p), Config{{"group_m", 8}},
                             [&](const Config &c) { return !check_config(p, impl, c); });
 }
