@@ -64,11 +64,11 @@ void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
 }
 template <class T>
-struct Optional : std::false_type {
+struct OptionalField : std::false_type {
   using Value = T;
 };
 template <class T>
-struct Optional<std::optional<T>> : std::true_type {
+struct OptionalField<std::optional<T>> : std::true_type {
   using Value = T;
 };
 } // namespace config_detail
@@ -97,7 +97,7 @@ C from_config(const Config &map) {
   }
   C c{};
   config_detail::forEachKey<C>([&](const auto &key) {
-    using T = typename config_detail::Optional<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
+    using T = typename config_detail::OptionalField<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
     if (!map.has(key.name)) {
       if (key.use == KeyUse::Required)
         throw Error(fmt::format("missing \"{}\"", key.name));
@@ -123,7 +123,7 @@ Config to_config(const C &c) {
   Config map;
   config_detail::forEachKey<C>([&](const auto &key) {
     const auto &value = c.*key.member;
-    if constexpr (config_detail::Optional<std::remove_cvref_t<decltype(value)>>::value) {
+    if constexpr (config_detail::OptionalField<std::remove_cvref_t<decltype(value)>>::value) {
       if (value)
         map.set(key.name, static_cast<int64_t>(*value));
     } else if (key.use != KeyUse::Optional || value != defaults.*key.member) {

@@ -76,9 +76,9 @@ struct TileConfig : TileBlocks {
   std::optional<int64_t> programs;
 
   static constexpr auto keys = std::tuple_cat(
-      TileBlocks::keys, std::tuple{ops_detail::ConfigKey{"group_m", &TileConfig::group_m, ops_detail::KeyUse::Defaulted},
-                                   ops_detail::ConfigKey{"wgmma", &TileConfig::wgmma, ops_detail::KeyUse::Optional},
-                                   ops_detail::ConfigKey{"programs", &TileConfig::programs, ops_detail::KeyUse::Optional}});
+      TileBlocks::keys, std::tuple{ConfigKey{"group_m", &TileConfig::group_m, KeyUse::Defaulted},
+                                   ConfigKey{"wgmma", &TileConfig::wgmma, KeyUse::Optional},
+                                   ConfigKey{"programs", &TileConfig::programs, KeyUse::Optional}});
   bool operator==(const TileConfig &) const = default;
 };
 
@@ -89,8 +89,8 @@ struct HopperConfig : HopperBlocks {
 
   static constexpr auto keys = std::tuple_cat(
       HopperBlocks::keys,
-      std::tuple{ops_detail::ConfigKey{"group_m", &HopperConfig::group_m, ops_detail::KeyUse::Defaulted},
-                 ops_detail::ConfigKey{"programs", &HopperConfig::programs, ops_detail::KeyUse::Optional}});
+      std::tuple{ConfigKey{"group_m", &HopperConfig::group_m, KeyUse::Defaulted},
+                 ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional}});
   bool operator==(const HopperConfig &) const = default;
 
   /// The tile config it runs.

@@ -29,6 +29,9 @@ namespace tokamax {
 /// cross-entropy), in auto's order, and their names ("reference", "tile", "hopper").
 using ProductImpl = ops_detail::ImplKind;
 using ops_detail::impl_name;
+/// How the product ops' typed configs list their keys (TypedConfig.h).
+using ops_detail::ConfigKey;
+using ops_detail::KeyUse;
 
 /// "tile serves bf16 and f16 (tensor cores), not f32; use reference": the tensor-core
 /// implementations (tile, hopper) of every tiled product op; nullopt for reference.
@@ -44,9 +47,9 @@ struct ProductBlocks {
   int64_t block_m = 0, block_n = 0, block_k = 0, num_warps = 0;
 
   static constexpr auto keys = std::tuple{
-      ops_detail::ConfigKey{"block_m", &ProductBlocks::block_m}, ops_detail::ConfigKey{"block_n", &ProductBlocks::block_n},
-      ops_detail::ConfigKey{"block_k", &ProductBlocks::block_k},
-      ops_detail::ConfigKey{"num_warps", &ProductBlocks::num_warps}};
+      ConfigKey{"block_m", &ProductBlocks::block_m}, ConfigKey{"block_n", &ProductBlocks::block_n},
+      ConfigKey{"block_k", &ProductBlocks::block_k},
+      ConfigKey{"num_warps", &ProductBlocks::num_warps}};
   bool operator==(const ProductBlocks &) const = default;
 };
 
@@ -59,9 +62,9 @@ struct ProductRing {
   bool tma = false;
 
   static constexpr auto keys = std::tuple{
-      ops_detail::ConfigKey{"async_copy", &ProductRing::async_copy, ops_detail::KeyUse::Optional},
-      ops_detail::ConfigKey{"stages", &ProductRing::stages, ops_detail::KeyUse::Optional},
-      ops_detail::ConfigKey{"tma", &ProductRing::tma, ops_detail::KeyUse::Optional}};
+      ConfigKey{"async_copy", &ProductRing::async_copy, KeyUse::Optional},
+      ConfigKey{"stages", &ProductRing::stages, KeyUse::Optional},
+      ConfigKey{"tma", &ProductRing::tma, KeyUse::Optional}};
   bool operator==(const ProductRing &) const = default;
 };
 
@@ -78,7 +81,7 @@ struct HopperBlocks : ProductBlocks {
 
   static constexpr auto keys = std::tuple_cat(
       ProductBlocks::keys,
-      std::tuple{ops_detail::ConfigKey{"stages", &HopperBlocks::stages, ops_detail::KeyUse::Optional}});
+      std::tuple{ConfigKey{"stages", &HopperBlocks::stages, KeyUse::Optional}});
   static std::optional<std::string> refused_key(const std::string &key);
   bool operator==(const HopperBlocks &) const = default;
 
