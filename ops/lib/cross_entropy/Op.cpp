@@ -17,9 +17,6 @@
 
 namespace tokamax {
 
-using xent_detail::Impl;
-using xent_detail::Problem;
-
 namespace {
 
 constexpr const char *kForwardOp = "linear_softmax_cross_entropy_loss";
@@ -153,9 +150,8 @@ class XentOp : public Op {
 public:
   explicit XentOp(bool vjp)
       : Op(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3,
-           ops_detail::implementations<Problem>(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs,
-                                                vjp ? 5 : 3, {Impl::Tile, Impl::Hopper, Impl::Reference},
-                                                xent_detail::problem_of)),
+           ops_detail::typed_implementations<xent_detail::Tile, xent_detail::Hopper, xent_detail::Reference>(
+               vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3, xent_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

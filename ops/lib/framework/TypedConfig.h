@@ -15,8 +15,12 @@
 // from_config<C>(map) reads it (unknown keys, missing required keys and values a bool
 // field cannot hold are an Error naming the key); to_config(c) writes it back with the
 // same keys, so maps written before the struct existed read and write back unchanged.
-// A key whose absence no value stands for (absent and every value mean different
-// things) is a std::optional field, KeyUse::Optional: read when present, written when set.
+//
+// A std::optional field is a key whose absence means something (KeyUse::Optional:
+// written when it holds a value). A config may say why it refuses a key another
+// implementation takes, instead of "unknown key":
+//
+//   static std::optional<std::string> refused_key(const std::string &key);
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -59,7 +63,6 @@ template <class C, class F>
 void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
 }
-
 template <class T>
 struct OptionalField : std::false_type {
   using Value = T;
@@ -68,18 +71,6 @@ template <class T>
 struct OptionalField<std::optional<T>> : std::true_type {
   using Value = T;
 };
-
-/// A map value as a field of type T (an Error for a bool other than 0 or 1).
-template <class T>
-T fieldValue(const char *name, int64_t v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    if (v != 0 && v != 1)
-      throw Error(fmt::format("{} must be 0 or 1, got {}", name, v));
-    return v != 0;
-  } else {
-    return static_cast<T>(v);
-  }
-}
 } // namespace config_detail
 
 /// The keys `C` declares, in order.
@@ -97,25 +88,35 @@ C from_config(const Config &map) {
   for (const auto &[name, value] : map.values) {
     bool known = false;
     config_detail::forEachKey<C>([&](const auto &key) { known = known || name == key.name; });
-    if (!known)
-      throw Error(fmt::format("unknown key \"{}\"", name));
+    if (known)
+      continue;
+    if constexpr (requires { C::refused_key(name); })
+      if (std::optional<std::string> why = C::refused_key(name))
+        throw Error(*why);
+    throw Error(fmt::format("unknown key \"{}\"", name));
   }
   C c{};
   config_detail::forEachKey<C>([&](const auto &key) {
-    using T = std::remove_cvref_t<decltype(c.*key.member)>;
+    using T = typename config_detail::OptionalField<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
     if (!map.has(key.name)) {
       if (key.use == KeyUse::Required)
         throw Error(fmt::format("missing \"{}\"", key.name));
       return;
     }
-    c.*key.member = config_detail::fieldValue<typename config_detail::OptionalField<T>::Value>(
-        key.name, map.get(key.name));
+    const int64_t v = map.get(key.name);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (v != 0 && v != 1)
+        throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
+      c.*key.member = v != 0;
+    } else {
+      c.*key.member = static_cast<T>(v);
+    }
   });
   return c;
 }
 
-/// Writes `c` with its keys: std::optional fields where set, other optional ones where
-/// they differ from a default-constructed C, the others always.
+/// Writes `c` with its keys: optional ones where they differ from a default-constructed
+/// C, std::optional ones where they hold a value, the others always.
 template <class C>
 Config to_config(const C &c) {
   const C defaults{};

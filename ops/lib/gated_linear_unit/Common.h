@@ -1,4 +1,4 @@
-//===- Common.h - gated_linear_unit problems, kernels, plans ----*- C++ -*-===//
+//===- Common.h - gated_linear_unit problems, kernels, implementations -*- C++ -*-===//
 //
 // Internal to ops/lib/gated_linear_unit. A bound call becomes a Problem (x's leading dims flattened to
 // M); kernels see x [M, K], weights [K, 2, N], out / dout [M, N] and the VJP's dh
@@ -20,8 +20,6 @@
 
 namespace tokamax::glu_detail {
 
-/// hopper (sm_90a): the gate kernels on TMA rings and wgmma (the tile "tma" configs),
-/// the VJP's dx and dweights on the hopper matmul.
 using Impl = ProductImpl;
 
 struct Problem {
@@ -65,20 +63,106 @@ dsl::Value activate(GluActivation activation, const dsl::Value &x);
 dsl::Value activate_vjp(GluActivation activation, const dsl::Value &x, const dsl::Value &g);
 
 //===----------------------------------------------------------------------===//
-// Plans and configs (Plans.cpp)
+// Configs
 //===----------------------------------------------------------------------===//
 
-/// Runs the call: tensors in the op's argument order (inputs, then outputs).
-void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> inputs,
-             std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+/// tile's config: the blocks and the operand ring (TileBlocks), and the gate kernel's own keys.
+struct TileConfig : TileBlocks {
+  int64_t group_m = 8;  ///< row tiles walking the column tiles together (L2 reuse)
+  /// With async_copy, on sm_90a: the products read the ring's weight blocks on wgmma
+  /// (every warp along M); opt-in until measured on the device.
+  bool wgmma = false;
+  /// With tma: a persistent grid of this many programs (-1: one per SM, 0: one per tile).
+  std::optional<int64_t> programs;
 
-std::optional<std::string> why_not(const Problem &p, Impl impl);
-Config heuristic(const Problem &p, Impl impl);
-std::vector<Config> search_space(const Problem &p, Impl impl);
-std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config);
+  static constexpr auto keys = std::tuple_cat(
+      TileBlocks::keys, std::tuple{ConfigKey{"group_m", &TileConfig::group_m, KeyUse::Defaulted},
+                                   ConfigKey{"wgmma", &TileConfig::wgmma, KeyUse::Optional},
+                                   ConfigKey{"programs", &TileConfig::programs, KeyUse::Optional}});
+  bool operator==(const TileConfig &) const = default;
+};
+
+/// hopper's: tile's kernel with TMA rings always on (no async_copy, tma or wgmma key).
+struct HopperConfig : HopperBlocks {
+  int64_t group_m = 8;
+  std::optional<int64_t> programs;  ///< as tile's
+
+  static constexpr auto keys = std::tuple_cat(
+      HopperBlocks::keys,
+      std::tuple{ConfigKey{"group_m", &HopperConfig::group_m, KeyUse::Defaulted},
+                 ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional}});
+  bool operator==(const HopperConfig &) const = default;
+
+  /// The tile config it runs.
+  TileConfig as_tile() const;
+};
+
+//===----------------------------------------------------------------------===//
+// What the implementations share (Common.cpp)
+//===----------------------------------------------------------------------===//
 
 /// Whether the tile kernel can stream its blocks with cp.async: 16-bit dtypes and rows of
 /// x (K) and of each weight half (N) of whole 16-byte chunks.
 bool async_copy_serves(const Problem &p);
+
+/// The tensor-core gate kernel at a tile config (the ring only where async_copy_serves);
+/// `sm_count` resolves "programs": -1 (one per SM).
+GateKernelSpec tensor_core_spec(const Problem &p, const TileConfig &c, int sm_count);
+/// What tile and hopper check of a tile config: block sizes, group_m, programs, the
+/// ring's and wgmma's keys, the ring's shared memory and the registers.
+std::optional<std::string> check_tensor_core_config(const Problem &p, const TileConfig &c);
+
+/// Runs the call: tensors in the op's argument order (inputs, then outputs).
+///   forward:  the gate kernel at `gate` (out);
+///   VJP:      the gate VJP kernel (dh [M, 2, N] in x's dtype, in the call's scratch),
+///             then dx = dh @ weights^T and dweights = x^T @ dh, as [M, 2N] / [K, 2N]
+///             matrices, on the `products` matmul kernel.
+void run(const Problem &p, const GateKernelSpec &gate, MatmulKernelKind products, std::span<const TensorView> inputs,
+         std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+
+//===----------------------------------------------------------------------===//
+// The implementations, in auto's order (Tile.cpp, Hopper.cpp, Reference.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Tensor cores (mma.sync; opt-in wgmma and TMA rings on sm_90a), the VJP's dx and
+/// dweights on the tile matmul.
+struct Tile {
+  static constexpr Impl kind = Impl::Tile;
+  using Problem = glu_detail::Problem;
+  using Config = TileConfig;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
+
+/// sm_90a: the gate kernel always on TMA rings and wgmma, the VJP's dx and dweights on
+/// the hopper matmul.
+struct Hopper {
+  static constexpr Impl kind = Impl::Hopper;
+  using Problem = glu_detail::Problem;
+  using Config = HopperConfig;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
+
+/// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
+struct Reference {
+  static constexpr Impl kind = Impl::Reference;
+  using Problem = glu_detail::Problem;
+  using Config = ProductBlocks;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
 
 } // namespace tokamax::glu_detail

@@ -16,8 +16,6 @@
 
 namespace tokamax {
 
-using glu_detail::Impl;
-using glu_detail::Problem;
 
 namespace {
 
@@ -137,13 +135,12 @@ const char *opName(bool vjp) { return vjp ? "gated_linear_unit_vjp" : "gated_lin
 
 const std::vector<std::string> kVjpArgs{"dout", "x", "weights", "dx", "dweights"};
 
-
 class GluOp : public Op {
 public:
   explicit GluOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
-           ops_detail::implementations<Problem>(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
-                                                {Impl::Tile, Impl::Hopper, Impl::Reference}, glu_detail::problem_of)),
+           ops_detail::typed_implementations<glu_detail::Tile, glu_detail::Hopper, glu_detail::Reference>(
+               opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2, glu_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

@@ -16,18 +16,15 @@ Value exact_product(const Value &a, const Value &b, const Value &acc) {
   return acc + (a.expand(2) * b.expand(0)).sum(1);
 }
 
-std::vector<Config> block_search_space(Config heuristic, bool reference, bool ring, const Config &extra,
-                                       const std::function<bool(const Config &)> &valid) {
-  std::vector<Config> space{std::move(heuristic)};
-  auto add = [&](Config c) {
-    if (std::find(space.begin(), space.end(), c) == space.end() && valid(c))
-      space.push_back(std::move(c));
-  };
-  if (reference) {
-    add({{"block_m", 16}, {"block_n", 32}, {"block_k", 8}, {"num_warps", 4}});
-    add({{"block_m", 32}, {"block_n", 16}, {"block_k", 8}, {"num_warps", 4}});
-    return space;
-  }
+std::optional<std::string> why_not_tensor_cores(ProductImpl impl, DType dtype) {
+  if (impl == ProductImpl::Reference || dtype == DType::BF16 || dtype == DType::F16)
+    return std::nullopt;
+  return fmt::format("{} serves bf16 and f16 (tensor cores), not {}; use reference", impl_name(impl),
+                     dtype_name(dtype));
+}
+
+std::vector<TileBlocks> products_detail::tile_candidates(bool ring) {
+  std::vector<TileBlocks> candidates;
   for (int64_t bm : {64, 128, 256})
     for (int64_t bn : {64, 128, 256})
       for (int64_t bk : {32, 64})
@@ -35,83 +32,66 @@ std::vector<Config> block_search_space(Config heuristic, bool reference, bool ri
           for (int64_t stages : {0, 3, 4}) {  // 0: register loads
             if (stages && !ring)
               continue;
-            Config c = extra;
-            c.set("block_m", bm).set("block_n", bn).set("block_k", bk).set("num_warps", warps);
-            if (stages)
-              c.set("async_copy", 1).set("stages", stages);
-            add(std::move(c));
+            TileBlocks c;
+            c.block_m = bm;
+            c.block_n = bn;
+            c.block_k = bk;
+            c.num_warps = warps;
+            if (stages) {
+              c.async_copy = true;
+              c.stages = stages;
+            }
+            candidates.push_back(c);
           }
-  return space;
+  return candidates;
 }
 
-std::optional<std::string> check_block_sizes(const Config &c, bool tile) {
+std::optional<std::string> check_block_sizes(const ProductBlocks &b, bool tile) {
   auto isPowerOfTwo = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
   const int64_t minBlock = tile ? 16 : 1;
-  for (auto [key, v] : {std::pair{"block_m", bm}, std::pair{"block_n", bn}})
+  for (auto [key, v] : {std::pair{"block_m", b.block_m}, std::pair{"block_n", b.block_n}})
     if (!isPowerOfTwo(v) || v < minBlock || v > 256)
       return fmt::format("{} must be a power of two in [{}, 256], got {}", key, minBlock, v);
-  if (!isPowerOfTwo(bk) || bk < minBlock || bk > 128)
-    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, bk);
-  if (w != 1 && w != 2 && w != 4 && w != 8)
-    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  if (!tile && bm * bk * bn > 8192)  // exact products hold [block_m, block_k, block_n] partial products
-    return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", bm * bk * bn);
+  if (!isPowerOfTwo(b.block_k) || b.block_k < minBlock || b.block_k > 128)
+    return fmt::format("block_k must be a power of two in [{}, 128], got {}", minBlock, b.block_k);
+  if (b.num_warps != 1 && b.num_warps != 2 && b.num_warps != 4 && b.num_warps != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", b.num_warps);
+  // Exact products hold [block_m, block_k, block_n] partial products.
+  if (const int64_t partials = b.block_m * b.block_k * b.block_n; !tile && partials > 8192)
+    return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", partials);
   return std::nullopt;
 }
 
-std::optional<std::string> check_ring_keys(const Config &c, bool serves, int64_t K, int64_t N) {
-  const int64_t async = c.get_or("async_copy", 0);
-  if (async != 0 && async != 1)
-    return fmt::format("async_copy must be 0 or 1, got {}", async);
-  if (async && !serves)
+std::optional<std::string> check_ring_keys(const ProductRing &r, bool serves, int64_t K, int64_t N) {
+  if (r.async_copy && !serves)
     return fmt::format("async_copy needs bf16 / f16 with K and N multiples of 8 (rows of 16-byte chunks), got "
                        "K {}, N {}",
                        K, N);
   // TMA rings wait on each slot's own barrier, so they may be deeper than a cp.async ring
   // (whose waits count the copies in flight).
-  const int64_t most = c.get_or("tma", 0) == 1 ? 8 : 4;
-  if (c.has("stages") && (!async || c.get("stages") < 2 || c.get("stages") > most))
+  const int64_t most = r.tma ? 8 : 4;
+  if (r.stages && (!r.async_copy || *r.stages < 2 || *r.stages > most))
     return most == 4 ? fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, "
                                    "got {}",
-                                   c.get("stages"))
-                     : fmt::format("stages (the TMA ring's slots) must be 2 to 8, got {}", c.get("stages"));
+                                   *r.stages)
+                     : fmt::format("stages (the TMA ring's slots) must be 2 to 8, got {}", *r.stages);
   return std::nullopt;
 }
 
-std::optional<std::string> check_tma_ring_keys(const Config &c, int64_t elem_bytes) {
-  const int64_t tma = c.get_or("tma", 0);
-  if (tma != 0 && tma != 1)
-    return fmt::format("tma must be 0 or 1, got {}", tma);
-  if (!tma)
+std::optional<std::string> check_tma_ring_keys(const ProductBlocks &b, const ProductRing &r, int64_t elem_bytes) {
+  if (!r.tma)
     return std::nullopt;
-  const int64_t bm = c.get("block_m"), bn = c.get("block_n"), bk = c.get("block_k"), w = c.get("num_warps");
-  if (!c.get_or("async_copy", 0) || bm != 16 * w || w % 4 != 0)
+  if (!r.async_copy || b.block_m != 16 * b.num_warps || b.num_warps % 4 != 0)
     return fmt::format("tma (TMA rings and a producer warpgroup, sm_90a) needs \"async_copy\": 1, 4 or 8 warps and "
                        "block_m = 16 * num_warps, got block_m {} with {} warps",
-                       bm, w);
-  return check_tma_block_shape(bk, "block_n", bn, elem_bytes);
+                       b.block_m, b.num_warps);
+  return check_tma_block_shape(b.block_k, "block_n", b.block_n, elem_bytes);
 }
 
-std::optional<std::string> check_hopper_keys(const Config &c) {
-  for (const char *key : {"async_copy", "tma", "wgmma"})
-    if (c.has(key))
-      return fmt::format("unknown key \"{}\" for hopper (its kernels are always on TMA rings)", key);
+std::optional<std::string> HopperBlocks::refused_key(const std::string &key) {
+  if (key == "async_copy" || key == "tma" || key == "wgmma")
+    return fmt::format("unknown key \"{}\" for hopper (its kernels are always on TMA rings)", key);
   return std::nullopt;
-}
-
-
-Config hopper_as_tile(const Config &c) { return Config(c).set("async_copy", 1).set("tma", 1); }
-
-std::vector<Config> hopper_search_space(Config heuristic, const std::function<bool(const Config &)> &valid) {
-  std::vector<Config> space{std::move(heuristic)};
-  for (int64_t bn : {64, 128})
-    for (int64_t stages : {2, 3, 4, 6}) {
-      Config c = Config(space.front()).set("block_n", bn).set("stages", stages);
-      if (valid(c) && std::find(space.begin(), space.end(), c) == space.end())
-        space.push_back(std::move(c));
-    }
-  return space;
 }
 
 std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_key, int64_t cols, int64_t elem_bytes) {

@@ -1,4 +1,4 @@
-//===- Common.h - ragged_dot problems, kernels, plans ---------*- C++ -*-===//
+//===- Common.h - ragged_dot problems, kernels, implementations -*- C++ -*-===//
 //
 // Internal to ops/lib/ragged_dot. A bound call becomes a Problem; kernels see lhs [M, K],
 // rhs [G, K, N], group_sizes [G] and out [M, N] (the VJP: dout [M, N], dlhs, drhs). A
@@ -20,8 +20,6 @@
 
 namespace tokamax::ragged_detail {
 
-/// hopper (sm_90a): the tile kernels with the rows kernels on TMA rings and wgmma (the
-/// tile "tma" configs).
 using Impl = ProductImpl;
 
 struct Problem {
@@ -73,20 +71,76 @@ struct GroupsKernelSpec {
 dsl::Kernel groups_kernel(const GroupsKernelSpec &spec);
 
 //===----------------------------------------------------------------------===//
-// Plans and configs (Plans.cpp)
+// What the implementations share (Common.cpp)
 //===----------------------------------------------------------------------===//
-
-/// Runs the call: tensors in the op's argument order (inputs, then outputs).
-void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> inputs,
-             std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-
-std::optional<std::string> why_not(const Problem &p, Impl impl);
-Config heuristic(const Problem &p, Impl impl);
-std::vector<Config> search_space(const Problem &p, Impl impl);
-std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config);
 
 /// Whether the tile kernels can stream their blocks with cp.async: 16-bit dtypes and
 /// rows of lhs (K) and of rhs and dout (N) of whole 16-byte chunks.
 bool async_copy_serves(const Problem &p);
+
+/// The kernels' row offsets are 32-bit: why outputs of 2^31 elements are refused.
+std::optional<std::string> why_not_offsets(const Problem &p);
+
+/// The tensor-core kernels' blocks at a config's blocks and operand ring (the ring only
+/// where async_copy_serves).
+Blocks tensor_core_blocks(const Problem &p, const ProductBlocks &blocks, const ProductRing &ring);
+/// What tile and hopper check of those: the block sizes, the ring's keys, K a multiple
+/// of block_k for the forward's TMA rings, the ring's shared memory and the registers.
+std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &blocks,
+                                                    const ProductRing &ring);
+
+/// Runs the call at `blocks`: tensors in the op's argument order (inputs, then outputs).
+///   forward:  rows_kernel (out);
+///   VJP:      rows_kernel with rhs read transposed (dlhs = dout @ rhs[g]^T), then
+///             groups_kernel (drhs[g] = lhs_g^T @ dout_g).
+void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> inputs,
+         std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+
+//===----------------------------------------------------------------------===//
+// The implementations, in auto's order (Tile.cpp, Hopper.cpp, Reference.cpp); the VJP's
+// two kernels take the forward's config.
+//===----------------------------------------------------------------------===//
+
+/// Tensor cores (mma.sync) with the operand blocks through a cp.async ring where K and N
+/// are multiples of 8, else masked register loads one step ahead; opt-in "tma" (sm_90a):
+/// the rows kernels' blocks by TMA through rings a producer warpgroup refills, products
+/// on wgmma from shared memory (the forward needs K a multiple of block_k).
+struct Tile {
+  static constexpr Impl kind = Impl::Tile;
+  using Problem = ragged_detail::Problem;
+  using Config = TileBlocks;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
+
+/// sm_90a: tile's kernels with the rows kernels always on TMA rings and wgmma.
+struct Hopper {
+  static constexpr Impl kind = Impl::Hopper;
+  using Problem = ragged_detail::Problem;
+  using Config = HopperBlocks;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
+
+/// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
+struct Reference {
+  static constexpr Impl kind = Impl::Reference;
+  using Problem = ragged_detail::Problem;
+  using Config = ProductBlocks;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
+};
 
 } // namespace tokamax::ragged_detail

@@ -14,8 +14,6 @@
 
 namespace tokamax {
 
-using ragged_detail::Impl;
-using ragged_detail::Problem;
 
 namespace {
 
@@ -100,13 +98,12 @@ const std::vector<std::string> kVjpArgs{"dout", "lhs", "rhs", "group_sizes", "dl
 
 const char *opName(bool vjp) { return vjp ? "ragged_dot_vjp" : "ragged_dot"; }
 
-
 class RaggedDotOp : public Op {
 public:
   explicit RaggedDotOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
-           ops_detail::implementations<Problem>(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
-                                                {Impl::Tile, Impl::Hopper, Impl::Reference}, ragged_detail::problem_of)),
+           ops_detail::typed_implementations<ragged_detail::Tile, ragged_detail::Hopper, ragged_detail::Reference>(
+               opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3, ragged_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

@@ -1,0 +1,54 @@
+//===- Hopper.cpp - ragged_dot on TMA rings and wgmma (sm_90a) ---------===//
+//
+// tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs), so
+// the config holds the blocks and the rings' depth only: block_m, block_n, block_k,
+// num_warps, stages.
+//
+//===----------------------------------------------------------------------===//
+#include "ops/lib/ragged_dot/Common.h"
+
+#include <fmt/format.h>
+
+namespace tokamax::ragged_detail {
+
+std::optional<std::string> Hopper::why_not(const Problem &p) {
+  if (auto problem = why_not_tensor_cores(kind, p.dtype))
+    return problem;
+  if (!async_copy_serves(p))
+    return fmt::format("hopper reads lhs and rhs by TMA in rows of whole 16-byte chunks: K {} and N {} must be "
+                       "multiples of 8; use tile",
+                       p.K, p.N);
+  if (!p.vjp && p.K % 16 != 0)
+    return fmt::format("hopper's forward steps through each group's rhs in blocks of 16, 32 or 64 rows that must "
+                       "divide K {}; use tile",
+                       p.K);
+  return why_not_offsets(p);
+}
+
+Hopper::Config Hopper::heuristic(const Problem &p) {
+  // [128, 128] tiles on two consumer warpgroups (ptxas: 168 registers at launch, no
+  // spills), K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs
+  // blocks may not reach into the next group) through a four-slot ring.
+  Config c;
+  c.block_m = 128;
+  c.block_n = 128;
+  c.block_k = p.vjp || p.K % 64 == 0 ? 64 : p.K % 32 == 0 ? 32 : 16;
+  c.num_warps = 8;
+  c.stages = 4;
+  return c;
+}
+
+std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
+  return check_tensor_core_blocks(p, c, c.ring());
+}
+
+std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
+  return hopper_search_space(heuristic(p), [&](const Config &c) { return !check(p, c); });
+}
+
+void Hopper::execute(const Problem &p, const Config &c, std::span<const TensorView> in,
+                     std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
+  run(p, tensor_core_blocks(p, c, c.ring()), in, out, ex);
+}
+
+} // namespace tokamax::ragged_detail
