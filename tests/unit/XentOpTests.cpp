@@ -130,6 +130,9 @@ TEST_CASE("cross_entropy: implementations, NotSupported and configs", "[cross_en
   CHECK_FALSE(vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", 2 * v.get("block_v"))));
   CHECK_THAT(*vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", v.get("block_v") + 1)),
              Contains("multiple of block_v"));
+  // A zero block_v is refused, not divided by.
+  CHECK_THAT(*vjp.implementation("tile").check_config(back, Config(v).set("chunk_v", 256).set("block_v", 0)),
+             Contains("block_v must be a power of two"));
   CHECK_THAT(*vjp.implementation("tile").check_config(back, c), Contains("missing \"block_d\""));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("bogus", 1)), Contains("unknown key \"bogus\""));
   CHECK_THAT(*tile.check_config(fwd, {{"block_b", 256}, {"block_v", 256}, {"block_k", 32}, {"num_warps", 1}}),

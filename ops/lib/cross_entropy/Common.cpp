@@ -135,7 +135,8 @@ std::optional<std::string> check_blocks(const Problem &p, Impl impl, const XentB
       return fmt::format("unknown key \"{}\" for {} (the {}'s)", key, impl_name(impl), vjpKey ? "VJP" : "forward");
   if (c.split_v && (*c.split_v < 1 || *c.split_v > 32))
     return fmt::format("split_v (the forward's programs per row block) must be in [1, 32], got {}", *c.split_v);
-  if (c.chunk_v && (*c.chunk_v < 1 || *c.chunk_v % c.block_v != 0))
+  // (a block_v below 1 is refused below, not divided by)
+  if (c.chunk_v && c.block_v > 0 && (*c.chunk_v < 1 || *c.chunk_v % c.block_v != 0))
     return fmt::format("chunk_v (the VJP's V columns per chunk) must be a positive multiple of block_v {}, got {}",
                        c.block_v, *c.chunk_v);
   const bool tile = impl != Impl::Reference;
