@@ -15,6 +15,8 @@
 // from_config<C>(map) reads it (unknown keys, missing required keys and values a bool
 // field cannot hold are an Error naming the key); to_config(c) writes it back with the
 // same keys, so maps written before the struct existed read and write back unchanged.
+// A key whose one value sets several fields is a ComputedKey; a config may word the
+// refusal of a key it does not take (static std::string unknown_key(const std::string &)).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -25,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -51,7 +54,22 @@ ConfigKey(const char *, T C::*) -> ConfigKey<C, T>;
 template <class C, class T>
 ConfigKey(const char *, T C::*, KeyUse) -> ConfigKey<C, T>;
 
+/// A key whose one map value is more than one field (e.g. a level that sets two flags):
+/// `read` sets the fields from the value (throwing Error for one it refuses), `write`
+/// gives the value to write, or nothing. Absent on reading leaves the fields' defaults.
+template <class C>
+struct ComputedKey {
+  const char *name;
+  void (*read)(C &, int64_t);
+  std::optional<int64_t> (*write)(const C &);
+};
+
 namespace config_detail {
+template <class K>
+constexpr bool is_computed = false;
+template <class C>
+constexpr bool is_computed<ComputedKey<C>> = true;
+
 template <class C, class F>
 void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
@@ -73,24 +91,30 @@ C from_config(const Config &map) {
   for (const auto &[name, value] : map.values) {
     bool known = false;
     config_detail::forEachKey<C>([&](const auto &key) { known = known || name == key.name; });
-    if (!known)
-      throw Error(fmt::format("unknown key \"{}\"", name));
+    if (known)
+      continue;
+    if constexpr (requires { C::unknown_key(name); })
+      throw Error(C::unknown_key(name));
+    throw Error(fmt::format("unknown key \"{}\"", name));
   }
   C c{};
   config_detail::forEachKey<C>([&](const auto &key) {
-    using T = std::remove_cvref_t<decltype(c.*key.member)>;
+    constexpr bool computed = config_detail::is_computed<std::remove_cvref_t<decltype(key)>>;
     if (!map.has(key.name)) {
-      if (key.use == KeyUse::Required)
-        throw Error(fmt::format("missing \"{}\"", key.name));
+      if constexpr (!computed)
+        if (key.use == KeyUse::Required)
+          throw Error(fmt::format("missing \"{}\"", key.name));
       return;
     }
     const int64_t v = map.get(key.name);
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (computed) {
+      key.read(c, v);
+    } else if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c.*key.member)>, bool>) {
       if (v != 0 && v != 1)
         throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
       c.*key.member = v != 0;
     } else {
-      c.*key.member = static_cast<T>(v);
+      c.*key.member = static_cast<std::remove_cvref_t<decltype(c.*key.member)>>(v);
     }
   });
   return c;
@@ -103,8 +127,12 @@ Config to_config(const C &c) {
   const C defaults{};
   Config map;
   config_detail::forEachKey<C>([&](const auto &key) {
-    if (key.use != KeyUse::Optional || c.*key.member != defaults.*key.member)
+    if constexpr (config_detail::is_computed<std::remove_cvref_t<decltype(key)>>) {
+      if (std::optional<int64_t> v = key.write(c))
+        map.set(key.name, *v);
+    } else if (key.use != KeyUse::Optional || c.*key.member != defaults.*key.member) {
       map.set(key.name, static_cast<int64_t>(c.*key.member));
+    }
   });
   return map;
 }
