@@ -195,7 +195,7 @@ int64_t sharedEstimate(const Problem &p, const FlashConfig &c) {
 } // namespace
 
 std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
-  // A ring of 2 slots is what no "stages" means.
+  // Without the ring, "stages" may only restate the default (2), which it reads as absent.
   if ((c.stages != 2 && !c.async_copy) || c.stages < 2 || c.stages > 4)
     return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
                        c.stages);

@@ -7,7 +7,6 @@
 #include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 
-#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 
