@@ -1,4 +1,10 @@
-//===- Common.cpp - Attention kernel specs: keys, names, builders -------===//
+//===- Common.cpp - What the attention implementations share ---------------===//
+//
+// Kernel specs (keys, names, builders); the block configs of every implementation but
+// hopper and the flash config of chunked and tile (their checks, defaults and search
+// spaces); the flash plan of chunked, tile and hopper.
+//
+//===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
 
 #include <tokamax/runtime/Error.h>
@@ -6,11 +12,9 @@
 
 #include <fmt/format.h>
 
-#include <bit>
-#include <cstring>
+#include <algorithm>
 
 namespace tokamax::attention_detail {
-
 
 int64_t padded_head_dim(int64_t d) {
   int64_t p = 16;
@@ -18,6 +22,17 @@ int64_t padded_head_dim(int64_t d) {
     p *= 2;
   return p;
 }
+
+int64_t pow2_at_least(int64_t v, int64_t floor) {
+  int64_t x = floor;
+  while (x < v)
+    x *= 2;
+  return x;
+}
+
+bool is_half(DType d) { return d == DType::BF16 || d == DType::F16; }
+
+Product products_of(const Problem &p) { return is_half(p.dtype) ? Product::Mma : Product::Fma; }
 
 double Problem::logits_bytes() const {
   return static_cast<double>(B) * N * T * S * dtype_size(compute);
@@ -96,6 +111,254 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
     return ref_dkdv_kernel(s);
   }
   throw Error("attention: unknown kernel kind");
+}
+
+//===----------------------------------------------------------------------===//
+// Configs
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string> grid_why_not(const Problem &p) {
+  if (p.B > 65535 || std::max(p.N, p.K) > 65535)
+    return fmt::format("{} batch rows and {} heads: at most 65535 of each", p.B, std::max(p.N, p.K));
+  return std::nullopt;
+}
+
+std::optional<std::string> check_block_shape(const BlockConfig &b) {
+  for (auto [key, v] : {std::pair{"block_q", b.block_q}, std::pair{"block_kv", b.block_kv}})
+    if (v < 16 || v > 256 || (v & (v - 1)))
+      return fmt::format("{} must be a power of two in [16, 256], got {}", key, v);
+  const int64_t w = b.num_warps;
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
+  return std::nullopt;
+}
+
+int64_t register_estimate(const Problem &p, const BlockConfig &b, bool prefetched) {
+  const int64_t threads = 32 * b.num_warps;
+  const int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
+  int64_t words = b.block_q * (padded_head_dim(p.Hv) + b.block_kv) + (p.vjp ? b.block_kv * dims : 0);
+  if (prefetched)  // the next step's blocks, 16-bit
+    words += (p.vjp ? b.block_q : b.block_kv) * dims / 2;
+  return words * (p.compute == DType::F64 ? 2 : 1) / threads;
+}
+
+std::optional<std::string> check_registers(const Problem &p, const BlockConfig &b, bool prefetched) {
+  const int64_t words = register_estimate(p, b, prefetched);
+  if (words > 256)
+    return fmt::format("block_q {} x block_kv {} with {} warps needs ~{} registers per thread for the "
+                       "accumulators alone",
+                       b.block_q, b.block_kv, b.num_warps, words);
+  return std::nullopt;
+}
+
+BlockConfig exact_blocks(const Problem &p) {
+  return {std::min<int64_t>(16, pow2_at_least(p.T, 16)), p.compute == DType::F64 ? 16 : 32, 4};
+}
+
+std::vector<BlockConfig> exact_block_space(const Problem &p, const BlockConfig &first) {
+  std::vector<BlockConfig> space{first};
+  for (int64_t bq : {16, 32})
+    for (int64_t bkv : {16, 32}) {
+      const BlockConfig b{bq, bkv, 4};
+      if (std::find(space.begin(), space.end(), b) == space.end() && !check_block_shape(b) &&
+          register_estimate(p, b, false) <= 128)
+        space.push_back(b);
+    }
+  return space;
+}
+
+void FlashConfig::read_wgmma(FlashConfig &c, int64_t level) {
+  if (level < 0 || level > 2)
+    throw Error(fmt::format("wgmma must be 0, 1 or 2, got {}", level));
+  c.wgmma = level >= 1;
+  c.overlap = level == 2;
+}
+
+std::optional<int64_t> FlashConfig::write_wgmma(const FlashConfig &c) {
+  if (!c.wgmma)
+    return std::nullopt;
+  return c.overlap ? 2 : 1;
+}
+
+namespace {
+
+/// Shared-memory bytes of the cp.async ring (every stage of the blocks a loop walks)
+/// plus the staging of the operands held across it.
+int64_t sharedEstimate(const Problem &p, const FlashConfig &c) {
+  if (!c.async_copy)
+    return 0;
+  const int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
+  const int64_t rows = std::max(c.block_q, c.block_kv);
+  return c.stages * rows * dims * 2 + rows * dims * 2;
+}
+
+} // namespace
+
+std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
+  // Without the ring, "stages" may only restate the default (2), which it reads as absent.
+  if ((c.stages != 2 && !c.async_copy) || c.stages < 2 || c.stages > 4)
+    return fmt::format("stages (the cp.async ring's slots) must be 2, 3 or 4 with \"async_copy\": 1, got {}",
+                       c.stages);
+  if (c.wgmma && !c.async_copy)
+    return "wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1";
+  if (c.overlap && (!c.wgmma || c.stages < 3))
+    return "wgmma 2 (the next step's Q K^T issued before this step's softmax) reads one step ahead in the ring: "
+           "it needs \"stages\": 3 or 4";
+  if (auto bad = check_block_shape(c))
+    return bad;
+  if (sharedEstimate(p, c) > 220 * 1024)
+    return fmt::format("the cp.async ring of {} stages of {} x {} blocks needs ~{} KiB of shared memory (at most 220)",
+                       c.stages, c.block_q, c.block_kv, sharedEstimate(p, c) / 1024);
+  return check_registers(p, c, c.prefetch && !c.async_copy);
+}
+
+FlashConfig flash_defaults(const Problem &p) {
+  FlashConfig c;
+  if (!is_half(p.dtype)) {
+    static_cast<BlockConfig &>(c) = exact_blocks(p);
+    return c;
+  }
+  const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
+  c.block_q = std::min<int64_t>(64, pow2_at_least(p.T, 16));
+  c.block_kv = dim >= 256 ? 32 : 64;
+  c.num_warps = dim >= 256 ? 8 : 4;
+  if (p.vjp && dim >= 128)
+    c.block_kv = 32;
+  return c;
+}
+
+std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring) {
+  std::vector<FlashConfig> space{first};
+  if (!is_half(p.dtype)) {
+    const std::vector<BlockConfig> exact = exact_block_space(p, first);  // first, then the others
+    for (size_t i = 1; i < exact.size(); ++i)
+      space.push_back(FlashConfig{exact[i]});
+    return space;
+  }
+  for (int64_t bq : {64, 128})
+    for (int64_t bkv : {32, 64, 128})
+      for (int64_t warps : {4, 8})
+        for (int64_t loop : {0, 1, 2, 3}) {  // registers, one step ahead, cp.async ring of 2 or 3
+          if ((bq > pow2_at_least(p.T, 16) && bq != 64) || (loop >= 2 && !ring))
+            continue;
+          FlashConfig c{{bq, bkv, warps}};
+          c.prefetch = loop == 1;
+          c.async_copy = loop >= 2;
+          c.stages = loop == 3 ? 3 : 2;
+          if (std::find(space.begin(), space.end(), c) == space.end() && !check_flash(p, c) &&
+              register_estimate(p, c, c.prefetch && !c.async_copy) <= 128)
+            space.push_back(c);
+        }
+  return space;
+}
+
+//===----------------------------------------------------------------------===//
+// Plans
+//===----------------------------------------------------------------------===//
+
+std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorView &k, const TensorView &v,
+                              std::span<const TensorView> optional, bool rows) {
+  const Problem &p = w.p;
+  std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
+  if (rows)
+    args = {w.as(q, {p.B, p.T, p.N * p.H}), w.as(k, {p.B, p.S, p.K * p.H}), w.as(v, {p.B, p.S, p.K * p.Hv})};
+  if (p.bias)
+    args.push_back(w.broadcast(optional[0], *p.bias));
+  if (p.mask)
+    args.push_back(w.broadcast(optional[1], *p.mask));
+  if (p.q_lengths)
+    args.push_back(w.lengths(optional[2]));
+  if (p.kv_lengths)
+    args.push_back(w.lengths(optional[3]));
+  return args;
+}
+
+void Launcher::launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q, int64_t block_kv) {
+  KernelSpec s = base_;
+  s.kind = kind;
+  if (block_q)
+    s.block_q = block_q;
+  if (block_kv)
+    s.block_kv = block_kv;
+  ex_.launch(s.key(), [s] { return build_kernel(s); }, args);
+}
+
+KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b) {
+  KernelSpec s;
+  s.p = p;
+  s.product = product;
+  s.block_q = b.block_q;
+  s.block_kv = b.block_kv;
+  s.num_warps = static_cast<int>(b.num_warps);
+  return s;
+}
+
+bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
+  if (p.B != 0 && p.T != 0)
+    return false;
+  for (const TensorView &t : outputs)
+    if (t.data())
+      ex.zero(t);
+  return true;
+}
+
+namespace {
+
+void flashForward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
+                  ops_detail::KernelExecutor &ex) {
+  const Problem &p = base.p;
+  Views w{p, ex.device()};
+  std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4), base.tma);
+  args.push_back(w.o(out[0]));
+  if (p.lse_out)
+    args.push_back(w.rows(out[1]));
+  Launcher(base, ex).launch(KernelKind::FlashForward, args);
+}
+
+void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
+                   ops_detail::KernelExecutor &ex) {
+  const Problem &p = base.p;
+  const bool hopper = base.tma;
+  Views w{p, ex.device()};
+  Launcher launcher(base, ex);
+  const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
+  ops_detail::Workspace ws;
+  size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  size_t ds = p.dbias ? ws.add(p.logits_bytes()) : 0;
+  ws.allocate(ex);
+  TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds));
+  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
+  if (p.dbias)
+    ex.zero(dsView);  // blocks no query sees stay zero
+  std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
+  args.emplace_back(hopper ? w.as(dout, {p.B, p.T, p.N * p.Hv}) : w.o(dout));
+  for (const TensorView &t : {w.rows(lse), deltaView})
+    args.emplace_back(hopper ? w.as(t, {p.B * p.N * p.T}) : t);
+  // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq
+  // program holds 16 x num_warps queries and walks block_kv keys.
+  const int64_t held = hopper ? 16 * base.num_warps : 0;
+  std::vector<Arg> dkdv = args, dq = args;
+  dkdv.emplace_back(w.k(out[1]));
+  dkdv.emplace_back(w.v(out[2]));
+  if (p.dbias)
+    dkdv.emplace_back(dsView);
+  launcher.launch(KernelKind::FlashDkDv, dkdv, 0, held);
+  dq.emplace_back(w.q(out[0]));
+  launcher.launch(KernelKind::FlashDq, dq, held, 0);
+  if (p.dbias)
+    launcher.launch(KernelKind::DbiasReduce, {dsView, w.broadcast(out[3], *p.bias)}, 32, 64);
+}
+
+} // namespace
+
+void run_flash(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
+               ops_detail::KernelExecutor &ex) {
+  if (zero_without_queries(base.p, out, ex))
+    return;
+  if (base.p.vjp)
+    flashBackward(base, in, out, ex);
+  else
+    flashForward(base, in, out, ex);
 }
 
 } // namespace tokamax::attention_detail

@@ -2,8 +2,9 @@
 //
 // Internal to ops/lib/attention. A bound call becomes a Problem (batch dims flattened
 // to B, bias / mask as 4-D broadcast shapes [b, n, t, s] whose entries are 1 or full);
-// an implementation plans it as launches of kernels, each built from one KernelSpec
-// (its IR is a pure function of the spec; key() hashes every field).
+// an implementation (one file each, with its typed config, checks, heuristic, search
+// space and plan) plans it as launches of kernels, each built from one KernelSpec (its
+// IR is a pure function of the spec; key() hashes every field).
 //
 // Kernels see q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv], out [B, T, N, Hv],
 // lse / delta [B, N, T], logits / dS workspaces [B, N, T, S], bias / mask [b, n, t, s],
@@ -12,7 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ops/lib/framework/ImplKind.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -22,12 +23,14 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tokamax::attention_detail {
 
-using Impl = ops_detail::ImplKind;  ///< reference, chunked, tile or hopper
-using ops_detail::impl_name;
+using ops_detail::ComputedKey;
+using ops_detail::ConfigKey;
+using ops_detail::KeyUse;
 
 /// A broadcastable operand (bias or mask) as [b, n, t, s], each 1 or the full extent.
 struct Broadcast {
@@ -98,7 +101,7 @@ struct KernelSpec {
   /// Forward with wgmma: each step issues the next step's Q K^T (asynchronously) before
   /// its own softmax, so the two overlap (config "wgmma": 2; the ring needs 3+ stages).
   bool overlap = false;
-  /// The hopper kernels (sm_90a, HopperKernels.cpp): a row block held by TMA, the blocks
+  /// The hopper kernels (sm_90a, Hopper.cpp): a row block held by TMA, the blocks
   /// it meets streamed through TMA rings a producer warpgroup refills
   /// (dsl::Kernel::specialized_loop), products on wgmma; q, k, v and dout are read as
   /// [B T, N H], [B S, K H], [B S, K Hv], [B T, N Hv] (TMA tensor maps are 2-D).
@@ -114,25 +117,218 @@ struct KernelSpec {
 
 dsl::Kernel build_kernel(const KernelSpec &spec);
 
-//===----------------------------------------------------------------------===//
-// Plans (Plans.cpp) and configs (Configs.cpp)
-//===----------------------------------------------------------------------===//
-
-/// Runs the call: tensors in the op's argument order (inputs, then outputs).
-void execute(const Problem &p, Impl impl, const Config &config, std::span<const TensorView> inputs,
-             std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-
-std::optional<std::string> why_not(const Problem &p, Impl impl);
-Config heuristic(const Problem &p, Impl impl);
-std::vector<Config> search_space(const Problem &p, Impl impl);
-std::optional<std::string> check_config(const Problem &p, Impl impl, const Config &config);
-
-/// Whether the tile kernels can copy their blocks with cp.async (tensor-core dtypes,
-/// head dims of whole 16-byte chunks); a config asking for it elsewhere gets the
-/// register path.
-bool async_copy_serves(const Problem &p, Impl impl);
-
 /// The padded tile extent of a head dim (a power of two >= 16).
 int64_t padded_head_dim(int64_t d);
+/// The smallest power-of-two multiple of `floor` (itself one) at least `v`.
+int64_t pow2_at_least(int64_t v, int64_t floor);
+bool is_half(DType d);
+/// Tensor cores for bf16 / f16, exact multiply-adds otherwise.
+Product products_of(const Problem &p);
+
+//===----------------------------------------------------------------------===//
+// Configs the implementations share
+//===----------------------------------------------------------------------===//
+
+/// What no implementation serves: programs run over (blocks, heads, batch rows), and
+/// grid y and z stop at 65535.
+std::optional<std::string> grid_why_not(const Problem &p);
+
+/// The blocks of every implementation but hopper: a forward or dq program holds block_q
+/// queries and walks block_kv keys a step; a dk/dv program holds block_kv keys and walks
+/// block_q queries a step (the reference: the [block_q, block_kv] tiles of its logits).
+struct BlockConfig {
+  int64_t block_q = 64;   ///< "block_q"
+  int64_t block_kv = 64;  ///< "block_kv"
+  int64_t num_warps = 4;  ///< "num_warps"
+  bool operator==(const BlockConfig &) const = default;
+};
+/// Blocks of powers of two in [16, 256] on 1, 2, 4 or 8 warps.
+std::optional<std::string> check_block_shape(const BlockConfig &b);
+/// 32-bit registers per thread the accumulators and one score block need; `prefetched`:
+/// also the next step's blocks, carried in registers.
+int64_t register_estimate(const Problem &p, const BlockConfig &b, bool prefetched);
+/// Refuses blocks whose accumulators alone pass the register file (256 a thread).
+std::optional<std::string> check_registers(const Problem &p, const BlockConfig &b, bool prefetched);
+/// Exact (f32 / f64, the reference) products keep [rows, keys, 16] partial products in
+/// registers: 16-row blocks, 32-key steps (16 in f64), 4 warps.
+BlockConfig exact_blocks(const Problem &p);
+/// `first`, then 16- and 32-wide blocks on 4 warps whose registers fit (128 a thread).
+std::vector<BlockConfig> exact_block_space(const Problem &p, const BlockConfig &first);
+
+/// The flash kernels' keys. Chunked and tile take the same ones, so that a tile config
+/// runs on chunked: having no cp.async ring, it walks through registers whatever
+/// "async_copy" and "wgmma" say.
+struct FlashConfig : BlockConfig {
+  bool prefetch = false;    ///< "prefetch": each loop reads its next blocks a step ahead, in registers
+  bool async_copy = false;  ///< "async_copy": the blocks a loop walks go through a cp.async ring
+  int64_t stages = 2;       ///< "stages": the ring's slots (blocks are copied stages - 1 steps ahead)
+  bool wgmma = false;       ///< on sm_90a the products read the ring on wgmma
+  bool overlap = false;     ///< with wgmma, the forward issues the next step's Q K^T before this softmax
+
+  /// "wgmma" is one key for both flags, as result files have it: 0, 1 (wgmma) or 2 (wgmma
+  /// and overlap). to_config writes that form back, and nothing without wgmma (heuristics
+  /// and search spaces never set it).
+  static void read_wgmma(FlashConfig &c, int64_t level);
+  static std::optional<int64_t> write_wgmma(const FlashConfig &c);
+  static constexpr auto keys = std::tuple{
+      ConfigKey{"block_q", &FlashConfig::block_q},
+      ConfigKey{"block_kv", &FlashConfig::block_kv},
+      ConfigKey{"num_warps", &FlashConfig::num_warps},
+      ConfigKey{"prefetch", &FlashConfig::prefetch, KeyUse::Optional},
+      ConfigKey{"async_copy", &FlashConfig::async_copy, KeyUse::Optional},
+      ConfigKey{"stages", &FlashConfig::stages, KeyUse::Optional},
+      ComputedKey<FlashConfig>{"wgmma", &FlashConfig::read_wgmma, &FlashConfig::write_wgmma}};
+  bool operator==(const FlashConfig &) const = default;
+};
+/// The ring's keys, then the blocks' shape, shared memory and registers.
+std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c);
+/// FlashAttention-2's defaults on tensor cores (64-row query blocks, 64-key steps, 4
+/// warps; narrower steps and more warps as the head dim grows, so the accumulator and
+/// scores stay in registers); exact_blocks for exact products.
+FlashConfig flash_defaults(const Problem &p);
+/// `first`, then on tensor cores 64- and 128-row blocks by 32- to 128-key steps on 4 or
+/// 8 warps, their loops through registers, one step ahead and (where `ring`) a cp.async
+/// ring of 2 or 3 stages, where check_flash takes them and their registers fit (128).
+std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring);
+
+//===----------------------------------------------------------------------===//
+// Plans the implementations share
+//===----------------------------------------------------------------------===//
+
+using Arg = ops_detail::KernelExecutor::Arg;
+
+/// Reshaped views of the call's tensors and workspaces on one device.
+struct Views {
+  const Problem &p;
+  int device;
+
+  TensorView as(const TensorView &t, std::vector<int64_t> shape) const {
+    return TensorView(t.data(), t.dtype(), shape, device);
+  }
+  TensorView as(uint64_t data, DType dtype, std::vector<int64_t> shape) const {
+    return TensorView(data, dtype, shape, device);
+  }
+  TensorView q(const TensorView &t) const { return as(t, {p.B, p.T, p.N, p.H}); }
+  TensorView k(const TensorView &t) const { return as(t, {p.B, p.S, p.K, p.H}); }
+  TensorView v(const TensorView &t) const { return as(t, {p.B, p.S, p.K, p.Hv}); }
+  TensorView o(const TensorView &t) const { return as(t, {p.B, p.T, p.N, p.Hv}); }
+  TensorView rows(const TensorView &t) const { return as(t, {p.B, p.N, p.T}); }
+  TensorView rows(uint64_t data) const { return as(data, p.compute, {p.B, p.N, p.T}); }
+  TensorView square(uint64_t data) const { return as(data, p.compute, {p.B, p.N, p.T, p.S}); }
+  TensorView broadcast(const TensorView &t, const Broadcast &bc) const {
+    return as(t, std::vector<int64_t>(bc.shape.begin(), bc.shape.end()));
+  }
+  TensorView lengths(const TensorView &t) const { return as(t, {p.B}); }
+};
+
+/// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
+/// (with `rows`, q, k and v as [B, rows, heads x dim]: the hopper kernels' TMA views).
+std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorView &k, const TensorView &v,
+                              std::span<const TensorView> optional, bool rows = false);
+
+/// Launches the kernels of one call: each is `base` with its kind (and block sizes).
+class Launcher {
+public:
+  Launcher(const KernelSpec &base, ops_detail::KernelExecutor &ex) : ex_(ex), base_(base) {}
+  void launch(KernelKind kind, const std::vector<Arg> &args, int64_t block_q = 0, int64_t block_kv = 0);
+
+private:
+  ops_detail::KernelExecutor &ex_;
+  KernelSpec base_;
+};
+
+/// The spec every kernel of a call starts from: the problem, its products and blocks.
+KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);
+
+/// A call without queries has empty results and no gradient for any key: zeroes the
+/// outputs and says so.
+bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+
+/// The plan of the flash kernels (chunked, tile and, with base.tma, hopper): the forward
+/// one kernel (out, lse); the VJP delta -> dk/dv (+ dS for dbias) -> dq (-> dbias
+/// reduce), its workspaces (delta, dS) out of the call's one scratch buffer.
+void run_flash(const KernelSpec &base, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
+               ops_detail::KernelExecutor &ex);
+
+//===----------------------------------------------------------------------===//
+// The implementations, one file each (auto's order: hopper, tile, chunked, reference)
+//===----------------------------------------------------------------------===//
+
+struct ReferenceConfig;      // Reference.cpp
+struct HopperForwardConfig;  // Hopper.cpp
+struct HopperVjpConfig;      // Hopper.cpp
+
+/// Materialised logits, the correctness oracle (Reference.cpp).
+struct Reference {
+  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Reference;
+  using Config = ReferenceConfig;
+  using Problem = attention_detail::Problem;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+  /// Refuses a call whose logits workspace would take most of the device's memory.
+  static void check_device(const Problem &p, const BoundArgs &args, Device &device);
+};
+/// The flash kernels, every edge masked (Chunked.cpp).
+struct Chunked {
+  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Chunked;
+  using Config = FlashConfig;
+  using Problem = attention_detail::Problem;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+};
+/// The flash kernels on tensor cores: split edges, a cp.async ring (Tile.cpp).
+struct Tile {
+  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Tile;
+  using Config = FlashConfig;
+  using Problem = attention_detail::Problem;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+};
+/// sm_90a: TMA rings, warp roles, wgmma (Hopper.cpp); the forward and the VJP take
+/// different keys.
+struct HopperForward {
+  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Hopper;
+  using Config = HopperForwardConfig;
+  using Problem = attention_detail::Problem;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+};
+struct HopperVjp {
+  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Hopper;
+  using Config = HopperVjpConfig;
+  using Problem = attention_detail::Problem;
+  static std::optional<std::string> why_not(const Problem &p);
+  static Config heuristic(const Problem &p);
+  static std::vector<Config> search_space(const Problem &p);
+  static std::optional<std::string> check(const Problem &p, const Config &c);
+  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
+                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+};
 
 } // namespace tokamax::attention_detail
+
+namespace tokamax::ops_detail {
+// Each implementation's adapter is instantiated in its own file, where its config is
+// complete: Op.cpp registers them without seeing the configs.
+extern template class TypedImplementation<attention_detail::Reference>;
+extern template class TypedImplementation<attention_detail::Chunked>;
+extern template class TypedImplementation<attention_detail::Tile>;
+extern template class TypedImplementation<attention_detail::HopperForward>;
+extern template class TypedImplementation<attention_detail::HopperVjp>;
+} // namespace tokamax::ops_detail

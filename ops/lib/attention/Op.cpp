@@ -7,7 +7,6 @@
 #include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
 
-#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 
@@ -18,7 +17,6 @@
 
 namespace tokamax {
 
-using attention_detail::Impl;
 using attention_detail::Problem;
 
 namespace {
@@ -287,18 +285,6 @@ Problem problem_of(const BoundArgs &b) {
   return p;
 }
 
-/// The reference implementation materializes the logits (twice for the VJP): a call
-/// whose workspace would take most of the device's memory is refused before planning.
-void check_device(const Problem &p, Impl impl, const BoundArgs &args, Device &device) {
-  if (impl != Impl::Reference)
-    return;
-  double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
-  size_t total = device.total_memory();
-  if (bytes > 0.8 * static_cast<double>(total))
-    throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
-                                   args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
-}
-
 } // namespace attention_detail
 
 namespace {
@@ -307,15 +293,23 @@ namespace {
 // Ops and implementations
 //===----------------------------------------------------------------------===//
 
+/// Each op's implementations in auto's order: hopper first on sm_90a (on the H200 its
+/// forward ran 1.14-1.57x tile's and its VJP at least as fast, docs/performance.md),
+/// tile where hopper refuses.
+std::vector<std::shared_ptr<const Implementation>> implementationsOf(bool vjp) {
+  using namespace attention_detail;
+  if (vjp)
+    return ops_detail::typed_implementations<HopperVjp, Tile, Chunked, Reference>("attention_vjp", kVjpArgs, 10,
+                                                                                  problem_of);
+  return ops_detail::typed_implementations<HopperForward, Tile, Chunked, Reference>("attention", kForwardArgs, 7,
+                                                                                    problem_of);
+}
+
 class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
       : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
-           // hopper first on sm_90a: on the H200 its forward ran 1.14-1.57x tile's and its
-           // VJP at least as fast (docs/performance.md); tile where hopper refuses.
-           ops_detail::implementations<Problem>(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs,
-                                                vjp ? 10 : 7, {Impl::Hopper, Impl::Tile, Impl::Chunked, Impl::Reference},
-                                                attention_detail::problem_of)),
+           implementationsOf(vjp)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {

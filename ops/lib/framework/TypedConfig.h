@@ -17,7 +17,8 @@
 // same keys, so maps written before the struct existed read and write back unchanged.
 //
 // A std::optional field is a key whose absence means something (KeyUse::Optional:
-// written when it holds a value). A config may say why it refuses a key another
+// written when it holds a value). A key whose one value sets several fields is a
+// ComputedKey. A config may say why it refuses a key another
 // implementation takes, instead of "unknown key":
 //
 //   static std::optional<std::string> refused_key(const std::string &key);
@@ -58,7 +59,22 @@ ConfigKey(const char *, T C::*) -> ConfigKey<C, T>;
 template <class C, class T>
 ConfigKey(const char *, T C::*, KeyUse) -> ConfigKey<C, T>;
 
+/// A key whose one map value is more than one field (e.g. a level that sets two flags):
+/// `read` sets the fields from the value (throwing Error for one it refuses), `write`
+/// gives the value to write, or nothing. Absent on reading leaves the fields' defaults.
+template <class C>
+struct ComputedKey {
+  const char *name;
+  void (*read)(C &, int64_t);
+  std::optional<int64_t> (*write)(const C &);
+};
+
 namespace config_detail {
+template <class K>
+constexpr bool is_computed = false;
+template <class C>
+constexpr bool is_computed<ComputedKey<C>> = true;
+
 template <class C, class F>
 void forEachKey(F &&f) {
   std::apply([&](const auto &...key) { (f(key), ...); }, C::keys);
@@ -97,19 +113,25 @@ C from_config(const Config &map) {
   }
   C c{};
   config_detail::forEachKey<C>([&](const auto &key) {
-    using T = typename config_detail::OptionalField<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
-    if (!map.has(key.name)) {
-      if (key.use == KeyUse::Required)
-        throw Error(fmt::format("missing \"{}\"", key.name));
+    if constexpr (config_detail::is_computed<std::remove_cvref_t<decltype(key)>>) {
+      if (map.has(key.name))
+        key.read(c, map.get(key.name));
       return;
-    }
-    const int64_t v = map.get(key.name);
-    if constexpr (std::is_same_v<T, bool>) {
-      if (v != 0 && v != 1)
-        throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
-      c.*key.member = v != 0;
     } else {
-      c.*key.member = static_cast<T>(v);
+      using T = typename config_detail::OptionalField<std::remove_cvref_t<decltype(c.*key.member)>>::Value;
+      if (!map.has(key.name)) {
+        if (key.use == KeyUse::Required)
+          throw Error(fmt::format("missing \"{}\"", key.name));
+        return;
+      }
+      const int64_t v = map.get(key.name);
+      if constexpr (std::is_same_v<T, bool>) {
+        if (v != 0 && v != 1)
+          throw Error(fmt::format("{} must be 0 or 1, got {}", key.name, v));
+        c.*key.member = v != 0;
+      } else {
+        c.*key.member = static_cast<T>(v);
+      }
     }
   });
   return c;
@@ -122,12 +144,17 @@ Config to_config(const C &c) {
   const C defaults{};
   Config map;
   config_detail::forEachKey<C>([&](const auto &key) {
-    const auto &value = c.*key.member;
-    if constexpr (config_detail::OptionalField<std::remove_cvref_t<decltype(value)>>::value) {
-      if (value)
-        map.set(key.name, static_cast<int64_t>(*value));
-    } else if (key.use != KeyUse::Optional || value != defaults.*key.member) {
-      map.set(key.name, static_cast<int64_t>(value));
+    if constexpr (config_detail::is_computed<std::remove_cvref_t<decltype(key)>>) {
+      if (std::optional<int64_t> v = key.write(c))
+        map.set(key.name, *v);
+    } else {
+      const auto &value = c.*key.member;
+      if constexpr (config_detail::OptionalField<std::remove_cvref_t<decltype(value)>>::value) {
+        if (value)
+          map.set(key.name, static_cast<int64_t>(*value));
+      } else if (key.use != KeyUse::Optional || value != defaults.*key.member) {
+        map.set(key.name, static_cast<int64_t>(value));
+      }
     }
   });
   return map;

@@ -1,17 +1,134 @@
-//===- ReferenceKernels.cpp - Attention through materialised logits ---------===//
+//===- Reference.cpp - Attention through materialised logits ----------------===//
 //
 // The correctness oracle among the implementations: the masked, capped logits of every
 // (batch row, head) go to a [B, N, T, S] buffer in the compute dtype (-inf where masked);
 // each row's lse comes from its exact max and then its sum; out = exp(logits - lse) @ v.
 // The VJP materialises dS = P * (dP - delta) the same way. Products are exact
-// multiply-adds in the compute dtype (spec.product is Fma).
+// multiply-adds in the compute dtype (spec.product is Fma), on [block_q, block_kv] tiles
+// of the logits.
+//
+//   forward: logits -> row stats (lse) -> output;
+//   VJP:     logits, delta -> dS -> dq, dk/dv (-> dbias reduce).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
 
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace tokamax::attention_detail {
+
+/// The reference's keys: its blocks only. The flash kernels' keys (a tile or chunked
+/// config handed to it) are refused by name.
+struct ReferenceConfig : BlockConfig {
+  static constexpr auto keys = std::tuple{ConfigKey{"block_q", &ReferenceConfig::block_q},
+                                          ConfigKey{"block_kv", &ReferenceConfig::block_kv},
+                                          ConfigKey{"num_warps", &ReferenceConfig::num_warps}};
+  static std::optional<std::string> refused_key(const std::string &key) {
+    const std::vector<std::string> flash = ops_detail::config_keys<FlashConfig>();
+    if (std::find(flash.begin(), flash.end(), key) != flash.end())
+      return fmt::format("reference takes no \"{}\"", key);
+    return fmt::format("unknown key \"{}\"", key);
+  }
+};
+
+std::optional<std::string> Reference::why_not(const Problem &p) {
+  if (auto no = grid_why_not(p))
+    return no;
+  // The logits (and, for the VJP, dS) buffers: refuse what no GPU could hold.
+  const double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+  if (bytes > 256.0 * (1ull << 30))
+    return fmt::format("reference materialises {:.1f} GiB of logits; use chunked or tile", bytes / (1ull << 30));
+  return std::nullopt;
+}
+
+ReferenceConfig Reference::heuristic(const Problem &p) { return {exact_blocks(p)}; }
+
+std::vector<ReferenceConfig> Reference::search_space(const Problem &p) {
+  std::vector<ReferenceConfig> space;
+  for (const BlockConfig &b : exact_block_space(p, exact_blocks(p)))
+    space.push_back({b});
+  return space;
+}
+
+std::optional<std::string> Reference::check(const Problem &p, const ReferenceConfig &c) {
+  if (auto bad = check_block_shape(c))
+    return bad;
+  return check_registers(p, c, /*prefetched=*/false);
+}
+
+void Reference::check_device(const Problem &p, const BoundArgs &args, Device &device) {
+  const double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
+  const size_t total = device.total_memory();
+  if (bytes > 0.8 * static_cast<double>(total))
+    throw NotSupported(fmt::format("{}: reference needs {:.1f} GiB of logits workspace; the device has {:.1f} GiB",
+                                   args.op, bytes / (1ull << 30), double(total) / (1ull << 30)));
+}
+
+namespace {
+
+void forward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
+             ops_detail::KernelExecutor &ex) {
+  const Problem &p = base.p;
+  Views w{p, ex.device()};
+  Launcher launcher(base, ex);
+  ops_detail::Workspace ws;
+  size_t logits = ws.add(p.logits_bytes());
+  size_t lse = p.lse_out ? 0 : ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  ws.allocate(ex);
+  TensorView logitsView = w.square(ws.at(logits));
+  TensorView lseView = p.lse_out ? w.rows(out[1]) : w.rows(ws.at(lse));
+  std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4));
+  args.push_back(logitsView);
+  launcher.launch(KernelKind::Logits, args);
+  launcher.launch(KernelKind::RowStats, {logitsView, lseView});
+  launcher.launch(KernelKind::Output, {logitsView, lseView, w.v(in[2]), w.o(out[0])});
+}
+
+void backward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
+              ops_detail::KernelExecutor &ex) {
+  const Problem &p = base.p;
+  Views w{p, ex.device()};
+  Launcher launcher(base, ex);
+  const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
+  ops_detail::Workspace ws;
+  size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  size_t ds = ws.add(p.logits_bytes());
+  size_t logits = ws.add(p.logits_bytes());
+  ws.allocate(ex);
+  TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds)), logitsView = w.square(ws.at(logits));
+  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
+  std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4));
+  args.emplace_back(logitsView);
+  launcher.launch(KernelKind::Logits, args);
+  launcher.launch(KernelKind::RefDs, {logitsView, w.rows(lse), deltaView, w.o(dout), w.v(v), dsView});
+  launcher.launch(KernelKind::RefDq, {dsView, w.k(k), w.q(out[0])});
+  launcher.launch(KernelKind::RefDkDv, {logitsView, w.rows(lse), dsView, w.q(q), w.o(dout), w.k(out[1]), w.v(out[2])});
+  if (p.dbias)
+    launcher.launch(KernelKind::DbiasReduce, {dsView, w.broadcast(out[3], *p.bias)}, 32, 64);
+}
+
+} // namespace
+
+void Reference::execute(const Problem &p, const ReferenceConfig &c, std::span<const TensorView> inputs,
+                        std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
+  if (zero_without_queries(p, outputs, ex))
+    return;
+  const KernelSpec base = block_spec(p, Product::Fma, c);
+  if (p.vjp)
+    backward(base, inputs, outputs, ex);
+  else
+    forward(base, inputs, outputs, ex);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
 
 using dsl::cdiv;
 
@@ -162,3 +279,5 @@ Kernel ref_dkdv_kernel(const KernelSpec &s) {
 }
 
 } // namespace tokamax::attention_detail
+
+template class tokamax::ops_detail::TypedImplementation<tokamax::attention_detail::Reference>;

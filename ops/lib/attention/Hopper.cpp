@@ -1,4 +1,4 @@
-//===- HopperKernels.cpp - The hopper kernels: TMA rings, warp roles, wgmma -===//
+//===- Hopper.cpp - sm_90a attention: TMA rings, warp roles, wgmma ----------===//
 //
 // Every hopper program holds one row block (16 x num_warps rows: each consumer warp owns
 // 16 of them) copied once by TMA and streams the blocks it is multiplied with through
@@ -20,14 +20,246 @@
 // zeros, never the next batch row's, so any T and S are served. Keys past S are masked;
 // queries past T have lse +inf (their P and dS are 0) and are never stored.
 //
+// Configs. Every program holds 16 x num_warps rows (4 or 8 warps: each consumer warp
+// owns 16, whole warpgroups): the forward's queries ("block_q" must say so) with
+// "block_kv" keys a step. The VJP's dk/dv programs hold keys and walk "block_q" queries
+// a step, its dq programs hold queries and walk "block_kv" keys (blocks are copied a
+// batch row at a time: any T and S); "stages" are the rings' slots. The held blocks,
+// the rings and the registers of the scores and accumulators must fit. The forward's
+// "overlap" issues each step's Q K^T before the previous step's P V, so the softmax runs
+// while the tensor cores work; "pingpong" (8 warps) has the two consumer warpgroups take
+// turns issuing their products.
+//
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
 
 #include <tokamax/dsl/Pipeline.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace tokamax::attention_detail {
+
+struct HopperForwardConfig {
+  int64_t block_q = 128;   ///< "block_q": the queries a program holds, 16 x num_warps
+  int64_t block_kv = 128;  ///< "block_kv": keys a step
+  int64_t num_warps = 8;   ///< "num_warps": consumer warps
+  int64_t stages = 2;      ///< "stages": the rings' slots (absent: 2)
+  bool overlap = false;    ///< "overlap": each step's Q K^T issued before the previous step's P V
+  bool pingpong = false;   ///< "pingpong": the consumer warpgroups take turns issuing products
+
+  static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperForwardConfig::block_q},
+                                          ConfigKey{"block_kv", &HopperForwardConfig::block_kv},
+                                          ConfigKey{"num_warps", &HopperForwardConfig::num_warps},
+                                          ConfigKey{"stages", &HopperForwardConfig::stages, KeyUse::Defaulted},
+                                          ConfigKey{"overlap", &HopperForwardConfig::overlap, KeyUse::Optional},
+                                          ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional}};
+  static std::optional<std::string> refused_key(const std::string &key) { return fmt::format("unknown key \"{}\" for hopper", key); }
+  bool operator==(const HopperForwardConfig &) const = default;
+};
+
+struct HopperVjpConfig {
+  int64_t dkdv_query_step = 64;  ///< "block_q": queries a dk/dv step
+  int64_t dq_key_step = 128;     ///< "block_kv": keys a dq step
+  int64_t num_warps = 8;         ///< "num_warps": consumer warps; both kernels hold 16 x num_warps rows
+  int64_t stages = 2;            ///< "stages": the rings' slots (absent: 2)
+
+  static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperVjpConfig::dkdv_query_step},
+                                          ConfigKey{"block_kv", &HopperVjpConfig::dq_key_step},
+                                          ConfigKey{"num_warps", &HopperVjpConfig::num_warps},
+                                          ConfigKey{"stages", &HopperVjpConfig::stages, KeyUse::Defaulted}};
+  static std::optional<std::string> refused_key(const std::string &key) {
+    return fmt::format("unknown key \"{}\" for hopper's VJP", key);
+  }
+  bool operator==(const HopperVjpConfig &) const = default;
+};
+
+namespace {
+
+bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
+bool isStep(int64_t v) { return v >= 16 && v <= 256 && !(v & (v - 1)); }
+
+std::optional<std::string> whyNot(const Problem &p) {
+  if (auto no = grid_why_not(p))
+    return no;
+  if (!is_half(p.dtype))
+    return fmt::format("hopper serves bf16 and f16 (wgmma), not {}; use tile, chunked or reference",
+                       dtype_name(p.dtype));
+  if (!isHeadDimOfOneBox(p.H) || !isHeadDimOfOneBox(p.Hv))
+    return fmt::format("hopper needs head dims of 16, 32, 64, 128 or 256 (one TMA box a row block), got H {} and "
+                       "Hv {}; use tile",
+                       p.H, p.Hv);
+  return std::nullopt;
+}
+
+std::optional<std::string> checkWarps(int64_t w) {
+  if (w != 4 && w != 8)
+    return fmt::format("hopper needs num_warps 4 or 8 (whole consumer warpgroups), got {}", w);
+  return std::nullopt;
+}
+
+/// The key step, and the rings of `stages` slots of `step`-row blocks beside the held
+/// block in shared memory. Forward: Q held, K / V streamed. VJP: K / V or Q / dO held,
+/// the other streamed.
+std::optional<std::string> checkRings(const Problem &p, int64_t warps, int64_t keyStep, int64_t stages, int64_t step) {
+  if (!isStep(keyStep))
+    return fmt::format("hopper needs block_kv a power of two in [16, 256], got {}", keyStep);
+  if (stages < 2 || stages > 4)
+    return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
+  const int64_t dims = p.H + p.Hv;
+  const int64_t shared = (16 * warps * (p.vjp ? dims : p.H) + stages * step * dims) * 2;
+  if (shared > 220 * 1024)
+    return fmt::format("the held block and {} stages of {}-row blocks need {} KiB of shared memory (at most 220)",
+                       stages, step, shared / 1024);
+  return std::nullopt;
+}
+
+/// `words` 32-bit registers a consumer thread (its 16 rows over a warp) for the scores
+/// and the accumulators.
+std::optional<std::string> checkRegisters(int64_t bq, int64_t bkv, int64_t words) {
+  if (words > 192)
+    return fmt::format("block_q {} x block_kv {} needs ~{} registers per thread for the scores and the accumulators "
+                       "(at most 192)",
+                       bq, bkv, words);
+  return std::nullopt;
+}
+
+/// The spec of a hopper call's kernels.
+KernelSpec hopperSpec(const Problem &p, int64_t bq, int64_t bkv, int64_t warps, int64_t stages) {
+  KernelSpec s = block_spec(p, products_of(p), {bq, bkv, warps});
+  s.split_edges = true;
+  s.stages = static_cast<int>(stages);
+  s.tma = true;
+  return s;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The forward
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string> HopperForward::why_not(const Problem &p) { return whyNot(p); }
+
+HopperForwardConfig HopperForward::heuristic(const Problem &p) {
+  // 128-row query blocks on two consumer warpgroups where T fills them; the widest key
+  // step that keeps the scores and accumulator in registers (no wider than S needs).
+  // Two consumer warpgroups take turns (ping-pong): on the H200 2-5 % ahead at every
+  // benchmark shape, causal or not (e.g. (4, 4096, 32, 128) 545.6 TFLOP/s against 517.8).
+  // Where no pair is hidden each step's Q K^T is also issued before the previous P V
+  // (overlap): on the H100 (32, 2048, 16, 64) 427.2 against 402.4, (4, 4096, 32, 128)
+  // 640.5 against 613.9; under a causal mask it lost (326.5 -> 312.1 at the first).
+  const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
+  const int64_t warps = p.T > 64 ? 8 : 4;
+  const bool hidesNothing = !p.causal && p.left < 0 && p.right < 0 && !p.mask && !p.q_lengths && !p.kv_lengths;
+  return {.block_q = 16 * warps,
+          .block_kv = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2_at_least(p.S, 16)),
+          .num_warps = warps,
+          .stages = 2,
+          .overlap = warps == 8 && hidesNothing,
+          .pingpong = warps == 8};
+}
+
+std::vector<HopperForwardConfig> HopperForward::search_space(const Problem &p) {
+  std::vector<HopperForwardConfig> space{heuristic(p)};
+  for (int64_t warps : {4, 8})
+    for (int64_t bkv : {64, 128})
+      for (int64_t stages : {2, 3})
+        for (int flags : {0, 1, 2, 3}) {
+          const HopperForwardConfig c{16 * warps, bkv, warps, stages, (flags & 1) != 0, (flags & 2) != 0};
+          if (std::find(space.begin(), space.end(), c) == space.end() && !check(p, c))
+            space.push_back(c);
+        }
+  return space;
+}
+
+std::optional<std::string> HopperForward::check(const Problem &p, const HopperForwardConfig &c) {
+  const int64_t w = c.num_warps;
+  if (auto bad = checkWarps(w))
+    return bad;
+  if (c.pingpong && w != 8)
+    return fmt::format("pingpong needs two consumer warpgroups (num_warps 8), got {} warps", w);
+  if (c.block_q != 16 * w)
+    return fmt::format("the hopper forward needs block_q = 16 * num_warps, got block_q {} with {} warps", c.block_q,
+                       w);
+  if (auto bad = checkRings(p, w, c.block_kv, c.stages, c.block_kv))
+    return bad;
+  // The scores and the accumulator; with overlap also the carried P, 16-bit.
+  return checkRegisters(c.block_q, c.block_kv, (c.block_kv * (c.overlap ? 3 : 2) / 2 + p.Hv) / 2);
+}
+
+void HopperForward::execute(const Problem &p, const HopperForwardConfig &c, std::span<const TensorView> inputs,
+                            std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
+  KernelSpec s = hopperSpec(p, c.block_q, c.block_kv, c.num_warps, c.stages);
+  s.overlap = c.overlap;
+  s.ping_pong = c.pingpong;
+  run_flash(s, inputs, outputs, ex);
+}
+
+//===----------------------------------------------------------------------===//
+// The VJP
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string> HopperVjp::why_not(const Problem &p) {
+  if (auto no = whyNot(p))
+    return no;
+  if (std::max(p.H, p.Hv) > 128)
+    return fmt::format("the hopper VJP holds dk and dv in registers: head dims up to 128, got H {} and Hv {}; use "
+                       "tile",
+                       p.H, p.Hv);
+  return std::nullopt;
+}
+
+HopperVjpConfig HopperVjp::heuristic(const Problem &p) {
+  // 128 held rows on two consumer warpgroups; the widest query step whose S, dP, dk and
+  // dv fit the registers, 128-key steps for dq. On the H100 (row blocks along grid x),
+  // fwd+bwd with 64 / 128 against 64 / 64 and the causal 32 / 64: (32, 2048, 16, 64)
+  // 342.5 against 338.5, causal 273.0 against 251.2; (8, 8192, 16, 128) 455.8 against
+  // 452.8, causal 434.7 against 410.2.
+  int64_t queryStep = 64;
+  while (queryStep > 16 && 2 * queryStep + p.H + p.Hv > 384)
+    queryStep /= 2;
+  return {.dkdv_query_step = queryStep,
+          .dq_key_step = std::min<int64_t>(128, pow2_at_least(p.S, 16)),
+          .num_warps = std::max(p.T, p.S) > 64 ? 8 : 4,
+          .stages = 2};
+}
+
+std::vector<HopperVjpConfig> HopperVjp::search_space(const Problem &p) {
+  std::vector<HopperVjpConfig> space{heuristic(p)};
+  for (int64_t warps : {4, 8})
+    for (int64_t queryStep : {32, 64, 128})
+      for (int64_t keyStep : {64, 128})
+        for (int64_t stages : {2, 3}) {
+          const HopperVjpConfig c{queryStep, keyStep, warps, stages};
+          if (std::find(space.begin(), space.end(), c) == space.end() && !check(p, c))
+            space.push_back(c);
+        }
+  return space;
+}
+
+std::optional<std::string> HopperVjp::check(const Problem &p, const HopperVjpConfig &c) {
+  const int64_t bq = c.dkdv_query_step, bkv = c.dq_key_step;
+  if (auto bad = checkWarps(c.num_warps))
+    return bad;
+  if (!isStep(bq))
+    return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
+  if (auto bad = checkRings(p, c.num_warps, bkv, c.stages, std::max(bq, bkv)))
+    return bad;
+  // dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
+  return checkRegisters(bq, bkv, std::max(2 * bq + p.H + p.Hv, 2 * bkv + p.H) / 2);
+}
+
+void HopperVjp::execute(const Problem &p, const HopperVjpConfig &c, std::span<const TensorView> inputs,
+                        std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
+  run_flash(hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages), inputs, outputs, ex);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
 
 using dsl::cdiv;
 using dsl::TmaRing;
@@ -265,3 +497,6 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
 }
 
 } // namespace tokamax::attention_detail
+
+template class tokamax::ops_detail::TypedImplementation<tokamax::attention_detail::HopperForward>;
+template class tokamax::ops_detail::TypedImplementation<tokamax::attention_detail::HopperVjp>;
