@@ -56,7 +56,9 @@ struct HopperForwardConfig {
                                           ConfigKey{"stages", &HopperForwardConfig::stages, KeyUse::Defaulted},
                                           ConfigKey{"overlap", &HopperForwardConfig::overlap, KeyUse::Optional},
                                           ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional}};
-  static std::optional<std::string> refused_key(const std::string &key) { return fmt::format("unknown key \"{}\" for hopper", key); }
+  static std::optional<std::string> refused_key(const std::string &key) {
+    return fmt::format("unknown key \"{}\" for hopper", key);
+  }
   bool operator==(const HopperForwardConfig &) const = default;
 };
 
