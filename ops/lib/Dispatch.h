@@ -2,6 +2,7 @@
 #pragma once
 
 #include <tokamax/compiler/Jit.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Hash.h>
 #include <tokamax/runtime/Stream.h>
@@ -21,10 +22,10 @@ inline int64_t next_power_of_two(int64_t v) {
   return p;
 }
 
-/// The compute capability in an arch name: 90 for "sm_90a", 80 for "sm_80".
-inline int arch_number(const std::string &arch) {
-  return sm_version(arch);
-}
+/// What the shared-memory estimates of the ring configs (attention, gated_linear_unit,
+/// ragged_dot) are held to: sm_90a's 227 KiB a block less 7 KiB of headroom for what the
+/// estimates leave out (mbarriers, alignment, the epilogue's and conversions' scratch).
+inline constexpr int64_t kHopperSharedBudget = Arch::parse("sm_90a").shared_memory_per_block() - 7 * 1024;
 
 /// Kernels that failed a device run (did not finish, or gave wrong results) serve only where
 /// TOKAMAX_EXPERIMENTAL=1 asks for them: elsewhere the reason (`what` and what was seen),

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/AttentionDetail.h"
+#include "ops/lib/Dispatch.h"
 
 #include <fmt/format.h>
 
@@ -90,7 +91,7 @@ std::optional<std::string> checkHopper(const Problem &p, const Config &c) {
   // Forward: Q held, K / V streamed. VJP: K / V or Q / dO held, the other streamed.
   const int64_t step = p.vjp ? std::max(bq, bkv) : bkv;
   const int64_t shared = (held * (p.vjp ? dims : p.H) + stages * step * dims) * 2;
-  if (shared > 220 * 1024)
+  if (shared > ops_detail::kHopperSharedBudget)
     return fmt::format("the held block and {} stages of {}-row blocks need {} KiB of shared memory (at most 220)",
                        stages, step, shared / 1024);
   // Registers per consumer thread (its 16 rows over a warp): the forward's scores and
@@ -236,7 +237,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
   int64_t w = c.get("num_warps");
   if (w != 1 && w != 2 && w != 4 && w != 8)
     return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", w);
-  if (sharedEstimate(p, c) > 220 * 1024)
+  if (sharedEstimate(p, c) > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring of {} stages of {} x {} blocks needs ~{} KiB of shared memory (at most 220)",
                        c.get_or("stages", 2), c.get("block_q"), c.get("block_kv"), sharedEstimate(p, c) / 1024);
   if (registerEstimate(p, c) > 256)

@@ -203,7 +203,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
                        bm, w);
   if (auto problem = check_tma_ring_keys(c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (ringBytes(p, c) > 220 * 1024)
+  if (ringBytes(p, c) > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 128)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulators "

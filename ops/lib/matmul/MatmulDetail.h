@@ -4,6 +4,7 @@
 #include "ops/lib/KernelExecutor.h"
 
 #include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Arch.h>
 
 #include <functional>
 #include <optional>
@@ -161,7 +162,7 @@ std::vector<Config> block_search_space(Config heuristic, bool reference, bool ri
 /// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage
 /// 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and the
 /// TMA store's two [block_m][128-byte] strips (plus 1 KiB).
-inline constexpr int64_t kHopperSharedLimit = 227 * 1024;
+inline constexpr int64_t kHopperSharedLimit = Arch::parse("sm_90a").shared_memory_per_block();
 inline int64_t hopper_ring_bytes(const MatmulConfig &c, int64_t elem_bytes) {
   const int64_t stage = ((c.block_m + c.block_n) * c.block_k * elem_bytes + 1023) / 1024 * 1024;
   return c.num_stages * stage + 16 * c.num_stages + 1024;

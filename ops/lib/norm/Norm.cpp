@@ -142,7 +142,7 @@ public:
 
   std::string name() const override { return impl_ == ImplKind::Tile ? "tile" : "reference"; }
   bool supported_on(const std::string &arch) const override {
-    return impl_ == ImplKind::Reference || ops_detail::arch_number(arch) >= 80;
+    return impl_ == ImplKind::Reference || Arch::parse(arch).number() >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
     return norm_detail::why_not(problem(args), impl_);

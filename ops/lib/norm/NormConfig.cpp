@@ -18,6 +18,7 @@
 #include "ops/lib/norm/NormKernels.h"
 
 #include <tokamax/ops/Norm.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
@@ -28,8 +29,8 @@ namespace tokamax::norm_detail {
 
 namespace {
 
-/// The GPU the heuristics size grids for (H200: 132 SMs).
-constexpr int64_t kTargetSms = 132;
+/// The GPU the heuristics size grids for (sm_90a's default: an H100 / H200's 132 SMs).
+constexpr int64_t kTargetSms = Arch::parse("sm_90a").sm_count();
 
 bool isPow2(int64_t v) { return v > 0 && !(v & (v - 1)); }
 

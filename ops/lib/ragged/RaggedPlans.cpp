@@ -175,7 +175,7 @@ std::optional<std::string> check_config(const Problem &p, Impl impl, const Confi
     return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
                        "group's rows), got K {} and block_k {}",
                        p.K, bk);
-  if (ringBytes(p, c) > 220 * 1024)
+  if (ringBytes(p, c) > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", ringBytes(p, c) / 1024);
   if (registerEstimate(p, c) > 160)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "

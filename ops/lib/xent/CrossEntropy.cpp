@@ -164,7 +164,7 @@ public:
   void zero(const TensorView &) override {}
   void copy(const TensorView &, const TensorView &) override {}
   int device() const override { return 0; }
-  int sm_count() const override { return 132; }
+  int sm_count() const override { return Arch::parse("sm_90a").sm_count(); }
 
 private:
   std::vector<dsl::Kernel> &kernels_;
@@ -180,8 +180,8 @@ public:
   std::string name() const override { return impl_name(impl_); }
   bool supported_on(const std::string &arch) const override {
     if (impl_ == Impl::Hopper)
-      return arch == "sm_90a";
-    return impl_ == Impl::Reference || ops_detail::arch_number(arch) >= 80;
+      return Arch::parse(arch).has_wgmma();
+    return impl_ == Impl::Reference || Arch::parse(arch).number() >= 80;
   }
   std::optional<std::string> why_not(const BoundArgs &args) const override {
     return xent_detail::why_not(problem(args), impl_);

@@ -259,15 +259,16 @@ Config heuristic(const Problem &p, Impl impl) {
   if (impl == Impl::Hopper) {
     // [128, 128] logit tiles on two consumer warpgroups, 64-wide D steps through a
     // three-slot ring. One such program fits an SM (registers): the forward splits V so
-    // that its row blocks x splits fill whole waves of 132 SMs best (B 8192: 64 row
+    // that its row blocks x splits fill whole waves of sm_90a's 132 SMs best (B 8192: 64 row
     // blocks in 2 splits, 128 programs, one wave).
     Config c{{"block_b", 128}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 3}};
     const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
+    const int64_t sms = Arch::parse("sm_90a").sm_count();
     int64_t best = 1;
     double bestFill = 0;
     for (int64_t wanted = 1; wanted <= 32; ++wanted) {
       const int64_t splits = split_count(p, 128, wanted), programs = rowBlocks * splits;
-      const double fill = double(programs) / double((programs + 131) / 132 * 132);
+      const double fill = double(programs) / double((programs + sms - 1) / sms * sms);
       if (fill > bestFill + 1e-9) {
         best = splits;
         bestFill = fill;
@@ -283,9 +284,10 @@ Config heuristic(const Problem &p, Impl impl) {
                           {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}};
   if (impl == Impl::Tile && !p.vjp) {
     // Few row blocks (B / 64 against 132 SMs at B 8192) walk V in several splits: about
-    // four programs per SM of an H100 / H200.
+    // four programs per SM of an H100 / H200 (sm_90a's SM count).
     const int64_t rowBlocks = (p.B + c.get("block_b") - 1) / c.get("block_b");
-    if (int64_t splits = split_count(p, 128, (528 + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1)); splits > 1)
+    const int64_t programs = 4 * Arch::parse("sm_90a").sm_count();
+    if (int64_t splits = split_count(p, 128, (programs + rowBlocks - 1) / std::max<int64_t>(rowBlocks, 1)); splits > 1)
       c.set("split_v", splits);
   }
   if (p.vjp)  // the dx / dw accumulator beside the logit tile: 8 warps keep both in registers
