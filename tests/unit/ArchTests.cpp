@@ -1,6 +1,10 @@
 //===- ArchTests.cpp - GPU architectures: names, properties, the one error -===//
 // Arch::parse's one rule and one error, what sm_80 / sm_90a / sm_100a have, the shared
-// memory table and the default SM counts.
+// memory table and the default SM counts; the callers that parse through it (compile,
+// the autotuner's and export's targets) report the same error.
+#include <tokamax/autotune/Autotune.h>
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/export/ExportedFunction.h>
 #include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Error.h>
 
@@ -99,4 +103,19 @@ TEST_CASE("shared memory per block and SM counts by arch", "[runtime][arch]") {
   static_assert(Arch::parse("sm_90a").shared_memory_per_block() == 227 * 1024);
   static_assert(Arch::parse("sm_90a").sm_count() == 132);
   static_assert(Arch::parse("sm_90a").has_wgmma() && !Arch::parse("sm_80").has_wgmma());
+}
+
+TEST_CASE("the callers that take an arch name report Arch's error", "[runtime][arch]") {
+  const std::string expected = "arch must look like sm_80 or sm_90a, got 'sm90'";
+  CHECK_THROWS_WITH(ExportTarget::parse("sm90"), "export target: " + expected);
+  CHECK_THROWS_WITH(AutotuneTarget::for_arch("sm90"), "AutotuneTarget::for_arch: " + expected);
+  CompileOptions options;
+  options.arch = "sm90";
+  options.assemble = false;
+  CHECK_THROWS_WITH(compile_ir("module {}", options), "CompileOptions::arch: " + expected);
+  // Their targets come from the same table.
+  const uint64_t hopperShared = uint64_t(Arch::parse("sm_90a").shared_memory_per_block());
+  CHECK(AutotuneTarget::for_arch("sm_90a").max_shared_bytes == hopperShared);
+  const ExportTarget b200 = ExportTarget::parse("sm_100a");
+  CHECK((b200.arch == "sm_100a" && b200.cc_major == 10 && b200.cc_minor == 0));
 }
