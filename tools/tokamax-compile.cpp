@@ -15,6 +15,7 @@
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/ops/Registry.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 
@@ -76,8 +77,7 @@ std::vector<tokamax::RegisteredKernel> functionKernels(const std::string &path, 
 
 int precompile(const std::string &arch, const std::string &cacheDir, const std::string &dumpDir,
                const std::string &filter, const std::string &functionPath, const std::string &autotunePath) {
-  if (arch.rfind("sm_", 0) != 0)
-    throw tokamax::Error("--arch must look like sm_80 or sm_90a, got '" + arch + "'");
+  tokamax::Arch::parse(arch, "--arch");
   tokamax::CompileOptions options;
   options.arch = arch;
   options.dump_dir = dumpDir;

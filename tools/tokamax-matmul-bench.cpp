@@ -12,6 +12,7 @@
 //
 // Usage: tokamax-matmul-bench [--shape MxNxK]... [--impl a,b] [--iters N] [--json FILE] [--sweep]
 #include <tokamax/ops/Matmul.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
@@ -163,8 +164,9 @@ void sweep(const std::vector<std::tuple<int64_t, int64_t, int64_t>> &shapes, con
       config.group_m = cfg.group_m;
       config.a_in_registers = cfg.a_regs;
       config.rebalance_registers = cfg.rebalance;
+      const int64_t sharedLimit = Arch::parse("sm_90a").shared_memory_per_block();
       config.tma_store =
-          cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2 + 2 * cfg.bm * 128 + 2048 <= 227 * 1024;
+          cfg.tma_store && cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2 + 2 * cfg.bm * 128 + 2048 <= sharedLimit;
       config.programs = cfg.persistent ? Device::get().sm_count() : 0;
       options.config = config;
       std::string label = fmt::format("{}x{}x{} block {}x{}x{} warps {} stages {}{}{}{}{}", m, n, k, cfg.bm, cfg.bn,
@@ -226,7 +228,7 @@ int main(int argc, char **argv) try {
 
   Device &device = Device::get();
   if (impls.empty())
-    impls = device.arch() == "sm_90a" ? std::vector<std::string>{"hopper", "tile"} : std::vector<std::string>{"tile"};
+    impls = device.target().has_wgmma() ? std::vector<std::string>{"hopper", "tile"} : std::vector<std::string>{"tile"};
   Stream stream = Stream::create(device);
   Cublas cublas;
   fmt::print("{}\n", describe(device));

@@ -1,6 +1,7 @@
 //===- Search.cpp - Pruning and the successive-halving schedule -----------===//
 #include <tokamax/autotune/Search.h>
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 
@@ -24,26 +25,10 @@ AutotuneTarget AutotuneTarget::of(const Device& device) {
 }
 
 AutotuneTarget AutotuneTarget::for_arch(const std::string& arch) {
-  int cc = 0;
-  char suffix = 0;
-  if (std::sscanf(arch.c_str(), "sm_%d%c", &cc, &suffix) < 1 || cc < 10)
-    throw Error(fmt::format("AutotuneTarget::for_arch: arch must look like sm_80 or sm_90a, got \"{}\"",
-                            arch));
+  const Arch target = Arch::parse(arch, "AutotuneTarget::for_arch");
   AutotuneTarget t;
-  t.arch = arch;
-  // Opt-in shared memory per block (CUDA C Programming Guide, compute capabilities).
-  switch (cc) {
-  case 80:
-  case 87: t.max_shared_bytes = 163 * 1024; break;
-  case 86:
-  case 89:
-  case 120:
-  case 121: t.max_shared_bytes = 99 * 1024; break;
-  case 90:
-  case 100:
-  case 103: t.max_shared_bytes = 227 * 1024; break;
-  default: t.max_shared_bytes = 0; break;  // unknown: not checked
-  }
+  t.arch = target.name();
+  t.max_shared_bytes = uint64_t(target.shared_memory_per_block());  // 0: unknown, not checked
   return t;
 }
 

@@ -1,5 +1,6 @@
 //===- Pipeline.cpp - The compilation pipeline, as one list ------------------===//
 #include <tokamax/compiler/Compiler.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Error.h>
 
 #include "compiler/Dialect/Tile/IR/DTypes.h"
@@ -37,16 +38,6 @@ namespace tokamax {
 using namespace mlir;
 
 const char *ptx_isa_version() { return "8.0"; }
-
-int sm_version(const std::string &arch) {
-  int v = 0;
-  for (char c : arch)
-    if (c >= '0' && c <= '9')
-      v = v * 10 + (c - '0');
-    else if (v)
-      break;
-  return v;
-}
 
 std::string llvm_version() { return "LLVM " LLVM_VERSION_STRING; }
 
@@ -184,18 +175,6 @@ std::vector<KernelParam> kernelParams(ModuleOp module) {
   return params;
 }
 
-/// Shared memory one block may use on `arch` (the opt-in maximum), or 0 where unknown.
-int64_t sharedMemoryLimit(const std::string &arch) {
-  switch (sm_version(arch)) {
-  case 70: case 72: return 96 * 1024;
-  case 75: return 64 * 1024;
-  case 80: case 87: return 163 * 1024;
-  case 86: case 89: case 120: return 99 * 1024;
-  case 90: case 100: case 103: return 227 * 1024;
-  default: return 0;
-  }
-}
-
 } // namespace
 
 std::vector<std::string> pipeline_stages() {
@@ -210,6 +189,7 @@ std::vector<std::string> pipeline_stages() {
 
 CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) {
   Timer timer;
+  const Arch target = Arch::parse(options.arch, "CompileOptions::arch");
   CompiledKernel result;
   result.canonical_ir = ir;
   result.arch = options.arch;
@@ -244,7 +224,7 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
   result.launch.params = std::move(params);
   // More shared memory than a block may have fails only at launch, on the device:
   // refused here, where a CPU build sees it.
-  if (const int64_t limit = sharedMemoryLimit(options.arch); limit && result.launch.shared_bytes > limit)
+  if (const int64_t limit = target.shared_memory_per_block(); limit && result.launch.shared_bytes > limit)
     throw Error(fmt::format("kernel {}: needs {} bytes of shared memory a block; {} allows at most {}", name,
                             result.launch.shared_bytes, options.arch, limit));
 

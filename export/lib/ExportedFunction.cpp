@@ -7,6 +7,7 @@
 #include "export/lib/ExportState.h"
 #include "runtime/lib/CacheFile.h"  // Fd, read_at
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 
@@ -14,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
-#include <cctype>
 #include <charconv>
 #include <cerrno>
 #include <cstring>
@@ -34,14 +34,8 @@ ExportTarget ExportTarget::of(const Device &device) {
 }
 
 ExportTarget ExportTarget::parse(const std::string &arch, const std::string &device_kind) {
-  size_t digits = 3;
-  while (digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[digits])))
-    ++digits;
-  const bool suffixOk = digits == arch.size() || (digits + 1 == arch.size() && arch.back() == 'a');
-  if (arch.rfind("sm_", 0) != 0 || digits < 5 || digits > 6 || !suffixOk)
-    throw Error(fmt::format("export target: arch must look like sm_80 or sm_90a, got '{}'", arch));
-  const int number = std::stoi(arch.substr(3, digits - 3));
-  ExportTarget t{arch, "", number / 10, number % 10};
+  const Arch target = Arch::parse(arch, "export target");
+  ExportTarget t{target.name(), "", target.cc_major(), target.cc_minor()};
   if (device_kind.empty())
     return t;
   // NAME:MAJOR.MINOR, the capability as one or two digits, a dot and one digit.

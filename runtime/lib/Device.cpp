@@ -1,6 +1,7 @@
 //===- Device.cpp - CUDA devices and their primary contexts ---------------===//
 #include "tokamax/runtime/Device.h"
 
+#include "tokamax/runtime/Arch.h"
 #include "tokamax/runtime/Error.h"
 #include "tokamax/runtime/detail/DriverApi.h"
 
@@ -101,14 +102,9 @@ Device::Device(Key, int ordinal) : ordinal_(ordinal) {
   make_current();
 }
 
-std::string Device::arch() const {
-  // The "a" variants unlock wgmma/TMA (Hopper) and tcgen05 (Blackwell).
-  if (cc_major_ == 9 && cc_minor_ == 0)
-    return "sm_90a";
-  if (cc_major_ == 10 && cc_minor_ == 0)
-    return "sm_100a";
-  return fmt::format("sm_{}{}", cc_major_, cc_minor_);
-}
+std::string Device::arch() const { return target().name(); }
+
+Arch Device::target() const { return Arch::of(*this); }
 
 void Device::make_current() const {
   check(detail::driver().cuCtxSetCurrent(context_), "cuCtxSetCurrent");

@@ -82,7 +82,7 @@ LogicalResult initMbarriers(TileLowering &t, func::FuncOp func) {
   if (!arrivals || arrivals.empty())
     return success();
   Location loc = func.getLoc();
-  if (smVersion(t.arch()) < 90)
+  if (t.target().number() < 90)
     return func.emitOpError("uses mbarriers, which need sm_90, compiling for ") << t.arch();
   if (!t.sharedBase() || !func->hasAttr(kMbarrierOffsetAttr))
     return func.emitOpError("needs its mbarriers placed (run tile-allocate-shared first)");
@@ -105,7 +105,7 @@ namespace {
 /// panel: TileToLLVMPass registered it).
 LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr, const Staging &s, unsigned bytes) {
   Location loc = op.getLoc();
-  if (smVersion(t.arch()) != 90 || t.arch().back() != 'a')
+  if (!t.target().has_wgmma())
     return op.emitOpError("a TMA copy needs sm_90a, compiling for ") << t.arch();
   Value map = t.tensorMap(op.getBase());
   if (!map)
@@ -140,7 +140,7 @@ LogicalResult lowerTmaCopy(TileLowering &t, AsyncBlockLoadOp op, Value slotAddr,
 LogicalResult lowerCopy(TileLowering &t, AsyncBlockLoadOp op) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
-  if (smVersion(t.arch()) < 80 && !op.isTma())
+  if (t.target().number() < 80 && !op.isTma())
     return op.emitOpError("needs cp.async (sm_80 or newer), compiling for ") << t.arch();
   if (!t.sharedBase() || !op->hasAttr(kSlotBytesAttr))
     return op.emitOpError("needs its shared buffer (run tile-allocate-shared first)");
@@ -284,7 +284,7 @@ LogicalResult lowerAsyncCopyOp(TileLowering &t, Operation *op, bool &handled) {
     ptx.cpAsyncWaitGroup(wait.getPending());
     // wgmma reads shared tiles through the async proxy: make this thread's copies
     // visible to it before the barrier publishes them.
-    if (smVersion(t.arch()) >= 90 && hasWgmmaDots(op))
+    if (t.target().number() >= 90 && hasWgmmaDots(op))
       ptx.fenceProxyAsyncShared();
     t.barrier();
     return success();

@@ -121,7 +121,7 @@ struct CpAsyncDotLowering {
   }
 
   LogicalResult run() {
-    if (smVersion(t.arch()) < 80)
+    if (t.target().number() < 80)
       return op.emitOpError("needs cp.async and mma.sync (sm_80 or newer), compiling for ") << t.arch();
     auto accType = cast<RankedTensorType>(op.getResult().getType());
     auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());

@@ -35,8 +35,6 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
-int smVersion(const std::string &arch) { return sm_version(arch); }
-
 namespace {
 
 std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
@@ -226,7 +224,7 @@ namespace {
 /// Whether `op` goes through a swizzled tile (rather than renaming registers or the
 /// generic conversion).
 bool isStaged(TileLowering &t, ConvertLayoutOp op) {
-  if (stagedDotOperandDim(op) < 0 || smVersion(t.arch()) < 80)
+  if (stagedDotOperandDim(op) < 0 || t.target().number() < 80)
     return false;
   // An accumulator whose warps own whole rows is already the next dot's A operand
   // (after a cast to 16 bits): the generic lowering renames its registers.
@@ -438,7 +436,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
            << elem << " operands with " << accType.getElementType()
            << " accumulation: tensor cores take bf16 and f16 operands (and f32 as tf32) with "
               "f32 accumulation";
-  if (smVersion(t.arch()) < 80)
+  if (t.target().number() < 80)
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
   // Operands whose conversions go with this dot (stored together, one barrier) or that
   // it reads from shared tiles: each K step's fragments are read right before that

@@ -166,7 +166,7 @@ FailureOr<bool> lowerForRole(TileLowering &t, Operation *op) {
 LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::iterator_range<Block::iterator> rest) {
   OpBuilder &b = t.builder();
   Location loc = loop.getLoc();
-  if (t.arch() != "sm_90a")
+  if (!t.target().has_wgmma())
     return loop.emitOpError("is split between warp roles, which needs sm_90a (setmaxnreg), compiling for ") << t.arch();
   if (!isa<func::FuncOp>(loop->getParentOp()))
     return loop.emitOpError("is split between warp roles and must sit at the kernel's top level");

@@ -418,7 +418,7 @@ struct TmaDotLowering {
   }
 
   LogicalResult run() {
-    if (t.arch() != "sm_90a")
+    if (!t.target().has_wgmma())
       return op.emitOpError("needs sm_90a (wgmma and TMA), compiling for ") << t.arch();
     if (warps % 4 != 0 || bm % (16 * warps) != 0)
       return op.emitOpError("needs num_warps a multiple of 4 (whole warpgroups) and block M a multiple of 16 * "

@@ -39,7 +39,7 @@ constexpr int64_t kStripBytes = 128;
 LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
-  if (t.arch() != "sm_90a")
+  if (!t.target().has_wgmma())
     return op.emitOpError("needs sm_90a (TMA), compiling for ") << t.arch();
   auto type = op.getValue().getType();
   compiler::Distribution dist = getDistribution(type);

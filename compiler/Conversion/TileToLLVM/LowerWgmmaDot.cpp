@@ -28,8 +28,6 @@ namespace tokamax::tile {
 
 namespace {
 
-bool isSm90a(const std::string &arch) { return smVersion(arch) == 90 && !arch.empty() && arch.back() == 'a'; }
-
 /// The shared tile a dot operand is read from by the dot itself, if it is one.
 std::optional<SharedTileView> sharedOperand(TileLowering &t, Value operand) {
   auto convert = operand.getDefiningOp<ConvertLayoutOp>();
@@ -41,7 +39,7 @@ std::optional<SharedTileView> sharedOperand(TileLowering &t, Value operand) {
 } // namespace
 
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
-  if (!isSm90a(t.arch()) || !hasWgmmaDots(op))
+  if (!t.target().has_wgmma() || !hasWgmmaDots(op))
     return std::nullopt;
   auto accType = op.getAcc().getType();
   auto aType = op.getA().getType();
@@ -201,7 +199,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
 
 LogicalResult lowerDotWait(TileLowering &t, DotWaitOp op) {
   const Registers &in = t.regs(op.getValue());
-  if (!isSm90a(t.arch()) || !hasWgmmaDots(op)) {
+  if (!t.target().has_wgmma() || !hasWgmmaDots(op)) {
     t.setRegs(op.getResult(), in);  // every dot completed when it was issued
     return success();
   }

@@ -17,9 +17,6 @@
 
 namespace tokamax::tile {
 
-/// Compute capability of "sm_XY[a]" as XY (0 when it does not parse).
-int smVersion(const std::string &arch);
-
 /// Small i32 arithmetic on values and constants.
 struct I32 {
   TileLowering &t;

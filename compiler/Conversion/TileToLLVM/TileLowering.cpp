@@ -10,8 +10,8 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
-TileLowering::TileLowering(OpBuilder &builder, std::string arch, Block *entry, Value sharedBase)
-    : b(builder), arch_(std::move(arch)), entry(entry), shared(sharedBase) {
+TileLowering::TileLowering(OpBuilder &builder, const Arch &target, Block *entry, Value sharedBase)
+    : b(builder), target_(target), arch_(target.name()), entry(entry), shared(sharedBase) {
   Location loc = b.getUnknownLoc();
   thread = b.create<NVVM::ThreadIdXOp>(loc, b.getI32Type());
   lane = b.create<arith::AndIOp>(loc, thread, i32(31));
@@ -34,10 +34,7 @@ void TileLowering::asOwner(Location loc, RankedTensorType type, llvm::function_r
 
 bool TileLowering::hasFp8Conversions() const {
   // cvt between f32 and fp8 exists from sm_89.
-  int major = 0, minor = 0;
-  if (std::sscanf(arch_.c_str(), "sm_%1d%1d", &major, &minor) != 2)
-    return false;
-  return major * 10 + minor >= 89;
+  return target_.number() >= 89;
 }
 
 LogicalResult TileLowering::lowerBlock(Block &block) {

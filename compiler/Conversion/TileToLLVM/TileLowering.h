@@ -11,6 +11,8 @@
 #include "compiler/Conversion/TileToLLVM/PtxBuilder.h"
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
 
+#include <tokamax/runtime/Arch.h>
+
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -26,10 +28,12 @@ using Registers = llvm::SmallVector<mlir::Value, 8>;
 
 class TileLowering {
 public:
-  TileLowering(mlir::OpBuilder &builder, std::string arch, mlir::Block *entry,
+  TileLowering(mlir::OpBuilder &builder, const Arch &target, mlir::Block *entry,
                mlir::Value sharedBase);
 
   mlir::OpBuilder &builder() { return b; }
+  /// The target and its name ("sm_90a", for diagnostics).
+  const Arch &target() const { return target_; }
   const std::string &arch() const { return arch_; }
   bool hasFp8Conversions() const;
 
@@ -122,6 +126,7 @@ public:
 
 private:
   mlir::OpBuilder &b;
+  Arch target_;
   std::string arch_;
   mlir::Block *entry;
   mlir::Value thread, lane, warp, shared;

@@ -11,6 +11,8 @@
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 #include "compiler/Dialect/Tile/Transforms/Passes.h"
 
+#include <tokamax/runtime/Error.h>
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <map>
@@ -30,13 +32,20 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    std::optional<tokamax::Arch> target;
+    try {
+      target = tokamax::Arch::parse(arch, "convert-tile-to-llvm");
+    } catch (const tokamax::Error &e) {
+      module.emitError(e.what());
+      return signalPassFailure();
+    }
     SmallVector<func::FuncOp> kernels(module.getOps<func::FuncOp>());
     for (func::FuncOp func : kernels)
-      if (failed(lowerKernel(module, func)))
+      if (failed(lowerKernel(module, func, *target)))
         return signalPassFailure();
   }
 
-  LogicalResult lowerKernel(ModuleOp module, func::FuncOp func) {
+  LogicalResult lowerKernel(ModuleOp module, func::FuncOp func, const tokamax::Arch &target) {
     MLIRContext *ctx = &getContext();
     OpBuilder b(ctx);
     auto globalPtr = LLVM::LLVMPointerType::get(ctx, 1);
@@ -198,7 +207,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     Value sharedBase;
     if (scratch)
       sharedBase = b.create<LLVM::AddressOfOp>(func.getLoc(), scratch);
-    TileLowering lowering(b, arch, entry, sharedBase);
+    TileLowering lowering(b, target, entry, sharedBase);
     for (auto [old, lowered] : llvm::zip(func.getArguments(), entry->getArguments()))
       lowering.mapScalar(old, lowered);
     for (auto [i, entry_] : llvm::enumerate(boxes))

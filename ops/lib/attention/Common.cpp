@@ -206,7 +206,7 @@ std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
            "it needs \"stages\": 3 or 4";
   if (auto bad = check_block_shape(c))
     return bad;
-  if (sharedEstimate(p, c) > 220 * 1024)
+  if (sharedEstimate(p, c) > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring of {} stages of {} x {} blocks needs ~{} KiB of shared memory (at most 220)",
                        c.stages, c.block_q, c.block_kv, sharedEstimate(p, c) / 1024);
   return check_registers(p, c, c.prefetch && !c.async_copy);

@@ -112,7 +112,7 @@ std::optional<std::string> checkRings(const Problem &p, int64_t warps, int64_t k
     return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
   const int64_t dims = p.H + p.Hv;
   const int64_t shared = (16 * warps * (p.vjp ? dims : p.H) + stages * step * dims) * 2;
-  if (shared > 220 * 1024)
+  if (shared > ops_detail::kHopperSharedBudget)
     return fmt::format("the held block and {} stages of {}-row blocks need {} KiB of shared memory (at most 220)",
                        stages, step, shared / 1024);
   return std::nullopt;

@@ -11,6 +11,8 @@
 
 #include <tokamax/runtime/Error.h>
 
+#include <tokamax/runtime/Arch.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -73,7 +75,8 @@ int64_t split_count(const Problem &p, int64_t block_v, int64_t wanted) {
 }
 
 int64_t four_programs_per_sm(const Problem &p, int64_t row_blocks) {
-  return split_count(p, 128, (528 + row_blocks - 1) / std::max<int64_t>(row_blocks, 1));
+  const int64_t programs = 4 * Arch::parse("sm_90a").sm_count();  // four per SM of an H100 / H200
+  return split_count(p, 128, (programs + row_blocks - 1) / std::max<int64_t>(row_blocks, 1));
 }
 
 int64_t chunk_columns(const Problem &p, int64_t block_v, size_t element_bytes) {

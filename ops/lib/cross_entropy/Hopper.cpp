@@ -10,6 +10,8 @@
 
 #include "ops/lib/products/Products.h"
 
+#include <tokamax/runtime/Arch.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -102,9 +104,10 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);
   int64_t best = 1;
   double bestFill = 0;
+  const int64_t sms = Arch::parse("sm_90a").sm_count();
   for (int64_t wanted = 1; wanted <= 32; ++wanted) {
     const int64_t splits = split_count(p, 128, wanted), programs = rowBlocks * splits;
-    const double fill = double(programs) / double((programs + 131) / 132 * 132);
+    const double fill = double(programs) / double((programs + sms - 1) / sms * sms);
     if (fill > bestFill + 1e-9) {
       best = splits;
       bestFill = fill;

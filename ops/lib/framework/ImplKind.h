@@ -1,8 +1,11 @@
 //===- ImplKind.h - The kinds of implementation and their architectures -*- C++ -*-===//
 #pragma once
 
+#include <tokamax/runtime/Arch.h>
+
 #include <cstdint>
 #include <string>
+
 
 namespace tokamax::ops_detail {
 
@@ -17,7 +20,12 @@ enum class ImplKind : uint8_t {
 /// "reference", "chunked", "tile", "hopper".
 const char *impl_name(ImplKind kind);
 /// Whether implementations of `kind` run on GPUs of `arch` (reference: all; chunked and
-/// tile: sm_80+; hopper: sm_90a).
+/// tile: sm_80+; hopper: wgmma, sm_90a). An arch that is no arch name is an Error.
 bool impl_supported_on(ImplKind kind, const std::string &arch);
+
+/// What the shared-memory estimates of the ring configs (attention, gated_linear_unit,
+/// ragged_dot) are held to: sm_90a's 227 KiB a block less 7 KiB of headroom for what the
+/// estimates leave out (mbarriers, alignment, the epilogue's and conversions' scratch).
+inline constexpr int64_t kHopperSharedBudget = Arch::parse("sm_90a").shared_memory_per_block() - 7 * 1024;
 
 } // namespace tokamax::ops_detail

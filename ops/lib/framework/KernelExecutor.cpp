@@ -134,7 +134,7 @@ public:
   void zero(const TensorView &) override {}
   void copy(const TensorView &, const TensorView &) override {}
   int device() const override { return 0; }
-  int sm_count() const override { return 132; }
+  int sm_count() const override { return Arch::parse("sm_90a").sm_count(); }
 
 private:
   std::vector<dsl::Kernel> &kernels_;

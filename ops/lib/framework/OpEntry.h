@@ -6,7 +6,6 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <tokamax/compiler/Compiler.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/Error.h>
 
@@ -58,11 +57,6 @@ void run_or_interpret(const Op &op, const BoundArgs &bound, std::span<const Tens
     op.run(bound, in, out, *stream, options.implementation, options.config);
   else
     op.interpret(bound, in, out, options.implementation, options.config);
-}
-
-/// The compute capability in an arch name: 90 for "sm_90a", 80 for "sm_80".
-inline int arch_number(const std::string &arch) {
-  return sm_version(arch);
 }
 
 /// Kernels that failed a device run (did not finish, or gave wrong results) serve only where

@@ -6,6 +6,7 @@
 
 #include "ops/lib/framework/Views.h"
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 
 namespace tokamax::ops_detail {
@@ -23,11 +24,11 @@ const char *impl_name(ImplKind kind) {
 bool impl_supported_on(ImplKind kind, const std::string &arch) {
   switch (kind) {
   case ImplKind::Reference: return true;
-  case ImplKind::Hopper: return arch == "sm_90a";
+  case ImplKind::Hopper: return Arch::parse(arch).has_wgmma();
   case ImplKind::Chunked:
   case ImplKind::Tile: break;
   }
-  return arch_number(arch) >= 80;
+  return Arch::parse(arch).number() >= 80;
 }
 
 int device_of(std::span<const TensorView> inputs, std::span<const TensorView> outputs) {

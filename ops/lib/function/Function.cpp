@@ -5,6 +5,7 @@
 
 #include <tokamax/dsl/Kernel.h>
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
@@ -12,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <map>
 #include <set>
 
@@ -342,9 +342,7 @@ void Function::interpret(std::span<const TensorView> inputs, std::span<const Ten
 }
 
 std::vector<dsl::Kernel> Function::kernels(const std::string &arch) const {
-  if (arch.size() < 5 || arch.rfind("sm_", 0) != 0 || !std::isdigit(static_cast<unsigned char>(arch[3])) ||
-      !std::isdigit(static_cast<unsigned char>(arch[4])))
-    throw Error(fmt::format("Function::kernels: arch must look like sm_80 or sm_90a, got '{}'", arch));
+  Arch::parse(arch, "Function::kernels");
   std::vector<dsl::Kernel> all;
   std::set<std::string> seen;  // two calls with equal arguments build the same kernels
   for (const Call &call : calls_) {

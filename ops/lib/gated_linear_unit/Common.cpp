@@ -85,7 +85,7 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
                        c.block_m, c.num_warps);
   if (auto problem = check_tma_ring_keys(c, c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (const int64_t bytes = ringBytes(p, c); bytes > 220 * 1024)
+  if (const int64_t bytes = ringBytes(p, c); bytes > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", bytes / 1024);
   if (const int64_t registers = registerEstimate(p, c); registers > 128)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulators "

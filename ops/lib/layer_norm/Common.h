@@ -21,6 +21,7 @@
 #include "ops/lib/framework/TypedConfig.h"
 #include "ops/lib/layer_norm/Kernels.h"
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/ops/Op.h>
 #include <tokamax/runtime/DType.h>
 
@@ -150,8 +151,8 @@ struct Reference {
 // Shared by the implementations (Common.cpp)
 //===----------------------------------------------------------------------===//
 
-/// The GPU the heuristics size grids for (H200: 132 SMs).
-inline constexpr int64_t kTargetSms = 132;
+/// The GPU the heuristics size grids for (sm_90a's default: an H100 / H200's 132 SMs).
+inline constexpr int64_t kTargetSms = Arch::parse("sm_90a").sm_count();
 
 bool is_pow2(int64_t v);
 

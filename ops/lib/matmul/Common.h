@@ -12,6 +12,7 @@
 #include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/TypedConfig.h"
 
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Matmul.h>
 
@@ -39,7 +40,7 @@ bool rows_of_16_bytes(const MatmulSpec &spec);
 /// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage
 /// 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and the
 /// TMA store's two [block_m][128-byte] strips (plus 1 KiB).
-inline constexpr int64_t kHopperSharedLimit = 227 * 1024;
+inline constexpr int64_t kHopperSharedLimit = Arch::parse("sm_90a").shared_memory_per_block();
 inline int64_t hopper_ring_bytes(const MatmulConfig &c, int64_t elem_bytes) {
   const int64_t stage = ((c.block_m + c.block_n) * c.block_k * elem_bytes + 1023) / 1024 * 1024;
   return c.num_stages * stage + 16 * c.num_stages + 1024;

@@ -101,7 +101,7 @@ std::optional<std::string> Tile::check(const Problem &p, const Config &keyed) {
     return fmt::format("block_k must be a multiple of {} up to {} for {}, got {}", 32 / bytes, 256 / bytes,
                        dtype_name(spec.dtype), c.block_k);
   if (c.num_stages < 2 || c.num_stages > 8 ||
-      c.num_stages * (c.block_m + c.block_n) * c.block_k * bytes > 227 * 1024)
+      c.num_stages * (c.block_m + c.block_n) * c.block_k * bytes > kHopperSharedLimit)
     return fmt::format("num_stages must be in [2, 8] with the ring within 227 KiB, got {} stages of {} x {} x {}",
                        c.num_stages, c.block_m, c.block_n, c.block_k);
   return std::nullopt;

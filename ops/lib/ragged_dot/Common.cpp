@@ -75,7 +75,7 @@ std::optional<std::string> check_tensor_core_blocks(const Problem &p, const Prod
     return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
                        "group's rows), got K {} and block_k {}",
                        p.K, b.block_k);
-  if (const int64_t bytes = ringBytes(p, b, r); bytes > 220 * 1024)
+  if (const int64_t bytes = ringBytes(p, b, r); bytes > ops_detail::kHopperSharedBudget)
     return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", bytes / 1024);
   if (const int64_t registers = registerEstimate(p, b, r); registers > 160)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "

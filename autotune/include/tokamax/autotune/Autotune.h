@@ -249,8 +249,8 @@ struct TOKAMAX_API AutotuneTarget {
   uint32_t max_threads_per_block = 1024;
 
   static AutotuneTarget of(const Device& device);
-  /// The limits of the GPUs of `arch` (sm_80, sm_86, sm_89, sm_90a, ...) with no device.
-  /// Throws Error when `arch` does not look like sm_XY.
+  /// The limits of the GPUs of `arch` (sm_80, sm_86, sm_89, sm_90a, ...) with no device
+  /// (Arch::shared_memory_per_block). Throws Error when Arch::parse does.
   static AutotuneTarget for_arch(const std::string& arch);
 };
 

@@ -13,7 +13,7 @@ namespace tokamax {
 
 /// Knobs that change generated code; all of them are part of the kernel cache key.
 struct TOKAMAX_API CompileOptions {
-  std::string arch = "sm_90a";  ///< sm_80 or sm_90a (or another sm_XY)
+  std::string arch = "sm_90a";  ///< sm_80 or sm_90a (or another sm_XY[a], as Arch::parse reads it)
   int opt_level = 3;            ///< LLVM optimisation level
   bool assemble = true;         ///< produce a cubin, not only PTX
   std::string dump_dir;         ///< when set: every stage written under <dump_dir>/<kernel>/
@@ -39,9 +39,6 @@ struct TOKAMAX_API CompiledKernel {
 /// PTX ISA version every kernel is emitted for (pinned so that cached PTX and cubins
 /// do not depend on LLVM's default).
 TOKAMAX_API const char *ptx_isa_version();
-/// The compute capability in an arch name: 90 for "sm_90a", 100 for "sm_100a", 80 for
-/// "sm_80"; 0 where it holds none.
-TOKAMAX_API int sm_version(const std::string &arch);
 /// "LLVM 22.1.8".
 TOKAMAX_API std::string llvm_version();
 

@@ -20,6 +20,7 @@
 
 #include <tokamax/dsl/Kernel.h>
 #include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Tensor.h>
 
 #include <optional>
@@ -104,7 +105,7 @@ TOKAMAX_API dsl::Kernel matmul_reference_kernel(const MatmulSpec &spec);
 /// hopper_unsupported() says why not otherwise (empty when it serves the spec).
 TOKAMAX_API std::string hopper_unsupported(const MatmulSpec &spec);
 /// Persistent over `sm_count` programs (one per SM).
-TOKAMAX_API MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count = 132);
+TOKAMAX_API MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count = Arch::parse("sm_90a").sm_count());
 TOKAMAX_API dsl::Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config);
 
 /// The op: arguments a, b, bias (optional), c; attributes trans_a, trans_b, alpha;

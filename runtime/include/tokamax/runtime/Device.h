@@ -16,6 +16,8 @@
 
 namespace tokamax {
 
+class Arch;  // tokamax/runtime/Arch.h
+
 class TOKAMAX_API Device {
   struct Key {
     explicit Key() = default;
@@ -39,8 +41,10 @@ public:
   int cc_major() const { return cc_major_; }
   int cc_minor() const { return cc_minor_; }
   // "sm_90a" for 9.0 and "sm_100a" for 10.0 (the arch-specific feature sets
-  // kernels target there), otherwise "sm_<major><minor>".
+  // kernels target there), otherwise "sm_<major><minor>": target().name().
   std::string arch() const;
+  // The architecture with this device's SM count (Arch::of; <tokamax/runtime/Arch.h>).
+  Arch target() const;
   int sm_count() const { return sm_count_; }
   size_t total_memory() const { return total_memory_; }
   int clock_khz() const { return clock_khz_; }
