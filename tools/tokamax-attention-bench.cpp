@@ -29,6 +29,8 @@
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
+#include "OpBenchUtil.h"
+
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/ops/Attention.h>
 #include <tokamax/runtime/Benchmark.h>
@@ -52,7 +54,6 @@
 #include <fstream>
 #include <functional>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -76,27 +77,12 @@ constexpr const char *kConfigVariable = "TOKAMAX_ATTENTION_BENCH_CONFIG";
 constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
 constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
 
-struct Row {
-  std::string shape, pass, impl;
+struct Row : tools::OpRow {
   bool causal = false;
-  std::string status = "ok";  ///< or why the row did not run
-  double ms = 0, tflops = 0, first_call_ms = 0;
-  int iterations = 0;
   int64_t peak_extra_bytes = -1;
-  double tune_s = 0;                   ///< --autotune: the tuning time
-  std::string config, vjp_config;      ///< --autotune: the configs chosen
+  double tune_s = 0;               ///< --autotune: the tuning time
+  std::string config, vjp_config;  ///< --autotune: the configs chosen
 };
-
-std::vector<std::string> splitList(const std::string &list) {
-  std::vector<std::string> items;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t comma = std::min(list.find(',', at), list.size());
-    if (comma > at)
-      items.push_back(list.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return items;
-}
 
 /// The device's free memory through cuMemGetInfo of the driver library (dlopen'ed by its
 /// name, as the runtime loads it; the same library once loaded).
@@ -181,10 +167,6 @@ Buffers makeBuffers(const Shape &s, Device &device) {
                  Tensor::empty(qShape, DType::BF16, device)};
 }
 
-double elapsedMs(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
 /// --autotune: the row's calls tuned among `impl`'s configs (the time and the choices go
 /// into the row), for the timing to run in the result's scope.
 AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::string &impl,
@@ -200,7 +182,7 @@ AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::str
   tuning.update_cache = false;
   const auto start = std::chrono::steady_clock::now();
   AutotuningResult result = autotune(calls, tuning);
-  row.tune_s = elapsedMs(start) / 1000;
+  row.tune_s = tools::elapsedMs(start) / 1000;
   auto chosen = [&](const BoundArgs &args) {
     const TuningEntry *e = result.find(args);
     return e ? e->config.to_json() : std::string("?");
@@ -217,7 +199,7 @@ AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::str
 /// MiB). Then a second call gives the time of one, from which the iterations follow
 /// (~10 s a row, 3 at least), and benchmark() times them.
 Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::string &impl, int iters) {
-  Row row{.shape = s.name, .pass = pass, .impl = impl, .causal = causal};
+  Row row{{.shape = s.name, .pass = pass, .impl = impl}, causal};
   Device &device = Device::get();
   const FreeMemory freeMemory;
   Buffers buf = makeBuffers(s, device);
@@ -245,33 +227,21 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
       dot_product_attention_vjp(buf.dout, buf.q, buf.k, buf.v, buf.out, buf.lse, buf.dq, buf.dk, buf.dv, stream,
                                 vjpOptions);
   };
-  try {
+  tools::measureInto(row, [&] {
     Stream stream = Stream::create(device);
-    auto t0 = std::chrono::steady_clock::now();
-    row.peak_extra_bytes = peakExtraBytes(freeMemory, device, stream, [&] { call(stream); });
-    row.first_call_ms = elapsedMs(t0);
-    t0 = std::chrono::steady_clock::now();
-    call(stream);
-    stream.synchronize();
-    row.iterations = std::clamp(int(10000.0 / std::max(elapsedMs(t0), 1e-3)), 3, iters);
-    BenchmarkData t = benchmark(stream, [&] { call(stream); }, TimingMethod::CudaEvents, row.iterations,
-                                /*warmup=*/1, /*flush_l2=*/true);
+    auto once = [&] { call(stream); };
+    row.first_call_ms = tools::hostMs([&] { row.peak_extra_bytes = peakExtraBytes(freeMemory, device, stream, once); });
     const double fwdFlops = 4.0 * s.b * s.n * double(s.t) * double(s.t) * s.h * (causal ? 0.5 : 1.0);
-    row.ms = t.median;
-    row.tflops = (pass == "fwd" ? fwdFlops : 3.5 * fwdFlops) / t.median / 1e9;
-  } catch (const NotSupported &e) {
-    row.status = fmt::format("not supported: {}", e.what());
-  } catch (const Error &e) {
-    row.status = fmt::format("failed: {}", e.what());
-  }
+    tools::timeCalls(row, stream, once, iters, pass == "fwd" ? fwdFlops : 3.5 * fwdFlops);
+  });
   return row;
 }
 
 json toJson(const Row &r) {
-  return {{"shape", r.shape}, {"causal", r.causal}, {"pass", r.pass}, {"impl", r.impl}, {"status", r.status},
-          {"ms", r.ms}, {"tflops", r.tflops}, {"iterations", r.iterations}, {"first_call_ms", r.first_call_ms},
-          {"peak_extra_bytes", r.peak_extra_bytes}, {"tune_s", r.tune_s}, {"config", r.config},
-          {"vjp_config", r.vjp_config}};
+  json j = tools::rowJson(r);
+  j.update(json{{"causal", r.causal}, {"peak_extra_bytes", r.peak_extra_bytes}, {"tune_s", r.tune_s},
+                 {"config", r.config}, {"vjp_config", r.vjp_config}});
+  return j;
 }
 
 Row fromJson(const json &j) {
@@ -308,32 +278,18 @@ Row runInChild(const std::string &self, const Shape &s, bool causal, const std::
       return fromJson(json::parse(output.substr(marker + 5, output.find('\n', marker + 1) - marker - 5)));
     output = fmt::format("exit status {}: {}", status, output);
   }
-  Row row{.shape = s.name, .pass = pass, .impl = impl, .causal = causal};
+  Row row{{.shape = s.name, .pass = pass, .impl = impl}, causal};
   while (!output.empty() && output.back() == '\n')
     output.pop_back();
   row.status = "failed: " + output.substr(output.size() > 400 ? output.size() - 400 : 0);
   return row;
 }
 
-/// Looks up the peers' rows: (shape, causal, pass) -> backend -> TFLOP/s (0: did not run).
-using PeerTable = std::map<std::tuple<std::string, bool, std::string>, std::map<std::string, double>>;
+/// The peers' rows' key: (shape, causal, pass).
+using PeerKey = std::tuple<std::string, bool, std::string>;
 
-PeerTable readPeers(const std::string &path, std::vector<std::string> &backends, std::string &about) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(fmt::format("--peers: cannot read {}", path));
-  json doc = json::parse(in);
-  about = fmt::format("{} (torch {})", doc.value("device", "?"), doc.value("torch", "?"));
-  PeerTable table;
-  for (const json &r : doc.at("rows")) {
-    const std::string backend = r.at("backend").get<std::string>();
-    if (std::find(backends.begin(), backends.end(), backend) == backends.end())
-      backends.push_back(backend);
-    const auto key = std::make_tuple(r.at("shape").get<std::string>(), r.at("causal").get<bool>(),
-                                     r.at("pass").get<std::string>());
-    table[key][backend] = r.value("status", "ok") == "ok" ? r.at("tflops").get<double>() : 0.0;
-  }
-  return table;
+PeerKey peerKey(const json &r) {
+  return {r.at("shape").get<std::string>(), r.at("causal").get<bool>(), r.at("pass").get<std::string>()};
 }
 
 } // namespace
@@ -359,7 +315,7 @@ int main(int argc, char **argv) try {
     const std::string arg = argv[i];
     const bool hasValue = i + 1 < argc;
     if (arg == "--shapes" && hasValue) {
-      for (const std::string &name : splitList(argv[++i])) {
+      for (const std::string &name : tools::split(argv[++i])) {
         auto it = std::find_if(kShapes.begin(), kShapes.end(), [&](const Shape &s) { return s.name == name; });
         if (it == kShapes.end())
           throw Error(fmt::format("--shapes: unknown shape \"{}\" (S1, S2, S3)", name));
@@ -369,7 +325,7 @@ int main(int argc, char **argv) try {
       Config::from_json(argv[++i]);  // fails here, not in every row
       setenv(arg == "--config" ? kConfigVariable : kVjpConfigVariable, argv[i], 1);
     } else if (arg == "--impl" && hasValue) {
-      impls = splitList(argv[++i]);
+      impls = tools::split(argv[++i]);
       for (const std::string &impl : impls)
         if (impl.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
           throw Error(fmt::format("--impl: \"{}\" is not an implementation name", impl));
@@ -397,21 +353,17 @@ int main(int argc, char **argv) try {
     shapes = kShapes;
   }
 
-  std::vector<std::string> backends;
-  std::string peersAbout;
-  PeerTable peers;
-  if (!peersPath.empty())
-    peers = readPeers(peersPath, backends, peersAbout);
+  const auto peers = tools::readPeers(peersPath, peerKey, tools::peerTflops);
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string device = describe(Device::get());
   fmt::print("{}\n", device);
   if (!peersPath.empty())
-    fmt::print("peers: {} from {}\n", peersAbout, peersPath);
+    fmt::print("peers: {} from {}\n", peers.about, peersPath);
   if (!FreeMemory().available())
     fmt::print("peak memory not measured: cuMemGetInfo_v2 not found\n");
   std::string header = fmt::format("\n{:<5} {:<6} {:<8} {:<10} {:>9} {:>8} {:>10} {:>6}", "shape", "causal", "pass",
                                    "impl", "ms", "TFLOP/s", "peak MiB", "iters");
-  for (const std::string &b : backends)
+  for (const std::string &b : peers.backends)
     header += fmt::format(" {:>14}", "% of " + b);
   fmt::print("{}\n", header);
 
@@ -429,12 +381,14 @@ int main(int argc, char **argv) try {
             line += fmt::format(" {:>9.3f} {:>8.1f} {:>10.1f} {:>6}", row.ms, row.tflops,
                                 row.peak_extra_bytes < 0 ? -1.0 : double(row.peak_extra_bytes) / (1 << 20),
                                 row.iterations);
-            auto peer = peers.find({s.name, causal, pass});
-            for (const std::string &b : backends) {
-              const double theirs = peer == peers.end() || !peer->second.count(b) ? 0.0 : peer->second.at(b);
-              line += theirs > 0 ? fmt::format(" {:>13.1f}%", 100 * row.tflops / theirs) : fmt::format(" {:>14}", "-");
-              if (theirs > 0)
-                j["ratio_to_" + b] = row.tflops / theirs;
+            for (const std::string &b : peers.backends) {
+              const double *theirs = peers.find({s.name, causal, pass}, b);
+              if (!theirs || *theirs <= 0) {
+                line += fmt::format(" {:>14}", "-");
+                continue;
+              }
+              line += fmt::format(" {:>13.1f}%", 100 * row.tflops / *theirs);
+              j["ratio_to_" + b] = row.tflops / *theirs;
             }
           }
           if (row.tune_s > 0)

@@ -21,9 +21,7 @@
 #include "OpBenchUtil.h"
 
 #include <tokamax/ops/CrossEntropy.h>
-#include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
-#include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
 #include <tokamax/runtime/Tensor.h>
 
@@ -31,11 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,15 +45,9 @@ struct Shape {
 };
 const Shape kShape{"X1", 8192, 4096, 131072}, kQuickShape{"Q", 1024, 1024, 16384};
 
-struct Row {
-  std::string shape, pass, impl, status = "ok";
-  double ms = 0, tflops = 0, first_call_ms = 0, extra_mib = 0;
-  int iterations = 0;
+struct Row : tools::OpRow {
+  double extra_mib = 0;
 };
-
-double elapsedMs(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 Tensor labelTensor(int64_t b, int64_t v, Stream &stream) {
   std::vector<int32_t> host(static_cast<size_t>(b));
@@ -76,8 +64,8 @@ Tensor labelTensor(int64_t b, int64_t v, Stream &stream) {
 
 Row measureRow(const Shape &s, const std::string &pass, const std::string &impl, int iters,
                const std::optional<Config> &config) {
-  Row row{.shape = s.name, .pass = pass, .impl = impl};
-  try {
+  Row row{{.shape = s.name, .pass = pass, .impl = impl}};
+  tools::measureInto(row, [&] {
     Device &device = Device::get();
     Stream stream = Stream::create(device);
     Tensor x = tools::randomTensor({s.b, s.d}, 1.0, stream, 1);
@@ -109,65 +97,37 @@ Row measureRow(const Shape &s, const std::string &pass, const std::string &impl,
       if (backward)
         linear_softmax_cross_entropy_loss_vjp(dloss, x, w, labels, lse, *dx, *dw, stream, vjpOptions);
     };
-    auto t0 = std::chrono::steady_clock::now();
-    call();
-    stream.synchronize();
-    row.first_call_ms = elapsedMs(t0);
+    row.first_call_ms = tools::syncedMs(stream, call);
     row.extra_mib = double(freeBefore - std::min(freeBefore, device.free_memory())) / (1 << 20);
-    t0 = std::chrono::steady_clock::now();
-    call();
-    stream.synchronize();
-    row.iterations = std::clamp(int(10000.0 / std::max(elapsedMs(t0), 1e-3)), 3, iters);
-    BenchmarkData t = benchmark(stream, call, TimingMethod::CudaEvents, row.iterations, /*warmup=*/1,
-                                /*flush_l2=*/true);
     const double fwdFlops = 2.0 * double(s.b) * double(s.d) * double(s.v);
-    row.ms = t.median;
-    row.tflops = (backward ? 3 * fwdFlops : fwdFlops) / t.median / 1e9;
-  } catch (const NotSupported &e) {
-    row.status = fmt::format("not supported: {}", e.what());
-  } catch (const Error &e) {
-    row.status = fmt::format("failed: {}", e.what());
-  }
+    tools::timeCalls(row, stream, call, iters, backward ? 3 * fwdFlops : fwdFlops);
+  });
   return row;
 }
 
+/// A peer's figures for a row.
 struct PeerRow {
   double ms = 0, extra_mib = 0;
 };
-/// (shape, pass) -> backend -> the peer's row, from cross_entropy.py's JSON.
-using PeerTable = std::map<std::pair<std::string, std::string>, std::map<std::string, PeerRow>>;
 
-PeerTable readPeers(const std::string &path, std::vector<std::string> &backends) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(fmt::format("--peers: cannot read {}", path));
-  json doc = json::parse(in);
-  fmt::print("peers: {} (torch {}) from {}\n", doc.value("device", "?"), doc.value("torch", "?"), path);
-  PeerTable table;
-  for (const json &r : doc.at("rows")) {
-    if (r.value("status", "ok") != "ok")
-      continue;
-    const std::string backend = r.at("backend").get<std::string>();
-    if (std::find(backends.begin(), backends.end(), backend) == backends.end())
-      backends.push_back(backend);
-    table[{r.at("shape").get<std::string>(), r.at("pass").get<std::string>()}][backend] =
-        PeerRow{r.at("ms").get<double>(), r.at("extra_mib").get<double>()};
-  }
-  return table;
+/// The rows that ran, of cross_entropy.py's JSON.
+std::optional<PeerRow> peerRow(const json &r) {
+  if (r.value("status", "ok") != "ok")
+    return std::nullopt;
+  return PeerRow{r.at("ms").get<double>(), r.at("extra_mib").get<double>()};
 }
 
 } // namespace
 
 int main(int argc, char **argv) try {
   auto [impls, jsonPath, peersPath, config, iters, quick] = tools::parseOpBenchArgs("tokamax-cross-entropy-bench", argc, argv);
-  std::vector<std::string> backends;
-  PeerTable peers = peersPath.empty() ? PeerTable{} : readPeers(peersPath, backends);
+  const auto peers = tools::readShapePassPeers(peersPath, peerRow);
   const Shape s = quick ? kQuickShape : kShape;
   fmt::print("linear_softmax_cross_entropy_loss bf16 mean, {} = B {}, D {}, V {} on {}\n", s.name, s.b, s.d, s.v,
              Device::get().name());
   fmt::print("{:<10} {:<8} {:>10} {:>9} {:>10} {:>14}", "impl", "pass", "ms", "TFLOP/s", "extra MiB",
              "first call ms");
-  for (const std::string &b : backends)
+  for (const std::string &b : peers.backends)
     fmt::print(" {:>26}", "speed / memory vs " + b);
   fmt::print("\n");
   json rows = json::array();
@@ -179,26 +139,20 @@ int main(int argc, char **argv) try {
       } else {
         fmt::print("{:<10} {:<8} {:>10.3f} {:>9.1f} {:>10.1f} {:>14.0f}", impl, pass, r.ms, r.tflops, r.extra_mib,
                    r.first_call_ms);
-        for (const std::string &b : backends) {
-          auto peer = peers.find({s.name, pass});
-          if (peer == peers.end() || !peer->second.count(b)) {
-            fmt::print(" {:>26}", "-");
-            continue;
-          }
-          const PeerRow &theirs = peer->second.at(b);
-          fmt::print(" {:>26}", fmt::format("{:.2f}x / {:.1f}% of {:.0f} MiB", theirs.ms / r.ms,
-                                            100 * r.extra_mib / std::max(theirs.extra_mib, 1e-9), theirs.extra_mib));
+        for (const std::string &b : peers.backends) {
+          const PeerRow *theirs = peers.find({s.name, pass}, b);
+          fmt::print(" {:>26}", theirs ? fmt::format("{:.2f}x / {:.1f}% of {:.0f} MiB", theirs->ms / r.ms,
+                                                     100 * r.extra_mib / std::max(theirs->extra_mib, 1e-9),
+                                                     theirs->extra_mib)
+                                       : "-");
         }
         fmt::print("\n");
       }
-      rows.push_back({{"shape", r.shape}, {"pass", r.pass}, {"impl", r.impl}, {"status", r.status}, {"ms", r.ms},
-                      {"tflops", r.tflops}, {"extra_mib", r.extra_mib}, {"iterations", r.iterations},
-                      {"first_call_ms", r.first_call_ms}});
+      json row = tools::rowJson(r);
+      row["extra_mib"] = r.extra_mib;
+      rows.push_back(row);
     }
-  if (!jsonPath.empty()) {
-    std::ofstream(jsonPath) << json{{"device", Device::get().name()}, {"rows", rows}}.dump(2) << "\n";
-    fmt::print("wrote {}\n", jsonPath);
-  }
+  tools::writeRows(jsonPath, rows);
   return 0;
 } catch (const std::exception &e) {
   fmt::print(stderr, "tokamax-cross-entropy-bench: {}\n", e.what());

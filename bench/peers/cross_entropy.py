@@ -26,18 +26,14 @@ Writes JSON that `tokamax-cross-entropy-bench --peers FILE` reads:
 Usage: python3 bench/peers/cross_entropy.py [--json FILE] [--iters N] [--quick]
 """
 
-import argparse
-import json
-import sys
-
 import torch
 import torch.nn.functional as F
 
-from peer_timing import flush_buffer, time_runs
+import common
 
 SHAPES = {"X1": (8192, 4096, 131072)}
 QUICK_SHAPE = {"Q": (1024, 1024, 16384)}
-
+BACKEND = "torch_matmul_ce"
 
 
 def peak_extra_mib(work):
@@ -50,7 +46,8 @@ def peak_extra_mib(work):
     return (torch.cuda.max_memory_allocated() - before) / (1 << 20)
 
 
-def bench_row(name, shape, pass_, iters, flush):
+def bench_row(name, shape, pass_, backend, iters, flush):
+    torch.cuda.empty_cache()  # the previous row's cached blocks: each row starts with free memory
     b, d, v = shape
     gen = torch.Generator(device="cuda").manual_seed(1)
     grad = pass_ == "fwd+bwd"
@@ -65,42 +62,12 @@ def bench_row(name, shape, pass_, iters, flush):
         forward().backward()
 
     work = forward_backward if grad else forward
-    with torch.no_grad() if not grad else torch.enable_grad():
+    with common.grad_mode(grad):
         work()  # the gradient buffers exist before the memory is measured
         extra = peak_extra_mib(work)
-        ms = time_runs(work, iters, warmup=1, flush=flush)
-    flops = 2.0 * b * d * v * (3 if grad else 1)
-    return {"shape": name, "pass": pass_, "backend": "torch_matmul_ce", "status": "ok", "ms": ms,
-            "tflops": flops / ms / 1e9, "extra_mib": extra, "iterations": iters}
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("cross_entropy.py needs a CUDA device")
-    flush = flush_buffer()
-    rows = []
-    for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
-        for pass_ in ("fwd", "fwd+bwd"):
-            try:
-                row = bench_row(name, shape, pass_, args.iters, flush)
-            except RuntimeError as e:  # out of memory, a refused kernel
-                row = {"shape": name, "pass": pass_, "backend": "torch_matmul_ce", "status": f"failed: {e}"}
-            rows.append(row)
-            print(f"{name} {pass_:8} torch_matmul_ce " +
-                  (f"{row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['extra_mib']:9.1f} MiB extra"
-                   if row["status"] == "ok" else row["status"]))
-            torch.cuda.empty_cache()
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"wrote {args.json}")
+    ms = common.timed_ms(work, grad, iters, warmup=1, flush=flush)
+    return common.ok_row(name, pass_, backend, ms, 2.0 * b * d * v * (3 if grad else 1), iters, extra_mib=extra)
 
 
 if __name__ == "__main__":
-    main()
+    common.main(__doc__, SHAPES, QUICK_SHAPE, common.each_pass([BACKEND]), bench_row, backend_width=15)

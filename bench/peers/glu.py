@@ -25,18 +25,14 @@ Writes JSON that `tokamax-glu-bench --peers FILE` reads:
 Usage: python3 bench/peers/glu.py [--json FILE] [--iters N] [--quick]
 """
 
-import argparse
-import json
-import sys
-
 import torch
 import torch.nn.functional as F
 
-from peer_timing import flush_buffer, time_runs
+import common
 
 SHAPES = {"G1": (8192, 4096, 14336)}
 QUICK_SHAPE = {"Q": (1024, 1024, 2048)}
-
+BACKENDS = ("cublas_2gemm", "cublas_1gemm")
 
 
 def bench_row(name, shape, pass_, backend, iters, flush):
@@ -59,39 +55,9 @@ def bench_row(name, shape, pass_, backend, iters, flush):
         forward().backward(dout)
 
     work = forward_backward if grad else forward
-    with torch.no_grad() if not grad else torch.enable_grad():
-        ms = time_runs(work, iters, warmup=2, flush=flush)
-    flops = 4.0 * m * k * n * (3 if grad else 1)
-    return {"shape": name, "pass": pass_, "backend": backend, "status": "ok", "ms": ms,
-            "tflops": flops / ms / 1e9, "iterations": iters}
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("glu.py needs a CUDA device")
-    flush = flush_buffer()
-    rows = []
-    for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
-        for pass_ in ("fwd", "fwd+bwd"):
-            for backend in ("cublas_2gemm", "cublas_1gemm"):
-                try:
-                    row = bench_row(name, shape, pass_, backend, args.iters, flush)
-                except RuntimeError as e:  # out of memory, a refused kernel
-                    row = {"shape": name, "pass": pass_, "backend": backend, "status": f"failed: {e}"}
-                rows.append(row)
-                print(f"{name} {pass_:8} {backend:14} " + (f"{row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s"
-                                                           if row["status"] == "ok" else row["status"]))
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"wrote {args.json}")
+    ms = common.timed_ms(work, grad, iters, warmup=2, flush=flush)
+    return common.ok_row(name, pass_, backend, ms, 4.0 * m * k * n * (3 if grad else 1), iters)
 
 
 if __name__ == "__main__":
-    main()
+    common.main(__doc__, SHAPES, QUICK_SHAPE, common.each_pass(BACKENDS), bench_row, backend_width=14)

@@ -25,16 +25,13 @@ Writes JSON that `tokamax-ragged-dot-bench --peers FILE` reads:
 Usage: python3 bench/peers/ragged_dot.py [--json FILE] [--iters N] [--quick]
 """
 
-import argparse
-import json
-import sys
-
 import torch
 
-from peer_timing import flush_buffer, time_runs
+import common
 
 SHAPES = {"R1": (8, 32768, 4096, 4096)}
 QUICK_SHAPE = {"Q": (8, 4096, 1024, 1024)}
+BACKENDS = ("torch_grouped_mm", "torch_loop")
 
 
 def group_sizes(groups, m):
@@ -45,7 +42,6 @@ def group_sizes(groups, m):
         cuts.append((state >> 16) % (m + 1))
     cuts.sort()
     return [b - a for a, b in zip(cuts, cuts[1:])]
-
 
 
 def bench_row(name, shape, pass_, backend, iters, flush):
@@ -72,40 +68,15 @@ def bench_row(name, shape, pass_, backend, iters, flush):
     if backend == "torch_grouped_mm" and not hasattr(torch, "_grouped_mm"):
         raise RuntimeError(f"torch {torch.__version__} has no torch._grouped_mm")
     work = forward_backward if grad else forward
-    with torch.no_grad() if not grad else torch.enable_grad():
-        ms = time_runs(work, iters, warmup=2, flush=flush)
-    flops = 2.0 * m * k * n * (3 if grad else 1)
-    return {"shape": name, "pass": pass_, "backend": backend, "status": "ok", "ms": ms,
-            "tflops": flops / ms / 1e9, "iterations": iters}
+    ms = common.timed_ms(work, grad, iters, warmup=2, flush=flush)
+    return common.ok_row(name, pass_, backend, ms, 2.0 * m * k * n * (3 if grad else 1), iters)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("ragged_dot.py needs a CUDA device")
-    flush = flush_buffer()
-    rows = []
-    for name, shape in (QUICK_SHAPE if args.quick else SHAPES).items():
-        print(f"{name}: group sizes {group_sizes(shape[0], shape[1])}")
-        runs = [(p, b) for p in ("fwd", "fwd+bwd") for b in ("torch_grouped_mm", "torch_loop")] + [("dense", "dense")]
-        for pass_, backend in runs:
-            try:
-                row = bench_row(name, shape, pass_, backend, args.iters, flush)
-            except RuntimeError as e:  # out of memory, a refused kernel, no grouped mm
-                row = {"shape": name, "pass": pass_, "backend": backend, "status": f"failed: {e}"}
-            rows.append(row)
-            print(f"{name} {pass_:8} {backend:17} " + (f"{row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s"
-                                                      if row["status"] == "ok" else row["status"]))
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"wrote {args.json}")
+def announce(name, shape):
+    print(f"{name}: group sizes {group_sizes(shape[0], shape[1])}")
 
 
 if __name__ == "__main__":
-    main()
+    # A RuntimeError (out of memory, a refused kernel, no grouped mm) fails its row.
+    common.main(__doc__, SHAPES, QUICK_SHAPE, common.each_pass(BACKENDS) + [("dense", "dense")], bench_row,
+                backend_width=17, announce=announce)

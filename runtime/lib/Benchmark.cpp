@@ -156,13 +156,14 @@ struct Runner {
       work();
   }
 
-  std::vector<double> events() const {
-    run_warmup();
+  // The times of `iterations` runs of `run`, each between two events recorded on the
+  // stream (after the L2 flush, if any).
+  std::vector<double> between_events(const std::function<void()>& run) const {
     std::vector<Event> starts(iterations), ends(iterations);
     for (int i = 0; i < iterations; ++i) {
       flush_l2(i);
       starts[i].record(stream.handle());
-      work();
+      run();
       ends[i].record(stream.handle());
     }
     stream.synchronize();
@@ -170,6 +171,11 @@ struct Runner {
     for (int i = 0; i < iterations; ++i)
       ms[i] = Event::elapsed_ms(starts[i], ends[i]);
     return ms;
+  }
+
+  std::vector<double> events() const {
+    run_warmup();
+    return between_events(work);
   }
 
   std::vector<double> graph() const {
@@ -183,19 +189,7 @@ struct Runner {
     GraphExec exec(Graph::capture(stream, work, "benchmark with TimingMethod::CudaGraph"));
     // One untimed replay uploads the graph to the device.
     exec.launch(stream.handle());
-
-    std::vector<Event> starts(iterations), ends(iterations);
-    for (int i = 0; i < iterations; ++i) {
-      flush_l2(i);
-      starts[i].record(stream.handle());
-      exec.launch(stream.handle());
-      ends[i].record(stream.handle());
-    }
-    stream.synchronize();
-    std::vector<double> ms(iterations);
-    for (int i = 0; i < iterations; ++i)
-      ms[i] = Event::elapsed_ms(starts[i], ends[i]);
-    return ms;
+    return between_events([&] { exec.launch(stream.handle()); });
   }
 
   std::vector<double> wall_clock() const {

@@ -37,13 +37,6 @@ namespace tokamax::tile {
 
 namespace {
 
-std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
-  std::map<std::vector<int64_t>, int64_t> map;
-  for (int64_t r = 0; r < dist.num_registers(); ++r)
-    map.emplace(dist.register_offset(r), r);
-  return map;
-}
-
 /// Two 16-bit elements in one 32-bit register (the first in the low half).
 Value packPair(OpBuilder &b, Location loc, Value lo, Value hi) {
   auto vecType = VectorType::get({2}, lo.getType());

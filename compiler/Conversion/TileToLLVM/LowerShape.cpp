@@ -19,14 +19,6 @@ namespace tokamax::tile {
 
 namespace {
 
-/// Source register holding, for this thread, the element at `offset` (per source dim).
-std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
-  std::map<std::vector<int64_t>, int64_t> map;
-  for (int64_t r = 0; r < dist.num_registers(); ++r)
-    map.emplace(dist.register_offset(r), r);
-  return map;
-}
-
 LogicalResult renameRegisters(TileLowering &t, Operation *op, Value source, Value result,
                               llvm::function_ref<std::vector<int64_t>(std::vector<int64_t>)> toSource) {
   compiler::Distribution in = getDistribution(cast<RankedTensorType>(source.getType()));

@@ -36,6 +36,23 @@ std::optional<SharedTileView> sharedOperand(TileLowering &t, Value operand) {
   return sharedTileView(t, convert.getSource());
 }
 
+/// `shared` where wgmma's descriptors can read it: stored K-major (its contiguous
+/// dimension is the operand's K, `kDim`), rows of 32, 64 or 128 bytes swizzled by their
+/// own width in whole groups of `kMajorRows` rows; stored MN-major, 128-byte rows where
+/// `mnMajorFits` (B: N a whole number of 64-element panels).
+std::optional<SharedTileView> wgmmaReadable(std::optional<SharedTileView> shared, int kDim, int64_t kMajorRows,
+                                            bool mnMajorFits) {
+  if (!shared)
+    return std::nullopt;
+  const SharedTileView &view = *shared;
+  const int64_t rowBytes = view.staging.rowBytes(2);
+  if (view.cd == kDim)
+    return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % kMajorRows == 0
+               ? shared
+               : std::nullopt;
+  return rowBytes == 128 && mnMajorFits ? shared : std::nullopt;
+}
+
 } // namespace
 
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
@@ -54,29 +71,13 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   if (warps.size() != 2 || warps[1] != 1 || warps[0] % 4 != 0 || m % (16 * int64_t(warps[0])) != 0 ||
       n % 8 != 0 || n > 256 || k % 16 != 0)
     return std::nullopt;
-  std::optional<SharedTileView> shared = sharedOperand(t, op.getB());
-  if (!shared)
-    return std::nullopt;
-  const SharedTileView &view = *shared;
-  const int64_t rowBytes = view.staging.rowBytes(2);
-  if (view.cd == 0)  // K-major: rows of N, swizzled by their own width
-    return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 8 == 0
-               ? std::optional(view)
-               : std::nullopt;
-  return rowBytes == 128 && n % 64 == 0 ? std::optional(view) : std::nullopt;
+  return wgmmaReadable(sharedOperand(t, op.getB()), /*kDim=*/0, /*kMajorRows=*/8, /*mnMajorFits=*/n % 64 == 0);
 }
 
 std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op) {
-  std::optional<SharedTileView> shared = wgmmaSharedB(t, op) ? sharedOperand(t, op.getA()) : std::nullopt;
-  if (!shared)
+  if (!wgmmaSharedB(t, op))
     return std::nullopt;
-  const SharedTileView &view = *shared;
-  const int64_t rowBytes = view.staging.rowBytes(2);
-  if (view.cd == 1)  // K-major: rows of K, swizzled by their own width
-    return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % 64 == 0
-               ? std::optional(view)
-               : std::nullopt;
-  return rowBytes == 128 ? std::optional(view) : std::nullopt;
+  return wgmmaReadable(sharedOperand(t, op.getA()), /*kDim=*/1, /*kMajorRows=*/64, /*mnMajorFits=*/true);
 }
 
 namespace {
@@ -115,9 +116,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
   // Accumulator register of wgmma output i of slab r: (row 8 (i % 4 / 2), col 8 (i / 4) +
   // i % 2) of the thread's 16-row block, as the mma layout orders c0..c3.
   compiler::Distribution dist = getDistribution(accType);
-  std::map<std::vector<int64_t>, int64_t> byOffset;
-  for (int64_t r = 0; r < dist.num_registers(); ++r)
-    byOffset.emplace(dist.register_offset(r), r);
+  const std::map<std::vector<int64_t>, int64_t> byOffset = registersByOffset(dist);
   if (dist.num_registers() != slabs * perSlab)
     return op.emitOpError("accumulator layout does not match wgmma's fragments: ") << accType;
   std::vector<int64_t> regOf;

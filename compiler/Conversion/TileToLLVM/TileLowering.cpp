@@ -254,4 +254,11 @@ int64_t knownMultipleOf(Value value) {
   return 1;
 }
 
+std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist) {
+  std::map<std::vector<int64_t>, int64_t> map;
+  for (int64_t r = 0; r < dist.num_registers(); ++r)
+    map.emplace(dist.register_offset(r), r);
+  return map;
+}
+
 } // namespace tokamax::tile

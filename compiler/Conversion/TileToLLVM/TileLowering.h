@@ -186,4 +186,7 @@ mlir::LogicalResult lowerAsyncCopyOp(TileLowering &t, mlir::Operation *op, bool 
 /// Known power-of-two divisor of an i32 scalar (program ids and loop variables: 1).
 int64_t knownMultipleOf(mlir::Value value);
 
+/// This thread's register of `dist` holding each element offset (per dim) it holds.
+std::map<std::vector<int64_t>, int64_t> registersByOffset(const compiler::Distribution &dist);
+
 } // namespace tokamax::tile
