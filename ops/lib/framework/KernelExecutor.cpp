@@ -5,6 +5,7 @@
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
+#include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
