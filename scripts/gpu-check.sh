@@ -31,7 +31,8 @@
 #               torch; ragged_dot's numerics and timings (grids in grouped order, six-slot
 #               rings) beside torch's grouped mm
 #   house       after a refactor that must change no kernel: the GPU tests of attention,
-#               matmul and the norms (numerics against float64), the dispatch tests on
+#               matmul and the norms, then of the product ops and softmax_cross_entropy
+#               (numerics against float64), the dispatch tests on
 #               the real driver, the host cost of cached calls, and the hopper attention
 #               beside torch's SDPA (cuDNN, flash) at S1 and S2
 #   pending2    the rest of it: the staged norm VJP's numerics and its configs timed at
@@ -86,6 +87,8 @@ fi
 if wants house; then
   t=(timeout -k 10)
   TAIL=12 run house-gpu-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[attention],[matmul],[norm]" --durations yes
+  TAIL=12 run house-gpu-tests-products "${t[@]}" 240 "$bin/tokamax-gpu-tests" \
+    "[glu],[ragged_dot],[cross_entropy],[softmax_cross_entropy]" --durations yes
   TAIL=8 run house-dispatch-tests "${t[@]}" 60 "$bin/tokamax-dispatch-tests"
   TAIL=12 run house-dispatch "${t[@]}" 60 "$bin/tokamax-bench" --dispatch
   house_peers=()
