@@ -215,7 +215,7 @@ TEST_CASE("bad input: softmax_cross_entropy_host / _vjp_host name the argument",
   CHECK(d[0] == 0.5);
 }
 
-TEST_CASE("softmax_cross_entropy: no rows is a no-op; reruns are bitwise identical", "[softmax_cross_entropy]") {
+TEST_CASE("softmax_cross_entropy: no rows is a no-op, reruns are bitwise identical", "[softmax_cross_entropy]") {
   for (const char *impl : {"tile", "reference"}) {
     HostBuffer logits(DType::F32, {0, 7}), labels(DType::I32, {0}), loss(DType::F32, {0}), lse(DType::F32, {0}),
         dlogits(DType::F32, {0, 7});
