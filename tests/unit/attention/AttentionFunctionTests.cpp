@@ -1,0 +1,131 @@
+// The headline chain through Functions and grad on the interpreter:
+//   loss(x, scale) = sum(attention(l2, l2, l2)), l2 = layer_norm(a1, scale),
+//   a1 = attention(l1, l1, l1), l1 = layer_norm(x, scale)
+// (the same tensor as q, k and v, so grad adds three contributions), against central
+// differences of a float64 host version of the chain.
+#include "common/AttentionReference.h"
+
+#include <catch2/catch.hpp>
+
+#include <tokamax/ops/Function.h>
+
+#include <cmath>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+constexpr int64_t kB = 1, kT = 6, kN = 2, kH = 16;
+
+/// float64 layer norm over the last axis (epsilon 1e-5), scale only.
+std::vector<double> layerNorm(const std::vector<double> &x, const std::vector<double> &scale) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / kH; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < kH; ++c)
+      mean += x[r * kH + c] / kH;
+    for (int64_t c = 0; c < kH; ++c)
+      var += (x[r * kH + c] - mean) * (x[r * kH + c] - mean) / kH;
+    double rstd = 1 / std::sqrt(var + 1e-5);
+    for (int64_t c = 0; c < kH; ++c)
+      y[r * kH + c] = (x[r * kH + c] - mean) * rstd * scale[c];
+  }
+  return y;
+}
+
+std::vector<double> selfAttention(const std::vector<double> &x) {
+  Dims d;
+  d.batch = {kB};
+  d.t = d.s = kT, d.n = d.k = kN, d.h = d.hv = kH;
+  Inputs in;
+  in.q = in.k = in.v = x;
+  return Reference(d, {}, in).run().out;
+}
+
+double hostLoss(const std::vector<double> &x, const std::vector<double> &scale) {
+  std::vector<double> a2 = selfAttention(layerNorm(selfAttention(layerNorm(x, scale)), scale));
+  double sum = 0;
+  for (double v : a2)
+    sum += v;
+  return sum;
+}
+
+/// d hostLoss / d (x, scale) by central differences.
+std::pair<std::vector<double>, std::vector<double>> hostGradient(std::vector<double> x, std::vector<double> scale) {
+  const double h = 1e-5;
+  auto diff = [&](std::vector<double> &param) {
+    std::vector<double> g(param.size());
+    for (size_t i = 0; i < param.size(); ++i) {
+      double saved = param[i];
+      param[i] = saved + h;
+      double up = hostLoss(x, scale);
+      param[i] = saved - h;
+      double down = hostLoss(x, scale);
+      param[i] = saved;
+      g[i] = (up - down) / (2 * h);
+    }
+    return g;
+  };
+  auto dx = diff(x);
+  return {dx, diff(scale)};
+}
+
+Function chain(DType dtype, const char *firstAttention, const char *secondAttention, const char *firstNorm) {
+  std::vector<ArgSpec> specs{ArgSpec{{kB, kT, kN, kH}, dtype}, ArgSpec{{kH}, DType::F32}};
+  return Function::trace(specs, [&](Tracer &t, std::span<const Sym> in) {
+    AttentionOptions first, second;
+    first.implementation = firstAttention;
+    second.implementation = secondAttention;
+    Sym l1 = t.layer_norm(in[0], in[1], std::nullopt, -1, 1e-5, firstNorm);
+    Sym a1 = t.dot_product_attention(l1, l1, l1, first);
+    Sym l2 = t.layer_norm(a1, in[1]);
+    Sym a2 = t.dot_product_attention(l2, l2, l2, second);
+    return std::vector<Sym>{t.sum(t.cast(a2, DType::F32))};
+  });
+}
+
+void checkChain(DType dtype, const char *firstAttention, const char *secondAttention, const char *firstNorm,
+                double tolerance) {
+  std::vector<double> x = randomNormal(size_t(kB * kT * kN * kH), dtype, 31);
+  std::vector<double> scale = randomNormal(size_t(kH), DType::F32, 32, 0.5);
+  for (double &s : scale)
+    s += 1.0;
+  auto [dxRef, dscaleRef] = hostGradient(x, scale);
+
+  Function f = chain(dtype, firstAttention, secondAttention, firstNorm);
+  Function g = grad(f, {0, 1});
+  int attentionVjps = 0;
+  for (const auto &call : g.calls())
+    if (call.op->name() == "attention_vjp") {
+      ++attentionVjps;
+      CHECK(call.implementation.has_value());  // the forward's pinned implementation carries over
+    }
+  CHECK(attentionVjps == 2);
+
+  HostBuffer xb(dtype, {kB, kT, kN, kH}, x), sb(DType::F32, {kH}, scale);
+  HostBuffer dx(dtype, {kB, kT, kN, kH}), dscale(DType::F32, {kH});
+  TensorView in[] = {xb.view(), sb.view()}, out[] = {dx.view(), dscale.view()};
+  g.interpret(in, out);
+
+  HostBuffer loss(DType::F32, {1});
+  TensorView lossOut[] = {loss.view()};
+  f.interpret(in, lossOut);
+  INFO(std::string(dtype_name(dtype)) << " " << firstAttention << " / " << secondAttention);
+  CHECK(std::fabs(loss.at(0) - hostLoss(x, scale)) <= tolerance * (1 + std::fabs(hostLoss(x, scale))));
+  Comparison cx = compare("dx", dx.values(), dxRef, dx.shape, {tolerance, tolerance});
+  Comparison cs = compare("dscale", dscale.values(), dscaleRef, dscale.shape, {tolerance, tolerance});
+  INFO(cx.message << "\n" << cs.message);
+  CHECK(cx.ok);
+  CHECK(cs.ok);
+}
+
+} // namespace
+
+TEST_CASE("headline chain: grad through layer_norm and attention matches float64 finite differences",
+          "[attention][function]") {
+  SECTION("f64: chunked then reference") { checkChain(DType::F64, "chunked", "reference", "reference", 1e-6); }
+  SECTION("bf16: chunked then tile (the headline implementations)") {
+    checkChain(DType::BF16, "chunked", "tile", "tile", 6e-2);
+  }
+}

@@ -1,0 +1,279 @@
+// The hopper attention kernels (TMA, a producer warpgroup, wgmma), forward and VJP: their
+// configs and the calls they refuse are named, the interpreter (which runs the same
+// kernels: each step's copies, then its products) matches the reference implementation
+// with every option, and the kernels assemble for sm_90a with their copies on TMA, the
+// warp roles' register limits and every product on wgmma.
+#include "common/AttentionReference.h"
+#include "common/HopperPtxChecks.h"
+
+#include <catch2/catch.hpp>
+
+#include <tokamax/compiler/Compiler.h>
+#include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Attention.h>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+AttentionOptions causalIf(bool causal) {
+  AttentionOptions o;
+  o.is_causal = causal;
+  return o;
+}
+
+BoundArgs forwardArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16, bool causal = false) {
+  const ArgSpec qs{q, d}, ks{kv, d};
+  return bind_attention({qs, ks, ks, {}, {}, {}, {}, qs, attention_lse_spec(qs)}, causalIf(causal));
+}
+
+BoundArgs vjpArgs(std::vector<int64_t> q, std::vector<int64_t> kv, DType d = DType::BF16, bool causal = false) {
+  const ArgSpec qs{q, d}, ks{kv, d};
+  return bind_attention_vjp({qs, qs, ks, ks, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, ks, ks, {}},
+                            causalIf(causal));
+}
+
+} // namespace
+
+TEST_CASE("attention hopper: configs and the calls it refuses are named", "[attention][hopper]") {
+  const Implementation &hopper = attention_op().implementation("hopper");
+  CHECK(hopper.supported_on("sm_90a"));
+  CHECK_FALSE(hopper.supported_on("sm_80"));
+  BoundArgs args = forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64});
+  CHECK_FALSE(hopper.why_not(args).has_value());
+  Config c = hopper.heuristic(args);
+  CHECK(c.get("block_kv") == 128);  // the widest step: blocks past S = 192 read zeros (3-D tensor maps)
+  CHECK_FALSE(hopper.check_config(args, c).has_value());
+  auto why = [&](const char *key, int64_t value) {
+    Config changed = c;
+    changed.set(key, value);
+    return hopper.check_config(args, changed).value_or("valid");
+  };
+  CHECK_THAT(why("block_kv", 512), Catch::Contains("power of two in [16, 256]"));
+  // The heuristic overlaps the steps here (no pair hidden): 256-key steps then need more
+  // registers than the scores and accumulator may take, without overlap they fit.
+  CHECK(c.get_or("overlap", 0) == 1);
+  CHECK_THAT(why("block_kv", 256), Catch::Contains("registers per thread"));
+  {
+    Config wide = c;
+    wide.set("overlap", 0).set("block_kv", 256);
+    CHECK_FALSE(hopper.check_config(args, wide).has_value());
+  }
+  CHECK_THAT(why("num_warps", 2), Catch::Contains("num_warps 4 or 8"));
+  CHECK_THAT(why("block_q", 32), Catch::Contains("block_q = 16 * num_warps"));
+  CHECK_THAT(why("stages", 5), Catch::Contains("2, 3 or 4"));
+  CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
+  CHECK_THAT(why("overlap", 2), Catch::Contains("overlap must be 0 or 1"));
+  CHECK_THAT(why("pingpong", 2), Catch::Contains("pingpong must be 0 or 1"));
+  {
+    Config four = c;
+    four.set("num_warps", 4);
+    four.set("block_q", 64);
+    four.set("pingpong", 1);
+    CHECK_THAT(hopper.check_config(args, four).value_or("valid"), Catch::Contains("num_warps 8"));
+  }
+  CHECK_FALSE(hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 100, 2, 64})).has_value());  // any S
+  CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 48}, {2, 192, 2, 48})), Catch::Contains("head dims"));
+  CHECK_THAT(*hopper.why_not(forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::F32)), Catch::Contains("bf16"));
+  // The VJP: block_q is dk/dv's query step, the held rows are 16 x num_warps.
+  const Implementation &hopperVjp = attention_vjp_op().implementation("hopper");
+  BoundArgs vjp = vjpArgs({2, 100, 4, 64}, {2, 192, 2, 64});
+  CHECK_FALSE(hopperVjp.why_not(vjp).has_value());
+  Config vc = hopperVjp.heuristic(vjp);
+  CHECK(vc.get("num_warps") == 8);
+  CHECK_FALSE(hopperVjp.check_config(vjp, vc).has_value());
+  Config odd = vc;
+  odd.set("block_q", 48);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("dk/dv step"));
+  odd = vc;
+  odd.set("block_q", 256);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("registers"));
+  odd = vc;
+  odd.set("overlap", 1);
+  CHECK_THAT(hopperVjp.check_config(vjp, odd).value_or("valid"), Catch::Contains("for hopper's VJP"));
+  CHECK_THAT(*hopperVjp.why_not(vjpArgs({2, 64, 4, 256}, {2, 64, 2, 256})), Catch::Contains("up to 128"));
+  for (const Config &c : hopperVjp.search_space(vjp))
+    CHECK_FALSE(hopperVjp.check_config(vjp, c).has_value());
+  // The smallest shapes it serves get valid heuristics: one query, one 16-key block.
+  BoundArgs tiny = forwardArgs({3, 1, 4, 64}, {3, 16, 2, 64}), tinyVjp = vjpArgs({3, 1, 4, 64}, {3, 16, 2, 64});
+  CHECK_FALSE(hopper.check_config(tiny, hopper.heuristic(tiny)).has_value());
+  CHECK_FALSE(hopperVjp.check_config(tinyVjp, hopperVjp.heuristic(tinyVjp)).has_value());
+  // Auto takes hopper first on sm_90a (measured faster there), tile elsewhere.
+  CHECK(attention_op().select(args, std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(attention_op().select(args, std::nullopt, "sm_80").name() == "tile");
+  CHECK(attention_vjp_op().select(vjp, std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(attention_op().select(args, "hopper", "sm_90a").name() == "hopper");
+}
+
+TEST_CASE("attention hopper: the interpreter matches the reference with every option, forward and VJP",
+          "[attention][hopper]") {
+  struct Variant {
+    const char *what;
+    int64_t t, s, n, kh, h, hv;
+    bool causal = false;
+    std::optional<LocalWindow> window;
+    double softcap = 0;
+    bool bias = false, mask = false, lengths = false;
+  };
+  // T and S not multiples of the blocks (blocks past them read zeros, not the next batch
+  // row's: 3-D tensor maps), several key blocks, GQA, Hv != H, each option.
+  const std::vector<Variant> variants = {
+      {"plain, GQA 4:2", 40, 64, 4, 2, 32, 32},
+      {"causal, Hv != H", 70, 64, 2, 1, 32, 64, true},
+      {"window", 40, 96, 2, 2, 64, 64, false, LocalWindow{20, 5}},
+      {"soft cap, bias", 33, 48, 2, 1, 32, 32, false, std::nullopt, 30.0, true},
+      {"mask, lengths", 40, 64, 2, 1, 16, 16, false, std::nullopt, 0, false, true, true},
+      {"one query, one key block, causal", 1, 16, 2, 1, 32, 32, true},
+      {"S 70, not a multiple of 16, causal", 37, 70, 2, 1, 32, 32, true},
+      {"S 5: one partial key block", 9, 5, 2, 2, 32, 32},
+      {"S 200, lengths", 50, 200, 2, 1, 64, 64, false, std::nullopt, 0, false, false, true},
+  };
+  const DType dt = DType::BF16;
+  uint64_t seed = 40;
+  for (const Variant &v : variants) {
+    const int64_t B = 2;
+    HostBuffer q(dt, {B, v.t, v.n, v.h}, randomNormal(B * v.t * v.n * v.h, dt, seed++));
+    HostBuffer k(dt, {B, v.s, v.kh, v.h}, randomNormal(B * v.s * v.kh * v.h, dt, seed++));
+    HostBuffer vv(dt, {B, v.s, v.kh, v.hv}, randomNormal(B * v.s * v.kh * v.hv, dt, seed++));
+    HostBuffer bias(DType::F32, {1, v.n, v.t, v.s}, randomNormal(v.n * v.t * v.s, DType::F32, seed++));
+    std::vector<double> maskBits(size_t(v.t * v.s));
+    for (size_t i = 0; i < maskBits.size(); ++i)
+      maskBits[i] = (i * 7 + 3) % 5 != 0;
+    HostBuffer mask(DType::Bool, {1, 1, v.t, v.s}, maskBits);
+    HostBuffer qLen(DType::I32, {B}, {double(v.t - 5), double(v.t)}), kvLen(DType::I32, {B}, {double(v.s), double(v.s - 13)});
+    TensorView biasView = bias.view(), maskView = mask.view(), qLenView = qLen.view(), kvLenView = kvLen.view();
+    AttentionOptions o;
+    o.is_causal = v.causal;
+    o.local_window = v.window;
+    if (v.softcap)
+      o.logits_soft_cap = v.softcap;
+    if (v.bias)
+      o.bias = &biasView;
+    if (v.mask)
+      o.mask = &maskView;
+    if (v.lengths)
+      o.q_seq_lengths = &qLenView, o.kv_seq_lengths = &kvLenView;
+    HostBuffer ref(dt, {B, v.t, v.n, v.hv}), got(dt, {B, v.t, v.n, v.hv});
+    HostBuffer refLse(DType::F32, {B, v.n, v.t}), gotLse(DType::F32, {B, v.n, v.t});
+    TensorView refLseView = refLse.view(), gotLseView = gotLse.view();
+    o.implementation = "reference";
+    dot_product_attention_host(q.view(), k.view(), vv.view(), ref.view(), o, &refLseView);
+    o.implementation = "hopper";
+    // With overlap, each step's Q K^T issued before the previous step's P V.
+    for (Config config : {Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}},
+                          Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"overlap", 1}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}, {"overlap", 1}},
+                          Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 2}, {"pingpong", 1}},
+                          Config{{"block_q", 128},
+                                 {"block_kv", 16},
+                                 {"num_warps", 8},
+                                 {"stages", 3},
+                                 {"overlap", 1},
+                                 {"pingpong", 1}}}) {
+      INFO(v.what << " " << config.to_json());
+      o.config = config;
+      dot_product_attention_host(q.view(), k.view(), vv.view(), got.view(), o, &gotLseView);
+      Comparison out = compare("out", got.values(), ref.values(), got.shape, Tolerance{6e-2, 1.5e-2});
+      INFO(out.message);
+      CHECK(out.ok);
+      Comparison lse = compare("lse", gotLse.values(), refLse.values(), gotLse.shape, Tolerance{2e-2, 1e-2});
+      INFO(lse.message);
+      CHECK(lse.ok);
+    }
+    // The VJP from the reference forward's out and lse: held rows of 64 and 128 (past S
+    // and T here), query and key steps of 16 and 32, GQA heads walked in one program.
+    HostBuffer dout(dt, {B, v.t, v.n, v.hv}, randomNormal(B * v.t * v.n * v.hv, dt, seed++));
+    struct Grads {
+      HostBuffer dq, dk, dv, dbias;
+    };
+    auto vjp = [&](const char *impl, std::optional<Config> config) {
+      Grads g{HostBuffer(dt, q.shape), HostBuffer(dt, k.shape), HostBuffer(dt, vv.shape),
+              HostBuffer(DType::F32, bias.shape)};
+      TensorView dbiasView = g.dbias.view();
+      o.implementation = impl;
+      o.config = std::move(config);
+      dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), vv.view(), ref.view(), refLseView, g.dq.view(),
+                                     g.dk.view(), g.dv.view(), o, v.bias ? &dbiasView : nullptr);
+      return g;
+    };
+    Grads want = vjp("reference", std::nullopt);
+    for (Config config : {Config{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}},
+                          Config{{"block_q", 32}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}}}) {
+      INFO(v.what << " VJP " << config.to_json());
+      Grads got = vjp("hopper", config);
+      for (auto [name, a, b] : {std::tuple{"dq", &got.dq, &want.dq}, std::tuple{"dk", &got.dk, &want.dk},
+                                std::tuple{"dv", &got.dv, &want.dv}, std::tuple{"dbias", &got.dbias, &want.dbias}}) {
+        if (name == std::string("dbias") && !v.bias)
+          continue;
+        Comparison cmp = compare(name, a->values(), b->values(), a->shape, Tolerance{6e-2, 1.5e-2});
+        INFO(cmp.message);
+        CHECK(cmp.ok);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles and wgmma", "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  // Causal: the steps branch on whether their block is the diagonal's (masked) or not.
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{128, false}, std::pair{128, true}}) {
+    BoundArgs args = forwardArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
+    const Implementation &hopper = attention_op().implementation("hopper");
+    // The search space, and its 8-warp configs with ping-pong (opt-in, outside it).
+    std::vector<Config> configs = hopper.search_space(args);
+    for (size_t i = 0, n = configs.size(); i < n; ++i)
+      if (configs[i].get("num_warps") == 8)
+        configs.push_back(Config(configs[i]).set("pingpong", 1));
+    for (const Config &config : configs) {
+      std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
+      REQUIRE(kernels.size() == 1u);
+      INFO("H " << h << (causal ? " causal " : " ") << config.to_json());
+      const int64_t warps = config.get("num_warps");
+      CompiledKernel compiled = test::sm90a_ptx(kernels.front());
+      test::check_hopper_ptx(compiled,
+                             {.min_copies = 3,  // q, k, v
+                              .producer = warps == 8,
+                              .tensor_maps = 3,
+                              .threads = uint32_t(32 * (warps + 4))},
+                             ptxas);
+      // Ping-pong: warpgroup 0's first turn given before the loop, then each step's
+      // wait for its turn and pass to the other.
+      const bool pingPong = config.get_or("pingpong", 0) != 0;
+      CHECK(test::count(compiled.ptx, "bar.arrive") == (pingPong ? 2u : 0u));
+      CHECK((test::count(compiled.ptx, "bar.sync \t%r") > 0) == pingPong);
+    }
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}
+
+TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a on TMA, warp roles and wgmma",
+          "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const Implementation &hopper = attention_vjp_op().implementation("hopper");
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{64, true}, std::pair{128, false}, std::pair{128, true}}) {
+    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
+    std::vector<Config> configs = hopper.search_space(args);
+    configs.resize(std::min<size_t>(configs.size(), 3));  // the heuristic first; ptxas's time
+    for (const Config &config : configs) {
+      size_t held = 0;
+      for (const dsl::Kernel &kernel : hopper.kernels(args, config)) {
+        if (kernel.name().find("_hopper") == std::string::npos || kernel.name().find("delta") != std::string::npos)
+          continue;
+        ++held;
+        INFO("H " << h << (causal ? " causal " : " ") << config.to_json() << " " << kernel.name());
+        test::check_hopper_ptx(test::sm90a_ptx(kernel),
+                               {.min_copies = 4,  // the held pair, the streamed pair
+                                .producer = config.get("num_warps") == 8,
+                                .no_ldmatrix = false,
+                                .tensor_maps = 4},
+                               ptxas);
+      }
+      CHECK(held == 2u);  // dk/dv and dq
+    }
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}

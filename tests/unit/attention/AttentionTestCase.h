@@ -1,0 +1,206 @@
+//===- AttentionTestCase.h - One attention test case and its checks -*- C++ -*-===//
+//
+// What the interpreter and GPU attention tests share on top of AttentionReference.h: a
+// test case (implementation, dtype, sizes, options, which optional tensors), its random
+// inputs as typed buffers and float64 values, the AttentionOptions that call it, and the
+// check of an implementation's outputs against the float64 reference (tolerances by
+// dtype, exact zeros where nothing is attended).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "common/AttentionReference.h"
+
+#include <tokamax/ops/Attention.h>
+#include <tokamax/ops/Op.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attention_test {
+
+struct Case {
+  std::string implementation;  ///< "reference", "chunked", "tile"; empty = auto
+  DType dtype = DType::BF16;
+  Dims dims;
+  Options options;
+  std::optional<std::string> bias_dims;  ///< broadcastShape's `full` ("bnts", "nts", "s", ...)
+  std::optional<DType> bias_dtype;       ///< default: dtype
+  std::optional<std::string> mask_dims;
+  bool mask_empty_row = false;  ///< the mask hides every key of query row min(1, T - 1)
+  std::vector<int32_t> q_lengths, kv_lengths;
+  std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
+  std::optional<tokamax::Config> vjp_config;  ///< the VJP's, where it differs from config
+  bool vjp = true;
+  double tolerance_factor = 1;
+  uint64_t seed = 1;
+};
+
+inline std::string describe(const Case &c) {
+  const Dims &d = c.dims;
+  std::string s = fmt::format("{} {} B[{}] T{} S{} N{} K{} H{} Hv{}",
+                              c.implementation.empty() ? "auto" : c.implementation, tokamax::dtype_name(c.dtype),
+                              fmt::join(d.batch, ","), d.t, d.s, d.n, d.k, d.h, d.hv);
+  auto side = [](const std::optional<int64_t> &v) { return v ? std::to_string(*v) : std::string("-"); };
+  if (c.options.scale)
+    s += fmt::format(" scale {}", *c.options.scale);
+  if (c.options.is_causal)
+    s += " causal";
+  if (c.options.window)
+    s += fmt::format(" window [{}, {}]", side(c.options.window->left), side(c.options.window->right));
+  if (c.options.soft_cap)
+    s += fmt::format(" cap {}", *c.options.soft_cap);
+  if (c.bias_dims)
+    s += fmt::format(" bias [{}] {}", fmt::join(d.broadcastShape(*c.bias_dims), ","),
+                     tokamax::dtype_name(c.bias_dtype.value_or(c.dtype)));
+  if (c.mask_dims)
+    s += fmt::format(" mask [{}]{}", fmt::join(d.broadcastShape(*c.mask_dims), ","),
+                     c.mask_empty_row ? " empty row" : "");
+  if (!c.q_lengths.empty())
+    s += fmt::format(" q_len [{}]", fmt::join(c.q_lengths, ","));
+  if (!c.kv_lengths.empty())
+    s += fmt::format(" kv_len [{}]", fmt::join(c.kv_lengths, ","));
+  if (c.config)
+    s += " config " + c.config->to_json();
+  if (c.vjp_config)
+    s += " vjp config " + c.vjp_config->to_json();
+  return s + (c.vjp ? " fwd+vjp" : " fwd");
+}
+
+inline DType lseDtype(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
+
+/// A case's inputs as typed buffers (for the op) and as float64 values (for the reference).
+struct CaseData {
+  HostBuffer q, k, v, dout;
+  std::optional<HostBuffer> bias, mask, q_lengths, kv_lengths;
+  Inputs inputs;
+};
+
+inline CaseData makeData(const Case &c) {
+  const Dims &d = c.dims;
+  CaseData data;
+  Inputs &in = data.inputs;
+  const uint64_t seed = c.seed * 16;
+  in.q = randomNormal(size_t(product(d.qShape())), c.dtype, seed);
+  in.k = randomNormal(size_t(product(d.kShape())), c.dtype, seed + 1);
+  in.v = randomNormal(size_t(product(d.vShape())), c.dtype, seed + 2);
+  data.q = HostBuffer(c.dtype, d.qShape(), in.q);
+  data.k = HostBuffer(c.dtype, d.kShape(), in.k);
+  data.v = HostBuffer(c.dtype, d.vShape(), in.v);
+  if (c.vjp) {
+    in.dout = randomNormal(size_t(product(d.outShape())), c.dtype, seed + 3);
+    data.dout = HostBuffer(c.dtype, d.outShape(), in.dout);
+  }
+  if (c.bias_dims) {
+    const DType bd = c.bias_dtype.value_or(c.dtype);
+    in.bias_shape = d.broadcastShape(*c.bias_dims);
+    in.bias = randomNormal(size_t(product(in.bias_shape)), bd, seed + 4);
+    data.bias = HostBuffer(bd, in.bias_shape, in.bias);
+  }
+  if (c.mask_dims) {
+    in.mask_shape = d.broadcastShape(*c.mask_dims);
+    in.mask = randomMask(size_t(product(in.mask_shape)), seed + 5, 0.75);
+    if (c.mask_empty_row) {
+      const int64_t tm = in.mask_shape[in.mask_shape.size() - 2], sm = in.mask_shape.back();
+      for (size_t i = 0; i < in.mask.size(); ++i)
+        if (int64_t(i) / sm % tm == std::min<int64_t>(1, tm - 1))
+          in.mask[i] = 0;
+    }
+    data.mask = HostBuffer(DType::Bool, in.mask_shape, std::vector<double>(in.mask.begin(), in.mask.end()));
+  }
+  auto lengths = [&](const std::vector<int32_t> &l, std::optional<HostBuffer> &buffer, std::vector<int32_t> &into) {
+    if (l.empty())
+      return;
+    into = l;
+    buffer = HostBuffer(DType::I32, d.batch, std::vector<double>(l.begin(), l.end()));
+  };
+  lengths(c.q_lengths, data.q_lengths, in.q_lengths);
+  lengths(c.kv_lengths, data.kv_lengths, in.kv_lengths);
+  return data;
+}
+
+/// The case's AttentionOptions around views of its optional tensors (which must outlive it).
+inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::TensorView *bias,
+                                            const tokamax::TensorView *mask, const tokamax::TensorView *q_lengths,
+                                            const tokamax::TensorView *kv_lengths) {
+  tokamax::AttentionOptions o;
+  o.scale = c.options.scale;
+  o.is_causal = c.options.is_causal;
+  if (c.options.window)
+    o.local_window = tokamax::LocalWindow{c.options.window->left, c.options.window->right};
+  o.logits_soft_cap = c.options.soft_cap;
+  o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths;
+  if (!c.implementation.empty())
+    o.implementation = c.implementation;
+  o.config = c.config;
+  return o;
+}
+
+/// What an implementation produced, widened to double (gradients empty without a VJP).
+struct Results {
+  std::vector<double> out, lse, dq, dk, dv, dbias;
+};
+
+/// Every output against the reference; rows that see no key must be exact zeros (out,
+/// dq) with lse = +inf, and keys no attending row sees must get exactly zero dk / dv.
+/// dq, dk and dbias are sums of dS = P (dP - delta) terms that can cancel to zero (a row
+/// with one visible key, a bias constant along S): they are measured against at least 1%
+/// of dv's rms (dv = P^T dout does not cancel), and their worst element gets 2.5x the
+/// bound, since delta = rowsum(dout * out) comes from the stored (rounded) out: in a row
+/// that sees few keys, where dP - delta nearly cancels, that rounding is most of dq (bf16
+/// at T 4097, S 1000, causal: 0.0129 off in a query-1 row of rms 0.14, on the GPU and the
+/// interpreter alike).
+inline void checkResults(const Case &c, const Outputs &ref, const Results &got) {
+  const Dims &d = c.dims;
+  const double f = c.tolerance_factor;
+  double dvSq = 0;
+  for (double x : ref.dv)
+    dvSq += x * x;
+  const double floor = ref.dv.empty() ? 0.0 : 1e-2 * std::sqrt(dvSq / double(ref.dv.size()));
+  std::vector<Comparison> comparisons = {
+      compare("out", got.out, ref.out, d.outShape(), tolerance(c.dtype) * f),
+      compare("lse", got.lse, ref.lse, d.lseShape(), tolerance(c.dtype == DType::F64 ? DType::F64 : DType::F32) * f)};
+  if (c.vjp) {
+    const Tolerance sums = {tolerance(c.dtype).max_scaled * 2.5, tolerance(c.dtype).rms_relative};
+    comparisons.push_back(compare("dq", got.dq, ref.dq, d.qShape(), sums * f, floor));
+    comparisons.push_back(compare("dk", got.dk, ref.dk, d.kShape(), sums * f, floor));
+    comparisons.push_back(compare("dv", got.dv, ref.dv, d.vShape(), tolerance(c.dtype) * f));
+    if (c.bias_dims)
+      comparisons.push_back(compare("dbias", got.dbias, ref.dbias, d.broadcastShape(*c.bias_dims),
+                                    looser(sums, tolerance(c.bias_dtype.value_or(c.dtype))) * f, floor));
+  }
+  for (const Comparison &cmp : comparisons) {
+    INFO(cmp.message);
+    CHECK(cmp.ok);
+  }
+  // Exact zeros where nothing is attended.
+  int64_t hiddenRows = 0, nonzero = 0;
+  for (int64_t r = 0; r < int64_t(ref.row_attends.size()); ++r) {
+    if (ref.row_attends[r])
+      continue;
+    ++hiddenRows;
+    const int64_t row = r / (d.n * d.t), n = r / d.t % d.n, t = r % d.t, q = (row * d.t + t) * d.n + n;
+    nonzero += got.lse[r] != kInf;
+    for (int64_t j = 0; j < d.hv; ++j)
+      nonzero += got.out[q * d.hv + j] != 0.0;
+    for (int64_t j = 0; c.vjp && j < d.h; ++j)
+      nonzero += got.dq[q * d.h + j] != 0.0;
+  }
+  for (int64_t key = 0; c.vjp && key < int64_t(ref.key_seen.size()); ++key) {
+    for (int64_t j = 0; !ref.key_seen[key] && j < d.h; ++j)
+      nonzero += got.dk[key * d.h + j] != 0.0;
+    for (int64_t j = 0; !ref.key_seen[key] && j < d.hv; ++j)
+      nonzero += got.dv[key * d.hv + j] != 0.0;
+  }
+  INFO(hiddenRows << " query rows see no key; " << nonzero
+                  << " of their out / dq / lse values (or unseen keys' dk / dv) are not exact zeros / +inf");
+  CHECK(nonzero == 0);
+}
+
+} // namespace attention_test

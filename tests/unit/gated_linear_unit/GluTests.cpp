@@ -1,0 +1,92 @@
+// gated_linear_unit on the interpreter against float64: every dtype and activation,
+// forward and VJP, odd shapes (M 1, 17, 1000; K and N not multiples of the blocks), both
+// main loops of the tile kernel (cp.async ring, masked register loads) and reference.
+#include <catch2/catch.hpp>
+
+#include "unit/gated_linear_unit/GluTestCase.h"
+
+#include <tokamax/ops/GatedLinearUnit.h>
+
+using namespace tokamax;
+using namespace glu_test;
+
+namespace {
+
+const char *const kActivations[] = {"swish", "gelu_tanh", "gelu", "sigmoid", "relu", "none"};
+
+/// Small blocks, so that odd shapes give many programs and partial edge blocks.
+Config smallTile(bool ring) {
+  Config c{{"block_m", 16}, {"block_n", 16}, {"block_k", 16}, {"num_warps", 1}};
+  if (ring)
+    c.set("async_copy", 1).set("stages", 3);
+  return c;
+}
+
+void check(const Result &r) {
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+} // namespace
+
+TEST_CASE("gated_linear_unit: every dtype and activation, forward and VJP, match float64", "[glu]") {
+  uint64_t seed = 100;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64})
+    for (const char *activation : kActivations) {
+      const bool half = dtype == DType::BF16 || dtype == DType::F16;
+      for (const char *impl : {"tile", "reference"}) {
+        if (!half && std::string(impl) == "tile")
+          continue;
+        Case c{{3, 7}, 40, 24, dtype, activation, impl, std::nullopt};
+        check(checkForward(c, seed++));
+        check(checkVjp(c, seed++));
+      }
+    }
+}
+
+TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference", "[glu]") {
+  uint64_t seed = 300;
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (Shape s : {Shape{1, 37, 23}, Shape{17, 40, 24}, Shape{1000, 24, 40}, Shape{17, 5, 3}, Shape{33, 72, 48}}) {
+    const bool ring = s.k % 8 == 0 && s.n % 8 == 0;
+    check(checkForward({{s.m}, s.k, s.n, DType::BF16, "swish", "tile", smallTile(ring)}, seed++));
+    check(checkVjp({{s.m}, s.k, s.n, DType::BF16, "swish", "tile", smallTile(ring)}, seed++));
+    check(checkForward({{s.m}, s.k, s.n, DType::F16, "gelu_tanh", "tile", std::nullopt}, seed++));
+    check(checkVjp({{s.m}, s.k, s.n, DType::F32, "gelu", "reference", std::nullopt}, seed++));
+    check(checkForward({{s.m}, s.k, s.n, DType::F64, "sigmoid", "reference", std::nullopt}, seed++));
+  }
+  // The wgmma config (every warp along M; the interpreter runs its dots as any other).
+  Config wgmma{{"block_m", 64}, {"block_n", 32}, {"block_k", 16}, {"num_warps", 4},
+               {"async_copy", 1}, {"stages", 2}, {"wgmma", 1}};
+  check(checkForward({{33}, 72, 48, DType::BF16, "gelu", "tile", wgmma}, seed++));
+  check(checkVjp({{100}, 72, 48, DType::F16, "relu", "tile", wgmma}, seed++));
+  // The tma config: TMA rings with a producer warpgroup (the interpreter runs each step's
+  // copies, then its products), the weights read as [K, 2N]: N 40 puts W1's first
+  // columns in W0's last block, K 72 leaves a partial last slice.
+  for (int64_t n : {40, 48}) {
+    Config tma{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
+               {"async_copy", 1}, {"stages", 2}, {"tma", 1}};
+    check(checkForward({{33}, 72, n, DType::BF16, "swish", "tile", tma}, seed++));
+    check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "tile", tma}, seed++));
+    // hopper: the same gate kernels, its VJP's dx and dweights on the hopper matmul.
+    Config hopper{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}};
+    check(checkForward({{33}, 72, n, DType::BF16, "swish", "hopper", hopper}, seed++));
+    check(checkVjp({{100}, 72, n, DType::F16, "gelu_tanh", "hopper", hopper}, seed++));
+    check(checkVjp({{3, 11}, 72, n, DType::BF16, "sigmoid", "hopper", std::nullopt}, seed++));
+  }
+  // Persistent programs walking several tiles each (12 tiles of 64 x 64 over 2 and 5
+  // programs; the producer loads a tile's blocks while the consumers gate the last).
+  for (int64_t programs : {2, 5}) {
+    Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 3},
+                      {"programs", programs}};
+    check(checkForward({{200}, 72, 136, DType::BF16, "gelu", "hopper", persistent}, seed++));
+    check(checkVjp({{4, 50}, 72, 136, DType::F16, "swish", "hopper", persistent}, seed++));
+  }
+  // A six-slot ring (TMA rings go to 8) over 9 K steps: the slots wrap past the first
+  // phase while the producer runs six steps ahead.
+  Config deep{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 6}, {"programs", 2}};
+  check(checkForward({{150}, 288, 72, DType::BF16, "swish", "hopper", deep}, seed++));
+  check(checkVjp({{70}, 288, 72, DType::BF16, "gelu", "hopper", Config(deep).set("programs", 0)}, seed++));
+}
