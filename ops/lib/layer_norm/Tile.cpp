@@ -76,7 +76,7 @@ TileConfig Tile::heuristic(const NormProblem &p) {
   if (p.n <= fusedLimit(p)) {
     int64_t cols = next_pow2(p.n);
     // From the H200 config search (bf16 x, f32 parameters, kernel time;
-    // tests/gpu/NormGpuTests.cpp "norm timings and config search"). Forward rows of
+    // tests/gpu/layer_norm/NormGpuTests.cpp "norm timings and config search"). Forward rows of
     // 4096+ columns: one row a program, 32 elements a thread; layer_norm on persistent
     // programs that load the parameters once (16384x4096: 3316 GB/s against 2741 on
     // 4 warps without; 16384x8192: 3331 against 2606 for quarter-row blocks;

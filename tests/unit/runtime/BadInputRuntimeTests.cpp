@@ -3,7 +3,7 @@
 // One TEST_CASE per public function (or small group) of runtime/ and autotune/ that can
 // be called without a GPU: each bad argument must be a tokamax::Error naming it, raised
 // before the driver is touched (so these run, and mean the same, on machines without
-// one). The device-only entry points are in tests/gpu/BadInputGpuTests.cpp.
+// one). The device-only entry points are in tests/gpu/framework/BadInputGpuTests.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "common/BadInput.h"

@@ -6,10 +6,10 @@
 // through ptxas. The reverse-program-order ctest runs the tag again (tests/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
-#include "unit/BadInput.h"
-#include "unit/GradCheck.h"
-#include "unit/PtxasUtil.h"
-#include "unit/SoftmaxCrossEntropyTestCase.h"
+#include "common/BadInput.h"
+#include "common/GradCheck.h"
+#include "common/PtxasUtil.h"
+#include "unit/softmax_cross_entropy/SoftmaxCrossEntropyTestCase.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "unit/AttentionReference.h"
+#include "common/AttentionReference.h"
 
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 

@@ -5,9 +5,9 @@
 // NaN (unwritten elements show) and a second run must reproduce them bit for bit.
 #include <catch2/catch.hpp>
 
-#include "gpu/DeviceRuns.h"
+#include "common/DeviceRuns.h"
 
-#include "unit/SoftmaxCrossEntropyTestCase.h"
+#include "unit/softmax_cross_entropy/SoftmaxCrossEntropyTestCase.h"
 
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 #include <tokamax/runtime/Stream.h>
