@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the library and unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
-# (the runtime, ops, autotuning and the tests; the interpreter with UBSan only; never the
-# prebuilt MLIR / LLVM libraries, see CMakeLists.txt) and runs the unit tests of the
-# runtime, caches, parsers (with the seeded fuzz loops), autotuning, the interpreter,
-# fault injection, bad input at every entry point and Functions (JSON) under them. Any report fails the run.
+# (the host code that takes users' input and holds resources: runtime, caches, parsers,
+# autotuning, exports, the JIT, the op framework, Functions and the ops' validation; the
+# interpreter with UBSan only; see CMakeLists.txt) and runs the unit tests of the runtime,
+# caches, parsers (with the seeded fuzz loops), autotuning, the interpreter, fault
+# injection, bad input at every entry point and Functions (JSON) under them. Any report
+# fails the run. What is built as in build/ (the compiler, the kernel builders, the tests)
+# comes from ccache after scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DTOKAMAX_SANITIZE=ON \

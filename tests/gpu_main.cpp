@@ -1,6 +1,5 @@
 // GPU tests: skipped, visibly and with the reason, when no GPU is present.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "common/CatchSession.h"
 
 #include <tokamax/runtime/Device.h>
 
@@ -17,5 +16,5 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "SKIPPED: GPU tests need a CUDA device: %s\n", e.what());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return tokamax_test::run_catch_session(argc, argv);
 }

@@ -1,8 +1,7 @@
 // Host-side dispatch tests: the eager call cache and Function plans and graphs, checked
 // by what they resolve, cache and capture, not by numbers. ctest runs them under the
 // null driver (tests/nulldriver) on machines with no GPU; they hold on a GPU too.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "common/CatchSession.h"
 
 #include <tokamax/runtime/Device.h>
 
@@ -20,5 +19,5 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "SKIPPED: dispatch tests need a CUDA driver (or the null driver): %s\n", e.what());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return tokamax_test::run_catch_session(argc, argv);
 }
