@@ -30,6 +30,7 @@ namespace tokamax::attention_detail {
 
 using ops_detail::ComputedKey;
 using ops_detail::ConfigKey;
+using ops_detail::ImplKind;
 using ops_detail::KeyUse;
 
 /// A broadcastable operand (bias or mask) as [b, n, t, s], each 1 or the full extent.
@@ -260,66 +261,20 @@ struct HopperVjpConfig;      // Hopper.cpp
 
 /// Materialised logits, the correctness oracle (Reference.cpp).
 struct Reference {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Reference;
-  using Config = ReferenceConfig;
-  using Problem = attention_detail::Problem;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+  TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Reference, attention_detail::Problem, ReferenceConfig)
   /// Refuses a call whose logits workspace would take most of the device's memory.
   static void check_device(const Problem &p, const BoundArgs &args, Device &device);
 };
 /// The flash kernels, every edge masked (Chunked.cpp).
-struct Chunked {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Chunked;
-  using Config = FlashConfig;
-  using Problem = attention_detail::Problem;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
-};
+struct Chunked { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Chunked, attention_detail::Problem, FlashConfig) };
 /// The flash kernels on tensor cores: split edges, a cp.async ring (Tile.cpp).
-struct Tile {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Tile;
-  using Config = FlashConfig;
-  using Problem = attention_detail::Problem;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Tile, attention_detail::Problem, FlashConfig) };
 /// sm_90a: TMA rings, warp roles, wgmma (Hopper.cpp); the forward and the VJP take
 /// different keys.
 struct HopperForward {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Hopper;
-  using Config = HopperForwardConfig;
-  using Problem = attention_detail::Problem;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+  TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Hopper, attention_detail::Problem, HopperForwardConfig)
 };
-struct HopperVjp {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Hopper;
-  using Config = HopperVjpConfig;
-  using Problem = attention_detail::Problem;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
-};
+struct HopperVjp { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Hopper, attention_detail::Problem, HopperVjpConfig) };
 
 } // namespace tokamax::attention_detail
 

@@ -195,8 +195,6 @@ const std::vector<std::string> kForwardArgs{"q", "k", "v", "bias", "mask", "q_se
 const std::vector<std::string> kVjpArgs{"dout", "q", "k", "v", "out", "lse", "bias", "mask", "q_seq_lengths",
                                         "kv_seq_lengths", "dq", "dk", "dv", "dbias"};
 
-std::optional<ArgSpec> at(const BoundArgs &b, size_t i) { return i < b.args.size() ? b.args[i] : std::nullopt; }
-
 } // namespace
 
 ArgSpec attention_lse_spec(const ArgSpec &q) {
@@ -313,27 +311,16 @@ public:
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    if (b.op != name())
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", name(), b.op));
-    if (b.args.size() != arg_names().size())
-      throw Error(fmt::format("{}: expected {} arguments ({}), got {}", name(), arg_names().size(),
-                              fmt::join(arg_names(), ", "), b.args.size()));
-    for (const auto &[key, value] : b.attributes)
-      if (key != "scale" && key != "is_causal" && key != "window_left" && key != "window_right" &&
-          key != "logits_soft_cap")
-        throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
-    auto need = [&](size_t i) -> const ArgSpec & {
-      if (!b.args[i])
-        throw Error(fmt::format("{}: {} is required", name(), arg_names()[i]));
-      return *b.args[i];
-    };
+    ops_detail::require_call_of(name(), b, arg_names(),
+                                {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap"});
+    auto need = [&](size_t i) -> const ArgSpec & { return ops_detail::required_arg(name(), b, arg_names(), i); };
+    auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     BoundArgs again;
     if (!vjp_)
-      again = bind_attention({need(0), need(1), need(2), at(b, 3), at(b, 4), at(b, 5), at(b, 6), need(7), at(b, 8)},
-                             optionsOf(b));
+      again = bind_attention({need(0), need(1), need(2), at(3), at(4), at(5), at(6), need(7), at(8)}, optionsOf(b));
     else
-      again = bind_attention_vjp({need(0), need(1), need(2), need(3), need(4), need(5), at(b, 6), at(b, 7), at(b, 8),
-                                  at(b, 9), need(10), need(11), need(12), at(b, 13)},
+      again = bind_attention_vjp({need(0), need(1), need(2), need(3), need(4), need(5), at(6), at(7), at(8), at(9),
+                                  need(10), need(11), need(12), at(13)},
                                  optionsOf(b));
     ops_detail::require_canonical(name(), b, again);
   }

@@ -194,43 +194,13 @@ void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> inp
 //===----------------------------------------------------------------------===//
 
 /// Tensor cores (mma.sync), opt-in TMA rings on sm_90a.
-struct Tile {
-  static constexpr Impl kind = Impl::Tile;
-  using Problem = xent_detail::Problem;
-  using Config = TileConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Tile, xent_detail::Problem, TileConfig) };
 
 /// sm_90a, experimental: the rows and dlogits kernels on TMA rings and wgmma, the VJP's
 /// dx and dw products on the hopper matmul.
-struct Hopper {
-  static constexpr Impl kind = Impl::Hopper;
-  using Problem = xent_detail::Problem;
-  using Config = HopperConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Hopper, xent_detail::Problem, HopperConfig) };
 
 /// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
-struct Reference {
-  static constexpr Impl kind = Impl::Reference;
-  using Problem = xent_detail::Problem;
-  using Config = ReferenceConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Reference, xent_detail::Problem, ReferenceConfig) };
 
 } // namespace tokamax::xent_detail

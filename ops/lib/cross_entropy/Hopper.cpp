@@ -12,8 +12,6 @@
 
 #include <tokamax/runtime/Arch.h>
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
 namespace tokamax::xent_detail {
@@ -81,11 +79,7 @@ std::optional<std::string> Hopper::why_not(const Problem &p) {
     return gate;
   if (auto problem = why_not_tensor_cores(kind, p.dtype))
     return problem;
-  if (p.D % 8 != 0 || p.V % 8 != 0)
-    return fmt::format("hopper reads x [B, D] and w [D, V] by TMA in rows of whole 16-byte chunks: D {} and V {} "
-                       "must be multiples of 8; use tile",
-                       p.D, p.V);
-  return std::nullopt;
+  return why_not_tma_rows("x [B, D] and w [D, V]", "D", p.D, "V", p.V);
 }
 
 Hopper::Config Hopper::heuristic(const Problem &p) {
@@ -93,12 +87,7 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   // three-slot ring. One such program fits an SM (registers): the forward splits V so
   // that its row blocks x splits fill whole waves of 132 SMs best (B 8192: 64 row
   // blocks in 2 splits, 128 programs, one wave).
-  Config c;
-  c.block_b = 128;
-  c.block_v = 128;
-  c.block_k = 64;
-  c.num_warps = 8;
-  c.stages = 3;
+  Config c{{.block_b = 128, .block_v = 128, .block_k = 64, .num_warps = 8}, /*stages=*/3};
   if (p.vjp)
     return c;
   const int64_t rowBlocks = std::max<int64_t>((p.B + 127) / 128, 1);

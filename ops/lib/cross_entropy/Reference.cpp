@@ -9,19 +9,20 @@
 #include "ops/lib/cross_entropy/Common.h"
 
 namespace tokamax::xent_detail {
+namespace {
+
+/// [16, block_v] logit tiles by 8-wide D steps on 4 warps, and the VJP's block of D for
+/// its dx and dw kernels.
+Reference::Config exact_blocks(const Problem &p, int64_t block_v, int64_t block_d) {
+  return {{.block_b = 16, .block_v = block_v, .block_k = 8, .num_warps = 4},
+          p.vjp ? std::optional<int64_t>(block_d) : std::nullopt};
+}
+
+} // namespace
 
 std::optional<std::string> Reference::why_not(const Problem &) { return std::nullopt; }
 
-Reference::Config Reference::heuristic(const Problem &p) {
-  Config c;
-  c.block_b = 16;
-  c.block_v = 16;
-  c.block_k = 8;
-  c.num_warps = 4;
-  if (p.vjp)
-    c.block_d = 16;
-  return c;
-}
+Reference::Config Reference::heuristic(const Problem &p) { return exact_blocks(p, 16, 16); }
 
 std::optional<std::string> Reference::check(const Problem &p, const Config &c) {
   return check_blocks(p, kind, c, c.block_d);
@@ -29,14 +30,8 @@ std::optional<std::string> Reference::check(const Problem &p, const Config &c) {
 
 std::vector<Reference::Config> Reference::search_space(const Problem &p) {
   std::vector<Config> space{heuristic(p)};
-  Config c;
-  c.block_b = 16;
-  c.block_v = 32;
-  c.block_k = 8;
-  c.num_warps = 4;
-  if (p.vjp)
-    c.block_d = 8;
-  products_detail::add_new(space, std::move(c), [&](const Config &candidate) { return !check(p, candidate); });
+  products_detail::add_new(space, exact_blocks(p, 32, 8),
+                           [&](const Config &candidate) { return !check(p, candidate); });
   return space;
 }
 

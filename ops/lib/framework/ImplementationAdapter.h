@@ -1,11 +1,11 @@
 //===- ImplementationAdapter.h - One Implementation class for every op -*- C++ -*-===//
 //
-// What an op's implementation provides, declared once: TypedImplementation<Impl> is
-// the Implementation an op registers for each of its implementation structs (one per
-// file: Reference.cpp, Chunked.cpp, Tile.cpp, Hopper.cpp), which hold a typed config
-// (TypedConfig.h) and its why_not, heuristic, search space, check and plan. The string
-// map a config is outside (results, caches, exports, --config) is read and written here
-// only; the kind's architecture rule is ImplKind's.
+// What an op's implementation provides, declared once (TOKAMAX_IMPLEMENTATION_MEMBERS):
+// TypedImplementation<Impl> is the Implementation an op registers for each of its
+// implementation structs (one per file: Reference.cpp, Chunked.cpp, Tile.cpp, Hopper.cpp),
+// which hold a typed config (TypedConfig.h) and its why_not, heuristic, search space,
+// check and plan. The string map a config is outside (results, caches, exports,
+// --config) is read and written here only; the kind's architecture rule is ImplKind's.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -30,21 +30,38 @@
 
 namespace tokamax::ops_detail {
 
-/// An implementation in a file of its own, with a typed config (TypedConfig.h):
+/// What an op's implementation provides: a struct in a file of its own (Reference.cpp,
+/// Chunked.cpp, Tile.cpp, Hopper.cpp) whose config is typed (TypedConfig.h), declared in
+/// the op's Common.h as
 ///
 ///   struct Hopper {
-///     static constexpr ImplKind kind = ImplKind::Hopper;
-///     using Problem = ...;  using Config = HopperConfig;  // Config lists its keys
-///     static std::optional<std::string> why_not(const Problem &);
-///     static Config heuristic(const Problem &);
-///     static std::vector<Config> search_space(const Problem &);
-///     static std::optional<std::string> check(const Problem &, const Config &);
-///     static void execute(const Problem &, const Config &, std::span<const TensorView> inputs,
-///                         std::span<const TensorView> outputs, KernelExecutor &);
+///     TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Hopper, hopper_detail::Problem, HopperConfig)
 ///     // optional: static void check_device(const Problem &, const BoundArgs &, Device &);
 ///   };
 ///
-/// The string map is read (from_config) and written (to_config) here only.
+/// The members, declared once here so that every op's implementations take the same
+/// signatures TypedImplementation<Impl> calls: its kind, Problem and Config, and
+///   why_not(p):      why it cannot serve the call (nullopt: it can);
+///   heuristic(p):    its config for the call;
+///   search_space(p): the configs autotuning tries, the heuristic's first;
+///   check(p, c):     what is wrong with `c` for the call (nullopt: nothing);
+///   execute(p, c, inputs, outputs, executor): the call's kernels at `c`.
+/// `problem` must name the op's Problem with its namespace (a member alias cannot
+/// reuse its own name unqualified).
+#define TOKAMAX_IMPLEMENTATION_MEMBERS(impl_kind, problem, config)                                                 \
+  static constexpr ::tokamax::ops_detail::ImplKind kind = impl_kind;                                              \
+  using Problem = problem;                                                                                        \
+  using Config = config;                                                                                          \
+  static std::optional<std::string> why_not(const Problem &p);                                                    \
+  static Config heuristic(const Problem &p);                                                                      \
+  static std::vector<Config> search_space(const Problem &p);                                                      \
+  static std::optional<std::string> check(const Problem &p, const Config &c);                                     \
+  static void execute(const Problem &p, const Config &c, std::span<const ::tokamax::TensorView> inputs,           \
+                      std::span<const ::tokamax::TensorView> outputs,                                             \
+                      ::tokamax::ops_detail::KernelExecutor &executor);
+
+/// The Implementation an op registers for each of its implementation structs: the
+/// string map is read (from_config) and written (to_config) here only.
 template <class Impl>
 class TypedImplementation final : public PlannedImplementation {
 public:

@@ -126,43 +126,13 @@ void run(const Problem &p, const GateKernelSpec &gate, MatmulKernelKind products
 
 /// Tensor cores (mma.sync; opt-in wgmma and TMA rings on sm_90a), the VJP's dx and
 /// dweights on the tile matmul.
-struct Tile {
-  static constexpr Impl kind = Impl::Tile;
-  using Problem = glu_detail::Problem;
-  using Config = TileConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Tile, glu_detail::Problem, TileConfig) };
 
 /// sm_90a: the gate kernel always on TMA rings and wgmma, the VJP's dx and dweights on
 /// the hopper matmul.
-struct Hopper {
-  static constexpr Impl kind = Impl::Hopper;
-  using Problem = glu_detail::Problem;
-  using Config = HopperConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Hopper, glu_detail::Problem, HopperConfig) };
 
 /// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
-struct Reference {
-  static constexpr Impl kind = Impl::Reference;
-  using Problem = glu_detail::Problem;
-  using Config = ProductBlocks;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Reference, glu_detail::Problem, ProductBlocks) };
 
 } // namespace tokamax::glu_detail

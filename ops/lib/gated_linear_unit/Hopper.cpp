@@ -7,18 +7,12 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/gated_linear_unit/Common.h"
 
-#include <fmt/format.h>
-
 namespace tokamax::glu_detail {
 
 std::optional<std::string> Hopper::why_not(const Problem &p) {
   if (auto problem = why_not_tensor_cores(kind, p.dtype))
     return problem;
-  if (!async_copy_serves(p))
-    return fmt::format("hopper reads x [M, K] and the weights [K, 2N] by TMA in rows of whole 16-byte chunks: K {} "
-                       "and N {} must be multiples of 8; use tile",
-                       p.K, p.N);
-  return std::nullopt;
+  return why_not_tma_rows("x [M, K] and the weights [K, 2N]", "K", p.K, "N", p.N);
 }
 
 Hopper::Config Hopper::heuristic(const Problem &p) {

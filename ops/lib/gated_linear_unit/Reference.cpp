@@ -11,15 +11,11 @@ namespace tokamax::glu_detail {
 
 std::optional<std::string> Reference::why_not(const Problem &) { return std::nullopt; }
 
-Reference::Config Reference::heuristic(const Problem &) { return {16, 16, 8, 4}; }
+Reference::Config Reference::heuristic(const Problem &) { return reference_blocks(); }
 
-std::optional<std::string> Reference::check(const Problem &, const Config &c) {
-  return check_block_sizes(c, /*tile=*/false);
-}
+std::optional<std::string> Reference::check(const Problem &, const Config &c) { return check_reference_blocks(c); }
 
-std::vector<Reference::Config> Reference::search_space(const Problem &p) {
-  return reference_search_space(heuristic(p), [&](const Config &c) { return !check(p, c); });
-}
+std::vector<Reference::Config> Reference::search_space(const Problem &) { return reference_search_space(); }
 
 void Reference::execute(const Problem &p, const Config &c, std::span<const TensorView> in,
                         std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {

@@ -188,18 +188,8 @@ int deviceOf(std::span<const TensorView> views) {
 }
 
 NormKernelSpec baseSpec(const NormProblem &p, int64_t blockRows, int numWarps) {
-  NormKernelSpec s;
-  s.kind = p.kind;
-  s.outer = p.outer;
-  s.n = p.n;
-  s.inner = p.inner;
-  s.x = p.x;
-  s.compute = p.compute;
-  s.residual = p.residual;
-  s.scale = p.scale;
-  s.block_rows = blockRows;
-  s.num_warps = numWarps;
-  return s;
+  return {.kind = p.kind, .outer = p.outer, .n = p.n, .inner = p.inner, .x = p.x, .compute = p.compute,
+          .residual = p.residual, .scale = p.scale, .block_rows = blockRows, .num_warps = numWarps};
 }
 
 /// A call over no rows: nothing to launch; a VJP's column sums over no rows are zeros.

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "ops/lib/framework/ImplKind.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/TypedConfig.h"
 #include "ops/lib/layer_norm/Kernels.h"
@@ -97,17 +98,7 @@ struct TileConfig {
   bool operator==(const TileConfig &) const = default;
 };
 
-struct Tile {
-  static constexpr ImplKind kind = ImplKind::Tile;
-  using Problem = NormProblem;
-  using Config = TileConfig;
-  static std::optional<std::string> why_not(const NormProblem &p);
-  static TileConfig heuristic(const NormProblem &p);
-  static std::vector<TileConfig> search_space(const NormProblem &p);
-  static std::optional<std::string> check(const NormProblem &p, const TileConfig &c);
-  static void execute(const NormProblem &p, const TileConfig &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, Executor &executor);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Tile, NormProblem, TileConfig) };
 
 /// Reference (Reference.cpp): any axis and dtype; every kernel loops over column blocks.
 struct ReferenceConfig {
@@ -135,17 +126,7 @@ struct ReferenceConfig {
   bool operator==(const ReferenceConfig &) const = default;
 };
 
-struct Reference {
-  static constexpr ImplKind kind = ImplKind::Reference;
-  using Problem = NormProblem;
-  using Config = ReferenceConfig;
-  static std::optional<std::string> why_not(const NormProblem &p);
-  static ReferenceConfig heuristic(const NormProblem &p);
-  static std::vector<ReferenceConfig> search_space(const NormProblem &p);
-  static std::optional<std::string> check(const NormProblem &p, const ReferenceConfig &c);
-  static void execute(const NormProblem &p, const ReferenceConfig &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, Executor &executor);
-};
+struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Reference, NormProblem, ReferenceConfig) };
 
 //===----------------------------------------------------------------------===//
 // Shared by the implementations (Common.cpp)

@@ -132,8 +132,6 @@ size_t numInputs(NormKind kind, bool vjp) {
   return vjp ? 4 : 2;
 }
 
-std::optional<ArgSpec> at(const BoundArgs &b, size_t i) { return i < b.args.size() ? b.args[i] : std::nullopt; }
-
 class NormOp : public Op {
 public:
   NormOp(NormKind kind, bool vjp)
@@ -144,30 +142,22 @@ public:
         kind_(kind), vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    if (b.op != name())
-      throw Error(fmt::format("{}: the arguments are bound for op \"{}\"", name(), b.op));
-    if (b.args.size() != arg_names().size())
-      throw Error(fmt::format("{}: expected {} arguments ({}), got {}", name(), arg_names().size(),
-                              fmt::join(arg_names(), ", "), b.args.size()));
-    for (const auto &[key, value] : b.attributes)
-      if (key != "axis" && !(key == "epsilon" && !vjp_))
-        throw Error(fmt::format("{}: unknown attribute \"{}\"", name(), key));
-    auto need = [&](size_t i) -> const ArgSpec & {
-      if (!b.args[i])
-        throw Error(fmt::format("{}: {} is required", name(), arg_names()[i]));
-      return *b.args[i];
-    };
+    if (vjp_)
+      ops_detail::require_call_of(name(), b, arg_names(), {"axis"});
+    else
+      ops_detail::require_call_of(name(), b, arg_names(), {"axis", "epsilon"});
+    auto need = [&](size_t i) -> const ArgSpec & { return ops_detail::required_arg(name(), b, arg_names(), i); };
+    auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     int axis = static_cast<int>(b.int_attribute("axis"));
     BoundArgs again;
     if (kind_ == NormKind::Layer && !vjp_)
-      again = bind_layer_norm(need(0), at(b, 1), at(b, 2), need(3), at(b, 4), at(b, 5), axis,
-                              b.float_attribute("epsilon"));
+      again = bind_layer_norm(need(0), at(1), at(2), need(3), at(4), at(5), axis, b.float_attribute("epsilon"));
     else if (kind_ == NormKind::Layer)
-      again = bind_layer_norm_vjp(need(0), need(1), at(b, 2), need(3), need(4), need(5), at(b, 6), at(b, 7), axis);
+      again = bind_layer_norm_vjp(need(0), need(1), at(2), need(3), need(4), need(5), at(6), at(7), axis);
     else if (!vjp_)
-      again = bind_rms_norm(need(0), at(b, 1), need(2), at(b, 3), axis, b.float_attribute("epsilon"));
+      again = bind_rms_norm(need(0), at(1), need(2), at(3), axis, b.float_attribute("epsilon"));
     else
-      again = bind_rms_norm_vjp(need(0), need(1), at(b, 2), need(3), need(4), at(b, 5), axis);
+      again = bind_rms_norm_vjp(need(0), need(1), at(2), need(3), need(4), at(5), axis);
     ops_detail::require_canonical(name(), b, again);
   }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ops/lib/framework/ImplKind.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/TypedConfig.h"
 
@@ -131,41 +132,16 @@ void epilogue(const MatmulSpec &spec, const Params &p, dsl::Value acc, dsl::Valu
               bool tma = false);
 
 /// The implementations, in auto's order (TypedImplementation, ImplementationAdapter.h).
-struct Hopper {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Hopper;
-  using Problem = MatmulProblem;
-  using Config = KeyedMatmulConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
 
-struct Tile {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Tile;
-  using Problem = MatmulProblem;
-  using Config = KeyedMatmulConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+/// sm_90a: TMA rings, wgmma, a producer warpgroup, a persistent grid (Hopper.cpp).
+struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(ops_detail::ImplKind::Hopper, MatmulProblem, KeyedMatmulConfig) };
 
-struct Reference {
-  static constexpr ops_detail::ImplKind kind = ops_detail::ImplKind::Reference;
-  using Problem = MatmulProblem;
-  using Config = ReferenceConfig;
-  static std::optional<std::string> why_not(const Problem &) { return std::nullopt; }
-  static Config heuristic(const Problem &) { return {}; }
-  static std::vector<Config> search_space(const Problem &p) { return {heuristic(p)}; }
-  static std::optional<std::string> check(const Problem &, const Config &) { return std::nullopt; }
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+/// mma.sync (sm_80+), a cp.async ring where the rows allow it (Tile.cpp).
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(ops_detail::ImplKind::Tile, MatmulProblem, KeyedMatmulConfig) };
+
+/// Fixed small blocks by exact multiply-adds: every float dtype, every GPU; it takes
+/// any config (ReferenceConfig) and serves every call.
+struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(ops_detail::ImplKind::Reference, MatmulProblem, ReferenceConfig) };
 
 } // namespace matmul_impl
 } // namespace tokamax

@@ -32,6 +32,11 @@ Kernel matmul_reference_kernel(const MatmulSpec &spec) {
 
 namespace matmul_impl {
 
+std::optional<std::string> Reference::why_not(const Problem &) { return std::nullopt; }
+Reference::Config Reference::heuristic(const Problem &) { return {}; }
+std::vector<Reference::Config> Reference::search_space(const Problem &p) { return {heuristic(p)}; }
+std::optional<std::string> Reference::check(const Problem &, const Config &) { return std::nullopt; }
+
 /// The config is ignored: the kernel is keyed with MatmulConfig's defaults.
 void Reference::execute(const Problem &p, const Config &, std::span<const TensorView> inputs,
                         std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor) {

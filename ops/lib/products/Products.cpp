@@ -23,6 +23,15 @@ std::optional<std::string> why_not_tensor_cores(ProductImpl impl, DType dtype) {
                      dtype_name(dtype));
 }
 
+std::optional<std::string> why_not_tma_rows(const char *operands, const char *first_name, int64_t first,
+                                            const char *second_name, int64_t second) {
+  if (first % 8 == 0 && second % 8 == 0)
+    return std::nullopt;
+  return fmt::format("hopper reads {} by TMA in rows of whole 16-byte chunks: {} {} and {} {} must be multiples of 8; "
+                     "use tile",
+                     operands, first_name, first, second_name, second);
+}
+
 std::vector<TileBlocks> products_detail::tile_candidates(bool ring) {
   std::vector<TileBlocks> candidates;
   for (int64_t bm : {64, 128, 256})
@@ -32,16 +41,8 @@ std::vector<TileBlocks> products_detail::tile_candidates(bool ring) {
           for (int64_t stages : {0, 3, 4}) {  // 0: register loads
             if (stages && !ring)
               continue;
-            TileBlocks c;
-            c.block_m = bm;
-            c.block_n = bn;
-            c.block_k = bk;
-            c.num_warps = warps;
-            if (stages) {
-              c.async_copy = true;
-              c.stages = stages;
-            }
-            candidates.push_back(c);
+            const ProductRing loads = stages ? ProductRing{.async_copy = true, .stages = stages} : ProductRing{};
+            candidates.push_back({{bm, bn, bk, warps}, loads});
           }
   return candidates;
 }
@@ -60,6 +61,20 @@ std::optional<std::string> check_block_sizes(const ProductBlocks &b, bool tile) 
   if (const int64_t partials = b.block_m * b.block_k * b.block_n; !tile && partials > 8192)
     return fmt::format("block_m * block_k * block_n must be at most 8192 for exact products, got {}", partials);
   return std::nullopt;
+}
+
+ProductBlocks reference_blocks() { return {16, 16, 8, 4}; }
+
+std::optional<std::string> check_reference_blocks(const ProductBlocks &b) {
+  return check_block_sizes(b, /*tile=*/false);
+}
+
+std::vector<ProductBlocks> reference_search_space() {
+  std::vector<ProductBlocks> space{reference_blocks()};
+  for (auto [bm, bn] : {std::pair<int64_t, int64_t>{16, 32}, {32, 16}})
+    products_detail::add_new(space, ProductBlocks{bm, bn, 8, 4},
+                             [](const ProductBlocks &c) { return !check_reference_blocks(c); });
+  return space;
 }
 
 std::optional<std::string> check_ring_keys(const ProductRing &r, bool serves, int64_t K, int64_t N) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ops/lib/framework/ImplKind.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/TypedConfig.h"
 
@@ -26,7 +27,8 @@
 namespace tokamax {
 
 /// The implementations of the tiled product ops (gated_linear_unit, ragged_dot, the
-/// cross-entropy), in auto's order, and their names ("reference", "tile", "hopper").
+/// cross-entropy), in auto's order, and their names ("reference", "tile", "hopper");
+/// each op declares them with TOKAMAX_IMPLEMENTATION_MEMBERS (ImplementationAdapter.h).
 using ProductImpl = ops_detail::ImplKind;
 using ops_detail::impl_name;
 /// How the product ops' typed configs list their keys (TypedConfig.h).
@@ -36,6 +38,10 @@ using ops_detail::KeyUse;
 /// "tile serves bf16 and f16 (tensor cores), not f32; use reference": the tensor-core
 /// implementations (tile, hopper) of every tiled product op; nullopt for reference.
 std::optional<std::string> why_not_tensor_cores(ProductImpl impl, DType dtype);
+/// Why hopper cannot copy `operands` by TMA: their rows (of 16-bit elements) must be
+/// whole 16-byte chunks, so the extents `first` and `second` (named) multiples of 8.
+std::optional<std::string> why_not_tma_rows(const char *operands, const char *first_name, int64_t first,
+                                            const char *second_name, int64_t second);
 
 //===----------------------------------------------------------------------===//
 // Typed configs of gated_linear_unit and ragged_dot (same keys as their string maps)
@@ -113,15 +119,13 @@ void add_new(std::vector<C> &space, C c, const Valid &valid) {
 std::vector<TileBlocks> tile_candidates(bool ring);
 } // namespace products_detail
 
-/// The search space of a reference implementation: its `heuristic`, then two small
-/// blocks, where `valid`.
-template <class Valid>
-std::vector<ProductBlocks> reference_search_space(ProductBlocks heuristic, const Valid &valid) {
-  std::vector<ProductBlocks> space{std::move(heuristic)};
-  for (auto [bm, bn] : {std::pair<int64_t, int64_t>{16, 32}, {32, 16}})
-    products_detail::add_new(space, ProductBlocks{bm, bn, 8, 4}, valid);
-  return space;
-}
+/// The reference implementations of gated_linear_unit and ragged_dot, alike for every
+/// problem: the heuristic takes matmul reference's 16 x 16 x 8 blocks on 4 warps, the
+/// check is check_block_sizes' for exact products, and the search space is the heuristic
+/// then two small blocks that pass it.
+ProductBlocks reference_blocks();
+std::optional<std::string> check_reference_blocks(const ProductBlocks &b);
+std::vector<ProductBlocks> reference_search_space();
 
 /// The search space of a tile implementation (config C: a TileBlocks with its other keys
 /// at their defaults): its `heuristic` first, then block_m and block_n in {64, 128, 256}

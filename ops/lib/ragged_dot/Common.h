@@ -105,42 +105,12 @@ void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> inp
 /// are multiples of 8, else masked register loads one step ahead; opt-in "tma" (sm_90a):
 /// the rows kernels' blocks by TMA through rings a producer warpgroup refills, products
 /// on wgmma from shared memory (the forward needs K a multiple of block_k).
-struct Tile {
-  static constexpr Impl kind = Impl::Tile;
-  using Problem = ragged_detail::Problem;
-  using Config = TileBlocks;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Tile, ragged_detail::Problem, TileBlocks) };
 
 /// sm_90a: tile's kernels with the rows kernels always on TMA rings and wgmma.
-struct Hopper {
-  static constexpr Impl kind = Impl::Hopper;
-  using Problem = ragged_detail::Problem;
-  using Config = HopperBlocks;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Hopper, ragged_detail::Problem, HopperBlocks) };
 
 /// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
-struct Reference {
-  static constexpr Impl kind = Impl::Reference;
-  using Problem = ragged_detail::Problem;
-  using Config = ProductBlocks;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
-};
+struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Reference, ragged_detail::Problem, ProductBlocks) };
 
 } // namespace tokamax::ragged_detail

@@ -14,10 +14,8 @@ namespace tokamax::ragged_detail {
 std::optional<std::string> Hopper::why_not(const Problem &p) {
   if (auto problem = why_not_tensor_cores(kind, p.dtype))
     return problem;
-  if (!async_copy_serves(p))
-    return fmt::format("hopper reads lhs and rhs by TMA in rows of whole 16-byte chunks: K {} and N {} must be "
-                       "multiples of 8; use tile",
-                       p.K, p.N);
+  if (auto problem = why_not_tma_rows("lhs and rhs", "K", p.K, "N", p.N))
+    return problem;
   if (!p.vjp && p.K % 16 != 0)
     return fmt::format("hopper's forward steps through each group's rhs in blocks of 16, 32 or 64 rows that must "
                        "divide K {}; use tile",

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "ops/lib/framework/ImplKind.h"
+#include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 #include "ops/lib/framework/TypedConfig.h"
 
@@ -61,17 +62,7 @@ struct TileConfig {
 
 /// The fused kernels: the forward keeps each row's running max, sum of exponentials and
 /// label logit in registers over one walk of V; the VJP recomputes the softmax from lse.
-struct Tile {
-  static constexpr ImplKind kind = ImplKind::Tile;
-  using Problem = softmax_cross_entropy_detail::Problem;
-  using Config = TileConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, KernelExecutor &ex);
-};
+struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Tile, softmax_cross_entropy_detail::Problem, TileConfig) };
 
 //===----------------------------------------------------------------------===//
 // reference (Reference.cpp)
@@ -86,15 +77,7 @@ struct ReferenceConfig {
 /// One row per program and two passes over V (the max, then the sum against it), math
 /// in f32 (f64 for f64): the numbers the others are checked against, on any GPU.
 struct Reference {
-  static constexpr ImplKind kind = ImplKind::Reference;
-  using Problem = softmax_cross_entropy_detail::Problem;
-  using Config = ReferenceConfig;
-  static std::optional<std::string> why_not(const Problem &p);
-  static Config heuristic(const Problem &p);
-  static std::vector<Config> search_space(const Problem &p);
-  static std::optional<std::string> check(const Problem &p, const Config &c);
-  static void execute(const Problem &p, const Config &c, std::span<const TensorView> inputs,
-                      std::span<const TensorView> outputs, KernelExecutor &ex);
+  TOKAMAX_IMPLEMENTATION_MEMBERS(ImplKind::Reference, softmax_cross_entropy_detail::Problem, ReferenceConfig)
 };
 
 } // namespace tokamax::softmax_cross_entropy_detail
