@@ -11,31 +11,18 @@
 // loaded and rerun inside the loaded result's scope (twice, bit for bit) and timed again;
 // on the interpreter a small shape runs the same chain against the reference.
 #include "common/Example.h"
+#include "common/Headline.h"
 #include "common/Tuning.h"
 
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/runtime/Benchmark.h>
 
-#include <optional>
 #include <string>
 
 using namespace tokamax;
 
 namespace {
-
-Function headline(const std::vector<int64_t> &shape, const char *first, const char *second, const char *norm) {
-  ArgSpec x{shape, DType::BF16}, scale{{shape.back()}, DType::F32};
-  return Function::trace({x, scale}, [&](Tracer &t, std::span<const Sym> in) {
-    AttentionOptions a1, a2;
-    a1.implementation = first;
-    a2.implementation = second;
-    Sym l1 = t.layer_norm(in[0], in[1], std::nullopt, -1, 1e-5, norm ? std::optional<std::string>(norm) : std::nullopt);
-    Sym x1 = t.dot_product_attention(l1, l1, l1, a1);
-    Sym l2 = t.layer_norm(x1, in[1]);
-    return std::vector<Sym>{t.sum(t.cast(t.dot_product_attention(l2, l2, l2, a2), DType::F32))};
-  });
-}
 
 /// Which implementation each call of `f` runs on (pinned or chosen by auto) on `arch`.
 void printImplementations(const Function &f, const std::string &arch) {
@@ -68,11 +55,10 @@ int runOnGpu() {
   Device &device = Device::get();
   Stream stream = Stream::create(device);
   Tensor x = standardize({shape, DType::BF16}, 1, device), scale = standardize({{64}, DType::F32}, 2, device);
-  const char *second = device.arch() == "sm_90a" ? "hopper" : "tile";
-  Function dloss = grad(headline(shape, "chunked", second, "tile"), {0, 1});
+  Function dloss = grad(example::headline(shape, example::headline_implementations(device.arch())), {0, 1});
   fmt::print("grad(loss) calls on {}:\n", device.arch());
   printImplementations(dloss, device.arch());
-  Function dref = grad(headline(shape, "reference", "reference", "reference"), {0, 1});
+  Function dref = grad(example::headline(shape, example::reference_implementations()), {0, 1});
   Tensor gx = Tensor::empty(shape, DType::BF16), gs = Tensor::empty({64}, DType::F32);
   Tensor rx = Tensor::empty(shape, DType::BF16), rs = Tensor::empty({64}, DType::F32);
   TensorView in[] = {x, scale}, out[] = {gx, gs}, refOut[] = {rx, rs};
@@ -118,11 +104,11 @@ int runOnHost() {
   TensorView in[] = {host_view(xb.data(), DType::BF16, shape), host_view(scale.data(), DType::F32, {64})};
   TensorView out[] = {host_view(gx.data(), DType::BF16, shape), host_view(gs.data(), DType::F32, {64})};
   TensorView refOut[] = {host_view(rx.data(), DType::BF16, shape), host_view(rs.data(), DType::F32, {64})};
-  Function dloss = grad(headline(shape, "chunked", "hopper", "tile"), {0, 1});
+  Function dloss = grad(example::headline(shape, example::headline_implementations("sm_90a")), {0, 1});
   fmt::print("grad(loss) calls (interpreter, as on sm_90a):\n");
   printImplementations(dloss, "sm_90a");
   dloss.interpret(in, out);
-  grad(headline(shape, "reference", "reference", "reference"), {0, 1}).interpret(in, refOut);
+  grad(example::headline(shape, example::reference_implementations()), {0, 1}).interpret(in, refOut);
   int status = example::report("d loss / d x (interpreter, vs reference implementations)",
                                example::relative_error(example::from_bytes(gx, DType::BF16),
                                                        example::from_bytes(rx, DType::BF16)),

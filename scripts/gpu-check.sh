@@ -38,6 +38,12 @@
 #   pending2    the rest of it: the staged norm VJP's numerics and its configs timed at
 #               4096x16384; gated_linear_unit's hopper on persistent grids and with
 #               six-slot rings (numerics, then timings beside cuBLAS)
+#   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
+#               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
+#               tokamax's variants on reference implementations: at the example's inputs
+#               (seed-accuracy.json; both attentions nearly one-hot there) and with a
+#               quarter of the scale (soft-accuracy.json; spread-out attention). The
+#               .npy files the comparison reads are deleted: the logs and the JSON stay
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
@@ -122,6 +128,19 @@ if wants pending2; then
         "${glu_peers[@]}"
     done
   fi
+fi
+if wants accuracy; then
+  # tokamax-headline-grad writes the inputs and gradients, seed_accuracy.py compares them
+  # with float64 (torch) and runs JAX's chain on the same inputs.
+  t=(timeout -k 10)
+  for regime in seed:1 soft:0.25; do
+    name=${regime%:*}
+    TAIL=12 run "accuracy-grad-$name" "${t[@]}" 240 "$bin/tokamax-headline-grad" --shape 4,2048,16,64 \
+      --scale-factor "${regime#*:}" --out "$out/$name"
+    [ $last_rc -eq 0 ] && TAIL=16 run "accuracy-$name" "${t[@]}" 420 python3 "$here/../bench/peers/seed_accuracy.py" \
+      "$out/$name" --json "$out/$name-accuracy.json"
+    rm -rf "${out:?}/$name"  # about 250 MB of .npy
+  done
 fi
 wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]~[pingpong]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes
