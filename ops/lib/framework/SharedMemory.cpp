@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -14,23 +13,6 @@
 namespace tokamax::ops_detail {
 
 namespace {
-
-/// Records each distinct kernel a plan launches, unbuilt.
-class PlanningExecutor : public KernelExecutor {
-public:
-  std::vector<std::pair<KernelKey, Build>> kernels;
-
-  uint64_t allocate_scratch(size_t) override { return 256; }
-  void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
-    auto same = [&](const auto &k) { return k.first == key; };
-    if (std::none_of(kernels.begin(), kernels.end(), same))
-      kernels.emplace_back(key, build);
-  }
-  void zero(const TensorView &) override {}
-  void copy(const TensorView &, const TensorView &) override {}
-  int device() const override { return 0; }
-  int sm_count() const override { return Arch::parse("sm_90a").sm_count(); }
-};
 
 struct KeyHash {
   size_t operator()(const KernelKey &key) const { return key.hash(); }
@@ -64,11 +46,11 @@ Figures &figures() {
 } // namespace
 
 std::vector<KernelSharedMemory> planned_shared_memory(const Plan &plan) {
-  PlanningExecutor planner;
-  plan(planner);
   std::vector<KernelSharedMemory> result;
-  for (const auto &[key, build] : planner.kernels)
+  auto planner = planning_kernel_executor([&](const KernelKey &key, const KernelExecutor::Build &build) {
     result.push_back(figures().get(key, build));
+  });
+  plan(*planner);
   return result;
 }
 
