@@ -1,8 +1,10 @@
 // Attention configs against a block's shared memory, as the compiler plans it: the
 // configs auto runs on sm_90a (hopper where it serves, else tile) pass their checks at
-// every head dim and their kernels lower for sm_90a within the 227 KiB a block may use;
-// a config that does not fit is refused naming the kernel, the bytes and the limit; the
-// search spaces hold only configs that fit.
+// every head dim and their kernels lower for sm_90a within the 227 KiB a block may use
+// (and assemble, where ptxas is found); a config that does not fit is refused naming the
+// kernel, the bytes and the limit; the search spaces hold only configs that fit.
+#include "unit/PtxasUtil.h"
+
 #include <catch2/catch.hpp>
 
 #include <tokamax/compiler/Compiler.h>
@@ -32,9 +34,11 @@ BoundArgs vjpArgs(int64_t t, int64_t h) {
 }
 
 /// Every kernel of `impl` with `config` lowers to PTX for sm_90a, its launch's shared
-/// memory within a block's and the figure the checks use (`lowered`: IRs already seen).
+/// memory within a block's and the figure the checks use, and ptxas (where found)
+/// assembles it (`lowered`: IRs already seen).
 void checkLowered(const Implementation &impl, const BoundArgs &args, const Config &config,
                   std::set<std::string> &lowered) {
+  static const std::string ptxas = test::ptxas_path();
   CompileOptions options;
   options.arch = "sm_90a";
   options.assemble = false;
@@ -45,6 +49,11 @@ void checkLowered(const Implementation &impl, const BoundArgs &args, const Confi
     CompiledKernel compiled = compile(kernel, options);
     CHECK(int64_t(compiled.launch.shared_bytes) <= kLimit);
     CHECK(int64_t(compiled.launch.shared_bytes) == planned_shared_bytes(kernel));
+    if (!ptxas.empty()) {
+      auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+      INFO(log);
+      CHECK(status == 0);
+    }
   }
 }
 
