@@ -53,18 +53,22 @@ struct Stage {
   Passes passes;
 };
 
+void canonicalPasses(OpPassManager &pm) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void layoutPasses(OpPassManager &pm) {
+  pm.addPass(tile::createTileAssignLayouts());
+  pm.addPass(tile::createTileRemoveLayoutConversions());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
 std::vector<Stage> tileStages(const std::string &arch) {
   return {
-      {"canonical", [](OpPassManager &pm) {
-         pm.addPass(createCanonicalizerPass());
-         pm.addPass(createCSEPass());
-       }},
-      {"layouts", [](OpPassManager &pm) {
-         pm.addPass(tile::createTileAssignLayouts());
-         pm.addPass(tile::createTileRemoveLayoutConversions());
-         pm.addPass(createCanonicalizerPass());
-         pm.addPass(createCSEPass());
-       }},
+      {"canonical", canonicalPasses},
+      {"layouts", layoutPasses},
       {"shared", [](OpPassManager &pm) {
          pm.addPass(tile::createTileAllocateShared());
          pm.addPass(tile::createTileInsertBarriers());
@@ -175,6 +179,25 @@ std::vector<KernelParam> kernelParams(ModuleOp module) {
   return params;
 }
 
+/// The tile IR, parsed and verified (else an Error with the diagnostics).
+OwningOpRef<ModuleOp> parseKernel(const std::string &ir, MLIRContext &ctx,
+                                  const compiler_detail::DiagnosticCollector &diagnostics) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir, &ctx);
+  if (!module || failed(verify(*module)))
+    throw Error("tile IR does not parse or verify:\n" + diagnostics.text());
+  return module;
+}
+
+/// The kernel's name (its func.func); throws where there is none.
+std::string kernelName(ModuleOp module) {
+  std::string name;
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    name = func.getName().str();
+  if (name.empty())
+    throw Error("tile IR has no kernel (func.func) to compile");
+  return name;
+}
+
 } // namespace
 
 std::vector<std::string> pipeline_stages() {
@@ -187,6 +210,26 @@ std::vector<std::string> pipeline_stages() {
   return names;
 }
 
+int64_t planned_shared_bytes(const std::string &ir) {
+  auto ctx = compiler_detail::makeContext();
+  compiler_detail::DiagnosticCollector diagnostics(*ctx);
+  OwningOpRef<ModuleOp> module = parseKernel(ir, *ctx, diagnostics);
+  const std::string name = kernelName(*module);
+  // compile_ir's stages up to its shared-memory plan: the barriers it inserts next, and
+  // everything after, take no shared memory.
+  PassManager pm(ctx.get());
+  canonicalPasses(pm);
+  layoutPasses(pm);
+  pm.addPass(tile::createTileAllocateShared());
+  if (failed(pm.run(*module)))
+    throw Error(fmt::format("kernel {}: planning its shared memory failed:\n{}", name, diagnostics.text()));
+  int64_t bytes = 0;
+  for (func::FuncOp func : module->getOps<func::FuncOp>())
+    if (auto shared = func->getAttrOfType<IntegerAttr>(tile::kSharedBytesAttr))
+      bytes = shared.getInt();
+  return bytes;
+}
+
 CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) {
   Timer timer;
   const Arch target = Arch::parse(options.arch, "CompileOptions::arch");
@@ -196,15 +239,9 @@ CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) 
   auto ctx = compiler_detail::makeContext();
   compiler_detail::DiagnosticCollector diagnostics(*ctx);
 
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir, ctx.get());
-  if (!module || failed(verify(*module)))
-    throw Error("tile IR does not parse or verify:\n" + diagnostics.text());
+  OwningOpRef<ModuleOp> module = parseKernel(ir, *ctx, diagnostics);
   std::vector<KernelParam> params = kernelParams(*module);
-  std::string name;
-  for (func::FuncOp func : module->getOps<func::FuncOp>())
-    name = func.getName().str();
-  if (name.empty())
-    throw Error("tile IR has no kernel (func.func) to compile");
+  const std::string name = kernelName(*module);
   const char *envDump = std::getenv("TOKAMAX_DUMP_DIR");
   Dumper dump(!options.dump_dir.empty() ? options.dump_dir : envDump ? envDump : "", name);
   int index = 0;

@@ -17,6 +17,8 @@ CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options)
   return compile_ir(kernel.ir(), options);
 }
 
+int64_t planned_shared_bytes(const dsl::Kernel &kernel) { return planned_shared_bytes(kernel.ir()); }
+
 void interpret(const dsl::Kernel &kernel, std::span<HostArg> args) {
   interpret_ir(kernel.ir(), args);
 }

@@ -12,6 +12,18 @@
 
 namespace tokamax::attention_detail {
 
+namespace {
+
+/// The spec of a chunked call's kernels.
+KernelSpec chunkedSpec(const Problem &p, const FlashConfig &c) {
+  KernelSpec s = block_spec(p, products_of(p), c);
+  s.prefetch = c.prefetch;
+  s.stages = static_cast<int>(c.stages);  // keyed, though no ring is built
+  return s;
+}
+
+} // namespace
+
 std::optional<std::string> Chunked::why_not(const Problem &p) { return grid_why_not(p); }
 
 FlashConfig Chunked::heuristic(const Problem &p) {
@@ -22,17 +34,18 @@ FlashConfig Chunked::heuristic(const Problem &p) {
 }
 
 std::vector<FlashConfig> Chunked::search_space(const Problem &p) {
-  return flash_search_space(p, heuristic(p), /*ring=*/false);
+  return flash_search_space(p, heuristic(p), /*ring=*/false, [&](const FlashConfig &c) { return !check(p, c); });
 }
 
-std::optional<std::string> Chunked::check(const Problem &p, const FlashConfig &c) { return check_flash(p, c); }
+std::optional<std::string> Chunked::check(const Problem &p, const FlashConfig &c) {
+  if (auto bad = check_flash(p, c))
+    return bad;
+  return check_flash_shared_memory(chunkedSpec(p, c));
+}
 
 void Chunked::execute(const Problem &p, const FlashConfig &c, std::span<const TensorView> inputs,
                       std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  KernelSpec s = block_spec(p, products_of(p), c);
-  s.prefetch = c.prefetch;
-  s.stages = static_cast<int>(c.stages);  // keyed, though no ring is built
-  run_flash(s, inputs, outputs, ex);
+  run_flash(chunkedSpec(p, c), inputs, outputs, ex);
 }
 
 } // namespace tokamax::attention_detail

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
+#include "ops/lib/framework/SharedMemory.h"
 
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 namespace tokamax::attention_detail {
 
@@ -180,20 +182,6 @@ std::optional<int64_t> FlashConfig::write_wgmma(const FlashConfig &c) {
   return c.overlap ? 2 : 1;
 }
 
-namespace {
-
-/// Shared-memory bytes of the cp.async ring (every stage of the blocks a loop walks)
-/// plus the staging of the operands held across it.
-int64_t sharedEstimate(const Problem &p, const FlashConfig &c) {
-  if (!c.async_copy)
-    return 0;
-  const int64_t dims = padded_head_dim(p.H) + padded_head_dim(p.Hv);
-  const int64_t rows = std::max(c.block_q, c.block_kv);
-  return c.stages * rows * dims * 2 + rows * dims * 2;
-}
-
-} // namespace
-
 std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
   // Without the ring, "stages" may only restate the default (2), which it reads as absent.
   if ((c.stages != 2 && !c.async_copy) || c.stages < 2 || c.stages > 4)
@@ -206,10 +194,14 @@ std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
            "it needs \"stages\": 3 or 4";
   if (auto bad = check_block_shape(c))
     return bad;
-  if (sharedEstimate(p, c) > ops_detail::kHopperSharedBudget)
-    return fmt::format("the cp.async ring of {} stages of {} x {} blocks needs ~{} KiB of shared memory (at most 220)",
-                       c.stages, c.block_q, c.block_kv, sharedEstimate(p, c) / 1024);
   return check_registers(p, c, c.prefetch && !c.async_copy);
+}
+
+std::optional<std::string> check_flash_shared_memory(const KernelSpec &base) {
+  // Views without data at every operand position of attention_vjp (the forward reads fewer).
+  const std::array<TensorView, 10> inputs{};
+  const std::array<TensorView, 4> outputs{};
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex); });
 }
 
 FlashConfig flash_defaults(const Problem &p) {
@@ -227,12 +219,14 @@ FlashConfig flash_defaults(const Problem &p) {
   return c;
 }
 
-std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring) {
+std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring,
+                                           const std::function<bool(const FlashConfig &)> &valid) {
   std::vector<FlashConfig> space{first};
   if (!is_half(p.dtype)) {
     const std::vector<BlockConfig> exact = exact_block_space(p, first);  // first, then the others
     for (size_t i = 1; i < exact.size(); ++i)
-      space.push_back(FlashConfig{exact[i]});
+      if (valid(FlashConfig{exact[i]}))
+        space.push_back(FlashConfig{exact[i]});
     return space;
   }
   for (int64_t bq : {64, 128})
@@ -245,8 +239,8 @@ std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig 
           c.prefetch = loop == 1;
           c.async_copy = loop >= 2;
           c.stages = loop == 3 ? 3 : 2;
-          if (std::find(space.begin(), space.end(), c) == space.end() && !check_flash(p, c) &&
-              register_estimate(p, c, c.prefetch && !c.async_copy) <= 128)
+          if (std::find(space.begin(), space.end(), c) == space.end() &&
+              register_estimate(p, c, c.prefetch && !c.async_copy) <= 128 && valid(c))
             space.push_back(c);
         }
   return space;

@@ -20,6 +20,7 @@
 #include <tokamax/ops/Attention.h>
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -181,7 +182,7 @@ struct FlashConfig : BlockConfig {
       ComputedKey<FlashConfig>{"wgmma", &FlashConfig::read_wgmma, &FlashConfig::write_wgmma}};
   bool operator==(const FlashConfig &) const = default;
 };
-/// The ring's keys, then the blocks' shape, shared memory and registers.
+/// The ring's keys, then the blocks' shape and registers.
 std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c);
 /// FlashAttention-2's defaults on tensor cores (64-row query blocks, 64-key steps, 4
 /// warps; narrower steps and more warps as the head dim grows, so the accumulator and
@@ -189,8 +190,10 @@ std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c);
 FlashConfig flash_defaults(const Problem &p);
 /// `first`, then on tensor cores 64- and 128-row blocks by 32- to 128-key steps on 4 or
 /// 8 warps, their loops through registers, one step ahead and (where `ring`) a cp.async
-/// ring of 2 or 3 stages, where check_flash takes them and their registers fit (128).
-std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring);
+/// ring of 2 or 3 stages, where their registers fit (128) and `valid` (the
+/// implementation's check) takes them.
+std::vector<FlashConfig> flash_search_space(const Problem &p, const FlashConfig &first, bool ring,
+                                           const std::function<bool(const FlashConfig &)> &valid);
 
 //===----------------------------------------------------------------------===//
 // Plans the implementations share
@@ -244,6 +247,10 @@ KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);
 /// A call without queries has empty results and no gradient for any key: zeroes the
 /// outputs and says so.
 bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
+
+/// Why the kernels run_flash launches for `base` do not fit a block's shared memory, as
+/// the compiler plans each (ops_detail::check_shared_memory); null where they fit.
+std::optional<std::string> check_flash_shared_memory(const KernelSpec &base);
 
 /// The plan of the flash kernels (chunked, tile and, with base.tma, hopper): the forward
 /// one kernel (out, lse); the VJP delta -> dk/dv (+ dS for dbias) -> dq (-> dbias

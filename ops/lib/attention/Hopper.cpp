@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace tokamax::attention_detail {
 
@@ -102,19 +103,13 @@ std::optional<std::string> checkWarps(int64_t w) {
   return std::nullopt;
 }
 
-/// The key step, and the rings of `stages` slots of `step`-row blocks beside the held
-/// block in shared memory. Forward: Q held, K / V streamed. VJP: K / V or Q / dO held,
-/// the other streamed.
-std::optional<std::string> checkRings(const Problem &p, int64_t warps, int64_t keyStep, int64_t stages, int64_t step) {
+/// The key step and the rings' slots. (Whether the held block, the rings and the rest
+/// fit shared memory is the compiler's figure: check_flash_shared_memory.)
+std::optional<std::string> checkRingKeys(int64_t keyStep, int64_t stages) {
   if (!isStep(keyStep))
     return fmt::format("hopper needs block_kv a power of two in [16, 256], got {}", keyStep);
   if (stages < 2 || stages > 4)
     return fmt::format("stages (the rings' slots) must be 2, 3 or 4, got {}", stages);
-  const int64_t dims = p.H + p.Hv;
-  const int64_t shared = (16 * warps * (p.vjp ? dims : p.H) + stages * step * dims) * 2;
-  if (shared > ops_detail::kHopperSharedBudget)
-    return fmt::format("the held block and {} stages of {}-row blocks need {} KiB of shared memory (at most 220)",
-                       stages, step, shared / 1024);
   return std::nullopt;
 }
 
@@ -137,6 +132,29 @@ KernelSpec hopperSpec(const Problem &p, int64_t bq, int64_t bkv, int64_t warps, 
   return s;
 }
 
+KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
+  KernelSpec s = hopperSpec(p, c.block_q, c.block_kv, c.num_warps, c.stages);
+  s.overlap = c.overlap;
+  s.ping_pong = c.pingpong;
+  return s;
+}
+
+KernelSpec vjpSpec(const Problem &p, const HopperVjpConfig &c) {
+  return hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages);
+}
+
+/// `preferred` where check takes it, else the first of its smaller variants it takes
+/// (`smaller` gives the next, nullopt past the last); `preferred` where none fits.
+template <class Impl>
+typename Impl::Config firstFitting(const Problem &p, const typename Impl::Config &preferred,
+                                   const std::function<std::optional<typename Impl::Config>(
+                                       const typename Impl::Config &)> &smaller) {
+  for (std::optional<typename Impl::Config> c = preferred; c; c = smaller(*c))
+    if (!Impl::check(p, *c))
+      return *c;
+  return preferred;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -154,14 +172,27 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   // (overlap): on the H100 (32, 2048, 16, 64) 427.2 against 402.4, (4, 4096, 32, 128)
   // 640.5 against 613.9; under a causal mask it lost (326.5 -> 312.1 at the first).
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
-  const int64_t warps = p.T > 64 ? 8 : 4;
   const bool hidesNothing = !p.causal && p.left < 0 && p.right < 0 && !p.mask && !p.q_lengths && !p.kv_lengths;
-  return {.block_q = 16 * warps,
-          .block_kv = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2_at_least(p.S, 16)),
-          .num_warps = warps,
-          .stages = 2,
-          .overlap = warps == 8 && hidesNothing,
-          .pingpong = warps == 8};
+  auto blocks = [&](int64_t warps, int64_t keyStep) {
+    return HopperForwardConfig{.block_q = 16 * warps,
+                               .block_kv = keyStep,
+                               .num_warps = warps,
+                               .stages = 2,
+                               .overlap = warps == 8 && hidesNothing,
+                               .pingpong = warps == 8};
+  };
+  // Where those blocks pass a block's shared memory, narrower key steps, then 4 warps:
+  // at head dim 256 the 128 x 64 forward holds Q, the K / V rings and the output staged
+  // for its store in 256 KiB, 128 x 32 in 192 KiB.
+  const int64_t keyStep = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2_at_least(p.S, 16));
+  return firstFitting<HopperForward>(p, blocks(p.T > 64 ? 8 : 4, keyStep),
+                                     [&](const HopperForwardConfig &c) -> std::optional<HopperForwardConfig> {
+                                       if (c.block_kv > 16)
+                                         return blocks(c.num_warps, c.block_kv / 2);
+                                       if (c.num_warps == 8)
+                                         return blocks(4, keyStep);
+                                       return std::nullopt;
+                                     });
 }
 
 std::vector<HopperForwardConfig> HopperForward::search_space(const Problem &p) {
@@ -186,18 +217,17 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
   if (c.block_q != 16 * w)
     return fmt::format("the hopper forward needs block_q = 16 * num_warps, got block_q {} with {} warps", c.block_q,
                        w);
-  if (auto bad = checkRings(p, w, c.block_kv, c.stages, c.block_kv))
+  if (auto bad = checkRingKeys(c.block_kv, c.stages))
     return bad;
   // The scores and the accumulator; with overlap also the carried P, 16-bit.
-  return checkRegisters(c.block_q, c.block_kv, (c.block_kv * (c.overlap ? 3 : 2) / 2 + p.Hv) / 2);
+  if (auto bad = checkRegisters(c.block_q, c.block_kv, (c.block_kv * (c.overlap ? 3 : 2) / 2 + p.Hv) / 2))
+    return bad;
+  return check_flash_shared_memory(forwardSpec(p, c));
 }
 
 void HopperForward::execute(const Problem &p, const HopperForwardConfig &c, std::span<const TensorView> inputs,
                             std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  KernelSpec s = hopperSpec(p, c.block_q, c.block_kv, c.num_warps, c.stages);
-  s.overlap = c.overlap;
-  s.ping_pong = c.pingpong;
-  run_flash(s, inputs, outputs, ex);
+  run_flash(forwardSpec(p, c), inputs, outputs, ex);
 }
 
 //===----------------------------------------------------------------------===//
@@ -223,10 +253,19 @@ HopperVjpConfig HopperVjp::heuristic(const Problem &p) {
   int64_t queryStep = 64;
   while (queryStep > 16 && 2 * queryStep + p.H + p.Hv > 384)
     queryStep /= 2;
-  return {.dkdv_query_step = queryStep,
-          .dq_key_step = std::min<int64_t>(128, pow2_at_least(p.S, 16)),
-          .num_warps = std::max(p.T, p.S) > 64 ? 8 : 4,
-          .stages = 2};
+  const HopperVjpConfig preferred{.dkdv_query_step = queryStep,
+                                  .dq_key_step = std::min<int64_t>(128, pow2_at_least(p.S, 16)),
+                                  .num_warps = std::max(p.T, p.S) > 64 ? 8 : 4,
+                                  .stages = 2};
+  // Where those pass a block's shared memory, narrower steps, then 4 warps.
+  return firstFitting<HopperVjp>(p, preferred, [&](const HopperVjpConfig &c) -> std::optional<HopperVjpConfig> {
+    if (std::max(c.dkdv_query_step, c.dq_key_step) > 16)
+      return HopperVjpConfig{std::max<int64_t>(16, c.dkdv_query_step / 2), std::max<int64_t>(16, c.dq_key_step / 2),
+                             c.num_warps, c.stages};
+    if (c.num_warps == 8)
+      return HopperVjpConfig{preferred.dkdv_query_step, preferred.dq_key_step, 4, c.stages};
+    return std::nullopt;
+  });
 }
 
 std::vector<HopperVjpConfig> HopperVjp::search_space(const Problem &p) {
@@ -248,15 +287,17 @@ std::optional<std::string> HopperVjp::check(const Problem &p, const HopperVjpCon
     return bad;
   if (!isStep(bq))
     return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
-  if (auto bad = checkRings(p, c.num_warps, bkv, c.stages, std::max(bq, bkv)))
+  if (auto bad = checkRingKeys(bkv, c.stages))
     return bad;
   // dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
-  return checkRegisters(bq, bkv, std::max(2 * bq + p.H + p.Hv, 2 * bkv + p.H) / 2);
+  if (auto bad = checkRegisters(bq, bkv, std::max(2 * bq + p.H + p.Hv, 2 * bkv + p.H) / 2))
+    return bad;
+  return check_flash_shared_memory(vjpSpec(p, c));
 }
 
 void HopperVjp::execute(const Problem &p, const HopperVjpConfig &c, std::span<const TensorView> inputs,
                         std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  run_flash(hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages), inputs, outputs, ex);
+  run_flash(vjpSpec(p, c), inputs, outputs, ex);
 }
 
 //===----------------------------------------------------------------------===//

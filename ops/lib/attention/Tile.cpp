@@ -24,6 +24,18 @@ namespace {
 /// gets the register path.
 bool ringServes(const Problem &p) { return is_half(p.dtype) && p.H % 8 == 0 && p.Hv % 8 == 0; }
 
+/// The spec of a tile call's kernels.
+KernelSpec tileSpec(const Problem &p, const FlashConfig &c) {
+  KernelSpec s = block_spec(p, products_of(p), c);
+  s.split_edges = true;
+  s.prefetch = c.prefetch;
+  s.async_copy = c.async_copy && ringServes(p);
+  s.stages = static_cast<int>(c.stages);
+  s.wgmma = s.async_copy && c.wgmma;
+  s.overlap = s.wgmma && c.overlap;
+  return s;
+}
+
 } // namespace
 
 std::optional<std::string> Tile::why_not(const Problem &p) {
@@ -53,21 +65,18 @@ FlashConfig Tile::heuristic(const Problem &p) {
 }
 
 std::vector<FlashConfig> Tile::search_space(const Problem &p) {
-  return flash_search_space(p, heuristic(p), ringServes(p));
+  return flash_search_space(p, heuristic(p), ringServes(p), [&](const FlashConfig &c) { return !check(p, c); });
 }
 
-std::optional<std::string> Tile::check(const Problem &p, const FlashConfig &c) { return check_flash(p, c); }
+std::optional<std::string> Tile::check(const Problem &p, const FlashConfig &c) {
+  if (auto bad = check_flash(p, c))
+    return bad;
+  return check_flash_shared_memory(tileSpec(p, c));
+}
 
 void Tile::execute(const Problem &p, const FlashConfig &c, std::span<const TensorView> inputs,
                    std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  KernelSpec s = block_spec(p, products_of(p), c);
-  s.split_edges = true;
-  s.prefetch = c.prefetch;
-  s.async_copy = c.async_copy && ringServes(p);
-  s.stages = static_cast<int>(c.stages);
-  s.wgmma = s.async_copy && c.wgmma;
-  s.overlap = s.wgmma && c.overlap;
-  run_flash(s, inputs, outputs, ex);
+  run_flash(tileSpec(p, c), inputs, outputs, ex);
 }
 
 } // namespace tokamax::attention_detail

@@ -7,6 +7,7 @@
 #include "ops/lib/cross_entropy/Common.h"
 
 #include "ops/lib/framework/OpEntry.h"
+#include "ops/lib/framework/SharedMemory.h"
 #include "ops/lib/products/Products.h"
 
 #include <tokamax/runtime/Error.h>
@@ -28,7 +29,8 @@ bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 /// on wgmma. Every consumer warp owns 16 rows (block_b = 16 x num_warps, 4 or 8 warps);
 /// block_k is one 32-, 64- or 128-byte swizzle row, block_v whole 128-byte rows; x's and
 /// w's rows are whole 16-byte chunks (D and V multiples of 8 at 16 bits).
-std::optional<std::string> checkTma(const Problem &p, const XentBlocks &c, bool tma, std::optional<int64_t> stages) {
+std::optional<std::string> checkTma(const Problem &p, const XentBlocks &c, int64_t block_d, bool tma,
+                                    std::optional<int64_t> stages) {
   if (!tma)
     return stages ? std::optional<std::string>("stages (the TMA rings' slots) needs \"tma\": 1") : std::nullopt;
   if (auto gate = experimental_tma_rings())
@@ -45,11 +47,13 @@ std::optional<std::string> checkTma(const Problem &p, const XentBlocks &c, bool 
     return fmt::format("tma reads x [B, D] and w [D, V] in rows of whole 16-byte chunks: D {} and V {} must be "
                        "multiples of {}",
                        p.D, p.V, 16 / bytes);
-  const int64_t shared = slots * (bb * bk + bk * bv) * bytes;
-  if (shared > 200 * 1024)
-    return fmt::format("{} stages of [{}, {}] and [{}, {}] blocks need {} KiB of shared memory (at most 200)", slots,
-                       bb, bk, bk, bv, shared / 1024);
-  return std::nullopt;
+  // The rings of the kernel on them (the forward's rows, the VJP's dlogits), as the
+  // compiler plans its shared memory.
+  const XentKernelSpec s = spec_of(p,
+                                   Blocks{.block_b = bb, .block_v = bv, .block_k = bk, .num_warps = w, .block_d = block_d,
+                                          .split_v = c.split_v, .chunk_v = c.chunk_v, .tma = true, .stages = slots},
+                                   p.vjp ? KernelKind::DLogits : KernelKind::Rows);
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { launch(ex, s, {}); });
 }
 
 using Arg = ops_detail::KernelExecutor::Arg;
@@ -168,7 +172,7 @@ int64_t own_block_d(const Problem &p, std::optional<int64_t> block_d) {
 
 std::optional<std::string> check_tensor_cores(const Problem &p, const XentBlocks &c, int64_t block_d, bool tma,
                                               std::optional<int64_t> stages) {
-  if (auto problem = checkTma(p, c, tma, stages))
+  if (auto problem = checkTma(p, c, block_d, tma, stages))
     return problem;
   // The largest f32 accumulator: the logit tile, or the VJP's dx / dw tiles.
   const int64_t words = std::max({c.block_b * c.block_v, c.block_b * block_d, block_d * c.block_v});

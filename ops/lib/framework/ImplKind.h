@@ -23,9 +23,4 @@ const char *impl_name(ImplKind kind);
 /// tile: sm_80+; hopper: wgmma, sm_90a). An arch that is no arch name is an Error.
 bool impl_supported_on(ImplKind kind, const std::string &arch);
 
-/// What the shared-memory estimates of the ring configs (attention, gated_linear_unit,
-/// ragged_dot) are held to: sm_90a's 227 KiB a block less 7 KiB of headroom for what the
-/// estimates leave out (mbarriers, alignment, the epilogue's and conversions' scratch).
-inline constexpr int64_t kHopperSharedBudget = Arch::parse("sm_90a").shared_memory_per_block() - 7 * 1024;
-
 } // namespace tokamax::ops_detail

@@ -121,15 +121,16 @@ private:
 
 thread_local KernelExecutor *captureSink = nullptr;
 
-class RecordingKernelExecutor : public KernelExecutor {
+/// Hands each distinct kernel launched to a callback; runs nothing.
+class PlanningKernelExecutor : public KernelExecutor {
 public:
-  explicit RecordingKernelExecutor(std::vector<dsl::Kernel> &kernels) : kernels_(kernels) {}
+  explicit PlanningKernelExecutor(PlannedLaunch planned) : planned_(std::move(planned)) {}
   uint64_t allocate_scratch(size_t) override { return 256; }
   /// Each kernel once (the cross-entropy's VJP launches the same kernels for every chunk of V).
   void launch(const KernelKey &key, const Build &build, const std::vector<Arg> &) override {
     if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
       keys_.push_back(key);
-      kernels_.push_back(build());
+      planned_(key, build);
     }
   }
   void zero(const TensorView &) override {}
@@ -138,7 +139,7 @@ public:
   int sm_count() const override { return Arch::parse("sm_90a").sm_count(); }
 
 private:
-  std::vector<dsl::Kernel> &kernels_;
+  PlannedLaunch planned_;
   std::vector<KernelKey> keys_;
 };
 
@@ -155,8 +156,13 @@ std::unique_ptr<KernelExecutor> host_kernel_executor() {
 
 ExecutorCapture::ExecutorCapture(KernelExecutor &sink) : previous_(captureSink) { captureSink = &sink; }
 ExecutorCapture::~ExecutorCapture() { captureSink = previous_; }
+std::unique_ptr<KernelExecutor> planning_kernel_executor(PlannedLaunch planned) {
+  return std::make_unique<PlanningKernelExecutor>(std::move(planned));
+}
 std::unique_ptr<KernelExecutor> recording_kernel_executor(std::vector<dsl::Kernel> &kernels) {
-  return std::make_unique<RecordingKernelExecutor>(kernels);
+  return planning_kernel_executor([&kernels](const KernelKey &, const KernelExecutor::Build &build) {
+    kernels.push_back(build());
+  });
 }
 
 } // namespace tokamax::ops_detail

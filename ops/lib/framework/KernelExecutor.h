@@ -102,6 +102,10 @@ inline constexpr int kInterpreterPrograms = 3;
 
 std::unique_ptr<KernelExecutor> device_kernel_executor(Stream &stream, int device);
 std::unique_ptr<KernelExecutor> host_kernel_executor();
+/// Hands each distinct kernel launched (its key and builder, unbuilt) to `planned`
+/// instead of running it; scratch, fills and copies are ignored.
+using PlannedLaunch = std::function<void(const KernelKey &, const KernelExecutor::Build &)>;
+std::unique_ptr<KernelExecutor> planning_kernel_executor(PlannedLaunch planned);
 /// Builds each launched kernel into `kernels` instead of running it.
 std::unique_ptr<KernelExecutor> recording_kernel_executor(std::vector<dsl::Kernel> &kernels);
 

@@ -4,6 +4,7 @@
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/Elementwise.h>
+#include <tokamax/ops/Function.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
@@ -13,7 +14,49 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 namespace tokamax {
+
+namespace {
+
+/// The headline gradients as the examples run them, of x [32, 2048, 16, 64] bf16 and
+/// scale [64] f32: examples/layer_norm.cpp's sum(layer_norm(layer_norm(x))), and
+/// examples/attention.cpp's layer_norm tile -> attention chunked -> layer_norm ->
+/// attention `second` (hopper on sm_90a, tile elsewhere) -> sum, wrt x and scale.
+const ArgSpec kHeadlineX{{32, 2048, 16, 64}, DType::BF16}, kHeadlineScale{{64}, DType::F32};
+
+Function layerNormGrad() {
+  return grad(Function::trace({kHeadlineX, kHeadlineScale},
+                              [](Tracer &t, std::span<const Sym> in) {
+                                return std::vector<Sym>{t.sum(t.layer_norm(t.layer_norm(in[0], in[1]), in[1]))};
+                              }),
+              {0, 1});
+}
+
+Function attentionGrad(const char *second) {
+  return grad(Function::trace({kHeadlineX, kHeadlineScale},
+                              [&](Tracer &t, std::span<const Sym> in) {
+                                AttentionOptions first, last;
+                                first.implementation = "chunked";
+                                last.implementation = second;
+                                Sym l1 = t.layer_norm(in[0], in[1], std::nullopt, -1, 1e-5, "tile");
+                                Sym l2 = t.layer_norm(t.dot_product_attention(l1, l1, l1, first), in[1]);
+                                return std::vector<Sym>{
+                                    t.sum(t.cast(t.dot_product_attention(l2, l2, l2, last), DType::F32))};
+                              }),
+              {0, 1});
+}
+
+/// How a registered op call is named: its first tensor's spec.
+std::string firstSpec(const BoundArgs &args) {
+  for (const std::optional<ArgSpec> &spec : args.args)
+    if (spec)
+      return spec->to_json();
+  return "{}";
+}
+
+} // namespace
 
 std::vector<RegisteredKernel> registered_kernels() {
   std::vector<RegisteredKernel> kernels;
@@ -52,15 +95,18 @@ std::vector<RegisteredKernel> registered_kernels() {
                        [=] { return matmul_hopper_kernel(spec, default_hopper_config(spec)); }, "sm_90a"});
   }
   // Ops of the framework: every kernel of the implementation named (or the one auto picks
-  // on sm_90a).
+  // on sm_90a), each call once.
+  std::set<std::string> listed;
   auto op = [&](const Op &o, const BoundArgs &args, std::optional<std::string> name = std::nullopt) {
     const Implementation &impl = o.select(args, name, "sm_90a");
+    if (!listed.insert(impl.name() + " " + args.to_json()).second)
+      return;
     Config config = o.resolve_config(impl, args, std::nullopt);
     size_t count = impl.kernels(args, config).size();
     // An implementation that runs on sm_90a alone (hopper) compiles for it alone.
     std::string onlyArch = impl.supported_on("sm_80") ? "" : "sm_90a";
     for (size_t i = 0; i < count; ++i)
-      kernels.push_back({fmt::format("{}[{}] {}#{}", args.op, impl.name(), args.arg(0).to_json(), i),
+      kernels.push_back({fmt::format("{}[{}] {}#{}", args.op, impl.name(), firstSpec(args), i),
                          [&o, args, name, i] {
                            const Implementation &im = o.select(args, name, "sm_90a");
                            return std::move(im.kernels(args, o.resolve_config(im, args, std::nullopt))[i]);
@@ -71,14 +117,17 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};
   op(layer_norm_op(), bind_layer_norm(x, scale, std::nullopt, x, stat, stat, -1, 1e-5));
   op(layer_norm_vjp_op(), bind_layer_norm_vjp(x, x, scale, stat, stat, x, scale, std::nullopt, -1));
-  // Its attention calls (q = k = v = x): chunked and tile, forward and VJP, and the
-  // hopper forward.
+  // Its attention calls (q = k = v = x): chunked, tile and hopper, forward and VJP.
   ArgSpec lse = attention_lse_spec(x);
-  for (const char *impl : {"chunked", "tile"}) {
+  for (const char *impl : {"chunked", "tile", "hopper"}) {
     op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), impl);
     op(attention_vjp_op(), bind_attention_vjp({x, x, x, x, x, lse, {}, {}, {}, {}, x, x, x, {}}), impl);
   }
-  op(attention_op(), bind_attention({x, x, x, {}, {}, {}, {}, x, lse}), "hopper");
+  // The headline gradients, every call's kernels (the glue's too: fill, cast, add, sum),
+  // so that a must-hit cache built from this list serves them.
+  for (const Function &f : {layerNormGrad(), attentionGrad("hopper"), attentionGrad("tile")})
+    for (const Function::Call &call : f.calls())
+      op(*call.op, call.args, call.implementation);
   // gated_linear_unit at the benchmark shape (M 8192, K 4096, N 14336 bf16, swish): the
   // tile forward and VJP.
   ArgSpec gx{{8192, 4096}, DType::BF16}, gw{{4096, 2, 14336}, DType::BF16}, gout{{8192, 14336}, DType::BF16};

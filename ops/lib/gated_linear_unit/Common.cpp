@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/gated_linear_unit/Common.h"
 
+#include "ops/lib/framework/SharedMemory.h"
 #include "ops/lib/products/Products.h"
 
 #include <tokamax/ops/Matmul.h>
@@ -25,10 +26,13 @@ int64_t registerEstimate(const Problem &p, const TileConfig &c) {
   return words / (32 * c.num_warps);
 }
 
-int64_t ringBytes(const Problem &p, const TileConfig &c) {
-  if (!c.async_copy)
-    return 0;
-  return c.stages.value_or(3) * (c.block_m + 2 * c.block_n) * c.block_k * int64_t(dtype_size(p.dtype));
+/// Why the gate kernel at `c` does not fit a block's shared memory, as the compiler plans
+/// it (the VJP's dx and dweights take the matmul's own configs).
+std::optional<std::string> checkSharedMemory(const Problem &p, const TileConfig &c) {
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) {
+    const GateKernelSpec s = tensor_core_spec(p, c, ex.sm_count());
+    ex.launch(s.key(), [s] { return gate_kernel(s); }, {});
+  });
 }
 
 /// The weights as the gate kernel reads them: [K, 2N] for TMA (2-D tensor maps).
@@ -85,13 +89,11 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
                        c.block_m, c.num_warps);
   if (auto problem = check_tma_ring_keys(c, c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (const int64_t bytes = ringBytes(p, c); bytes > ops_detail::kHopperSharedBudget)
-    return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", bytes / 1024);
   if (const int64_t registers = registerEstimate(p, c); registers > 128)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulators "
                        "and blocks",
                        c.block_m, c.block_n, c.num_warps, registers);
-  return std::nullopt;
+  return checkSharedMemory(p, c);
 }
 
 void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, std::span<const TensorView> in,

@@ -109,7 +109,7 @@ bool async_copy_serves(const Problem &p);
 /// `sm_count` resolves "programs": -1 (one per SM).
 GateKernelSpec tensor_core_spec(const Problem &p, const TileConfig &c, int sm_count);
 /// What tile and hopper check of a tile config: block sizes, group_m, programs, the
-/// ring's and wgmma's keys, the ring's shared memory and the registers.
+/// ring's and wgmma's keys, the registers and the gate kernel's shared memory.
 std::optional<std::string> check_tensor_core_config(const Problem &p, const TileConfig &c);
 
 /// Runs the call: tensors in the op's argument order (inputs, then outputs).

@@ -13,11 +13,14 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/layer_norm/Common.h"
 
+#include "ops/lib/framework/SharedMemory.h"
+
 #include <tokamax/ops/Norm.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 namespace tokamax::norm_detail {
 
@@ -26,11 +29,24 @@ namespace {
 /// The longest row a program holds in registers.
 int64_t fusedLimit(const NormProblem &p) { return p.vjp ? kNormTileMaxFusedVjpCols : kNormTileMaxFusedCols; }
 
-/// The shared memory a staged VJP program holds: two rows of x and dy, whole blocks.
-int64_t stagedBytes(const NormProblem &p, int64_t blockCols) {
-  return 2 * 2 * dsl::cdiv(p.n, blockCols) * blockCols * int64_t(dtype_size(p.x));
+/// The VJP's kernels at a config (its programs checked present).
+VjpPlan vjpPlan(const NormProblem &p, const TileConfig &c) {
+  // Staged takes row_split as the row's parts.
+  const bool split = c.row_split && !c.staged, fused = !c.block_cols && !split;
+  VjpPlan plan{Mode::Looping, c.block_rows, 1, static_cast<int>(c.num_warps), *c.programs,
+               c.staged ? c.row_split.value_or(1) : 1};
+  plan.mode = fused ? Mode::Fused : split ? Mode::Split : c.staged ? Mode::Staged : Mode::Looping;
+  plan.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / *c.row_split : *c.block_cols;
+  return plan;
 }
-constexpr int64_t kStagedMaxBytes = 200 * 1024;
+
+/// Why a staged VJP's kernels (a program holds two rows of x and dy, whole blocks) do not
+/// fit a block's shared memory, as the compiler plans them.
+std::optional<std::string> stagedSharedMemory(const NormProblem &p, const TileConfig &c) {
+  const std::array<TensorView, 5> inputs{};  // dy, x, scale, [mean,] rstd: views without data
+  const std::array<TensorView, 3> outputs{};
+  return ops_detail::check_shared_memory([&](Executor &ex) { run_vjp(p, vjpPlan(p, c), inputs, outputs, ex); });
+}
 
 /// Programs of a persistent forward: as many as are resident at once. ptxas (sm_90a) fits
 /// the fused forward with 16 elements of x a thread and both parameters held in 64
@@ -160,11 +176,6 @@ std::optional<std::string> Tile::check(const NormProblem &p, const TileConfig &c
       return fmt::format("staged copies rows of 16- or 32-bit x of whole 16-byte chunks with cp.async: {} columns "
                          "of {}{}",
                          p.n, dtype_name(p.x), p.inner > 1 ? ", normalised over an inner axis" : "");
-    const int64_t bytes = stagedBytes(p, *c.block_cols) / c.row_split.value_or(1);
-    if (bytes > kStagedMaxBytes)
-      return fmt::format("staged holds two rows of x and dy in shared memory: {} KiB for {} columns of {} (at most "
-                         "{} KiB)",
-                         bytes / 1024, p.n, dtype_name(p.x), kStagedMaxBytes / 1024);
   }
   int64_t cols;
   if (c.block_cols) {
@@ -182,6 +193,8 @@ std::optional<std::string> Tile::check(const NormProblem &p, const TileConfig &c
     return problem;
   if (c.block_cols && rows != 1)
     return std::string("the looping tile kernels take block_rows = 1");
+  if (c.staged)
+    return stagedSharedMemory(p, c);
   return std::nullopt;
 }
 
@@ -278,12 +291,7 @@ void Tile::execute(const NormProblem &p, const TileConfig &c, std::span<const Te
     run_forward(p, plan, inputs, outputs, executor);
     return;
   }
-  // The VJP's programs are checked present; staged takes row_split as the row's parts.
-  const bool split = c.row_split && !c.staged, fused = !c.block_cols && !split;
-  VjpPlan plan{Mode::Looping, c.block_rows, 1, warps, *c.programs, c.staged ? c.row_split.value_or(1) : 1};
-  plan.mode = fused ? Mode::Fused : split ? Mode::Split : c.staged ? Mode::Staged : Mode::Looping;
-  plan.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / *c.row_split : *c.block_cols;
-  run_vjp(p, plan, inputs, outputs, executor);
+  run_vjp(p, vjpPlan(p, c), inputs, outputs, executor);
 }
 
 } // namespace tokamax::norm_detail

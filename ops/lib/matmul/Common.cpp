@@ -1,11 +1,14 @@
 //===- Common.cpp - What matmul's implementations share ---------------===//
 #include "ops/lib/matmul/Common.h"
 
+#include "ops/lib/framework/SharedMemory.h"
+
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 namespace tokamax {
 
@@ -130,6 +133,15 @@ void run_matmul(ops_detail::ImplKind kind, const MatmulProblem &p, const MatmulC
   kernelArgs.emplace_back(outputs[0]);
   kernelArgs.push_back(ops_detail::KernelExecutor::Arg::value(p.alpha));
   executor.launch(key, [build, spec, c] { return build(spec, c); }, kernelArgs);
+}
+
+std::optional<std::string> check_shared_memory(ops_detail::ImplKind kind, const MatmulProblem &p,
+                                               const KeyedMatmulConfig &keyed, BuildKernel build) {
+  const std::array<TensorView, 3> inputs{};  // a, b, bias: views without data
+  const std::array<TensorView, 1> outputs{};
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) {
+    run_matmul(kind, p, keyed.resolved(ex.sm_count()), build, inputs, outputs, ex);
+  });
 }
 
 Params declare(Kernel &k, const MatmulSpec &spec, DType scalar) {

@@ -37,10 +37,12 @@ std::string tile_unsupported(const MatmulSpec &spec);
 /// the tile kernel's cp.async ring need it; the tile kernel falls back to masked loads.
 bool rows_of_16_bytes(const MatmulSpec &spec);
 
-/// Shared memory one hopper program may use, and what its parts take: the ring of
-/// num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each stage
-/// 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and the
-/// TMA store's two [block_m][128-byte] strips (plus 1 KiB).
+/// Shared memory one hopper program may use, and what its parts take, as the hopper
+/// kernel sizes them to decide whether the TMA store's strips fit beside the ring: the
+/// ring of num_stages [block_m + block_n][block_k] slices of `elem_bytes` elements (each
+/// stage 1 KiB-aligned) with two mbarriers per stage (plus 1 KiB of alignment slack), and
+/// the TMA store's two [block_m][128-byte] strips (plus 1 KiB). (Configs are checked
+/// against the compiler's figure: check_shared_memory.)
 inline constexpr int64_t kHopperSharedLimit = Arch::parse("sm_90a").shared_memory_per_block();
 inline int64_t hopper_ring_bytes(const MatmulConfig &c, int64_t elem_bytes) {
   const int64_t stage = ((c.block_m + c.block_n) * c.block_k * elem_bytes + 1023) / 1024 * 1024;
@@ -115,6 +117,11 @@ using BuildKernel = dsl::Kernel (*)(const MatmulSpec &, const MatmulConfig &);
 void run_matmul(ops_detail::ImplKind kind, const MatmulProblem &p, const MatmulConfig &config, BuildKernel build,
                 std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                 ops_detail::KernelExecutor &executor);
+
+/// Why the kernel run_matmul launches for `keyed` does not fit a block's shared memory,
+/// as the compiler plans it (null where it fits).
+std::optional<std::string> check_shared_memory(ops_detail::ImplKind kind, const MatmulProblem &p,
+                                               const KeyedMatmulConfig &keyed, BuildKernel build);
 
 /// The kernels' parameters: a, b, [bias,] c, alpha (`scalar`: f32, or f64 for f64).
 struct Params {

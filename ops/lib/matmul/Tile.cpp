@@ -94,17 +94,16 @@ std::optional<std::string> Tile::check(const Problem &p, const Config &keyed) {
   const int64_t bytes = static_cast<int64_t>(dtype_size(spec.dtype));
   if (c.block_m < 16 || c.block_n < 16 || c.block_m > 256 || c.block_n > 256)
     return fmt::format("block_m and block_n must be in [16, 256], got {} x {}", c.block_m, c.block_n);
-  if (!rows_of_16_bytes(spec))
-    return std::nullopt;  // masked register loads: any power-of-two block_k
-  // The cp.async ring: K slices of whole mma steps, all stages within 227 KiB.
-  if (c.block_k * bytes % 32 != 0 || c.block_k * bytes > 256)
-    return fmt::format("block_k must be a multiple of {} up to {} for {}, got {}", 32 / bytes, 256 / bytes,
-                       dtype_name(spec.dtype), c.block_k);
-  if (c.num_stages < 2 || c.num_stages > 8 ||
-      c.num_stages * (c.block_m + c.block_n) * c.block_k * bytes > kHopperSharedLimit)
-    return fmt::format("num_stages must be in [2, 8] with the ring within 227 KiB, got {} stages of {} x {} x {}",
-                       c.num_stages, c.block_m, c.block_n, c.block_k);
-  return std::nullopt;
+  // The cp.async ring (masked register loads without one: any power-of-two block_k): K
+  // slices of whole mma steps.
+  if (rows_of_16_bytes(spec)) {
+    if (c.block_k * bytes % 32 != 0 || c.block_k * bytes > 256)
+      return fmt::format("block_k must be a multiple of {} up to {} for {}, got {}", 32 / bytes, 256 / bytes,
+                         dtype_name(spec.dtype), c.block_k);
+    if (c.num_stages < 2 || c.num_stages > 8)
+      return fmt::format("num_stages must be in [2, 8], got {}", c.num_stages);
+  }
+  return check_shared_memory(kind, p, keyed, matmul_kernel);
 }
 
 std::vector<Tile::Config> Tile::search_space(const Problem &p) {

@@ -6,22 +6,18 @@
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged_dot/Common.h"
 
+#include "ops/lib/framework/SharedMemory.h"
 #include "ops/lib/products/Products.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 namespace tokamax::ragged_detail {
 
 namespace {
-
-int64_t ringBytes(const Problem &p, const ProductBlocks &b, const ProductRing &r) {
-  if (!r.async_copy)
-    return 0;
-  return r.stages.value_or(3) * (b.block_m + b.block_n) * b.block_k * int64_t(dtype_size(p.dtype));
-}
 
 /// 32-bit registers per thread: the accumulator and (without the ring) one step's blocks
 /// held ahead.
@@ -29,6 +25,17 @@ int64_t registerEstimate(const Problem &p, const ProductBlocks &b, const Product
   const int64_t threads = 32 * b.num_warps;
   const int64_t blocks = r.async_copy ? 0 : (b.block_m + b.block_n) * b.block_k / 2;
   return (b.block_m * b.block_n * (p.compute == DType::F64 ? 2 : 1) + blocks) / threads;
+}
+
+/// Why the kernels run launches at `blocks` do not fit a block's shared memory, as the
+/// compiler plans each.
+std::optional<std::string> checkSharedMemory(const Problem &p, const Blocks &blocks) {
+  // Views without data; rhs with its shape, which the rows kernel's view of it reads.
+  std::array<TensorView, 4> inputs{};
+  std::array<TensorView, 2> outputs{};
+  inputs[p.vjp ? 2 : 1] = TensorView(0, p.dtype, std::vector<int64_t>{p.G, p.K, p.N}, 0);
+  return ops_detail::check_shared_memory(
+      [&](ops_detail::KernelExecutor &ex) { run(p, blocks, inputs, outputs, ex); });
 }
 
 /// rhs as the rows kernel reads it: [G, K, N], or 2-D [G K, N] for TMA.
@@ -75,13 +82,11 @@ std::optional<std::string> check_tensor_core_blocks(const Problem &p, const Prod
     return fmt::format("tma needs K a multiple of block_k (a block of a group's rhs must not reach into the next "
                        "group's rows), got K {} and block_k {}",
                        p.K, b.block_k);
-  if (const int64_t bytes = ringBytes(p, b, r); bytes > ops_detail::kHopperSharedBudget)
-    return fmt::format("the cp.async ring needs {} KiB of shared memory (at most 220)", bytes / 1024);
   if (const int64_t registers = registerEstimate(p, b, r); registers > 160)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "
                        "blocks",
                        b.block_m, b.block_n, b.num_warps, registers);
-  return std::nullopt;
+  return checkSharedMemory(p, tensor_core_blocks(p, b, r));
 }
 
 void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> in, std::span<const TensorView> out,

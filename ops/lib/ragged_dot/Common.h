@@ -85,7 +85,7 @@ std::optional<std::string> why_not_offsets(const Problem &p);
 /// where async_copy_serves).
 Blocks tensor_core_blocks(const Problem &p, const ProductBlocks &blocks, const ProductRing &ring);
 /// What tile and hopper check of those: the block sizes, the ring's keys, K a multiple
-/// of block_k for the forward's TMA rings, the ring's shared memory and the registers.
+/// of block_k for the forward's TMA rings, the registers and the kernels' shared memory.
 std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &blocks,
                                                     const ProductRing &ring);
 

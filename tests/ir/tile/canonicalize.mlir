@@ -138,3 +138,40 @@ func.func @dead(%x: tensor<4x8xf32, "A">) {
   %0 = tile.convert_layout %x : tensor<4x8xf32, "A"> -> tensor<4x8xf32, "B">
   return
 }
+
+// -----
+
+// A warp-specialized loop of one step folds into its parent; its turns (ping-pong
+// between the consumer warpgroups) go with it: one step has no turns to take. A loop of
+// more steps keeps them.
+
+// CHECK-LABEL: func.func @one_step_turns
+// CHECK-NOT: scf.for
+// CHECK-NOT: tile.turn_wait
+// CHECK-NOT: tile.turn_pass
+// CHECK: return
+func.func @one_step_turns() attributes {tile.kernel, tile.num_warps = 8 : i32} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  scf.for %i = %c0 to %c1 step %c1 : i32 {
+    tile.turn_wait
+    tile.turn_pass
+  } {tile.warp_specialize}
+  return
+}
+
+// CHECK-LABEL: func.func @three_step_turns
+// CHECK: scf.for
+// CHECK-NEXT: tile.turn_wait
+// CHECK-NEXT: tile.turn_pass
+// CHECK: tile.warp_specialize
+func.func @three_step_turns() attributes {tile.kernel, tile.num_warps = 8 : i32} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  scf.for %i = %c0 to %c3 step %c1 : i32 {
+    tile.turn_wait
+    tile.turn_pass
+  } {tile.warp_specialize}
+  return
+}

@@ -168,5 +168,5 @@ TEST_CASE("attention: configs are checked key by key, the cp.async ring where he
   c.set("stages_", 2);
   CHECK_THAT(why(tile, args, c), Catch::Contains("unknown key \"stages_\""));
   Config big{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"async_copy", 1}, {"stages", 4}};
-  CHECK_THAT(why(tile, bind(256, DType::BF16), big), Catch::Contains("KiB of shared memory (at most 220)"));
+  CHECK_THAT(why(tile, bind(256, DType::BF16), big), Catch::Contains("needs 589824 bytes of shared memory a block"));
 }

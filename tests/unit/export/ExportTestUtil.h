@@ -4,6 +4,8 @@
 // reached.
 #pragma once
 
+#include "common/HeadlineGrad.h"
+
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/export/ExportFunction.h>
 #include <tokamax/ops/Function.h>
@@ -34,24 +36,8 @@ inline Function small_grad() {
   return grad(f, {0, 1});
 }
 
-/// The headline gradient as users write it, at a small shape (x [2, 64, 4, 64] bf16,
-/// scale [64] f32): layer_norm tile -> attention chunked -> layer_norm -> attention
-/// `second` (hopper, as the headline has it; tile where hopper cannot run) -> sum, and
-/// grad(loss, {x, scale}).
-inline Function headline_grad(const std::string &second = "hopper") {
-  ArgSpec x{{2, 64, 4, 64}, DType::BF16}, scale{{64}, DType::F32};
-  Function loss = Function::trace({x, scale}, [&](Tracer &t, std::span<const Sym> in) {
-    AttentionOptions chunked, pinned;
-    chunked.implementation = "chunked";
-    pinned.implementation = second;
-    Sym y = t.layer_norm(in[0], in[1], std::nullopt, -1, 1e-5, "tile");
-    y = t.dot_product_attention(y, y, y, chunked);
-    y = t.layer_norm(y, in[1]);
-    y = t.dot_product_attention(y, y, y, pinned);
-    return std::vector<Sym>{t.sum(t.cast(y, DType::F32))};
-  });
-  return grad(loss, {0, 1});
-}
+/// The headline gradient at a small shape (x [2, 64, 4, 64] bf16, scale [64] f32).
+using test::headline_grad;
 
 /// The first call of `g` to the op named `op` (null when there is none).
 inline const Function::Call *first_call(const Function &g, const std::string &op) {

@@ -212,14 +212,30 @@ LogicalResult MbarrierArriveOp::verify() { return verifyMbarrierIndex(*this, get
 
 namespace {
 
+bool inWarpSpecializedLoop(Operation *op) {
+  for (auto loop = op->getParentOfType<scf::ForOp>(); loop; loop = loop->getParentOfType<scf::ForOp>())
+    if (loop->hasAttr(kWarpSpecializeAttr))
+      return true;
+  return false;
+}
+
 /// Turns order the consumer warpgroups of a warp-specialized loop.
 LogicalResult verifyTurn(Operation *op) {
   if (op->hasAttr(kProducerAttr))
     return op->emitOpError("orders the consumer warpgroups and cannot run on the producer warpgroup");
-  for (auto loop = op->getParentOfType<scf::ForOp>(); loop; loop = loop->getParentOfType<scf::ForOp>())
-    if (loop->hasAttr(kWarpSpecializeAttr))
-      return success();
+  if (inWarpSpecializedLoop(op))
+    return success();
   return op->emitOpError("must sit inside a warp-specialized loop (an scf.for marked ") << kWarpSpecializeAttr << ")";
+}
+
+/// A warp-specialized loop of one step is folded into its parent by scf.for's
+/// canonicalization, leaving its turns outside any loop: with one step there are no
+/// turns to take, so they go too (before the pass's verifier sees them).
+LogicalResult eraseStrayTurn(Operation *op, PatternRewriter &rewriter) {
+  if (inWarpSpecializedLoop(op))
+    return failure();
+  rewriter.eraseOp(op);
+  return success();
 }
 
 } // namespace
@@ -227,6 +243,10 @@ LogicalResult verifyTurn(Operation *op) {
 LogicalResult TurnWaitOp::verify() { return verifyTurn(*this); }
 
 LogicalResult TurnPassOp::verify() { return verifyTurn(*this); }
+
+LogicalResult TurnWaitOp::canonicalize(TurnWaitOp op, PatternRewriter &rewriter) { return eraseStrayTurn(op, rewriter); }
+
+LogicalResult TurnPassOp::canonicalize(TurnPassOp op, PatternRewriter &rewriter) { return eraseStrayTurn(op, rewriter); }
 
 LogicalResult BlockAtomicAddOp::verify() {
   ArrayRef<int64_t> dims = getDims(), block = getBlock();

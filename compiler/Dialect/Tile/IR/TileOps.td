@@ -205,6 +205,9 @@ def Tile_MbarrierArriveOp : Tile_Op<"mbarrier_arrive", [MemoryEffects<[MemRead, 
 class Tile_TurnOp<string mnemonic> : Tile_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
+  // Erased where canonicalization folded their loop away (a loop of one step): one step
+  // has no turns to take.
+  let hasCanonicalizeMethod = 1;
 }
 
 def Tile_TurnWaitOp : Tile_TurnOp<"turn_wait"> {

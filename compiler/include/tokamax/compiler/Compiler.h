@@ -47,6 +47,12 @@ TOKAMAX_API std::string llvm_version();
 /// diagnostics when a stage fails. compile() of a dsl::Kernel: <tokamax/jit/DslKernel.h>.
 TOKAMAX_API CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options = {});
 
+/// The bytes of shared memory one block of the kernel takes, as compile_ir plans them
+/// (its launch.shared_bytes on every target: shared memory is planned before the IR is
+/// lowered to one), without lowering the kernel: the figure configs are checked against.
+/// Throws tokamax::Error with the compiler's diagnostics when a stage fails.
+TOKAMAX_API int64_t planned_shared_bytes(const std::string &ir);
+
 /// The stages of the pipeline, in order, as one line each (for documentation and tools).
 TOKAMAX_API std::vector<std::string> pipeline_stages();
 

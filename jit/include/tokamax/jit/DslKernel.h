@@ -22,6 +22,10 @@ class Device;
 /// Runs the whole pipeline on the kernel's tile IR (compile_ir).
 TOKAMAX_API CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options = {});
 
+/// The shared memory one block of the kernel takes, as the compiler plans it
+/// (planned_shared_bytes of its tile IR).
+TOKAMAX_API int64_t planned_shared_bytes(const dsl::Kernel &kernel);
+
 /// Runs every program instance of the kernel's grid on the host (interpret_ir).
 TOKAMAX_API void interpret(const dsl::Kernel &kernel, std::span<HostArg> args);
 
