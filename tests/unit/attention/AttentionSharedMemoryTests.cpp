@@ -3,7 +3,7 @@
 // every head dim and their kernels lower for sm_90a within the 227 KiB a block may use
 // (and assemble, where ptxas is found); a config that does not fit is refused naming the
 // kernel, the bytes and the limit; the search spaces hold only configs that fit.
-#include "unit/PtxasUtil.h"
+#include "common/PtxasUtil.h"
 
 #include <catch2/catch.hpp>
 
