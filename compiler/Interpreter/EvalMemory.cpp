@@ -173,21 +173,32 @@ void storeBlock(Interpreter &in, const char *name, Value base, ValueRange offset
   });
 }
 
-/// Adds the block `op` holds (its unit dims dropped) into memory, element by element.
-void addBlock(Interpreter &in, tile::BlockAtomicAddOp op) {
-  const HostTile &val = in.get(op.getValue());
-  int32_t arg = in.get(op.getBase()).arg[0];
-  std::vector<int64_t> block(op.getBlock().begin(), op.getBlock().end());
+/// Adds `value`, the block of extents `block` (its unit dims dropped), into the tensor
+/// behind `base`, element by element, dropping what falls outside it. Each element is
+/// added once, so the order of the adds within one block changes nothing.
+void addBlock(Interpreter &in, const char *name, Value base, ValueRange offsets, ArrayRef<int64_t> dims,
+              ArrayRef<int64_t> strides, ArrayRef<int64_t> block, Value value) {
+  const HostTile &val = in.get(value);
+  int32_t arg = in.get(base).arg[0];
   HostTile sum = HostTile::make(val.elem, {});
-  forEachBlockElement(in, op.getBase(), op.getOffsets(), op.getDims(), op.getStrides(), block,
+  forEachBlockElement(in, base, offsets, dims, strides, std::vector<int64_t>(block.begin(), block.end()),
                       [&](size_t k, bool inBounds, int64_t offset) {
                         if (!inBounds)
                           return;
-                        in.checkAccess("tile.block_atomic_add", arg, offset);
+                        in.checkAccess(name, arg, offset);
                         in.readElem(arg, offset, sum, 0);
                         addElements(sum, sum, 0, val, val.at(k));
                         in.writeElem(arg, offset, sum, 0);
                       });
+}
+
+/// tile.tma_store: a row-major block store, or add.
+void tmaStore(Interpreter &in, tile::TmaStoreOp op) {
+  const std::vector<int64_t> strides{op.getDims()[1], 1};
+  if (op.isAdd())
+    return addBlock(in, "tile.tma_store add", op.getBase(), op.getOffsets(), op.getDims(), strides,
+                    op.getValue().getType().getShape(), op.getValue());
+  storeBlock(in, "tile.tma_store", op.getBase(), op.getOffsets(), op.getDims(), strides, op.getValue());
 }
 
 } // namespace
@@ -250,15 +261,14 @@ bool evalMemory(Interpreter &in, Operation *op) {
                       store.getStrides(),
                       store.getValue()),
            true;
-  if (auto store = dyn_cast<tile::TmaStoreOp>(op))  // a row-major block store
-    return storeBlock(in, "tile.tma_store", store.getBase(), store.getOffsets(), store.getDims(),
-                      {store.getDims()[1], 1},
-                      store.getValue()),
-           true;
+  if (auto store = dyn_cast<tile::TmaStoreOp>(op))
+    return tmaStore(in, store), true;
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
   if (auto add = dyn_cast<tile::BlockAtomicAddOp>(op))
-    return addBlock(in, add), true;
+    return addBlock(in, "tile.block_atomic_add", add.getBase(), add.getOffsets(), add.getDims(), add.getStrides(),
+                    add.getBlock(), add.getValue()),
+           true;
   if (auto dot = dyn_cast<tile::TmaDotOp>(op))
     return evalMainLoopDot(in, dot), true;
   if (auto dot = dyn_cast<tile::CpAsyncDotOp>(op))

@@ -155,28 +155,39 @@ void TensorArg::atomic_add(std::vector<Value> offsets, std::vector<int64_t> bloc
 }
 
 void TensorArg::tma_store(std::vector<Value> offsets, const Value &tile) const {
+  tma_write(std::move(offsets), tile, /*add=*/false);
+}
+
+void TensorArg::tma_reduce_add(std::vector<Value> offsets, const Value &tile) const {
+  tma_write(std::move(offsets), tile, /*add=*/true);
+}
+
+void TensorArg::tma_write(std::vector<Value> offsets, const Value &tile, bool add) const {
   KernelBuilder &kb = *builder_;
+  const char *what = add ? "tma_reduce_add" : "tma_store";
   Type elem = tile::toMlirType(&kb.context(), dtype_);
   if (dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F32)
-    kb.fail(fmt::format("tma_store {}: stores bf16, f16 or f32 tensors, got {}", name_, dtype_name(dtype_)));
+    kb.fail(fmt::format("{} {}: stores bf16, f16 or f32 tensors, got {}", what, name_, dtype_name(dtype_)));
+  if (add && dtype_ != DType::F32)
+    kb.fail(fmt::format("{} {}: adds into f32 tensors only (a 16-bit sum would round at every partial sum), got {}",
+                        what, name_, dtype_name(dtype_)));
   if (shape_.size() != 2)
-    kb.fail(fmt::format("tma_store {}: needs a 2-D tensor, got [{}]", name_, fmt::join(shape_, ", ")));
+    kb.fail(fmt::format("{} {}: needs a 2-D tensor, got [{}]", what, name_, fmt::join(shape_, ", ")));
   const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_)), columns = 128 / bytes;
   if (shape_[1] * bytes % 16 != 0)
-    kb.fail(fmt::format("tma_store {}: rows must be multiples of 16 bytes ({} elements), got [{}]", name_, 16 / bytes,
+    kb.fail(fmt::format("{} {}: rows must be multiples of 16 bytes ({} elements), got [{}]", what, name_, 16 / bytes,
                         fmt::join(shape_, ", ")));
   mlir::Value v = kb.materialize(tile, elem);
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || type.getRank() != 2 || type.getDimSize(0) > 256 || type.getDimSize(1) % columns != 0)
-    kb.fail(fmt::format("tma_store {}: needs a [BM, BN] tile with BM <= 256 and BN a multiple of {} (128 bytes), "
-                        "got {}",
-                        name_, columns, shapeString(v.getType())));
+    kb.fail(fmt::format("{} {}: needs a [BM, BN] tile with BM <= 256 and BN a multiple of {} (128 bytes), got {}",
+                        what, name_, columns, shapeString(v.getType())));
   if (type.getElementType() != elem)
-    kb.fail(fmt::format("tma_store {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", name_,
+    kb.fail(fmt::format("{} {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", what, name_,
                         typeString(type), dtype_name(dtype_)));
-  auto offs = blockOffsets(kb, name_, 2, offsets, "tma_store");
-  kb.b().create<tile::TmaStoreOp>(kb.loc(), kb.func().getArgument(index_), offs, v,
-                                  kb.b().getDenseI64ArrayAttr(shape_));
+  auto offs = blockOffsets(kb, name_, 2, offsets, what);
+  kb.b().create<tile::TmaStoreOp>(kb.loc(), kb.func().getArgument(index_), offs, v, kb.b().getDenseI64ArrayAttr(shape_),
+                                  add ? tile::TmaStoreKind::Add : tile::TmaStoreKind::Store);
 }
 
 /// Checks shared by the main-loop dots (tma_dot, cp_async_dot): 2-D tensors of one

@@ -16,6 +16,9 @@
 //     thread 0: TMA store of the buffer at (n0 + 64 j, m0) (rows and columns outside the
 //               tensor are dropped by TMA); commit the bulk group
 //
+// The add kind differs in the last step only: TMA adds the strip into the tensor
+// (cp.reduce.async.bulk.tensor .add, in the same bulk groups).
+//
 // Nothing waits for the writes themselves: thread 0 waits for every bulk group before the
 // kernel returns (TileLowering::noteBulkStores). The value must be in the mma layout
 // with every warp along M: each thread's columns of a strip are then known statically
@@ -101,7 +104,10 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
     ptx.fenceProxyAsyncShared();
     t.barrier();
     t.when(loc, first, [&] {
-      ptx.tmaStore2d(map, add(n0, c32(j * columns)), m0, buffer);
+      if (op.isAdd())
+        ptx.tmaReduceAdd2d(map, add(n0, c32(j * columns)), m0, buffer);
+      else
+        ptx.tmaStore2d(map, add(n0, c32(j * columns)), m0, buffer);
       ptx.bulkCommitGroup();
     });
   }

@@ -89,6 +89,8 @@ public:
   /// 2-D TMA store of the box at shared `src` to (inner, outer) of the tensor map's
   /// tensor, in the current bulk group (out-of-range parts are dropped).
   void tmaStore2d(mlir::Value tensorMap, mlir::Value inner, mlir::Value outer, mlir::Value src);
+  /// The same box added element-wise into the tensor (cp.reduce.async.bulk.tensor .add).
+  void tmaReduceAdd2d(mlir::Value tensorMap, mlir::Value inner, mlir::Value outer, mlir::Value src);
   void bulkCommitGroup();
   /// Waits until at most `pending` bulk groups still read their shared source.
   void bulkWaitGroupRead(unsigned pending);

@@ -74,6 +74,13 @@ void PtxBuilder::tmaStore2d(Value tensorMap, Value inner, Value outer, Value src
           "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r", true);
 }
 
+// The element type comes from the tensor map: the instruction names none.
+void PtxBuilder::tmaReduceAdd2d(Value tensorMap, Value inner, Value outer, Value src) {
+  asmCall(Type(), ValueRange{tensorMap, inner, outer, src},
+          "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r",
+          true);
+}
+
 void PtxBuilder::bulkCommitGroup() { asmCall(Type(), ValueRange{}, "cp.async.bulk.commit_group;", "", true); }
 
 void PtxBuilder::bulkWaitGroupRead(unsigned pending) {

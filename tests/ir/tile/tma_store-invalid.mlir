@@ -10,6 +10,33 @@ func.func @tma_store_valid(%c: !tile.ptr<bf16>, %v: tensor<128x64xbf16>) {
 
 // -----
 
+func.func @tma_store_add_valid(%c: !tile.ptr<f32>, %v: tensor<128x32xf32>) {
+  %c0 = arith.constant 0 : i32
+  tile.tma_store add %c[%c0, %c0], %v {dims = array<i64: 100, 36>} : <f32>, tensor<128x32xf32>
+  return
+}
+
+// -----
+
+// PTX adds f16 and bf16 tensors too; the op refuses them (a sum rounded at each add).
+func.func @tma_store_add_bf16(%c: !tile.ptr<bf16>, %v: tensor<128x64xbf16>) {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{'tile.tma_store' op add accumulates f32 only (a 16-bit sum would round at every partial sum: add f32 and convert once), got 'bf16'}}
+  tile.tma_store add %c[%c0, %c0], %v {dims = array<i64: 100, 72>} : <bf16>, tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @tma_store_unknown_kind(%c: !tile.ptr<f32>, %v: tensor<128x32xf32>) {
+  %c0 = arith.constant 0 : i32
+  // expected-error @+1 {{unknown tile.tma_store kind 'max' (store or add)}}
+  tile.tma_store max %c[%c0, %c0], %v {dims = array<i64: 100, 36>} : <f32>, tensor<128x32xf32>
+  return
+}
+
+// -----
+
 // TMA needs the tensor map the runtime encodes for a kernel parameter.
 func.func @tma_store_computed_pointer(%c: !tile.ptr<bf16>, %v: tensor<128x64xbf16>) {
   %c0 = arith.constant 0 : i32

@@ -12,6 +12,24 @@
 using namespace mlir;
 using namespace tokamax::tile;
 
+// tile.tma_store's kind: an optional leading keyword (`add`); a store prints none, so
+// store IR prints as it always did (the kind prints its own space: the format has none
+// after it).
+static ParseResult parseTmaStoreKind(OpAsmParser &parser, TmaStoreKindAttr &kind) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  std::optional<TmaStoreKind> value = TmaStoreKind::Store;
+  if (succeeded(parser.parseOptionalKeyword(&keyword)) && !(value = symbolizeTmaStoreKind(keyword)))
+    return parser.emitError(loc, "unknown tile.tma_store kind '") << keyword << "' (store or add)";
+  kind = TmaStoreKindAttr::get(parser.getContext(), *value);
+  return success();
+}
+
+static void printTmaStoreKind(OpAsmPrinter &printer, Operation *, TmaStoreKindAttr kind) {
+  if (kind.getValue() == TmaStoreKind::Add)
+    printer << "add ";
+}
+
 #define GET_OP_CLASSES
 #include "compiler/Dialect/Tile/IR/TileOps.cpp.inc"
 
@@ -278,6 +296,13 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
+// A store writes the tensor; an add also reads it (what it adds to).
+void TmaStoreOp::getEffects(SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
+  if (isAdd())
+    effects.emplace_back(MemoryEffects::Read::get());
+  effects.emplace_back(MemoryEffects::Write::get());
+}
+
 LogicalResult TmaStoreOp::verify() {
   if (!isKernelParameter(getBase()))
     return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");
@@ -290,6 +315,10 @@ LogicalResult TmaStoreOp::verify() {
   Type elem = type.getElementType();
   if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
     return emitOpError("stores bf16, f16 or f32, got ") << elem;
+  if (isAdd() && !elem.isF32())
+    return emitOpError("add accumulates f32 only (a 16-bit sum would round at every partial sum: add f32 and "
+                       "convert once), got ")
+           << elem;
   int64_t bytes = elem.getIntOrFloatBitWidth() / 8;
   if (getDims()[1] * bytes % 16 != 0)
     return emitOpError("rows of the tensor must be multiples of 16 bytes, got ") << getDims()[1] << " elements";

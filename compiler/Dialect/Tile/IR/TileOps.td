@@ -246,8 +246,8 @@ def Tile_AsyncWaitOp : Tile_Op<"async_wait", []> {
   let assemblyFormat = "attr-dict";
 }
 
-def Tile_TmaStoreOp : Tile_Op<"tma_store", [MemoryEffects<[MemWrite]>]> {
-  let summary = "store a 2-D block of a kernel tensor with TMA (sm_90a), dropping what falls outside";
+def Tile_TmaStoreOp : Tile_Op<"tma_store", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "store (or add) a 2-D block into a kernel tensor with TMA (sm_90a), dropping what falls outside";
   let description = [{
     `base` is a kernel tensor parameter: a row-major [M, N] tensor (`dims`) whose rows
     are multiples of 16 bytes; the [BM, BN] block `value` (bf16, f16 or f32, BM <= 256,
@@ -258,17 +258,26 @@ def Tile_TmaStoreOp : Tile_Op<"tma_store", [MemoryEffects<[MemWrite]>]> {
     (cp.async.bulk.tensor, bulk groups), which writes it out while the threads go on:
     only reusing a buffer waits for its previous strip to have been read. The value must
     be in the mma accumulator layout (a dot product's result, after elementwise math).
+
+    `kind` add (`tile.tma_store add ...`) adds the block into the tensor element by
+    element instead (cp.reduce.async.bulk.tensor .add: the same strips and bulk groups),
+    so that several programs may accumulate into overlapping blocks; their adds land in
+    no fixed order (float sums may differ in their last bits between runs). Only f32:
+    PTX also adds f16 and bf16 tensors, but a 16-bit sum rounds at every partial sum
+    (accumulate in f32 and convert once).
   }];
   let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value,
-                       DenseI64ArrayAttr:$dims);
+                       DenseI64ArrayAttr:$dims,
+                       DefaultValuedAttr<Tile_TmaStoreKindAttr, "::tokamax::tile::TmaStoreKind::Store">:$kind);
   let assemblyFormat = [{
-    $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
+    custom<TmaStoreKind>($kind) `` $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
   }];
   let extraClassDeclaration = [{
     /// Columns per 128-byte strip (64 16-bit, 32 f32 elements).
     int64_t getStripColumns() {
       return 128 / (getValue().getType().getElementType().getIntOrFloatBitWidth() / 8);
     }
+    bool isAdd() { return getKind() == TmaStoreKind::Add; }
   }];
   let hasVerifier = 1;
 }

@@ -145,4 +145,12 @@ def Tile_AtomicKind : I32EnumAttr<"AtomicKind", "atomic read-modify-write", [
 }
 def Tile_AtomicKindAttr : EnumAttr<Tile_Dialect, Tile_AtomicKind, "atomic_kind">;
 
+// What tile.tma_store does with the elements of the tensor it meets.
+def Tile_TmaStoreKind : I32EnumAttr<"TmaStoreKind", "tile.tma_store: overwrite or add", [
+    I32EnumAttrCase<"Store", 0, "store">, I32EnumAttrCase<"Add", 1, "add">]> {
+  let cppNamespace = "::tokamax::tile";
+  let genSpecializedAttr = 0;
+}
+def Tile_TmaStoreKindAttr : EnumAttr<Tile_Dialect, Tile_TmaStoreKind, "tma_store_kind">;
+
 #endif // TOKAMAX_TILE_TYPES

@@ -243,10 +243,17 @@ public:
   /// TMA (sm_90a): the threads go on while it is written out. The tile must be a dot
   /// product's result (after elementwise math): the mma layout, every warp along M.
   void tma_store(std::vector<Value> offsets, const Value &tile) const;
+  /// tma_store that adds the tile into the tensor element by element instead (TMA's
+  /// reduce-add, one bulk operation a 128-byte strip): blocks of several programs may
+  /// overlap, and their adds land in no fixed order (float sums may differ in their last
+  /// bits between runs). f32 tensors only.
+  void tma_reduce_add(std::vector<Value> offsets, const Value &tile) const;
   /// The base pointer, for pointer arithmetic (`x.ptr() + offsets`).
   Value ptr() const;
 
 private:
+  void tma_write(std::vector<Value> offsets, const Value &tile, bool add) const;
+
   friend class Kernel;
   friend Value tma_dot(const TensorArg &, const TensorArg &, const Value &, const Value &, const Value &,
                        const TmaDotOptions &);
