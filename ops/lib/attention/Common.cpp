@@ -81,8 +81,9 @@ KernelKey KernelSpec::key() const {
 }
 
 std::string KernelSpec::name() const {
-  static const char *names[] = {"flash_forward", "delta",   "flash_dkdv", "flash_dq", "dbias_reduce", "logits",
-                                "row_stats",     "output",  "ref_ds",     "ref_dq",   "ref_dkdv"};
+  static const char *names[] = {"flash_forward", "delta",    "flash_dkdv", "flash_dq", "dbias_reduce",
+                                "logits",        "row_stats", "output",    "ref_ds",   "ref_dq",
+                                "ref_dkdv",      "dkdv_dq",   "dq_from_sum"};
   return fmt::format("attention_{}{}_{}_h{}_{}x{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv);
 }
@@ -94,6 +95,7 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
   case KernelKind::Delta:
     return delta_kernel(s);
   case KernelKind::FlashDkDv:
+  case KernelKind::FusedDkDvDq:
     return s.tma ? hopper_dkdv_kernel(s) : flash_dkdv_kernel(s);
   case KernelKind::FlashDq:
     return s.tma ? hopper_dq_kernel(s) : flash_dq_kernel(s);
@@ -111,6 +113,8 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
     return ref_dq_kernel(s);
   case KernelKind::RefDkDv:
     return ref_dkdv_kernel(s);
+  case KernelKind::DqFromSum:
+    return dq_from_sum_kernel(s);
   }
   throw Error("attention: unknown kernel kind");
 }
@@ -197,11 +201,11 @@ std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
   return check_registers(p, c, c.prefetch && !c.async_copy);
 }
 
-std::optional<std::string> check_flash_shared_memory(const KernelSpec &base) {
+std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqPlan dq) {
   // Views without data at every operand position of attention_vjp (the forward reads fewer).
   const std::array<TensorView, 10> inputs{};
   const std::array<TensorView, 4> outputs{};
-  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex); });
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); });
 }
 
 FlashConfig flash_defaults(const Problem &p) {
@@ -310,20 +314,27 @@ void flashForward(const KernelSpec &base, std::span<const TensorView> in, std::s
 }
 
 void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
-                   ops_detail::KernelExecutor &ex) {
+                   ops_detail::KernelExecutor &ex, DqPlan dqPlan) {
   const Problem &p = base.p;
-  const bool hopper = base.tma;
+  const bool hopper = base.tma, fusedDq = dqPlan == DqPlan::FusedSum;
   Views w{p, ex.device()};
   Launcher launcher(base, ex);
   const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
   ops_detail::Workspace ws;
   size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
   size_t ds = p.dbias ? ws.add(p.logits_bytes()) : 0;
+  const int64_t sumRows = fusedDq ? dq_sum_rows(p, base.block_q) : 0;
+  size_t dqSum = fusedDq ? ws.add(double(p.B) * sumRows * p.N * p.H * 4) : 0;
   ws.allocate(ex);
   TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds));
   launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
   if (p.dbias)
     ex.zero(dsView);  // blocks no query sees stay zero
+  TensorView dqSumView;  // [B rows, N H] for TMA: the dk/dv programs add into it
+  if (fusedDq) {
+    dqSumView = w.as(ws.at(dqSum), DType::F32, {p.B * sumRows, p.N * p.H});
+    ex.zero(dqSumView);
+  }
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
   args.emplace_back(hopper ? w.as(dout, {p.B, p.T, p.N * p.Hv}) : w.o(dout));
   for (const TensorView &t : {w.rows(lse), deltaView})
@@ -336,21 +347,29 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   dkdv.emplace_back(w.v(out[2]));
   if (p.dbias)
     dkdv.emplace_back(dsView);
-  launcher.launch(KernelKind::FlashDkDv, dkdv, 0, held);
-  dq.emplace_back(w.q(out[0]));
-  launcher.launch(KernelKind::FlashDq, dq, held, 0);
+  if (fusedDq) {
+    dkdv.emplace_back(dqSumView);
+    launcher.launch(KernelKind::FusedDkDvDq, dkdv, 0, held);
+    launcher.launch(KernelKind::DqFromSum, {w.as(dqSumView, {p.B, sumRows, p.N, p.H}), w.q(out[0])});
+  } else {
+    launcher.launch(KernelKind::FlashDkDv, dkdv, 0, held);
+    dq.emplace_back(w.q(out[0]));
+    launcher.launch(KernelKind::FlashDq, dq, held, 0);
+  }
   if (p.dbias)
     launcher.launch(KernelKind::DbiasReduce, {dsView, w.broadcast(out[3], *p.bias)}, 32, 64);
 }
 
 } // namespace
 
+int64_t dq_sum_rows(const Problem &p, int64_t query_step) { return dsl::cdiv(p.T, query_step) * query_step; }
+
 void run_flash(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
-               ops_detail::KernelExecutor &ex) {
+               ops_detail::KernelExecutor &ex, DqPlan dq) {
   if (zero_without_queries(base.p, out, ex))
     return;
   if (base.p.vjp)
-    flashBackward(base, in, out, ex);
+    flashBackward(base, in, out, ex, dq);
   else
     flashForward(base, in, out, ex);
 }

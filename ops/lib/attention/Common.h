@@ -75,6 +75,8 @@ enum class KernelKind : uint8_t {
   RefDs,         ///< reference: dS = P * (dP - delta) (soft-cap chain applied)
   RefDq,         ///< reference: dq = scale * dS @ k
   RefDkDv,       ///< reference: dk = scale * dS^T @ q, dv = P^T @ dout (GQA groups summed)
+  FusedDkDvDq,   ///< hopper, per KV block: dk, dv, and each step's dS K added into an f32 dq sum
+  DqFromSum,     ///< dq = scale * the f32 dq sum (rows padded to block_q)
 };
 
 /// How a kernel forms its products: tensor cores (tile.dot, bf16/f16) or exact
@@ -248,15 +250,26 @@ KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);
 /// outputs and says so.
 bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex);
 
+/// How the VJP forms dq: its own kernel (recomputing S and dP: deterministic), or added up
+/// by the hopper dk/dv programs into an f32 sum with TMA reduce-adds (5 products a block
+/// pair instead of 7; the adds land in no fixed order), then scaled into dq.
+enum class DqPlan : uint8_t { OwnKernel, FusedSum };
+
+/// The rows of the f32 dq sum a batch row has: T rounded up to the dk/dv query step, so
+/// that no step's block reaches into the next batch row's.
+int64_t dq_sum_rows(const Problem &p, int64_t query_step);
+
 /// Why the kernels run_flash launches for `base` do not fit a block's shared memory, as
 /// the compiler plans each (ops_detail::check_shared_memory); null where they fit.
-std::optional<std::string> check_flash_shared_memory(const KernelSpec &base);
+std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqPlan dq = DqPlan::OwnKernel);
 
 /// The plan of the flash kernels (chunked, tile and, with base.tma, hopper): the forward
 /// one kernel (out, lse); the VJP delta -> dk/dv (+ dS for dbias) -> dq (-> dbias
-/// reduce), its workspaces (delta, dS) out of the call's one scratch buffer.
+/// reduce), its workspaces (delta, dS) out of the call's one scratch buffer. With
+/// DqPlan::FusedSum (hopper only): delta, zeroing the dq sum, dk/dv adding into it, then
+/// dq from it.
 void run_flash(const KernelSpec &base, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
-               ops_detail::KernelExecutor &ex);
+               ops_detail::KernelExecutor &ex, DqPlan dq = DqPlan::OwnKernel);
 
 //===----------------------------------------------------------------------===//
 // The implementations, one file each (auto's order: hopper, tile, chunked, reference)

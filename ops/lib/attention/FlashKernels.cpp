@@ -178,7 +178,7 @@ Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const 
 
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
                   const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
-                  const Masking &masking, const Carried &carried) {
+                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds) {
   const KernelSpec &s = pr.s;
   const Problem &p = pr.p;
   Kernel &k = pr.k;
@@ -204,6 +204,8 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
   if (ds)
     ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
   Chunks dkNew = product_nn(s, dsT, q, parts[0]);
+  if (use_ds)
+    use_ds(dsT);
   if (dvInFlight)
     dvNew[0] = dsl::dot_wait(dvNew[0], 0);
   return pack({&dkNew, &dvNew});

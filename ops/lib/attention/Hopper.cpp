@@ -11,6 +11,9 @@
 //   dk/dv:   holds a K / V block, streams the Q / dO blocks of every query head of its
 //            group (dkdv_step, shared with the flash VJP);
 //   dq:      holds Q / dO, streams K / V blocks (dq_step).
+//   fused dq (opt-in "fused_dq", not deterministic): dk/dv also adds each step's dS K
+//            into an f32 dq sum with TMA reduce-adds, and a small kernel scales it into
+//            dq: 5 products a block pair instead of 7 (FlashAttention-3's plan).
 // Only the edge blocks of a walk are masked: each step branches on whether its block is
 // one (block_masking); without causal, window, lengths or a mask tensor no step is. Under
 // a causal mask the heaviest blocks start first (row_block_grid).
@@ -68,11 +71,17 @@ struct HopperVjpConfig {
   int64_t dq_key_step = 128;     ///< "block_kv": keys a dq step
   int64_t num_warps = 8;         ///< "num_warps": consumer warps; both kernels hold 16 x num_warps rows
   int64_t stages = 2;            ///< "stages": the rings' slots (absent: 2)
+  /// "fused_dq": the dk/dv programs also add each step's dS K into an f32 dq sum (TMA
+  /// reduce-adds) and no dq kernel runs: 5 products a block pair instead of 7, but the
+  /// adds land in no fixed order (not deterministic). Opt-in only: never in the heuristic
+  /// or the search space.
+  bool fused_dq = false;
 
   static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperVjpConfig::dkdv_query_step},
                                           ConfigKey{"block_kv", &HopperVjpConfig::dq_key_step},
                                           ConfigKey{"num_warps", &HopperVjpConfig::num_warps},
-                                          ConfigKey{"stages", &HopperVjpConfig::stages, KeyUse::Defaulted}};
+                                          ConfigKey{"stages", &HopperVjpConfig::stages, KeyUse::Defaulted},
+                                          ConfigKey{"fused_dq", &HopperVjpConfig::fused_dq, KeyUse::Optional}};
   static std::optional<std::string> refused_key(const std::string &key) {
     return fmt::format("unknown key \"{}\" for hopper's VJP", key);
   }
@@ -120,6 +129,27 @@ std::optional<std::string> checkRegisters(int64_t bq, int64_t bkv, int64_t words
     return fmt::format("block_q {} x block_kv {} needs ~{} registers per thread for the scores and the accumulators "
                        "(at most 192)",
                        bq, bkv, words);
+  return std::nullopt;
+}
+
+/// The dk/dv kernel's fused dq: each step's dS K ([block_q, H] in the mma layout, every
+/// consumer warp along its rows) goes to TMA's reduce-add in 128-byte strips of 32 f32
+/// columns, beside S^T, dP^T and the dk and dv accumulators in registers. What fits
+/// (ptxas, sm_90a, B 4, T = S 2048, N 8): one consumer warpgroup with 64-query steps at
+/// H 64 (225 registers, 254 causal, no spills). 8 warps would need 128-query steps (16
+/// rows a warp): 100 bytes of spills. At H 128 the unfused kernel already takes 254
+/// registers: 112 bytes of spills (180 causal). At H 32 dS K ([64, 32]) runs on
+/// mma.sync, which serializes the step's wgmma.
+std::optional<std::string> checkFusedDq(const Problem &p, const HopperVjpConfig &c) {
+  if (p.H != 64 || p.Hv > 64)
+    return fmt::format("fused_dq adds dS K [64, H] by TMA, its accumulator beside dk's and dv's in registers: H 64 "
+                       "and Hv up to 64, got H {} and Hv {}",
+                       p.H, p.Hv);
+  if (c.num_warps != 4 || c.dkdv_query_step != 64)
+    return fmt::format("fused_dq runs dk/dv on one consumer warpgroup with 64-query steps (num_warps 4, block_q 64: "
+                       "dS K's rows, 16 a warp, beside S^T, dP^T, dk and dv in registers), got block_q {} with {} "
+                       "warps",
+                       c.dkdv_query_step, c.num_warps);
   return std::nullopt;
 }
 
@@ -289,15 +319,19 @@ std::optional<std::string> HopperVjp::check(const Problem &p, const HopperVjpCon
     return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
   if (auto bad = checkRingKeys(bkv, c.stages))
     return bad;
-  // dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
-  if (auto bad = checkRegisters(bq, bkv, std::max(2 * bq + p.H + p.Hv, 2 * bkv + p.H) / 2))
+  if (c.fused_dq) {
+    if (auto bad = checkFusedDq(p, c))
+      return bad;
+  } else if (auto bad = checkRegisters(bq, bkv, std::max(2 * bq + p.H + p.Hv, 2 * bkv + p.H) / 2)) {
+    // dk/dv's S, dP and both accumulators; dq's S, dP and accumulator.
     return bad;
-  return check_flash_shared_memory(vjpSpec(p, c));
+  }
+  return check_flash_shared_memory(vjpSpec(p, c), c.fused_dq ? DqPlan::FusedSum : DqPlan::OwnKernel);
 }
 
 void HopperVjp::execute(const Problem &p, const HopperVjpConfig &c, std::span<const TensorView> inputs,
                         std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  run_flash(vjpSpec(p, c), inputs, outputs, ex);
+  run_flash(vjpSpec(p, c), inputs, outputs, ex, c.fused_dq ? DqPlan::FusedSum : DqPlan::OwnKernel);
 }
 
 //===----------------------------------------------------------------------===//
@@ -491,6 +525,12 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
   DkDvOutputs o = declare_dkdv_outputs(k, p);
+  // FusedDkDvDq: each step also adds its dS K into the f32 dq sum, [B rows, N H] with
+  // T rounded up to the step (dq_sum_rows), so a step never reaches the next batch row.
+  const int64_t sumRows = dq_sum_rows(p, bq);
+  std::optional<TensorArg> dqSum;
+  if (s.kind == KernelKind::FusedDkDvDq)
+    dqSum = k.output("dq_sum", DType::F32, {p.B * sumRows, p.N * p.H});
   GridIds id = row_block_grid(k, cdiv(p.S, bkv), p.K, p.B, /*last_first=*/false);
   Program pr = program(k, s, in, id.batch);
   Value j0 = id.block * bkv, h = id.head;
@@ -509,8 +549,14 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
         return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
+        DsConsumer addDq;
+        if (dqSum)
+          addDq = [&](const Value &dsT) {  // dS K = (dS^T)^T K, cast before the transpose (half the bytes)
+            Value dq = dsl::dot(dsT.to(p.dtype).trans(), kv[0], k.full({bq, p.H}, 0.0, DType::F32));
+            dqSum->tma_reduce_add({pr.b * sumRows + first(i), head(i) * p.H}, dq);
+          };
         return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
-                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried);
+                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq);
       });
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
@@ -536,6 +582,18 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
                                               keys.first(i), keys.masking(i), carried);
                              });
   store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
+  return k;
+}
+
+Kernel dq_from_sum_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t rows = s.block_q, sumRows = dq_sum_rows(p, rows);
+  Kernel k(s.name(), kernel_options(s));
+  TensorArg sum = k.input("dq_sum", DType::F32, {p.B, sumRows, p.N, p.H});
+  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  k.grid(sumRows / rows, p.N, p.B);
+  Value t0 = k.program_id(0) * rows, n = k.program_id(1), b = k.program_id(2);
+  store_rows(s, dq, b, t0, n, scale_all(load_rows(s, sum, b, t0, n, p.H, rows), p.scale));
   return k;
 }
 

@@ -11,6 +11,7 @@
 
 #include "ops/lib/attention/Common.h"
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -235,11 +236,15 @@ DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p);
 /// dk (scaled) and dv of key block j0 of kv head h from the carried sums (dk's chunks first).
 void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks);
 
+/// What a dk/dv step hands on besides dk and dv: its dS^T [BKV, BQ] (the compute dtype),
+/// once dK's product is issued (the hopper VJP's fused dq: dS K of the step).
+using DsConsumer = std::function<void(const Value &dsT)>;
 /// One dk/dv step: key block kb / vb (rows from j0) against query block q / d of head n
-/// (rows from t0); carried holds dk's chunks then dv's. Stores the step's dS when `ds`.
+/// (rows from t0); carried holds dk's chunks then dv's. Stores the step's dS when `ds`,
+/// and hands it to `use_ds` when given.
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
                   const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
-                  const Masking &masking, const Carried &carried);
+                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds = {});
 /// One dq step: query block q / d (rows from t0, with their row statistics) against key
 /// block kb / vb (rows from j0): acc + dS kb.
 Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
@@ -250,6 +255,7 @@ Kernel flash_forward_kernel(const KernelSpec &s);
 Kernel hopper_forward_kernel(const KernelSpec &s);
 Kernel hopper_dkdv_kernel(const KernelSpec &s);
 Kernel hopper_dq_kernel(const KernelSpec &s);
+Kernel dq_from_sum_kernel(const KernelSpec &s);
 Kernel delta_kernel(const KernelSpec &s);
 Kernel flash_dkdv_kernel(const KernelSpec &s);
 Kernel flash_dq_kernel(const KernelSpec &s);

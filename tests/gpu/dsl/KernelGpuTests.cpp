@@ -4,7 +4,9 @@
 
 #include "common/AsyncRingKernel.h"
 #include "common/BlockAtomicKernel.h"
+#include "common/DeviceRuns.h"
 #include "common/Numerics.h"
+#include "common/TmaReduceKernel.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/Jit.h>
@@ -246,6 +248,27 @@ TEST_CASE("block atomic adds of dot results from overlapping programs on the dev
       CHECK(test::rel_error(dev, ref) <= 1e-5);
       CHECK(test::rel_error(interp, ref) <= 1e-5);
     }
+}
+
+TEST_CASE("TMA reduce-adds of dot results from overlapping programs on the device", "[gpu][tma]") {
+  if (!gpu_test::sm90a_or_skip("TensorArg::tma_reduce_add"))
+    return;
+  // Blocks over the bottom and right edges, neighbours overlapping; a tensor every block
+  // but the first misses.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{100, 72}, {150, 108}, {1, 4}}) {
+    INFO("out [" << rows << ", " << cols << "]");
+    test::TmaReduceShape sh;
+    sh.rows = rows, sh.cols = cols;
+    Kernel k = test::tma_reduce_kernel(sh, DType::BF16);
+    auto a = random_values(sh.kBlock * sh.kK, DType::BF16, 51);
+    auto b = random_values(sh.programs * sh.kK * sh.kBlock, DType::BF16, 52);
+    auto init = random_values(rows * cols, DType::F32, 53);
+    std::vector<double> ref = test::tma_reduce_reference(sh, a, b, init);
+    std::vector<Buffer> buffers = {Buffer(DType::BF16, a), Buffer(DType::BF16, b), Buffer(DType::F32, init)};
+    auto [dev, interp] = runBoth(k, buffers, 2);
+    CHECK(test::rel_error(dev, ref) <= 1e-5);
+    CHECK(test::rel_error(interp, ref) <= 1e-5);
+  }
 }
 
 TEST_CASE("example ops on the device at odd and large shapes", "[gpu]") {

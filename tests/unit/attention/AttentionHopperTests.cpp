@@ -277,3 +277,55 @@ TEST_CASE("attention hopper: the VJP's dk/dv and dq kernels assemble for sm_90a 
   if (ptxas.empty())
     WARN("ptxas not found: the kernels were lowered but not assembled");
 }
+
+TEST_CASE("attention hopper: the VJP's fused dq is opt-in and checked", "[attention][hopper]") {
+  const Implementation &hopper = attention_vjp_op().implementation("hopper");
+  BoundArgs args = vjpArgs({2, 100, 4, 64}, {2, 192, 2, 64});
+  // Not deterministic: neither the heuristic nor the search space takes it.
+  CHECK_FALSE(hopper.heuristic(args).get_or("fused_dq", 0));
+  for (const Config &c : hopper.search_space(args))
+    CHECK_FALSE(c.get_or("fused_dq", 0));
+  const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
+  CHECK_FALSE(hopper.check_config(args, fused).has_value());
+  auto why = [&](const BoundArgs &a, const char *key, int64_t value) {
+    return hopper.check_config(a, Config(fused).set(key, value)).value_or("valid");
+  };
+  CHECK_THAT(why(args, "num_warps", 8), Catch::Contains("one consumer warpgroup with 64-query steps"));
+  CHECK_THAT(why(args, "block_q", 32), Catch::Contains("num_warps 4, block_q 64"));
+  CHECK_THAT(why(args, "fused_dq", 2), Catch::Contains("fused_dq must be 0 or 1"));
+  for (int64_t h : {16, 32, 128})
+    CHECK_THAT(why(vjpArgs({2, 100, 4, h}, {2, 192, 2, h}), "fused_dq", 1),
+               Catch::Contains(fmt::format("H 64 and Hv up to 64, got H {}", h)));
+  // delta, dk/dv adding dS K into the dq sum, dq from the sum; no dq kernel.
+  std::vector<std::string> names;
+  for (const dsl::Kernel &kernel : hopper.kernels(args, fused))
+    names.push_back(kernel.name());
+  REQUIRE(names.size() == 3u);
+  CHECK(names[0].find("attention_delta") == 0);
+  CHECK(names[1].find("attention_dkdv_dq_hopper") == 0);
+  CHECK(names[2].find("attention_dq_from_sum") == 0);
+}
+
+TEST_CASE("attention hopper: the fused-dq dk/dv kernel reduce-adds dS K by TMA and assembles without spills",
+          "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const Implementation &hopper = attention_vjp_op().implementation("hopper");
+  const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{64, true}}) {
+    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
+    std::vector<dsl::Kernel> kernels = hopper.kernels(args, fused);
+    REQUIRE(kernels.size() == 3u);
+    INFO("H " << h << (causal ? " causal" : ""));
+    CompiledKernel compiled = test::sm90a_ptx(kernels[1]);
+    // q, k, v, dout and the dq sum.
+    test::check_hopper_ptx(compiled, {.min_copies = 4, .producer = false, .no_ldmatrix = false, .tensor_maps = 5},
+                           ptxas);
+    // dS K [64, 64] in two strips of 32 f32 columns: one bulk reduce-add a strip, no
+    // plain TMA store.
+    CHECK(test::count(compiled.ptx, "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group") == 2u);
+    CHECK(test::count(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 0u);
+    CHECK_NOTHROW(test::sm90a_ptx(kernels[2]));
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}

@@ -98,6 +98,8 @@ InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
   run.bits = {out.storage, lse.storage};
   if (!c.vjp)
     return run;
+  if (c.vjp_config)
+    options.config = c.vjp_config;
   HostBuffer dq(c.dtype, d.qShape()), dk(c.dtype, d.kShape()), dv(c.dtype, d.vShape());
   std::optional<HostBuffer> dbias;
   if (data.bias)
@@ -439,4 +441,38 @@ TEST_CASE("attention: reruns give the same bits", "[attention]") {
       }
     }
   }
+}
+
+TEST_CASE("attention: the hopper VJP's opt-in fused dq (TMA reduce-adds) matches float64 on the interpreter",
+          "[attention][hopper]") {
+  // dk/dv programs add each step's dS K into an f32 sum (the dq kernel does not run):
+  // odd T and S (steps past T and S), GQA (a program walks every head of its group), Hv
+  // != H, causal, lengths (an empty batch row, no keys).
+  const Config fused{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
+  std::vector<Case> variants;
+  auto add = [&](Dims dims, bool causal) {
+    Case c = makeCase({"hopper", DType::BF16}, std::move(dims));
+    c.options.is_causal = causal;
+    c.vjp_config = fused;
+    variants.push_back(c);
+  };
+  add({.batch = {2}, .t = 70, .s = 50, .n = 4, .k = 2, .h = 64, .hv = 64}, false);
+  add({.batch = {2}, .t = 70, .s = 50, .n = 4, .k = 2, .h = 64, .hv = 64}, true);
+  add({.batch = {2}, .t = 37, .s = 70, .n = 2, .k = 1, .h = 64, .hv = 32}, true);
+  add({.batch = {1}, .t = 1, .s = 16, .n = 2, .k = 2, .h = 64, .hv = 64}, false);
+  add({.batch = {3}, .t = 40, .s = 33, .n = 2, .k = 1, .h = 64, .hv = 32}, false);
+  variants.back().q_lengths = {35, 0, 40}, variants.back().kv_lengths = {33, 20, 0};
+  for (const Case &c : variants)
+    DYNAMIC_SECTION(describe(c)) {
+      CaseData data = makeData(c);
+      Outputs ref = Reference(c.dims, c.options, data.inputs).run();
+      InterpreterRun got = runOnInterpreter(c, data);
+      checkResults(c, ref, got.results);
+      // dk and dv are the unfused kernel's, bit for bit (the step's products unchanged).
+      Case unfused = c;
+      unfused.vjp_config->set("fused_dq", 0);
+      InterpreterRun plain = runOnInterpreter(unfused, data);
+      CHECK(got.bits[3] == plain.bits[3]);
+      CHECK(got.bits[4] == plain.bits[4]);
+    }
 }

@@ -40,7 +40,8 @@
 // The VJP (dq, dk, dv, dbias) follows FlashAttention-2: delta = rowsum(dout * out), dk/dv
 // per key block walking the query blocks (GQA heads of a group summed in the program),
 // dq per query block in a separate pass; dbias from dS reduced over its broadcast dims.
-// Every implementation is deterministic: reruns are bitwise identical.
+// Every implementation is deterministic: reruns are bitwise identical (except the hopper
+// VJP with the opt-in config "fused_dq": 1, whose dq adds land in no fixed order).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
