@@ -129,7 +129,7 @@ void LoadedKernel::launch_packed(const uint64_t *words, CUstream stream) const {
   // Tensor maps follow the kernel's own parameters; copies taken under the cache's lock
   // stay valid for the launch whatever other threads encode meanwhile. A map's tensor has
   // its parameter's shape and dtype (pack() checked them), so the address decides it.
-  constexpr size_t kMaxMaps = 4;
+  constexpr size_t kMaxMaps = 8;  // the fused-dq attention VJP holds 5 (q, k, v, dout, the dq sum)
   TensorMap maps[kMaxMaps];
   if (info_.tensor_maps.size() > kMaxMaps)
     throw Error(fmt::format("{}: too many tensor maps", info_.kernel_name));
