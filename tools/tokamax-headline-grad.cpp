@@ -23,6 +23,7 @@
 //   tokamax-headline-grad [--shape B,T,N,H] [--seed N] [--scale-factor F] [--second IMPL] --out DIR
 //
 // Runs on the GPU, else on the CPU interpreter (as on sm_90a; default shape 1,32,2,64 there).
+#include "common/Example.h"
 #include "common/Headline.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -194,13 +195,9 @@ Json callImplementations(const Function &f, const std::string &arch) {
   return calls;
 }
 
+/// ||got - ref|| / ||ref|| (example::relative_error; NaN prints as inf).
 double relativeL2(const std::vector<float> &got, const std::vector<float> &ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
+  return example::relative_error({got.begin(), got.end()}, {ref.begin(), ref.end()});
 }
 
 double sum(const std::vector<float> &v) {

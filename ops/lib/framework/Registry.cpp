@@ -114,7 +114,8 @@ std::vector<RegisteredKernel> registered_kernels() {
                          onlyArch});
   };
   // The headline example: (32, 2048, 16, 64) bf16 normalised over the last axis, f32 scale.
-  ArgSpec x{{32, 2048, 16, 64}, DType::BF16}, scale{{64}, DType::F32}, stat{{32 * 2048 * 16}, DType::F32};
+  const ArgSpec &x = kHeadlineX, &scale = kHeadlineScale;
+  ArgSpec stat{{32 * 2048 * 16}, DType::F32};
   op(layer_norm_op(), bind_layer_norm(x, scale, std::nullopt, x, stat, stat, -1, 1e-5));
   op(layer_norm_vjp_op(), bind_layer_norm_vjp(x, x, scale, stat, stat, x, scale, std::nullopt, -1));
   // Its attention calls (q = k = v = x): chunked, tile and hopper, forward and VJP.
