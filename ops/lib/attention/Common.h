@@ -105,7 +105,7 @@ struct KernelSpec {
   /// Forward with wgmma: each step issues the next step's Q K^T (asynchronously) before
   /// its own softmax, so the two overlap (config "wgmma": 2; the ring needs 3+ stages).
   bool overlap = false;
-  /// The hopper kernels (sm_90a, Hopper.cpp): a row block held by TMA, the blocks
+  /// The hopper kernels (sm_90a, HopperKernels.cpp): a row block held by TMA, the blocks
   /// it meets streamed through TMA rings a producer warpgroup refills
   /// (dsl::Kernel::specialized_loop), products on wgmma; q, k, v and dout are read as
   /// [B T, N H], [B S, K H], [B S, K Hv], [B T, N Hv] (TMA tensor maps are 2-D).

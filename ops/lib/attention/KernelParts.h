@@ -250,7 +250,7 @@ Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorA
 Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
                const Chunks &vb, Value n, Value t0, Value j0, const Masking &masking, const Chunks &acc);
 
-// Kernel builders (FlashKernels.cpp, Hopper.cpp, Reference.cpp).
+// Kernel builders (FlashKernels.cpp, HopperKernels.cpp, Reference.cpp).
 Kernel flash_forward_kernel(const KernelSpec &s);
 Kernel hopper_forward_kernel(const KernelSpec &s);
 Kernel hopper_dkdv_kernel(const KernelSpec &s);
