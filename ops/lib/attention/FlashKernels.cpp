@@ -142,16 +142,26 @@ Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
           k.input("delta", p.compute, statShape)};
 }
 
-RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
+RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
   auto load = [&](const TensorArg &t, double padding) {
     if (t.shape().size() != 1)
       return load_row_vector(t, pr.b, n, t0, rows, padding);
     const Problem &p = pr.p;  // flat [B N T]
-    Value v = t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
-    return where(t0 + pr.k.arange(0, rows) < p.T, v, padding);
+    return t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
   };
-  Value lse2 = load(ct.lse, INFINITY) * kLog2e;
-  return {lse2, load(ct.delta, 0.0)};
+  return {load(ct.lse, INFINITY), load(ct.delta, 0.0)};
+}
+
+RowStats finish_row_stats(Program &pr, const Cotangents &ct, const RowStatLoads &loads, Value t0, int64_t rows) {
+  // Flat rows past T belong to the next head: hidden here, not by the load's bounds.
+  auto finish = [&](const TensorArg &t, const Value &v, double padding) {
+    return t.shape().size() != 1 ? v : where(t0 + pr.k.arange(0, rows) < pr.p.T, v, padding);
+  };
+  return {finish(ct.lse, loads.lse, INFINITY) * kLog2e, finish(ct.delta, loads.delta, 0.0)};
+}
+
+RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
+  return finish_row_stats(pr, ct, load_row_stat_values(pr, ct, n, t0, rows), t0, rows);
 }
 
 DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
@@ -178,29 +188,34 @@ Value scoreGradient(const Problem &p, const Value &prob, const Value &dp, const 
 
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
                   const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
-                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds) {
+                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds,
+                  const RowStatLoads *given_loads) {
   const KernelSpec &s = pr.s;
   const Problem &p = pr.p;
   Kernel &k = pr.k;
   const int64_t bq = q[0].shape()[0], bkv = kb[0].shape()[0];
   auto parts = unpack(carried, {kb.size(), vb.size()});
-  RowStats stats = load_row_stats(pr, ct, n, t0, bq);
+  std::optional<RowStats> stats;
+  if (!given_loads)
+    stats = load_row_stats(pr, ct, n, t0, bq);
   // On wgmma (the hopper kernels) dP^T stays in flight through P^T where the registers
   // allow: both accumulators (H + Hv words a thread over 2), S^T, dP^T and P^T (bq / 2
   // each) at most 176 (ptxas: no spills at H 64 with 64-query steps, H 128 with 32).
   const bool inFlight = s.tma && (p.H + p.Hv) / 2 + 3 * bq / 2 <= 176;
   Value sT = product_nt(s, k, kb, q, inFlight);
   Value dpT = inFlight ? product_nt(s, k, vb, d, true) : Value();
+  if (given_loads)  // masked and scaled while the products run
+    stats = finish_row_stats(pr, ct, *given_loads, t0, bq);
   if (inFlight)
     sT = dsl::dot_wait(sT, 1);
   Scores sc = scores(pr, sT, n, t0, j0, bq, bkv, masking, true, p.softcap != 0);
-  Value probT = sc.exp2_minus(stats.lse2, 0);  // [bkv, bq]
+  Value probT = sc.exp2_minus(stats->lse2, 0);  // [bkv, bq]
   // With more room dV stays in flight through dS^T too.
   const bool dvInFlight = inFlight && (p.H + p.Hv) / 2 + 2 * bq <= 192;
   Chunks dvNew = dvInFlight ? Chunks{dsl::dot_async(probT.to(p.dtype), d[0], parts[1][0])}
                             : product_nn(s, probT, d, parts[1]);
   dpT = inFlight ? dsl::dot_wait(dpT, dvInFlight ? 1 : 0) : product_nt(s, k, vb, d);
-  Value dsT = scoreGradient(p, probT, dpT, stats.delta, 0, sc);
+  Value dsT = scoreGradient(p, probT, dpT, stats->delta, 0, sc);
   if (ds)
     ds->store({pr.b, n, t0, j0}, dsT.trans().reshape({1, 1, bq, bkv}));
   Chunks dkNew = product_nn(s, dsT, q, parts[0]);

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace tokamax::attention_detail {
@@ -68,12 +69,14 @@ Chunks loadOnce(Kernel &k, const std::vector<TmaBlock> &blocks) {
 
 using StepBlocks = std::function<std::vector<TmaBlock>(Value step)>;
 using StepBody = std::function<Carried(Value step, Carried carried, const Chunks &tiles)>;
+/// What the consumers of a step do before they wait for its tiles.
+using StepStart = std::function<void(Value step)>;
 
 /// `steps` steps whose blocks (`blocks(i)`: `count` of them, the same shapes every step)
 /// stream through TMA rings of the spec's stages that a producer warpgroup refills; the
 /// consumers run `body` on the landed tiles, then release the step's slot.
 Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried start, size_t count,
-                     const StepBlocks &blocks, const StepBody &body) {
+                     const StepBlocks &blocks, const StepBody &body, const StepStart &before_wait = {}) {
   const TmaRing ring = TmaRing::make(k, s.stages, static_cast<int64_t>(count), s.num_warps);
   std::vector<dsl::SharedBuffer> rings;
   for (size_t c = 0; c < count; ++c)
@@ -90,6 +93,8 @@ Carried streamBlocks(Kernel &k, const KernelSpec &s, const Value &steps, Carried
         return tiles;
       },
       [&](Value i, Carried carried, std::vector<Value> tiles) {
+        if (before_wait)
+          before_wait(i);
         ring.wait_full(k, i);
         Carried next = body(i, std::move(carried), tiles);
         ring.release(k, i);  // the step's products completed in the body
@@ -238,6 +243,9 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   auto head = [&](const Value &i) { return h * p.group() + i / maximum(blocks, 1); };
   auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
   Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
+  // Each step's lse and delta loads are issued before its wait for Q and dO (masked and
+  // scaled once its products are issued): they land during that wait and the products.
+  std::optional<RowStatLoads> loads;
   Carried sums = streamBlocks(
       k, s, blocks * p.group(), pack({&dk0, &dv0}), 2,
       [&](Value i) {
@@ -252,8 +260,9 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
             dqSum->tma_reduce_add({pr.b * sumRows + first(i), head(i) * p.H}, dq);
           };
         return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
-                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq);
-      });
+                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &*loads);
+      },
+      [&](Value i) { loads = load_row_stat_values(pr, ct, head(i), first(i), bq); });
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
 }

@@ -226,6 +226,14 @@ struct RowStats {
   Value lse2, delta;
 };
 RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows);
+/// load_row_stats in two halves: the loads, which a loop may issue a step ahead of their
+/// use (a global load's latency outlasts a step's first product), and their masking and
+/// scaling where they are used.
+struct RowStatLoads {
+  Value lse, delta;
+};
+RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows);
+RowStats finish_row_stats(Program &pr, const Cotangents &ct, const RowStatLoads &loads, Value t0, int64_t rows);
 
 /// The dk/dv kernels' outputs: dk, dv and, for dbias, dS.
 struct DkDvOutputs {
@@ -241,10 +249,12 @@ void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carr
 using DsConsumer = std::function<void(const Value &dsT)>;
 /// One dk/dv step: key block kb / vb (rows from j0) against query block q / d of head n
 /// (rows from t0); carried holds dk's chunks then dv's. Stores the step's dS when `ds`,
-/// and hands it to `use_ds` when given.
+/// and hands it to `use_ds` when given. The rows' statistics are finished from
+/// `given_loads` when given (issued earlier by the caller), else loaded here.
 Carried dkdv_step(Program &pr, const Cotangents &ct, const std::optional<TensorArg> &ds, const Chunks &kb,
                   const Chunks &vb, const Chunks &q, const Chunks &d, Value n, Value t0, Value j0,
-                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds = {});
+                  const Masking &masking, const Carried &carried, const DsConsumer &use_ds = {},
+                  const RowStatLoads *given_loads = nullptr);
 /// One dq step: query block q / d (rows from t0, with their row statistics) against key
 /// block kb / vb (rows from j0): acc + dS kb.
 Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &stats, const Chunks &kb,
