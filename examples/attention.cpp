@@ -72,6 +72,11 @@ int runOnGpu() {
                             example::relative_error(gs.to_host_doubles(), rs.to_host_doubles()), 3e-2);
   example::print_timing("grad(loss) step", time_on_stream(stream, step, 3, 10), 0);
   fmt::print("grad(loss): {} op calls\n", dloss.calls().size());
+  // The same chain with nothing pinned (auto: hopper for both attentions on sm_90a), the
+  // peer of JAX's chain with cuDNN attention (bench/peers/headline.py).
+  Function dauto = grad(example::headline(shape, example::HeadlineImplementations{}), {0, 1});
+  example::print_timing("grad(loss) step, auto implementations",
+                        time_on_stream(stream, [&] { dauto.run(in, out, stream); }, 3, 10), 0);
 
   // Autotune every op of the gradient (forward and VJP calls), dump, load, and rerun
   // inside the loaded result's scope: two reruns give the same bits.
