@@ -22,9 +22,18 @@ from .benchmarking import BenchmarkData, compile_benchmark, standardize_function
 
 __version__ = "0.1.0"
 
-# Tokamax checks that exported JAX functions hold only custom calls it knows; ours are
-# checked by jax.export itself, so this is accepted (and ignored) for the seed's code.
-DISABLE_JAX_EXPORT_CHECKS = ()
+
+def __getattr__(name):
+    # DISABLE_JAX_EXPORT_CHECKS: what jax.export(..., disabled_checks=...) needs to accept
+    # our custom call; computed on first use so that importing the package needs no jax.
+    if name == "DISABLE_JAX_EXPORT_CHECKS":
+        try:
+            from . import jax as jax_adapter
+        except ImportError:
+            return []
+        return jax_adapter.disabled_export_checks()
+    raise AttributeError(f"module 'tokamax_cpp' has no attribute {name!r}")
+
 
 library_path = _capi.library_path
 

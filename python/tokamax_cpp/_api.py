@@ -99,6 +99,9 @@ def layer_norm(x, scale, offset, *, axis: int = -1, epsilon: float = 1e-6, scale
     """Tokamax's layer_norm: (x - mean) * rstd * (scale + scale_offset) + offset over `axis`;
     with subtract_mean=False the RMS norm x * rstd * (scale + scale_offset)."""
     axis = _number("axis", axis, int)
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and 0 <= axis < ndim:
+        axis -= ndim  # counted from the end: the same axis once vmap adds leading dims
     options = {"axis": axis, "epsilon": _number("epsilon", epsilon)}
     scale_offset = _number("scale_offset", scale_offset)
     if scale_offset != 0.0:

@@ -124,7 +124,6 @@ def _trace_or_run(f, args) -> None:
     if any(type(a).__module__.startswith(("jax", "jaxlib")) for a in args) or \
             type(f).__module__.startswith(("jax", "jaxlib")):
         from . import jax as jax_adapter
-        for call in jax_adapter.calls_of(f, *args):
-            record(call)
+        jax_adapter.trace(f, *args)  # binding records through the hook
     else:
         f(*args)
