@@ -56,7 +56,7 @@ def _build_handler() -> Path:
     compiler = os.environ.get("CXX", "c++")
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-I",
+        command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-I",
                    _ffi.include_dir(), str(_SOURCE), "-o", str(built), "-ldl"]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
