@@ -85,6 +85,15 @@ def _require_none(name: str, value, why: str) -> None:
         raise NotImplementedError(f"{name}={value!r} is not supported: {why}")
 
 
+def _dtype_name(dtype) -> str:
+    """"float32" for numpy, jax and torch dtypes alike."""
+    try:
+        import numpy as np
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype).split(".")[-1]
+
+
 def _number(name: str, value, kind=float):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
@@ -215,8 +224,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     """Tokamax's ragged_dot: lhs [M, K], rhs [G, K, N], group_sizes int32 [G] -> [M, N]."""
     _require_none("precision", precision, "the products accumulate in f32 (f64 for f64)")
     _require_none("group_offset", group_offset, "the library's ragged_dot takes every group")
-    if preferred_element_type is not None and str(getattr(preferred_element_type, "name",
-                                                          preferred_element_type)) != str(lhs.dtype).split(".")[-1]:
+    if preferred_element_type is not None and _dtype_name(preferred_element_type) != _dtype_name(lhs.dtype):
         raise NotImplementedError(f"preferred_element_type={preferred_element_type!r}: the output has lhs's dtype "
                                   f"{lhs.dtype}")
     return apply(_opdefs.RAGGED_DOT, [lhs, rhs, group_sizes], {}, implementation)[0]

@@ -46,11 +46,17 @@ def test_not_a_result():
 
 def test_scope_applies_and_closes():
     expected = tokamax.layer_norm(X, None, None)
-    result = tokamax.AutotuningResult.loads(result_for(layer_norm_call(), "reference", {}))
-    with result:
-        with result:  # nests
+    good = tokamax.AutotuningResult.loads(result_for(layer_norm_call(), "reference",
+                                                     {"block_rows": 2, "block_cols": 16, "num_warps": 1}))
+    bad = tokamax.AutotuningResult.loads(result_for(layer_norm_call(), "reference",
+                                                    {"block_rows": 2, "block_cols": 3, "num_warps": 1}))
+    with good:
+        with good:  # scopes nest
             inner = tokamax.layer_norm(X, None, None)
         np.testing.assert_allclose(inner, expected, rtol=1e-5, atol=1e-6)
+        with bad:  # the scope's config is the one used: a column block of 3 is refused
+            with pytest.raises((ValueError, NotImplementedError), match="block_cols"):
+                tokamax.layer_norm(X, None, None)
     np.testing.assert_array_equal(tokamax.layer_norm(X, None, None), expected)
 
 
