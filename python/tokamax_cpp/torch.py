@@ -108,7 +108,7 @@ _registered: dict = {}
 
 
 def op(name: str):
-    """torch.ops.tokamax_cpp.<name>, registered on first use."""
+    """torch.ops.tokamax_cpp.<name> (registered at import; other ops on first use)."""
     if name not in _registered:
         _registered[name] = _register(name)
     return _registered[name]
@@ -174,7 +174,7 @@ class _TorchBackend:
         if opdef.has_residuals:
             options["residuals"] = torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in inputs)
-        outs = op(opdef.name)(*inputs, _capi.options_json(options))
+        outs = _registered[opdef.name](*inputs, _options_text(tuple(sorted(options.items()))))
         outs = (outs,) if isinstance(outs, torch.Tensor) else outs
         return tuple(outs[j] for j in opdef.returns)
 
@@ -186,12 +186,26 @@ class _TorchBackend:
 BACKEND = _TorchBackend()
 
 
+def _options_text(items) -> str:
+    return _capi.options_json(dict(items))
+
+
+# Under torch.compile the options are constants of the traced program: dynamo calls this
+# once while tracing instead of tracing into json (which would break the graph).
+if hasattr(torch, "_dynamo") and hasattr(torch._dynamo, "assume_constant_result"):
+    _options_text = torch._dynamo.assume_constant_result(_options_text)
+
+
 def register_all() -> list[str]:
     """Registers every op of the library now (torch.ops.tokamax_cpp.*) and names them."""
     names = [n for n in _capi.op_names() if n in _opdefs.BY_NAME or n.endswith("_vjp") and n[:-4] in _opdefs.BY_NAME]
     for n in names:
         op(n)
     return names
+
+
+# Registered at import, before any torch.compile trace reaches them.
+register_all()
 
 
 # ---- benchmarking helpers (tokamax_cpp.benchmarking dispatches here) ----
