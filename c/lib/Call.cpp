@@ -148,6 +148,8 @@ tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int3
     require_pointer(call, "call (the tkx_call ** to fill)");
     auto made = std::make_unique<tkx_call>();
     made->op = &opNamed(op);
+    if (!capi::has_binder(made->op->name()))
+      capi::bind_call(*made, {}, options_json);  // throws NotSupported naming the ops it binds
     const size_t nin = made->op->num_inputs();
     if (num_inputs != static_cast<int32_t>(nin))
       throw Error(fmt::format("{}: num_inputs is {}, the op takes {} ({})", op, num_inputs, nin,
