@@ -8,7 +8,7 @@ bench/peers/*.py), each with "shape", "pass", optional "causal" / "op", and "tfl
 "gbs"; and tokamax-bench's flat {"<what>_gbs_<shape>": value} (its "memcpy_dtod_gbs" is
 drawn as the copy line). Rows whose status is not "ok" are left out. One panel per
 metric; a group of bars per (op, shape, pass); --peak-* draw a roofline. Needs
-matplotlib (a clear message and exit status 2 without it).
+matplotlib (a clear message and exit status 1 without it).
 """
 
 from __future__ import annotations
@@ -102,15 +102,19 @@ def draw(points, lines, output: str, title: str = "") -> None:
             color = (ours_colors if is_ours else peer_colors)(0.35 + 0.55 * shade)
             xs = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
             ys = [values.get((group, s), 0.0) for group in groups]
-            ax.bar(xs, ys, width, label=s, color=color, hatch=None if is_ours else "//", edgecolor="white")
+            bars = ax.bar(xs, ys, width, label=s, color=color, hatch=None if is_ours else "//", edgecolor="white")
+            ax.bar_label(bars, labels=[f"{y:.0f}" if y else "" for y in ys], fontsize=7, padding=1)
+        top = max(p.value for p in mine)
         if metric in lines:
             label, value = lines[metric]
+            top = max(top, value)
             ax.axhline(value, color="black", linestyle="--", linewidth=1)
-            ax.text(len(groups) - 0.5, value, f" {label}: {value:.0f}", va="bottom", ha="right", fontsize=8)
+            ax.text(-0.45, value, f"{label}: {value:.0f}", va="bottom", ha="left", fontsize=8)
+        ax.set_ylim(0, top * 1.25)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(groups, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(METRICS[metric])
-        ax.legend(fontsize=8, ncol=min(len(series), 4))
+        ax.legend(fontsize=8, ncol=min(len(series), 4), loc="upper right")
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title)
