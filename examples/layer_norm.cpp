@@ -92,7 +92,7 @@ int runOnGpu() {
   Tensor y = Tensor::empty(shape, DType::BF16), dx = Tensor::empty(shape, DType::BF16);
   Tensor mean = Tensor::empty({rows}, DType::F32), rstd = Tensor::empty({rows}, DType::F32);
   Tensor dscale = Tensor::empty({cols}, DType::F32);
-  Reference ref(download(x), download(scale), download(dy), rows, cols, 1e-5);
+  Reference ref(download(x), download(scale), download(dy), rows, cols, NormOptions{}.epsilon);
   int status = 0;
   double bytesFwd = 2.0 * x.nbytes(), bytesVjp = 3.0 * x.nbytes();
   for (std::optional<std::string> impl : {std::optional<std::string>("tile"), std::optional<std::string>(),
@@ -100,7 +100,7 @@ int runOnGpu() {
     NormOptions options;
     options.implementation = impl;
     BoundArgs b = bind_layer_norm(ArgSpec::of(x), ArgSpec::of(scale), std::nullopt, ArgSpec::of(y),
-                                  ArgSpec::of(mean), ArgSpec::of(rstd), -1, 1e-5);
+                                  ArgSpec::of(mean), ArgSpec::of(rstd), -1, options.epsilon);
     std::string chosen = layer_norm_op().select(b, impl, device.arch()).name();
     auto fwd = [&] { layer_norm(x, &scale.view(), nullptr, y, stream, options, &mean.view(), &rstd.view()); };
     auto vjp = [&] {
@@ -151,7 +151,7 @@ int runOnHost() {
   TensorView in[] = {host_view(xf.data(), DType::F32, {rows, cols}), host_view(sf.data(), DType::F32, {cols})};
   TensorView out[] = {host_view(gx.data(), DType::F32, {rows, cols}), host_view(gs.data(), DType::F32, {cols})};
   dloss.interpret(in, out);
-  Reference ref(x, scale, std::vector<double>(rows * cols, 1.0), rows, cols, 1e-5);
+  Reference ref(x, scale, std::vector<double>(rows * cols, 1.0), rows, cols, NormOptions{}.epsilon);
   int status = example::report("dx (interpreter)", example::relative_error({gx.begin(), gx.end()}, ref.dx), 1e-3);
   return status | example::report("dscale (interpreter)", example::relative_error({gs.begin(), gs.end()}, ref.dscale), 1e-4);
 }

@@ -3,7 +3,7 @@
 //   loss(x, scale) = sum(f32(attention(l2, l2, l2))),  l2 = layer_norm(a1, scale),
 //   a1 = attention(l1, l1, l1),                          l1 = layer_norm(x, scale, epsilon 1e-5)
 // x [B, T, N, H] bf16, scale [H] f32; the second layer_norm has the default epsilon
-// (NormOptions', the Tracer's: 1e-5); attention its default scale 1 / sqrt(H), not causal.
+// (NormOptions', the Tracer's: 1e-6); attention its default scale 1 / sqrt(H), not causal.
 #pragma once
 
 #include <tokamax/ops/Attention.h>

@@ -8,11 +8,15 @@
 // accepted and do nothing. Numbers a kernel would compute are never produced: tests
 // run under it check control flow and host costs, never results.
 //
-// Only cuGetProcAddress_v2 is exported, as the library resolves everything through it.
+// cuGetProcAddress_v2 is exported, as the library resolves everything through it, and
+// tokamax_null_cuda_allocations (the count of cuMemAlloc calls), which tests find with
+// dlsym to check that a path allocates no device memory.
 //
 //===----------------------------------------------------------------------===//
 #include <cuda.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -104,8 +108,11 @@ CUresult nullStreamDestroy(CUstream stream) {
 }
 CUresult nullStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 
+std::atomic<size_t> allocations{0};
+
 // Device memory is host memory, 256-byte aligned as cuMemAlloc's is.
 CUresult nullMemAlloc(CUdeviceptr *ptr, size_t bytes) {
+  ++allocations;
   void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!p)
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -320,3 +327,5 @@ cuGetProcAddress_v2(const char *symbol, void **function, int, cuuint64_t, CUdriv
     *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return CUDA_ERROR_NOT_FOUND;
 }
+
+extern "C" __attribute__((visibility("default"))) size_t tokamax_null_cuda_allocations() { return allocations; }

@@ -1,5 +1,6 @@
 //===- Op.cpp - Bound arguments, configs, implementation choice -------------===//
 #include <tokamax/ops/Op.h>
+#include <tokamax/ops/Workspace.h>
 
 #include "ops/lib/framework/CallCache.h"
 
@@ -440,6 +441,9 @@ std::vector<const Op *> registered_ops() {
 }
 
 uint64_t stream_workspace(Device &device, const Stream &stream, size_t bytes) {
+  // A caller's own buffer (Workspace.h): no allocation of ours.
+  if (const CallerWorkspaceScope *caller = current_caller_workspace())
+    return caller_workspace(*caller, bytes);
   struct Slot {
     DeviceBuffer current;
     std::vector<DeviceBuffer> retired;  // may still be in use by queued work

@@ -51,7 +51,7 @@ struct NormProblem {
   std::optional<DType> scale, offset;         ///< forward: parameters; VJP: scale
   bool mean_out = false, rstd_out = false;    ///< forward residual outputs
   std::optional<DType> dscale, doffset;       ///< VJP outputs
-  double epsilon = 1e-5;
+  double epsilon = 1e-6;
 
   int64_t rows() const { return outer * inner; }
 };

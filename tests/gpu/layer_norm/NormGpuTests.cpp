@@ -176,7 +176,7 @@ Result runAndCheck(bool layer, DType d, int64_t rows, int64_t n, std::optional<D
       mean = layer ? mean / double(n) : 0.0;
       for (int64_t j = 0; j < n; ++j)
         var += (xr[j] - mean) * (xr[j] - mean);
-      double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
+      double rstd = 1 / std::sqrt(var / double(n) + fwd.epsilon);
       if (layer)
         res.mean.add(m.at(row), mean);
       res.rstd.add(r.at(row), rstd);
@@ -359,7 +359,7 @@ TEST_CASE("norms over a non-last axis on the device", "[gpu]") {
           mean /= double(n);
           for (int64_t j = 0; j < n; ++j)
             var += (x.at(at(j)) - mean) * (x.at(at(j)) - mean);
-          double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
+          double rstd = 1 / std::sqrt(var / double(n) + o.epsilon);
           for (int64_t j = 0; j < n; ++j) {
             double xhat = (x.at(at(j)) - mean) * rstd;
             ey.add(y.at(at(j)), xhat * s.at(j) + b.at(j));

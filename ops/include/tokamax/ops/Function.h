@@ -60,8 +60,8 @@ public:
 
   /// `implementation` pins the call (and its VJP) to one implementation; std::nullopt: auto.
   Sym layer_norm(Sym x, std::optional<Sym> scale = std::nullopt, std::optional<Sym> offset = std::nullopt,
-                 int axis = -1, double epsilon = 1e-5, std::optional<std::string> implementation = std::nullopt);
-  Sym rms_norm(Sym x, std::optional<Sym> scale = std::nullopt, int axis = -1, double epsilon = 1e-5,
+                 int axis = -1, double epsilon = 1e-6, std::optional<std::string> implementation = std::nullopt);
+  Sym rms_norm(Sym x, std::optional<Sym> scale = std::nullopt, int axis = -1, double epsilon = 1e-6,
                std::optional<std::string> implementation = std::nullopt);
   /// Attention over traced q, k, v (the same value may be passed more than once: grad adds
   /// the contributions). options' tensor pointers are ignored: pass the optional tensors

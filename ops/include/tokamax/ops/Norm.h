@@ -37,7 +37,7 @@ class Stream;
 
 struct TOKAMAX_API NormOptions {
   int axis = -1;
-  double epsilon = 1e-5;
+  double epsilon = 1e-6;  ///< Tokamax's default, so ported code computes the same numbers
   /// "tile" or "reference"; std::nullopt: the first that can serve the call.
   std::optional<std::string> implementation;
   /// Overrides the config (else: config providers, then the heuristic).

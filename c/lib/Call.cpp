@@ -1,0 +1,237 @@
+//===- Call.cpp - The C ABI: ops, calls, runs, workspace, precompile --------===//
+#include "c/lib/CApi.h"
+
+#include <tokamax/jit/DslKernel.h>
+#include <tokamax/ops/Workspace.h>
+#include <tokamax/runtime/Arch.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/DiskCache.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+using namespace tokamax;
+using tokamax::capi::guard;
+using tokamax::capi::require_pointer;
+
+namespace {
+
+const Op &opNamed(const char *name) {
+  require_pointer(name, "op");
+  if (const Op *op = find_op(name))
+    return *op;
+  std::vector<std::string> known;
+  for (const Op *op : registered_ops())
+    if (capi::has_binder(op->name()))
+      known.push_back(op->name());
+  throw Error(fmt::format("unknown op \"{}\" (known: {})", name, fmt::join(known, ", ")));
+}
+
+const tkx_call &callOf(const tkx_call *call) {
+  require_pointer(call, "call");
+  return *call;
+}
+
+size_t numOutputs(const tkx_call &call) { return call.args.args.size() - call.op->num_inputs(); }
+
+/// "input 0 (x)", "output 1 (mean)".
+std::string argName(const tkx_call &call, size_t index) {
+  const size_t inputs = call.op->num_inputs();
+  return index < inputs ? fmt::format("input {} ({})", index, call.op->arg_names()[index])
+                        : fmt::format("output {} ({})", index - inputs, call.op->arg_names()[index]);
+}
+
+/// The views of a run, checked against the bound specs; `device` the one device of them
+/// all (-1: host), or -2 when every tensor is absent or empty.
+struct RunViews {
+  std::vector<TensorView> inputs, outputs;
+  int device = -2;
+};
+
+RunViews runViews(const tkx_call &call, const tkx_tensor *const *inputs, int32_t num_inputs,
+                  const tkx_tensor *const *outputs, int32_t num_outputs) {
+  const size_t nin = call.op->num_inputs(), nout = numOutputs(call);
+  if (num_inputs != static_cast<int32_t>(nin))
+    throw Error(fmt::format("{}: num_inputs is {}, the op takes {}", call.op->name(), num_inputs, nin));
+  if (num_outputs != static_cast<int32_t>(nout))
+    throw Error(fmt::format("{}: num_outputs is {}, the op has {}", call.op->name(), num_outputs, nout));
+  if (nin)
+    require_pointer(inputs, "inputs");
+  if (nout)
+    require_pointer(outputs, "outputs");
+  RunViews views;
+  std::string firstDevice;
+  for (size_t i = 0; i < nin + nout; ++i) {
+    const tkx_tensor *t = i < nin ? inputs[i] : outputs[i - nin];
+    std::vector<TensorView> &into = i < nin ? views.inputs : views.outputs;
+    const std::optional<ArgSpec> &bound = call.args.args[i];
+    const std::string what = fmt::format("{}: {}", call.op->name(), argName(call, i));
+    if (!bound) {
+      if (t)
+        throw Error(fmt::format("{} was absent when the call was created: pass NULL", what));
+      into.emplace_back();
+      continue;
+    }
+    if (!t)
+      throw Error(fmt::format("{} is NULL; the call was created with {}", what, bound->to_json()));
+    TensorView view = capi::view_of(*t, what);
+    ArgSpec spec = ArgSpec::of(view);
+    if (spec != *bound)
+      throw Error(fmt::format("{}: got {}, the call was created with {}", what, spec.to_json(), bound->to_json()));
+    if (views.device == -2) {
+      views.device = t->device;
+      firstDevice = what;
+    } else if (t->device != views.device) {
+      throw Error(fmt::format("{} is on device {} but {} is on device {}: every tensor of a call must be on one "
+                              "device (-1: host)",
+                              what, t->device, firstDevice, views.device));
+    }
+    into.push_back(view);
+  }
+  return views;
+}
+
+std::mutex namesMutex;
+
+} // namespace
+
+extern "C" {
+
+uint32_t tkx_api_version(void) { return TOKAMAX_C_API_VERSION; }
+
+size_t tkx_struct_size(const char *name) {
+  if (!name)
+    return 0;
+  if (std::string_view(name) == "tkx_tensor")
+    return sizeof(tkx_tensor);
+  return 0;
+}
+
+const char *tkx_op_names(void) {
+  static const std::string names = [] {
+    std::vector<std::string> bound;
+    for (const Op *op : registered_ops())  // sorted by name
+      if (capi::has_binder(op->name()))
+        bound.push_back(op->name());
+    return fmt::format("{}", fmt::join(bound, "\n"));
+  }();
+  return names.c_str();
+}
+
+tkx_status tkx_op_args(const char *op, const char **names, int32_t *num_inputs) {
+  return guard("tkx_op_args", [&] {
+    const Op &o = opNamed(op);
+    // Library-owned for the process: one string per op, made on first ask.
+    static std::map<std::string, std::unique_ptr<std::string>> texts;
+    std::lock_guard lock(namesMutex);
+    std::unique_ptr<std::string> &text = texts[o.name()];
+    if (!text)
+      text = std::make_unique<std::string>(fmt::format("{}", fmt::join(o.arg_names(), "\n")));
+    if (names)
+      *names = text->c_str();
+    if (num_inputs)
+      *num_inputs = static_cast<int32_t>(o.num_inputs());
+  });
+}
+
+tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int32_t num_inputs,
+                           const char *options_json, tkx_call **call) {
+  if (call)
+    *call = nullptr;
+  return guard("tkx_call_create", [&] {
+    require_pointer(call, "call (the tkx_call ** to fill)");
+    auto made = std::make_unique<tkx_call>();
+    made->op = &opNamed(op);
+    if (!capi::has_binder(made->op->name()))
+      capi::bind_call(*made, {}, options_json);  // throws NotSupported naming the ops it binds
+    const size_t nin = made->op->num_inputs();
+    if (num_inputs != static_cast<int32_t>(nin))
+      throw Error(fmt::format("{}: num_inputs is {}, the op takes {} ({})", op, num_inputs, nin,
+                              fmt::join(std::span(made->op->arg_names()).first(nin), ", ")));
+    if (nin)
+      require_pointer(inputs, "inputs");
+    std::vector<std::optional<ArgSpec>> specs(nin);
+    for (size_t i = 0; i < nin; ++i)
+      if (inputs[i])
+        specs[i] = capi::spec_of(*inputs[i], fmt::format("{}: {}", op, argName(*made, i)));
+    capi::bind_call(*made, specs, options_json);
+    *call = made.release();
+  });
+}
+
+void tkx_call_destroy(tkx_call *call) { delete call; }
+
+int32_t tkx_call_num_outputs(const tkx_call *call) {
+  return call ? static_cast<int32_t>(numOutputs(*call)) : -1;
+}
+
+tkx_status tkx_call_output(const tkx_call *call, int32_t i, int32_t *dtype, int32_t *rank, int64_t *shape) {
+  return guard("tkx_call_output", [&] {
+    const tkx_call &c = callOf(call);
+    if (i < 0 || static_cast<size_t>(i) >= numOutputs(c))
+      throw Error(fmt::format("{}: output index {} is outside 0..{}", c.op->name(), i, int(numOutputs(c)) - 1));
+    const std::optional<ArgSpec> &spec = c.args.args[c.op->num_inputs() + i];
+    if (dtype)
+      *dtype = spec ? static_cast<int32_t>(spec->dtype) : -1;
+    if (rank)
+      *rank = spec ? static_cast<int32_t>(spec->shape.size()) : -1;
+    if (shape && spec)
+      std::copy(spec->shape.begin(), spec->shape.end(), shape);
+  });
+}
+
+const char *tkx_call_json(const tkx_call *call) { return call ? call->json.c_str() : ""; }
+
+tkx_status tkx_call_workspace_bytes(const tkx_call *call, int32_t device, size_t *bytes) {
+  return guard("tkx_call_workspace_bytes", [&] {
+    const tkx_call &c = callOf(call);
+    require_pointer(bytes, "bytes");
+    if (device < -1)
+      throw Error(fmt::format("device {} is neither a CUDA ordinal nor -1 (host)", device));
+    *bytes = 0;
+    if (device == -1)
+      return;
+    Device &d = Device::get(device);
+    const Implementation &impl = c.op->select(c.args, c.implementation, d.arch());
+    *bytes = scratch_bytes(impl, c.args, c.op->resolve_config(impl, c.args, c.config), d);
+  });
+}
+
+tkx_status tkx_call_run(const tkx_call *call, const tkx_tensor *const *inputs, int32_t num_inputs,
+                        const tkx_tensor *const *outputs, int32_t num_outputs, void *stream, void *workspace,
+                        size_t workspace_bytes) {
+  return guard("tkx_call_run", [&] {
+    const tkx_call &c = callOf(call);
+    RunViews views = runViews(c, inputs, num_inputs, outputs, num_outputs);
+    if (views.device < 0) {  // host memory (or nothing to touch): the CPU interpreter
+      c.op->interpret(c.args, views.inputs, views.outputs, c.implementation, c.config);
+      return;
+    }
+    Stream s = Stream::wrap(static_cast<CUstream>(stream));
+    CallerWorkspaceScope scope(reinterpret_cast<uint64_t>(workspace), workspace ? workspace_bytes : 0);
+    c.op->run(c.args, views.inputs, views.outputs, s, c.implementation, c.config);
+  });
+}
+
+tkx_status tkx_call_precompile(const tkx_call *call, const char *arch) {
+  return guard("tkx_call_precompile", [&] {
+    const tkx_call &c = callOf(call);
+    require_pointer(arch, "arch");
+    Arch::parse(arch, "arch");
+    CompileOptions options;
+    options.arch = arch;
+    const Implementation &impl = c.op->select(c.args, c.implementation, arch);
+    const Config config = c.op->resolve_config(impl, c.args, c.config);
+    const std::string cache = DiskCache::default_directory().string();
+    for (const dsl::Kernel &kernel : impl.kernels(c.args, config))
+      precompile(kernel, options, cache);
+  });
+}
+
+} // extern "C"

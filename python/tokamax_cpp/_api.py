@@ -1,0 +1,246 @@
+"""The public ops with Tokamax's signatures. Each one checks its Python-level arguments,
+maps them to the C++ op's inputs and options, and hands the call to the backend of its
+arrays: numpy -> the host path, torch tensors -> tokamax_cpp.torch, jax arrays ->
+tokamax_cpp.jax."""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from collections.abc import Sequence
+
+from . import _opdefs
+from ._host import HostBackend, is_host_array
+
+# Tokamax's implementation names -> ours.
+ALIASES = {"triton": "tile", "mosaic": "hopper", "mosaic_gpu": "hopper", "xla": "reference",
+           "xla_chunked": "chunked", "chunked_xla": "chunked"}
+# Names of Tokamax's that no implementation of ours stands for.
+FOREIGN = {"cudnn": "cuDNN is not part of this library; use None (auto) or 'hopper' / 'tile'",
+           "mosaic_tpu": "this library runs on NVIDIA GPUs (and the CPU interpreter), not TPUs"}
+OURS = ("hopper", "tile", "chunked", "reference")
+
+
+def canonical_implementation(name):
+    """Ours for a Tokamax name (None = auto); NotImplementedError for a foreign one."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"implementation must be a string, a sequence of strings or None, got {type(name).__name__}")
+    if name in FOREIGN:
+        raise NotImplementedError(f"implementation={name!r}: {FOREIGN[name]}")
+    return ALIASES.get(name, name)
+
+
+def _implementations(implementation) -> list:
+    """The implementations to try in order: one (None = auto) or Tokamax's sequence."""
+    if implementation is None or isinstance(implementation, str):
+        return [implementation]
+    if isinstance(implementation, Sequence) and implementation:
+        return list(implementation)
+    raise TypeError(f"implementation must be a string, a non-empty sequence of strings or None, "
+                    f"got {implementation!r}")
+
+
+def backend_of(*arrays):
+    """The backend that runs arrays of these types (the first array decides)."""
+    for a in arrays:
+        if a is None:
+            continue
+        module = type(a).__module__
+        if module.startswith("torch"):
+            from . import torch as torch_adapter
+            return torch_adapter.BACKEND
+        if module.startswith(("jax", "jaxlib")):
+            from . import jax as jax_adapter
+            return jax_adapter.BACKEND
+        if is_host_array(a):
+            return HostBackend
+        raise TypeError(f"tokamax_cpp takes numpy arrays, torch tensors or jax arrays, got {type(a).__name__}")
+    raise ValueError("no array among the arguments")
+
+
+def apply(opdef, inputs, options: dict, implementation=None) -> tuple:
+    """Runs `opdef` through the inputs' backend, trying Tokamax-style implementation
+    sequences in order (the first that does not raise NotImplementedError)."""
+    backend = backend_of(*inputs)
+    candidates = _implementations(implementation)
+    errors = []
+    for candidate in candidates:
+        opts = dict(options)
+        try:
+            name = canonical_implementation(candidate)
+            if name is not None:
+                opts["implementation"] = name
+            return backend.apply(opdef, list(inputs), opts)
+        except NotImplementedError as e:
+            if len(candidates) == 1:
+                raise
+            errors.append(f"{candidate}: {e}")
+    raise NotImplementedError("no implementation could serve the call:\n  " + "\n  ".join(errors))
+
+
+def _require_none(name: str, value, why: str) -> None:
+    if value is not None:
+        raise NotImplementedError(f"{name}={value!r} is not supported: {why}")
+
+
+def _dtype_name(dtype) -> str:
+    """"float32" for numpy, jax and torch dtypes alike."""
+    try:
+        import numpy as np
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype).split(".")[-1]
+
+
+def _number(name: str, value, kind=float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return kind(value)
+
+
+# ---- Normalization -----------------------------------------------------------------------
+
+
+def layer_norm(x, scale, offset, *, axis: int = -1, epsilon: float = 1e-6, scale_offset: float = 0.0,
+               subtract_mean: bool = True, implementation=None):
+    """Tokamax's layer_norm: (x - mean) * rstd * (scale + scale_offset) + offset over `axis`;
+    with subtract_mean=False the RMS norm x * rstd * (scale + scale_offset)."""
+    axis = _number("axis", axis, int)
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and 0 <= axis < ndim:
+        axis -= ndim  # counted from the end: the same axis once vmap adds leading dims
+    options = {"axis": axis, "epsilon": _number("epsilon", epsilon)}
+    scale_offset = _number("scale_offset", scale_offset)
+    if scale_offset != 0.0:
+        if scale is None:
+            raise ValueError("scale_offset needs a scale")
+        scale = scale + scale_offset  # a 1-D add; its gradient is the identity
+    if not subtract_mean:
+        if offset is not None:
+            raise NotImplementedError("offset with subtract_mean=False: the library's rms_norm has no offset")
+        return apply(_opdefs.RMS_NORM, [x, scale], options, implementation)[0]
+    return apply(_opdefs.LAYER_NORM, [x, scale, offset], options, implementation)[0]
+
+
+def rms_norm(x, scale=None, *, axis: int = -1, epsilon: float = 1e-6, implementation=None):
+    """x * rstd * scale, rstd = 1 / sqrt(mean(x^2) + epsilon) over `axis`."""
+    return layer_norm(x, scale, None, axis=axis, epsilon=epsilon, subtract_mean=False,
+                      implementation=implementation)
+
+
+# ---- Attention ---------------------------------------------------------------------------
+
+
+def _window(local_window_size) -> dict:
+    if local_window_size is None:
+        return {}
+    if isinstance(local_window_size, numbers.Integral) and not isinstance(local_window_size, bool):
+        left = right = int(local_window_size)
+    elif isinstance(local_window_size, Sequence) and len(local_window_size) == 2:
+        left, right = local_window_size
+    else:
+        raise TypeError(f"local_window_size must be an int or a (left, right) pair, got {local_window_size!r}")
+    window = {}
+    for key, side in (("window_left", left), ("window_right", right)):
+        if side is not None:  # an absent side is unbounded
+            side = _number("local_window_size", side, int)
+            if side < 0:
+                raise ValueError(f"local_window_size must be non-negative, got {local_window_size!r}")
+            window[key] = side
+    return window
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
+                          query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                          logits_soft_cap=None, precision=None, implementation=None, q_sharding=None):
+    """Tokamax's dot_product_attention: q [*B, T, N, H], k [*B, S, K, H], v [*B, S, K, Hv]
+    -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result."""
+    del q_sharding
+    _require_none("precision", precision, "the products use each dtype's native precision (f32 accumulation)")
+    options = {"is_causal": bool(is_causal)}
+    if scale is not None:
+        options["scale"] = _number("scale", scale)
+    if logits_soft_cap is not None:
+        cap = _number("logits_soft_cap", logits_soft_cap)
+        if not cap > 0:
+            raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
+        options["logits_soft_cap"] = cap
+    options.update(_window(local_window_size))
+    inputs = [query, key, value, bias, mask, query_seq_lengths, key_value_seq_lengths]
+    return apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
+
+
+# ---- Gated linear unit -------------------------------------------------------------------
+
+_ACTIVATIONS = {"silu": "swish", "swish": "swish", "gelu": "gelu", "gelu_tanh": "gelu_tanh",
+                "gelu_exact": "gelu", "sigmoid": "sigmoid", "relu": "relu", "none": "none"}
+
+
+def activation_name(activation) -> str:
+    """The library's activation for Tokamax's `activation` (a callable such as jax.nn.swish
+    or torch.nn.functional.silu, a name, or None: no activation)."""
+    if activation is None:
+        return "none"
+    if isinstance(activation, str):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}")
+        return _ACTIVATIONS[activation]
+    approximate = None
+    fn = activation
+    if isinstance(fn, functools.partial):
+        approximate = fn.keywords.get("approximate")
+        fn = fn.func
+    name = getattr(fn, "__name__", "")
+    module = getattr(fn, "__module__", "") or ""
+    if name == "gelu":
+        if approximate is None:  # jax.nn.gelu approximates by default, torch's gelu does not
+            approximate = module.startswith("jax")
+        return "gelu_tanh" if approximate in (True, "tanh") else "gelu"
+    if name in ("silu", "swish", "sigmoid", "relu"):
+        return _ACTIVATIONS[name]
+    raise NotImplementedError(f"activation {activation!r}: the library's kernels have swish (silu), gelu, "
+                              "gelu_tanh, sigmoid, relu and none")
+
+
+def gated_linear_unit(x, weights, *, activation=None, precision=None, implementation=None):
+    """Tokamax's gated_linear_unit: activation(x @ w_gate) * (x @ w_up) with weights fused
+    [K, 2, N] or a (w_gate, w_up) pair of [K, N]."""
+    _require_none("precision", precision, "the products accumulate in f32 (f64 for f64)")
+    options = {"activation": activation_name(activation)}
+    if isinstance(weights, (tuple, list)):
+        if len(weights) != 2:
+            raise ValueError(f"weights: a pair (w_gate, w_up) or a fused [K, 2, N] array, got {len(weights)} arrays")
+        weights = backend_of(x, *weights).stack(weights, axis=1)
+    return apply(_opdefs.GATED_LINEAR_UNIT, [x, weights], options, implementation)[0]
+
+
+# ---- Ragged dot --------------------------------------------------------------------------
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None, *,
+               implementation=None):
+    """Tokamax's ragged_dot: lhs [M, K], rhs [G, K, N], group_sizes int32 [G] -> [M, N]."""
+    _require_none("precision", precision, "the products accumulate in f32 (f64 for f64)")
+    _require_none("group_offset", group_offset, "the library's ragged_dot takes every group")
+    if preferred_element_type is not None and _dtype_name(preferred_element_type) != _dtype_name(lhs.dtype):
+        raise NotImplementedError(f"preferred_element_type={preferred_element_type!r}: the output has lhs's dtype "
+                                  f"{lhs.dtype}")
+    return apply(_opdefs.RAGGED_DOT, [lhs, rhs, group_sizes], {}, implementation)[0]
+
+
+# ---- Linear softmax cross-entropy ----------------------------------------------------------
+
+
+def linear_softmax_cross_entropy_loss(x, labels, weights, *, reduction: str = "sum", precision=None,
+                                      implementation=None, ignore_index: int = -100):
+    """Tokamax's linear_softmax_cross_entropy_loss: x [B, D], labels int32 [B], weights
+    [D, V]; the loss of softmax(x @ weights) against labels, "sum" / "mean" (a scalar) or
+    "none" ([B]). Rows labelled `ignore_index` count for nothing."""
+    _require_none("precision", precision, "the products accumulate in f32 (f64 for f64)")
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f"reduction must be 'sum', 'mean' or 'none', got {reduction!r}")
+    options = {"reduction": reduction, "ignore_index": _number("ignore_index", ignore_index, int)}
+    loss = apply(_opdefs.CROSS_ENTROPY, [x, weights, labels], options, implementation)[0]
+    return loss if reduction == "none" else loss.reshape(())

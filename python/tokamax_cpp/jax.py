@@ -1,0 +1,260 @@
+"""JAX adapter: each op a `jax.custom_vjp` over `jax.ffi.ffi_call` of ONE generic XLA FFI
+handler (ffi/handler.cc). The handler is compiled at first use against
+`jax.ffi.include_dir()` with the system C++ compiler ($CXX, else c++) and cached per
+jaxlib version under $XDG_CACHE_HOME/tokamax_cpp (else ~/.cache/tokamax_cpp). It is
+registered for CUDA (XLA's stream, workspace from XLA's scratch allocator) and for the
+CPU (the library's interpreter).
+
+Binding happens at trace time (the abstract evaluation binds the call through the C ABI),
+so bad arguments raise Python exceptions naming them when the function is traced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from . import _capi, _opdefs
+
+try:
+    from jax import ffi as _ffi
+except ImportError:  # jax < 0.4.38 kept it in jax.extend
+    from jax.extend import ffi as _ffi
+
+TARGET = "tokamax_cpp"
+_SOURCE = Path(__file__).resolve().parent / "ffi" / "handler.cc"
+
+_TO_CODE = {jnp.dtype(jnp.bfloat16): _capi.BF16, jnp.dtype(jnp.float16): _capi.F16,
+            jnp.dtype(jnp.float32): _capi.F32, jnp.dtype(jnp.float64): _capi.F64, jnp.dtype(jnp.int8): _capi.I8,
+            jnp.dtype(jnp.int32): _capi.I32, jnp.dtype(jnp.int64): _capi.I64, jnp.dtype(jnp.bool_): _capi.BOOL,
+            jnp.dtype(jnp.float8_e4m3fn): _capi.F8E4M3, jnp.dtype(jnp.float8_e5m2): _capi.F8E5M2}
+_FROM_CODE = {code: dtype for dtype, code in _TO_CODE.items()}
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tokamax_cpp"
+
+
+def _build_handler() -> Path:
+    """The handler's shared library for this jaxlib and this source, compiled once."""
+    import jaxlib
+    source = _SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    target = _cache_dir() / f"ffi-jaxlib-{jaxlib.__version__}-{digest}" / "libtokamax_ffi.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    compiler = os.environ.get("CXX", "c++")
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-I",
+                   _ffi.include_dir(), str(_SOURCE), "-o", str(built), "-ldl"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ImportError(f"tokamax_cpp.jax: building the XLA FFI handler failed ({' '.join(command)}):\n"
+                              f"{result.stderr[-4000:]}")
+        os.replace(built, target)  # atomic: concurrent builders each install a whole file
+    return target
+
+
+@functools.cache
+def _handler() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(_build_handler()))
+    lib.tokamax_ffi_init.argtypes = [ctypes.c_char_p]
+    status = lib.tokamax_ffi_init(_capi.library_path.encode())
+    if status != 0:
+        raise ImportError(f"tokamax_cpp.jax: the FFI handler could not resolve the C ABI in "
+                          f"{_capi.library_path} (status {status})")
+    _ffi.register_ffi_target(TARGET, _ffi.pycapsule(lib.TokamaxFfiCuda), platform="CUDA")
+    _ffi.register_ffi_target(TARGET, _ffi.pycapsule(lib.TokamaxFfiHost), platform="cpu")
+    return lib
+
+
+def _code(dtype, name: str) -> int:
+    code = _TO_CODE.get(jnp.dtype(dtype))
+    if code is None:
+        raise TypeError(f"{name}: dtype {dtype} is not one the library takes")
+    return code
+
+
+def _vmap_method(op: str, inputs) -> str:
+    """Batch dims fold into the op where its leading dims are batch dims of every input
+    (attention without bias / mask; the norms without scale / offset); otherwise a loop."""
+    if op in ("attention", "attention_vjp") and all(x is None for x in (inputs[3], inputs[4])):
+        return "broadcast_all" if op == "attention" else "sequential"
+    if op in ("layer_norm", "rms_norm") and all(x is None for x in inputs[1:]):
+        return "broadcast_all"
+    return "sequential"
+
+
+def call(op: str, inputs, options: dict, names=None) -> list:
+    """Runs `op` on jax arrays (None = absent) through the FFI handler: every output, None
+    where the call produces none. Traceable (jit, vmap); no autograd (see `apply`)."""
+    _handler()
+    names = names or [f"input {i}" for i in range(len(inputs))]
+    text = _capi.options_json(options)
+    specs = [None if x is None else (_code(x.dtype, n), tuple(int(d) for d in x.shape)) for n, x in zip(names, inputs)]
+    bound = _capi.get_call(op, specs, text)  # validates: Python exceptions at trace time
+    results = [jax.ShapeDtypeStruct(s.shape, _FROM_CODE[s.dtype]) for s in bound.outputs if s is not None]
+    fn = _ffi.ffi_call(TARGET, results, vmap_method=_vmap_method(op, inputs))
+    outs = iter(fn(*[x for x in inputs if x is not None], op=op, options=text,
+                   inputs="".join("0" if x is None else "1" for x in inputs),
+                   outputs="".join("0" if s is None else "1" for s in bound.outputs)))
+    return [None if s is None else next(outs) for s in bound.outputs]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _apply(name: str, options: str, present: str, *arrays):
+    opdef = _opdefs.BY_NAME[name]
+    opts = _capi_options(options, residuals=False if opdef.has_residuals else None)
+    outs = call(name, _unpack(present, arrays), opts, opdef.inputs)
+    return tuple(outs[j] for j in opdef.returns)
+
+
+def _apply_fwd(name, options, present, *arrays):
+    opdef = _opdefs.BY_NAME[name]
+    outs = call(name, _unpack(present, arrays), _capi_options(options), opdef.inputs)
+    return tuple(outs[j] for j in opdef.returns), (arrays, tuple(outs))
+
+
+def _apply_bwd(name, options, present, residuals, cotangents):
+    opdef = _opdefs.BY_NAME[name]
+    arrays, outs = residuals
+    inputs = _unpack(present, arrays)
+    cts = [None if o is None else jnp.zeros_like(o) for o in outs]
+    for j, c in zip(opdef.returns, cotangents):
+        cts[j] = c.astype(outs[j].dtype)
+    vjp_options = opdef.vjp_options_of(_capi_options(options), inputs)
+    grads = call(opdef.vjp, opdef.vjp_input_values(cts, inputs, list(outs)), vjp_options)
+    by_input = [None] * len(inputs)
+    for g, i in zip(grads, opdef.vjp_grads):
+        if g is not None and inputs[i] is not None:
+            by_input[i] = g.astype(inputs[i].dtype)
+    return tuple(g for g, x in zip(by_input, inputs) if x is not None)
+
+
+_apply.defvjp(_apply_fwd, _apply_bwd)
+
+
+def _capi_options(text: str, residuals=None) -> dict:
+    import json
+    options = json.loads(text)
+    if residuals is not None:
+        options["residuals"] = residuals
+    return options
+
+
+def _unpack(present: str, arrays) -> list:
+    it = iter(arrays)
+    return [next(it) if p == "1" else None for p in present]
+
+
+class _JaxBackend:
+    name = "jax"
+
+    @staticmethod
+    def apply(opdef, inputs, options: dict) -> tuple:
+        inputs = [None if x is None else jnp.asarray(x) for x in inputs]
+        present = "".join("0" if x is None else "1" for x in inputs)
+        if opdef.vjp is None:
+            outs = call(opdef.name, inputs, options, opdef.inputs)
+            return tuple(outs[j] for j in opdef.returns)
+        return _apply(opdef.name, _capi.options_json(options), present, *[x for x in inputs if x is not None])
+
+    @staticmethod
+    def stack(arrays, axis: int):
+        return jnp.stack(list(arrays), axis=axis)
+
+
+BACKEND = _JaxBackend()
+
+
+def disabled_export_checks() -> list:
+    """What jax.export must be told to accept our custom call (Tokamax's
+    DISABLE_JAX_EXPORT_CHECKS)."""
+    return [jax.export.DisabledSafetyChecks.custom_call(TARGET)]
+
+
+# ---- autotuning and benchmarking helpers ----
+
+def trace(f, *args) -> None:
+    """Traces f(*args) afresh (jit's trace cache cleared) so every call binds again and
+    autotune's recorder sees it."""
+    jax.clear_caches()
+    jax.make_jaxpr(f)(*args)
+
+
+def standardize_function(f, args, kwargs, mode: str, seed):
+    """benchmarking.standardize_function for jax arrays (jax.ShapeDtypeStruct leaves of
+    args / kwargs filled with random values from `seed`)."""
+    leaves, tree = jax.tree_util.tree_flatten((list(args), kwargs))
+    key = jax.random.PRNGKey(seed or 0)
+    filled = []
+    for leaf in leaves:
+        if isinstance(leaf, jax.ShapeDtypeStruct) and seed is not None:
+            key, sub = jax.random.split(key)
+            if jnp.issubdtype(leaf.dtype, jnp.floating):
+                leaf = jax.random.normal(sub, leaf.shape, leaf.dtype)
+            else:
+                leaf = jax.random.randint(sub, leaf.shape, 0, 2, leaf.dtype)
+        filled.append(leaf)
+    positions = [i for i, leaf in enumerate(filled) if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct))]
+
+    def evaluate(arrays):
+        full = list(filled)
+        for i, a in zip(positions, arrays):
+            full[i] = a
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(tree, full)
+        return f(*call_args, **call_kwargs)
+
+    def g(arrays):
+        if mode in ("forward", "forward_res"):
+            return evaluate(arrays)
+        out, pullback = jax.vjp(evaluate, list(arrays))
+        cotangent = jax.tree_util.tree_map(lambda o: jax.random.normal(jax.random.PRNGKey(1), o.shape, o.dtype), out)
+        grads = pullback(cotangent)[0]
+        return (out, grads) if mode == "forward_and_vjp" else grads
+
+    return g, tuple(filled[i] for i in positions)
+
+
+def compile_benchmark(f, x):
+    """benchmarking.compile_benchmark for jax: jit, lower and compile timed; the runner
+    times blocked calls (wall-clock)."""
+    import time
+    from .benchmarking import BenchmarkData
+    jitted = jax.jit(f)
+    start = time.perf_counter()
+    lowered = jitted.lower(x)
+    lower_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    compile_ms = (time.perf_counter() - start) * 1e3
+    memory = compiled.memory_analysis()
+    peak = getattr(memory, "peak_memory_in_bytes", None) if memory is not None else None
+
+    def runner(x, *, iterations: int = 5, method=None, event_filter_regex=None):
+        del event_filter_regex
+        if method not in (None, "wallclock"):
+            raise NotImplementedError(f"method={method!r} needs Tokamax's CUPTI / XProf timers; tokamax_cpp's "
+                                      "jax runner measures 'wallclock' (blocked calls)")
+        jax.block_until_ready(compiled(x))
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(x))
+            times.append((time.perf_counter() - start) * 1e3)
+        return BenchmarkData(compile_time_ms=compile_ms, lower_time_ms=lower_ms, evaluation_times_ms=tuple(times),
+                             metadata={"method": "wallclock", "framework": "jax"},
+                             peak_memory_mb=None if peak is None else peak / 1e6)
+
+    return runner

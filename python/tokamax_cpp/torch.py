@@ -1,0 +1,244 @@
+"""PyTorch adapter: every op of the library as `torch.ops.tokamax_cpp.<op>` (torch >= 2.4,
+torch.library.custom_op), one implementation for CPU and CUDA tensors:
+
+- CUDA: the tensors' data pointers, torch's current stream of their device, outputs and
+  the workspace from torch's caching allocator (so CUDA graphs capture it);
+- CPU: the library's CPU interpreter on the same pointers (device -1);
+- fake tensors (torch.compile, meta): output shapes from the call's output specs;
+- autograd: the forward keeps its residuals (mean / rstd / lse) and backward calls the
+  VJP op (`_opdefs` says how they meet).
+
+Each op's schema is `(Tensor? <input>..., str options) -> (Tensor, ...)`: `options` is the
+canonical JSON of the op's attributes (docs/c-api.md); an output the call does not
+produce is an empty float32 tensor.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from . import _capi, _opdefs
+
+_NAMESPACE = "tokamax_cpp"
+
+
+def _version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+if _version() < (2, 4) or not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"tokamax_cpp.torch needs torch >= 2.4 (torch.library.custom_op, register_fake, "
+                      f"register_autograd); this is torch {torch.__version__}")
+
+_TO_CODE = {torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, torch.float32: _capi.F32,
+            torch.float64: _capi.F64, torch.int8: _capi.I8, torch.int32: _capi.I32, torch.int64: _capi.I64,
+            torch.bool: _capi.BOOL}
+for _name, _code in (("float8_e4m3fn", _capi.F8E4M3), ("float8_e5m2", _capi.F8E5M2)):
+    if hasattr(torch, _name):
+        _TO_CODE[getattr(torch, _name)] = _code
+_FROM_CODE = {code: dtype for dtype, code in _TO_CODE.items()}
+
+
+def _code(dtype, name: str) -> int:
+    code = _TO_CODE.get(dtype)
+    if code is None:
+        raise TypeError(f"{name}: dtype {dtype} is not one the library takes")
+    return code
+
+
+def _schema_name(arg: str) -> str:
+    return arg + "_" if arg in ("out", "self") else arg  # names the schema parser treats specially
+
+
+def _specs(names, tensors):
+    return [None if t is None else (_code(t.dtype, n), tuple(int(d) for d in t.shape))
+            for n, t in zip(names, tensors)]
+
+
+def _device_of(tensors) -> torch.device:
+    devices = {t.device for t in tensors if t is not None}
+    if len(devices) != 1:
+        raise ValueError(f"every tensor of a call must be on one device, got {sorted(map(str, devices))}")
+    return devices.pop()
+
+
+def _placeholder(device):
+    return torch.empty(0, dtype=torch.float32, device=device)
+
+
+def _outputs(call, device):
+    return [_placeholder(device) if s is None else torch.empty(s.shape, dtype=_FROM_CODE[s.dtype], device=device)
+            for s in call.outputs]
+
+
+def _descriptor(t, device_index: int):
+    return None if t is None else _capi.tensor(_TO_CODE[t.dtype], t.shape, t.data_ptr() or None, device_index)
+
+
+def _run(op: str, names, tensors, options: str):
+    device = _device_of(tensors)
+    tensors = [None if t is None else t.contiguous() for t in tensors]
+    call = _capi.get_call(op, _specs(names, tensors), options)
+    outs = _outputs(call, device)
+    out_descs = lambda index: [None if s is None else _descriptor(o, index) for o, s in zip(outs, call.outputs)]
+    if device.type == "cpu":
+        call.run([_descriptor(t, -1) for t in tensors], out_descs(-1))
+    elif device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        with torch.cuda.device(index):
+            stream = torch.cuda.current_stream(index).cuda_stream
+            nbytes = call.workspace_bytes(index)
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+            call.run([_descriptor(t, index) for t in tensors], out_descs(index), stream or None,
+                     workspace.data_ptr() if workspace is not None else None, nbytes)
+    else:
+        raise NotImplementedError(f"tokamax_cpp runs CPU and CUDA tensors, not {device.type}")
+    return outs
+
+
+def _fake(op: str, names, tensors, options: str):
+    device = _device_of(tensors)
+    return _outputs(_capi.get_call(op, _specs(names, tensors), options), device)
+
+
+_registered: dict = {}
+
+
+def op(name: str):
+    """torch.ops.tokamax_cpp.<name> (registered at import; other ops on first use)."""
+    if name not in _registered:
+        _registered[name] = _register(name)
+    return _registered[name]
+
+
+def _register(name: str):
+    args, num_inputs = _capi.op_args(name)
+    names, num_outputs = args[:num_inputs], len(args) - num_inputs
+    params = ", ".join(f"Tensor? {_schema_name(a)}" for a in names)
+    returns = "Tensor" if num_outputs == 1 else "(" + ", ".join(["Tensor"] * num_outputs) + ")"
+    schema = f"({params}, str options) -> {returns}"
+    single = num_outputs == 1
+
+    def shaped(outs):
+        return outs[0] if single else tuple(outs)
+
+    def impl(*args):
+        return shaped(_run(name, names, list(args[:-1]), args[-1]))
+
+    def fake(*args):
+        return shaped(_fake(name, names, list(args[:-1]), args[-1]))
+
+    impl.__name__ = fake.__name__ = name
+    custom = torch.library.custom_op(f"{_NAMESPACE}::{name}", impl, mutates_args=(), schema=schema)
+    custom.register_fake(fake)
+    opdef = _opdefs.BY_NAME.get(name)
+    if opdef is not None and opdef.vjp is not None:
+        _register_autograd(custom, opdef)
+    return custom
+
+
+def _register_autograd(custom, opdef) -> None:
+    def setup_context(ctx, inputs, output):
+        tensors, options = list(inputs[:-1]), inputs[-1]
+        outs = [output] if isinstance(output, torch.Tensor) else list(output)
+        ctx.options = options
+        ctx.present = [t is not None for t in tensors]
+        ctx.save_for_backward(*[t for t in tensors if t is not None], *outs)
+
+    def backward(ctx, *grads):
+        saved = iter(ctx.saved_tensors)
+        inputs = [next(saved) if present else None for present in ctx.present]
+        outputs = list(saved)
+        cotangents = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outputs)]
+        options = opdef.vjp_options_of(json.loads(ctx.options), inputs)
+        result = op(opdef.vjp)(*opdef.vjp_input_values(cotangents, inputs, outputs), _capi.options_json(options))
+        result = [result] if isinstance(result, torch.Tensor) else list(result)
+        input_grads = [None] * len(inputs)
+        for g, i in zip(result, opdef.vjp_grads):
+            if inputs[i] is not None and ctx.needs_input_grad[i]:
+                input_grads[i] = g if g.dtype == inputs[i].dtype else g.to(inputs[i].dtype)
+        return (*input_grads, None)
+
+    custom.register_autograd(backward, setup_context=setup_context)
+
+
+class _TorchBackend:
+    name = "torch"
+
+    @staticmethod
+    def apply(opdef, inputs, options: dict) -> tuple:
+        options = dict(options)
+        if opdef.has_residuals:
+            options["residuals"] = torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in inputs)
+        outs = _registered[opdef.name](*inputs, _options_text(tuple(sorted(options.items()))))
+        outs = (outs,) if isinstance(outs, torch.Tensor) else outs
+        return tuple(outs[j] for j in opdef.returns)
+
+    @staticmethod
+    def stack(tensors, axis: int):
+        return torch.stack(list(tensors), dim=axis)
+
+
+BACKEND = _TorchBackend()
+
+
+def _options_text(items) -> str:
+    return _capi.options_json(dict(items))
+
+
+# Under torch.compile the options are constants of the traced program: dynamo calls this
+# once while tracing instead of tracing into json (which would break the graph).
+if hasattr(torch, "_dynamo") and hasattr(torch._dynamo, "assume_constant_result"):
+    _options_text = torch._dynamo.assume_constant_result(_options_text)
+
+
+def register_all() -> list[str]:
+    """Registers every op of the library now (torch.ops.tokamax_cpp.*) and names them."""
+    names = [n for n in _capi.op_names() if n in _opdefs.BY_NAME or n.endswith("_vjp") and n[:-4] in _opdefs.BY_NAME]
+    for n in names:
+        op(n)
+    return names
+
+
+# Registered at import, before any torch.compile trace reaches them.
+register_all()
+
+
+# ---- benchmarking helpers (tokamax_cpp.benchmarking dispatches here) ----
+
+def standardize_function(f, args, kwargs, mode: str, seed):
+    """benchmarking.standardize_function for torch tensors: meta tensors are filled with
+    random values (on CUDA where available); "vjp" / "forward_and_vjp" return the
+    gradients of f's output against a random cotangent."""
+    generator = torch.Generator().manual_seed(seed or 0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def concrete(a):
+        if isinstance(a, torch.Tensor) and a.device.type == "meta" and seed is not None:
+            return torch.randn(a.shape, generator=generator, dtype=torch.float32).to(device=device, dtype=a.dtype)
+        return a
+
+    args = [concrete(a) for a in args]
+    kwargs = {k: concrete(v) for k, v in kwargs.items()}
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+    def g(arrays):
+        full = list(args)
+        for i, a in zip(positions, arrays):
+            full[i] = a
+        if mode in ("forward", "forward_res"):
+            return f(*full, **kwargs)
+        leaves = [a.detach().requires_grad_(a.is_floating_point()) for a in arrays]
+        for i, a in zip(positions, leaves):
+            full[i] = a
+        out = f(*full, **kwargs)
+        cotangent = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out.device, out.dtype)
+        wrt = [a for a in leaves if a.requires_grad]
+        grads = torch.autograd.grad(out, wrt, cotangent)
+        return (out, grads) if mode == "forward_and_vjp" else grads
+
+    return g, tuple(args[i] for i in positions)

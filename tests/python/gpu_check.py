@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""GPU checks of tokamax_cpp's torch and jax adapters (run on a GPU machine; CI has none).
+
+    PYTHONPATH=python TOKAMAX_CPP_LIBRARY=build/libtokamax.so python3 tests/python/gpu_check.py [torch] [jax]
+
+torch (>= 2.4, CUDA): layer_norm and attention forward and gradients against torch's own
+(F.layer_norm, SDPA), torch.library.opcheck on CUDA tensors, torch.compile(fullgraph=True),
+a CUDA graph capture and replay, the host time of an eager call. jax (GPU backend): jit,
+grad and vmap against jnp / jax.nn references, autotune + scope, benchmarking, jax.export
+round trip, the time of a jitted call. Prints one line per check; exit status 1 if any failed.
+"""
+
+import sys
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "python"))
+import tokamax_cpp as tokamax  # noqa: E402
+
+failures = []
+
+
+def check(name, fn):
+    try:
+        detail = fn()
+        print(f"PASS {name}" + (f": {detail}" if detail else ""))
+    except Exception:  # noqa: BLE001 - report every failure and go on
+        failures.append(name)
+        print(f"FAIL {name}\n{traceback.format_exc()}")
+
+
+def close(a, b, tol):
+    err = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+    assert err <= tol, f"max abs error {err} > {tol}"
+    return f"max abs error {err:.2e}"
+
+
+def torch_checks():
+    import torch
+    import torch.nn.functional as F
+    dev = "cuda"
+    x = torch.randn(64, 1024, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(1024, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(1024, device=dev, dtype=torch.bfloat16, requires_grad=True)
+
+    def layer_norm():
+        y = tokamax.layer_norm(x, w, b)
+        ref = F.layer_norm(x.float(), (1024,), w.float(), b.float(), eps=1e-6)
+        g = torch.autograd.grad(y.float().square().sum(), (x, w, b))
+        gr = torch.autograd.grad(ref.square().sum(), (x, w, b))
+        close(g[0].float().cpu(), gr[0].float().cpu(), 0.25)
+        return close(y.float().detach().cpu(), ref.detach().cpu(), 0.05)
+
+    q, k, v = (torch.randn(2, 256, 8, 64, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def attention():
+        out = tokamax.dot_product_attention(q, k, v, is_causal=True)
+        ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+        g = torch.autograd.grad(out.float().sum(), (q, k, v))
+        gr = torch.autograd.grad(ref.float().sum(), (q, k, v))
+        for a, c in zip(g, gr):
+            close(a.float().cpu(), c.float().cpu(), 0.1)
+        return close(out.float().detach().cpu(), ref.float().detach().cpu(), 0.02)
+
+    def opcheck():
+        from tokamax_cpp import torch as tt
+        torch.library.opcheck(tt.op("layer_norm"), (x.detach(), w.detach(), None, '{"axis":-1,"epsilon":1e-06}'))
+        torch.library.opcheck(tt.op("attention"), (q.detach(), k.detach(), v.detach(), None, None, None, None,
+                                                   '{"is_causal":true}'))
+
+    def compiled():
+        f = torch.compile(lambda a, s: tokamax.dot_product_attention(tokamax.layer_norm(a, s, None), a, a),
+                          fullgraph=True)
+        a = torch.randn(2, 128, 4, 64, device=dev, dtype=torch.bfloat16)
+        s = torch.ones(64, device=dev, dtype=torch.bfloat16)
+        eager = tokamax.dot_product_attention(tokamax.layer_norm(a, s, None), a, a)
+        return close(f(a, s).float().cpu(), eager.float().cpu(), 1e-2)
+
+    def cuda_graph():
+        a = torch.randn(4, 128, 4, 64, device=dev, dtype=torch.bfloat16)
+        static_out = tokamax.dot_product_attention(a, a, a)  # warm-up: binds and compiles
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = tokamax.dot_product_attention(a, a, a)
+        a.copy_(torch.randn_like(a))
+        graph.replay()
+        torch.cuda.synchronize()
+        return close(static_out.float().cpu(), tokamax.dot_product_attention(a, a, a).float().cpu(), 1e-2)
+
+    def overhead():
+        a = torch.randn(1, 128, 1, 64, device=dev, dtype=torch.bfloat16)
+        for _ in range(20):
+            tokamax.dot_product_attention(a, a, a)
+        torch.cuda.synchronize()
+        n = 2000
+        start = time.perf_counter()
+        for _ in range(n):
+            tokamax.dot_product_attention(a, a, a)
+        ours = (time.perf_counter() - start) / n * 1e6
+        t = a.transpose(1, 2)
+        start = time.perf_counter()
+        for _ in range(n):
+            F.scaled_dot_product_attention(t, t, t)
+        sdpa = (time.perf_counter() - start) / n * 1e6
+        torch.cuda.synchronize()
+        return f"host time per eager call: ours {ours:.1f} us, SDPA {sdpa:.1f} us"
+
+    for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
+                     ("torch attention fwd+bwd vs SDPA", attention), ("torch opcheck (CUDA)", opcheck),
+                     ("torch.compile fullgraph", compiled), ("torch CUDA graph replay", cuda_graph),
+                     ("torch eager overhead", overhead)):
+        check(name, fn)
+
+
+def jax_checks():
+    import jax
+    import jax.numpy as jnp
+    assert jax.default_backend() == "gpu", f"jax backend is {jax.default_backend()}"
+    key = jax.random.PRNGKey(0)
+    x = jax.random.normal(key, (2, 256, 8, 64), jnp.bfloat16)
+    scale = jnp.ones((64,), jnp.float32)
+
+    def seed(a, s):
+        h = tokamax.layer_norm(a, s, None, implementation="triton")
+        h = tokamax.dot_product_attention(h, h, h, implementation="xla_chunked")
+        h = tokamax.layer_norm(h, s, None)
+        return jnp.sum(tokamax.dot_product_attention(h, h, h, implementation="mosaic").astype(jnp.float32))
+
+    def reference(a, s):
+        def ln(t):
+            t32 = t.astype(jnp.float32)
+            m = t32.mean(-1, keepdims=True)
+            return ((t32 - m) * jax.lax.rsqrt(((t32 - m) ** 2).mean(-1, keepdims=True) + 1e-6) * s).astype(t.dtype)
+        h = ln(a)
+        h = jax.nn.dot_product_attention(h, h, h)
+        h = ln(h)
+        return jnp.sum(jax.nn.dot_product_attention(h, h, h).astype(jnp.float32))
+
+    grad = jax.jit(jax.grad(seed, argnums=(0, 1)))
+
+    def seed_grad():
+        g = grad(x, scale)
+        gr = jax.jit(jax.grad(reference, argnums=(0, 1)))(x, scale)
+        close(np.asarray(g[1], np.float32), np.asarray(gr[1], np.float32), 0.05 * float(jnp.abs(gr[1]).max()) + 1e-3)
+        return close(np.asarray(g[0], np.float32), np.asarray(gr[0], np.float32), 0.05)
+
+    def autotune_scope():
+        result = tokamax.autotune(grad, x, scale)
+        again = tokamax.AutotuningResult.loads(result.dumps())
+        with again:
+            g = grad(x, scale)
+        return f"{len(result)} calls tuned, |dscale| {float(jnp.abs(g[1]).max()):.3g}"
+
+    def benchmark():
+        f, args = tokamax.standardize_function(seed, x, scale, mode="forward_and_vjp")
+        data = tokamax.compile_benchmark(f, args)(args, iterations=10)
+        return f"median {data.median_evaluation_time_ms:.3f} ms"
+
+    def export():
+        exported = jax.export.export(grad, disabled_checks=tokamax.DISABLE_JAX_EXPORT_CHECKS)(x, scale)
+        again = jax.export.deserialize(exported.serialize())
+        return close(np.asarray(again.call(x, scale)[0], np.float32), np.asarray(grad(x, scale)[0], np.float32), 0)
+
+    def vmap():
+        out = jax.vmap(lambda a: tokamax.dot_product_attention(a, a, a, is_causal=True))(x[:, None])
+        ref = jax.vmap(lambda a: jax.nn.dot_product_attention(a, a, a, is_causal=True))(x[:, None])
+        return close(np.asarray(out, np.float32), np.asarray(ref, np.float32), 0.02)
+
+    def overhead():
+        small = jnp.ones((1, 128, 1, 64), jnp.bfloat16)
+        n = 200
+        many = jax.jit(lambda a: jax.lax.fori_loop(0, n, lambda i, t: tokamax.layer_norm(t, None, None), a))
+        one = jax.jit(lambda a: tokamax.layer_norm(a, None, None))
+        jax.block_until_ready(many(small)), jax.block_until_ready(one(small))
+        start = time.perf_counter()
+        jax.block_until_ready(many(small))
+        loop = (time.perf_counter() - start) / n * 1e6
+        return f"per FFI call inside a jit (small layer_norm, kernel included): {loop:.1f} us"
+
+    for name, fn in (("jax seed gradient vs jax.nn + jnp", seed_grad), ("jax autotune + scope", autotune_scope),
+                     ("jax benchmarking", benchmark), ("jax.export round trip", export),
+                     ("jax vmap attention", vmap), ("jax call overhead", overhead)):
+        check(name, fn)
+
+
+if __name__ == "__main__":
+    parts = sys.argv[1:] or ["torch", "jax"]
+    if "torch" in parts:
+        check("torch import", lambda: __import__("tokamax_cpp.torch") and None)
+        if not failures:
+            torch_checks()
+    if "jax" in parts:
+        before = len(failures)
+        check("jax import", lambda: __import__("tokamax_cpp.jax") and None)
+        if len(failures) == before:
+            jax_checks()
+    print(f"{len(failures)} failed" + (f": {', '.join(failures)}" if failures else ""))
+    sys.exit(1 if failures else 0)

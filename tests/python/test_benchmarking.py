@@ -1,0 +1,23 @@
+"""benchmarking on numpy arrays (wall-clock); the GPU methods are checked where a GPU is."""
+
+import numpy as np
+import pytest
+
+import tokamax_cpp as tokamax
+
+
+def test_standardize_and_compile_benchmark_on_host():
+    x = np.ones((4, 8), np.float32)
+    f, arrays = tokamax.standardize_function(tokamax.layer_norm, x, kwargs={"scale": None, "offset": None})
+    assert len(arrays) == 1 and arrays[0] is x
+    runner = tokamax.compile_benchmark(f, arrays)
+    data = runner(arrays, iterations=3)
+    assert isinstance(data, tokamax.BenchmarkData) and len(data.evaluation_times_ms) == 3
+    assert data.median_evaluation_time_ms > 0 and data.asdict()["median_evaluation_time_ms"] > 0
+    with pytest.raises(NotImplementedError, match="profiler"):
+        runner(arrays, method="cupti")
+
+
+def test_numpy_has_no_vjp_mode():
+    with pytest.raises(NotImplementedError, match="autograd"):
+        tokamax.standardize_function(tokamax.rms_norm, np.ones((2, 4), np.float32), mode="vjp")

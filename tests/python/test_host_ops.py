@@ -1,0 +1,191 @@
+"""The public ops on numpy arrays (the CPU interpreter through the C ABI) against the
+float64 references of references.py, at small and odd shapes."""
+
+import numpy as np
+import pytest
+
+import references as ref
+import tokamax_cpp as tokamax
+
+TOL = {np.float64: (1e-10, 1e-10), np.float32: (2e-4, 2e-5), np.float16: (2e-2, 2e-2)}
+
+
+def tol(dtype):
+    return dict(zip(("rtol", "atol"), TOL[np.dtype(dtype).type]))
+
+
+# ---- norms ----
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (1, 33), (4, 1)])
+def test_layer_norm(dtype, shape):
+    r = ref.rng(1)
+    x = r.standard_normal(shape).astype(dtype)
+    scale = r.standard_normal(shape[-1]).astype(dtype)
+    offset = r.standard_normal(shape[-1]).astype(dtype)
+    y = tokamax.layer_norm(x, scale, offset)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    ref.assert_close(y, ref.layer_norm(x, scale, offset), **tol(dtype), what="layer_norm")
+
+
+def test_layer_norm_without_parameters_and_other_axis():
+    x = ref.rng(2).standard_normal((6, 5, 3)).astype(np.float32)
+    ref.assert_close(tokamax.layer_norm(x, None, None, axis=1), ref.layer_norm(x, None, None, axis=1),
+                     **tol(np.float32), what="axis=1")
+    ref.assert_close(tokamax.layer_norm(x, None, None, axis=0, epsilon=0.5),
+                     ref.layer_norm(x, None, None, axis=0, epsilon=0.5), **tol(np.float32), what="axis=0")
+
+
+def test_layer_norm_default_epsilon_is_tokamax_s():
+    x = (ref.rng(3).standard_normal((2, 8)) * 1e-3).astype(np.float64)  # epsilon matters at this scale
+    ref.assert_close(tokamax.layer_norm(x, None, None), ref.layer_norm(x, None, None, epsilon=1e-6),
+                     **tol(np.float64), what="epsilon 1e-6")
+
+
+def test_layer_norm_scale_offset_and_rms():
+    r = ref.rng(4)
+    x = r.standard_normal((5, 16)).astype(np.float32)
+    scale = r.standard_normal(16).astype(np.float32)
+    y = tokamax.layer_norm(x, scale, None, scale_offset=1.0)
+    ref.assert_close(y, ref.layer_norm(x, scale + 1.0, None), **tol(np.float32), what="scale_offset")
+    y = tokamax.layer_norm(x, scale, None, subtract_mean=False)
+    ref.assert_close(y, ref.rms_norm(x, scale), **tol(np.float32), what="subtract_mean=False")
+    ref.assert_close(tokamax.rms_norm(x, scale, epsilon=1e-3), ref.rms_norm(x, scale, epsilon=1e-3),
+                     **tol(np.float32), what="rms_norm")
+
+
+def test_layer_norm_vjp_op_by_name():
+    r = ref.rng(5)
+    x = r.standard_normal((7, 12))
+    scale, offset, dy = r.standard_normal(12), r.standard_normal(12), r.standard_normal((7, 12))
+    y, mean, rstd = tokamax.call("layer_norm", x, scale, offset, axis=-1, epsilon=1e-6)
+    assert mean.shape == (7,) and rstd.shape == (7,)
+    dx, dscale, doffset = tokamax.call("layer_norm_vjp", dy, x, scale, mean, rstd, axis=-1)
+    want = ref.layer_norm_vjp(dy, x, scale)
+    for got, expected, what in zip((dx, dscale, doffset), want, ("dx", "dscale", "doffset")):
+        ref.assert_close(got, expected, 1e-9, 1e-9, what=what)
+
+
+# ---- attention ----
+
+def qkv(r, b=2, t=5, s=7, n=4, k=2, h=8, hv=8, dtype=np.float32):
+    return (r.standard_normal((b, t, n, h)).astype(dtype), r.standard_normal((b, s, k, h)).astype(dtype),
+            r.standard_normal((b, s, k, hv)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_plain_and_gqa(dtype):
+    q, k, v = qkv(ref.rng(6), dtype=dtype)
+    out = tokamax.dot_product_attention(q, k, v)
+    assert out.shape == (2, 5, 4, 8) and out.dtype == dtype
+    ref.assert_close(out, ref.attention(q, k, v), **tol(dtype), what="attention")
+
+
+def test_attention_options():
+    r = ref.rng(7)
+    q, k, v = qkv(r, t=6, s=6, hv=4)
+    bias = r.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    mask = r.random((2, 1, 6, 6)) > 0.3
+    cases = [
+        (dict(is_causal=True), dict(is_causal=True)),
+        (dict(scale=0.3, logits_soft_cap=2.0), dict(scale=0.3, soft_cap=2.0)),
+        (dict(local_window_size=1), dict(window=(1, 1))),
+        (dict(local_window_size=(2, 0)), dict(window=(2, 0))),
+        (dict(bias=bias, mask=mask), dict(bias=bias, mask=mask)),
+        (dict(query_seq_lengths=np.array([6, 3], np.int32), key_value_seq_lengths=np.array([4, 6], np.int32)),
+         dict(q_lengths=[6, 3], kv_lengths=[4, 6])),
+    ]
+    for ours, theirs in cases:
+        out = tokamax.dot_product_attention(q, k, v, **ours)
+        ref.assert_close(out, ref.attention(q, k, v, **theirs), **tol(np.float32), what=str(sorted(ours)))
+
+
+def test_attention_vjp_op_by_name():
+    r = ref.rng(8)
+    q, k, v = qkv(r, b=1, t=3, s=4, n=2, k=1, h=4, hv=4, dtype=np.float64)
+    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, is_causal=True)
+    dout = r.standard_normal(out.shape)
+    dq, dk, dv, dbias = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None,
+                                     is_causal=True)
+    assert dbias is None
+    # Central differences of sum(dout * attention) against the VJP.
+    f = lambda q_, k_, v_: float((ref.attention(q_, k_, v_, is_causal=True) * dout).sum())
+    for grad, which in ((dq, 0), (dk, 1), (dv, 2)):
+        args = [q.copy(), k.copy(), v.copy()]
+        numeric = np.zeros_like(args[which])
+        for idx in np.ndindex(numeric.shape):
+            hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+            hi[which][idx] += 1e-6
+            lo[which][idx] -= 1e-6
+            numeric[idx] = (f(*hi) - f(*lo)) / 2e-6
+        ref.assert_close(grad, numeric, 1e-5, 1e-6, what=f"attention_vjp d{'qkv'[which]}")
+
+
+# ---- gated linear unit ----
+
+@pytest.mark.parametrize("activation", ["swish", "gelu", "gelu_tanh", "sigmoid", "relu", None])
+def test_gated_linear_unit(activation):
+    r = ref.rng(9)
+    x = r.standard_normal((2, 3, 10)).astype(np.float32)
+    w = (r.standard_normal((10, 2, 6)) / 3).astype(np.float32)
+    out = tokamax.gated_linear_unit(x, w, activation=activation)
+    assert out.shape == (2, 3, 6)
+    ref.assert_close(out, ref.gated_linear_unit(x, w, activation or "none"), **tol(np.float32),
+                     what=str(activation))
+
+
+def test_gated_linear_unit_unfused_weights_and_callables():
+    r = ref.rng(10)
+    x = r.standard_normal((5, 9)).astype(np.float64)
+    w_gate, w_up = r.standard_normal((9, 3)), r.standard_normal((9, 3))
+    out = tokamax.gated_linear_unit(x, (w_gate, w_up), activation="silu")
+    ref.assert_close(out, ref.gated_linear_unit(x, np.stack([w_gate, w_up], 1), "swish"), **tol(np.float64))
+
+    def relu(a):
+        return np.maximum(a, 0)
+    assert tokamax.activation_name(relu) == "relu"
+
+
+# ---- ragged dot ----
+
+@pytest.mark.parametrize("sizes", [[3, 0, 4], [2, 2, 9], [1, 1, 1]])
+def test_ragged_dot(sizes):
+    r = ref.rng(11)
+    lhs = r.standard_normal((7, 5)).astype(np.float32)
+    rhs = r.standard_normal((3, 5, 6)).astype(np.float32)
+    group_sizes = np.array(sizes, np.int32)
+    out = tokamax.ragged_dot(lhs, rhs, group_sizes)
+    ref.assert_close(out, ref.ragged_dot(lhs, rhs, group_sizes), **tol(np.float32), what=str(sizes))
+
+
+# ---- cross-entropy ----
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_linear_softmax_cross_entropy_loss(reduction):
+    r = ref.rng(12)
+    x = r.standard_normal((6, 8)).astype(np.float32)
+    w = r.standard_normal((8, 11)).astype(np.float32)
+    labels = np.array([0, 3, 10, -100, 5, 7], np.int32)
+    loss = tokamax.linear_softmax_cross_entropy_loss(x, labels, w, reduction=reduction)
+    assert loss.shape == ((6,) if reduction == "none" else ())
+    ref.assert_close(loss, ref.cross_entropy(x, labels, w, reduction), **tol(np.float32), what=reduction)
+
+
+# ---- implementations ----
+
+@pytest.mark.parametrize("alias", ["xla", "reference", ("cudnn", "xla")])
+def test_attention_implementation_aliases(alias):
+    q, k, v = qkv(ref.rng(13), b=1, t=3, s=3)
+    out = tokamax.dot_product_attention(q, k, v, implementation=alias)
+    ref.assert_close(out, ref.attention(q, k, v), **tol(np.float32), what=str(alias))
+
+
+def test_norm_implementation_aliases_agree():
+    x = ref.rng(14).standard_normal((4, 32)).astype(np.float32)
+    a = tokamax.layer_norm(x, None, None, implementation="xla")
+    b = tokamax.layer_norm(x, None, None, implementation="reference")
+    np.testing.assert_array_equal(a, b)
+    assert tokamax.canonical_implementation("triton") == "tile"
+    assert tokamax.canonical_implementation("mosaic") == "hopper"
+    assert tokamax.canonical_implementation("xla_chunked") == "chunked"
+    assert tokamax.canonical_implementation(None) is None

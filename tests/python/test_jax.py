@@ -1,0 +1,45 @@
+"""tokamax_cpp.jax on the CPU platform (the FFI handler runs the interpreter): numerics,
+jit, grad against the float64 references, vmap, export. Skipped, with the reason, where
+jax is not installed (CI); the GPU side runs on the GPU machine."""
+
+import numpy as np
+import pytest
+
+import references as ref
+
+jax = pytest.importorskip("jax", reason="jax is not installed (Debian has no package; CI cannot run this)")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+
+import tokamax_cpp as tokamax  # noqa: E402
+
+
+def test_layer_norm_jit_and_grad():
+    r = ref.rng(0)
+    x = r.standard_normal((3, 8))
+    scale, offset = r.standard_normal(8), r.standard_normal(8)
+    y = jax.jit(lambda a, b, c: tokamax.layer_norm(a, b, c))(x, scale, offset)
+    ref.assert_close(np.asarray(y), ref.layer_norm(x, scale, offset), 1e-9, 1e-9, "layer_norm")
+    dy = r.standard_normal((3, 8))
+    grads = jax.grad(lambda a, b, c: jnp.sum(tokamax.layer_norm(a, b, c) * dy), argnums=(0, 1, 2))(x, scale, offset)
+    for got, want, what in zip(grads, ref.layer_norm_vjp(dy, x, scale), ("dx", "dscale", "doffset")):
+        ref.assert_close(np.asarray(got), want, 1e-8, 1e-8, what)
+
+
+def test_attention_vmap_and_grad():
+    r = ref.rng(1)
+    q = jnp.asarray(r.standard_normal((2, 1, 4, 2, 8)).astype(np.float32))
+    out = jax.vmap(lambda a: tokamax.dot_product_attention(a, a, a, is_causal=True))(q)
+    for i in range(2):
+        want = ref.attention(np.asarray(q[i]), np.asarray(q[i]), np.asarray(q[i]), is_causal=True)
+        ref.assert_close(np.asarray(out[i]), want, 2e-4, 2e-5, "vmap")
+    g = jax.grad(lambda a: jnp.sum(tokamax.dot_product_attention(a, a, a)))(q[0])
+    assert g.shape == q[0].shape and bool(jnp.all(jnp.isfinite(g)))
+
+
+def test_export_round_trip():
+    x = jnp.ones((2, 8), jnp.float32)
+    f = jax.jit(jax.grad(lambda a: jnp.sum(tokamax.layer_norm(a, None, None) ** 2)))
+    exported = jax.export.export(f, disabled_checks=tokamax.DISABLE_JAX_EXPORT_CHECKS)(x)
+    again = jax.export.deserialize(exported.serialize())
+    np.testing.assert_allclose(np.asarray(again.call(x)), np.asarray(f(x)), rtol=1e-6)
