@@ -71,6 +71,13 @@ std::vector<FlashConfig> Tile::search_space(const Problem &p) {
 std::optional<std::string> Tile::check(const Problem &p, const FlashConfig &c) {
   if (auto bad = check_flash(p, c))
     return bad;
+  // Measured on an H100: this VJP's dk and dv come out wrong (dq right; the interpreter
+  // right; causal, H 32 / 128, 8 warps, 32-row blocks right). Refused until found.
+  if (p.vjp && c.wgmma && p.H == 64 && p.Hv == 64 && c.num_warps == 4 && c.block_q >= 64 && c.block_kv >= 64)
+    return fmt::format("tile's VJP with \"wgmma\" on 4 warps at head dim 64 with block_q and block_kv of 64 or "
+                       "more gives wrong dk / dv on sm_90a (an open bug; got block_q {}, block_kv {}): use 8 warps, "
+                       "a block of 32, or \"wgmma\": 0",
+                       c.block_q, c.block_kv);
   return check_flash_shared_memory(tileSpec(p, c));
 }
 

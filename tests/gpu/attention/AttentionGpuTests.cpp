@@ -202,9 +202,10 @@ TEST_CASE("attention with its products on wgmma matches float64 and reruns bit f
                         {"async_copy", 1}, {"wgmma", 1}};
       cases.push_back(c);
     }
+  // (The 4-warp 64 x 64 VJP at H 64 is refused: wrong dk / dv on an H100, an open bug.)
   for (int64_t h : {64, 128})
     for (Config config : {Config{{"block_q", 128}, {"block_kv", 64}, {"num_warps", 8}},
-                          Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 4}, {"stages", 3}}}) {
+                          Config{{"block_q", 64}, {"block_kv", h == 64 ? 32 : 64}, {"num_warps", 4}, {"stages", 3}}}) {
       config.set("async_copy", 1);
       config.set("wgmma", 1);
       Case c = makeCase("tile", DType::BF16, {.batch = {2}, .t = 1000, .s = 777, .n = 4, .k = 2, .h = h, .hv = h});

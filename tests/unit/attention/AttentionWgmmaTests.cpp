@@ -42,6 +42,15 @@ TEST_CASE("attention: \"wgmma\" needs the cp.async ring and is 0, 1 or 2 (2 with
   auto three = tile.check_config(args, two);
   REQUIRE(three.has_value());
   CHECK_THAT(*three, Catch::Contains("0, 1 or 2"));
+  // The VJP's 4-warp 64 x 64 wgmma config at head dim 64 is refused (wrong dk / dv on an H100).
+  AttentionVjpSpecs vjp{x, x, x, x, x, attention_lse_spec(x), {}, {}, {}, {}, x, x, x, {}};
+  const BoundArgs vjpArgs = bind_attention_vjp(vjp);
+  const Implementation &tileVjp = attention_vjp_op().implementation("tile");
+  auto wrong = tileVjp.check_config(vjpArgs, wgmmaConfig(64, 64, 4));
+  REQUIRE(wrong.has_value());
+  CHECK_THAT(*wrong, Catch::Contains("wrong dk / dv"));
+  CHECK_FALSE(tileVjp.check_config(vjpArgs, wgmmaConfig(64, 32, 4)).has_value());
+  CHECK_FALSE(tileVjp.check_config(vjpArgs, wgmmaConfig(128, 64, 8)).has_value());
   CHECK(attention_op().implementation("reference").check_config(args, {{"block_q", 64}, {"block_kv", 64},
                                                                         {"num_warps", 4}, {"wgmma", 0}})
             .has_value());
