@@ -1,19 +1,23 @@
 // The XLA FFI handler of tokamax_cpp.jax: one generic custom call for every op of the
 // library. Attributes: "op" (the C++ op), "options" (its canonical options JSON),
-// "inputs" / "outputs" (one '1' / '0' per argument of the op: which are passed; absent
-// optional ones are not buffers). Each (op, options, specs) is bound once (tkx_call) and
+// "inputs" / "outputs" (one '1' / '0' per argument of the op, in its order: which are
+// passed; absent optional ones are not buffers and go to tkx_call_create / tkx_call_run as
+// NULL slots, so num_inputs is always the op's full input count). Each (op, options, specs) is bound once (tkx_call) and
 // kept; a run goes on XLA's stream with its workspace from XLA's scratch allocator (GPU),
 // or on the CPU interpreter (host buffers).
 //
 // Built by tokamax_cpp.jax at first use with jax.ffi.include_dir() and the system C++
 // compiler; the tkx_* entry points come from the library the package loaded
 // (tokamax_ffi_init), so this file needs only the XLA FFI headers and libdl.
+#ifndef TOKAMAX_FFI_NO_XLA  // defined by the XLA-free test of the slot mapping
 #include "xla/ffi/api/ffi.h"
+#endif
 
 #include <dlfcn.h>
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,7 +25,9 @@
 #include <unordered_map>
 #include <vector>
 
+#ifndef TOKAMAX_FFI_NO_XLA
 namespace ffi = xla::ffi;
+#endif
 
 namespace {
 
@@ -53,6 +59,146 @@ bool resolve(void *lib, const char *name, F &fn) {
   return fn != nullptr;
 }
 
+// The bound calls, by op + options + input specs. Calls are immutable and thread-safe.
+std::mutex callsMutex;
+std::unordered_map<std::string, TkxCall *> calls;
+
+// A buffer XLA passed, without XLA's types (the slot mapping below is tested without XLA:
+// tests/python/test_ffi_handler.py). dtype -1: an element type the library does not take.
+struct Passed {
+  int32_t dtype, rank;
+  const int64_t *dims;
+  void *data;
+};
+
+struct Buffers {
+  std::vector<TkxTensor> tensors;        // one per passed buffer
+  std::vector<const TkxTensor *> slots;  // one per argument of the op, in its order (null: absent)
+};
+
+// What went wrong, XLA-free; the handler turns it into an ffi::Error.
+struct Failure {
+  enum Kind { kNone, kInvalidArgument, kInternal, kResourceExhausted } kind = kNone;
+  std::string message;
+  explicit operator bool() const { return kind != kNone; }
+};
+
+Failure tkxFailure(const char *what) { return {Failure::kInternal, std::string("tokamax_cpp ") + what + ": " + api.last_error()}; }
+
+// The op's argument slots: one per character of the presence mask `present` (the op's
+// full argument list, as tkx_op_args / the call's outputs give it), the passed buffers in
+// order in the '1' slots, NULL in the '0' ones. `key` (where given) gets the specs.
+Failure fill(const char *what, std::string_view present, const std::vector<Passed> &passed, int32_t device,
+             Buffers &b, std::string *key) {
+  size_t marked = 0;
+  for (char p : present) {
+    if (p != '0' && p != '1')
+      return {Failure::kInvalidArgument, std::string("tokamax_cpp: the ") + what + " mask '" + std::string(present) +
+                                             "' is not made of '0' / '1'"};
+    marked += p == '1';
+  }
+  if (marked != passed.size())
+    return {Failure::kInvalidArgument, std::string("tokamax_cpp: ") + std::to_string(passed.size()) + " " + what +
+                                           " buffers, the mask '" + std::string(present) + "' marks " +
+                                           std::to_string(marked)};
+  b.tensors.clear();
+  b.tensors.reserve(passed.size());  // no reallocation below: the slots point into it
+  b.slots.assign(present.size(), nullptr);
+  size_t next = 0;
+  for (size_t i = 0; i < present.size(); ++i) {
+    if (present[i] != '1') {
+      if (key)
+        *key += "|-";
+      continue;
+    }
+    const Passed &buf = passed[next++];
+    if (buf.dtype < 0)
+      return {Failure::kInvalidArgument, std::string("tokamax_cpp: ") + what + " " + std::to_string(i) +
+                                             ": an element type the library does not take"};
+    b.tensors.push_back({sizeof(TkxTensor), buf.dtype, buf.rank, device, buf.dims, nullptr, buf.data});
+    b.slots[i] = &b.tensors.back();
+    if (key) {
+      *key += "|" + std::to_string(buf.dtype) + ":";
+      for (int32_t d = 0; d < buf.rank; ++d)
+        *key += std::to_string(buf.dims[d]) + ",";
+    }
+  }
+  return {};
+}
+
+// The call for (op, options, input specs), bound once; null with `failure` set otherwise.
+TkxCall *boundCall(std::string_view op, std::string_view options, const std::string &specKey, const Buffers &in,
+                   Failure &failure) {
+  std::string key = std::string(op) + '\n' + std::string(options) + '\n' + specKey;
+  std::lock_guard<std::mutex> lock(callsMutex);
+  auto it = calls.find(key);
+  if (it != calls.end())
+    return it->second;
+  TkxCall *call = nullptr;
+  if (api.call_create(std::string(op).c_str(), in.slots.data(), static_cast<int32_t>(in.slots.size()),
+                      std::string(options).c_str(), &call) != 0) {
+    failure = tkxFailure("binding");
+    return nullptr;
+  }
+  calls.emplace(std::move(key), call);
+  return call;
+}
+
+int32_t deviceOf(const Buffers &in) {
+  constexpr int kDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+  for (const TkxTensor &t : in.tensors) {
+    int ordinal = -1;
+    if (t.data && api.pointer_attribute && api.pointer_attribute(&ordinal, kDeviceOrdinal, reinterpret_cast<uintptr_t>(t.data)) == 0)
+      return ordinal;
+  }
+  return 0;  // no data to touch: an empty call, which launches nothing
+}
+
+// One run: binds (or finds) the call, maps XLA's operands / results to the op's input /
+// output slots, runs on `stream` with a workspace from `allocate` (GPU), or on the CPU
+// interpreter where `allocate` is empty (host buffers).
+Failure runCall(void *stream, const std::function<std::optional<void *>(size_t)> &allocate,
+                const std::vector<Passed> &args, const std::vector<Passed> &rets, std::string_view inputs,
+                std::string_view op, std::string_view options, std::string_view outputs) {
+  if (!api.call_create)
+    return {Failure::kInternal, "tokamax_cpp: the handler was not initialised (tokamax_ffi_init)"};
+  Buffers in, out;
+  std::string specKey;
+  if (Failure f = fill("input", inputs, args, -1, in, &specKey))
+    return f;
+  const int32_t device = allocate ? deviceOf(in) : -1;
+  for (TkxTensor &t : in.tensors)
+    t.device = device;
+  Failure failure;
+  TkxCall *call = boundCall(op, options, specKey, in, failure);
+  if (!call)
+    return failure;
+  if (Failure f = fill("output", outputs, rets, device, out, nullptr))
+    return f;
+  if (static_cast<int32_t>(out.slots.size()) != api.call_num_outputs(call))
+    return {Failure::kInvalidArgument, "tokamax_cpp: the output mask '" + std::string(outputs) + "' has " +
+                                           std::to_string(out.slots.size()) + " slots, " + std::string(op) +
+                                           " has " + std::to_string(api.call_num_outputs(call)) + " outputs"};
+  void *workspace = nullptr;
+  size_t bytes = 0;
+  if (allocate) {
+    if (api.call_workspace_bytes(call, device, &bytes) != 0)
+      return tkxFailure("workspace size");
+    if (bytes) {
+      std::optional<void *> got = allocate(bytes);
+      if (!got)
+        return {Failure::kResourceExhausted,
+                "tokamax_cpp: XLA's scratch allocator refused " + std::to_string(bytes) + " bytes"};
+      workspace = *got;
+    }
+  }
+  if (api.call_run(call, in.slots.data(), static_cast<int32_t>(in.slots.size()), out.slots.data(),
+                   static_cast<int32_t>(out.slots.size()), stream, workspace, bytes) != 0)
+    return tkxFailure("run");
+  return {};
+}
+
+#ifndef TOKAMAX_FFI_NO_XLA
 // XLA's element types -> tkx_dtype (-1: none of ours).
 int32_t tkxDtype(ffi::DataType t) {
   switch (t) {
@@ -70,114 +216,29 @@ int32_t tkxDtype(ffi::DataType t) {
   }
 }
 
-ffi::Error tkxError(const char *what) {
-  return ffi::Error(ffi::ErrorCode::kInternal, std::string("tokamax_cpp ") + what + ": " + api.last_error());
-}
-
-// The bound calls, by op + options + input specs. Calls are immutable and thread-safe.
-std::mutex callsMutex;
-std::unordered_map<std::string, TkxCall *> calls;
-
-struct Buffers {
-  std::vector<TkxTensor> tensors;   // one per passed buffer
-  std::vector<const TkxTensor *> slots;  // one per op argument (null: absent)
-};
-
-// The op's argument slots from the passed buffers and the presence mask.
-template <class Get>
-ffi::Error fill(std::string_view present, size_t passed, Get get, int32_t device, Buffers &b, std::string *key) {
-  b.tensors.reserve(passed);
-  size_t next = 0;
-  for (char p : present) {
-    if (p != '1') {
-      b.slots.push_back(nullptr);
-      if (key)
-        *key += "|-";
-      continue;
-    }
-    if (next >= passed)
-      return ffi::Error::InvalidArgument("tokamax_cpp: fewer buffers than the presence mask says");
-    ffi::AnyBuffer buf = get(next++);
-    const int32_t dtype = tkxDtype(buf.element_type());
-    if (dtype < 0)
-      return ffi::Error::InvalidArgument("tokamax_cpp: an element type the library does not take");
-    auto dims = buf.dimensions();
-    b.tensors.push_back({sizeof(TkxTensor), dtype, static_cast<int32_t>(dims.size()), device, dims.begin(), nullptr,
-                         buf.untyped_data()});
-    if (key) {
-      *key += "|" + std::to_string(dtype) + ":";
-      for (int64_t d : dims)
-        *key += std::to_string(d) + ",";
-    }
-  }
-  if (next != passed)
-    return ffi::Error::InvalidArgument("tokamax_cpp: more buffers than the presence mask says");
-  for (size_t i = 0, t = 0; i < b.slots.size(); ++i)
-    if (present[i] == '1')
-      b.slots[i] = &b.tensors[t++];
-  return ffi::Error::Success();
-}
-
-ffi::ErrorOr<TkxCall *> boundCall(std::string_view op, std::string_view options, const std::string &specKey,
-                                  const Buffers &in) {
-  std::string key = std::string(op) + '\n' + std::string(options) + '\n' + specKey;
-  std::lock_guard<std::mutex> lock(callsMutex);
-  auto it = calls.find(key);
-  if (it != calls.end())
-    return it->second;
-  TkxCall *call = nullptr;
-  if (api.call_create(std::string(op).c_str(), in.slots.data(), static_cast<int32_t>(in.slots.size()),
-                      std::string(options).c_str(), &call) != 0)
-    return ffi::Unexpected(tkxError("binding"));
-  calls.emplace(std::move(key), call);
-  return call;
-}
-
-int32_t deviceOf(const Buffers &in) {
-  constexpr int kDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-  for (const TkxTensor &t : in.tensors) {
-    int ordinal = -1;
-    if (t.data && api.pointer_attribute && api.pointer_attribute(&ordinal, kDeviceOrdinal, reinterpret_cast<uintptr_t>(t.data)) == 0)
-      return ordinal;
-  }
-  return 0;  // no data to touch: an empty call, which launches nothing
+Passed passed(ffi::AnyBuffer buf) {
+  auto dims = buf.dimensions();
+  return {tkxDtype(buf.element_type()), static_cast<int32_t>(dims.size()), dims.begin(), buf.untyped_data()};
 }
 
 ffi::Error run(void *stream, ffi::ScratchAllocator *scratch, ffi::RemainingArgs args, ffi::RemainingRets rets,
                std::string_view inputs, std::string_view op, std::string_view options, std::string_view outputs) {
-  if (!api.call_create)
-    return ffi::Error::Internal("tokamax_cpp: the handler was not initialised (tokamax_ffi_init)");
-  Buffers in, out;
-  std::string specKey;
-  ffi::Error e = fill(inputs, args.size(), [&](size_t i) { return *args.get<ffi::AnyBuffer>(i); }, -1, in, &specKey);
-  if (e.failure())
-    return e;
-  const int32_t device = scratch ? deviceOf(in) : -1;
-  for (TkxTensor &t : in.tensors)
-    t.device = device;
-  ffi::ErrorOr<TkxCall *> call = boundCall(op, options, specKey, in);
-  if (!call.has_value())
-    return call.error();
-  e = fill(outputs, rets.size(), [&](size_t i) { return **rets.get<ffi::AnyBuffer>(i); }, device, out, nullptr);
-  if (e.failure())
-    return e;
-  void *workspace = nullptr;
-  size_t bytes = 0;
-  if (scratch) {
-    if (api.call_workspace_bytes(*call, device, &bytes) != 0)
-      return tkxError("workspace size");
-    if (bytes) {
-      std::optional<void *> got = scratch->Allocate(bytes, 16);
-      if (!got)
-        return ffi::Error(ffi::ErrorCode::kResourceExhausted, "tokamax_cpp: XLA's scratch allocator refused " +
-                                                                  std::to_string(bytes) + " bytes");
-      workspace = *got;
-    }
+  std::vector<Passed> argBuffers, retBuffers;
+  for (size_t i = 0; i < args.size(); ++i)
+    argBuffers.push_back(passed(*args.get<ffi::AnyBuffer>(i)));
+  for (size_t i = 0; i < rets.size(); ++i)
+    retBuffers.push_back(passed(**rets.get<ffi::AnyBuffer>(i)));
+  std::function<std::optional<void *>(size_t)> allocate;
+  if (scratch)
+    allocate = [scratch](size_t bytes) { return scratch->Allocate(bytes, 16); };
+  Failure f = runCall(stream, allocate, argBuffers, retBuffers, inputs, op, options, outputs);
+  switch (f.kind) {
+  case Failure::kNone: return ffi::Error::Success();
+  case Failure::kInvalidArgument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, f.message);
+  case Failure::kResourceExhausted: return ffi::Error(ffi::ErrorCode::kResourceExhausted, f.message);
+  case Failure::kInternal: break;
   }
-  if (api.call_run(*call, in.slots.data(), static_cast<int32_t>(in.slots.size()), out.slots.data(),
-                   static_cast<int32_t>(out.slots.size()), stream, workspace, bytes) != 0)
-    return tkxError("run");
-  return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kInternal, f.message);
 }
 
 ffi::Error runDevice(void *stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args, ffi::RemainingRets rets,
@@ -191,8 +252,11 @@ ffi::Error runHost(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string
   return run(nullptr, nullptr, args, rets, inputs, op, options, outputs);
 }
 
+#endif  // TOKAMAX_FFI_NO_XLA
+
 } // namespace
 
+#ifndef TOKAMAX_FFI_NO_XLA
 // Attributes are declared in name order.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TokamaxFfiCuda, runDevice,
                               ffi::Ffi::Bind()
@@ -213,6 +277,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TokamaxFfiHost, runHost,
                                   .Attr<std::string_view>("op")
                                   .Attr<std::string_view>("options")
                                   .Attr<std::string_view>("outputs"));
+#endif  // TOKAMAX_FFI_NO_XLA
 
 // Resolves the tkx_* entry points from the library at `library_path` (already loaded by
 // the package: RTLD_NOLOAD finds that copy) and libcuda's, where present. 0 on success.
