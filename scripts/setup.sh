@@ -6,7 +6,7 @@ packages=(
   cmake ninja-build ccache g++
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22 libzstd-dev
   libfmt-dev catch2 nlohmann-json3-dev libcli11-dev libssl-dev zlib1g-dev
-  python3-numpy python3-pytest
+  python3-numpy python3-pytest python3-setuptools python3-wheel
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,8 @@
 numpy arrays run on the library's CPU interpreter; torch tensors through
 `torch.ops.tokamax_cpp.*` (CPU and CUDA, autograd, torch.compile); jax arrays through
 one XLA FFI handler (jit, grad, vmap). The library is found through ctypes:
-$TOKAMAX_CPP_LIBRARY, the package's lib/, a build tree beside the source, the loader.
+$TOKAMAX_CPP_LIBRARY, the package's lib/, PREFIX/lib of an installed package (this one in
+PREFIX/python), a build tree beside the source, the loader.
 """
 
 from __future__ import annotations

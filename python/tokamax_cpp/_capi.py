@@ -108,13 +108,15 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _candidates() -> list[tuple[str, str]]:
-    """(where, path) in search order: the environment, the package's lib/, a build tree
-    beside the source (python/../build), then the system loader."""
+    """(where, path) in search order: the environment, the package's lib/, the installed
+    package's lib/ (cmake --install puts this package in PREFIX/python: PREFIX/lib), a
+    build tree beside the source (python/../build), then the system loader."""
     found = []
     env = os.environ.get("TOKAMAX_CPP_LIBRARY")
     if env:
         found.append(("TOKAMAX_CPP_LIBRARY", env))
     found.append(("the package", str(_PACKAGE_DIR / "lib" / "libtokamax.so")))
+    found.append(("the install prefix", str(_PACKAGE_DIR.parent.parent / "lib" / "libtokamax.so")))
     found.append(("the build tree", str(_PACKAGE_DIR.parent.parent / "build" / "libtokamax.so")))
     found.append(("the system loader", "libtokamax.so"))
     return found
