@@ -38,6 +38,15 @@
 #   pending2    the rest of it: the staged norm VJP's numerics and its configs timed at
 #               4096x16384; gated_linear_unit's hopper on persistent grids and with
 #               six-slot rings (numerics, then timings beside cuBLAS)
+#   python      tokamax_cpp from the package (PYTHONPATH=tokamax/python, the library
+#               tokamax/lib/libtokamax.so): tests/python/gpu_check.py (torch and jax on
+#               CUDA against their own ops, opcheck, torch.compile, a CUDA graph, jit /
+#               grad / vmap, autotune, export, per-call overheads), pytest over
+#               tests/python (the checkout's modules, the package's library), and
+#               tests/python/seed_program.py: the README's JAX block at (32, 2048, 16, 64)
+#               bf16, its jitted gradient step timed beside JAX's own (cuDNN attention,
+#               jnp layer norm) in the same process (seed-program.json). Each of torch
+#               and jax where installed (the missing one is named in python-missing.txt)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -47,7 +56,7 @@
 set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
-parts=${*:-pending pending2 hopper sweep configs tuned tests matmul load unit new bench attention sanitize}
+parts=${*:-pending pending2 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -141,6 +150,24 @@ if wants accuracy; then
       "$out/$name" --json "$out/$name-accuracy.json"
     rm -rf "${out:?}/$name"  # about 250 MB of .npy
   done
+fi
+if wants python; then
+  # The package's tokamax_cpp and library; the JAX handler compiled afresh into $work.
+  t=(timeout -k 10)
+  py=(env PYTHONPATH="$work/tokamax/python" TOKAMAX_CPP_LIBRARY="$work/tokamax/lib/libtokamax.so"
+      XDG_CACHE_HOME="$work/xdg" PYTHONDONTWRITEBYTECODE=1)
+  frameworks=()
+  rm -f "$out/python-missing.txt"
+  for f in torch jax; do
+    if python3 -c "import $f" 2> /dev/null; then frameworks+=("$f"); else echo "no $f: its checks skipped" >> "$out/python-missing.txt"; fi
+  done
+  [ -f "$out/python-missing.txt" ] && cat "$out/python-missing.txt"
+  [ ${#frameworks[@]} -gt 0 ] && TAIL=30 run python-gpu-check "${t[@]}" 200 "${py[@]}" python3 \
+    "$here/../tests/python/gpu_check.py" "${frameworks[@]}"
+  TAIL=12 run python-pytest "${t[@]}" 120 "${py[@]}" python3 -m pytest "$here/../tests/python" -q -rs \
+    -p no:cacheprovider
+  [[ " ${frameworks[*]} " == *" jax "* ]] && TAIL=16 run python-seed-program "${t[@]}" 240 "${py[@]}" python3 \
+    "$here/../tests/python/seed_program.py" --shape 32,2048,16,64 --json "$out/seed-program.json"
 fi
 wants tests && run gpu-tests "$bin/tokamax-gpu-tests" "~[load]~[wgmma]~[matmul]~[tma_ring]~[pingpong]" --durations yes
 wants matmul && run gpu-matmul "$bin/tokamax-gpu-tests" "[matmul]" --durations yes

@@ -3,6 +3,9 @@
 
     PYTHONPATH=python TOKAMAX_CPP_LIBRARY=build/libtokamax.so python3 tests/python/gpu_check.py [torch] [jax]
 
+(scripts/gpu-check.sh's python part: PYTHONPATH=tokamax/python of the package; without
+PYTHONPATH the checkout's python/ is used.)
+
 torch (>= 2.4, CUDA): layer_norm and attention forward and gradients against torch's own
 (F.layer_norm, SDPA), torch.library.opcheck on CUDA tensors, torch.compile(fullgraph=True),
 a CUDA graph capture and replay, the host time of an eager call. jax (GPU backend): jit,
@@ -10,14 +13,19 @@ grad and vmap against jnp / jax.nn references, autotune + scope, benchmarking, j
 round trip, the time of a jitted call. Prints one line per check; exit status 1 if any failed.
 """
 
+import importlib.util
+import os
 import sys
 import time
 import traceback
 
 import numpy as np
 
-sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "python"))
+if importlib.util.find_spec("tokamax_cpp") is None:  # else PYTHONPATH's (the package's) is the one checked
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import tokamax_cpp as tokamax  # noqa: E402
+
+print(f"tokamax_cpp {tokamax.__file__} over {tokamax.library_path}")
 
 failures = []
 
