@@ -50,12 +50,13 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-autotune", action="store_true", help="skip the block's autotuning (and the tuned timing)")
     parser.add_argument("--json", help="write the figures here")
-    args = parser.parse_args()
+    opts = parser.parse_args()
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     # ---- The README's JAX block (keep the two the same) -------------------------------
     import jax
     import jax.numpy as jnp
+    from jax import export
     import tokamax_cpp as tokamax   # the seed imports tokamax; nothing below changes
 
     def loss(x, scale):
@@ -67,12 +68,12 @@ def main():
 
     f_grad = jax.jit(jax.grad(loss))
 
-    batch_size, seq_len, num_heads, channels = (int(d) for d in args.shape.split(","))  # README: (32, 2048, 16, 64)
+    batch_size, seq_len, num_heads, channels = (int(d) for d in opts.shape.split(","))  # README: (32, 2048, 16, 64)
     scale = jax.random.normal(jax.random.key(0), (channels,), dtype=jnp.float32)
     x = jax.random.normal(jax.random.key(1), (batch_size, seq_len, num_heads, channels), dtype=jnp.bfloat16)
     report = {"shape": [batch_size, seq_len, num_heads, channels], "dtype": "bfloat16",
               "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-              "tokamax_cpp": tokamax.__file__, "library": tokamax.library_path, "iters": args.iters}
+              "tokamax_cpp": tokamax.__file__, "library": tokamax.library_path, "iters": opts.iters}
     print(f"jax {jax.__version__} on {report['device']}; tokamax_cpp {tokamax.__file__} over "
           f"{tokamax.library_path}; seed program at {tuple(report['shape'])} bf16", flush=True)
     failed = []
@@ -90,10 +91,13 @@ def main():
         print(f"ok   {name} ({seconds:.1f} s)", flush=True)
         return result
 
-    out = stage("first call of f_grad (compiles)", lambda: jax.block_until_ready(f_grad(x, scale)))
+    def first_call():
+        out = f_grad(x, scale)
+        return jax.block_until_ready(out)
+    out = stage("first call of f_grad (compiles)", first_call)
 
     autotune_result = None
-    if not args.no_autotune:
+    if not opts.no_autotune:
         def autotune():
             autotune_result: tokamax.AutotuningResult = tokamax.autotune(f_grad, x, scale)
             autotune_result = tokamax.AutotuningResult.loads(autotune_result.dumps())
@@ -105,14 +109,13 @@ def main():
         autotune_result = stage("autotune, dumps / loads, the scope", autotune)
 
     def benchmark():
-        f_std, args_std = tokamax.benchmarking.standardize_function(f_grad, x, scale)
-        bench: tokamax.benchmarking.BenchmarkData = tokamax.benchmarking.compile_benchmark(f_std, args_std)(args_std)
+        f_std, args = tokamax.benchmarking.standardize_function(f_grad, x, scale)
+        bench: tokamax.benchmarking.BenchmarkData = tokamax.benchmarking.compile_benchmark(f_std, args)(args)
         report["benchmark_median_ms"] = bench.median_evaluation_time_ms
         print(f"     tokamax.benchmarking median {bench.median_evaluation_time_ms:.3f} ms", flush=True)
     stage("benchmarking", benchmark)
 
     def export_and_reload():
-        from jax import export
         f_grad_exported = export.export(f_grad, disabled_checks=tokamax.DISABLE_JAX_EXPORT_CHECKS)(
             jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(scale.shape, scale.dtype))
         out_again = export.deserialize(f_grad_exported.serialize()).call(x, scale)
@@ -137,15 +140,15 @@ def main():
         return jnp.sum(x)
 
     jax_grad = jax.jit(jax.grad(loss_jax))
-    ours = stage("time tokamax_cpp's f_grad", lambda: time_step(f_grad, x, scale, args.warmup, args.iters))
+    ours = stage("time tokamax_cpp's f_grad", lambda: time_step(f_grad, x, scale, opts.warmup, opts.iters))
     tuned = None
     if autotune_result is not None:
         def timed_in_scope():
             with autotune_result:
-                return time_step(f_grad, x, scale, args.warmup, args.iters)
+                return time_step(f_grad, x, scale, opts.warmup, opts.iters)
         tuned = stage("time tokamax_cpp's f_grad in the autotuned scope", timed_in_scope)
     peer = stage("time JAX's f_grad (cuDNN attention, jnp layer norm)",
-                 lambda: time_step(jax_grad, x, scale, args.warmup, args.iters))
+                 lambda: time_step(jax_grad, x, scale, opts.warmup, opts.iters))
 
     if out is not None and peer is not None:
         ref = jax_grad(x, scale).astype(jnp.float32)
@@ -163,8 +166,8 @@ def main():
             report[key] = peer["ms"] / row["ms"]
             print(f"{key}: {report[key]:.3f} (above 1: tokamax_cpp faster)")
     report["failed"] = failed
-    if args.json:
-        with open(args.json, "w") as f:
+    if opts.json:
+        with open(opts.json, "w") as f:
             json.dump(report, f, indent=1)
     print(f"{len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
