@@ -160,7 +160,7 @@ std::vector<Figure> dispatch_figures(Stream &stream, Device &device) {
     const tkx_tensor cx = desc(x, TKX_BF16, shape, 2), cscale = desc(scale, TKX_F32, cols, 1), cy = desc(y, TKX_BF16, shape, 2);
     const tkx_tensor *in[] = {&cx, &cscale, nullptr}, *out[] = {&cy, nullptr, nullptr};
     tkx_call *call = nullptr;
-    if (tkx_call_create("layer_norm", in, 3, "{\"epsilon\": 1e-5}", &call) != TKX_OK)
+    if (tkx_call_create("layer_norm", in, 3, "{\"epsilon\": 1e-5, \"residuals\": false}", &call) != TKX_OK)
       throw Error(fmt::format("tkx_call_create: {}", tkx_last_error()));
     auto run = [&] {
       if (tkx_call_run(call, in, 3, out, 3, stream.handle(), nullptr, 0) != TKX_OK) [[unlikely]]
