@@ -23,6 +23,9 @@ struct tkx_call {
   std::optional<std::string> implementation;
   std::optional<tokamax::Config> config;
   std::string json;  ///< args.to_json(), handed out by tkx_call_json
+  /// The same for every call bound alike (interned from `json`): with the tensors it keys
+  /// the eager call cache, so a device run resolves once and then replays its plan.
+  uint64_t identity = 0;
 };
 
 namespace tokamax::capi {

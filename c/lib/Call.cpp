@@ -1,6 +1,8 @@
 //===- Call.cpp - The C ABI: ops, calls, runs, workspace, precompile --------===//
 #include "c/lib/CApi.h"
 
+#include "ops/lib/framework/CallCache.h"
+
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Workspace.h>
 #include <tokamax/runtime/Arch.h>
@@ -15,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 using namespace tokamax;
 using tokamax::capi::guard;
@@ -97,6 +100,73 @@ RunViews runViews(const tkx_call &call, const tkx_tensor *const *inputs, int32_t
   return views;
 }
 
+/// The arguments a run can take on the fast path (the call cache's limit too).
+constexpr size_t kMaxRunArgs = 31;
+
+/// Fills `views` (inputs then outputs; absent ones default) when every tensor is what
+/// the call was bound to, contiguous, on one device (set in `device`; -2 when all are
+/// absent or empty) and non-null where it has elements. Allocates and throws nothing:
+/// false sends the run down runViews, which names what is wrong.
+bool quickViews(const tkx_call &call, const tkx_tensor *const *inputs, int32_t num_inputs,
+                const tkx_tensor *const *outputs, int32_t num_outputs, std::span<TensorView> views, int &device) {
+  const size_t nin = call.op->num_inputs(), n = call.args.args.size();
+  if (n > views.size() || num_inputs != int32_t(nin) || num_outputs != int32_t(n - nin) || (nin && !inputs) ||
+      (n > nin && !outputs))
+    return false;
+  device = -2;
+  for (size_t i = 0; i < n; ++i) {
+    const tkx_tensor *t = i < nin ? inputs[i] : outputs[i - nin];
+    const std::optional<ArgSpec> &bound = call.args.args[i];
+    if (!bound) {
+      if (t)
+        return false;
+      views[i] = TensorView();
+      continue;
+    }
+    if (!t || t->struct_size < sizeof(tkx_tensor) || t->dtype != int32_t(bound->dtype) ||
+        t->rank != int32_t(bound->shape.size()) || t->device < -1 || (t->rank && !t->shape) ||
+        !std::equal(bound->shape.begin(), bound->shape.end(), t->shape))
+      return false;
+    int64_t numel = 1, expected = 1;
+    for (int d = t->rank - 1; d >= 0; --d) {
+      if (t->strides && t->shape[d] != 1 && t->strides[d] != expected)
+        numel = -1;  // not row-major, unless the tensor is empty (checked below)
+      expected *= t->shape[d];
+    }
+    if ((numel < 0 && expected != 0) || (!t->data && expected != 0))
+      return false;
+    if (device == -2)
+      device = t->device;
+    else if (t->device != device)
+      return false;
+    views[i] = TensorView(reinterpret_cast<uint64_t>(t->data), bound->dtype, bound->shape, t->device < 0 ? 0 : t->device);
+  }
+  return true;
+}
+
+/// A device run through the eager call cache (tokamax/ops/CallCache.h): resolved and
+/// recorded on its first run per device, config providers and context, then replayed.
+void runOnDevice(const tkx_call &c, std::span<const TensorView> in, std::span<const TensorView> out, void *stream) {
+  Stream s = Stream::wrap(static_cast<CUstream>(stream));
+  ops_detail::CallKey key(*c.op);
+  key.add(c.identity);
+  for (size_t i = 0; i < c.args.args.size(); ++i)
+    c.args.args[i] ? key.add(i < in.size() ? in[i] : out[i - in.size()]) : key.add(uint64_t(0));
+  ops_detail::run_eager(key, {*c.op, in, out, s, c.implementation, c.config},
+                        [&]() -> const BoundArgs & { return c.args; });
+}
+
+/// A number per distinct bound call (op, specs, attributes), so that calls bound alike
+/// (a framework re-creating one) share their cache entries. Tagged apart from the words a
+/// tensor adds to a key.
+uint64_t identityOf(const std::string &json) {
+  static std::mutex mutex;
+  static auto *ids = new std::unordered_map<std::string, uint64_t>;  // leaked: runs may outlive statics
+  std::lock_guard lock(mutex);
+  auto [it, added] = ids->try_emplace(json, (uint64_t(0xCA61) << 48) | (uint64_t(ids->size() + 1) << 1));
+  return it->second;
+}
+
 std::mutex namesMutex;
 
 } // namespace
@@ -161,6 +231,7 @@ tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int3
       if (inputs[i])
         specs[i] = capi::spec_of(*inputs[i], fmt::format("{}: {}", op, argName(*made, i)));
     capi::bind_call(*made, specs, options_json);
+    made->identity = identityOf(made->json);
     *call = made.release();
   });
 }
@@ -208,14 +279,21 @@ tkx_status tkx_call_run(const tkx_call *call, const tkx_tensor *const *inputs, i
                         size_t workspace_bytes) {
   return guard("tkx_call_run", [&] {
     const tkx_call &c = callOf(call);
+    TensorView quick[kMaxRunArgs];
+    int device = -2;
+    if (quickViews(c, inputs, num_inputs, outputs, num_outputs, quick, device) && device >= 0) {
+      CallerWorkspaceScope scope(reinterpret_cast<uint64_t>(workspace), workspace ? workspace_bytes : 0);
+      const size_t nin = c.op->num_inputs();
+      runOnDevice(c, std::span(quick, nin), std::span(quick + nin, c.args.args.size() - nin), stream);
+      return;
+    }
     RunViews views = runViews(c, inputs, num_inputs, outputs, num_outputs);
     if (views.device < 0) {  // host memory (or nothing to touch): the CPU interpreter
       c.op->interpret(c.args, views.inputs, views.outputs, c.implementation, c.config);
       return;
     }
-    Stream s = Stream::wrap(static_cast<CUstream>(stream));
     CallerWorkspaceScope scope(reinterpret_cast<uint64_t>(workspace), workspace ? workspace_bytes : 0);
-    c.op->run(c.args, views.inputs, views.outputs, s, c.implementation, c.config);
+    runOnDevice(c, views.inputs, views.outputs, stream);
   });
 }
 

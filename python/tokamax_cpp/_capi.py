@@ -227,6 +227,32 @@ class OutputSpec(tuple):
         return self[1]
 
 
+class _Slots:
+    """One thread's prebuilt descriptors of a call's run (tkx_tensor structs with their
+    shapes, the pointer arrays tkx_call_run takes): a run fills in data and device only."""
+
+    __slots__ = ("inputs", "outputs", "in_array", "out_array", "present", "device")
+
+    def __init__(self, in_specs, out_specs):
+        self.inputs = [None if s is None else tensor(s[0], s[1]) for s in in_specs]
+        self.outputs = [None if s is None else tensor(s[0], s[1]) for s in out_specs]
+        self.in_array, self.out_array = pointer_array(self.inputs), pointer_array(self.outputs)
+        self.present = [t for t in self.inputs + self.outputs if t is not None]
+        self.device = -1
+
+    def fill(self, inputs, outputs, device: int) -> None:
+        for t, p in zip(self.inputs, inputs):
+            if t is not None:
+                t.data = p
+        for t, p in zip(self.outputs, outputs):
+            if t is not None:
+                t.data = p
+        if device != self.device:
+            for t in self.present:
+                t.device = device
+            self.device = device
+
+
 class Call:
     """An op bound to its inputs' specs and options (tkx_call); immutable, thread-safe."""
 
@@ -242,6 +268,10 @@ class Call:
         self._handle = handle
         self._destroy = lib.tkx_call_destroy
         self.outputs = tuple(self._output(i) for i in range(lib.tkx_call_num_outputs(handle)))
+        self._specs = tuple(specs)
+        self._local = threading.local()  # this thread's _Slots
+        self._run = lib.tkx_call_run
+        self._workspace = {}  # device -> bytes last reported (see run_pointers)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -275,6 +305,36 @@ class Call:
         """`inputs` / `outputs`: Tensor descriptors (None where absent)."""
         check(lib.tkx_call_run(self._handle, pointer_array(inputs), len(inputs), pointer_array(outputs),
                                len(outputs), stream, workspace, workspace_bytes))
+
+    def run_pointers(self, inputs, outputs, device: int = -1, stream: int | None = None,
+                     workspace: int | None = None, workspace_bytes: int = 0) -> int:
+        """The per-call path: `inputs` / `outputs` are data addresses (ints; None or 0 where
+        a tensor is absent or empty) of tensors with the bound specs, on `device` (-1:
+        host). Fills this thread's prebuilt descriptors and makes one tkx_call_run; returns
+        its status (OK, or WORKSPACE_TOO_SMALL for the caller to grow the workspace; any
+        other raises)."""
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = _Slots(self._specs, self.outputs)
+        slots.fill(inputs, outputs, device)
+        status = self._run(self._handle, slots.in_array, self.num_inputs, slots.out_array, len(self.outputs),
+                           stream, workspace, workspace_bytes)
+        if status != OK and status != WORKSPACE_TOO_SMALL:
+            check(status)
+        return status
+
+    def cached_workspace_bytes(self, device: int) -> int:
+        """workspace_bytes(device) as last asked: a config scope that changes the call's
+        config may need more, which run_pointers reports as WORKSPACE_TOO_SMALL; then
+        call refresh_workspace_bytes and run again."""
+        n = self._workspace.get(device)
+        if n is None:
+            n = self._workspace[device] = self.workspace_bytes(device)
+        return n
+
+    def refresh_workspace_bytes(self, device: int) -> int:
+        self._workspace[device] = self.workspace_bytes(device)
+        return self._workspace[device]
 
     def precompile(self, arch: str) -> None:
         check(lib.tkx_call_precompile(self._handle, arch.encode()))

@@ -49,28 +49,22 @@ def numpy_dtype(code: int) -> np.dtype:
     return dtype
 
 
-def _descriptor(a: np.ndarray | None, code: int | None):
-    if a is None:
-        return None
-    return _capi.tensor(code, a.shape, a.ctypes.data if a.size else None)
-
-
 def run(op: str, inputs, options: dict, arg_names=None) -> list:
     """Runs `op` on numpy `inputs` (None = absent) and returns every output (None where the
     call produces none)."""
     names = arg_names or [f"input {i}" for i in range(len(inputs))]
-    arrays, specs, codes = [], [], []
+    arrays, specs = [], []
     for name, a in zip(names, inputs):
         if a is None:
-            arrays.append(None), specs.append(None), codes.append(None)
+            arrays.append(None), specs.append(None)
             continue
         a = np.ascontiguousarray(a)
         code = dtype_code(a.dtype, name)
-        arrays.append(a), codes.append(code), specs.append((code, a.shape))
+        arrays.append(a), specs.append((code, a.shape))
     call = _capi.get_call(op, specs, _capi.options_json(options))
     outputs = [None if s is None else np.empty(s.shape, numpy_dtype(s.dtype)) for s in call.outputs]
-    call.run([_descriptor(a, c) for a, c in zip(arrays, codes)],
-             [None if o is None else _descriptor(o, s.dtype) for o, s in zip(outputs, call.outputs)])
+    call.run_pointers([None if a is None else a.ctypes.data for a in arrays],
+                      [None if o is None else o.ctypes.data for o in outputs])
     return outputs
 
 

@@ -74,33 +74,63 @@ def _outputs(call, device):
             for s in call.outputs]
 
 
-def _descriptor(t, device_index: int):
-    return None if t is None else _capi.tensor(_TO_CODE[t.dtype], t.shape, t.data_ptr() or None, device_index)
+_calls: dict = {}  # (op, options, (dtype, shape) or None per input) -> _capi.Call
+
+
+def _call_of(op: str, names, tensors, options: str):
+    """The bound call of these tensors: one dict lookup on a key of torch's own dtype and
+    shape objects (options JSON is parsed only when the call is first bound)."""
+    key = (op, options, *[None if t is None else (t.dtype, t.shape) for t in tensors])
+    call = _calls.get(key)
+    if call is None:
+        call = _calls[key] = _capi.get_call(op, _specs(names, tensors), options)
+    else:
+        for hook in _capi.call_hooks:  # what get_call does on its hits (autotuning records)
+            hook(call)
+    return call
 
 
 def _run(op: str, names, tensors, options: str):
     device = _device_of(tensors)
     tensors = [None if t is None else t.contiguous() for t in tensors]
-    call = _capi.get_call(op, _specs(names, tensors), options)
+    call = _call_of(op, names, tensors, options)
     outs = _outputs(call, device)
-    out_descs = lambda index: [None if s is None else _descriptor(o, index) for o, s in zip(outs, call.outputs)]
+    inputs = [None if t is None else t.data_ptr() for t in tensors]
+    outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
     if device.type == "cpu":
-        call.run([_descriptor(t, -1) for t in tensors], out_descs(-1))
+        call.run_pointers(inputs, outputs)
     elif device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        with torch.cuda.device(index):
-            stream = torch.cuda.current_stream(index).cuda_stream
-            nbytes = call.workspace_bytes(index)
-            workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
-            call.run([_descriptor(t, index) for t in tensors], out_descs(index), stream or None,
-                     workspace.data_ptr() if workspace is not None else None, nbytes)
+        current = torch.cuda.current_device()
+        index = device.index if device.index is not None else current
+        if index == current:
+            _run_cuda(call, inputs, outputs, device, index)
+        else:
+            with torch.cuda.device(index):  # its primary context current, as the ABI expects
+                _run_cuda(call, inputs, outputs, device, index)
     else:
         raise NotImplementedError(f"tokamax_cpp runs CPU and CUDA tensors, not {device.type}")
     return outs
 
 
+def _run_cuda(call, inputs, outputs, device, index: int) -> None:
+    """One tkx_call_run on torch's current stream with a workspace from torch's allocator
+    (its size remembered per call; grown when a config scope asks for more)."""
+    stream = torch.cuda.current_stream(index).cuda_stream or None
+    nbytes = call.cached_workspace_bytes(index)
+    while True:
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+        status = call.run_pointers(inputs, outputs, index, stream,
+                                   workspace.data_ptr() if workspace is not None else None, nbytes)
+        if status == _capi.OK:
+            return
+        grown = call.refresh_workspace_bytes(index)  # a config scope changed the call's config
+        if grown <= nbytes:
+            _capi.check(status)
+        nbytes = grown
+
+
 def _fake(op: str, names, tensors, options: str):
-    device = _device_of(tensors)
+    device = _device_of(tensors)  # shapes may be symbolic here: _specs makes them ints
     return _outputs(_capi.get_call(op, _specs(names, tensors), options), device)
 
 

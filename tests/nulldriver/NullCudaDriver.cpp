@@ -10,13 +10,16 @@
 //
 // cuGetProcAddress_v2 is exported, as the library resolves everything through it, and
 // tokamax_null_cuda_allocations (the count of cuMemAlloc calls), which tests find with
-// dlsym to check that a path allocates no device memory.
+// dlsym to check that a path allocates no device memory, and a launch log
+// (tokamax_null_cuda_log_launches / tokamax_null_cuda_logged_launch) of each launch's
+// function and first parameter words, to check what a replayed call launched.
 //
 //===----------------------------------------------------------------------===//
 #include <cuda.h>
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -179,8 +182,27 @@ CUresult nullFuncGetAttribute(int *value, CUfunction_attribute, CUfunction) {
   *value = 32;
   return CUDA_SUCCESS;
 }
-CUresult nullLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                          CUstream, void **, void **) {
+/// The launch log: off until a test asks for it with the number of parameter words to
+/// keep, which every kernel it then launches must have (they are read as 8-byte words).
+struct LoggedLaunch {
+  CUfunction function;
+  uint64_t words[4];
+};
+constexpr size_t kLogSize = 256;
+LoggedLaunch launchLog[kLogSize];
+std::atomic<size_t> loggedLaunches{0};
+size_t logWords = 0;
+
+CUresult nullLaunchKernel(CUfunction function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          CUstream, void **params, void **) {
+  if (logWords) {
+    const size_t i = loggedLaunches.fetch_add(1);
+    if (i < kLogSize) {
+      launchLog[i].function = function;
+      for (size_t w = 0; w < logWords; ++w)
+        std::memcpy(&launchLog[i].words[w], params[w], sizeof(uint64_t));
+    }
+  }
   return CUDA_SUCCESS;
 }
 
@@ -329,3 +351,21 @@ cuGetProcAddress_v2(const char *symbol, void **function, int, cuuint64_t, CUdriv
 }
 
 extern "C" __attribute__((visibility("default"))) size_t tokamax_null_cuda_allocations() { return allocations; }
+
+/// Starts a new launch log keeping `words` (at most 4; 0 stops logging) parameter words of
+/// each launch.
+extern "C" __attribute__((visibility("default"))) void tokamax_null_cuda_log_launches(size_t words) {
+  logWords = words < 4 ? words : 4;
+  loggedLaunches = 0;
+}
+/// The launches logged so far; for i below that (and the log's 256 entries), launch i's
+/// function and parameter words.
+extern "C" __attribute__((visibility("default"))) size_t tokamax_null_cuda_logged_launch(size_t i, void **function,
+                                                                                        uint64_t *words) {
+  const size_t n = loggedLaunches.load() < kLogSize ? loggedLaunches.load() : kLogSize;
+  if (i < n) {
+    *function = launchLog[i].function;
+    std::memcpy(words, launchLog[i].words, logWords * sizeof(uint64_t));
+  }
+  return n;
+}

@@ -26,7 +26,10 @@ struct Created {
 } created;
 decltype(api.call_create) realCreate;
 
+int creations = 0;  // tkx_call_create calls made through the handler
+
 int recordingCreate(const char *op, const TkxTensor *const *inputs, int32_t n, const char *options, TkxCall **call) {
+  ++creations;
   created = {op, n, ""};
   for (int32_t i = 0; i < n; ++i)
     created.present += inputs[i] ? '1' : '0';
@@ -208,6 +211,27 @@ void maskMismatchCase() {
   check(f.kind == Failure::kInvalidArgument, "1 buffer against the mask '110' is refused: " + f.message);
 }
 
+// A repeated execution binds nothing again: no tkx_call_create, the thread's entry found
+// by the same key; other specs bind once more.
+void repeatedRunCase() {
+  Array x = filled({3, 16}, 0.5f), y = filled({3, 16}, 0.0f);
+  auto runOnce = [&](Array &in, Array &out) {
+    Failure f = runCall(nullptr, {}, {in.passed()}, {out.passed()}, "100", "layer_norm", R"({"residuals":false})", "100");
+    check(!f, "layer_norm 100 -> 100 runs" + (f ? ": " + f.message : std::string()));
+  };
+  runOnce(x, y);
+  const int before = creations;
+  const size_t entries = threadCalls.size();
+  Array x2 = filled({3, 16}, 1.5f), y2 = filled({3, 16}, 0.0f);
+  for (int i = 0; i < 3; ++i)
+    runOnce(x2, y2);
+  check(creations == before && threadCalls.size() == entries, "a repeated run re-creates no tkx_call");
+  Array x3 = filled({5, 16}, 0.5f), y3 = filled({5, 16}, 0.0f);
+  runOnce(x3, y3);
+  runOnce(x3, y3);
+  check(creations == before + 1 && threadCalls.size() == entries + 1, "other specs bind once");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -221,6 +245,7 @@ int main(int argc, char **argv) {
   layerNormVjpCase();
   attentionCase();
   maskMismatchCase();
+  repeatedRunCase();
   std::printf("%d failed\n", failures);
   return failures ? 1 : 0;
 }

@@ -1,6 +1,8 @@
 //===- Dispatch.cpp - tokamax-bench: the host cost of op calls -------------===//
 #include "bench/Dispatch.h"
 
+#include <tokamax/c/tokamax.h>
+
 #include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Function.h>
 #include <tokamax/ops/Matmul.h>
@@ -143,6 +145,33 @@ std::vector<Figure> dispatch_figures(Stream &stream, Device &device) {
     line("layer_norm [1, 64] bf16", ours, bareUs);
     figures.push_back({"dispatch_layer_norm_us", ours});
     figures.push_back({"bare_launch_layer_norm_us", bareUs});
+  }
+
+  // The same layer_norm through the C ABI (what the Python and JAX adapters call):
+  // tkx_call_run with the caller's (empty) workspace, the call bound once.
+  {
+    Tensor x = randomTensor({1, 64}, DType::BF16, 1, device), scale = randomTensor({64}, DType::F32, 2, device);
+    Tensor y = Tensor::empty({1, 64}, DType::BF16, device);
+    const int64_t shape[] = {1, 64}, cols[] = {64};
+    auto desc = [&](const Tensor &t, int32_t dtype, const int64_t *dims, int32_t rank) {
+      return tkx_tensor{uint32_t(sizeof(tkx_tensor)), dtype, rank, device.ordinal(), dims, nullptr,
+                        reinterpret_cast<void *>(t.data())};
+    };
+    const tkx_tensor cx = desc(x, TKX_BF16, shape, 2), cscale = desc(scale, TKX_F32, cols, 1), cy = desc(y, TKX_BF16, shape, 2);
+    const tkx_tensor *in[] = {&cx, &cscale, nullptr}, *out[] = {&cy, nullptr, nullptr};
+    tkx_call *call = nullptr;
+    if (tkx_call_create("layer_norm", in, 3, "{\"epsilon\": 1e-5, \"residuals\": false}", &call) != TKX_OK)
+      throw Error(fmt::format("tkx_call_create: {}", tkx_last_error()));
+    auto run = [&] {
+      if (tkx_call_run(call, in, 3, out, 3, stream.handle(), nullptr, 0) != TKX_OK) [[unlikely]]
+        throw Error(fmt::format("tkx_call_run: {}", tkx_last_error()));
+    };
+    run();
+    stream.synchronize();
+    const double us = host_us_per_call(stream, run);
+    tkx_call_destroy(call);
+    fmt::print("  {:<44} {:7.3f} us per call\n", "tkx_call_run layer_norm [1, 64] bf16 (C ABI)", us);
+    figures.push_back({"dispatch_capi_layer_norm_us", us});
   }
 
   // matmul 64 x 64 x 64 bf16.

@@ -6,6 +6,12 @@
 // kept; a run goes on XLA's stream with its workspace from XLA's scratch allocator (GPU),
 // or on the CPU interpreter (host buffers).
 //
+// Per execution nothing is parsed or bound again: the key is built in a reused per-thread
+// string, found in a per-thread map (the process-wide one, under a mutex, only on a
+// thread's first sight of a call), the workspace size is remembered per device (asked
+// again only when a run reports TKX_WORKSPACE_TOO_SMALL, as after a config scope changed
+// the call's config), and the library replays the call's cached launch plan.
+//
 // Built by tokamax_cpp.jax at first use with jax.ffi.include_dir() and the system C++
 // compiler; the tkx_* entry points come from the library the package loaded
 // (tokamax_ffi_init), so this file needs only the XLA FFI headers and libdl.
@@ -15,6 +21,7 @@
 
 #include <dlfcn.h>
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -62,6 +69,22 @@ bool resolve(void *lib, const char *name, F &fn) {
 // The bound calls, by op + options + input specs. Calls are immutable and thread-safe.
 std::mutex callsMutex;
 std::unordered_map<std::string, TkxCall *> calls;
+
+constexpr int kWorkspaceTooSmall = 5;  // TKX_WORKSPACE_TOO_SMALL
+
+// A thread's view of a bound call: the call and its workspace bytes per device as last
+// asked.
+struct Bound {
+  TkxCall *call = nullptr;
+  std::vector<std::pair<int32_t, size_t>> workspace;
+};
+thread_local std::unordered_map<std::string, Bound> threadCalls;
+
+void appendInt(std::string &key, int64_t v) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+  key.append(digits, end);
+}
 
 // A buffer XLA passed, without XLA's types (the slot mapping below is tested without XLA:
 // tests/python/test_ffi_handler.py). dtype -1: an element type the library does not take.
@@ -118,9 +141,13 @@ Failure fill(const char *what, std::string_view present, const std::vector<Passe
     b.tensors.push_back({sizeof(TkxTensor), buf.dtype, buf.rank, device, buf.dims, nullptr, buf.data});
     b.slots[i] = &b.tensors.back();
     if (key) {
-      *key += "|" + std::to_string(buf.dtype) + ":";
-      for (int32_t d = 0; d < buf.rank; ++d)
-        *key += std::to_string(buf.dims[d]) + ",";
+      *key += '|';
+      appendInt(*key, buf.dtype);
+      *key += ':';
+      for (int32_t d = 0; d < buf.rank; ++d) {
+        appendInt(*key, buf.dims[d]);
+        *key += ',';
+      }
     }
   }
   return {};
@@ -129,7 +156,9 @@ Failure fill(const char *what, std::string_view present, const std::vector<Passe
 // The call for (op, options, input specs), bound once; null with `failure` set otherwise.
 TkxCall *boundCall(std::string_view op, std::string_view options, const std::string &specKey, const Buffers &in,
                    Failure &failure) {
-  std::string key = std::string(op) + '\n' + std::string(options) + '\n' + specKey;
+  std::string key;
+  key.reserve(op.size() + options.size() + specKey.size() + 2);
+  key.append(op).append(1, '\n').append(options).append(1, '\n').append(specKey);
   std::lock_guard<std::mutex> lock(callsMutex);
   auto it = calls.find(key);
   if (it != calls.end())
@@ -154,6 +183,42 @@ int32_t deviceOf(const Buffers &in) {
   return 0;  // no data to touch: an empty call, which launches nothing
 }
 
+// This thread's entry of the call for (op, options, the specs in `specKey`: a reused
+// string, so a repeated run allocates nothing here); null with `failure` set.
+Bound *threadBound(std::string_view op, std::string_view options, const std::string &specKey, const Buffers &in,
+                   Failure &failure) {
+  thread_local std::string key;
+  key.clear();
+  key.append(op).append(1, '\n').append(options).append(1, '\n').append(specKey);
+  auto it = threadCalls.find(key);
+  if (it != threadCalls.end())
+    return &it->second;
+  TkxCall *call = boundCall(op, options, specKey, in, failure);
+  if (!call)
+    return nullptr;
+  Bound &b = threadCalls[key];
+  b.call = call;
+  return &b;
+}
+
+// The workspace bytes of `b` on `device`, asked once (again when `fresh`).
+int workspaceBytes(Bound &b, int32_t device, bool fresh, size_t &bytes) {
+  for (auto &[d, n] : b.workspace)
+    if (d == device && !fresh) {
+      bytes = n;
+      return 0;
+    }
+  if (int status = api.call_workspace_bytes(b.call, device, &bytes))
+    return status;
+  for (auto &[d, n] : b.workspace)
+    if (d == device) {
+      n = bytes;
+      return 0;
+    }
+  b.workspace.emplace_back(device, bytes);
+  return 0;
+}
+
 // One run: binds (or finds) the call, maps XLA's operands / results to the op's input /
 // output slots, runs on `stream` with a workspace from `allocate` (GPU), or on the CPU
 // interpreter where `allocate` is empty (host buffers).
@@ -162,40 +227,47 @@ Failure runCall(void *stream, const std::function<std::optional<void *>(size_t)>
                 std::string_view op, std::string_view options, std::string_view outputs) {
   if (!api.call_create)
     return {Failure::kInternal, "tokamax_cpp: the handler was not initialised (tokamax_ffi_init)"};
-  Buffers in, out;
-  std::string specKey;
+  thread_local Buffers in, out;  // reused: their vectors keep their room
+  thread_local std::string specKey;
+  specKey.clear();
   if (Failure f = fill("input", inputs, args, -1, in, &specKey))
     return f;
   const int32_t device = allocate ? deviceOf(in) : -1;
   for (TkxTensor &t : in.tensors)
     t.device = device;
   Failure failure;
-  TkxCall *call = boundCall(op, options, specKey, in, failure);
-  if (!call)
+  Bound *bound = threadBound(op, options, specKey, in, failure);
+  if (!bound)
     return failure;
+  TkxCall *call = bound->call;
   if (Failure f = fill("output", outputs, rets, device, out, nullptr))
     return f;
   if (static_cast<int32_t>(out.slots.size()) != api.call_num_outputs(call))
     return {Failure::kInvalidArgument, "tokamax_cpp: the output mask '" + std::string(outputs) + "' has " +
                                            std::to_string(out.slots.size()) + " slots, " + std::string(op) +
                                            " has " + std::to_string(api.call_num_outputs(call)) + " outputs"};
-  void *workspace = nullptr;
-  size_t bytes = 0;
-  if (allocate) {
-    if (api.call_workspace_bytes(call, device, &bytes) != 0)
-      return tkxFailure("workspace size");
-    if (bytes) {
-      std::optional<void *> got = allocate(bytes);
-      if (!got)
-        return {Failure::kResourceExhausted,
-                "tokamax_cpp: XLA's scratch allocator refused " + std::to_string(bytes) + " bytes"};
-      workspace = *got;
+  for (bool fresh : {false, true}) {
+    void *workspace = nullptr;
+    size_t bytes = 0;
+    if (allocate) {
+      if (workspaceBytes(*bound, device, fresh, bytes) != 0)
+        return tkxFailure("workspace size");
+      if (bytes) {
+        std::optional<void *> got = allocate(bytes);
+        if (!got)
+          return {Failure::kResourceExhausted,
+                  "tokamax_cpp: XLA's scratch allocator refused " + std::to_string(bytes) + " bytes"};
+        workspace = *got;
+      }
     }
+    const int status = api.call_run(call, in.slots.data(), static_cast<int32_t>(in.slots.size()), out.slots.data(),
+                                    static_cast<int32_t>(out.slots.size()), stream, workspace, bytes);
+    if (status == 0)
+      return {};
+    if (status != kWorkspaceTooSmall || fresh || !allocate)  // too small: a config scope changed the config
+      return tkxFailure("run");
   }
-  if (api.call_run(call, in.slots.data(), static_cast<int32_t>(in.slots.size()), out.slots.data(),
-                   static_cast<int32_t>(out.slots.size()), stream, workspace, bytes) != 0)
-    return tkxFailure("run");
-  return {};
+  return tkxFailure("run");
 }
 
 #ifndef TOKAMAX_FFI_NO_XLA
@@ -223,7 +295,9 @@ Passed passed(ffi::AnyBuffer buf) {
 
 ffi::Error run(void *stream, ffi::ScratchAllocator *scratch, ffi::RemainingArgs args, ffi::RemainingRets rets,
                std::string_view inputs, std::string_view op, std::string_view options, std::string_view outputs) {
-  std::vector<Passed> argBuffers, retBuffers;
+  thread_local std::vector<Passed> argBuffers, retBuffers;  // reused: no allocation per run
+  argBuffers.clear();
+  retBuffers.clear();
   for (size_t i = 0; i < args.size(); ++i)
     argBuffers.push_back(passed(*args.get<ffi::AnyBuffer>(i)));
   for (size_t i = 0; i < rets.size(); ++i)

@@ -8,9 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "unit/capi/CApiTestUtil.h"
 
-#include <tokamax/runtime/Device.h>
+#include "dispatch/DispatchTestUtil.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -20,28 +19,6 @@ using tokamax::DType;
 
 namespace {
 
-/// Whether a driver reports a device; when not, the test says so and returns.
-bool haveDevice() {
-  try {
-    if (tokamax::Device::count() > 0)
-      return true;
-  } catch (const std::exception &) {
-  }
-  WARN("SKIPPED: no CUDA driver or device (ctest runs these under the null driver: capi-unit-tests-null-driver)");
-  return false;
-}
-
-/// The null driver's count of cuMemAlloc calls, or -1 under another driver.
-long deviceAllocations() {
-  const char *path = std::getenv("TOKAMAX_CUDA_DRIVER");
-  void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
-  auto *count = lib ? reinterpret_cast<size_t (*)()>(dlsym(lib, "tokamax_null_cuda_allocations")) : nullptr;
-  long n = count ? static_cast<long>(count()) : -1;
-  if (lib)
-    dlclose(lib);
-  return n;
-}
-
 /// Tensors of a layer_norm VJP on device 0 (the null driver's memory is host memory).
 struct VjpCase {
   static constexpr int64_t rows = 64, cols = 40;
@@ -50,7 +27,46 @@ struct VjpCase {
       dscale{DType::F32, {cols}, 0}, doffset{DType::F32, {cols}, 0};
   std::vector<const tkx_tensor *> inputs() const { return descs({&dy, &x, &scale, &mean, &rstd}); }
   std::vector<const tkx_tensor *> outputs() const { return descs({&dx, &dscale, &doffset}); }
+  /// Every tensor of the case, in argument order.
+  std::vector<const CTensor *> all() const { return {&dy, &x, &scale, &mean, &rstd, &dx, &dscale, &doffset}; }
 };
+
+/// Which tensor of `c` (index in all()) and byte offset `address` points at, or (-1, address).
+std::pair<int, uint64_t> whereIn(const VjpCase &c, uint64_t address) {
+  const auto tensors = c.all();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto base = reinterpret_cast<uint64_t>(tensors[i]->desc.data);
+    if (address >= base && address < base + tensors[i]->nbytes())
+      return {int(i), address - base};
+  }
+  return {-1, address};
+}
+
+/// A launch the null driver logged: its function and first parameter word.
+struct Launch {
+  void *function;
+  uint64_t word;
+};
+
+/// The launches `run` makes, from the null driver's log (empty under another driver).
+template <class Run> std::vector<Launch> launchesOf(Run &&run) {
+  auto *log = nullDriverFunction<void(size_t)>("tokamax_null_cuda_log_launches");
+  auto *logged = nullDriverFunction<size_t(size_t, void **, uint64_t *)>("tokamax_null_cuda_logged_launch");
+  if (!log || !logged) {
+    run();
+    return {};
+  }
+  log(1);  // every kernel has a first parameter
+  run();
+  std::vector<Launch> launches;
+  Launch l{};
+  for (size_t i = 0, n = logged(0, &l.function, &l.word); i < n; ++i) {
+    logged(i, &l.function, &l.word);
+    launches.push_back(l);
+  }
+  log(0);
+  return launches;
+}
 
 tkx_status runOn(const tkx_call *call, const VjpCase &c, void *workspace, size_t bytes) {
   auto in = c.inputs(), out = c.outputs();
@@ -151,4 +167,76 @@ TEST_CASE("capi: precompile compiles a call's kernels for an arch with no GPU", 
   const tkx_status s = tkx_call_precompile(call.get(), "sm_90a");
   INFO(tkx_last_error());
   CHECK(s == TKX_OK);
+}
+
+TEST_CASE("capi: a repeated device run replays the cached plan: the same kernels at the new addresses",
+          "[capi][null-driver]") {
+  if (!haveDevice())
+    return;
+  VjpCase a, b;
+  Call call = make_call("layer_norm_vjp", a.inputs());
+  size_t bytes = 0;
+  REQUIRE(tkx_call_workspace_bytes(call.get(), 0, &bytes) == TKX_OK);
+  Scratch scratch(bytes);
+  tokamax::clear_call_cache();
+  auto runCase = [&](const tkx_call *c, const VjpCase &tensors) {
+    const tkx_status s = runOn(c, tensors, scratch.data(), bytes);
+    INFO(tkx_last_error());
+    REQUIRE(s == TKX_OK);
+  };
+  std::vector<Launch> first, second;
+  CHECK(test::cache_outcome([&] { first = launchesOf([&] { runCase(call.get(), a); }); }).miss());
+  CHECK(test::cache_outcome([&] { second = launchesOf([&] { runCase(call.get(), b); }); }).hit());
+  if (first.empty()) {
+    WARN("not under the null driver: launches not logged");
+    return;
+  }
+  REQUIRE(second.size() == first.size());
+  bool movedAny = false;
+  for (size_t i = 0; i < first.size(); ++i) {
+    INFO("launch " << i);
+    CHECK(second[i].function == first[i].function);
+    const auto [tensorA, offsetA] = whereIn(a, first[i].word);
+    const auto [tensorB, offsetB] = whereIn(b, second[i].word);
+    CHECK(whereIn(a, second[i].word).first == -1);  // nothing of the first run's tensors
+    CHECK(tensorB == tensorA);                      // the same argument at its new address
+    CHECK(offsetB == offsetA);
+    movedAny |= tensorB >= 0;
+  }
+  CHECK(movedAny);
+
+  // A call bound alike (a framework binding again) shares the entry.
+  Call again = make_call("layer_norm_vjp", b.inputs());
+  CHECK(test::cache_outcome([&] { runCase(again.get(), a); }).hit());
+}
+
+TEST_CASE("capi: a config scope opened between runs re-resolves a cached call", "[capi][null-driver]") {
+  if (!haveDevice())
+    return;
+  VjpCase c;
+  Call scoped = make_call("layer_norm_vjp", c.inputs(), R"({"implementation": "tile"})");
+  Call five = make_call("layer_norm_vjp", c.inputs(),
+                        R"({"implementation": "tile", "config": {"block_rows": 2, "num_warps": 1, "programs": 5}})");
+  size_t heuristic = 0, tuned = 0;
+  REQUIRE(tkx_call_workspace_bytes(scoped.get(), 0, &heuristic) == TKX_OK);
+  REQUIRE(tkx_call_workspace_bytes(five.get(), 0, &tuned) == TKX_OK);
+  Scratch scratch(std::max(heuristic, tuned));
+  auto run = [&](size_t bytes) { return runOn(scoped.get(), c, scratch.data(), bytes); };
+  REQUIRE(run(heuristic) == TKX_OK);
+  CHECK(test::cache_outcome([&] { CHECK(run(heuristic) == TKX_OK); }).hit());
+
+  const std::string result = std::string(R"({"format": "tokamax-autotuning", "version": 1, "device": null, "entries": [)") +
+                             R"({"args": )" + tkx_call_json(scoped.get()) +
+                             R"(, "implementation": "tile", "config": {"block_rows": 2, "num_warps": 1, "programs": 5}, "candidates": []}]})";
+  uint64_t id = 0;
+  REQUIRE(tkx_config_scope_push(result.c_str(), &id) == TKX_OK);
+  CHECK(test::cache_outcome([&] { CHECK(run(tuned) == TKX_OK); }).miss());
+  CHECK(test::cache_outcome([&] { CHECK(run(tuned) == TKX_OK); }).hit());
+  if (tuned > heuristic)  // the replay under the scope asks for the scope's config's scratch
+    CHECK(run(heuristic) == TKX_WORKSPACE_TOO_SMALL);
+  else
+    WARN("the scope's config needs no more scratch than the heuristic's: its workspace not compared");
+  REQUIRE(tkx_config_scope_pop(id) == TKX_OK);
+  CHECK(run(heuristic) == TKX_OK);  // back to the heuristic's config
+  CHECK(test::cache_outcome([&] { CHECK(run(heuristic) == TKX_OK); }).hit());
 }

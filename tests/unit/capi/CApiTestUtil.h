@@ -6,9 +6,12 @@
 
 #include <tokamax/c/tokamax.h>
 #include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Device.h>
 
 #include <catch2/catch.hpp>
+#include <dlfcn.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -128,6 +131,33 @@ inline void run_host(const tkx_call *call, const std::vector<const tkx_tensor *>
                               static_cast<int32_t>(outputs.size()), nullptr, nullptr, 0);
   INFO(tkx_last_error());
   REQUIRE(s == TKX_OK);
+}
+
+/// Whether a driver reports a device; when not, the test says so and returns.
+inline bool haveDevice() {
+  try {
+    if (tokamax::Device::count() > 0)
+      return true;
+  } catch (const std::exception &) {
+  }
+  WARN("SKIPPED: no CUDA driver or device (ctest runs these under the null driver: capi-unit-tests-null-driver)");
+  return false;
+}
+
+/// A function the null driver exports (tests/nulldriver), or null under another driver.
+template <class Fn> Fn *nullDriverFunction(const char *name) {
+  const char *path = std::getenv("TOKAMAX_CUDA_DRIVER");
+  void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  Fn *fn = lib ? reinterpret_cast<Fn *>(dlsym(lib, name)) : nullptr;
+  if (lib)
+    dlclose(lib);  // the library stays loaded: the process loaded it as its driver
+  return fn;
+}
+
+/// The null driver's count of cuMemAlloc calls, or -1 under another driver.
+inline long deviceAllocations() {
+  auto *count = nullDriverFunction<size_t()>("tokamax_null_cuda_allocations");
+  return count ? static_cast<long>(count()) : -1;
 }
 
 /// Checks a failed status and that the thread's message holds every one of `parts`.
