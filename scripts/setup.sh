@@ -7,6 +7,7 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22 libzstd-dev
   libfmt-dev catch2 nlohmann-json3-dev libcli11-dev libssl-dev zlib1g-dev
   python3-numpy python3-pytest python3-setuptools python3-wheel
+  python3-torch  # CPU torch 1.13: tests/python/test_torch.py (f64 gradcheck on the interpreter: 5 s on 2 idle cores)
 )
 missing=()
 for p in "${packages[@]}"; do

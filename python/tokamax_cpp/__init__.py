@@ -5,7 +5,7 @@
     out = tokamax.dot_product_attention(q, k, v, is_causal=True)
 
 numpy arrays run on the library's CPU interpreter; torch tensors through
-`torch.ops.tokamax_cpp.*` (CPU and CUDA, autograd, torch.compile); jax arrays through
+`torch.ops.tokamax_cpp.*` (CPU and CUDA, autograd; torch.compile on torch >= 2.4); jax arrays through
 one XLA FFI handler (jit, grad, vmap). The library is found through ctypes:
 $TOKAMAX_CPP_LIBRARY, the package's lib/, PREFIX/lib of an installed package (this one in
 PREFIX/python), a build tree beside the source, the loader.

@@ -1,5 +1,5 @@
-"""PyTorch adapter: every op of the library as `torch.ops.tokamax_cpp.<op>` (torch >= 2.4,
-torch.library.custom_op), one implementation for CPU and CUDA tensors:
+"""PyTorch adapter: every op of the library as `torch.ops.tokamax_cpp.<op>`, one
+implementation for CPU and CUDA tensors:
 
 - CUDA: the tensors' data pointers, torch's current stream of their device, outputs and
   the workspace from torch's caching allocator (so CUDA graphs capture it);
@@ -11,11 +11,19 @@ torch.library.custom_op), one implementation for CPU and CUDA tensors:
 Each op's schema is `(Tensor? <input>..., str options) -> (Tensor, ...)`: `options` is the
 canonical JSON of the op's attributes (docs/c-api.md); an output the call does not
 produce is an empty float32 tensor.
+
+Two registrations of the same kernels: torch >= 2.4 gets torch.library.custom_op
+(register_fake, register_autograd: torch.compile, opcheck); older torch (1.13 to 2.3,
+Debian 12 ships 1.13) a torch.library.Library("tokamax_cpp", "DEF") with CPU / CUDA /
+Meta kernels and an Autograd kernel that is a torch.autograd.Function over the same
+backward. $TOKAMAX_CPP_TORCH_LIBRARY=1 takes the older one on any torch (to test it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import torch
 
@@ -29,9 +37,13 @@ def _version() -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-if _version() < (2, 4) or not hasattr(torch.library, "custom_op"):
-    raise ImportError(f"tokamax_cpp.torch needs torch >= 2.4 (torch.library.custom_op, register_fake, "
-                      f"register_autograd); this is torch {torch.__version__}")
+if _version() < (1, 13):
+    raise ImportError(f"tokamax_cpp.torch needs torch >= 1.13 (torch.library.Library with Python kernels); "
+                      f"this is torch {torch.__version__}")
+
+# torch.library.custom_op (2.4) or the Library registration of older torch.
+CUSTOM_OP = (_version() >= (2, 4) and hasattr(torch.library, "custom_op")
+             and os.environ.get("TOKAMAX_CPP_TORCH_LIBRARY", "0") != "1")
 
 _TO_CODE = {torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, torch.float32: _capi.F32,
             torch.float64: _capi.F64, torch.int8: _capi.I8, torch.int32: _capi.I32, torch.int64: _capi.I64,
@@ -162,15 +174,16 @@ def _register(name: str):
         return shaped(_fake(name, names, list(args[:-1]), args[-1]))
 
     impl.__name__ = fake.__name__ = name
-    custom = torch.library.custom_op(f"{_NAMESPACE}::{name}", impl, mutates_args=(), schema=schema)
-    custom.register_fake(fake)
     opdef = _opdefs.BY_NAME.get(name)
-    if opdef is not None and opdef.vjp is not None:
-        _register_autograd(custom, opdef)
-    return custom
+    autograd = _autograd_rules(opdef) if opdef is not None and opdef.vjp is not None else None
+    register = _register_custom_op if CUSTOM_OP else _register_library_op
+    return register(name, schema, impl, fake, autograd)
 
 
-def _register_autograd(custom, opdef) -> None:
+def _autograd_rules(opdef):
+    """(setup_context, backward) of a forward op: the forward keeps its inputs and outputs
+    (residuals included), backward calls the VJP op. Both registrations use these."""
+
     def setup_context(ctx, inputs, output):
         tensors, options = list(inputs[:-1]), inputs[-1]
         outs = [output] if isinstance(output, torch.Tensor) else list(output)
@@ -192,7 +205,62 @@ def _register_autograd(custom, opdef) -> None:
                 input_grads[i] = g if g.dtype == inputs[i].dtype else g.to(inputs[i].dtype)
         return (*input_grads, None)
 
-    custom.register_autograd(backward, setup_context=setup_context)
+    return setup_context, backward
+
+
+def _register_custom_op(name, schema, impl, fake, autograd):
+    custom = torch.library.custom_op(f"{_NAMESPACE}::{name}", impl, mutates_args=(), schema=schema)
+    custom.register_fake(fake)
+    if autograd is not None:
+        setup_context, backward = autograd
+        custom.register_autograd(backward, setup_context=setup_context)
+    return custom
+
+
+_library = None  # the torch.library.Library of older torch; its registrations live as long as it
+
+
+def _register_library_op(name, schema, impl, fake, autograd):
+    global _library
+    if _library is None:
+        _library = torch.library.Library(_NAMESPACE, "DEF")
+    _library.define(name + schema)
+    for key in ("CPU", "CUDA"):
+        _library.impl(name, impl, key)
+    _library.impl(name, fake, "Meta")  # shapes without data (meta tensors)
+    packet = getattr(getattr(torch.ops, _NAMESPACE), name)
+    if autograd is not None:
+        _library.impl(name, _autograd_function(name, packet, *autograd), "Autograd")
+    return packet
+
+
+def _autograd_function(name, packet, setup_context, backward):
+    """The Autograd kernel of older torch: a torch.autograd.Function whose forward runs the
+    op below autograd (the CPU / CUDA / Meta kernel) and whose backward is the VJP op's."""
+
+    def forward(ctx, *args):
+        with _below_autograd():
+            output = packet(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    function = type(f"{name}_function", (torch.autograd.Function,),
+                    {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return function.apply
+
+
+@contextlib.contextmanager
+def _below_autograd():
+    # A context manager in torch 2.x; a guard that holds while it lives in 1.13.
+    guard = torch._C._AutoDispatchBelowAutograd()
+    if hasattr(guard, "__enter__"):
+        with guard:
+            yield
+    else:
+        try:
+            yield
+        finally:
+            del guard
 
 
 class _TorchBackend:

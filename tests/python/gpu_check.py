@@ -6,9 +6,10 @@
 (scripts/gpu-check.sh's python part: PYTHONPATH=tokamax/python of the package; without
 PYTHONPATH the checkout's python/ is used.)
 
-torch (>= 2.4, CUDA): layer_norm and attention forward and gradients against torch's own
-(F.layer_norm, SDPA), torch.library.opcheck on CUDA tensors, torch.compile(fullgraph=True),
-a CUDA graph capture and replay, the host time of an eager call. jax (GPU backend): jit,
+torch (CUDA): layer_norm and attention forward and gradients against torch's own
+(F.layer_norm, SDPA), torch.library.opcheck on CUDA tensors, torch.compile(fullgraph=True)
+(these two: torch >= 2.4, custom_op), a CUDA graph capture and replay, the host time of an
+eager call. TOKAMAX_CPP_TORCH_LIBRARY=1 checks the registration of torch < 2.4 instead. jax (GPU backend): jit,
 grad and vmap against jnp / jax.nn references, autotune + scope, benchmarking, jax.export
 round trip, the time of a jitted call. Prints one line per check; exit status 1 if any failed.
 """
@@ -115,10 +116,15 @@ def torch_checks():
         torch.cuda.synchronize()
         return f"host time per eager call: ours {ours:.1f} us, SDPA {sdpa:.1f} us"
 
+    from tokamax_cpp import torch as tt
     for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
                      ("torch attention fwd+bwd vs SDPA", attention), ("torch opcheck (CUDA)", opcheck),
                      ("torch.compile fullgraph", compiled), ("torch CUDA graph replay", cuda_graph),
                      ("torch eager overhead", overhead)):
+        if fn in (opcheck, compiled) and not tt.CUSTOM_OP:
+            print(f"SKIP {name}: needs torch.library.custom_op (torch >= 2.4); torch {torch.__version__} "
+                  "has the Library registration")
+            continue
         check(name, fn)
 
 
