@@ -353,6 +353,13 @@ class Call:
             lib.tkx_free_string(out)
 
 
+def arch_name(major: int, minor: int) -> str:
+    """The library's name for a GPU of compute capability major.minor (as Arch::of names a
+    device's): sm_90a for 9.0, sm_100a for 10.0 (the arch-specific feature sets), else
+    sm_<major><minor>."""
+    return f"sm_{major}{minor}" + ("a" if (major, minor) in ((9, 0), (10, 0)) else "")
+
+
 def options_json(options: dict) -> str:
     """The canonical JSON of options (sorted keys: equal options give equal text)."""
     return json.dumps(options, sort_keys=True, separators=(",", ":"))

@@ -107,7 +107,7 @@ def arch_of(device) -> str | None:
         major, minor = (int(p) for p in str(capability).split(".")[:2])
     except ValueError:
         return None
-    return f"sm_{major}{minor}" + ("a" if (major, minor) in ((9, 0), (10, 0)) else "")
+    return _capi.arch_name(major, minor)
 
 
 def _target_arch() -> str | None:

@@ -97,3 +97,11 @@ def test_no_jax_no_jit_context():
     import sys
     if "jax" not in sys.modules:
         assert autotuning.jit_context() is None
+
+
+def test_arch_names_follow_the_library():
+    assert [_capi.arch_name(*cc) for cc in ((9, 0), (10, 0), (8, 0), (8, 9), (12, 0))] == \
+        ["sm_90a", "sm_100a", "sm_80", "sm_89", "sm_120"]
+    call = _capi.get_call("layer_norm", SPECS, OPTIONS)
+    for cc in ((9, 0), (8, 0)):
+        call.resolve(_capi.arch_name(*cc))  # names the library parses
