@@ -1,10 +1,13 @@
-//===- Autotune.cpp - The C ABI: autotuning, config scopes, strings ---------===//
+//===- Autotune.cpp - The C ABI: autotuning, config scopes, resolution -----===//
 #include "c/lib/CApi.h"
 
 #include <tokamax/autotune/Autotune.h>
+#include <tokamax/runtime/Arch.h>
+#include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <cstdlib>
@@ -76,6 +79,30 @@ tkx_status tkx_config_scope_pop(uint64_t id) {
     if (it == openScopes.end())
       throw Error(fmt::format("id {} is no config scope open on this thread", id));
     openScopes.erase(it);
+  });
+}
+
+tkx_status tkx_call_resolve(const tkx_call *call, const char *arch, char **json) {
+  if (json)
+    *json = nullptr;
+  return guard("tkx_call_resolve", [&] {
+    require_pointer(call, "call");
+    require_pointer(json, "json");
+    std::string target;
+    if (arch) {
+      Arch::parse(arch, "arch");
+      target = arch;
+    } else {
+      target = Device::get(0).arch();
+    }
+    // The path a run takes: select, then explicit config -> this thread's providers ->
+    // the process's -> the heuristic.
+    const Implementation &impl = call->op->select(call->args, call->implementation, target);
+    const Config config = call->op->resolve_config(impl, call->args, call->config);
+    nlohmann::json resolved = {{"implementation", impl.name()}, {"config", nlohmann::json::object()}};
+    for (const auto &[key, value] : config.values)
+      resolved["config"][key] = value;
+    *json = handOver(resolved.dump());
   });
 }
 

@@ -23,6 +23,11 @@ from .benchmarking import BenchmarkData, compile_benchmark, standardize_function
 
 __version__ = "0.1.0"
 
+# Where jax is already imported, its jit-key context of the autotuning scopes is made now,
+# before a trace reaches our ops (made inside a first trace, it would cost a retrace).
+from .autotuning import jit_context as _jit_context
+_jit_context()
+
 
 def __getattr__(name):
     # DISABLE_JAX_EXPORT_CHECKS: what jax.export(..., disabled_checks=...) needs to accept

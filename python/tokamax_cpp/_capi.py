@@ -164,6 +164,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "tkx_free_string": (None, [c.c_void_p]),
         "tkx_config_scope_push": (c.c_int, [c.c_char_p, c.POINTER(c.c_uint64)]),
         "tkx_config_scope_pop": (c.c_int, [c.c_uint64]),
+        "tkx_call_resolve": (c.c_int, [_CallPtr, c.c_char_p, c.POINTER(c.c_void_p)]),
     }
     for name, (restype, argtypes) in sigs.items():
         try:
@@ -338,6 +339,25 @@ class Call:
 
     def precompile(self, arch: str) -> None:
         check(lib.tkx_call_precompile(self._handle, arch.encode()))
+
+    def resolve(self, arch: str | None) -> dict:
+        """What a run of the call on this thread would resolve to now on a GPU of `arch`
+        ("sm_90a"; None: CUDA device 0's): {"implementation": name, "config": {...}}
+        (the options' choice, else this thread's config scopes, the autotuning cache, the
+        heuristic)."""
+        out = ctypes.c_void_p()
+        check(lib.tkx_call_resolve(self._handle, None if arch is None else arch.encode(), ctypes.byref(out)))
+        try:
+            return json.loads(ctypes.string_at(out.value).decode())
+        finally:
+            lib.tkx_free_string(out)
+
+
+def arch_name(major: int, minor: int) -> str:
+    """The library's name for a GPU of compute capability major.minor (as Arch::of names a
+    device's): sm_90a for 9.0, sm_100a for 10.0 (the arch-specific feature sets), else
+    sm_<major><minor>."""
+    return f"sm_{major}{minor}" + ("a" if (major, minor) in ((9, 0), (10, 0)) else "")
 
 
 def options_json(options: dict) -> str:

@@ -1,14 +1,69 @@
 """Tokamax's autotuning API over the library's: `autotune(f, *args)` runs f once while
 recording every op call it binds, times each call's candidate configs on the GPU
 (tkx_autotune), and returns an AutotuningResult; `with result:` makes the calls on this
-thread use its configs (a config scope of the library)."""
+thread use its configs (a config scope of the library).
+
+A scope is the thread's own. Where a call runs on a thread of someone else's (JAX's FFI
+handler on XLA's execution threads), the adapter binds it with what it resolves to on the
+scope's thread when it is traced (`scoped_options`), as Tokamax applies results at trace
+time; with jax >= 0.7.2 the open scopes are part of jit's cache key (`jit_context`), so a
+jitted function traces again when it is called inside a scope, and outside one again."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 import threading
 
 from . import _capi
+
+
+class _OpenScopes(threading.local):
+    def __init__(self):
+        self.keys: list[str] = []  # the results open on this thread (their digests), innermost last
+
+
+_open = _OpenScopes()
+
+
+def scope_active() -> bool:
+    """Whether an AutotuningResult's scope is open on this thread."""
+    return bool(_open.keys)
+
+
+_jit_context = None
+_jit_context_lock = threading.Lock()
+
+
+def jit_context():
+    """jax's user context (jax.make_user_context, jax >= 0.7.2) whose value is the open
+    scopes' digests: it is part of jit's cache key, so entering or leaving a scope makes
+    jitted functions trace again (with the scope's configs, or without). Made once jax is
+    imported, before a trace needs it (the package's import, the jax adapter's); never
+    imports jax. None without jax or with an older one."""
+    global _jit_context
+    if _jit_context is None:
+        make = getattr(sys.modules.get("jax"), "make_user_context", None)
+        if make is None:
+            return None
+        with _jit_context_lock:
+            if _jit_context is None:
+                _jit_context = make(())
+    return _jit_context
+
+
+def scoped_options(call: "_capi.Call", arch: str | None) -> str:
+    """The options JSON to bind `call` with on a thread that sees no scope of this one:
+    while a scope is open here, the call's options plus the "implementation" and "config"
+    a run here would resolve for a GPU of `arch` ("sm_90a"; None: CUDA device 0's); else
+    the call's own options (the runner resolves them: explicit choice, the autotuning
+    cache, the heuristic)."""
+    if not scope_active():
+        return call.options_json
+    options = json.loads(call.options_json)
+    options.update(call.resolve(arch))
+    return _capi.options_json(options)
 
 
 class AutotuningResult:
@@ -19,6 +74,7 @@ class AutotuningResult:
     def __init__(self, text: str):
         self._text = text
         self._data = json.loads(text)
+        self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]  # equal results, equal jit keys
         self._scopes = threading.local()
 
     # -- Tokamax's API --
@@ -43,11 +99,22 @@ class AutotuningResult:
         stack = getattr(self._scopes, "ids", None)
         if stack is None:
             stack = self._scopes.ids = []
-        stack.append(_capi.config_scope_push(self._text))  # validates the JSON fully
+        scope = _capi.config_scope_push(self._text)  # validates the JSON fully
+        context = jit_context()
+        keyed = None
+        if context is not None:
+            keyed = context(context.value + (self._digest,))
+            keyed.__enter__()
+        stack.append((scope, keyed))
+        _open.keys.append(self._digest)
         return self
 
     def __exit__(self, *exc) -> None:
-        _capi.config_scope_pop(self._scopes.ids.pop())
+        scope, keyed = self._scopes.ids.pop()
+        _open.keys.pop()
+        if keyed is not None:
+            keyed.__exit__(*exc)
+        _capi.config_scope_pop(scope)
 
     def __or__(self, other: "AutotuningResult") -> "AutotuningResult":
         """Both results' entries (other's win for the same call)."""

@@ -7,6 +7,12 @@ CPU (the library's interpreter).
 
 Binding happens at trace time (the abstract evaluation binds the call through the C ABI),
 so bad arguments raise Python exceptions naming them when the function is traced.
+
+Config scopes (`with result:`) are per thread and XLA runs the handler on threads of its
+own, so a call traced inside a scope is handed to the handler with the implementation and
+config it resolves to on the tracing thread for the target device's arch (as Tokamax
+applies autotuning results at trace time); outside scopes the handler resolves on its own
+(explicit choice, the autotuning cache, the heuristic).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from . import _capi, _opdefs
+from . import _capi, _opdefs, autotuning
 
 try:
     from jax import ffi as _ffi
@@ -86,6 +92,32 @@ def _code(dtype, name: str) -> int:
     return code
 
 
+autotuning.jit_context()  # made before any trace: the open scopes are part of jit's cache key
+
+
+def arch_of(device) -> str | None:
+    """The library's arch name for a jax device ("sm_90a" for compute capability 9.0,
+    "sm_100a" for 10.0, else sm_<major><minor>); the CPU platform runs the interpreter,
+    which selects as on sm_90a. None where jax does not say (the library then asks CUDA
+    device 0)."""
+    if device.platform == "cpu":
+        return "sm_90a"
+    capability = getattr(device, "compute_capability", None)  # "9.0" on CUDA devices
+    try:
+        major, minor = (int(p) for p in str(capability).split(".")[:2])
+    except ValueError:
+        return None
+    return _capi.arch_name(major, minor)
+
+
+def _target_arch() -> str | None:
+    """The arch of the device a traced call will run on: jax's default device."""
+    device = getattr(jax.config, "jax_default_device", None)
+    if isinstance(device, str):  # a platform name
+        device = jax.devices(device)[0]
+    return arch_of(device if device is not None else jax.devices()[0])
+
+
 def _vmap_method(op: str, inputs) -> str:
     """Batch dims fold into the op where its leading dims are batch dims of every input
     (attention without bias / mask; the norms without scale / offset); otherwise a loop."""
@@ -104,6 +136,8 @@ def call(op: str, inputs, options: dict, names=None) -> list:
     text = _capi.options_json(options)
     specs = [None if x is None else (_code(x.dtype, n), tuple(int(d) for d in x.shape)) for n, x in zip(names, inputs)]
     bound = _capi.get_call(op, specs, text)  # validates: Python exceptions at trace time
+    if autotuning.scope_active():  # the handler's threads see no scope of this one
+        text = autotuning.scoped_options(bound, _target_arch())
     results = [jax.ShapeDtypeStruct(s.shape, _FROM_CODE[s.dtype]) for s in bound.outputs if s is not None]
     fn = _ffi.ffi_call(TARGET, results, vmap_method=_vmap_method(op, inputs))
     outs = iter(fn(*[x for x in inputs if x is not None], op=op, options=text,

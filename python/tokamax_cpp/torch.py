@@ -8,6 +8,11 @@ implementation for CPU and CUDA tensors:
 - autograd: the forward keeps its residuals (mean / rstd / lse) and backward calls the
   VJP op (`_opdefs` says how they meet).
 
+Ops run on the calling thread, so config scopes (`with result:`) apply to them as they
+are; but autograd runs CUDA backward on a device thread of its own, which sees no scope
+of the caller's: a forward run inside a scope resolves its VJP call there and then, and
+the backward binds it with that implementation and config.
+
 Each op's schema is `(Tensor? <input>..., str options) -> (Tensor, ...)`: `options` is the
 canonical JSON of the op's attributes (docs/c-api.md); an output the call does not
 produce is an empty float32 tensor.
@@ -27,7 +32,7 @@ import os
 
 import torch
 
-from . import _capi, _opdefs
+from . import _capi, _opdefs, autotuning
 
 _NAMESPACE = "tokamax_cpp"
 
@@ -190,14 +195,18 @@ def _autograd_rules(opdef):
         ctx.options = options
         ctx.present = [t is not None for t in tensors]
         ctx.save_for_backward(*[t for t in tensors if t is not None], *outs)
+        ctx.vjp_options = None
+        device = _device_of(tensors)
+        if device.type == "cuda" and autotuning.scope_active():  # see the module's comment
+            ctx.vjp_options = _scoped_vjp_options(opdef, tensors, outs, options, device)
 
     def backward(ctx, *grads):
         saved = iter(ctx.saved_tensors)
         inputs = [next(saved) if present else None for present in ctx.present]
         outputs = list(saved)
         cotangents = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outputs)]
-        options = opdef.vjp_options_of(json.loads(ctx.options), inputs)
-        result = op(opdef.vjp)(*opdef.vjp_input_values(cotangents, inputs, outputs), _capi.options_json(options))
+        options = ctx.vjp_options or _capi.options_json(opdef.vjp_options_of(json.loads(ctx.options), inputs))
+        result = op(opdef.vjp)(*opdef.vjp_input_values(cotangents, inputs, outputs), options)
         result = [result] if isinstance(result, torch.Tensor) else list(result)
         input_grads = [None] * len(inputs)
         for g, i in zip(result, opdef.vjp_grads):
@@ -261,6 +270,16 @@ def _below_autograd():
             yield
         finally:
             del guard
+
+
+def _scoped_vjp_options(opdef, inputs, outs, options: str, device) -> str:
+    """The VJP call's options with the implementation and config it resolves to on this
+    thread (inside a scope) for the device's arch; the cotangents have the outputs' specs."""
+    values = opdef.vjp_input_values(outs, inputs, outs)
+    names = _capi.op_args(opdef.vjp)[0][: len(values)]
+    vjp_options = _capi.options_json(opdef.vjp_options_of(json.loads(options), inputs))
+    call = _capi.get_call(opdef.vjp, _specs(names, values), vjp_options)
+    return autotuning.scoped_options(call, _capi.arch_name(*torch.cuda.get_device_capability(device)))
 
 
 class _TorchBackend:

@@ -161,11 +161,35 @@ def jax_checks():
         return close(np.asarray(g[0], np.float32), np.asarray(gr[0], np.float32), 0.05)
 
     def autotune_scope():
+        # A scope applies at trace time (the FFI handler runs on XLA's threads): jax >= 0.7.2
+        # keys jit's caches on the open scopes, so grad traces again inside it; older jax is
+        # cleared before each trace here.
+        fresh = (lambda: None) if hasattr(jax, "make_user_context") else jax.clear_caches
         result = tokamax.autotune(grad, x, scale)
         again = tokamax.AutotuningResult.loads(result.dumps())
+
+        def embedded():  # our custom calls whose options carry a config: the scope's
+            text = grad.lower(x, scale).as_text()
+            return sum(text.count(q + "config" + q) for q in ("\\22", '\\"'))
+
+        def step_ms():
+            jax.block_until_ready(grad(x, scale))
+            start = time.perf_counter()
+            for _ in range(20):
+                jax.block_until_ready(grad(x, scale))
+            return (time.perf_counter() - start) / 20 * 1e3
+
+        fresh()
         with again:
+            inside = embedded()
             g = grad(x, scale)
-        return f"{len(result)} calls tuned, |dscale| {float(jnp.abs(g[1]).max()):.3g}"
+            tuned = step_ms()
+        fresh()
+        outside = embedded()
+        untuned = step_ms()
+        assert inside > 0 and outside == 0, f"calls with the scope's configs: {inside} inside, {outside} outside"
+        return (f"{len(result)} calls tuned, {inside} traced with their configs in the scope; step {untuned:.3f} ms "
+                f"untuned, {tuned:.3f} ms in the scope; |dscale| {float(jnp.abs(g[1]).max()):.3g}")
 
     def benchmark():
         f, args = tokamax.standardize_function(seed, x, scale, mode="forward_and_vjp")

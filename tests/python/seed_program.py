@@ -11,7 +11,9 @@ of f_grad, autotune + dumps / loads + the scope, benchmarking, jax.export of f_g
 reloaded and run (its result must equal f_grad's bit for bit). Then each step,
 `jax.block_until_ready(f(x, scale))`, is timed (the median of --iters after --warmup,
 wall clock, so the host's dispatch counts as a user's step has it): tokamax_cpp's f_grad
-with the implementations the seed names, again inside the autotuned scope, and JAX's
+with the implementations the seed names, again inside the autotuned scope (traced there:
+a scope applies at trace time; first checked by lowering f_grad inside and outside the
+scope and counting the custom calls that carry the scope's configs), and JAX's
 f_grad with jax.nn.dot_product_attention(implementation="cudnn") and a jnp layer norm
 (f32 statistics, epsilon 1e-6 as Tokamax's default). Prints each, the ratio (JAX's time
 / ours: above 1, tokamax_cpp is faster) and the gradients' relative difference.
@@ -139,12 +141,44 @@ def main():
         x = jax.nn.dot_product_attention(x, x, x, implementation="cudnn")
         return jnp.sum(x)
 
+    # A scope applies when f_grad is traced (the handler runs on XLA's threads, which see no
+    # scope: the trace embeds the configs). jax >= 0.7.2 keys jit's caches on the open
+    # scopes, so f_grad traces again inside the scope and outside it; older jax is cleared.
+    keyed = hasattr(jax, "make_user_context")
+    report["jit_keyed_on_scopes"] = keyed
+
+    def fresh_trace():
+        if not keyed:
+            jax.clear_caches()
+
+    def embedded_configs():  # our custom calls whose options carry a config: a scope's
+        text = f_grad.lower(x, scale).as_text()
+        return sum(text.count(q + "config" + q) for q in ("\\22", '\\"'))
+
+    if autotune_result is not None:
+        def scope_reaches_the_handler():
+            fresh_trace()
+            with autotune_result:
+                inside = embedded_configs()
+            fresh_trace()
+            outside = embedded_configs()
+            report["calls_with_scope_configs"] = {"inside": inside, "outside": outside}
+            print(f"     calls traced with the scope's configs: {inside} inside the scope, {outside} outside",
+                  flush=True)
+            assert inside > 0 and outside == 0, "the scope's configs did not reach (only) the scoped trace"
+        stage("the scope reaches the FFI handler (trace-time configs)", scope_reaches_the_handler)
+
     jax_grad = jax.jit(jax.grad(loss_jax))
-    ours = stage("time tokamax_cpp's f_grad", lambda: time_step(f_grad, x, scale, opts.warmup, opts.iters))
+
+    def timed_untuned():
+        fresh_trace()
+        return time_step(f_grad, x, scale, opts.warmup, opts.iters)
+    ours = stage("time tokamax_cpp's f_grad", timed_untuned)
     tuned = None
     if autotune_result is not None:
         def timed_in_scope():
-            with autotune_result:
+            fresh_trace()
+            with autotune_result:  # traced in here: the tuned configs
                 return time_step(f_grad, x, scale, opts.warmup, opts.iters)
         tuned = stage("time tokamax_cpp's f_grad in the autotuned scope", timed_in_scope)
     peer = stage("time JAX's f_grad (cuDNN attention, jnp layer norm)",

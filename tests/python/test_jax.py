@@ -43,3 +43,38 @@ def test_export_round_trip():
     exported = jax.export.export(f, disabled_checks=tokamax.DISABLE_JAX_EXPORT_CHECKS)(x)
     again = jax.export.deserialize(exported.serialize())
     np.testing.assert_allclose(np.asarray(again.call(x)), np.asarray(f(x)), rtol=1e-6)
+
+
+def test_a_scope_is_applied_at_trace_time():
+    """The handler runs on XLA's threads: a scope open while tracing is embedded in the
+    custom calls' options (the forward's and the VJP's); jitted functions trace again
+    inside a scope where jax keys jit on it (>= 0.7.2), else after jax.clear_caches()."""
+    import json
+    from tokamax_cpp import _capi
+    x = jnp.asarray(ref.rng(4).standard_normal((64, 48)).astype(np.float32))
+    f = jax.jit(jax.grad(lambda a: jnp.sum(tokamax.layer_norm(a, None, None) ** 2)))
+    entries = []
+    for op, specs, options in (("layer_norm", [(_capi.F32, x.shape), None, None],
+                                {"axis": -1, "epsilon": 1e-6, "residuals": True}),):
+        call = _capi.get_call(op, specs, _capi.options_json(options))
+        resolved = call.resolve("sm_90a")
+        entries.append({"args": json.loads(call.json()), "implementation": resolved["implementation"],
+                        "config": resolved["config"], "candidates": []})
+    result = tokamax.AutotuningResult(json.dumps({"format": "tokamax-autotuning", "version": 1, "device": None,
+                                                  "entries": entries}))
+
+    def configs_embedded():
+        text = f.lower(x).as_text()
+        return sum(text.count(q + "config" + q) for q in ("\\22", '\\"'))
+
+    keyed = hasattr(jax, "make_user_context")
+    assert configs_embedded() == 0
+    if not keyed:
+        jax.clear_caches()
+    with result:
+        assert configs_embedded() == 2  # layer_norm and layer_norm_vjp
+        inside = f(x)
+    if not keyed:
+        jax.clear_caches()
+    assert configs_embedded() == 0
+    np.testing.assert_allclose(np.asarray(inside), np.asarray(f(x)), rtol=1e-5, atol=1e-6)

@@ -26,6 +26,7 @@ int main(void) {
   int32_t dtype = -2, rank = -2, num_inputs = 0;
   int64_t out_shape[TKX_MAX_RANK];
   const char *args = NULL;
+  char *resolved = NULL;
   int r, j;
 
   check(tkx_api_version() == TOKAMAX_C_API_VERSION, "tkx_api_version");
@@ -71,6 +72,10 @@ int main(void) {
       check(fabs(y[r * 4 + j] - want) <= 1e-5 * fabs(want) + 1e-6, "rms_norm's value");
     }
   }
+  check(tkx_call_resolve(call, "sm_90a", &resolved) == TKX_OK && resolved != NULL &&
+            strstr(resolved, "\"implementation\":") != NULL && strstr(resolved, "\"config\":{") != NULL,
+        "tkx_call_resolve");
+  tkx_free_string(resolved);
   tkx_call_destroy(call);
 
   call = NULL;

@@ -145,6 +145,15 @@ TKX_API void tkx_free_string(char *s);
    queries of calls on this thread use its configs; close with its id (any order). */
 TKX_API tkx_status tkx_config_scope_push(const char *result_json, uint64_t *id);
 TKX_API tkx_status tkx_config_scope_pop(uint64_t id);
+/* What a run of the call on the calling thread would resolve to now, for a GPU of `arch`
+   (e.g. "sm_90a"; NULL: CUDA device 0's, which needs a driver): the implementation (the
+   one the options named, else the first that serves the call) and its config (the
+   options' "config", else this thread's config scopes newest first, then the process's
+   autotuning cache, else the heuristic). *json = {"implementation":"hopper","config":
+   {...}}, the caller's (tkx_free_string). For a binding that runs the call on another
+   thread (an XLA FFI handler): create it there with these as "implementation" and
+   "config" and it runs what this thread would. */
+TKX_API tkx_status tkx_call_resolve(const tkx_call *call, const char *arch, char **json);
 
 #ifdef __cplusplus
 } /* extern "C" */
