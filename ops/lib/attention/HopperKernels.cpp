@@ -243,26 +243,40 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   auto head = [&](const Value &i) { return h * p.group() + i / maximum(blocks, 1); };
   auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
   Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
-  // Each step's lse and delta loads are issued before its wait for Q and dO (masked and
-  // scaled once its products are issued): they land during that wait and the products.
-  std::optional<RowStatLoads> loads;
-  Carried sums = streamBlocks(
-      k, s, blocks * p.group(), pack({&dk0, &dv0}), 2,
+  // Each step's lse and delta are loaded a whole step ahead (the first step's before the
+  // loop) and carried after dk and dv: a global load's latency outlasts a step's wait for
+  // Q and dO and its first products. Step i issues step i + 1's loads before its wait
+  // (past the last step they read the next head's rows or padding, never used); they are
+  // masked and scaled where they are used. The carried vectors get the layout of the
+  // scores they scale (tile-remove-layout-conversions), so they never cross shared memory.
+  RowStatLoads firstLoads = load_row_stat_values(pr, ct, head(0), first(0), bq);
+  Carried start = pack({&dk0, &dv0});
+  start.push_back(firstLoads.lse);
+  start.push_back(firstLoads.delta);
+  std::optional<RowStatLoads> next;
+  Carried walked = streamBlocks(
+      k, s, blocks * p.group(), std::move(start), 2,
       [&](Value i) {
         Value row = first(i), n = head(i);
         return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
+        const RowStatLoads loads{carried[carried.size() - 2], carried.back()};
+        carried.resize(carried.size() - 2);
         DsConsumer addDq;
         if (dqSum)
           addDq = [&](const Value &dsT) {  // dS K = (dS^T)^T K, cast before the transpose (half the bytes)
             Value dq = dsl::dot(dsT.to(p.dtype).trans(), kv[0], k.full({bq, p.H}, 0.0, DType::F32));
             dqSum->tma_reduce_add({pr.b * sumRows + first(i), head(i) * p.H}, dq);
           };
-        return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
-                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &*loads);
+        Carried out = dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
+                                block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &loads);
+        out.push_back(next->lse);
+        out.push_back(next->delta);
+        return out;
       },
-      [&](Value i) { loads = load_row_stat_values(pr, ct, head(i), first(i), bq); });
+      [&](Value i) { next = load_row_stat_values(pr, ct, head(i + 1), first(i + 1), bq); });
+  const Carried sums(walked.begin(), walked.end() - 2);
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
 }
