@@ -243,17 +243,23 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   auto head = [&](const Value &i) { return h * p.group() + i / maximum(blocks, 1); };
   auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
   Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
-  // Each step's lse and delta are loaded a whole step ahead (the first step's before the
-  // loop) and carried after dk and dv: a global load's latency outlasts a step's wait for
-  // Q and dO and its first products. Step i issues step i + 1's loads before its wait
-  // (past the last step they read the next head's rows or padding, never used); they are
-  // masked and scaled where they are used. The carried vectors get the layout of the
-  // scores they scale (tile-remove-layout-conversions), so they never cross shared memory.
-  RowStatLoads firstLoads = load_row_stat_values(pr, ct, head(0), first(0), bq);
+  // Each step's lse and delta loads are issued before its wait for Q and dO (masked and
+  // scaled once its products are issued). Where the registers allow (dkdv_step keeps dV
+  // in flight through dS^T: the carried vectors add bq / 2 words a thread, two [bq] in
+  // the scores' column layout; at H 128 with 64-query steps ptxas spills), they are
+  // issued a whole step ahead instead and carried after dk and dv (the first step's
+  // before the loop; past the last step they read the next head's rows or padding, never
+  // used): a global load's latency outlasts a step's wait and its first products. The
+  // carried vectors get the layout of the scores they scale (tile-remove-layout-
+  // conversions, rule 5), so they never cross shared memory.
+  const bool ahead = (p.H + p.Hv) / 2 + 2 * bq <= 192;
   Carried start = pack({&dk0, &dv0});
-  start.push_back(firstLoads.lse);
-  start.push_back(firstLoads.delta);
-  std::optional<RowStatLoads> next;
+  if (ahead) {
+    RowStatLoads firstLoads = load_row_stat_values(pr, ct, head(0), first(0), bq);
+    start.push_back(firstLoads.lse);
+    start.push_back(firstLoads.delta);
+  }
+  std::optional<RowStatLoads> issued;
   Carried walked = streamBlocks(
       k, s, blocks * p.group(), std::move(start), 2,
       [&](Value i) {
@@ -261,22 +267,30 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
         return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
-        const RowStatLoads loads{carried[carried.size() - 2], carried.back()};
-        carried.resize(carried.size() - 2);
+        std::optional<RowStatLoads> loads = issued;
+        if (ahead) {
+          loads = RowStatLoads{carried[carried.size() - 2], carried.back()};
+          carried.resize(carried.size() - 2);
+        }
         DsConsumer addDq;
         if (dqSum)
           addDq = [&](const Value &dsT) {  // dS K = (dS^T)^T K, cast before the transpose (half the bytes)
             Value dq = dsl::dot(dsT.to(p.dtype).trans(), kv[0], k.full({bq, p.H}, 0.0, DType::F32));
             dqSum->tma_reduce_add({pr.b * sumRows + first(i), head(i) * p.H}, dq);
           };
-        Carried out = dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
-                                block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &loads);
-        out.push_back(next->lse);
-        out.push_back(next->delta);
-        return out;
+        Carried next = dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
+                                 block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &*loads);
+        if (ahead) {
+          next.push_back(issued->lse);
+          next.push_back(issued->delta);
+        }
+        return next;
       },
-      [&](Value i) { next = load_row_stat_values(pr, ct, head(i + 1), first(i + 1), bq); });
-  const Carried sums(walked.begin(), walked.end() - 2);
+      [&](Value i) {
+        const Value step = ahead ? i + 1 : i;
+        issued = load_row_stat_values(pr, ct, head(step), first(step), bq);
+      });
+  const Carried sums(walked.begin(), walked.begin() + static_cast<std::ptrdiff_t>(dk0.size() + dv0.size()));
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
 }
