@@ -244,15 +244,15 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
   Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
   // Each step's lse and delta loads are issued before its wait for Q and dO (masked and
-  // scaled once its products are issued). Where the registers allow (dkdv_step keeps dV
-  // in flight through dS^T: the carried vectors add bq / 2 words a thread, two [bq] in
-  // the scores' column layout; at H 128 with 64-query steps ptxas spills), they are
-  // issued a whole step ahead instead and carried after dk and dv (the first step's
-  // before the loop; past the last step they read the next head's rows or padding, never
-  // used): a global load's latency outlasts a step's wait and its first products. The
-  // carried vectors get the layout of the scores they scale (tile-remove-layout-
-  // conversions, rule 5), so they never cross shared memory.
-  const bool ahead = (p.H + p.Hv) / 2 + 2 * bq <= 192;
+  // scaled once its products are issued). With the spec's stats_ahead (opt-in; the check
+  // keeps it where the registers allow: the carried vectors add block_q / 2 words a
+  // thread, two [bq] in the scores' column layout), they are issued a whole step ahead
+  // instead and carried after dk and dv (the first step's before the loop, which the
+  // consumers' branch loads; past the last step they read the next head's rows or
+  // padding, never used): a global load's latency outlasts a step's wait and its first
+  // products. The carried vectors get the layout of the scores they scale
+  // (tile-remove-layout-conversions, rule 5), so they never cross shared memory.
+  const bool ahead = s.stats_ahead;
   Carried start = pack({&dk0, &dv0});
   if (ahead) {
     RowStatLoads firstLoads = load_row_stat_values(pr, ct, head(0), first(0), bq);
