@@ -18,6 +18,12 @@
 // Each role first sets its register limit (setmaxnreg): ptxas gives each straight-line
 // region one register budget, and the producer needs few.
 //
+// The loop's initial carried values are the consumers': a value loaded before the loop
+// only to enter it (a row statistic loaded a step ahead) is loaded in their branch, with
+// the ops between it and the loop's operand. Lowered before the split, its registers would
+// be live through the producer's region, whose register limit (24) spills them; constants
+// (the zero accumulators) stay where they are, ptxas rematerializes them anywhere.
+//
 // Consumer warpgroups may take turns (tile.turn_wait / tile.turn_pass, ping-pong): turn
 // barrier 2 + w belongs to warpgroup w, which waits on it (bar.sync of 256 threads: its
 // own 128 and its predecessor's arrival); passing arrives on the successor's. Warpgroup 0
@@ -29,6 +35,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 
@@ -138,6 +145,48 @@ LogicalResult lowerProducerCopy(TileLowering &t, scf::ForOp loop) {
 
 } // namespace
 
+SmallVector<Operation *> consumerInitOps(scf::ForOp loop) {
+  Block *block = loop->getBlock();
+  // Candidates: the tile-valued ops of the loop's block, before it, that its initial
+  // values are built from: loads, and side-effect-free ops other than conversions (which
+  // use the shared scratch where they stand).
+  auto tileValued = [](Operation *op) {
+    return llvm::any_of(op->getResultTypes(), [](Type type) { return isa<RankedTensorType>(type); }) &&
+           llvm::none_of(op->getResultTypes(), [](Type type) { return isSharedTile(type); });
+  };
+  llvm::SetVector<Operation *> ops;
+  SmallVector<Value> work(loop.getInitArgs().begin(), loop.getInitArgs().end());
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || def->getBlock() != block || ops.contains(def) || def->getNumRegions() != 0 || !tileValued(def) ||
+        isa<ConvertLayoutOp>(def) || !(isa<BlockLoadOp>(def) || isMemoryEffectFree(def)))
+      continue;
+    ops.insert(def);
+    work.append(def->operand_begin(), def->operand_end());
+  }
+  // A load moves past nothing with side effects.
+  bool sideEffects = false;
+  for (Operation *op = loop->getPrevNode(); op; op = op->getPrevNode()) {
+    if (isa<BlockLoadOp>(op) && sideEffects)
+      ops.remove(op);
+    sideEffects |= !ops.contains(op) && !isMemoryEffectFree(op);
+  }
+  // Each used by the loop or the others alone, to a fixed point.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Operation *op : llvm::to_vector(ops))
+      if (llvm::any_of(op->getUsers(), [&](Operation *user) { return user != loop && !ops.contains(user); }))
+        changed = ops.remove(op);
+  }
+  if (llvm::none_of(ops, [](Operation *op) { return isa<BlockLoadOp>(op); }))
+    return {};
+  SmallVector<Operation *> deferred;
+  for (Operation &op : llvm::make_range(block->begin(), loop->getIterator()))
+    if (ops.contains(&op))
+      deferred.push_back(&op);
+  return deferred;
+}
+
 FailureOr<bool> lowerForRole(TileLowering &t, Operation *op) {
   const bool producerOp = op->hasAttr(kProducerAttr);
   if (t.role() == TileLowering::WarpRole::Producer) {
@@ -238,6 +287,9 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
     t.ptx(loc).namedBarrierArrive(t.i32(kFirstTurnBarrier), 2 * kWarpgroupThreads);
   }
   unsigned outer = t.setBarrierThreads(static_cast<unsigned>(32 * warps));
+  for (Operation *op : t.deferredToConsumers())  // the initial values loaded for the loop
+    if (failed(t.lowerOp(op)))
+      return failure();
   LogicalResult lowered = asRole(TileLowering::WarpRole::Consumer, [&] { return t.lowerOp(loop); });
   if (succeeded(lowered))
     lowered = t.lowerOps(rest);

@@ -44,9 +44,15 @@ LogicalResult TileLowering::lowerBlock(Block &block) {
 }
 
 LogicalResult TileLowering::lowerOps(llvm::iterator_range<Block::iterator> ops) {
+  if (role_ == WarpRole::All)
+    for (Operation &op : ops)
+      if (auto loop = dyn_cast<scf::ForOp>(&op); loop && loop->hasAttr(kWarpSpecializeAttr))
+        deferred_ = consumerInitOps(loop);
   for (auto it = ops.begin(); it != ops.end(); ++it) {
     if (auto loop = dyn_cast<scf::ForOp>(&*it); loop && role_ == WarpRole::All && loop->hasAttr(kWarpSpecializeAttr))
       return lowerSpecializedLoop(*this, loop, {std::next(it), ops.end()});
+    if (role_ == WarpRole::All && llvm::is_contained(deferred_, &*it))
+      continue;  // lowered in the consumers' branch
     if (failed(lowerOp(&*it)))
       return failure();
     if (std::exchange(skipRest_, false))

@@ -123,6 +123,10 @@ public:
   /// parameter `param` (null when it has none).
   mlir::Value tensorMap(mlir::Value param) const { return tensorMaps.lookup(param); }
   void setTensorMap(mlir::Value param, mlir::Value map) { tensorMaps[param] = map; }
+  /// Ops before a warp-specialized loop that lowerOps skips there: the consumers' branch
+  /// lowers them (consumerInitOps).
+  void deferToConsumers(llvm::SmallVector<mlir::Operation *> ops) { deferred_ = std::move(ops); }
+  const llvm::SmallVector<mlir::Operation *> &deferredToConsumers() const { return deferred_; }
 
 private:
   mlir::OpBuilder &b;
@@ -140,6 +144,7 @@ private:
   bool splitByMark_ = false;
   unsigned launchRegisters_ = 0;
   std::pair<mlir::Value, unsigned> pendingGuard_;
+  llvm::SmallVector<mlir::Operation *> deferred_;
   std::map<std::pair<const void *, std::vector<int64_t>>, Registers> bases;
 };
 
@@ -168,6 +173,9 @@ mlir::LogicalResult lowerWarpSpecializedLoop(TileLowering &t, mlir::Operation *l
 /// then `rest`, each role with its own register limit (LowerSpecializedLoop.cpp).
 mlir::LogicalResult lowerSpecializedLoop(TileLowering &t, mlir::scf::ForOp loop,
                                          llvm::iterator_range<mlir::Block::iterator> rest);
+/// The ops before such a loop (in order) that compute only its initial carried values
+/// from a load: its consumers' branch lowers them (LowerSpecializedLoop.cpp).
+llvm::SmallVector<mlir::Operation *> consumerInitOps(mlir::scf::ForOp loop);
 /// Inside a role's copy of such a loop: lowers `op` as `t.role()` sees it, or returns
 /// false when the role does not run it at all.
 mlir::FailureOr<bool> lowerForRole(TileLowering &t, mlir::Operation *op);

@@ -77,6 +77,8 @@ KernelKey KernelSpec::key() const {
   mix(overlap);
   mix(tma);
   mix(ping_pong);
+  if (carriesStats())  // (absent from the keys of every other kernel, which stay as they were)
+    mix(stats_ahead);
   return h;
 }
 
@@ -84,8 +86,8 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv", "flash_dq", "dbias_reduce",
                                 "logits",        "row_stats", "output",    "ref_ds",   "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
-                     dtype_name(p.dtype), p.H, block_q, block_kv);
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+                     dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {

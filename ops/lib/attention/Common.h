@@ -114,6 +114,13 @@ struct KernelSpec {
   /// issuing their products (dsl::Kernel::turn_wait / turn_pass), so one's softmax runs
   /// while the other's products do.
   bool ping_pong = false;
+  /// The hopper dk/dv kernel with each step's lse and delta loaded a whole step ahead and
+  /// carried (config "stats_ahead", opt-in): see hopper_dkdv_kernel.
+  bool stats_ahead = false;
+  /// stats_ahead where it applies (the hopper dk/dv kernels): in their key and name.
+  bool carriesStats() const {
+    return stats_ahead && tma && (kind == KernelKind::FlashDkDv || kind == KernelKind::FusedDkDvDq);
+  }
 
   KernelKey key() const;
   std::string name() const;

@@ -53,12 +53,18 @@ struct HopperVjpConfig {
   /// adds land in no fixed order (not deterministic). Opt-in only: never in the heuristic
   /// or the search space.
   bool fused_dq = false;
+  /// "stats_ahead": each dk/dv step's lse and delta are loaded by the step before and
+  /// carried (hopper_dkdv_kernel), where the registers allow. Opt-in only: ptxas injects
+  /// a warpgroup.wait (C7517) into the step at H 64 with 64-query steps, and serializes
+  /// the wgmma (C7518) with 4 warps and 32-query steps; to be measured.
+  bool stats_ahead = false;
 
   static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperVjpConfig::dkdv_query_step},
                                           ConfigKey{"block_kv", &HopperVjpConfig::dq_key_step},
                                           ConfigKey{"num_warps", &HopperVjpConfig::num_warps},
                                           ConfigKey{"stages", &HopperVjpConfig::stages, KeyUse::Defaulted},
-                                          ConfigKey{"fused_dq", &HopperVjpConfig::fused_dq, KeyUse::Optional}};
+                                          ConfigKey{"fused_dq", &HopperVjpConfig::fused_dq, KeyUse::Optional},
+                                          ConfigKey{"stats_ahead", &HopperVjpConfig::stats_ahead, KeyUse::Optional}};
   static std::optional<std::string> refused_key(const std::string &key) {
     return fmt::format("unknown key \"{}\" for hopper's VJP", key);
   }
@@ -147,7 +153,9 @@ KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
 }
 
 KernelSpec vjpSpec(const Problem &p, const HopperVjpConfig &c) {
-  return hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages);
+  KernelSpec s = hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages);
+  s.stats_ahead = c.stats_ahead;
+  return s;
 }
 
 /// `preferred` where check takes it, else the first of its smaller variants it takes
@@ -296,6 +304,11 @@ std::optional<std::string> HopperVjp::check(const Problem &p, const HopperVjpCon
     return fmt::format("block_q (the hopper dk/dv step) must be a power of two in [16, 256], got {}", bq);
   if (auto bad = checkRingKeys(bkv, c.stages))
     return bad;
+  if (c.stats_ahead && (p.H + p.Hv) / 2 + 2 * bq > 192)
+    return fmt::format("stats_ahead carries two [block_q] vectors in the scores' layout (block_q / 2 registers a "
+                       "thread) beside dk, dv, S^T and dP^T: (H + Hv) / 2 + 2 block_q must be at most 192, got {} "
+                       "(at H 128 with 64-query steps ptxas spills)",
+                       (p.H + p.Hv) / 2 + 2 * bq);
   if (c.fused_dq) {
     if (auto bad = checkFusedDq(p, c))
       return bad;

@@ -244,25 +244,53 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   auto first = [&](const Value &i) { return range.lo + i % maximum(blocks, 1) * bq; };
   Chunks dk0 = zero_rows(s, k, bkv, p.H), dv0 = zero_rows(s, k, bkv, p.Hv);
   // Each step's lse and delta loads are issued before its wait for Q and dO (masked and
-  // scaled once its products are issued): they land during that wait and the products.
-  std::optional<RowStatLoads> loads;
-  Carried sums = streamBlocks(
-      k, s, blocks * p.group(), pack({&dk0, &dv0}), 2,
+  // scaled once its products are issued). With the spec's stats_ahead (opt-in; the check
+  // keeps it where the registers allow: the carried vectors add block_q / 2 words a
+  // thread, two [bq] in the scores' column layout), they are issued a whole step ahead
+  // instead and carried after dk and dv (the first step's before the loop, which the
+  // consumers' branch loads; past the last step they read the next head's rows or
+  // padding, never used): a global load's latency outlasts a step's wait and its first
+  // products. The carried vectors get the layout of the scores they scale
+  // (tile-remove-layout-conversions, rule 5), so they never cross shared memory.
+  const bool ahead = s.stats_ahead;
+  Carried start = pack({&dk0, &dv0});
+  if (ahead) {
+    RowStatLoads firstLoads = load_row_stat_values(pr, ct, head(0), first(0), bq);
+    start.push_back(firstLoads.lse);
+    start.push_back(firstLoads.delta);
+  }
+  std::optional<RowStatLoads> issued;
+  Carried walked = streamBlocks(
+      k, s, blocks * p.group(), std::move(start), 2,
       [&](Value i) {
         Value row = first(i), n = head(i);
         return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
+        std::optional<RowStatLoads> loads = issued;
+        if (ahead) {
+          loads = RowStatLoads{carried[carried.size() - 2], carried.back()};
+          carried.resize(carried.size() - 2);
+        }
         DsConsumer addDq;
         if (dqSum)
           addDq = [&](const Value &dsT) {  // dS K = (dS^T)^T K, cast before the transpose (half the bytes)
             Value dq = dsl::dot(dsT.to(p.dtype).trans(), kv[0], k.full({bq, p.H}, 0.0, DType::F32));
             dqSum->tma_reduce_add({pr.b * sumRows + first(i), head(i) * p.H}, dq);
           };
-        return dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
-                         block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &*loads);
+        Carried next = dkdv_step(pr, ct, o.ds, {kv[0]}, {kv[1]}, {qd[0]}, {qd[1]}, head(i), first(i), j0,
+                                 block_masking(pr, range, first(i), bq, /*along_keys=*/false), carried, addDq, &*loads);
+        if (ahead) {
+          next.push_back(issued->lse);
+          next.push_back(issued->delta);
+        }
+        return next;
       },
-      [&](Value i) { loads = load_row_stat_values(pr, ct, head(i), first(i), bq); });
+      [&](Value i) {
+        const Value step = ahead ? i + 1 : i;
+        issued = load_row_stat_values(pr, ct, head(step), first(step), bq);
+      });
+  const Carried sums(walked.begin(), walked.begin() + static_cast<std::ptrdiff_t>(dk0.size() + dv0.size()));
   store_dkdv(pr, o, j0, h, sums, dk0.size());
   return k;
 }

@@ -55,3 +55,38 @@ func.func @pipelined(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32
   tile.block_store %o[%c0, %c0], %r {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<64x64xf32>
   return
 }
+
+// -----
+
+// A value loaded before the loop only to enter it as a carried value is the consumers':
+// loaded in their branch (after their setmaxnreg), not before the split, where it would
+// be live through the producer's region and its 24 registers. The zero accumulator, a
+// constant, stays before the split.
+
+// CHECK-LABEL: llvm.func @carried_load
+// CHECK-NOT: ld.global
+// CHECK: nvvm.setmaxregister  decrease 24
+// CHECK-NOT: ld.global
+// CHECK: nvvm.setmaxregister  increase 240
+// CHECK-NOT: scf.for
+// CHECK: llvm.inline_asm {{.*}}ld.global
+// CHECK: scf.for
+// CHECK: llvm.inline_asm {{.*}}ld.global
+func.func @carried_load(%p: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  %c128 = arith.constant 128 : i32
+  %z = arith.constant 0.0 : f32
+  %acc0 = tile.splat %z : f32 -> tensor<128xf32>
+  %x0 = tile.block_load %p[%c0] {dims = array<i64: 1024>, strides = array<i64: 1>} : <f32> -> tensor<128xf32>
+  %r:2 = scf.for %i = %c0 to %c3 step %c1 iter_args(%acc = %acc0, %x = %x0) -> (tensor<128xf32>, tensor<128xf32>) : i32 {
+    %i1 = arith.addi %i, %c1 : i32
+    %t = arith.muli %i1, %c128 : i32
+    %xn = tile.block_load %p[%t] {dims = array<i64: 1024>, strides = array<i64: 1>} : <f32> -> tensor<128xf32>
+    %s = arith.addf %acc, %x : tensor<128xf32>
+    scf.yield %s, %xn : tensor<128xf32>, tensor<128xf32>
+  } {tile.warp_specialize}
+  tile.block_store %o[%c0], %r#0 {dims = array<i64: 128>, strides = array<i64: 1>} : <f32>, tensor<128xf32>
+  return
+}

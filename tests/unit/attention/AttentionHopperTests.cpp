@@ -306,6 +306,46 @@ TEST_CASE("attention hopper: the VJP's fused dq is opt-in and checked", "[attent
   CHECK(names[2].find("attention_dq_from_sum") == 0);
 }
 
+TEST_CASE("attention hopper: stats_ahead carries each dk/dv step's row statistics without shared memory",
+          "[attention][hopper][ptx]") {
+  const std::string ptxas = test::ptxas_path();
+  const Implementation &hopper = attention_vjp_op().implementation("hopper");
+  const Config plain{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}};
+  const Config ahead = Config(plain).set("stats_ahead", 1);
+  // Opt-in only, and where the registers allow.
+  BoundArgs wide = vjpArgs({4, 2048, 8, 128}, {4, 2048, 8, 128});
+  CHECK_FALSE(hopper.heuristic(wide).get_or("stats_ahead", 0));
+  CHECK_THAT(hopper.check_config(wide, ahead).value_or("valid"), Catch::Contains("stats_ahead carries"));
+  for (bool causal : {false, true}) {
+    BoundArgs args = vjpArgs({4, 2048, 8, 64}, {4, 2048, 8, 64}, DType::BF16, causal);
+    CHECK_FALSE(hopper.heuristic(args).get_or("stats_ahead", 0));
+    REQUIRE_FALSE(hopper.check_config(args, ahead).has_value());
+    INFO((causal ? "causal" : "non-causal"));
+    std::vector<dsl::Kernel> before = hopper.kernels(args, plain), after = hopper.kernels(args, ahead);
+    REQUIRE(after.size() == 3u);
+    CHECK(after[1].name().find("_ahead") != std::string::npos);
+    CHECK(after[2].name() == before[2].name());  // dq as it was
+    const std::string was = test::sm90a_ptx(before[1]).ptx, ptx = test::sm90a_ptx(after[1]).ptx;
+    // Carried in the scores' layout (tile-remove-layout-conversions, rule 5), lse and
+    // delta never cross shared memory, as today's loads in the step do not: the same
+    // barriers and shared reads (the epilogue's). Carried in the layout of their loads,
+    // they were converted at every step (9 barriers, 2 more stores and 16 more reads).
+    CHECK(test::count(ptx, "bar.sync") == test::count(was, "bar.sync"));
+    CHECK(test::count(ptx, "ld.shared") == test::count(was, "ld.shared"));
+    CHECK(test::count(ptx, "st.shared.v4.b32") == 0u);
+    // The first step's loads in the consumers' branch, after their setmaxnreg.
+    CHECK(ptx.find("ld.global") > ptx.find("setmaxnreg.inc"));
+    if (ptxas.empty())
+      continue;
+    auto [status, log] = test::run_ptxas(ptxas, ptx, "sm_90a");
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(test::count(log, "0 bytes spill stores") == 1);
+  }
+  if (ptxas.empty())
+    WARN("ptxas not found: the kernels were lowered but not assembled");
+}
+
 TEST_CASE("attention hopper: the fused-dq dk/dv kernel reduce-adds dS K by TMA and assembles without spills",
           "[attention][hopper][ptx]") {
   const std::string ptxas = test::ptxas_path();

@@ -27,12 +27,20 @@
 // 4. inside loops, of a value defined outside them, moves before the outermost such
 //    loop: it runs once instead of at every step (a row statistic loaded before a key
 //    loop and broadcast over each step's scores).
+// 5. of a tile a loop carries (an scf.for iter_arg), which the loop only converts, all
+//    to one layout, makes the loop carry it in that layout when the value it enters with
+//    and the one each step hands on are built there without moving data (as rule 2
+//    builds them; a load before the loop is read in that layout too), or the entry value
+//    is converted once before the loop: rule 2 stops at the argument, so a row statistic
+//    loaded a step ahead and carried would otherwise cross shared memory at every step.
 //
 // Conversions whose layouts another op fixes (into or out of dot-operand layouts, into
 // or out of tile.dot, tile.tma_dot, tile.cp_async_dot and tile.reduce) are left alone,
 // except that rule 1 drops exact no-ops and round trips; reads of shared tiles
 // (#tile.shared) stay where they are. Every replacement has exactly
-// the type of the value it replaces, so no op ever sees a new operand type.
+// the type of the value it replaces, so no op ever sees a new operand type, except that
+// rule 5 retypes a loop's argument, init, yielded value and result together (users of
+// the result after the loop get a conversion back to the type they had).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
@@ -45,6 +53,7 @@
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <optional>
 
@@ -103,12 +112,14 @@ bool isCheapProducer(Operation *op) {
 /// Elements of a 1-D block load read again in another layout rather than converted.
 constexpr int64_t kMaxRereadElements = 256;
 
-/// A short 1-D block load inside a loop: its operands are scalars, so it is rebuilt in
-/// any layout. (Outside loops a conversion runs once and may read fewer bytes.)
-bool isRereadableLoad(Operation *op) {
+/// A short 1-D block load inside a loop (or `anywhere`): its operands are scalars, so it
+/// is rebuilt in any layout. (Outside loops a conversion runs once and may read fewer
+/// bytes; a loop's initial value is read in the layout the loop carries instead of
+/// converted, as its other values are.)
+bool isRereadableLoad(Operation *op, bool anywhere = false) {
   auto load = dyn_cast<BlockLoadOp>(op);
   return load && load.getType().getRank() == 1 && load.getType().getNumElements() <= kMaxRereadElements &&
-         op->getParentOfType<scf::ForOp>();
+         (anywhere || op->getParentOfType<scf::ForOp>());
 }
 
 /// Pure ops computing each element of their one tensor result from the same element of
@@ -136,7 +147,17 @@ struct Remat {
   llvm::MapVector<Operation *, Attribute> ops;
   llvm::MapVector<Operation *, Attribute> leaves;
   llvm::MapVector<Value, Attribute> moved;
+  /// Short 1-D block loads outside loops are rebuilt too (a loop's initial value).
+  bool loadsOutsideLoops = false;
 };
+
+/// Whether a plan builds its value without moving data between threads: nothing is
+/// converted, and each conversion it reads through starts in the wanted layout.
+bool movesNothing(const Remat &plan) {
+  return plan.moved.empty() && llvm::all_of(plan.leaves, [](const auto &leaf) {
+           return getLayout(leaf.first->getOperand(0).getType()) == leaf.second;
+         });
+}
 
 /// Adds what building `value` in `layout` needs; false when it cannot be built (or is
 /// wanted in two layouts).
@@ -166,7 +187,8 @@ bool collect(Value value, Attribute layout, Remat &plan) {
     // What each tensor operand must be built in: the same layout, except under an
     // expand_dims (its operand is the slice of the result's layout along the new axis).
     Attribute operandLayout;
-    if (isCheapProducer(def) || isElementwise(def) || isRereadableLoad(def) || isa<BroadcastOp>(def))
+    if (isCheapProducer(def) || isElementwise(def) || isRereadableLoad(def, plan.loadsOutsideLoops) ||
+        isa<BroadcastOp>(def))
       operandLayout = layout;
     else if (auto expand = dyn_cast<ExpandDimsOp>(def); expand && isa<BlockedLayoutAttr, MmaLayoutAttr>(layout))
       operandLayout = SliceLayoutAttr::get(def->getContext(), expand.getAxis(), layout);
@@ -204,6 +226,25 @@ void setInsertionPointAfterValue(OpBuilder &builder, Value value) {
     builder.setInsertionPointToStart(value.getParentBlock());
 }
 
+/// A side-effect-free op (no terminator, no regions) whose results only ops of `dead`
+/// and such ops use, down to none, a few deep: it goes with them (rewrites leave such
+/// ops behind for canonicalize).
+bool isUnusedOnceGone(Operation *op, const llvm::DenseSet<Operation *> &dead, unsigned depth = 0);
+
+/// Whether every user of `values` is an op of `dead` or one that goes with them.
+bool diesWith(ValueRange values, const llvm::DenseSet<Operation *> &dead, unsigned depth = 0) {
+  return llvm::all_of(values, [&](Value value) {
+    return llvm::all_of(value.getUsers(),
+                        [&](Operation *user) { return dead.contains(user) || isUnusedOnceGone(user, dead, depth); });
+  });
+}
+
+bool isUnusedOnceGone(Operation *op, const llvm::DenseSet<Operation *> &dead, unsigned depth) {
+  return depth < kMaxClonedOps && op->getNumResults() > 0 && op->getNumRegions() == 0 &&
+         !op->hasTrait<OpTrait::IsTerminator>() && isMemoryEffectFree(op) &&
+         diesWith(op->getResults(), dead, depth + 1);
+}
+
 class ConversionRemover {
 public:
   explicit ConversionRemover(func::FuncOp func) : func(func), dominance(func) {}
@@ -219,7 +260,7 @@ public:
       for (ConvertLayoutOp op : converts) {
         if (erased.contains(op))
           continue;
-        changed |= removeNoOp(op) || rematerialize(op) || mergeDuplicates(op) || hoistInvariant(op);
+        changed |= removeNoOp(op) || rematerialize(op) || retypeCarried(op) || mergeDuplicates(op) || hoistInvariant(op);
       }
       if (!changed)
         break;
@@ -247,6 +288,28 @@ private:
   void eraseIfDead(Operation *op) {
     if (op && op->use_empty())
       erase(op);
+  }
+
+  /// Erases the users of `values` that go with nothing else (isUnusedOnceGone, outside
+  /// `keep`), and theirs: all are found first, then erased users first.
+  void eraseUnusedUsers(ValueRange values, const llvm::DenseSet<Operation *> &keep) {
+    llvm::SetVector<Operation *> doomed;
+    SmallVector<Value> work(values.begin(), values.end());
+    while (!work.empty())
+      for (Operation *user : work.pop_back_val().getUsers())
+        if (!keep.contains(user) && !doomed.contains(user) && isUnusedOnceGone(user, keep)) {
+          doomed.insert(user);
+          work.append(user->result_begin(), user->result_end());
+        }
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (Operation *op : llvm::to_vector(doomed))
+        if (op->use_empty()) {
+          doomed.remove(op);
+          erase(op);
+          progress = true;
+        }
+    }
   }
 
   /// Rule 1: conversions to the type the tile has, and chains of conversions.
@@ -309,8 +372,17 @@ private:
     if (added > removed || (added == removed && bytesAdded >= bytesRemoved))
       return false;
 
+    replace(op, materialize(op.getSource(), plan));
+    eraseOriginals({&plan});
+    return true;
+  }
+
+  /// Builds `value` in the plan's layout: moved values are converted right after their
+  /// definitions, leaves give their sources, and the ops are cloned right after their
+  /// originals (which stay until eraseOriginals).
+  Value materialize(Value value, const Remat &plan) {
     IRMapping map;
-    OpBuilder builder(op.getContext());
+    OpBuilder builder(value.getContext());
     auto convertTo = [&](Value source, Attribute layout) -> Value {
       return builder.create<ConvertLayoutOp>(source.getLoc(),
                                              withLayout(cast<RankedTensorType>(source.getType()), layout), source);
@@ -321,12 +393,12 @@ private:
       map.map(leaf->getResult(0), getLayout(source.getType()) == layout ? source : convertTo(source, layout));
     }
     // Moved values are converted right after their definition, so every clone sees them.
-    for (auto &[value, layout] : plan.moved) {
-      setInsertionPointAfterValue(builder, value);
-      ConvertLayoutOp existing = existingConversion(value, withLayout(cast<RankedTensorType>(value.getType()), layout));
+    for (auto &[moved, layout] : plan.moved) {
+      setInsertionPointAfterValue(builder, moved);
+      ConvertLayoutOp existing = existingConversion(moved, withLayout(cast<RankedTensorType>(moved.getType()), layout));
       if (existing && builder.getInsertionPoint() != existing->getIterator())
         existing->moveBefore(builder.getInsertionBlock(), builder.getInsertionPoint());
-      map.map(value, existing ? existing.getResult() : convertTo(value, layout));
+      map.map(moved, existing ? existing.getResult() : convertTo(moved, layout));
     }
     for (auto &[original, layout] : plan.ops) {
       // Right after the original: its operands' clones come before it, and a producer
@@ -343,11 +415,116 @@ private:
       }
       map.map(original->getResult(0), clone->getResult(0));
     }
-    replace(op, map.lookup(op.getSource()));
-    for (auto &[original, layout] : llvm::reverse(plan.ops))
-      eraseIfDead(original);
-    for (auto &[leaf, layout] : plan.leaves)
-      eraseIfDead(leaf);
+    return map.lookupOrDefault(value);
+  }
+
+  /// Erases the originals that materialized plans left unused (users before their
+  /// operands; an op two plans name is visited once).
+  void eraseOriginals(std::initializer_list<const Remat *> plans) {
+    llvm::DenseSet<Operation *> visited;
+    for (const Remat *plan : plans) {
+      for (auto &[original, layout] : llvm::reverse(plan->ops))
+        if (visited.insert(original).second)
+          eraseIfDead(original);
+      for (auto &[leaf, layout] : plan->leaves)
+        if (visited.insert(leaf).second)
+          eraseIfDead(leaf);
+    }
+  }
+
+  /// Rule 5: a conversion that only a loop's argument keeps (its source, or the one value
+  /// rule 2 would still have to convert to rebuild its source) goes by carrying that
+  /// argument in the wanted layout, when the loop uses the argument nowhere else (but in
+  /// conversions to that layout) and both the value it enters with and the one each step
+  /// hands on are built there (as rule 2 builds them) without moving data. Rule 2 alone
+  /// stops at the argument and converts it at every step: a row statistic loaded a step
+  /// ahead and carried (its next value a short load, rebuilt in any layout) would cross
+  /// shared memory at every step. A load before the loop is read in the layout too; any
+  /// other initial value is converted once, before the loop. The loop keeps its ops and
+  /// attributes, so a warp-specialized loop (tile.warp_specialize) stays one: its carried
+  /// values are its consumers', and nothing marked for its producer (tile.producer) is
+  /// rebuilt. The loop's result, where used after it, is converted back there.
+  bool retypeCarried(ConvertLayoutOp op) {
+    // A conversion that only feeds conversions is first merged into them (rule 1).
+    auto feedsConversion = [](Operation *user) {
+      auto convert = dyn_cast<ConvertLayoutOp>(user);
+      return convert && !isPinned(convert);
+    };
+    if (isPinned(op) || (!op->use_empty() && llvm::all_of(op->getUsers(), feedsConversion)))
+      return false;
+    Remat plan{getLayout(op.getType()), {}, {}, {}};
+    if (!plan.layout || !collect(op.getSource(), plan.layout, plan) || plan.moved.size() != 1)
+      return false;
+    auto [moved, layout] = plan.moved.front();
+    auto arg = dyn_cast<BlockArgument>(moved);
+    auto loop = arg ? dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()) : scf::ForOp();
+    if (!loop || !loop.getTiedLoopYieldedValue(arg) || isSharedTile(arg.getType()))
+      return false;
+    plan.moved.clear();
+    auto unmarked = [](const Remat &p) {
+      return llvm::none_of(p.ops, [](const auto &entry) { return entry.first->hasAttr(kProducerAttr); });
+    };
+    if (!movesNothing(plan) || !unmarked(plan))
+      return false;
+    // Every other use of the argument is a conversion to the layout (a no-op then) or an
+    // op that is rebuilt here and dies with this conversion.
+    const auto type = withLayout(cast<RankedTensorType>(arg.getType()), layout);
+    llvm::DenseSet<Operation *> dead{op};
+    for (auto &[o, opLayout] : llvm::reverse(plan.ops)) // users before their operands
+      if (diesWith(o->getResults(), dead))
+        dead.insert(o);
+    for (Operation *user : arg.getUsers()) {
+      auto convert = dyn_cast<ConvertLayoutOp>(user);
+      if (!dead.contains(user) && !(isUnusedOnceGone(user, dead)) &&
+          (!convert || convert.getType() != type || isPinned(convert)))
+        return false;
+    }
+    // The value each step hands on: built in the layout with no data moved (else the
+    // conversion would only move to the end of the step).
+    OpOperand &next = *loop.getTiedLoopYieldedValue(arg);
+    Remat nextPlan{layout, {}, {}, {}};
+    const bool passedOn = next.get() == arg;
+    if (!passedOn && (!collect(next.get(), layout, nextPlan) || !movesNothing(nextPlan) || !unmarked(nextPlan)))
+      return false;
+    // The initial value: likewise where it can be, else converted once before the loop.
+    OpOperand &init = *loop.getTiedLoopInit(arg);
+    Remat initPlan{layout, {}, {}, {}, /*loadsOutsideLoops=*/true};
+    const bool initBuilt = collect(init.get(), layout, initPlan) && movesNothing(initPlan) && unmarked(initPlan);
+    // A plan that reads the argument through a conversion would read it in its old type.
+    for (const Remat *p : {&plan, &nextPlan})
+      if (llvm::any_of(p->leaves, [&](const auto &leaf) { return leaf.first->getOperand(0) == arg; }))
+        return false;
+
+    // What earlier rewrites left unused on the way goes first (it reads the argument's
+    // old type).
+    eraseUnusedUsers(arg, dead);
+    for (auto &[o, opLayout] : plan.ops)
+      eraseUnusedUsers(o->getResults(), dead);
+    OpBuilder builder(loop);
+    if (initBuilt)
+      init.set(materialize(init.get(), initPlan));
+    else
+      init.set(builder.create<ConvertLayoutOp>(loop.getLoc(), type, init.get()));
+    if (!passedOn)
+      next.set(materialize(next.get(), nextPlan));
+    const Type carried = arg.getType();
+    arg.setType(type);
+    OpResult result = loop.getTiedLoopResult(arg);
+    result.setType(type);
+    if (!result.use_empty()) {
+      builder.setInsertionPointAfter(loop);
+      auto back = builder.create<ConvertLayoutOp>(loop.getLoc(), carried, result);
+      result.replaceAllUsesExcept(back, back);
+    }
+    // The clones read the argument in its new type; its conversions are no-ops now.
+    replace(op, materialize(op.getSource(), plan));
+    for (Operation *user : llvm::to_vector(arg.getUsers()))
+      if (auto convert = dyn_cast<ConvertLayoutOp>(user); convert && convert.getType() == type)
+        replace(convert, arg);
+    if (initBuilt)
+      eraseOriginals({&plan, &initPlan, &nextPlan});
+    else
+      eraseOriginals({&plan, &nextPlan});
     return true;
   }
 
