@@ -140,12 +140,7 @@ def jax_worker(directory, out_path):
     scale = jnp.asarray(arrays["scale.npy"], dtype=jnp.float32)
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()})")
 
-    def layer_norm(t, s, eps):
-        # As a user writes it: statistics in f32, the result cast back to t's dtype (bf16).
-        tf = t.astype(jnp.float32)
-        mean = tf.mean(-1, keepdims=True)
-        var = jnp.square(tf - mean).mean(-1, keepdims=True)
-        return ((tf - mean) * jax.lax.rsqrt(var + eps) * s).astype(t.dtype)
+    from jax_chain import layer_norm  # as a user writes it: f32 statistics, bf16 result
 
     def loss(xx, ss, implementation):
         l1 = layer_norm(xx, ss, eps1)
