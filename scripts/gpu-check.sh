@@ -47,6 +47,11 @@
 #               bf16, its jitted gradient step timed beside JAX's own (cuDNN attention,
 #               jnp layer norm) in the same process (seed-program.json). Each of torch
 #               and jax where installed (the missing one is named in python-missing.txt)
+#   ahead       (named only; run it first next time) the hopper VJP with its row
+#               statistics loaded a step ahead ("stats_ahead": 1, opt-in) beside the
+#               heuristic at S1 and S2, cuDNN from the same run; the headline gradient
+#               step (tokamax-example-attention) beside JAX's chain with cuDNN attention
+#               (bench/peers/headline.py)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -150,6 +155,23 @@ if wants accuracy; then
       "$out/$name" --json "$out/$name-accuracy.json"
     rm -rf "${out:?}/$name"  # about 250 MB of .npy
   done
+fi
+if wants ahead; then
+  t=(timeout -k 10)
+  ahead='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2,"stats_ahead":1}'
+  ahead_peers=()
+  if has_torch; then
+    TAIL=8 run ahead-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --backends cudnn \
+      --json "$out/ahead-peers.json"
+    ahead_peers=(--peers "$out/ahead-peers.json")
+  fi
+  for r in 1 2; do
+    TAIL=10 run "ahead-heuristic-$r" "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 "${ahead_peers[@]}"
+    TAIL=10 run "ahead-stats-$r" "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+      --vjp-config "$ahead" "${ahead_peers[@]}"
+  done
+  TAIL=6 run ahead-headline "${t[@]}" 170 "$bin/tokamax-example-attention"
+  TAIL=6 run ahead-headline-jax "${t[@]}" 120 python3 "$here/../bench/peers/headline.py" --json "$out/headline-jax.json"
 fi
 if wants python; then
   # The package's tokamax_cpp and library; the JAX handler compiled afresh into $work.
