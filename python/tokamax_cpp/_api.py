@@ -152,12 +152,32 @@ def _window(local_window_size) -> dict:
     return window
 
 
+# The attention's q / k / v / out layouts: Tokamax's (the kernels') and SDPA's.
+LAYOUTS = {"BTNH": "Tokamax's: q [*B, T, N, H], k / v [*B, S, K, H]",
+           "BNTH": "SDPA's: q [*B, N, T, H], k / v [*B, K, S, H]"}
+
+
+def _attention_layout(layout) -> str:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {sorted(LAYOUTS)} "
+                         f"({'; '.join(f'{k}: {v}' for k, v in LAYOUTS.items())}), got {layout!r}")
+    return layout
+
+
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-                          logits_soft_cap=None, precision=None, implementation=None, q_sharding=None):
+                          logits_soft_cap=None, precision=None, implementation=None, q_sharding=None,
+                          layout: str = "BTNH"):
     """Tokamax's dot_product_attention: q [*B, T, N, H], k [*B, S, K, H], v [*B, S, K, Hv]
-    -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result."""
+    -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result.
+
+    layout="BNTH" takes SDPA's q [*B, N, T, H], k [*B, K, S, H], v [*B, K, S, Hv] and returns
+    [*B, N, T, Hv]. No kernel reads BNTH in place yet: q, k and v are transposed to BTNH and
+    made contiguous (a copy each), and the output is the BTNH result's transposed view
+    (gradients flow through both transposes). bias, mask ([*B, N, T, S]) and the sequence
+    lengths are the same in both layouts."""
     del q_sharding
+    layout = _attention_layout(layout)
     _require_none("precision", precision, "the products use each dtype's native precision (f32 accumulation)")
     options = {"is_causal": bool(is_causal)}
     if scale is not None:
@@ -168,8 +188,15 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
             raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
         options["logits_soft_cap"] = cap
     options.update(_window(local_window_size))
+    if layout == "BNTH":
+        backend = backend_of(query, key, value)
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if len(x.shape) < 3:
+                raise ValueError(f"{name}: layout='BNTH' needs [*B, N, T, H] (rank >= 3), got shape {tuple(x.shape)}")
+        query, key, value = (backend.swapaxes(x, -3, -2, copy=True) for x in (query, key, value))
     inputs = [query, key, value, bias, mask, query_seq_lengths, key_value_seq_lengths]
-    return apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
+    out = apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
+    return backend.swapaxes(out, -3, -2) if layout == "BNTH" else out
 
 
 # ---- Gated linear unit -------------------------------------------------------------------

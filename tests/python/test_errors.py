@@ -41,6 +41,15 @@ def test_bad_option_values():
         tokamax.layer_norm(X, None, None, epsilon="small")
 
 
+def test_bad_attention_layout_is_a_value_error_naming_it():
+    q = np.zeros((1, 3, 2, 4), np.float32)
+    for layout in ("bnth", "BHTD", None, 0):
+        with pytest.raises(ValueError, match="layout"):
+            tokamax.dot_product_attention(q, q, q, layout=layout)
+    with pytest.raises(ValueError, match="query.*BNTH"):
+        tokamax.dot_product_attention(np.zeros((3, 4), np.float32), q, q, layout="BNTH")
+
+
 def test_what_the_library_lacks_is_not_implemented():
     q = np.zeros((1, 2, 2, 4), np.float32)
     with pytest.raises(NotImplementedError, match="precision"):

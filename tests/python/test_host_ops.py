@@ -100,6 +100,23 @@ def test_attention_options():
         ref.assert_close(out, ref.attention(q, k, v, **theirs), **tol(np.float32), what=str(sorted(ours)))
 
 
+def bnth(a):
+    """BTNH -> SDPA's BNTH (and back): axes -3 and -2 swapped, contiguous."""
+    return np.ascontiguousarray(np.swapaxes(a, -3, -2))
+
+
+def test_attention_bnth_layout_is_the_btnh_result_transposed_bitwise():
+    r = ref.rng(15)
+    q, k, v = qkv(r, t=6, s=6, hv=4)  # grouped: 4 heads, 2 kv heads
+    bias = r.standard_normal((1, 4, 6, 6)).astype(np.float32)  # [B, N, T, S] in both layouts
+    options = dict(bias=bias, is_causal=True, query_seq_lengths=np.array([6, 3], np.int32))
+    want = tokamax.dot_product_attention(q, k, v, **options)
+    got = tokamax.dot_product_attention(bnth(q), bnth(k), bnth(v), layout="BNTH", **options)
+    assert got.shape == (2, 4, 6, 4) and got.dtype == want.dtype
+    assert bnth(got).tobytes() == want.tobytes()
+    assert tokamax.dot_product_attention(q, k, v, layout="BTNH", **options).tobytes() == want.tobytes()
+
+
 def test_attention_vjp_op_by_name():
     r = ref.rng(8)
     q, k, v = qkv(r, b=1, t=3, s=4, n=2, k=1, h=4, hv=4, dtype=np.float64)

@@ -37,6 +37,21 @@ def test_attention_vmap_and_grad():
     assert g.shape == q[0].shape and bool(jnp.all(jnp.isfinite(g)))
 
 
+def test_attention_bnth_layout_jit_and_grad():
+    r = ref.rng(2)
+    q, k, v = (jnp.asarray(r.standard_normal((1, 3, 2, 4))) for _ in range(3))
+    to_bnth = lambda a: jnp.swapaxes(a, 1, 2)
+    want = tokamax.dot_product_attention(q, k, v, is_causal=True)
+    f = jax.jit(lambda a, b, c: tokamax.dot_product_attention(a, b, c, is_causal=True, layout="BNTH"))
+    got = f(to_bnth(q), to_bnth(k), to_bnth(v))
+    np.testing.assert_array_equal(np.asarray(to_bnth(got)), np.asarray(want))
+    loss = lambda a, b, c, layout: jnp.sum(tokamax.dot_product_attention(a, b, c, is_causal=True, layout=layout) ** 2)
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, "BTNH")
+    grads_bnth = jax.grad(loss, argnums=(0, 1, 2))(to_bnth(q), to_bnth(k), to_bnth(v), "BNTH")
+    for got_grad, want_grad in zip(grads_bnth, grads):
+        ref.assert_close(np.asarray(to_bnth(got_grad)), np.asarray(want_grad), 1e-12, 1e-12, "BNTH grad")
+
+
 def test_export_round_trip():
     x = jnp.ones((2, 8), jnp.float32)
     f = jax.jit(jax.grad(lambda a: jnp.sum(tokamax.layer_norm(a, None, None) ** 2)))

@@ -57,6 +57,23 @@ def test_attention_forward(dtype):
           ref.attention(q, q, q, is_causal=True, scale=0.5), dtype, "causal")
 
 
+def test_attention_bnth_layout_forward_and_gradients_bitwise():
+    r = ref.rng(11)
+    q = r.standard_normal((2, 4, 4, 8))
+    k, v = (r.standard_normal((2, 5, 2, 8)) for _ in range(2))
+    dout = t(r.standard_normal((2, 4, 4, 8)))
+    btnh = [t(a, True) for a in (q, k, v)]
+    bnth = [t(a).transpose(1, 2).contiguous().requires_grad_() for a in (q, k, v)]  # SDPA's [B, N, T, H]
+    want = tokamax.dot_product_attention(*btnh, is_causal=True)
+    got = tokamax.dot_product_attention(*bnth, is_causal=True, layout="BNTH")
+    assert got.shape == (2, 4, 4, 8) and not got.is_contiguous()  # the BTNH output's transposed view
+    assert torch.equal(got.transpose(1, 2), want)
+    want.backward(dout)
+    got.backward(dout.transpose(1, 2))
+    for a, b, what in zip(bnth, btnh, "qkv"):
+        assert torch.equal(a.grad.transpose(1, 2), b.grad), f"d{what}"
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gated_linear_unit_forward(dtype):
     r = ref.rng(2)
@@ -99,6 +116,8 @@ def _gradcheck_cases():
         "layer_norm_no_offset": (lambda a, b: tokamax.layer_norm(a, b, None), (x, scale)),
         "rms_norm": (lambda a, b: tokamax.rms_norm(a, b), (x, scale)),
         "attention_causal": (lambda a, b, c: tokamax.dot_product_attention(a, b, c, is_causal=True), (q, k, v)),
+        "attention_bnth": (lambda a, b, c: tokamax.dot_product_attention(a, b, c, is_causal=True, layout="BNTH"),
+                           tuple(np.ascontiguousarray(a.swapaxes(1, 2)) for a in (q, k, v))),
         "gated_linear_unit": (lambda a, b: tokamax.gated_linear_unit(a, b, activation="swish"),
                               (x, r.standard_normal((6, 2, 5)) / 3)),
         "ragged_dot": (lambda a, b: tokamax.ragged_dot(a, b, sizes), (x, r.standard_normal((2, 6, 4)))),
