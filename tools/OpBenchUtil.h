@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -252,9 +254,14 @@ int runTflopsBench(const char *tool, int argc, char **argv, const Shape &shape, 
   for (const std::string &b : peers.backends)
     fmt::print(" {:>16}", "vs " + b);
   fmt::print("\n");
+  std::fflush(stdout);
   nlohmann::json rows = nlohmann::json::array();
   auto run = [&](const std::string &impl, const std::string &pass) {
     OpRow r{.shape = s.name, .pass = pass, .impl = impl};
+    // A row takes up to ~10 s and its first call compiles: say what is running (stderr,
+    // so the table on stdout stays clean) and print each row as soon as it is measured,
+    // piped or not.
+    fmt::print(stderr, "measuring {} {} ...\n", impl, pass);
     measureInto(r, [&] {
       Stream stream = Stream::create(Device::get());
       measure(s, args, stream, r);
@@ -271,6 +278,7 @@ int runTflopsBench(const char *tool, int argc, char **argv, const Shape &shape, 
       }
       fmt::print("\n");
     }
+    std::fflush(stdout);
     rows.push_back(rowJson(r));
   };
   for (const std::string &impl : args.impls)
