@@ -9,6 +9,7 @@
 #include "compiler/Interpreter/HostTile.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -201,6 +202,42 @@ void tmaStore(Interpreter &in, tile::TmaStoreOp op) {
   storeBlock(in, "tile.tma_store", op.getBase(), op.getOffsets(), op.getDims(), strides, op.getValue());
 }
 
+/// tile.semaphore_wait / tile.semaphore_signal on one i32 counter. Programs run one at a
+/// time (Interpreter::run): a wait whose counter does not hold its value yet would wait
+/// for a program that runs later (or never), which no one-at-a-time run reaches.
+template <typename Op>
+void evalSemaphore(Interpreter &in, Op op, bool wait) {
+  const char *name = wait ? "tile.semaphore_wait" : "tile.semaphore_signal";
+  const HostTile &b = in.get(op.getBase());
+  int64_t offset = b.i[0];
+  ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides();
+  std::vector<int64_t> index;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const HostTile &o = in.get(op.getOffsets()[d]);
+    int64_t c = asSigned(o.bits(), o.i[0]);
+    index.push_back(c);
+    if (c < 0 || c >= dims[d])
+      throw Error(fmt::format("interpreter: {} index {} of dim {} is outside the counters' [0, {}) in {}", name, c, d,
+                              dims[d], in.where()));
+    offset += c * strides[d];
+  }
+  in.checkAccess(name, b.arg[0], offset);
+  HostTile counter = HostTile::make(IntegerType::get(op.getContext(), 32), {});
+  in.readElem(b.arg[0], offset, counter, 0);
+  const HostTile &v = in.get(op.getValue());
+  const int64_t value = asSigned(32, v.i[0]), now = asSigned(32, counter.i[0]);
+  if (wait) {
+    if (now != value)
+      throw Error(fmt::format("interpreter: tile.semaphore_wait on counter [{}] waits for {} but it holds {} in {}: "
+                              "a deadlock (programs run one at a time in grid order, x fastest; no program that "
+                              "ran before this one signalled the value)",
+                              fmt::join(index, ", "), value, now, in.where()));
+    return;
+  }
+  counter.i[0] = static_cast<int32_t>(static_cast<uint32_t>(now) + static_cast<uint32_t>(value));
+  in.writeElem(b.arg[0], offset, counter, 0);
+}
+
 } // namespace
 
 bool evalMemory(Interpreter &in, Operation *op) {
@@ -263,6 +300,10 @@ bool evalMemory(Interpreter &in, Operation *op) {
            true;
   if (auto store = dyn_cast<tile::TmaStoreOp>(op))
     return tmaStore(in, store), true;
+  if (auto wait = dyn_cast<tile::SemaphoreWaitOp>(op))
+    return evalSemaphore(in, wait, /*wait=*/true), true;
+  if (auto signal = dyn_cast<tile::SemaphoreSignalOp>(op))
+    return evalSemaphore(in, signal, /*wait=*/false), true;
   if (auto rmw = dyn_cast<tile::AtomicRMWOp>(op))
     return evalAtomicRMW(in, rmw), true;
   if (auto add = dyn_cast<tile::BlockAtomicAddOp>(op))

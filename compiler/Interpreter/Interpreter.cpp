@@ -121,8 +121,12 @@ void Interpreter::run() {
   // Program instances run one after another, x fastest; TOKAMAX_INTERPRETER_ORDER=reverse
   // runs them last to first. A GPU runs them in any order and at once, so a kernel whose
   // results change with the order has programs that read each other's writes: a race.
+  // A kernel with tile.semaphore_wait orders its programs itself (each waits for those
+  // it reads from), and one program at a time can only follow that order where it is
+  // the grid order: such kernels always run first to last.
   const char *order = std::getenv("TOKAMAX_INTERPRETER_ORDER");
-  const bool reverse = order && std::string_view(order) == "reverse";
+  const bool waits = func.walk([](tile::SemaphoreWaitOp) { return WalkResult::interrupt(); }).wasInterrupted();
+  const bool reverse = !waits && order && std::string_view(order) == "reverse";
   const int64_t programs = grid[0] * grid[1] * grid[2];
   for (int64_t i = 0; i < programs; ++i) {
     const int64_t linear = reverse ? programs - 1 - i : i;

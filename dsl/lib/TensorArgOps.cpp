@@ -190,6 +190,29 @@ void TensorArg::tma_write(std::vector<Value> offsets, const Value &tile, bool ad
                                   add ? tile::TmaStoreKind::Add : tile::TmaStoreKind::Store);
 }
 
+void TensorArg::semaphore_wait(std::vector<Value> offsets, const Value &expected) const {
+  semaphore(std::move(offsets), expected, /*wait=*/true);
+}
+
+void TensorArg::semaphore_signal(std::vector<Value> offsets, const Value &add) const {
+  semaphore(std::move(offsets), add, /*wait=*/false);
+}
+
+void TensorArg::semaphore(std::vector<Value> offsets, const Value &value, bool wait) const {
+  KernelBuilder &kb = *builder_;
+  const char *what = wait ? "semaphore_wait" : "semaphore_signal";
+  if (dtype_ != DType::I32)
+    kb.fail(fmt::format("{} {}: counts in an i32 tensor, got {}", what, name_, dtype_name(dtype_)));
+  auto offs = blockOffsets(kb, name_, shape_.size(), offsets, what);
+  mlir::Value v = kb.index(value, what);
+  mlir::Value base = kb.func().getArgument(index_);
+  auto dims = kb.b().getDenseI64ArrayAttr(shape_), strides = kb.b().getDenseI64ArrayAttr(strides_);
+  if (wait)
+    kb.b().create<tile::SemaphoreWaitOp>(kb.loc(), base, offs, v, dims, strides);
+  else
+    kb.b().create<tile::SemaphoreSignalOp>(kb.loc(), base, offs, v, dims, strides);
+}
+
 /// Checks shared by the main-loop dots (tma_dot, cp_async_dot): 2-D tensors of one
 /// kernel and one of `dtypes`, rows of 16-byte multiples, matching K, stages in [2, 8],
 /// an f32 [BM, BN] accumulator with BM and BN powers of two in [lo, 256].

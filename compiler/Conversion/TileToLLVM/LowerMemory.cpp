@@ -10,6 +10,7 @@
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <map>
 
@@ -444,6 +445,56 @@ LogicalResult lowerAtomic(TileLowering &t, Operation *op, Value ptrs, Value mask
   return success();
 }
 
+/// The address of the i32 counter at `offsets` of a tile.semaphore_* op.
+template <typename Op>
+Value semaphoreAddress(TileLowering &t, Location loc, Op op) {
+  OpBuilder &b = t.builder();
+  Value linear = t.i64(0);
+  for (auto [offset, stride] : llvm::zip(op.getOffsets(), op.getStrides())) {
+    Value wide = b.create<arith::ExtSIOp>(loc, b.getI64Type(), t.regs(offset)[0]);
+    linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(stride)));
+  }
+  Value base = t.regs(op.getBase())[0];
+  return b.create<LLVM::GEPOp>(loc, base.getType(), b.getI32Type(), base, ValueRange{linear});
+}
+
+/// Thread 0 spins on ld.acquire.gpu until the counter holds the value, then a barrier
+/// releases the other threads (bar.sync orders thread 0's acquire before their reads).
+LogicalResult lowerSemaphoreWait(TileLowering &t, SemaphoreWaitOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  Value ptr = semaphoreAddress(t, loc, op);
+  Value expected = t.regs(op.getValue())[0];
+  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(0));
+  t.when(loc, first, [&] {
+    b.create<scf::WhileOp>(
+        loc, TypeRange{}, ValueRange{},
+        [&](OpBuilder &nb, Location l, ValueRange) {
+          Value now = PtxBuilder(nb, l).loadAcquireGpu(ptr);
+          Value pending = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ne, now, expected);
+          nb.create<scf::ConditionOp>(l, pending, ValueRange{});
+        },
+        [&](OpBuilder &nb, Location l, ValueRange) { nb.create<scf::YieldOp>(l); });
+  });
+  t.barrier();
+  return success();
+}
+
+/// Thread 0 waits for its TMA stores (if any were issued), a barrier (every thread's
+/// writes done), then thread 0's release add.
+LogicalResult lowerSemaphoreSignal(TileLowering &t, SemaphoreSignalOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  Value ptr = semaphoreAddress(t, loc, op);
+  Value value = t.regs(op.getValue())[0];
+  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(0));
+  if (t.hasBulkStores())
+    t.when(loc, first, [&] { t.ptx(loc).bulkWaitGroup(0); });
+  t.barrier();
+  t.when(loc, first, [&] { t.ptx(loc).reductionAddRelease(ptr, value); });
+  return success();
+}
+
 } // namespace
 
 LogicalResult lowerMemoryOp(TileLowering &t, Operation *op, bool &handled) {
@@ -456,6 +507,10 @@ LogicalResult lowerMemoryOp(TileLowering &t, Operation *op, bool &handled) {
     return lowerBlockAtomicAdd(t, add);
   if (auto store = dyn_cast<BlockStoreOp>(op))
     return lowerBlockStore(t, store);
+  if (auto wait = dyn_cast<SemaphoreWaitOp>(op))
+    return lowerSemaphoreWait(t, wait);
+  if (auto signal = dyn_cast<SemaphoreSignalOp>(op))
+    return lowerSemaphoreSignal(t, signal);
   if (auto load = dyn_cast<LoadOp>(op)) {
     Type tileElem = load.getResult().getType().getElementType();
     Type elem = t.registerType(tileElem);

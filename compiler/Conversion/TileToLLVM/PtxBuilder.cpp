@@ -147,6 +147,14 @@ void PtxBuilder::reduction(StringRef op, StringRef type, Value ptr, Value pred, 
           std::string("l,r,") + c, true);
 }
 
+Value PtxBuilder::loadAcquireGpu(Value ptr) {
+  return asmCall(b.getI32Type(), ValueRange{ptr}, "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", true);
+}
+
+void PtxBuilder::reductionAddRelease(Value ptr, Value value) {
+  asmCall(Type(), ValueRange{ptr, value}, "red.release.gpu.global.add.s32 [$0], $1;", "l,r", true);
+}
+
 SmallVector<Value> PtxBuilder::ldmatrix(Value addr, unsigned count, bool trans) {
   std::string outs, constraints;
   for (unsigned i = 0; i < count; ++i) {

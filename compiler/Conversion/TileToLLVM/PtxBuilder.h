@@ -40,6 +40,12 @@ public:
   void reduction(llvm::StringRef op, llvm::StringRef type, mlir::Value ptr, mlir::Value pred,
                  mlir::Value value);
 
+  /// `ld.acquire.gpu.global.b32` of the i32 at global `ptr` (tile.semaphore_wait).
+  mlir::Value loadAcquireGpu(mlir::Value ptr);
+  /// `red.release.gpu.global.add.s32` of the i32 `value` to global `ptr`
+  /// (tile.semaphore_signal).
+  void reductionAddRelease(mlir::Value ptr, mlir::Value value);
+
   /// `ldmatrix.sync.aligned.m8n8.x<count>[.trans].shared.b16` from the 32-bit shared
   /// address `addr` (this lane's row); returns `count` i32 registers.
   llvm::SmallVector<mlir::Value> ldmatrix(mlir::Value addr, unsigned count, bool trans);

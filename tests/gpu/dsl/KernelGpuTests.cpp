@@ -6,6 +6,7 @@
 #include "common/BlockAtomicKernel.h"
 #include "common/DeviceRuns.h"
 #include "common/Numerics.h"
+#include "common/SemaphoreKernel.h"
 #include "common/TmaReduceKernel.h"
 
 #include <tokamax/compiler/Interpreter.h>
@@ -247,6 +248,23 @@ TEST_CASE("block atomic adds of dot results from overlapping programs on the dev
       auto [dev, interp] = runBoth(k, buffers, 2);
       CHECK(test::rel_error(dev, ref) <= 1e-5);
       CHECK(test::rel_error(interp, ref) <= 1e-5);
+    }
+}
+
+TEST_CASE("programs append to a log in a semaphore's order on the device", "[gpu][semaphore]") {
+  // Program p waits until the counter holds p: the log comes out in program order
+  // whichever order the SMs start them in. At most 64 programs, so that all are resident
+  // at once on any GPU we test (a waiting program holds its SM).
+  for (int64_t programs : {int64_t(1), int64_t(7), int64_t(64)})
+    for (int num_warps : {1, 4, 8}) {
+      INFO(programs << " programs, " << num_warps << " warps");
+      Kernel k = test::semaphore_log_kernel(programs, num_warps);
+      std::vector<int32_t> sem(6, 0), log(static_cast<size_t>(programs + 1), 0);
+      std::vector<HostArg> args{HostArg::tensor(sem.data(), sem.size() * 4),
+                                HostArg::tensor(log.data(), log.size() * 4)};
+      run_on_device(k, args, Device::get());
+      CHECK(log == test::semaphore_log_expected(programs));
+      CHECK(sem == std::vector<int32_t>{0, 0, 0, 0, 0, static_cast<int32_t>(programs)});
     }
 }
 

@@ -303,6 +303,31 @@ void TmaStoreOp::getEffects(SmallVectorImpl<SideEffects::EffectInstance<MemoryEf
   effects.emplace_back(MemoryEffects::Write::get());
 }
 
+namespace {
+/// tile.semaphore_wait / tile.semaphore_signal: one i32 counter of a kernel tensor.
+LogicalResult verifySemaphore(Operation *op, Type base, size_t numOffsets, ArrayRef<int64_t> dims,
+                              ArrayRef<int64_t> strides) {
+  if (!pointee(base).isSignlessInteger(32))
+    return op->emitOpError("counts in an i32 tensor, got ") << pointee(base);
+  if (dims.size() != strides.size())
+    return op->emitOpError("has ") << dims.size() << " dims but " << strides.size() << " strides";
+  if (numOffsets != dims.size())
+    return op->emitOpError("needs one index per tensor dimension (") << dims.size() << "), got " << numOffsets;
+  for (int64_t d : dims)
+    if (d < 0)
+      return op->emitOpError("tensor dims must be non-negative");
+  return success();
+}
+} // namespace
+
+LogicalResult SemaphoreWaitOp::verify() {
+  return verifySemaphore(*this, getBase().getType(), getOffsets().size(), getDims(), getStrides());
+}
+
+LogicalResult SemaphoreSignalOp::verify() {
+  return verifySemaphore(*this, getBase().getType(), getOffsets().size(), getDims(), getStrides());
+}
+
 LogicalResult TmaStoreOp::verify() {
   if (!isKernelParameter(getBase()))
     return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");

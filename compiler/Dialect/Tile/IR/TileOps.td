@@ -282,6 +282,43 @@ def Tile_TmaStoreOp : Tile_Op<"tma_store", [DeclareOpInterfaceMethods<MemoryEffe
   let hasVerifier = 1;
 }
 
+class Tile_SemaphoreOp<string mnemonic> : Tile_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
+  // `base` is a kernel tensor parameter of i32 counters: `dims` and `strides` (in
+  // elements) describe it, `offsets` name one counter (one index per dimension).
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, I32:$value,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides);
+  let assemblyFormat = [{
+    $base `[` $offsets `]` `,` $value attr-dict `:` type($base)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tile_SemaphoreWaitOp : Tile_SemaphoreOp<"semaphore_wait"> {
+  let summary = "spin until a global-memory i32 counter equals `value` (orders programs)";
+  let description = [{
+    Thread 0 of the CTA polls the counter with ld.acquire.gpu until it equals `value`,
+    then a CTA barrier lets every thread go on: what the program that signalled the
+    counter wrote before its tile.semaphore_signal is visible to every thread after
+    the wait. Programs wait for each other only if the GPU runs them at once (a grid
+    no larger than fits, or waits only on programs launched earlier). The interpreter
+    runs programs one at a time: the wait passes when the counter already holds
+    `value`, else it fails naming the deadlock; kernels that wait run their programs
+    in grid order even under TOKAMAX_INTERPRETER_ORDER=reverse.
+  }];
+}
+
+def Tile_SemaphoreSignalOp : Tile_SemaphoreOp<"semaphore_signal"> {
+  let summary = "add `value` to a global-memory i32 counter after the CTA's writes (release)";
+  let description = [{
+    A CTA barrier (every thread's global writes before it are done), then thread 0
+    adds `value` with red.release.gpu.global.add.s32, so that a tile.semaphore_wait that
+    sees the sum sees those writes. TMA stores (tile.tma_store, bulk groups of thread
+    0) are asynchronous: where the kernel has issued any before the signal, thread 0
+    first waits for all of them to complete (cp.async.bulk.wait_group 0), so the caller
+    need not. Plain stores and atomics need nothing more.
+  }];
+}
+
 def Tile_AtomicRMWOp : Tile_Op<"atomic_rmw", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "atomic read-modify-write through a tile of pointers; returns the old values";
   let arguments = (ins Tile_AtomicKindAttr:$kind, Tile_PtrTensor:$ptrs,

@@ -248,11 +248,26 @@ public:
   /// overlap, and their adds land in no fixed order (float sums may differ in their last
   /// bits between runs). f32 tensors only.
   void tma_reduce_add(std::vector<Value> offsets, const Value &tile) const;
+  /// Global-memory semaphores on an i32 tensor of counters (one per `offsets`, an
+  /// index per dimension), to order programs (e.g. each query block's dq additions
+  /// across key-block programs). semaphore_wait spins until the counter equals
+  /// `expected` (an i32 scalar; thread 0 polls with an acquire load, then a CTA barrier),
+  /// after which the writes made before the matching signals are visible to every
+  /// thread. semaphore_signal is a CTA barrier (every thread's global stores and atomics
+  /// before it are done; the kernel's TMA stores too: thread 0 first waits for every
+  /// bulk group it issued), then thread 0 adds `add` with a release add. Programs only
+  /// wait for programs that run at the same time: on a GPU, wait only on programs that
+  /// can be resident together; on the interpreter (one program at a time, in grid order
+  /// x fastest, even under TOKAMAX_INTERPRETER_ORDER=reverse) a wait whose value is not
+  /// there yet fails as a deadlock. Not inside warp-specialized loops.
+  void semaphore_wait(std::vector<Value> offsets, const Value &expected) const;
+  void semaphore_signal(std::vector<Value> offsets, const Value &add = 1) const;
   /// The base pointer, for pointer arithmetic (`x.ptr() + offsets`).
   Value ptr() const;
 
 private:
   void tma_write(std::vector<Value> offsets, const Value &tile, bool add) const;
+  void semaphore(std::vector<Value> offsets, const Value &value, bool wait) const;
 
   friend class Kernel;
   friend Value tma_dot(const TensorArg &, const TensorArg &, const Value &, const Value &, const Value &,
