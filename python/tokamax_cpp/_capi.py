@@ -165,6 +165,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "tkx_config_scope_push": (c.c_int, [c.c_char_p, c.POINTER(c.c_uint64)]),
         "tkx_config_scope_pop": (c.c_int, [c.c_uint64]),
         "tkx_call_resolve": (c.c_int, [_CallPtr, c.c_char_p, c.POINTER(c.c_void_p)]),
+        "tkx_kernel_trace_start": (c.c_int, [c.POINTER(c.c_void_p)]),
+        "tkx_kernel_trace_take": (c.c_int, [c.c_void_p, c.POINTER(c.c_int64), c.POINTER(c.c_double),
+                                            c.POINTER(c.c_uint64)]),
+        "tkx_kernel_trace_stop": (None, [c.c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         try:
@@ -416,3 +420,34 @@ def config_scope_push(result_json: str) -> int:
 
 def config_scope_pop(scope: int) -> None:
     check(lib.tkx_config_scope_pop(scope))
+
+
+# ---- Kernel time through CUPTI -------------------------------------------------------------
+
+
+class KernelTrace:
+    """Every kernel of the process that finishes while open (tkx_kernel_trace): a context
+    manager; NotImplementedError where CUPTI cannot record."""
+
+    def __init__(self):
+        handle = ctypes.c_void_p()
+        check(lib.tkx_kernel_trace_start(ctypes.byref(handle)))
+        self._handle = handle
+
+    def take(self) -> tuple[int, float, int]:
+        """(kernels, their total ms, records dropped since the start) since the last take."""
+        kernels, total, dropped = ctypes.c_int64(), ctypes.c_double(), ctypes.c_uint64()
+        check(lib.tkx_kernel_trace_take(self._handle, ctypes.byref(kernels), ctypes.byref(total),
+                                        ctypes.byref(dropped)))
+        return kernels.value, total.value, dropped.value
+
+    def close(self) -> None:
+        if self._handle:
+            lib.tkx_kernel_trace_stop(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -3,9 +3,11 @@ function of a flat list of arrays, random inputs, forward / VJP modes),
 `compile_benchmark` (compile once, then time runs) and `BenchmarkData`.
 
 Timing methods: "wallclock" everywhere (host time around a synchronised call);
-"cuda_events" for torch CUDA tensors (events on the current stream); "cupti" and the
-profiler methods of Tokamax need JAX's profiler on a GPU and raise NotImplementedError
-here with that reason."""
+"cuda_events" for torch CUDA tensors (events on the current stream); "cupti" for device
+arrays of torch or jax: the sum of the durations of every kernel the call ran (CUPTI's
+activity records through the library's tkx_kernel_trace: the framework's kernels as well
+as ours, no launch gaps, no memcpys). Tokamax's XProf-based methods raise
+NotImplementedError."""
 
 from __future__ import annotations
 
@@ -96,6 +98,11 @@ def compile_benchmark(f, x):
             method = "cuda_events" if framework == "torch" and _on_cuda(x) else "wallclock"
         if method == "cuda_events":
             times = _torch_event_times(f, x, iterations)
+        elif method == "cupti":
+            if not _on_cuda(x):
+                raise NotImplementedError("method='cupti' times device kernels: it needs CUDA tensors; here: "
+                                          "'wallclock'")
+            times = cupti_times(lambda: (f(x), sync()), iterations)
         elif method == "wallclock":
             times = []
             for _ in range(iterations):
@@ -104,12 +111,32 @@ def compile_benchmark(f, x):
                 sync()
                 times.append((time.perf_counter() - start) * 1e3)
         else:
-            raise NotImplementedError(f"method={method!r} needs JAX's profiler on a GPU; here: 'wallclock'"
-                                      + (", 'cuda_events'" if framework == "torch" else ""))
+            raise NotImplementedError(f"method={method!r} is not one of tokamax_cpp's: 'wallclock'"
+                                      + (", 'cuda_events', 'cupti'" if framework == "torch" else ""))
         return BenchmarkData(compile_time_ms=compile_ms, lower_time_ms=0.0, evaluation_times_ms=tuple(times),
                              metadata={"method": method, "framework": framework})
 
     return runner
+
+
+def cupti_times(run, iterations: int) -> list[float]:
+    """Per iteration of `run` (which must wait for its work), the total duration of the
+    kernels it ran, in ms. Raises NotImplementedError where CUPTI cannot record, and
+    RuntimeError for an iteration that ran no kernel or whose records were dropped."""
+    from . import _capi
+    times = []
+    with _capi.KernelTrace() as trace:
+        for i in range(iterations):
+            trace.take()  # whatever finished before this iteration
+            run()
+            kernels, total_ms, dropped = trace.take()
+            if kernels == 0:
+                raise RuntimeError(f"method='cupti': iteration {i} ran no kernel (was the work synchronised?)")
+            if dropped:
+                raise RuntimeError(f"method='cupti': CUPTI dropped {dropped} kernel records: the times would "
+                                   "be short")
+            times.append(total_ms)
+    return times
 
 
 def _leaves(x):

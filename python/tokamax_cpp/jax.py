@@ -284,17 +284,21 @@ def compile_benchmark(f, x):
 
     def runner(x, *, iterations: int = 5, method=None, event_filter_regex=None):
         del event_filter_regex
-        if method not in (None, "wallclock"):
-            raise NotImplementedError(f"method={method!r} needs Tokamax's CUPTI / XProf timers; tokamax_cpp's "
-                                      "jax runner measures 'wallclock' (blocked calls)")
+        if method not in (None, "wallclock", "cupti"):
+            raise NotImplementedError(f"method={method!r} needs Tokamax's XProf timers; tokamax_cpp's jax runner "
+                                      "measures 'wallclock' (blocked calls) and 'cupti' (the kernels' time)")
         jax.block_until_ready(compiled(x))
-        times = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(x))
-            times.append((time.perf_counter() - start) * 1e3)
+        if method == "cupti":
+            from .benchmarking import cupti_times
+            times = cupti_times(lambda: jax.block_until_ready(compiled(x)), iterations)
+        else:
+            times = []
+            for _ in range(iterations):
+                start = time.perf_counter()
+                jax.block_until_ready(compiled(x))
+                times.append((time.perf_counter() - start) * 1e3)
         return BenchmarkData(compile_time_ms=compile_ms, lower_time_ms=lower_ms, evaluation_times_ms=tuple(times),
-                             metadata={"method": "wallclock", "framework": "jax"},
+                             metadata={"method": method or "wallclock", "framework": "jax"},
                              peak_memory_mb=None if peak is None else peak / 1e6)
 
     return runner

@@ -105,6 +105,19 @@ bool cupti_available() {
 
 std::string cupti_library_error() { return detail::cupti_load_error(); }
 
+KernelTimer::KernelTimer() : trace_(std::make_unique<detail::CuptiKernelTrace>()) {}
+KernelTimer::~KernelTimer() = default;
+
+KernelTimer::Taken KernelTimer::take() {
+  Taken taken;
+  for (const detail::CuptiKernel& k : trace_->take()) {
+    ++taken.kernels;
+    taken.total_ms += k.duration_ms();
+  }
+  taken.dropped = trace_->dropped();
+  return taken;
+}
+
 namespace {
 
 constexpr size_t kFlushBytes = size_t(256) << 20;

@@ -73,6 +73,16 @@ def torch_checks():
             close(a.float().cpu(), c.float().cpu(), 0.1)
         return close(out.float().detach().cpu(), ref.float().detach().cpu(), 0.02)
 
+    def benchmark():
+        f, args = tokamax.standardize_function(lambda a: tokamax.dot_product_attention(a, a, a, is_causal=True),
+                                               q.detach(), mode="forward_and_vjp")
+        runner = tokamax.compile_benchmark(f, args)
+        events = runner(args, iterations=10)
+        kernels = runner(args, iterations=10, method="cupti")
+        assert 0 < kernels.median_evaluation_time_ms <= events.median_evaluation_time_ms * 1.05, (kernels, events)
+        return (f"median {events.median_evaluation_time_ms:.3f} ms (cuda events), "
+                f"{kernels.median_evaluation_time_ms:.3f} ms of kernels (cupti)")
+
     def opcheck():
         from tokamax_cpp import torch as tt
         torch.library.opcheck(tt.op("layer_norm"), (x.detach(), w.detach(), None, '{"axis":-1,"epsilon":1e-06}'))
@@ -99,26 +109,39 @@ def torch_checks():
         return close(static_out.float().cpu(), tokamax.dot_product_attention(a, a, a).float().cpu(), 1e-2)
 
     def overhead():
+        # Host time per call with the launch queue never full (n well below its depth, a
+        # sync before each batch), so the figure is the CPU's, not the kernels'; the
+        # device time per call from events around the same loop.
         a = torch.randn(1, 128, 1, 64, device=dev, dtype=torch.bfloat16)
-        for _ in range(20):
-            tokamax.dot_product_attention(a, a, a)
-        torch.cuda.synchronize()
-        n = 2000
-        start = time.perf_counter()
-        for _ in range(n):
-            tokamax.dot_product_attention(a, a, a)
-        ours = (time.perf_counter() - start) / n * 1e6
         t = a.transpose(1, 2)
-        start = time.perf_counter()
-        for _ in range(n):
-            F.scaled_dot_product_attention(t, t, t)
-        sdpa = (time.perf_counter() - start) / n * 1e6
-        torch.cuda.synchronize()
-        return f"host time per eager call: ours {ours:.1f} us, SDPA {sdpa:.1f} us"
+        calls = {"ours": lambda: tokamax.dot_product_attention(a, a, a),
+                 "SDPA": lambda: F.scaled_dot_product_attention(t, t, t),
+                 "ours layer_norm": lambda: tokamax.layer_norm(a, None, None),
+                 "F.layer_norm": lambda: F.layer_norm(a, a.shape[-1:])}
+        figures = []
+        for name, call in calls.items():
+            for _ in range(20):
+                call()
+            host, device = [], []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                n = 100
+                start = time.perf_counter()
+                begin.record()
+                for _ in range(n):
+                    call()
+                end.record()
+                host.append((time.perf_counter() - start) / n * 1e6)
+                torch.cuda.synchronize()
+                device.append(begin.elapsed_time(end) / n * 1e3)
+            figures.append(f"{name} host {min(host):.1f} us, device {min(device):.1f} us")
+        return "per eager call: " + "; ".join(figures)
 
     from tokamax_cpp import torch as tt
     for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
-                     ("torch attention fwd+bwd vs SDPA", attention), ("torch opcheck (CUDA)", opcheck),
+                     ("torch attention fwd+bwd vs SDPA", attention), ("torch benchmarking", benchmark),
+                     ("torch opcheck (CUDA)", opcheck),
                      ("torch.compile fullgraph", compiled), ("torch CUDA graph replay", cuda_graph),
                      ("torch eager overhead", overhead)):
         if fn in (opcheck, compiled) and not tt.CUSTOM_OP:
@@ -193,8 +216,12 @@ def jax_checks():
 
     def benchmark():
         f, args = tokamax.standardize_function(seed, x, scale, mode="forward_and_vjp")
-        data = tokamax.compile_benchmark(f, args)(args, iterations=10)
-        return f"median {data.median_evaluation_time_ms:.3f} ms"
+        runner = tokamax.compile_benchmark(f, args)
+        wall = runner(args, iterations=10)
+        kernels = runner(args, iterations=10, method="cupti")
+        assert 0 < kernels.median_evaluation_time_ms <= wall.median_evaluation_time_ms * 1.02, (kernels, wall)
+        return (f"median {wall.median_evaluation_time_ms:.3f} ms wall-clock, "
+                f"{kernels.median_evaluation_time_ms:.3f} ms of kernels (cupti)")
 
     def export():
         exported = jax.export.export(grad, disabled_checks=tokamax.DISABLE_JAX_EXPORT_CHECKS)(x, scale)

@@ -14,8 +14,21 @@ def test_standardize_and_compile_benchmark_on_host():
     data = runner(arrays, iterations=3)
     assert isinstance(data, tokamax.BenchmarkData) and len(data.evaluation_times_ms) == 3
     assert data.median_evaluation_time_ms > 0 and data.asdict()["median_evaluation_time_ms"] > 0
-    with pytest.raises(NotImplementedError, match="profiler"):
+    with pytest.raises(NotImplementedError, match="needs CUDA tensors"):
         runner(arrays, method="cupti")
+    with pytest.raises(NotImplementedError, match="not one of"):
+        runner(arrays, method="xprof_hermetic")
+
+
+def test_kernel_trace_opens_or_says_why():
+    from tokamax_cpp import _capi
+    try:
+        trace = _capi.KernelTrace()
+    except NotImplementedError as e:
+        assert "CUPTI kernel timing is unavailable" in str(e)
+        return
+    with trace:
+        assert trace.take() == (0, 0.0, 0)  # nothing ran
 
 
 def test_numpy_has_no_vjp_mode():

@@ -182,3 +182,28 @@ TEST_CASE("capi: the last error is per thread", "[capi]") {
   CHECK(other.empty());
   CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("no_such_op"));
 }
+
+TEST_CASE("capi: the kernel trace opens where CUPTI records, else says why; NULL arguments are named", "[capi]") {
+  CHECK(tkx_kernel_trace_start(nullptr) == TKX_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("trace is NULL"));
+  CHECK(tkx_kernel_trace_take(nullptr, nullptr, nullptr, nullptr) == TKX_INVALID_ARGUMENT);
+  tkx_kernel_trace_stop(nullptr);
+
+  tkx_kernel_trace *trace = nullptr;
+  const tkx_status started = tkx_kernel_trace_start(&trace);
+  if (started != TKX_OK) {
+    CHECK(started == TKX_NOT_SUPPORTED);
+    CHECK(trace == nullptr);
+    CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("CUPTI kernel timing is unavailable"));
+    return;
+  }
+  // Nothing ran since the start: no kernel, no time.
+  int64_t kernels = -1;
+  double total = -1;
+  uint64_t dropped = 1;
+  CHECK(tkx_kernel_trace_take(trace, &kernels, &total, &dropped) == TKX_OK);
+  CHECK(kernels == 0);
+  CHECK(total == 0);
+  CHECK(tkx_kernel_trace_take(trace, nullptr, nullptr, nullptr) == TKX_OK);
+  tkx_kernel_trace_stop(trace);
+}

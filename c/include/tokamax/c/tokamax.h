@@ -155,6 +155,23 @@ TKX_API tkx_status tkx_config_scope_pop(uint64_t id);
    "config" and it runs what this thread would. */
 TKX_API tkx_status tkx_call_resolve(const tkx_call *call, const char *arch, char **json);
 
+/* Kernel time through CUPTI's activity records (libcupti.so.13, loaded on first use and
+   searched as docs/c-api.md says), for timing a framework's whole function: a trace counts
+   every kernel of the process that finishes while it is open (memcpys and memsets are
+   not kernels). One trace at a time per process: a start while another is open waits for
+   it to stop, so never start two on one thread. TKX_NOT_SUPPORTED (with the paths tried)
+   where CUPTI cannot be loaded or another profiler holds it. */
+typedef struct tkx_kernel_trace tkx_kernel_trace;
+TKX_API tkx_status tkx_kernel_trace_start(tkx_kernel_trace **trace);
+/* The kernels finished since the start or the previous take (synchronise the work
+   first): their number, the sum of their durations in ms, and how many records CUPTI
+   could not deliver since the start (a nonzero count means the sum is short). Any
+   output pointer may be NULL. */
+TKX_API tkx_status tkx_kernel_trace_take(tkx_kernel_trace *trace, int64_t *kernels, double *total_ms,
+                                         uint64_t *dropped);
+/* Stops recording (NULL is a no-op). */
+TKX_API void tkx_kernel_trace_stop(tkx_kernel_trace *trace);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

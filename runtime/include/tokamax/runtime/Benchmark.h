@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,34 @@ TOKAMAX_API bool cupti_available();
 /// loader's default path, then $TOKAMAX_CUDA_HOME, $CUDA_HOME, $CUDA_PATH and
 /// /usr/local/cuda, each under extras/CUPTI/lib64 and lib64.
 TOKAMAX_API std::string cupti_library_error();
+
+namespace detail {
+class CuptiKernelTrace;
+}
+
+/// Kernel time through CUPTI while alive, for timing work the library does not launch
+/// (a framework's whole function): every kernel of the process that finishes, whatever
+/// context or stream ran it. One at a time per process: constructing a second waits for
+/// the first to be destroyed (never hold two on one thread). Throws Error where CUPTI
+/// cannot be loaded or cannot record (another profiler holds it).
+class TOKAMAX_API KernelTimer {
+public:
+  KernelTimer();
+  ~KernelTimer();
+  KernelTimer(const KernelTimer&) = delete;
+  KernelTimer& operator=(const KernelTimer&) = delete;
+
+  struct Taken {
+    int64_t kernels = 0;    ///< kernels finished since the previous take
+    double total_ms = 0;    ///< the sum of their durations
+    uint64_t dropped = 0;   ///< records CUPTI could not deliver since construction
+  };
+  /// The kernels finished since construction or the previous take (synchronise first).
+  Taken take();
+
+private:
+  std::unique_ptr<detail::CuptiKernelTrace> trace_;
+};
 
 /// Times `work`, which must enqueue its device work on `stream` (CudaGraph needs a
 /// created, non-default stream: the legacy stream cannot be captured). `warmup`
