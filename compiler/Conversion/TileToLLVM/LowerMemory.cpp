@@ -445,9 +445,15 @@ LogicalResult lowerAtomic(TileLowering &t, Operation *op, Value ptrs, Value mask
   return success();
 }
 
-/// The address of the i32 counter at `offsets` of a tile.semaphore_* op.
+/// What both tile.semaphore_* lowerings start from: the address of the i32 counter at
+/// the op's offsets, the op's i32 value, and whether this is thread 0 (the one thread
+/// that touches the counter).
+struct SemaphoreAccess {
+  Value ptr, value, first;
+};
+
 template <typename Op>
-Value semaphoreAddress(TileLowering &t, Location loc, Op op) {
+SemaphoreAccess semaphoreAccess(TileLowering &t, Location loc, Op op) {
   OpBuilder &b = t.builder();
   Value linear = t.i64(0);
   for (auto [offset, stride] : llvm::zip(op.getOffsets(), op.getStrides())) {
@@ -455,19 +461,19 @@ Value semaphoreAddress(TileLowering &t, Location loc, Op op) {
     linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(stride)));
   }
   Value base = t.regs(op.getBase())[0];
-  return b.create<LLVM::GEPOp>(loc, base.getType(), b.getI32Type(), base, ValueRange{linear});
+  Value ptr = b.create<LLVM::GEPOp>(loc, base.getType(), b.getI32Type(), base, ValueRange{linear});
+  Value value = t.regs(op.getValue())[0];
+  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(0));
+  return {ptr, value, first};
 }
 
 /// Thread 0 spins on ld.acquire.gpu until the counter holds the value, then a barrier
 /// releases the other threads (bar.sync orders thread 0's acquire before their reads).
 LogicalResult lowerSemaphoreWait(TileLowering &t, SemaphoreWaitOp op) {
-  OpBuilder &b = t.builder();
   Location loc = op.getLoc();
-  Value ptr = semaphoreAddress(t, loc, op);
-  Value expected = t.regs(op.getValue())[0];
-  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(0));
+  auto [ptr, expected, first] = semaphoreAccess(t, loc, op);
   t.when(loc, first, [&] {
-    b.create<scf::WhileOp>(
+    t.builder().create<scf::WhileOp>(
         loc, TypeRange{}, ValueRange{},
         [&](OpBuilder &nb, Location l, ValueRange) {
           Value now = PtxBuilder(nb, l).loadAcquireGpu(ptr);
@@ -483,11 +489,8 @@ LogicalResult lowerSemaphoreWait(TileLowering &t, SemaphoreWaitOp op) {
 /// Thread 0 waits for its TMA stores (if any were issued), a barrier (every thread's
 /// writes done), then thread 0's release add.
 LogicalResult lowerSemaphoreSignal(TileLowering &t, SemaphoreSignalOp op) {
-  OpBuilder &b = t.builder();
   Location loc = op.getLoc();
-  Value ptr = semaphoreAddress(t, loc, op);
-  Value value = t.regs(op.getValue())[0];
-  Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, t.threadId(), t.i32(0));
+  auto [ptr, value, first] = semaphoreAccess(t, loc, op);
   if (t.hasBulkStores())
     t.when(loc, first, [&] { t.ptx(loc).bulkWaitGroup(0); });
   t.barrier();

@@ -1,6 +1,7 @@
 //===- TileOps.cpp - Verifiers and folds of tile operations -----------------===//
 #include "compiler/Dialect/Tile/IR/TileDialect.h"
 #include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+#include "compiler/Dialect/Tile/IR/TileVerifiers.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
@@ -47,42 +48,22 @@ LogicalResult verifyTileShape(Operation *op, Type type) {
   return success();
 }
 
-Type pointee(Type ptrLike) {
+} // namespace
+
+// The checks shared with TileMemoryOps.cpp (TileVerifiers.h).
+
+Type tokamax::tile::pointee(Type ptrLike) {
   return cast<PointerType>(getElementTypeOrSelf(ptrLike)).getPointeeType();
 }
 
-LogicalResult verifySameShape(Operation *op, Type a, Type b, StringRef what) {
-  auto ta = cast<RankedTensorType>(a), tb = cast<RankedTensorType>(b);
-  if (ta.getShape() != tb.getShape())
-    return op->emitOpError() << what << " shape " << tb << " does not match " << ta;
-  return success();
-}
-
-/// Whether `v` is an argument of the kernel function itself: the runtime encodes TMA
-/// tensor maps for those only.
-bool isKernelParameter(Value v) {
+bool tokamax::tile::isKernelParameter(Value v) {
   auto arg = dyn_cast<BlockArgument>(v);
   return arg && arg.getOwner()->isEntryBlock() && isa<FunctionOpInterface>(arg.getOwner()->getParentOp());
 }
 
-/// An op naming one of its kernel's mbarriers by `index`: the kernel declares them
-/// (tile.mbarriers) and a constant index is one of them.
-LogicalResult verifyMbarrierIndex(Operation *op, Value index) {
-  auto func = op->getParentOfType<FunctionOpInterface>();
-  auto declared = func ? func->getAttrOfType<DenseI64ArrayAttr>(kMbarriersAttr) : DenseI64ArrayAttr();
-  if (!declared || declared.empty())
-    return op->emitOpError("names an mbarrier, but its kernel declares none (") << kMbarriersAttr << ")";
-  APInt value;
-  if (matchPattern(index, m_ConstantInt(&value)) &&
-      (value.isNegative() || value.getSExtValue() >= static_cast<int64_t>(declared.size())))
-    return op->emitOpError("names mbarrier ") << value.getSExtValue() << ", but the kernel declares "
-                                              << declared.size();
-  return success();
-}
-
-LogicalResult verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
-                                ArrayRef<int64_t> dims, ArrayRef<int64_t> strides,
-                                RankedTensorType tile) {
+LogicalResult tokamax::tile::verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
+                                               ArrayRef<int64_t> dims, ArrayRef<int64_t> strides,
+                                               RankedTensorType tile) {
   if (dims.size() != strides.size())
     return op->emitOpError("has ") << dims.size() << " dims but " << strides.size()
                                    << " strides";
@@ -98,6 +79,30 @@ LogicalResult verifyBlockAccess(Operation *op, Type base, size_t numOffsets,
     return op->emitOpError("element type ") << tile.getElementType()
                                             << " does not match the pointer's " << pointee(base);
   return verifyTileShape(op, tile);
+}
+
+namespace {
+
+LogicalResult verifySameShape(Operation *op, Type a, Type b, StringRef what) {
+  auto ta = cast<RankedTensorType>(a), tb = cast<RankedTensorType>(b);
+  if (ta.getShape() != tb.getShape())
+    return op->emitOpError() << what << " shape " << tb << " does not match " << ta;
+  return success();
+}
+
+/// An op naming one of its kernel's mbarriers by `index`: the kernel declares them
+/// (tile.mbarriers) and a constant index is one of them.
+LogicalResult verifyMbarrierIndex(Operation *op, Value index) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  auto declared = func ? func->getAttrOfType<DenseI64ArrayAttr>(kMbarriersAttr) : DenseI64ArrayAttr();
+  if (!declared || declared.empty())
+    return op->emitOpError("names an mbarrier, but its kernel declares none (") << kMbarriersAttr << ")";
+  APInt value;
+  if (matchPattern(index, m_ConstantInt(&value)) &&
+      (value.isNegative() || value.getSExtValue() >= static_cast<int64_t>(declared.size())))
+    return op->emitOpError("names mbarrier ") << value.getSExtValue() << ", but the kernel declares "
+                                              << declared.size();
+  return success();
 }
 
 } // namespace
@@ -293,63 +298,6 @@ LogicalResult CastOp::verify() {
   if (source && result && source.getEncoding() != result.getEncoding())
     return emitOpError("keeps the layout of its source (move tiles with tile.convert_layout), got ")
            << source << " to " << result;
-  return success();
-}
-
-// A store writes the tensor; an add also reads it (what it adds to).
-void TmaStoreOp::getEffects(SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
-  if (isAdd())
-    effects.emplace_back(MemoryEffects::Read::get());
-  effects.emplace_back(MemoryEffects::Write::get());
-}
-
-namespace {
-/// tile.semaphore_wait / tile.semaphore_signal: one i32 counter of a kernel tensor.
-LogicalResult verifySemaphore(Operation *op, Type base, size_t numOffsets, ArrayRef<int64_t> dims,
-                              ArrayRef<int64_t> strides) {
-  if (!pointee(base).isSignlessInteger(32))
-    return op->emitOpError("counts in an i32 tensor, got ") << pointee(base);
-  if (dims.size() != strides.size())
-    return op->emitOpError("has ") << dims.size() << " dims but " << strides.size() << " strides";
-  if (numOffsets != dims.size())
-    return op->emitOpError("needs one index per tensor dimension (") << dims.size() << "), got " << numOffsets;
-  for (int64_t d : dims)
-    if (d < 0)
-      return op->emitOpError("tensor dims must be non-negative");
-  return success();
-}
-} // namespace
-
-LogicalResult SemaphoreWaitOp::verify() {
-  return verifySemaphore(*this, getBase().getType(), getOffsets().size(), getDims(), getStrides());
-}
-
-LogicalResult SemaphoreSignalOp::verify() {
-  return verifySemaphore(*this, getBase().getType(), getOffsets().size(), getDims(), getStrides());
-}
-
-LogicalResult TmaStoreOp::verify() {
-  if (!isKernelParameter(getBase()))
-    return emitOpError("base must be a kernel tensor parameter (TMA needs its tensor map)");
-  auto type = getValue().getType();
-  if (getDims().size() != 2)
-    return emitOpError("stores 2-D blocks of 2-D tensors, got ") << getDims().size() << " dims";
-  SmallVector<int64_t> strides{getDims()[1], 1};  // row-major
-  if (failed(verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(), strides, type)))
-    return failure();
-  Type elem = type.getElementType();
-  if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
-    return emitOpError("stores bf16, f16 or f32, got ") << elem;
-  if (isAdd() && !elem.isF32())
-    return emitOpError("add accumulates f32 only (a 16-bit sum would round at every partial sum: add f32 and "
-                       "convert once), got ")
-           << elem;
-  int64_t bytes = elem.getIntOrFloatBitWidth() / 8;
-  if (getDims()[1] * bytes % 16 != 0)
-    return emitOpError("rows of the tensor must be multiples of 16 bytes, got ") << getDims()[1] << " elements";
-  if (type.getDimSize(0) > 256 || type.getDimSize(1) % getStripColumns() != 0)
-    return emitOpError("the block must have at most 256 rows and whole 128-byte strips (")
-           << getStripColumns() << " columns), got " << type;
   return success();
 }
 
