@@ -233,6 +233,24 @@ def jax_checks():
         ref = jax.vmap(lambda a: jax.nn.dot_product_attention(a, a, a, is_causal=True))(x[:, None])
         return close(np.asarray(out, np.float32), np.asarray(ref, np.float32), 0.02)
 
+    def sharded():
+        # shard_map over the GPUs (data parallel along the batch): the custom calls run
+        # per shard on its local shapes, gradients included.
+        from jax.sharding import Mesh, PartitionSpec
+        shard_map = getattr(jax, "shard_map", None)
+        if shard_map is None:
+            from jax.experimental.shard_map import shard_map
+        devices = jax.devices()
+        mesh = Mesh(np.array(devices), ("data",))
+        batch = x[: (x.shape[0] // len(devices)) * len(devices)] if x.shape[0] >= len(devices) else x
+        spec = PartitionSpec("data")
+        f = jax.jit(shard_map(lambda a, s: jax.grad(seed, argnums=(0, 1))(a, s), mesh=mesh,
+                              in_specs=(spec, PartitionSpec()), out_specs=(spec, spec)))
+        g = f(batch, scale)
+        plain = grad(batch, scale)
+        return (close(np.asarray(g[0], np.float32), np.asarray(plain[0], np.float32), 0) +
+                f" ({len(devices)} device(s))")
+
     def overhead():
         small = jnp.ones((1, 128, 1, 64), jnp.bfloat16)
         n = 200
@@ -246,7 +264,8 @@ def jax_checks():
 
     for name, fn in (("jax seed gradient vs jax.nn + jnp", seed_grad), ("jax autotune + scope", autotune_scope),
                      ("jax benchmarking", benchmark), ("jax.export round trip", export),
-                     ("jax vmap attention", vmap), ("jax call overhead", overhead)):
+                     ("jax vmap attention", vmap), ("jax shard_map of the seed's gradient", sharded),
+                     ("jax call overhead", overhead)):
         check(name, fn)
 
 
