@@ -127,9 +127,11 @@ inline Expected reference(const Case &c, const Paged &p) {
   const int64_t g = c.n / c.k;
   Expected e{std::vector<double>(size_t(c.b() * c.tq * c.n * c.hv), 0.0),
              std::vector<double>(size_t(c.b() * c.n * c.tq), kInf)};
-  auto keyAt = [&](const HostBuffer &pages, int64_t s, int64_t j, int64_t kh, int64_t d, int64_t dim) {
+  const std::vector<double> q = p.q.values(), kPages = p.kPages.values(), vPages = p.vPages.values();
+  // Row j of kv head kh of sequence s in a [num_pages, page_size, K, dim] cache.
+  auto rowAt = [&](const std::vector<double> &pages, int64_t s, int64_t j, int64_t kh, int64_t dim) {
     const int64_t page = p.pages[size_t(s)][size_t(j / c.page_size)], slot = j % c.page_size;
-    return pages.at(((page * c.page_size + slot) * c.k + kh) * dim + d);
+    return &pages[size_t(((page * c.page_size + slot) * c.k + kh) * dim)];
   };
   for (int64_t s = 0; s < c.b(); ++s)
     for (int64_t t = 0; t < c.tq; ++t)
@@ -137,11 +139,13 @@ inline Expected reference(const Case &c, const Paged &p) {
         const int64_t position = c.lengths[size_t(s)] - c.tq + t, kh = n / g;
         if (position < 0)
           continue;
+        const double *qRow = &q[size_t(((s * c.tq + t) * c.n + n) * c.h)];
         std::vector<double> logits;
         for (int64_t j = 0; j <= position; ++j) {
+          const double *kRow = rowAt(kPages, s, j, kh, c.h);
           double dot = 0;
           for (int64_t d = 0; d < c.h; ++d)
-            dot += p.q.at(((s * c.tq + t) * c.n + n) * c.h + d) * keyAt(p.kPages, s, j, kh, d, c.h);
+            dot += qRow[d] * kRow[d];
           double x = dot * c.scale();
           if (c.softcap)
             x = *c.softcap * std::tanh(x / *c.softcap);
@@ -151,12 +155,14 @@ inline Expected reference(const Case &c, const Paged &p) {
         double sum = 0;
         for (double &x : logits)
           sum += (x = std::exp(x - m));
-        for (int64_t d = 0; d < c.hv; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j <= position; ++j)
-            acc += logits[size_t(j)] * keyAt(p.vPages, s, j, kh, d, c.hv);
-          e.out[size_t(((s * c.tq + t) * c.n + n) * c.hv + d)] = acc / sum;
+        double *outRow = &e.out[size_t(((s * c.tq + t) * c.n + n) * c.hv)];
+        for (int64_t j = 0; j <= position; ++j) {
+          const double *vRow = rowAt(vPages, s, j, kh, c.hv);
+          for (int64_t d = 0; d < c.hv; ++d)
+            outRow[d] += logits[size_t(j)] * vRow[d];
         }
+        for (int64_t d = 0; d < c.hv; ++d)
+          outRow[d] /= sum;
         e.lse[size_t((s * c.n + n) * c.tq + t)] = m + std::log(sum);
       }
   return e;

@@ -351,3 +351,15 @@ TEST_CASE("bad input: paged_attention_host / paged_kv_append_host name the argum
   CHECK(std::isnan(out.at(0)));
   CHECK(p.kPages.storage == makePaged(c, 900).kPages.storage);
 }
+
+TEST_CASE("paged_attention: the decode benchmark's heads at 1000 keys, auto", "[paged_attention]") {
+  // GQA 32:8, H 128, pages of 16 and 64, Tq 1 and 4, two sequences: the heuristic's
+  // splits (about 16) and ring on the interpreter.
+  uint64_t seed = 1000;
+  for (int64_t page : {16, 64})
+    for (int64_t tq : {1, 4}) {
+      Case c;
+      c.lengths = {1000, 1000 - page - 3}, c.tq = tq, c.n = 32, c.k = 8, c.h = 128, c.hv = 128, c.page_size = page;
+      expectOk(check(c, seed++));
+    }
+}
