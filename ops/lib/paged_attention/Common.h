@@ -58,6 +58,11 @@ struct Problem {
 /// Reads a validated BoundArgs of either op.
 Problem problem_of(const BoundArgs &args);
 
+/// `t`'s bytes (contiguous) as a tensor of `shape`: q, out and lse as the kernels see them.
+inline TensorView reshaped(const TensorView &t, std::vector<int64_t> shape) {
+  return TensorView(t.data(), t.dtype(), shape, t.device());
+}
+
 /// How the Tq x G query rows of one kv head are packed into programs of `rows` rows:
 /// row r of a program is query token t0 + r / heads and query head g0 + r % heads of
 /// the group (the group padded to a power of two; padding rows read zeros and are never

@@ -378,12 +378,14 @@ void TileDecode::execute(const Problem &p, const TileConfig &c, std::span<const 
                          std::span<const TensorView> out, KernelExecutor &ex) {
   if (p.B == 0)
     return;
-  // q, k_pages, v_pages, page_table, seq_lengths | out, lse?
-  std::vector<KernelExecutor::Arg> operands(in.begin(), in.end());
+  // q, k_pages, v_pages, page_table, seq_lengths | out, lse?, with q, out and lse in the
+  // kernels' shapes (the query heads split into kv heads x group).
+  const int64_t g = p.group();
+  std::vector<KernelExecutor::Arg> operands{reshaped(in[0], {p.B, p.Tq, p.K, g, p.H}), in[1], in[2], in[3], in[4]};
   auto withOutputs = [&](std::vector<KernelExecutor::Arg> args) {
-    args.push_back(out[0]);
+    args.push_back(reshaped(out[0], {p.B, p.Tq, p.K, g, p.Hv}));
     if (p.lse_out)
-      args.push_back(out[1]);
+      args.push_back(reshaped(out[1], {p.B, p.K, g, p.Tq}));
     return args;
   };
   if (c.num_splits == 1) {
