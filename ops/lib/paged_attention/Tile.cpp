@@ -17,7 +17,7 @@
 //
 // The heuristic (as designed, not yet measured on a GPU): 32 keys a step (a page where
 // pages are larger), a ring keeping about 48 KiB of pages in flight a program within
-// 100 KiB, 16-64 packed rows, and splits until about two programs per SM of an H100 /
+// 72 KiB, 16-64 packed rows, and splits until about two programs per SM of an H100 /
 // H200 (132) are busy, at most one split per step of the longest sequence the page
 // table holds.
 //
@@ -48,8 +48,9 @@ namespace {
 /// Programs that keep an H100 / H200 busy (two per SM): the split heuristic's target.
 constexpr int64_t kBusyPrograms = 2 * 132;
 /// Bytes of pages the heuristic keeps in flight a program, and the shared memory its
-/// ring may take.
-constexpr int64_t kBytesInFlight = 48 << 10, kRingBytes = 100 << 10;
+/// ring may take: with the products' staging (36 KiB at 64-key pages: the masked steps'
+/// V goes through registers) at least two programs fit an SM's 228 KiB.
+constexpr int64_t kBytesInFlight = 48 << 10, kRingBytes = 72 << 10;
 
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
@@ -306,7 +307,7 @@ TileConfig TileDecode::heuristic(const Problem &p) {
   TileConfig c;
   c.block_rows = std::clamp<int64_t>(next_power_of_two(p.Tq) * next_power_of_two(p.group()), 16, 64);
   // 32 keys a step (a page where pages are larger), and enough ring slots to keep about
-  // 48 KiB of pages in flight a program, within about 100 KiB of shared memory.
+  // 48 KiB of pages in flight a program, within 72 KiB of shared memory.
   c.pages_per_step = std::max<int64_t>(1, 32 / p.page_size);
   const int64_t stepBytes = stepBytesOf(p, c);
   c.stages = std::clamp<int64_t>(1 + cdiv(kBytesInFlight, stepBytes), 2, 4);
@@ -364,6 +365,9 @@ std::optional<std::string> TileDecode::check(const Problem &p, const TileConfig 
     return fmt::format("num_warps must be 1, 2, 4 or 8, got {}", c.num_warps);
   if (c.stages < 1 || c.stages > 8)
     return fmt::format("stages must be in [1, 8] (1: no ring), got {}", c.stages);
+  if (const int64_t programs = p.K * row_packing(p, c.block_rows).blocks; programs > 65535)
+    return fmt::format("K {} x {} row blocks of {} rows is {} programs along grid y, over 65535", p.K,
+                       programs / p.K, c.block_rows, programs);
   const int64_t perThread = c.block_rows * p.Hv / (32 * c.num_warps);
   if (perThread > 64)
     return fmt::format("block_rows {} x Hv {} on {} warps is {} accumulator elements a thread, over 64 (registers)",
