@@ -12,6 +12,7 @@
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Norm.h>
+#include <tokamax/ops/PagedAttention.h>
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 #include <tokamax/runtime/Error.h>
@@ -246,6 +247,35 @@ BoundArgs bindSoftmaxCrossEntropy(const Op &op, const Inputs &in, Options &) {
   return bind_softmax_cross_entropy_vjp(in.required(0), logits, in.required(2), in.required(3), logits);
 }
 
+//===--- paged_attention and paged_kv_append ---===//
+
+BoundArgs bindPagedAttention(const Op &op, const Inputs &in, Options &o) {
+  if (op.name() == "paged_attention") {
+    PagedAttentionOptions options;
+    options.scale = o.optionalNumber("scale");
+    options.logits_soft_cap = o.optionalNumber("logits_soft_cap");
+    const bool lse = o.boolean("lse", false);
+    const ArgSpec &q = in.required(0), &vPages = in.required(2);
+    return bind_paged_attention({q, in.required(1), vPages, in.required(3), in.required(4),
+                                 paged_attention_out_spec(q, vPages),
+                                 when(lse, paged_attention_lse_spec(q))},
+                                options);
+  }
+  // The pages are the append's outputs (updated in place): their count and size are
+  // options, the rest comes from k and v.
+  const ArgSpec &k = in.required(0), &v = in.required(1);
+  const std::optional<int64_t> pages = o.optionalInteger("num_pages"), size = o.optionalInteger("page_size");
+  if (!pages || !size)
+    throw Error(fmt::format("{}: options \"num_pages\" and \"page_size\" are required (the shape of k_pages and "
+                            "v_pages, which the call updates in place)",
+                            op.name()));
+  auto pagesOf = [&](const ArgSpec &x) {
+    return ArgSpec{{*pages, *size, x.shape.size() == 4 ? x.shape[2] : 0, x.shape.size() == 4 ? x.shape[3] : 0},
+                   x.dtype};
+  };
+  return bind_paged_kv_append(k, v, in.required(2), in.required(3), pagesOf(k), pagesOf(v));
+}
+
 using Binder = std::function<BoundArgs(const Op &, const Inputs &, Options &)>;
 
 const std::map<std::string, Binder> &binders() {
@@ -264,6 +294,8 @@ const std::map<std::string, Binder> &binders() {
       {"linear_softmax_cross_entropy_loss_vjp", bindLinearCrossEntropy},
       {"softmax_cross_entropy", bindSoftmaxCrossEntropy},
       {"softmax_cross_entropy_vjp", bindSoftmaxCrossEntropy},
+      {"paged_attention", bindPagedAttention},
+      {"paged_kv_append", bindPagedAttention},
   };
   return table;
 }

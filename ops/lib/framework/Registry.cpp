@@ -8,6 +8,7 @@
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
+#include <tokamax/ops/PagedAttention.h>
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/Softmax.h>
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
@@ -152,6 +153,17 @@ std::vector<RegisteredKernel> registered_kernels() {
   ArgSpec logits{{8192, 131072}, DType::BF16}, rows = softmax_cross_entropy_row_spec(logits);
   op(softmax_cross_entropy_op(), bind_softmax_cross_entropy(logits, labels, rows, rows));
   op(softmax_cross_entropy_vjp_op(), bind_softmax_cross_entropy_vjp(rows, logits, labels, rows, logits));
+  // paged_attention at the decode benchmark's shapes (N 32, K 8, H 128 bf16, 4096 keys a
+  // sequence): batch 1 on pages of 16 (split and combine kernels) and batch 64 on pages
+  // of 64 (one split); the append of one token a sequence.
+  for (auto [batch, page] : {std::pair<int64_t, int64_t>{1, 16}, {64, 64}}) {
+    const int64_t maxPages = 4096 / page;
+    ArgSpec q{{batch, 1, 32, 128}, DType::BF16}, pages{{batch * maxPages, page, 8, 128}, DType::BF16};
+    ArgSpec table{{batch, maxPages}, DType::I32}, lengths{{batch}, DType::I32};
+    op(paged_attention_op(), bind_paged_attention({q, pages, pages, table, lengths, q, std::nullopt}));
+    ArgSpec kv{{batch, 1, 8, 128}, DType::BF16};
+    op(paged_kv_append_op(), bind_paged_kv_append(kv, kv, table, lengths, pages, pages));
+  }
   return kernels;
 }
 

@@ -12,6 +12,7 @@
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Norm.h>
+#include <tokamax/ops/PagedAttention.h>
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 
@@ -189,6 +190,40 @@ TEST_CASE("capi: gated_linear_unit, ragged_dot and the cross-entropies are bitwi
     CHECK(out[0]->same_bits(loss));
     CHECK(out[1]->same_bits(lse));
   }
+  SECTION("paged_kv_append, then paged_attention") {
+    // 2 sequences of 5 and 12 keys on pages of 8 (pages 2 | 0, 1), 4 query heads on 2 kv
+    // heads, one new token each: the append writes it in place, the attention reads it.
+    CTensor kPages = CTensor::random(DType::F32, {3, 8, 2, 16}, 28);
+    CTensor vPages = CTensor::random(DType::F32, {3, 8, 2, 16}, 29);
+    CTensor table = CTensor::of(DType::I32, {2, 2}, {2, 0, 0, 1}), lengths = CTensor::of(DType::I32, {2}, {5, 12});
+    CTensor k = CTensor::random(DType::F32, {2, 1, 2, 16}, 30), v = CTensor::random(DType::F32, {2, 1, 2, 16}, 31);
+    CTensor q = CTensor::random(DType::F32, {2, 1, 4, 16}, 32);
+    Call append = make_call("paged_kv_append", descs({&k, &v, &table, &lengths}), R"({"num_pages": 3, "page_size": 8})");
+    REQUIRE(tkx_call_num_outputs(append.get()) == 2);
+    CTensor kRef = CTensor::random(DType::F32, {3, 8, 2, 16}, 28), vRef = CTensor::random(DType::F32, {3, 8, 2, 16}, 29);
+    CHECK(kRef.same_bits(kPages));
+    run_host(append.get(), descs({&k, &v, &table, &lengths}), descs({&kPages, &vPages}));
+    paged_kv_append_host(k.view(), v.view(), table.view(), lengths.view(), kRef.view(), vRef.view());
+    CHECK(kPages.same_bits(kRef));
+    CHECK(vPages.same_bits(vRef));
+    Call call = make_call("paged_attention", descs({&q, &kPages, &vPages, &table, &lengths}),
+                          R"({"lse": true, "logits_soft_cap": 20.0})");
+    auto out = runOutputs(call.get(), descs({&q, &kPages, &vPages, &table, &lengths}));
+    REQUIRE(out.size() == 2);
+    REQUIRE(out[1]);
+    CHECK(out[1]->shape == std::vector<int64_t>{2, 4, 1});
+    CTensor ref(DType::F32, {2, 1, 4, 16}), lse(DType::F32, {2, 4, 1});
+    const TensorView lseView = lse.view();
+    paged_attention_host(q.view(), kPages.view(), vPages.view(), table.view(), lengths.view(), ref.view(),
+                         {.logits_soft_cap = 20.0}, &lseView);
+    CHECK(out[0]->same_bits(ref));
+    CHECK(out[1]->same_bits(lse));
+    // The append needs the pages' shape.
+    tkx_call *bad = nullptr;
+    const std::vector<const tkx_tensor *> inputs = descs({&k, &v, &table, &lengths});
+    CHECK(tkx_call_create("paged_kv_append", inputs.data(), 4, "{}", &bad) != TKX_OK);
+    CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("\"num_pages\" and \"page_size\" are required"));
+  }
 }
 
 TEST_CASE("capi: version, struct sizes, op names and arguments", "[capi]") {
@@ -210,7 +245,8 @@ TEST_CASE("capi: version, struct sizes, op names and arguments", "[capi]") {
   const std::string names = tkx_op_names();
   for (const char *op : {"layer_norm\n", "layer_norm_vjp\n", "rms_norm\n", "rms_norm_vjp", "attention\n",
                          "attention_vjp\n", "gated_linear_unit\n", "ragged_dot_vjp\n",
-                         "linear_softmax_cross_entropy_loss_vjp\n", "softmax_cross_entropy\n"})
+                         "linear_softmax_cross_entropy_loss_vjp\n", "softmax_cross_entropy\n", "paged_attention\n",
+                         "paged_kv_append\n"})
     CHECK_THAT(names, Catch::Contains(op));
   CHECK_THAT(names, !Catch::Contains("fill"));  // a Function's glue op: no C binding
 
