@@ -120,11 +120,11 @@ def test_attention_bnth_layout_is_the_btnh_result_transposed_bitwise():
 def test_attention_vjp_op_by_name():
     r = ref.rng(8)
     q, k, v = qkv(r, b=1, t=3, s=4, n=2, k=1, h=4, hv=4, dtype=np.float64)
-    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, is_causal=True)
+    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, None, is_causal=True)
     dout = r.standard_normal(out.shape)
-    dq, dk, dv, dbias = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None,
-                                     is_causal=True)
-    assert dbias is None
+    dq, dk, dv, dbias, dsinks = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None, None,
+                                             is_causal=True)
+    assert dbias is None and dsinks is None
     # Central differences of sum(dout * attention) against the VJP.
     f = lambda q_, k_, v_: float((ref.attention(q_, k_, v_, is_causal=True) * dout).sum())
     for grad, which in ((dq, 0), (dk, 1), (dv, 2)):
