@@ -183,7 +183,7 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
   if (op.name() == "attention") {
     const bool residuals = o.boolean("residuals", true);
     AttentionSpecs s{in.required(0), in.required(1), in.required(2), in.optional(3), in.optional(4), in.optional(5),
-                     in.optional(6), {}, {}};
+                     in.optional(6), {}, {}, in.optional(7)};
     // out [B..., T, N, Hv]: q's shape with v's head dim, q's dtype (bind checks ranks).
     s.out = s.q;
     if (!s.out.shape.empty() && !s.v.shape.empty())
@@ -193,11 +193,13 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
     return bind_attention(s, options);
   }
   AttentionVjpSpecs s{in.required(0), in.required(1), in.required(2), in.required(3), in.required(4), in.required(5),
-                      in.optional(6), in.optional(7), in.optional(8), in.optional(9), {}, {}, {}, {}};
+                      in.optional(6), in.optional(7), in.optional(8), in.optional(9), {}, {}, {}, {}, in.optional(10),
+                      {}};
   s.dq = s.q;
   s.dk = s.k;
   s.dv = s.v;
   s.dbias = s.bias;
+  s.dsinks = s.sinks;
   return bind_attention_vjp(s, options);
 }
 

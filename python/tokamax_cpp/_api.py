@@ -167,7 +167,7 @@ def _attention_layout(layout) -> str:
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
                           logits_soft_cap=None, precision=None, implementation=None, q_sharding=None,
-                          layout: str = "BTNH"):
+                          layout: str = "BTNH", sinks=None):
     """Tokamax's dot_product_attention: q [*B, T, N, H], k [*B, S, K, H], v [*B, S, K, Hv]
     -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result.
 
@@ -175,7 +175,11 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     [*B, N, T, Hv]. No kernel reads BNTH in place yet: q, k and v are transposed to BTNH and
     made contiguous (a copy each), and the output is the BTNH result's transposed view
     (gradients flow through both transposes). bias, mask ([*B, N, T, S]) and the sequence
-    lengths are the same in both layouts."""
+    lengths are the same in both layouts.
+
+    sinks (f32 [N], a learnable logit per query head, as in gpt-oss) joins each row's
+    softmax denominator: Z = sum_j exp(logits_j) + exp(sinks[n]); its gradient flows like
+    bias's."""
     del q_sharding
     layout = _attention_layout(layout)
     _require_none("precision", precision, "the products use each dtype's native precision (f32 accumulation)")
@@ -194,7 +198,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
             if len(x.shape) < 3:
                 raise ValueError(f"{name}: layout='BNTH' needs [*B, N, T, H] (rank >= 3), got shape {tuple(x.shape)}")
         query, key, value = (backend.swapaxes(x, -3, -2, copy=True) for x in (query, key, value))
-    inputs = [query, key, value, bias, mask, query_seq_lengths, key_value_seq_lengths]
+    inputs = [query, key, value, bias, mask, query_seq_lengths, key_value_seq_lengths, sinks]
     out = apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
     return backend.swapaxes(out, -3, -2) if layout == "BNTH" else out
 

@@ -61,9 +61,9 @@ RMS_NORM = OpDef(
     "rms_norm_vjp", (ct(0), inp(0), inp(1), out(1)), (0, 1), ("axis",), has_residuals=True)
 
 ATTENTION = OpDef(
-    "attention", ("q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths"), ("out", "lse"), (0,),
+    "attention", ("q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths", "sinks"), ("out", "lse"), (0,),
     "attention_vjp",
-    (ct(0), inp(0), inp(1), inp(2), out(0), out(1), inp(3), inp(4), inp(5), inp(6)), (0, 1, 2, 3),
+    (ct(0), inp(0), inp(1), inp(2), out(0), out(1), inp(3), inp(4), inp(5), inp(6), inp(7)), (0, 1, 2, 3, 7),
     ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap"), has_residuals=True)
 
 GATED_LINEAR_UNIT = OpDef(

@@ -120,9 +120,9 @@ def _target_arch() -> str | None:
 
 def _vmap_method(op: str, inputs) -> str:
     """Batch dims fold into the op where its leading dims are batch dims of every input
-    (attention without bias / mask; the norms without scale / offset); otherwise a loop."""
-    if op in ("attention", "attention_vjp") and all(x is None for x in (inputs[3], inputs[4])):
-        return "broadcast_all" if op == "attention" else "sequential"
+    (attention without bias / mask / sinks; the norms without scale / offset); otherwise a loop."""
+    if op == "attention" and all(x is None for x in (inputs[3], inputs[4], inputs[7])):
+        return "broadcast_all"
     if op in ("layer_norm", "rms_norm") and all(x is None for x in inputs[1:]):
         return "broadcast_all"
     return "sequential"

@@ -133,11 +133,13 @@ struct Inputs {
   std::vector<uint8_t> mask;  ///< 0 = hidden, else attended
   std::vector<int64_t> mask_shape;
   std::vector<int32_t> q_lengths, kv_lengths;  ///< one per flattened batch row
+  std::vector<double> sinks;  ///< [N]: one more logit of each row's softmax, with a zero value row
   std::vector<double> dout;
 };
 
 struct Outputs {
   std::vector<double> out, lse, dq, dk, dv, dbias;  ///< dbias: bias's shape
+  std::vector<double> dsinks;                       ///< [N], with sinks
   std::vector<uint8_t> row_attends;  ///< [B, N, T]: the query row sees at least one key
   std::vector<uint8_t> key_seen;     ///< [B, S, K]: some attending query row sees the key
 };
@@ -249,6 +251,14 @@ public:
     for (const std::vector<double> &partial : partialDbias)
       for (size_t i = 0; i < partial.size(); ++i)
         o.dbias[i] += partial[i];
+    // d out / d sink = -P(sink) out for each row, P(sink) = exp(sink - lse): dsink = -sum
+    // over the rows of P(sink) (dout . out) = -sum P(sink) delta.
+    if (vjp && !in_.sinks.empty()) {
+      o.dsinks.assign(d_.n, 0.0);
+      for (int64_t r = 0; r < rowsTotal; ++r)
+        if (o.lse[r] < kInf)
+          o.dsinks[r / d_.t % d_.n] -= std::exp(in_.sinks[r / d_.t % d_.n] - o.lse[r]) * delta[r];
+    }
     if (vjp)
       parallelChunks(B * d_.k * d_.s, 8, threads, [&](int, int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c)
@@ -286,7 +296,8 @@ private:
   }
 
   /// Logits of one query row into pre / z with visibility; returns the row's lse (+inf
-  /// when it sees no key).
+  /// when it sees no key; with sinks, the sink is one more term: a row that sees no key
+  /// gets lse = sink, a padding row past its q_seq_length +inf).
   double rowLse(int64_t row, int64_t n, int64_t t, double *pre, double *z, uint8_t *vis) const {
     double m = -kInf;
     for (int64_t s = 0; s < d_.s; ++s)
@@ -294,13 +305,16 @@ private:
         logit(row, n, t, s, pre[s], z[s]);
         m = std::max(m, z[s]);
       }
+    const bool padding = !in_.q_lengths.empty() && t >= in_.q_lengths[row];
+    const double sink = in_.sinks.empty() || padding ? -kInf : in_.sinks[n];
     if (m == -kInf)
-      return kInf;
-    double l = 0;
+      return sink > -kInf ? sink : kInf;
+    const double top = std::max(m, sink);
+    double l = std::exp(sink - top);
     for (int64_t s = 0; s < d_.s; ++s)
       if (vis[s])
-        l += std::exp(z[s] - m);
-    return m + std::log(l);
+        l += std::exp(z[s] - top);
+    return top + std::log(l);
   }
 
   void queryRow(int64_t row, int64_t n, int64_t t, Outputs &o, std::vector<double> &delta, double *dbias, double *pre,
@@ -309,8 +323,8 @@ private:
     const double lse = rowLse(row, n, t, pre, z, vis);
     if (lse == kInf)
       return;  // out 0, lse +inf, no gradient
-    o.lse[r] = lse;
-    o.row_attends[r] = 1;
+    o.lse[r] = lse;  // the sink where no key is seen: out 0, no gradient
+    o.row_attends[r] = std::find(vis, vis + d_.s, 1) != vis + d_.s;
     double *out = &o.out[qIndex(row, t, n) * d_.hv];
     for (int64_t s = 0; s < d_.s; ++s)
       if (vis[s]) {

@@ -4,6 +4,7 @@
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/jit/Jit.h>
+#include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Matmul.h>
 #include <tokamax/ops/Norm.h>
 #include <tokamax/runtime/Benchmark.h>
@@ -252,4 +253,34 @@ TEST_CASE("replayed plans fill and copy: matmul with K = 0 writes bias or zeros"
     for (double v : c.to_host_doubles())
       CHECK(v == 0);
   }
+}
+
+TEST_CASE("attention's sinks join the call key; sinks on another device are refused by name", "[dispatch][cache]") {
+  Stream stream = Stream::create(Device::get());
+  Tensor q = random({1, 16, 2, 16}, DType::BF16, 11), out = Tensor::empty({1, 16, 2, 16}, DType::BF16);
+  Tensor lse = Tensor::empty({1, 2, 16}, DType::F32), dq = Tensor::empty({1, 16, 2, 16}, DType::BF16);
+  Tensor dk = Tensor::empty({1, 16, 2, 16}, DType::BF16), dv = Tensor::empty({1, 16, 2, 16}, DType::BF16);
+  Tensor sinks = random({2}, DType::F32, 12), moved = random({2}, DType::F32, 13);
+  Tensor dsinks = Tensor::empty({2}, DType::F32);
+  auto forward = [&](const TensorView *s) {
+    dot_product_attention(q, q, q, out, stream, {.sinks = s, .implementation = "tile"}, &lse.view());
+  };
+  forward(nullptr);
+  CHECK(cache_outcome([&] { forward(nullptr); }).hit());
+  CHECK(cache_outcome([&] { forward(&sinks.view()); }).miss());
+  CHECK(cache_outcome([&] { forward(&sinks.view()); }).hit());
+  CHECK(cache_outcome([&] { forward(&moved.view()); }).hit());  // another address: the same plan
+  CHECK(cache_outcome([&] { forward(nullptr); }).hit());
+  auto vjp = [&](const TensorView *d) {
+    dot_product_attention_vjp(q, q, q, q, out, lse, dq, dk, dv, stream,
+                              {.sinks = &sinks.view(), .implementation = "tile"}, nullptr, d);
+  };
+  CHECK(cache_outcome([&] { vjp(&dsinks.view()); }).miss());
+  CHECK(cache_outcome([&] { vjp(&dsinks.view()); }).hit());
+  CHECK(cache_outcome([&] { vjp(nullptr); }).miss());  // sinks without dsinks: another call
+  stream.synchronize();
+  if (Device::count() < 2)
+    SKIP_TEST_WITH_ONE_DEVICE;
+  Tensor far = standardize({{2}, DType::F32}, 14, Device::get(1));
+  CHECK_THROWS_WITH(forward(&far.view()), Contains("sinks is on device 1"));
 }

@@ -86,7 +86,7 @@ def torch_checks():
     def opcheck():
         from tokamax_cpp import torch as tt
         torch.library.opcheck(tt.op("layer_norm"), (x.detach(), w.detach(), None, '{"axis":-1,"epsilon":1e-06}'))
-        torch.library.opcheck(tt.op("attention"), (q.detach(), k.detach(), v.detach(), None, None, None, None,
+        torch.library.opcheck(tt.op("attention"), (q.detach(), k.detach(), v.detach(), None, None, None, None, None,
                                                    '{"is_causal":true}'))
 
     def compiled():

@@ -64,9 +64,9 @@ def layer_norm_vjp(dy, x, scale, axis=-1, epsilon=1e-6):
 # ---- attention ----
 
 def attention(q, k, v, bias=None, mask=None, scale=None, is_causal=False, window=None, soft_cap=None,
-              q_lengths=None, kv_lengths=None):
+              q_lengths=None, kv_lengths=None, sinks=None):
     """q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv] -> [B, T, N, Hv]; rows attending no
-    key give 0."""
+    key give 0. sinks [N]: one more logit of each row's softmax, whose value row is 0."""
     q, k, v = f64(q), f64(k), f64(v)
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
@@ -97,9 +97,14 @@ def attention(q, k, v, bias=None, mask=None, scale=None, is_causal=False, window
         keep &= (np.arange(s)[None, :] < np.asarray(kv_lengths)[:, None])[:, None, None, :]
     logits = np.where(keep, logits, -np.inf)
     peak = logits.max(-1, keepdims=True)
+    sink = None if sinks is None else np.broadcast_to(f64(sinks)[None, :, None, None], peak.shape)
+    if sink is not None:
+        peak = np.maximum(peak, sink)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     p = np.where(keep, np.exp(logits - peak), 0.0)
     total = p.sum(-1, keepdims=True)
+    if sink is not None:
+        total = total + np.exp(sink - peak)
     p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
     return np.einsum("bnts,bsnh->btnh", p, v)
 

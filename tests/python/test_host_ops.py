@@ -120,11 +120,11 @@ def test_attention_bnth_layout_is_the_btnh_result_transposed_bitwise():
 def test_attention_vjp_op_by_name():
     r = ref.rng(8)
     q, k, v = qkv(r, b=1, t=3, s=4, n=2, k=1, h=4, hv=4, dtype=np.float64)
-    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, is_causal=True)
+    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, None, is_causal=True)
     dout = r.standard_normal(out.shape)
-    dq, dk, dv, dbias = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None,
-                                     is_causal=True)
-    assert dbias is None
+    dq, dk, dv, dbias, dsinks = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None, None,
+                                             is_causal=True)
+    assert dbias is None and dsinks is None
     # Central differences of sum(dout * attention) against the VJP.
     f = lambda q_, k_, v_: float((ref.attention(q_, k_, v_, is_causal=True) * dout).sum())
     for grad, which in ((dq, 0), (dk, 1), (dv, 2)):
@@ -136,6 +136,38 @@ def test_attention_vjp_op_by_name():
             lo[which][idx] -= 1e-6
             numeric[idx] = (f(*hi) - f(*lo)) / 2e-6
         ref.assert_close(grad, numeric, 1e-5, 1e-6, what=f"attention_vjp d{'qkv'[which]}")
+
+
+def test_attention_sinks_forward_and_vjp():
+    """sinks [N] f32: a logit per head in each row's softmax sum; out against the numpy
+    reference, lse = log(sum exp(logits) + exp(sink)) (the sink where no key is seen), and
+    the VJP's dsinks and dq against central differences of sum(dout * attention)."""
+    r = ref.rng(16)
+    q, k, v = qkv(r, b=2, t=4, s=5, n=2, k=1, h=4, hv=4, dtype=np.float64)
+    sinks = (1.0 + r.standard_normal(2)).astype(np.float32)
+    lengths = np.array([5, 0], np.int32)  # batch row 1 sees no key: lse = the sink
+    out = tokamax.dot_product_attention(q, k, v, is_causal=True, key_value_seq_lengths=lengths, sinks=sinks)
+    want = ref.attention(q, k, v, is_causal=True, kv_lengths=[5, 0], sinks=sinks)
+    ref.assert_close(out, want, 1e-9, 1e-9, what="attention with sinks")
+    assert not np.allclose(out, ref.attention(q, k, v, is_causal=True, kv_lengths=[5, 0]))
+    out, lse = tokamax.call("attention", q, k, v, None, None, None, lengths, sinks, is_causal=True)
+    assert np.array_equal(lse[1], np.broadcast_to(sinks.astype(np.float64)[:, None], (2, 4)))
+    dout = r.standard_normal(out.shape)
+    dq, dk, dv, dbias, dsinks = tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, lengths,
+                                             sinks, is_causal=True)
+    assert dbias is None and dsinks.shape == (2,) and dsinks.dtype == np.float32
+    f = lambda q_, s_: float((ref.attention(q_, k, v, is_causal=True, kv_lengths=[5, 0], sinks=s_) * dout).sum())
+    numeric = np.array([(f(q, sinks + e * 1e-3) - f(q, sinks - e * 1e-3)) / 2e-3 for e in np.eye(2)])
+    ref.assert_close(dsinks, numeric, 1e-4, 1e-5, what="dsinks")
+    numeric_dq = np.zeros_like(q)
+    for idx in np.ndindex(q.shape):
+        hi, lo = q.copy(), q.copy()
+        hi[idx] += 1e-6
+        lo[idx] -= 1e-6
+        numeric_dq[idx] = (f(hi, sinks) - f(lo, sinks)) / 2e-6
+    ref.assert_close(dq, numeric_dq, 1e-5, 1e-6, what="dq with sinks")
+    with pytest.raises(Exception, match="sinks must be f32"):
+        tokamax.dot_product_attention(q, k, v, sinks=sinks.astype(np.float64))
 
 
 # ---- gated linear unit ----

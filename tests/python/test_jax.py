@@ -52,6 +52,25 @@ def test_attention_bnth_layout_jit_and_grad():
         ref.assert_close(np.asarray(to_bnth(got_grad)), np.asarray(want_grad), 1e-12, 1e-12, "BNTH grad")
 
 
+def test_attention_sinks_jit_grad_and_vmap():
+    r = ref.rng(3)
+    q = r.standard_normal((2, 4, 2, 4))
+    k, v = (r.standard_normal((2, 5, 1, 4)) for _ in range(2))
+    sinks, dout = (1.0 + r.standard_normal(2)).astype(np.float32), r.standard_normal((2, 4, 2, 4))
+    f = jax.jit(lambda a, s: tokamax.dot_product_attention(a, k, v, is_causal=True, sinks=s))
+    ref.assert_close(np.asarray(f(q, sinks)), ref.attention(q, k, v, is_causal=True, sinks=sinks), 1e-9, 1e-9,
+                     "attention with sinks")
+    dq, dsinks = jax.grad(lambda a, s: jnp.sum(f(a, s) * dout), argnums=(0, 1))(q, sinks)
+    assert dsinks.dtype == jnp.float32 and dq.shape == q.shape
+    loss = lambda s: float((ref.attention(q, k, v, is_causal=True, sinks=s) * dout).sum())
+    numeric = np.array([(loss(sinks + e * 1e-3) - loss(sinks - e * 1e-3)) / 2e-3 for e in np.eye(2)])
+    ref.assert_close(np.asarray(dsinks), numeric, 1e-4, 1e-5, "dsinks")
+    # vmap over a stack of q: sinks [N] are not batched with it (a loop, not folded).
+    out = jax.vmap(lambda a: tokamax.dot_product_attention(a, k, v, sinks=sinks))(jnp.stack([q, 2 * q]))
+    for i, a in enumerate((q, 2 * q)):
+        ref.assert_close(np.asarray(out[i]), ref.attention(a, k, v, sinks=sinks), 1e-9, 1e-9, "vmap with sinks")
+
+
 def test_export_round_trip():
     x = jnp.ones((2, 8), jnp.float32)
     f = jax.jit(jax.grad(lambda a: jnp.sum(tokamax.layer_norm(a, None, None) ** 2)))

@@ -102,6 +102,35 @@ def test_cross_entropy_forward(dtype):
         check(loss, ref.cross_entropy(x, labels, w, reduction), dtype, reduction)
 
 
+def _sinks_case(r):
+    q = r.standard_normal((2, 4, 2, 4))
+    k, v = (r.standard_normal((2, 5, 1, 4)) for _ in range(2))
+    return q, k, v, (1.0 + r.standard_normal(2)).astype(np.float32), r.standard_normal((2, 4, 2, 4))
+
+
+def _sinks_numeric(q, k, v, sinks, dout):
+    """d sum(dout * attention) / d sinks by central differences of the numpy reference."""
+    f = lambda s: float((ref.attention(q, k, v, is_causal=True, sinks=s) * dout).sum())
+    return np.array([(f(sinks + e * 1e-3) - f(sinks - e * 1e-3)) / 2e-3 for e in np.eye(len(sinks))])
+
+
+def test_attention_sinks_forward_and_gradient():
+    # f32 sinks beside f64 q, k, v: the gradient comes back in the sinks' dtype.
+    q, k, v, sinks, dout = _sinks_case(ref.rng(12))
+    args = [t(a, True) for a in (q, k, v, sinks)]
+    out = tokamax.dot_product_attention(*args[:3], is_causal=True, sinks=args[3])
+    check(out, ref.attention(q, k, v, is_causal=True, sinks=sinks), np.float64, "attention with sinks")
+    out.backward(t(dout))
+    assert args[3].grad.dtype == torch.float32
+    ref.assert_close(args[3].grad.numpy(), _sinks_numeric(q, k, v, sinks, dout), 1e-4, 1e-5, "dsinks")
+    f = lambda a: float((ref.attention(a, k, v, is_causal=True, sinks=sinks) * dout).sum())
+    i = (1, 2, 1, 3)
+    hi, lo = q.copy(), q.copy()
+    hi[i] += 1e-6
+    lo[i] -= 1e-6
+    ref.assert_close(args[0].grad.numpy()[i], (f(hi) - f(lo)) / 2e-6, 1e-5, 1e-6, "dq with sinks")
+
+
 # ---- gradients: f64 gradcheck through the VJP ops ----
 
 def _gradcheck_cases():

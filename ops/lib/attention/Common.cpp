@@ -79,15 +79,18 @@ KernelKey KernelSpec::key() const {
   mix(ping_pong);
   if (carriesStats())  // (absent from the keys of every other kernel, which stay as they were)
     mix(stats_ahead);
+  if (usesSinks())  // (likewise)
+    mix(true);
   return h;
 }
 
 std::string KernelSpec::name() const {
-  static const char *names[] = {"flash_forward", "delta",    "flash_dkdv", "flash_dq", "dbias_reduce",
-                                "logits",        "row_stats", "output",    "ref_ds",   "ref_dq",
-                                "ref_dkdv",      "dkdv_dq",   "dq_from_sum"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
-                     dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "");
+  static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
+                                "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
+                                "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+                     dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
+                     usesSinks() ? "_sink" : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {
@@ -117,6 +120,8 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
     return ref_dkdv_kernel(s);
   case KernelKind::DqFromSum:
     return dq_from_sum_kernel(s);
+  case KernelKind::DsinksReduce:
+    return dsinks_reduce_kernel(s);
   }
   throw Error("attention: unknown kernel kind");
 }
@@ -205,8 +210,8 @@ std::optional<std::string> check_flash(const Problem &p, const FlashConfig &c) {
 
 std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqPlan dq) {
   // Views without data at every operand position of attention_vjp (the forward reads fewer).
-  const std::array<TensorView, 10> inputs{};
-  const std::array<TensorView, 4> outputs{};
+  const std::array<TensorView, 11> inputs{};
+  const std::array<TensorView, 5> outputs{};
   return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); });
 }
 
@@ -293,6 +298,29 @@ KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b) {
   return s;
 }
 
+DeltaWorkspace::DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws) {
+  delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  partials = p.dsinks ? ws.add(double(p.N) * dsinks_partials(p, kDeltaRows) * dtype_size(p.compute)) : 0;
+}
+
+TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
+                        const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
+                        const TensorView &dsinks) {
+  const Problem &p = w.p;
+  TensorView delta = w.rows(ws.at(at.delta));
+  if (!p.dsinks) {
+    launcher.launch(KernelKind::Delta, {w.o(dout), w.o(out), delta}, kDeltaRows);
+    return delta;
+  }
+  TensorView partials = w.as(ws.at(at.partials), p.compute, {p.N, dsinks_partials(p, kDeltaRows)});
+  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(out), w.rows(lse), w.as(sinks, {p.N}), delta, partials},
+                  kDeltaRows);
+  // Lanes over the partial sums: as many as there are, up to 256.
+  launcher.launch(KernelKind::DsinksReduce, {partials, w.as(dsinks, {p.N})},
+                  std::min<int64_t>(256, pow2_at_least(dsinks_partials(p, kDeltaRows), 16)));
+  return delta;
+}
+
 bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
   if (p.B != 0 && p.T != 0)
     return false;
@@ -309,6 +337,8 @@ void flashForward(const KernelSpec &base, std::span<const TensorView> in, std::s
   const Problem &p = base.p;
   Views w{p, ex.device()};
   std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4), base.tma);
+  if (p.sinks)
+    args.push_back(w.as(in[7], {p.N}));
   args.push_back(w.o(out[0]));
   if (p.lse_out)
     args.push_back(w.rows(out[1]));
@@ -323,13 +353,13 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   Launcher launcher(base, ex);
   const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
   ops_detail::Workspace ws;
-  size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  const DeltaWorkspace delta(p, ws);
   size_t ds = p.dbias ? ws.add(p.logits_bytes()) : 0;
   const int64_t sumRows = fusedDq ? dq_sum_rows(p, base.block_q) : 0;
   size_t dqSum = fusedDq ? ws.add(double(p.B) * sumRows * p.N * p.H * 4) : 0;
   ws.allocate(ex);
-  TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds));
-  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
+  TensorView dsView = w.square(ws.at(ds));
+  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]);
   if (p.dbias)
     ex.zero(dsView);  // blocks no query sees stay zero
   TensorView dqSumView;  // [B rows, N H] for TMA: the dk/dv programs add into it

@@ -8,7 +8,7 @@
 //
 // Kernels see q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv], out [B, T, N, Hv],
 // lse / delta [B, N, T], logits / dS workspaces [B, N, T, S], bias / mask [b, n, t, s],
-// seq lengths [B].
+// seq lengths [B], sinks / dsinks [N], the dsinks partial sums [N, B x query blocks].
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -54,6 +54,8 @@ struct Problem {
   bool q_lengths = false, kv_lengths = false;
   bool lse_out = false;  ///< forward: the caller wants lse
   bool dbias = false;    ///< VJP: the caller wants dbias
+  bool sinks = false;    ///< forward: a sink logit per head joins each row's softmax sum
+  bool dsinks = false;   ///< VJP: the caller wants dsinks
 
   int64_t group() const { return N / K; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.
@@ -77,6 +79,7 @@ enum class KernelKind : uint8_t {
   RefDkDv,       ///< reference: dk = scale * dS^T @ q, dv = P^T @ dout (GQA groups summed)
   FusedDkDvDq,   ///< hopper, per KV block: dk, dv, and each step's dS K added into an f32 dq sum
   DqFromSum,     ///< dq = scale * the f32 dq sum (rows padded to block_q)
+  DsinksReduce,  ///< dsinks = -(the delta kernel's partial sums, added in a fixed order)
 };
 
 /// How a kernel forms its products: tensor cores (tile.dot, bf16/f16) or exact
@@ -120,6 +123,15 @@ struct KernelSpec {
   /// stats_ahead where it applies (the hopper dk/dv kernels): in their key and name.
   bool carriesStats() const {
     return stats_ahead && tma && (kind == KernelKind::FlashDkDv || kind == KernelKind::FusedDkDvDq);
+  }
+  /// The kernels the sinks change, a variant of their own (in their key and name, "_sink"):
+  /// the forward's (the flash forward, the reference's row statistics) and the VJP's delta
+  /// (which also writes the dsinks partial sums) and their reduction. dq, dk and dv take
+  /// the lse the sinks are in as before: their kernels are a call's without sinks.
+  bool usesSinks() const {
+    if (kind == KernelKind::FlashForward || kind == KernelKind::RowStats)
+      return p.sinks;
+    return p.dsinks && (kind == KernelKind::Delta || kind == KernelKind::DsinksReduce);
   }
 
   KernelKey key() const;
@@ -249,6 +261,24 @@ private:
   ops_detail::KernelExecutor &ex_;
   KernelSpec base_;
 };
+
+/// The query rows of a delta program.
+inline constexpr int64_t kDeltaRows = 64;
+/// The dsinks partial sums: one per (query block of `block_q` rows, batch row) of each
+/// head ([N, B x query blocks], in the compute dtype), as the delta kernel writes them.
+int64_t dsinks_partials(const Problem &p, int64_t block_q);
+/// The workspace pieces every VJP plan starts with: delta [B, N, T] and, with dsinks,
+/// the delta kernel's partial sums.
+struct DeltaWorkspace {
+  size_t delta = 0, partials = 0;
+  DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws);
+};
+/// delta = rowsum(dout * out), the first kernel of every VJP plan; with dsinks its
+/// programs also write their partial sums of dsinks (from the call's lse and sinks),
+/// which a second kernel adds up in a fixed order into `dsinks`. Returns delta's view.
+TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
+                        const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
+                        const TensorView &dsinks);
 
 /// The spec every kernel of a call starts from: the problem, its products and blocks.
 KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);

@@ -44,22 +44,57 @@ SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &q
   return {{u.m}, {u.l(state.l[0])}, acc};
 }
 
-void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
-                      const SoftmaxState &state) {
+namespace {
+
+/// The epilogue with the head's sink s (natural units) as one more logit whose value row
+/// is zero: l gains exp2(s log2e) against a row max that includes it (a sink far above
+/// every logit neither overflows exp2 nor swamps the rows' terms), out = acc 2^(m - m') /
+/// l', lse = m' ln2 + log l'. A row that sees no key gets lse = s exactly; padding rows
+/// (past q_seq_length) out = 0 and lse = +inf as without sinks.
+void sinkEpilogue(ForwardProgram &f, const SoftmaxState &state) {
+  Program &pr = f.pr;
+  const Problem &p = pr.p;
+  Value m = state.m[0], l = state.l[0];
+  Value sink = f.sinks->load({f.n}, {1}).to(p.compute);
+  Value sink2 = sink * kLog2e;
+  Value mAll = maximum(m, sink2);
+  Value mUse = where(mAll == -INFINITY, 0.0, mAll);
+  Value alpha = exp2(m - mUse);  // 0 where no key was seen
+  Value lAll = l * alpha + exp2(sink2 - mUse);
+  Value seen = lAll > 0.0;  // false only for a sink of -inf in a row that sees no key
+  if (p.q_lengths)
+    seen = seen & (f.t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
+  store_rows(pr.s, f.out, pr.b, f.t0, f.n, scale_rows(state.acc, where(seen, alpha / lAll, 0.0)));
+  if (f.lse) {
+    Value lse = where(m == -INFINITY, sink.broadcast_to({pr.s.block_q}), mUse * kLn2 + log(lAll));
+    store_row_vector(*f.lse, pr.b, f.n, f.t0, where(seen, lse, INFINITY));
+  }
+}
+
+} // namespace
+
+void forward_epilogue(ForwardProgram &f, const SoftmaxState &state) {
+  if (f.sinks)
+    return sinkEpilogue(f, state);
+  Program &pr = f.pr;
+  Value t0 = f.t0, n = f.n;
   Value mFinal = state.m[0], lFinal = state.l[0];
   Value seen = lFinal > 0.0;
   if (pr.p.q_lengths)
     seen = seen & (t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
   Value inv = where(seen, 1.0 / lFinal, 0.0);
-  store_rows(pr.s, out, pr.b, t0, n, scale_rows(state.acc, inv));
-  if (lse) {
+  store_rows(pr.s, f.out, pr.b, t0, n, scale_rows(state.acc, inv));
+  if (f.lse) {
     Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
-    store_row_vector(*lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
+    store_row_vector(*f.lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
   }
 }
 
 ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   const Problem &p = s.p;
+  std::optional<TensorArg> sinks;
+  if (p.sinks)
+    sinks = k.input("sinks", DType::F32, {p.N});
   TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
   std::optional<TensorArg> lse;
   if (p.lse_out)
@@ -67,7 +102,7 @@ ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   GridIds id = row_block_grid(k, cdiv(p.T, s.block_q), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, std::move(in), id.batch);
   Value t0 = id.block * s.block_q, n = id.head;
-  return {out, lse, std::move(pr), t0, n, n / p.group()};
+  return {sinks, out, lse, std::move(pr), t0, n, n / p.group()};
 }
 
 Kernel flash_forward_kernel(const KernelSpec &s) {
@@ -111,17 +146,25 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
                                 return body(j0, std::move(c), masked, blocks, blocks);
                               });
   walked.resize(2 + accSize);
-  forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
+  forward_epilogue(f, SoftmaxState::unpack(walked, accSize));
   return k;
 }
 
 Kernel delta_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bq = s.block_q;
+  const bool sinks = s.usesSinks();
   Kernel k(s.name(), kernel_options(s));
   TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
   TensorArg out = k.input("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  std::optional<TensorArg> lse, sinkLogits, partials;
+  if (sinks) {
+    lse = k.input("lse", p.compute, {p.B, p.N, p.T});
+    sinkLogits = k.input("sinks", DType::F32, {p.N});
+  }
   TensorArg delta = k.output("delta", p.compute, {p.B, p.N, p.T});
+  if (sinks)
+    partials = k.output("dsinks_partials", p.compute, {p.N, dsinks_partials(p, bq)});
   k.grid(cdiv(p.T, bq), p.N, p.B);
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), b = k.program_id(2);
   Chunks d = load_rows(s, dout, b, t0, n, p.Hv, bq), o = load_rows(s, out, b, t0, n, p.Hv, bq);
@@ -131,6 +174,31 @@ Kernel delta_kernel(const KernelSpec &s) {
     sum = sum.valid() ? sum + part : part;
   }
   store_row_vector(delta, b, n, t0, sum);
+  if (sinks) {
+    // d loss / d sink = -sum over rows of P(sink) delta, P(sink) = exp(sink - lse): this
+    // program's share (rows past T and padding rows have lse +inf and add nothing).
+    Value psink = exp(sinkLogits->load({n}, {1}).to(p.compute) - load_row_vector(*lse, b, n, t0, bq, INFINITY));
+    Value part = (psink * sum).expand(0).sum(1);
+    partials->store({n, b * cdiv(p.T, bq) + k.program_id(0)}, part.reshape({1, 1}));
+  }
+  return k;
+}
+
+int64_t dsinks_partials(const Problem &p, int64_t block_q) { return p.B * cdiv(p.T, block_q); }
+
+Kernel dsinks_reduce_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t step = s.block_q, count = dsinks_partials(p, kDeltaRows);
+  Kernel k(s.name(), kernel_options(s));
+  TensorArg partials = k.input("dsinks_partials", p.compute, {p.N, count});
+  TensorArg dsinks = k.output("dsinks", DType::F32, {p.N});
+  k.grid(p.N);
+  Value n = k.program_id(0);
+  // A fixed order: `step` lanes over the partial sums, then a tree over the lanes.
+  Value acc = k.loop(0, count, step, {k.full({1, step}, 0.0, p.compute)}, [&](Value i, Carried c) {
+    return Carried{c[0] + partials.load({n, i}, {1, step})};
+  })[0];
+  dsinks.store({n}, (-acc.sum(1)).to(DType::F32));
   return k;
 }
 

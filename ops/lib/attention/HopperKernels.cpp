@@ -215,7 +215,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
                                         keys.masking(i), {kv[1]})
                         .pack();
                   });
-  forward_epilogue(pr, f.out, f.lse, t0, n, SoftmaxState::unpack(walked, accSize));
+  forward_epilogue(f, SoftmaxState::unpack(walked, accSize));
   return k;
 }
 

@@ -179,10 +179,11 @@ bool last_block_first(const KernelSpec &s);
 Carried pack(std::initializer_list<const Chunks *> parts);
 std::vector<Chunks> unpack(const Carried &c, std::initializer_list<size_t> sizes);
 
-/// A forward kernel's outputs and its program: out (and lse when the caller wants it)
-/// declared after the operands, one program per (query block t0, head n, batch row),
-/// n's kv head kvh.
+/// A forward kernel's sinks (with the problem's), outputs and program: sinks, out (and
+/// lse when the caller wants it) declared after the operands, one program per (query
+/// block t0, head n, batch row), n's kv head kvh.
 struct ForwardProgram {
+  std::optional<TensorArg> sinks;
   TensorArg out;
   std::optional<TensorArg> lse;
   Program pr;
@@ -208,9 +209,9 @@ OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value
 /// products, v the step's V block (chunks).
 SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
                           const Masking &masking, const Chunks &v);
-/// The forward's epilogue: out = acc / l (zero rows where no key was visible) and lse.
-void forward_epilogue(Program &pr, const TensorArg &out, const std::optional<TensorArg> &lse, Value t0, Value n,
-                      const SoftmaxState &state);
+/// The forward's epilogue: out = acc / l (zero rows where no key was visible) and lse;
+/// with sinks, the head's sink joins l first (every flash forward shares this).
+void forward_epilogue(ForwardProgram &f, const SoftmaxState &state);
 
 /// The VJP's per-row inputs: dout, lse and delta, declared after the operands. With
 /// `rows` (the hopper kernels) dout is 2-D [B T, N Hv] for TMA and lse and delta are flat
@@ -270,6 +271,7 @@ Kernel delta_kernel(const KernelSpec &s);
 Kernel flash_dkdv_kernel(const KernelSpec &s);
 Kernel flash_dq_kernel(const KernelSpec &s);
 Kernel dbias_reduce_kernel(const KernelSpec &s);
+Kernel dsinks_reduce_kernel(const KernelSpec &s);
 Kernel logits_kernel(const KernelSpec &s);
 Kernel row_stats_kernel(const KernelSpec &s);
 Kernel output_kernel(const KernelSpec &s);

@@ -3,6 +3,7 @@
 
 #include "ops/lib/framework/OpEntry.h"
 #include "ops/lib/attention/Common.h"
+#include "ops/lib/framework/ArgsAdded.h"
 #include "ops/lib/framework/CallCache.h"
 #include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/Views.h"
@@ -140,15 +141,24 @@ void checkLengths(const char *op, const char *name, const std::optional<ArgSpec>
                             shapeText(a->shape)));
 }
 
+/// sinks / dsinks: f32, one per query head.
+void checkSinks(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
+  if (a && (a->dtype != DType::F32 || a->shape != std::vector<int64_t>{g.N}))
+    throw Error(fmt::format("{}: {} must be f32 [{}] (one logit per query head), got {} {}", op, name, g.N,
+                            dtype_name(a->dtype), shapeText(a->shape)));
+}
+
 /// q, k, v and the optional operands forward and VJP share.
 Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v,
                        const std::optional<ArgSpec> &bias, const std::optional<ArgSpec> &mask,
-                       const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths) {
+                       const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths,
+                       const std::optional<ArgSpec> &sinks) {
   Geometry g = geometry(op, q, k, v);
   checkBroadcast(op, "bias", bias, g, false);
   checkBroadcast(op, "mask", mask, g, true);
   checkLengths(op, "q_seq_lengths", qLengths, g);
   checkLengths(op, "kv_seq_lengths", kvLengths, g);
+  checkSinks(op, "sinks", sinks, g);
   return g;
 }
 
@@ -191,9 +201,13 @@ AttentionOptions optionsOf(const BoundArgs &b) {
 }
 
 const std::vector<std::string> kForwardArgs{"q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths",
-                                            "out", "lse"};
+                                            "sinks", "out", "lse"};
 const std::vector<std::string> kVjpArgs{"dout", "q", "k", "v", "out", "lse", "bias", "mask", "q_seq_lengths",
-                                        "kv_seq_lengths", "dq", "dk", "dv", "dbias"};
+                                        "kv_seq_lengths", "sinks", "dq", "dk", "dv", "dbias", "dsinks"};
+constexpr size_t kForwardInputs = 8, kVjpInputs = 11;
+// Calls bound before sinks / dsinks existed (autotuning results, Functions as JSON) read
+// back with them absent.
+const std::vector<size_t> kForwardAdded{7}, kVjpAdded{10, 15};
 
 } // namespace
 
@@ -209,18 +223,18 @@ ArgSpec attention_lse_spec(const ArgSpec &q) {
 
 BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
   const char *op = "attention";
-  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks);
   checkExact(op, "out", a.out, withBatch(g, {g.T, g.N, g.Hv}), g.dtype);
   if (a.lse)
     checkExact(op, "lse", *a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
   return BoundArgs{op,
-                   {a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.out, a.lse},
+                   {a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, a.out, a.lse},
                    attributes(op, g, o)};
 }
 
 BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions &o) {
   const char *op = "attention_vjp";
-  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths);
+  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks);
   std::vector<int64_t> outShape = withBatch(g, {g.T, g.N, g.Hv});
   checkExact(op, "dout", a.dout, outShape, g.dtype);
   checkExact(op, "out", a.out, outShape, g.dtype);
@@ -232,9 +246,12 @@ BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions 
     throw Error(fmt::format("{}: dbias needs the forward's bias", op));
   if (a.dbias)
     checkExact(op, "dbias", *a.dbias, a.bias->shape, a.bias->dtype);
+  if (a.dsinks && !a.sinks)
+    throw Error(fmt::format("{}: dsinks needs the forward's sinks", op));
+  checkSinks(op, "dsinks", a.dsinks, g);
   return BoundArgs{op,
-                   {a.dout, a.q, a.k, a.v, a.out, a.lse, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.dq,
-                    a.dk, a.dv, a.dbias},
+                   {a.dout, a.q, a.k, a.v, a.out, a.lse, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks,
+                    a.dq, a.dk, a.dv, a.dbias, a.dsinks},
                    attributes(op, g, o)};
 }
 
@@ -278,8 +295,10 @@ Problem problem_of(const BoundArgs &b) {
   p.mask = broadcast(opt + 1);
   p.q_lengths = b.has(opt + 2);
   p.kv_lengths = b.has(opt + 3);
-  p.lse_out = !p.vjp && b.has(8);
-  p.dbias = p.vjp && b.has(13);
+  p.lse_out = !p.vjp && b.has(9);
+  p.dbias = p.vjp && b.has(14);
+  p.sinks = !p.vjp && b.has(7);
+  p.dsinks = p.vjp && b.has(15);
   return p;
 }
 
@@ -297,16 +316,16 @@ namespace {
 std::vector<std::shared_ptr<const Implementation>> implementationsOf(bool vjp) {
   using namespace attention_detail;
   if (vjp)
-    return ops_detail::typed_implementations<HopperVjp, Tile, Chunked, Reference>("attention_vjp", kVjpArgs, 10,
-                                                                                  problem_of);
-  return ops_detail::typed_implementations<HopperForward, Tile, Chunked, Reference>("attention", kForwardArgs, 7,
-                                                                                    problem_of);
+    return ops_detail::typed_implementations<HopperVjp, Tile, Chunked, Reference>("attention_vjp", kVjpArgs,
+                                                                                  kVjpInputs, problem_of);
+  return ops_detail::typed_implementations<HopperForward, Tile, Chunked, Reference>("attention", kForwardArgs,
+                                                                                    kForwardInputs, problem_of);
 }
 
 class AttentionOp : public Op {
 public:
   explicit AttentionOp(bool vjp)
-      : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? 10 : 7,
+      : Op(vjp ? "attention_vjp" : "attention", vjp ? kVjpArgs : kForwardArgs, vjp ? kVjpInputs : kForwardInputs,
            implementationsOf(vjp)),
         vjp_(vjp) {}
 
@@ -317,10 +336,11 @@ public:
     auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     BoundArgs again;
     if (!vjp_)
-      again = bind_attention({need(0), need(1), need(2), at(3), at(4), at(5), at(6), need(7), at(8)}, optionsOf(b));
+      again = bind_attention({need(0), need(1), need(2), at(3), at(4), at(5), at(6), need(8), at(9), at(7)},
+                             optionsOf(b));
     else
       again = bind_attention_vjp({need(0), need(1), need(2), need(3), need(4), need(5), at(6), at(7), at(8), at(9),
-                                  need(10), need(11), need(12), at(13)},
+                                  need(11), need(12), need(13), at(14), at(10), at(15)},
                                  optionsOf(b));
     ops_detail::require_canonical(name(), b, again);
   }
@@ -334,17 +354,18 @@ TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
 
 AttentionSpecs forwardSpecs(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                             const AttentionOptions &o, const TensorView *lse) {
-  return {ArgSpec::of(q),         ArgSpec::of(k),     ArgSpec::of(v),          specOf(o.bias),
-          specOf(o.mask),         specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths), ArgSpec::of(out),
-          specOf(lse)};
+  return {ArgSpec::of(q),   ArgSpec::of(k),          ArgSpec::of(v),           specOf(o.bias),
+          specOf(o.mask),   specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths), ArgSpec::of(out),
+          specOf(lse),      specOf(o.sinks)};
 }
 
 AttentionVjpSpecs vjpSpecs(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
                            const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
-                           const TensorView &dv, const AttentionOptions &o, const TensorView *dbias) {
+                           const TensorView &dv, const AttentionOptions &o, const TensorView *dbias,
+                           const TensorView *dsinks) {
   return {ArgSpec::of(dout), ArgSpec::of(q),  ArgSpec::of(k),  ArgSpec::of(v),  ArgSpec::of(out),
           ArgSpec::of(lse),  specOf(o.bias),  specOf(o.mask),  specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths),
-          ArgSpec::of(dq),   ArgSpec::of(dk), ArgSpec::of(dv), specOf(dbias)};
+          ArgSpec::of(dq),   ArgSpec::of(dk), ArgSpec::of(dv), specOf(dbias), specOf(o.sinks), specOf(dsinks)};
 }
 
 } // namespace
@@ -362,6 +383,8 @@ namespace {
 [[maybe_unused]] const bool kRegistered = [] {
   register_op(attention_op());
   register_op(attention_vjp_op());
+  ops_detail::register_args_added("attention", kForwardArgs.size() - kForwardAdded.size(), kForwardAdded);
+  ops_detail::register_args_added("attention_vjp", kVjpArgs.size() - kVjpAdded.size(), kVjpAdded);
   return true;
 }();
 
@@ -376,7 +399,7 @@ template <class Bind>
 void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
                     Stream &stream, const AttentionOptions &o, Bind &&bind) {
   // Every option joins the key (the tensors are in it already); a new field must join it too.
-  static_assert(sizeof(AttentionOptions) == 208, "AttentionOptions changed: add the new option to the call key");
+  static_assert(sizeof(AttentionOptions) == 216, "AttentionOptions changed: add the new option to the call key");
   key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.local_window.has_value());
   if (o.local_window)
     key.add(o.local_window->left).add(o.local_window->right);
@@ -386,30 +409,34 @@ void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, st
 
 void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                            Stream &stream, const AttentionOptions &o, const TensorView *lse) {
-  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
+                     viewOf(o.sinks)};
   TensorView outs[] = {out, viewOf(lse)};
   ops_detail::CallKey key(attention_op());
-  key.add({&q, &k, &v, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &out, lse});
+  key.add({&q, &k, &v, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, o.sinks, &out, lse});
   dispatchCached(key, in, outs, stream, o, [&] { return bind_attention(forwardSpecs(q, k, v, out, o, lse), o); });
 }
 
 void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
                                const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
                                const TensorView &dv, Stream &stream, const AttentionOptions &o,
-                               const TensorView *dbias) {
+                               const TensorView *dbias, const TensorView *dsinks) {
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
-                     viewOf(o.kv_seq_lengths)};
-  TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
+                     viewOf(o.kv_seq_lengths), viewOf(o.sinks)};
+  TensorView outs[] = {dq, dk, dv, viewOf(dbias), viewOf(dsinks)};
   ops_detail::CallKey key(attention_vjp_op());
-  key.add({&dout, &q, &k, &v, &out, &lse, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, &dq, &dk, &dv, dbias});
-  dispatchCached(key, in, outs, stream, o,
-                 [&] { return bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o); });
+  key.add({&dout, &q, &k, &v, &out, &lse, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, o.sinks, &dq, &dk, &dv,
+           dbias, dsinks});
+  dispatchCached(key, in, outs, stream, o, [&] {
+    return bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias, dsinks), o);
+  });
 }
 
 void dot_product_attention_host(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                                 const AttentionOptions &o, const TensorView *lse) {
   BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
-  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
+                     viewOf(o.sinks)};
   TensorView outs[] = {out, viewOf(lse)};
   dispatchHost(attention_op(), b, in, outs, o);
 }
@@ -417,11 +444,11 @@ void dot_product_attention_host(const TensorView &q, const TensorView &k, const 
 void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q, const TensorView &k,
                                     const TensorView &v, const TensorView &out, const TensorView &lse,
                                     const TensorView &dq, const TensorView &dk, const TensorView &dv,
-                                    const AttentionOptions &o, const TensorView *dbias) {
-  BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias), o);
+                                    const AttentionOptions &o, const TensorView *dbias, const TensorView *dsinks) {
+  BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias, dsinks), o);
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
-                     viewOf(o.kv_seq_lengths)};
-  TensorView outs[] = {dq, dk, dv, viewOf(dbias)};
+                     viewOf(o.kv_seq_lengths), viewOf(o.sinks)};
+  TensorView outs[] = {dq, dk, dv, viewOf(dbias), viewOf(dsinks)};
   dispatchHost(attention_vjp_op(), b, in, outs, o);
 }
 

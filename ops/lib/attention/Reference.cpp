@@ -86,7 +86,14 @@ void forward(const KernelSpec &base, std::span<const TensorView> in, std::span<c
   std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4));
   args.push_back(logitsView);
   launcher.launch(KernelKind::Logits, args);
-  launcher.launch(KernelKind::RowStats, {logitsView, lseView});
+  std::vector<Arg> stats{logitsView};
+  if (p.sinks) {
+    stats.push_back(w.as(in[7], {p.N}));
+    if (p.q_lengths)  // padding rows keep lse +inf
+      stats.push_back(w.lengths(in[5]));
+  }
+  stats.push_back(lseView);
+  launcher.launch(KernelKind::RowStats, stats);
   launcher.launch(KernelKind::Output, {logitsView, lseView, w.v(in[2]), w.o(out[0])});
 }
 
@@ -97,12 +104,12 @@ void backward(const KernelSpec &base, std::span<const TensorView> in, std::span<
   Launcher launcher(base, ex);
   const TensorView &dout = in[0], &q = in[1], &k = in[2], &v = in[3], &o = in[4], &lse = in[5];
   ops_detail::Workspace ws;
-  size_t delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  const DeltaWorkspace delta(p, ws);
   size_t ds = ws.add(p.logits_bytes());
   size_t logits = ws.add(p.logits_bytes());
   ws.allocate(ex);
-  TensorView deltaView = w.rows(ws.at(delta)), dsView = w.square(ws.at(ds)), logitsView = w.square(ws.at(logits));
-  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(o), deltaView}, 64);
+  TensorView dsView = w.square(ws.at(ds)), logitsView = w.square(ws.at(logits));
+  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]);
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4));
   args.emplace_back(logitsView);
   launcher.launch(KernelKind::Logits, args);
@@ -168,19 +175,37 @@ Kernel logits_kernel(const KernelSpec &s) {
 Kernel row_stats_kernel(const KernelSpec &s) {
   const Problem &p = s.p;
   const int64_t bt = s.block_q, bs = s.block_kv;
+  const bool sinks = s.usesSinks();
   Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
+  std::optional<TensorArg> sinkLogits, qLengths;
+  if (sinks)
+    sinkLogits = k.input("sinks", DType::F32, {p.N});
+  if (sinks && p.q_lengths)
+    qLengths = k.input("q_seq_lengths", DType::I32, {p.B});
   TensorArg lse = k.output("lse", p.compute, {p.B, p.N, p.T});
   k.grid(cdiv(p.T, bt), p.N, p.B);
   Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2);
   Value m = k.loop(0, p.S, bs, {k.full({bt}, -INFINITY, p.compute)}, [&](Value j0, Carried c) {
     return Carried{maximum(c[0], loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY).max(1))};
   })[0];
-  Value mUse = where(m == -INFINITY, 0.0, m);
+  // The sink (natural units) is one more logit of the row: in its max and its sum.
+  Value sink = sinks ? sinkLogits->load({n}, {1}).to(p.compute) : Value();
+  Value mAll = sinks ? maximum(m, sink) : m;
+  Value mUse = where(mAll == -INFINITY, 0.0, mAll);
   Value l = k.loop(0, p.S, bs, {k.full({bt}, 0.0, p.compute)}, [&](Value j0, Carried c) {
     return Carried{c[0] + exp(loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY) - mUse.expand(1)).sum(1)};
   })[0];
-  store_row_vector(lse, b, n, t0, where(l > 0.0, mUse + log(l), INFINITY));
+  if (!sinks) {
+    store_row_vector(lse, b, n, t0, where(l > 0.0, mUse + log(l), INFINITY));
+    return k;
+  }
+  l = l + exp(sink - mUse);
+  Value seen = l > 0.0;
+  if (qLengths)
+    seen = seen & (t0 + k.arange(0, bt) < qLengths->load({b}, {1}));
+  Value rowLse = where(m == -INFINITY, sink.broadcast_to({bt}), mUse + log(l));
+  store_row_vector(lse, b, n, t0, where(seen, rowLse, INFINITY));
   return k;
 }
 

@@ -2,6 +2,7 @@
 #include <tokamax/ops/Op.h>
 #include <tokamax/ops/Workspace.h>
 
+#include "ops/lib/framework/ArgsAdded.h"
 #include "ops/lib/framework/CallCache.h"
 
 #include <tokamax/runtime/Device.h>
@@ -136,6 +137,7 @@ BoundArgs BoundArgs::from_json(const std::string &text) {
       b.args.push_back(specFromJson(a, fmt::format("BoundArgs: args[{}]", i)));
     ++i;
   }
+  ops_detail::insert_added(b.args, ops_detail::args_added(b.op, b.args.size()), std::optional<ArgSpec>());
   if (!j["attributes"].is_object())
     throw Error(fmt::format("BoundArgs: \"attributes\" must be an object, got {}", j["attributes"].dump()));
   for (const auto &item : j["attributes"].items()) {
@@ -423,6 +425,34 @@ void register_op(const Op &op) {
   if (!inserted && it->second != &op)
     throw Error(fmt::format("register_op: an op named \"{}\" is already registered", op.name()));
 }
+
+namespace ops_detail {
+
+namespace {
+struct ArgsAddedTable {
+  std::mutex mutex;
+  std::map<std::pair<std::string, size_t>, std::vector<size_t>> added;  // by (op, old count)
+};
+ArgsAddedTable &argsAddedTable() {
+  static ArgsAddedTable table;
+  return table;
+}
+} // namespace
+
+void register_args_added(const std::string &op, size_t old_count, std::vector<size_t> added) {
+  ArgsAddedTable &t = argsAddedTable();
+  std::lock_guard lock(t.mutex);
+  t.added[{op, old_count}] = std::move(added);
+}
+
+std::vector<size_t> args_added(const std::string &op, size_t count) {
+  ArgsAddedTable &t = argsAddedTable();
+  std::lock_guard lock(t.mutex);
+  auto it = t.added.find({op, count});
+  return it == t.added.end() ? std::vector<size_t>{} : it->second;
+}
+
+} // namespace ops_detail
 
 const Op *find_op(const std::string &name) {
   OpRegistry &r = opRegistry();

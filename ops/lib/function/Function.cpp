@@ -150,7 +150,7 @@ Sym Tracer::rms_norm(Sym x, std::optional<Sym> scale, int axis, double epsilon,
 
 Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options, std::optional<Sym> bias,
                                   std::optional<Sym> mask, std::optional<Sym> q_seq_lengths,
-                                  std::optional<Sym> kv_seq_lengths) {
+                                  std::optional<Sym> kv_seq_lengths, std::optional<Sym> sinks) {
   auto specOf = [&](const std::optional<Sym> &s) { return s ? std::optional(spec(*s)) : std::nullopt; };
   auto id = [](const std::optional<Sym> &s) { return s ? s->id : -1; };
   const ArgSpec &qs = spec(q), &vs = spec(v);
@@ -159,10 +159,10 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
     out.shape.back() = vs.shape.back();
   // The residual lse is always produced: a later grad() needs it.
   BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
-                                specOf(kv_seq_lengths), out, attention_lse_spec(qs)},
+                                specOf(kv_seq_lengths), out, attention_lse_spec(qs), specOf(sinks)},
                                options);
   return f_.record(attention_op(), b,
-                   {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), -2, -2},
+                   {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), id(sinks), -2, -2},
                    options.implementation)[0];
 }
 
@@ -423,12 +423,12 @@ Function grad(const Function &f, std::vector<int> wrt) {
       if (offset >= 0)
         accumulate(offset, outs[2]);
     } else if (op == "attention") {
-      auto dout = cot(7);
+      auto dout = cot(8);  // slots: q, k, v, bias, mask, q / kv lengths, sinks | out, lse
       if (!dout)
         continue;
       const auto &sl = call.slots;
       auto specOf = [&](int v) { return v < 0 ? std::nullopt : std::optional<ArgSpec>(t.spec(Sym{v})); };
-      Sym doutCast = t.cast(*dout, t.spec(Sym{sl[7]}).dtype);
+      Sym doutCast = t.cast(*dout, t.spec(Sym{sl[8]}).dtype);
       AttentionOptions options;
       options.scale = call.args.float_attribute("scale");
       options.is_causal = call.args.int_attribute("is_causal") != 0;
@@ -441,11 +441,11 @@ Function grad(const Function &f, std::vector<int> wrt) {
         options.local_window = LocalWindow{attr("window_left"), attr("window_right")};
       if (call.args.attributes.count("logits_soft_cap"))
         options.logits_soft_cap = call.args.float_attribute("logits_soft_cap");
-      const int bias = sl[3];
+      const int bias = sl[3], sinks = sl[7];
       BoundArgs b = bind_attention_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}),
-                                        t.spec(Sym{sl[7]}), t.spec(Sym{sl[8]}), specOf(bias), specOf(sl[4]),
+                                        t.spec(Sym{sl[8]}), t.spec(Sym{sl[9]}), specOf(bias), specOf(sl[4]),
                                         specOf(sl[5]), specOf(sl[6]), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}),
-                                        t.spec(Sym{sl[2]}), specOf(bias)},
+                                        t.spec(Sym{sl[2]}), specOf(bias), specOf(sinks), specOf(sinks)},
                                        options);
       // A forward pinned to "hopper" whose call the hopper VJP refuses (head dims past
       // 128): its VJP goes to auto.
@@ -454,14 +454,16 @@ Function grad(const Function &f, std::vector<int> wrt) {
           attention_vjp_op().implementation("hopper").why_not(b).has_value())
         vjpImplementation.reset();
       std::vector<Sym> outs = g.record(attention_vjp_op(), b,
-                                       {doutCast.id, sl[0], sl[1], sl[2], sl[7], sl[8], bias, sl[4], sl[5], sl[6], -2,
-                                        -2, -2, bias < 0 ? -1 : -2},
+                                       {doutCast.id, sl[0], sl[1], sl[2], sl[8], sl[9], bias, sl[4], sl[5], sl[6],
+                                        sinks, -2, -2, -2, bias < 0 ? -1 : -2, sinks < 0 ? -1 : -2},
                                        vjpImplementation);
       accumulate(sl[0], outs[0]);
       accumulate(sl[1], outs[1]);
       accumulate(sl[2], outs[2]);
       if (bias >= 0)
         accumulate(bias, outs[3]);
+      if (sinks >= 0)
+        accumulate(sinks, outs[4]);
     } else if (op == "gated_linear_unit") {
       auto dout = cot(2);
       if (!dout)

@@ -1,6 +1,8 @@
 //===- FunctionJson.cpp - A Function as JSON (format version 2) ------------===//
 #include <tokamax/ops/Function.h>
 
+#include "ops/lib/framework/ArgsAdded.h"
+
 #include <tokamax/runtime/Error.h>
 
 #include <fmt/format.h>
@@ -139,8 +141,11 @@ Function Function::from_json(const std::string &text) {
     } else if (!impl.is_null()) {
       throw Error(fmt::format("Function JSON: {}.implementation must be a name or null, got {}", where, impl.dump()));
     }
-    const json &slots = field(call, "slots", where);
+    json slots = field(call, "slots", where);
     const size_t arity = out.op->arg_names().size();
+    if (slots.is_array())  // a call saved before its op gained arguments: absent there
+      ops_detail::insert_added(*slots.get_ptr<json::array_t *>(), ops_detail::args_added(out.args.op, slots.size()),
+                               json(-1));
     if (!slots.is_array() || slots.size() != arity || out.args.args.size() != arity)
       throw Error(fmt::format("Function JSON: {}: {} takes {} arguments; got {} slots and {} argument specs", where,
                               out.args.op, arity, slots.is_array() ? slots.size() : 0, out.args.args.size()));

@@ -3,7 +3,8 @@
 // unit/AttentionReference.h, computed on every host core, at shapes from one query or key
 // to 4097 (T != S), MHA / GQA 8:2 / MQA 8:1, H from 32 to 256 with Hv != H, every option,
 // bf16 / f16 on "tile" and "chunked", f32 / f64 on "chunked" and "reference"; every
-// case's forward and VJP rerun and compared bit for bit.
+// case's forward and VJP rerun and compared bit for bit. Sinks (and dsinks) on tile and
+// hopper at the device cases' shapes and S1's head dim with a small batch.
 #include <catch2/catch.hpp>
 
 #include "common/DeviceRuns.h"
@@ -50,15 +51,15 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
   const Dims &d = c.dims;
   const auto start = std::chrono::steady_clock::now();
   Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v);
-  std::optional<Tensor> bias, mask, ql, kvl, dout;
+  std::optional<Tensor> bias, mask, ql, kvl, sinks, dout;
   for (auto [host, device] : {std::pair{&data.bias, &bias}, {&data.mask, &mask}, {&data.q_lengths, &ql},
-                              {&data.kv_lengths, &kvl}})
+                              {&data.kv_lengths, &kvl}, {&data.sinks, &sinks}})
     if (*host)
       device->emplace(upload(**host));
   if (c.vjp)
     dout.emplace(upload(data.dout));
   auto view = [](const std::optional<Tensor> &t) { return t ? &t->view() : nullptr; };
-  AttentionOptions options = apiOptions(c, view(bias), view(mask), view(ql), view(kvl));
+  AttentionOptions options = apiOptions(c, view(bias), view(mask), view(ql), view(kvl), view(sinks));
 
   std::vector<std::vector<HostBuffer>> runs;
   for (int run = 0; run < 2; ++run) {
@@ -67,17 +68,21 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
     std::vector<HostBuffer> results;
     if (c.vjp) {
       Tensor dq = poisoned(c.dtype, d.qShape()), dk = poisoned(c.dtype, d.kShape()), dv = poisoned(c.dtype, d.vShape());
-      std::optional<Tensor> dbias;
+      std::optional<Tensor> dbias, dsinks;
       if (bias)
         dbias.emplace(poisoned(bias->dtype(), data.bias->shape));
+      if (sinks)
+        dsinks.emplace(poisoned(DType::F32, data.sinks->shape));
       AttentionOptions vjpOptions = options;
       if (c.vjp_config)
         vjpOptions.config = c.vjp_config;
-      dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, vjpOptions, view(dbias));
+      dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, vjpOptions, view(dbias), view(dsinks));
       stream.synchronize();
       results = {download(out), download(lse), download(dq), download(dk), download(dv)};
       if (dbias)
         results.push_back(download(*dbias));
+      if (dsinks)  // (after dbias where both are)
+        results.push_back(download(*dsinks));
     } else {
       stream.synchronize();
       results = {download(out), download(lse)};
@@ -86,14 +91,18 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
   }
   DeviceRun r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const char *names[] = {"out", "lse", "dq", "dk", "dv", "dbias"};
+  std::vector<const char *> names = {"out", "lse", "dq", "dk", "dv"};
+  std::vector<std::vector<double> *> into = {&r.results.out, &r.results.lse, &r.results.dq, &r.results.dk,
+                                             &r.results.dv};
+  if (bias && c.vjp)
+    names.push_back("dbias"), into.push_back(&r.results.dbias);
+  if (sinks && c.vjp)
+    names.push_back("dsinks"), into.push_back(&r.results.dsinks);
   for (size_t i = 0; i < runs[0].size(); ++i)
     if (runs[0][i].storage != runs[1][i].storage) {
       r.same_bits = false;
       r.differing += std::string(r.differing.empty() ? "" : ", ") + names[i];
     }
-  std::vector<double> *into[] = {&r.results.out, &r.results.lse, &r.results.dq, &r.results.dk, &r.results.dv,
-                                 &r.results.dbias};
   for (size_t i = 0; i < runs[0].size(); ++i)
     *into[i] = runs[0][i].values();
   return r;
@@ -108,7 +117,7 @@ void checkOnDevice(const std::vector<Case> &cases, Stream &stream, std::string_v
       CaseData data = makeData(c);
       Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
       DeviceRun run = runOnDevice(c, data, stream);
-      checkResults(c, ref, run.results);
+      checkResults(c, ref, run.results, &data.inputs);
       INFO("outputs that differ between runs: " << run.differing);
       CHECK((run.same_bits || run.differing == mayDiffer));
     }
@@ -383,4 +392,39 @@ TEST_CASE("attention's automatic choice and hopper's reach on the device", "[gpu
   } else {
     CHECK_THROWS_AS(dot_product_attention(q, kv, kv, out, stream, {.implementation = "hopper"}), NotSupported);
   }
+}
+
+TEST_CASE("attention sinks on tile and hopper: forward and VJP (dsinks) match float64 and rerun bit for bit",
+          "[gpu][attention][sinks]") {
+  Device &device = Device::get();
+  if (!attention_op().implementation("tile").supported_on(device)) {
+    WARN("skipped: the tile attention kernels need sm_80+, this GPU is " << device.arch());
+    return;
+  }
+  const bool hopper = device.arch() == "sm_90a";
+  if (!hopper)
+    WARN("hopper's sink cases skipped: this GPU is " << device.arch() << ", not sm_90a");
+  Stream stream = Stream::create(device);
+  // S1's heads and head dim with a small batch (2, 2048, 16, 64), causal and not; T and S
+  // off the blocks with GQA, H 128, lengths (a batch row that sees no key: lse = the
+  // sink); a sink far above the logits.
+  std::vector<Case> cases;
+  for (const char *impl : {"tile", "hopper"}) {
+    if (std::string(impl) == "hopper" && !hopper)
+      continue;
+    for (bool causal : {false, true}) {
+      Case c = makeCase(impl, DType::BF16, {.batch = {2}, .t = 2048, .s = 2048, .n = 16, .k = 16, .h = 64, .hv = 64});
+      c.options.is_causal = causal;
+      c.sinks = true;
+      c.seed = causal ? 91 : 90;
+      cases.push_back(c);
+    }
+    Case odd = makeCase(impl, DType::BF16, {.batch = {2}, .t = 1000, .s = 700, .n = 4, .k = 2, .h = 128, .hv = 128});
+    odd.sinks = true, odd.kv_lengths = {700, 0}, odd.q_lengths = {1000, 517}, odd.seed = 92;
+    cases.push_back(odd);
+    Case f16 = makeCase(impl, DType::F16, {.batch = {1}, .t = 257, .s = 1000, .n = 8, .k = 1, .h = 64, .hv = 64});
+    f16.sinks = true, f16.sink_mean = 8.0, f16.options.window = Window{128, 0}, f16.seed = 93;
+    cases.push_back(f16);
+  }
+  checkOnDevice(cases, stream);
 }

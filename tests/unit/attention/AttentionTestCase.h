@@ -35,6 +35,11 @@ struct Case {
   std::optional<std::string> mask_dims;
   bool mask_empty_row = false;  ///< the mask hides every key of query row min(1, T - 1)
   std::vector<int32_t> q_lengths, kv_lengths;
+  /// Sinks (f32 [N]): `sink_values` where given, else with `sinks` random values around
+  /// `sink_mean` (spread 1.5), large enough to take a visible share of each row.
+  bool sinks = false;
+  double sink_mean = 2.0;
+  std::vector<double> sink_values;
   std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
   std::optional<tokamax::Config> vjp_config;  ///< the VJP's, where it differs from config
   bool vjp = true;
@@ -66,6 +71,10 @@ inline std::string describe(const Case &c) {
     s += fmt::format(" q_len [{}]", fmt::join(c.q_lengths, ","));
   if (!c.kv_lengths.empty())
     s += fmt::format(" kv_len [{}]", fmt::join(c.kv_lengths, ","));
+  if (!c.sink_values.empty())
+    s += fmt::format(" sinks [{}]", fmt::join(c.sink_values, ","));
+  else if (c.sinks)
+    s += fmt::format(" sinks ~{}", c.sink_mean);
   if (c.config)
     s += " config " + c.config->to_json();
   if (c.vjp_config)
@@ -78,7 +87,7 @@ inline DType lseDtype(DType d) { return d == DType::F64 ? DType::F64 : DType::F3
 /// A case's inputs as typed buffers (for the op) and as float64 values (for the reference).
 struct CaseData {
   HostBuffer q, k, v, dout;
-  std::optional<HostBuffer> bias, mask, q_lengths, kv_lengths;
+  std::optional<HostBuffer> bias, mask, q_lengths, kv_lengths, sinks;
   Inputs inputs;
 };
 
@@ -122,20 +131,29 @@ inline CaseData makeData(const Case &c) {
   };
   lengths(c.q_lengths, data.q_lengths, in.q_lengths);
   lengths(c.kv_lengths, data.kv_lengths, in.kv_lengths);
+  if (c.sinks || !c.sink_values.empty()) {
+    in.sinks = c.sink_values;
+    if (in.sinks.empty())
+      for (double x : randomNormal(size_t(d.n), DType::F64, seed + 6, 1.5))
+        in.sinks.push_back(c.sink_mean + x);
+    in.sinks = roundedTo(DType::F32, in.sinks);
+    data.sinks = HostBuffer(DType::F32, {d.n}, in.sinks);
+  }
   return data;
 }
 
 /// The case's AttentionOptions around views of its optional tensors (which must outlive it).
 inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::TensorView *bias,
                                             const tokamax::TensorView *mask, const tokamax::TensorView *q_lengths,
-                                            const tokamax::TensorView *kv_lengths) {
+                                            const tokamax::TensorView *kv_lengths,
+                                            const tokamax::TensorView *sinks = nullptr) {
   tokamax::AttentionOptions o;
   o.scale = c.options.scale;
   o.is_causal = c.options.is_causal;
   if (c.options.window)
     o.local_window = tokamax::LocalWindow{c.options.window->left, c.options.window->right};
   o.logits_soft_cap = c.options.soft_cap;
-  o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths;
+  o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths, o.sinks = sinks;
   if (!c.implementation.empty())
     o.implementation = c.implementation;
   o.config = c.config;
@@ -144,11 +162,30 @@ inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::Tensor
 
 /// What an implementation produced, widened to double (gradients empty without a VJP).
 struct Results {
-  std::vector<double> out, lse, dq, dk, dv, dbias;
+  std::vector<double> out, lse, dq, dk, dv, dbias, dsinks;
 };
 
+/// The size of dsinks[n] before its terms cancel: sum over the rows of |exp(sink - lse)
+/// delta| (delta from the reference's out and dout), the largest over the heads.
+inline double dsinksScale(const Case &c, const Inputs &in, const Outputs &ref) {
+  const Dims &d = c.dims;
+  std::vector<double> scale(size_t(d.n), 0.0);
+  for (int64_t r = 0; r < int64_t(ref.lse.size()); ++r) {
+    const int64_t row = r / (d.n * d.t), n = r / d.t % d.n, t = r % d.t, q = (row * d.t + t) * d.n + n;
+    if (ref.lse[r] == kInf)
+      continue;
+    double delta = 0;
+    for (int64_t j = 0; j < d.hv; ++j)
+      delta += in.dout[q * d.hv + j] * ref.out[q * d.hv + j];
+    scale[n] += std::abs(std::exp(in.sinks[n] - ref.lse[r]) * delta);
+  }
+  return *std::max_element(scale.begin(), scale.end());
+}
+
 /// Every output against the reference; rows that see no key must be exact zeros (out,
-/// dq) with lse = +inf, and keys no attending row sees must get exactly zero dk / dv.
+/// dq) with lse = +inf (with sinks: exactly the sink, +inf on padding rows), and keys no
+/// attending row sees must get exactly zero dk / dv. dsinks is a sum over every row whose
+/// terms cancel: measured against 1% of its terms' absolute sum (dsinksScale).
 /// dq, dk and dbias are sums of dS = P (dP - delta) terms that can cancel to zero (a row
 /// with one visible key, a bias constant along S): they are measured against at least 1%
 /// of dv's rms (dv = P^T dout does not cancel), and their worst element gets 2.5x the
@@ -156,7 +193,7 @@ struct Results {
 /// that sees few keys, where dP - delta nearly cancels, that rounding is most of dq (bf16
 /// at T 4097, S 1000, causal: 0.0129 off in a query-1 row of rms 0.14, on the GPU and the
 /// interpreter alike).
-inline void checkResults(const Case &c, const Outputs &ref, const Results &got) {
+inline void checkResults(const Case &c, const Outputs &ref, const Results &got, const Inputs *in = nullptr) {
   const Dims &d = c.dims;
   const double f = c.tolerance_factor;
   double dvSq = 0;
@@ -174,6 +211,11 @@ inline void checkResults(const Case &c, const Outputs &ref, const Results &got) 
     if (c.bias_dims)
       comparisons.push_back(compare("dbias", got.dbias, ref.dbias, d.broadcastShape(*c.bias_dims),
                                     looser(sums, tolerance(c.bias_dtype.value_or(c.dtype))) * f, floor));
+    if (!ref.dsinks.empty()) {
+      REQUIRE(in);
+      comparisons.push_back(compare("dsinks", got.dsinks, ref.dsinks, {d.n},
+                                    looser(sums, tolerance(DType::F32)) * f, 1e-2 * dsinksScale(c, *in, ref)));
+    }
   }
   for (const Comparison &cmp : comparisons) {
     INFO(cmp.message);
@@ -186,7 +228,7 @@ inline void checkResults(const Case &c, const Outputs &ref, const Results &got) 
       continue;
     ++hiddenRows;
     const int64_t row = r / (d.n * d.t), n = r / d.t % d.n, t = r % d.t, q = (row * d.t + t) * d.n + n;
-    nonzero += got.lse[r] != kInf;
+    nonzero += got.lse[r] != ref.lse[r];  // +inf, or exactly the sink
     for (int64_t j = 0; j < d.hv; ++j)
       nonzero += got.out[q * d.hv + j] != 0.0;
     for (int64_t j = 0; c.vjp && j < d.h; ++j)
@@ -199,8 +241,64 @@ inline void checkResults(const Case &c, const Outputs &ref, const Results &got) 
       nonzero += got.dv[key * d.hv + j] != 0.0;
   }
   INFO(hiddenRows << " query rows see no key; " << nonzero
-                  << " of their out / dq / lse values (or unseen keys' dk / dv) are not exact zeros / +inf");
+                  << " of their out / dq / lse values (or unseen keys' dk / dv) are not exact zeros / +inf (the "
+                     "sink)");
   CHECK(nonzero == 0);
+}
+
+using tokamax::AttentionOptions;
+using tokamax::TensorView;
+
+/// Forward (and VJP) of a case on the interpreter; the outputs start poisoned (NaN).
+struct InterpreterRun {
+  Results results;
+  std::vector<std::vector<uint64_t>> bits;  ///< out, lse, dq, dk, dv, dbias, dsinks as stored
+};
+
+inline InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
+  const Dims &d = c.dims;
+  TensorView q = data.q.view(), k = data.k.view(), v = data.v.view();
+  TensorView bias = data.bias ? data.bias->view() : TensorView(), mask = data.mask ? data.mask->view() : TensorView();
+  TensorView ql = data.q_lengths ? data.q_lengths->view() : TensorView();
+  TensorView kvl = data.kv_lengths ? data.kv_lengths->view() : TensorView();
+  TensorView sinks = data.sinks ? data.sinks->view() : TensorView();
+  AttentionOptions options =
+      apiOptions(c, data.bias ? &bias : nullptr, data.mask ? &mask : nullptr, data.q_lengths ? &ql : nullptr,
+                 data.kv_lengths ? &kvl : nullptr, data.sinks ? &sinks : nullptr);
+  HostBuffer out(c.dtype, d.outShape()), lse(lseDtype(c.dtype), d.lseShape());
+  TensorView outView = out.view(), lseView = lse.view();
+  tokamax::dot_product_attention_host(q, k, v, outView, options, &lseView);
+  InterpreterRun run;
+  run.results.out = out.values();
+  run.results.lse = lse.values();
+  run.bits = {out.storage, lse.storage};
+  if (!c.vjp)
+    return run;
+  if (c.vjp_config)
+    options.config = c.vjp_config;
+  HostBuffer dq(c.dtype, d.qShape()), dk(c.dtype, d.kShape()), dv(c.dtype, d.vShape());
+  std::optional<HostBuffer> dbias, dsinks;
+  if (data.bias)
+    dbias.emplace(data.bias->dtype, data.bias->shape);
+  if (data.sinks)
+    dsinks.emplace(DType::F32, data.sinks->shape);
+  TensorView dqView = dq.view(), dkView = dk.view(), dvView = dv.view();
+  TensorView dbiasView = dbias ? dbias->view() : TensorView(), dsinksView = dsinks ? dsinks->view() : TensorView();
+  tokamax::dot_product_attention_vjp_host(data.dout.view(), q, k, v, outView, lseView, dqView, dkView, dvView, options,
+                                          dbias ? &dbiasView : nullptr, dsinks ? &dsinksView : nullptr);
+  run.results.dq = dq.values();
+  run.results.dk = dk.values();
+  run.results.dv = dv.values();
+  run.bits.insert(run.bits.end(), {dq.storage, dk.storage, dv.storage});
+  if (dbias) {
+    run.results.dbias = dbias->values();
+    run.bits.push_back(dbias->storage);
+  }
+  if (dsinks) {
+    run.results.dsinks = dsinks->values();
+    run.bits.push_back(dsinks->storage);
+  }
+  return run;
 }
 
 } // namespace attention_test

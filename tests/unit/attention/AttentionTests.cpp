@@ -75,54 +75,10 @@ AttentionVjpSpecs goodVjpSpecs(DType d = DType::BF16) {
   return s;
 }
 
-/// Forward (and VJP) of a case on the interpreter; the outputs start poisoned (NaN).
-struct InterpreterRun {
-  Results results;
-  std::vector<std::vector<uint64_t>> bits;  ///< out, lse, dq, dk, dv, dbias as stored
-};
-
-InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
-  const Dims &d = c.dims;
-  TensorView q = data.q.view(), k = data.k.view(), v = data.v.view();
-  TensorView bias = data.bias ? data.bias->view() : TensorView(), mask = data.mask ? data.mask->view() : TensorView();
-  TensorView ql = data.q_lengths ? data.q_lengths->view() : TensorView();
-  TensorView kvl = data.kv_lengths ? data.kv_lengths->view() : TensorView();
-  AttentionOptions options = apiOptions(c, data.bias ? &bias : nullptr, data.mask ? &mask : nullptr,
-                                        data.q_lengths ? &ql : nullptr, data.kv_lengths ? &kvl : nullptr);
-  HostBuffer out(c.dtype, d.outShape()), lse(lseDtype(c.dtype), d.lseShape());
-  TensorView outView = out.view(), lseView = lse.view();
-  dot_product_attention_host(q, k, v, outView, options, &lseView);
-  InterpreterRun run;
-  run.results.out = out.values();
-  run.results.lse = lse.values();
-  run.bits = {out.storage, lse.storage};
-  if (!c.vjp)
-    return run;
-  if (c.vjp_config)
-    options.config = c.vjp_config;
-  HostBuffer dq(c.dtype, d.qShape()), dk(c.dtype, d.kShape()), dv(c.dtype, d.vShape());
-  std::optional<HostBuffer> dbias;
-  if (data.bias)
-    dbias.emplace(data.bias->dtype, data.bias->shape);
-  TensorView dqView = dq.view(), dkView = dk.view(), dvView = dv.view();
-  TensorView dbiasView = dbias ? dbias->view() : TensorView();
-  dot_product_attention_vjp_host(data.dout.view(), q, k, v, outView, lseView, dqView, dkView, dvView, options,
-                                 dbias ? &dbiasView : nullptr);
-  run.results.dq = dq.values();
-  run.results.dk = dk.values();
-  run.results.dv = dv.values();
-  run.bits.insert(run.bits.end(), {dq.storage, dk.storage, dv.storage});
-  if (dbias) {
-    run.results.dbias = dbias->values();
-    run.bits.push_back(dbias->storage);
-  }
-  return run;
-}
-
 void check(const Case &c) {
   CaseData data = makeData(c);
   Outputs ref = Reference(c.dims, c.options, data.inputs).run();
-  checkResults(c, ref, runOnInterpreter(c, data).results);
+  checkResults(c, ref, runOnInterpreter(c, data).results, &data.inputs);
 }
 
 struct ImplDtype {
@@ -245,13 +201,13 @@ TEST_CASE("attention: entry points check views and implementations", "[attention
 }
 
 TEST_CASE("attention: argument order / attributes / the residual's spec", "[attention]") {
-  CHECK(attention_op().arg_names() ==
-        std::vector<std::string>{"q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths", "out", "lse"});
-  CHECK(attention_op().num_inputs() == 7);
+  CHECK(attention_op().arg_names() == std::vector<std::string>{"q", "k", "v", "bias", "mask", "q_seq_lengths",
+                                                               "kv_seq_lengths", "sinks", "out", "lse"});
+  CHECK(attention_op().num_inputs() == 8);
   CHECK(attention_vjp_op().arg_names() ==
         std::vector<std::string>{"dout", "q", "k", "v", "out", "lse", "bias", "mask", "q_seq_lengths",
-                                 "kv_seq_lengths", "dq", "dk", "dv", "dbias"});
-  CHECK(attention_vjp_op().num_inputs() == 10);
+                                 "kv_seq_lengths", "sinks", "dq", "dk", "dv", "dbias", "dsinks"});
+  CHECK(attention_vjp_op().num_inputs() == 11);
   const auto &impls = attention_op().implementations();
   REQUIRE(impls.size() >= 3);
   CHECK(impls[impls.size() - 4]->name() == "hopper");
@@ -275,7 +231,8 @@ TEST_CASE("attention: argument order / attributes / the residual's spec", "[atte
   CHECK(opts.float_attribute("logits_soft_cap") == 30.0);
   CHECK(BoundArgs::from_json(opts.to_json()) == opts);
   CHECK_FALSE(plain.has(3));  // no bias
-  CHECK(plain.has(8));        // lse
+  CHECK_FALSE(plain.has(7));  // no sinks
+  CHECK(plain.has(9));        // lse
 
   CHECK(attention_lse_spec(spec({2, 17, 4, 32}, DType::BF16)) == spec({2, 4, 17}, DType::F32));
   CHECK(attention_lse_spec(spec({2, 3, 17, 4, 32}, DType::F16)) == spec({2, 3, 4, 17}, DType::F32));

@@ -38,8 +38,8 @@ TEST_CASE("capi: tkx_call_create names the bad op, option, input and JSON", "[ca
   CHECK_STATUS(create("layer_norm", in, "[1, 2]", &call), TKX_INVALID_ARGUMENT, "must be a JSON object");
   CHECK_STATUS(create("layer_norm", in, R"({"axis": "last"})", &call), TKX_INVALID_ARGUMENT,
                "option \"axis\" must be an integer");
-  CHECK_STATUS(create("attention", descs({&x, &x, &x, nullptr, nullptr, nullptr, nullptr}), R"({"is_causal": 1})",
-                      &call),
+  CHECK_STATUS(create("attention", descs({&x, &x, &x, nullptr, nullptr, nullptr, nullptr, nullptr}),
+                      R"({"is_causal": 1})", &call),
                TKX_INVALID_ARGUMENT, "option \"is_causal\" must be a boolean");
   CHECK_STATUS(create("layer_norm", in, R"({"config": {"block_rows": "four"}})", &call), TKX_INVALID_ARGUMENT,
                "option \"config\"");

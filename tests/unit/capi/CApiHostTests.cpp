@@ -122,7 +122,7 @@ TEST_CASE("capi: attention and its VJP on the interpreter are bitwise the C++ ho
   CTensor q = CTensor::random(DType::F32, qs, 11, 0.05, 1.0), k = CTensor::random(DType::F32, ks, 12, 0.05, 1.0),
          v = CTensor::random(DType::F32, ks, 13, 0.05, 1.0);
   const char *options = R"({"is_causal": true, "scale": 0.3, "window_left": 5, "logits_soft_cap": 20.0})";
-  auto inputs = descs({&q, &k, &v, nullptr, nullptr, nullptr, nullptr});
+  auto inputs = descs({&q, &k, &v, nullptr, nullptr, nullptr, nullptr, nullptr});
   Call call = make_call("attention", inputs, options);
   auto out = runOutputs(call.get(), inputs);
   REQUIRE(out[1]);
@@ -138,17 +138,46 @@ TEST_CASE("capi: attention and its VJP on the interpreter are bitwise the C++ ho
   CHECK(out[1]->same_bits(lse));
 
   CTensor dout = CTensor::random(DType::F32, qs, 14, 0.05, 1.0);
-  auto vjpInputs = descs({&dout, &q, &k, &v, &ref, &lse, nullptr, nullptr, nullptr, nullptr});
+  auto vjpInputs = descs({&dout, &q, &k, &v, &ref, &lse, nullptr, nullptr, nullptr, nullptr, nullptr});
   Call vjp = make_call("attention_vjp", vjpInputs, options);
   auto grads = runOutputs(vjp.get(), vjpInputs);
-  REQUIRE(grads.size() == 4);
+  REQUIRE(grads.size() == 5);
   CHECK_FALSE(grads[3]);  // no dbias without a bias
+  CHECK_FALSE(grads[4]);  // no dsinks without sinks
   CTensor dq(DType::F32, qs), dk(DType::F32, ks), dv(DType::F32, ks);
   dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), v.view(), ref.view(), lse.view(), dq.view(),
                                  dk.view(), dv.view(), o);
   CHECK(grads[0]->same_bits(dq));
   CHECK(grads[1]->same_bits(dk));
   CHECK(grads[2]->same_bits(dv));
+
+  SECTION("with sinks: the VJP gives dsinks") {
+    CTensor sinks = CTensor::random(DType::F32, {4}, 15, 0.05, 1.0);
+    auto sinkInputs = descs({&q, &k, &v, nullptr, nullptr, nullptr, nullptr, &sinks});
+    Call withSinks = make_call("attention", sinkInputs, options);
+    auto sinkOut = runOutputs(withSinks.get(), sinkInputs);
+    AttentionOptions so = o;
+    TensorView sinksView = sinks.view();
+    so.sinks = &sinksView;
+    CTensor sinkRef(DType::F32, qs), sinkLse(DType::F32, {2, 4, 9});
+    TensorView slv = sinkLse.view();
+    dot_product_attention_host(q.view(), k.view(), v.view(), sinkRef.view(), so, &slv);
+    CHECK(sinkOut[0]->same_bits(sinkRef));
+    CHECK(sinkOut[1]->same_bits(sinkLse));
+    CHECK_FALSE(sinkOut[0]->same_bits(ref));  // the sinks take a share of every row
+    auto sinkVjpInputs = descs({&dout, &q, &k, &v, &sinkRef, &sinkLse, nullptr, nullptr, nullptr, nullptr, &sinks});
+    Call sinkVjp = make_call("attention_vjp", sinkVjpInputs, options);
+    auto sinkGrads = runOutputs(sinkVjp.get(), sinkVjpInputs);
+    REQUIRE(sinkGrads.size() == 5);
+    REQUIRE(sinkGrads[4]);
+    CHECK(sinkGrads[4]->shape == std::vector<int64_t>{4});
+    CTensor sdq(DType::F32, qs), sdk(DType::F32, ks), sdv(DType::F32, ks), dsinks(DType::F32, {4});
+    TensorView dsinksView = dsinks.view();
+    dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), v.view(), sinkRef.view(), sinkLse.view(),
+                                   sdq.view(), sdk.view(), sdv.view(), so, nullptr, &dsinksView);
+    CHECK(sinkGrads[0]->same_bits(sdq));
+    CHECK(sinkGrads[4]->same_bits(dsinks));
+  }
 }
 
 TEST_CASE("capi: gated_linear_unit, ragged_dot and the cross-entropies are bitwise their host twins", "[capi]") {
@@ -256,6 +285,6 @@ TEST_CASE("capi: version, struct sizes, op names and arguments", "[capi]") {
   CHECK(std::string(args) == "x\nscale\noffset\ny\nmean\nrstd");
   CHECK(inputs == 3);
   REQUIRE(tkx_op_args("attention_vjp", &args, &inputs) == TKX_OK);
-  CHECK(inputs == 10);
+  CHECK(inputs == 11);
   CHECK(tkx_op_args("layer_norm", nullptr, nullptr) == TKX_OK);
 }

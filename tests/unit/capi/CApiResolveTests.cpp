@@ -118,7 +118,7 @@ TEST_CASE("capi: tkx_call_resolve's errors name the argument", "[capi]") {
   CHECK(text == nullptr);
   // An explicit implementation that cannot run on the arch says why.
   CTensor q = CTensor::random(DType::BF16, {1, 64, 2, 64}, 2);
-  Call hopper = make_call("attention", descs({&q, &q, &q, nullptr, nullptr, nullptr, nullptr}),
+  Call hopper = make_call("attention", descs({&q, &q, &q, nullptr, nullptr, nullptr, nullptr, nullptr}),
                           R"({"implementation": "hopper"})");
   CHECK_STATUS(tkx_call_resolve(hopper.get(), "sm_80", &text), TKX_NOT_SUPPORTED, "hopper");
 }

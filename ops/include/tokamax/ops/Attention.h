@@ -17,6 +17,15 @@
 // length are padding). A query row that attends no key gives out = 0, zero gradients,
 // and lse = +inf (so exp(logits - lse) = 0 everywhere in the VJP).
 //
+// Sinks (optional, f32 [N]: one learnable logit per query head, as in gpt-oss) join each
+// row's softmax denominator as one more logit whose value row is zero:
+//   Z = sum_j exp(logits_j) + exp(sinks[n]),  out = sum_j exp(logits_j) / Z v_j,
+//   lse = log Z (the sink included).
+// A row that attends no key then has out = 0 and lse = sinks[n] (finite); padding rows
+// (at or past q_seq_length) keep out = 0 and lse = +inf. The VJP's dq, dk, dv and dbias
+// follow from that lse unchanged; dsinks[n] = -sum over batch rows and queries of
+// exp(sinks[n] - lse) * delta (delta = rowsum(dout * out)), summed in a fixed order.
+//
 // bias and mask broadcast to [B..., N, T, S]: each of (all batch dims together), N, T, S
 // may be 1. The residual lse (log-sum-exp of each row's logits) is f32 (f64 for f64
 // inputs) [B..., N, T].
@@ -37,6 +46,9 @@
 //                any GPU, every dtype (bf16/f16 products on tensor cores, f32/f64 exact).
 //   "reference"  materialised logits [B, N, T, S] in f32 (f64); every dtype and option;
 //                refuses (NotSupported) a call whose logits would not fit in memory.
+// Sinks are served by every implementation: the forward folds exp(sink) into its
+// softmax's final sum (one epilogue every flash kernel shares), the VJP's delta kernel
+// also writes per-program partial sums of dsinks, which a small kernel adds up.
 // The VJP (dq, dk, dv, dbias) follows FlashAttention-2: delta = rowsum(dout * out), dk/dv
 // per key block walking the query blocks (GQA heads of a group summed in the program),
 // dq per query block in a separate pass; dbias from dS reduced over its broadcast dims.
@@ -70,6 +82,7 @@ struct TOKAMAX_API AttentionOptions {
   const TensorView *mask = nullptr;            ///< bool, broadcastable to [B..., N, T, S]
   const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
   const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
+  const TensorView *sinks = nullptr;           ///< f32 [N]: one extra logit per query head
   /// "tile", "hopper" (sm_90a), "chunked" or "reference"; std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
@@ -83,12 +96,13 @@ TOKAMAX_API void dot_product_attention(const TensorView &q, const TensorView &k,
                                        const TensorView *lse = nullptr);
 
 /// dq, dk, dv (and dbias when given: options.bias's shape, summed over its broadcast
-/// dims) from dout and the forward's out and lse. `options` must be the forward's.
+/// dims; dsinks when given: f32 [N], needs options.sinks) from dout and the forward's
+/// out and lse. `options` must be the forward's.
 TOKAMAX_API void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, const TensorView &k,
                                            const TensorView &v, const TensorView &out, const TensorView &lse,
                                            const TensorView &dq, const TensorView &dk, const TensorView &dv,
                                            Stream &stream, const AttentionOptions &options = {},
-                                           const TensorView *dbias = nullptr);
+                                           const TensorView *dbias = nullptr, const TensorView *dsinks = nullptr);
 
 // ---- Host tensors (host_view(...)) on the CPU interpreter, same implementations and
 // kernels (implementation choice as on an sm_90a GPU). ----
@@ -100,29 +114,36 @@ TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const Te
                                                 const TensorView &v, const TensorView &out, const TensorView &lse,
                                                 const TensorView &dq, const TensorView &dk, const TensorView &dv,
                                                 const AttentionOptions &options = {},
-                                                const TensorView *dbias = nullptr);
+                                                const TensorView *dbias = nullptr,
+                                                const TensorView *dsinks = nullptr);
 
 // ---- The ops (for autotuning, precompilation and tools). ----
 //
 // Argument order (inputs, then outputs; absent optional arguments are std::nullopt):
-//   attention:     q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? | out, lse?
-//   attention_vjp: dout, q, k, v, out, lse, bias?, mask?, q_seq_lengths?, kv_seq_lengths?
-//                  | dq, dk, dv, dbias?
+//   attention:     q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths?, sinks? | out, lse?
+//   attention_vjp: dout, q, k, v, out, lse, bias?, mask?, q_seq_lengths?, kv_seq_lengths?,
+//                  sinks? | dq, dk, dv, dbias?, dsinks?
+// (sinks and dsinks came last: a call bound before they existed, read back from JSON by
+// BoundArgs::from_json (autotuning results, Functions), gets them as absent.)
 // Attributes (canonical printed values): "scale", "is_causal" ("0"/"1"), "window_left",
 // "window_right" (present only when bounded), "logits_soft_cap" (present only when set).
 
-/// The specs of one call (bias / mask / lengths / lse / dbias optional).
+/// The specs of one call (bias / mask / lengths / lse / dbias / sinks / dsinks optional).
+/// sinks and dsinks are the last fields (not in argument order), so that aggregate
+/// initializers written before they existed still mean what they meant.
 struct TOKAMAX_API AttentionSpecs {
   ArgSpec q, k, v;
   std::optional<ArgSpec> bias, mask, q_seq_lengths, kv_seq_lengths;
   ArgSpec out;
   std::optional<ArgSpec> lse;
+  std::optional<ArgSpec> sinks;
 };
 struct TOKAMAX_API AttentionVjpSpecs {
   ArgSpec dout, q, k, v, out, lse;
   std::optional<ArgSpec> bias, mask, q_seq_lengths, kv_seq_lengths;
   ArgSpec dq, dk, dv;
   std::optional<ArgSpec> dbias;
+  std::optional<ArgSpec> sinks, dsinks;
 };
 
 TOKAMAX_API const Op &attention_op();

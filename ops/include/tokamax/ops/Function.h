@@ -67,10 +67,11 @@ public:
   /// the contributions). options' tensor pointers are ignored: pass the optional tensors
   /// as values; options.implementation pins the call and its VJP (a forward pinned to
   /// "hopper" whose call the hopper VJP refuses, head dims past 128, leaves it to auto).
+  /// grad differentiates q, k, v, bias and sinks.
   Sym dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options = {},
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,
-                            std::optional<Sym> kv_seq_lengths = std::nullopt);
+                            std::optional<Sym> kv_seq_lengths = std::nullopt, std::optional<Sym> sinks = std::nullopt);
   /// act(x @ weights[:, 0]) * (x @ weights[:, 1]) (GatedLinearUnit.h); `implementation`
   /// pins the call and its VJP.
   Sym gated_linear_unit(Sym x, Sym weights, const std::string &activation = "swish",
