@@ -183,7 +183,7 @@ TEST_CASE("capi: the last error is per thread", "[capi]") {
   CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("no_such_op"));
 }
 
-TEST_CASE("capi: the kernel trace opens where CUPTI records, else says why; NULL arguments are named", "[capi]") {
+TEST_CASE("capi: the kernel trace opens where CUPTI records, else says why, and names NULL arguments", "[capi]") {
   CHECK(tkx_kernel_trace_start(nullptr) == TKX_INVALID_ARGUMENT);
   CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("trace is NULL"));
   CHECK(tkx_kernel_trace_take(nullptr, nullptr, nullptr, nullptr) == TKX_INVALID_ARGUMENT);
