@@ -50,6 +50,19 @@ std::string argName(const tkx_call &call, size_t index) {
                         : fmt::format("output {} ({})", index - inputs, call.op->arg_names()[index]);
 }
 
+/// A count of inputs or outputs a caller passed: the op's, or fewer (a caller built
+/// before optional arguments were appended: the missing trailing ones are absent).
+void checkCount(const tkx_call &call, const char *what, int32_t count, size_t takes) {
+  if (count < 0 || static_cast<size_t>(count) > takes)
+    throw Error(fmt::format("{}: {} is {}, the op takes {} ({} and fewer pass the last ones as absent)",
+                            call.op->name(), what, count, takes, takes));
+}
+
+/// The caller's i-th tensor, NULL past the count it passed.
+const tkx_tensor *given(const tkx_tensor *const *tensors, int32_t count, size_t i) {
+  return i < static_cast<size_t>(count) ? tensors[i] : nullptr;
+}
+
 /// The views of a run, checked against the bound specs; `device` the one device of them
 /// all (-1: host), or -2 when every tensor is absent or empty.
 struct RunViews {
@@ -60,18 +73,16 @@ struct RunViews {
 RunViews runViews(const tkx_call &call, const tkx_tensor *const *inputs, int32_t num_inputs,
                   const tkx_tensor *const *outputs, int32_t num_outputs) {
   const size_t nin = call.op->num_inputs(), nout = numOutputs(call);
-  if (num_inputs != static_cast<int32_t>(nin))
-    throw Error(fmt::format("{}: num_inputs is {}, the op takes {}", call.op->name(), num_inputs, nin));
-  if (num_outputs != static_cast<int32_t>(nout))
-    throw Error(fmt::format("{}: num_outputs is {}, the op has {}", call.op->name(), num_outputs, nout));
-  if (nin)
+  checkCount(call, "num_inputs", num_inputs, nin);
+  checkCount(call, "num_outputs", num_outputs, nout);
+  if (num_inputs)
     require_pointer(inputs, "inputs");
-  if (nout)
+  if (num_outputs)
     require_pointer(outputs, "outputs");
   RunViews views;
   std::string firstDevice;
   for (size_t i = 0; i < nin + nout; ++i) {
-    const tkx_tensor *t = i < nin ? inputs[i] : outputs[i - nin];
+    const tkx_tensor *t = i < nin ? given(inputs, num_inputs, i) : given(outputs, num_outputs, i - nin);
     std::vector<TensorView> &into = i < nin ? views.inputs : views.outputs;
     const std::optional<ArgSpec> &bound = call.args.args[i];
     const std::string what = fmt::format("{}: {}", call.op->name(), argName(call, i));
@@ -221,15 +232,15 @@ tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int3
     if (!capi::has_binder(made->op->name()))
       capi::bind_call(*made, {}, options_json);  // throws NotSupported naming the ops it binds
     const size_t nin = made->op->num_inputs();
-    if (num_inputs != static_cast<int32_t>(nin))
-      throw Error(fmt::format("{}: num_inputs is {}, the op takes {} ({})", op, num_inputs, nin,
-                              fmt::join(std::span(made->op->arg_names()).first(nin), ", ")));
-    if (nin)
+    if (num_inputs < 0 || static_cast<size_t>(num_inputs) > nin)
+      throw Error(fmt::format("{}: num_inputs is {}, the op takes {} ({}; fewer pass the last ones as absent)", op,
+                              num_inputs, nin, fmt::join(std::span(made->op->arg_names()).first(nin), ", ")));
+    if (num_inputs)
       require_pointer(inputs, "inputs");
     std::vector<std::optional<ArgSpec>> specs(nin);
     for (size_t i = 0; i < nin; ++i)
-      if (inputs[i])
-        specs[i] = capi::spec_of(*inputs[i], fmt::format("{}: {}", op, argName(*made, i)));
+      if (const tkx_tensor *t = given(inputs, num_inputs, i))
+        specs[i] = capi::spec_of(*t, fmt::format("{}: {}", op, argName(*made, i)));
     capi::bind_call(*made, specs, options_json);
     made->identity = identityOf(made->json);
     *call = made.release();

@@ -48,8 +48,14 @@ TEST_CASE("capi: tkx_call_create names the bad op, option, input and JSON", "[ca
   CHECK_STATUS(create("layer_norm", in, R"({"axis": 2})", &call), TKX_INVALID_ARGUMENT, "axis 2");
   CHECK_STATUS(create("gated_linear_unit", descs({&x, &x}), R"({"activation": "swishy"})", &call),
                TKX_INVALID_ARGUMENT, "activation");
-  CHECK_STATUS(create("layer_norm", descs({&x}), nullptr, &call), TKX_INVALID_ARGUMENT, "num_inputs is 1",
-               "takes 3");
+  CHECK_STATUS(create("layer_norm", descs({&x, &x, &x, &x}), nullptr, &call), TKX_INVALID_ARGUMENT,
+               "num_inputs is 4", "takes 3");
+  {  // Fewer inputs than the op takes: the missing last ones are absent (callers that
+     // predate an appended optional argument keep working).
+    Call shorter = make_call("layer_norm", descs({&x}));
+    Call full = make_call("layer_norm", descs({&x, nullptr, nullptr}));
+    CHECK(std::string(tkx_call_json(shorter.get())) == tkx_call_json(full.get()));
+  }
   CHECK_STATUS(create("layer_norm", descs({nullptr, nullptr, nullptr}), nullptr, &call), TKX_INVALID_ARGUMENT,
                "input 0 (x) is required");
 
@@ -108,8 +114,12 @@ TEST_CASE("capi: tkx_call_run checks every tensor against the bound call", "[cap
   CHECK_STATUS(run(descs({&wrongType, &scale, nullptr}), outs), TKX_INVALID_ARGUMENT, "input 0 (x)", "bf16");
   CHECK_STATUS(run(descs({&x, nullptr, nullptr}), outs), TKX_INVALID_ARGUMENT, "input 1 (scale) is NULL");
   CHECK_STATUS(run(descs({&x, &scale, &scale}), outs), TKX_INVALID_ARGUMENT, "input 2 (offset) was absent");
-  CHECK_STATUS(run(descs({&x, &scale}), outs), TKX_INVALID_ARGUMENT, "num_inputs is 2");
-  CHECK_STATUS(run(descs({&x, &scale, nullptr}), {outs[0]}), TKX_INVALID_ARGUMENT, "num_outputs is 1");
+  CHECK_STATUS(run(descs({&x, &scale, nullptr, nullptr}), outs), TKX_INVALID_ARGUMENT, "num_inputs is 4");
+  CHECK_STATUS(run(descs({&x}), outs), TKX_INVALID_ARGUMENT, "input 1 (scale) is NULL");
+  CHECK(run(descs({&x, &scale}), outs) == TKX_OK);  // the absent offset left out
+  CHECK_STATUS(run(descs({&x, &scale, nullptr}), {outs[0], outs[1], outs[2], nullptr}), TKX_INVALID_ARGUMENT,
+               "num_outputs is 4");
+  CHECK_STATUS(run(descs({&x, &scale, nullptr}), {outs[0]}), TKX_INVALID_ARGUMENT, "output 1 (mean) is NULL");
   CHECK_STATUS(run(descs({&x, &scale, nullptr}), {outs[0], outs[1], nullptr}), TKX_INVALID_ARGUMENT,
                "output 2 (rstd) is NULL");
   CHECK_STATUS(tkx_call_run(nullptr, nullptr, 0, nullptr, 0, nullptr, nullptr, 0), TKX_INVALID_ARGUMENT,

@@ -94,7 +94,8 @@ TKX_API const char *tkx_op_names(void);
 TKX_API tkx_status tkx_op_args(const char *op, const char **names, int32_t *num_inputs);
 
 /* Binds `op` to its inputs' specs (dtype/shape only are read; data may be NULL; absent
-   optional inputs are NULL pointers in `inputs`; num_inputs is the op's input count) and
+   optional inputs are NULL pointers in `inputs`; num_inputs is the op's input count or
+   fewer: ops only ever append optional arguments, and the missing last ones are absent) and
    options: NULL or a JSON object of the op's attributes (e.g. {"axis": -1,
    "epsilon": 1e-6}, {"is_causal": true, "scale": 0.125}) plus optional "implementation"
    (string) and "config" (object of integers). Unknown keys are errors. Parsed and
@@ -126,7 +127,7 @@ TKX_API tkx_status tkx_call_workspace_bytes(const tkx_call *call, int32_t device
    0). No allocation of ours on this path. Host tensors (device -1): the CPU interpreter,
    stream and workspace ignored. Every tensor of one call on the same device;
    shapes/dtypes must match the bound specs; num_inputs / num_outputs are the op's counts
-   (absent optional tensors NULL). */
+   or fewer (absent optional tensors NULL; the missing last ones absent). */
 TKX_API tkx_status tkx_call_run(const tkx_call *call, const tkx_tensor *const *inputs, int32_t num_inputs,
                                 const tkx_tensor *const *outputs, int32_t num_outputs, void *stream,
                                 void *workspace, size_t workspace_bytes);
