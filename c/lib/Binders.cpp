@@ -179,7 +179,7 @@ AttentionOptions attentionOptions(Options &o) {
 }
 
 BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
-  const AttentionOptions options = attentionOptions(o);
+  AttentionOptions options = attentionOptions(o);
   if (op.name() == "attention") {
     const bool residuals = o.boolean("residuals", true);
     AttentionSpecs s{in.required(0), in.required(1), in.required(2), in.optional(3), in.optional(4), in.optional(5),
@@ -192,6 +192,7 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
       s.lse = attention_lse_spec(s.q);
     return bind_attention(s, options);
   }
+  options.deterministic = o.boolean("deterministic", true);  // the VJP's alone
   AttentionVjpSpecs s{in.required(0), in.required(1), in.required(2), in.required(3), in.required(4), in.required(5),
                       in.optional(6), in.optional(7), in.optional(8), in.optional(9), {}, {}, {}, {}, in.optional(10),
                       {}};

@@ -167,7 +167,7 @@ def _attention_layout(layout) -> str:
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
                           logits_soft_cap=None, precision=None, implementation=None, q_sharding=None,
-                          layout: str = "BTNH", sinks=None):
+                          layout: str = "BTNH", sinks=None, deterministic: bool = True):
     """Tokamax's dot_product_attention: q [*B, T, N, H], k [*B, S, K, H], v [*B, S, K, Hv]
     -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result.
 
@@ -179,7 +179,11 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
 
     sinks (f32 [N], a learnable logit per query head, as in gpt-oss) joins each row's
     softmax denominator: Z = sum_j exp(logits_j) + exp(sinks[n]); its gradient flows like
-    bias's."""
+    bias's.
+
+    deterministic (the gradient's): True (the default) keeps every VJP bitwise
+    reproducible; False lets the hopper VJP's opt-in fused dq (config "fused_dq": 1) add
+    in any order. It goes to the VJP call only."""
     del q_sharding
     layout = _attention_layout(layout)
     _require_none("precision", precision, "the products use each dtype's native precision (f32 accumulation)")
@@ -192,6 +196,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
             raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
         options["logits_soft_cap"] = cap
     options.update(_window(local_window_size))
+    if not bool(deterministic):  # absent when true: the VJP call's options as they were
+        options["deterministic"] = False
     if layout == "BNTH":
         backend = backend_of(query, key, value)
         for name, x in (("query", query), ("key", key), ("value", value)):

@@ -80,7 +80,7 @@ class HostBackend:
 
     @staticmethod
     def apply(opdef, inputs, options: dict) -> tuple:
-        options = dict(options)
+        options = dict(opdef.forward_options(options))
         if opdef.has_residuals:
             options["residuals"] = False
         outputs = run(opdef.name, [None if x is None else np.asarray(x) for x in inputs], options, opdef.inputs)

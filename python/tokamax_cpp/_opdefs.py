@@ -38,6 +38,7 @@ class OpDef:
     vjp_options: tuple[str, ...] = ()  # the forward's option keys the VJP op takes too
     has_residuals: bool = False     # the forward takes "residuals": false to skip them
     vjp_flags: tuple = ()           # (VJP option, forward input): true iff the input is present
+    vjp_only: tuple[str, ...] = ()  # options of the API's call that only the VJP op takes
 
     def vjp_input_values(self, cotangents, inputs, outputs) -> list:
         """The VJP op's inputs from the forward's (cotangents indexed like outputs)."""
@@ -45,10 +46,17 @@ class OpDef:
         return [pick[kind][j] for kind, j in self.vjp_inputs]
 
     def vjp_options_of(self, options: dict, inputs) -> dict:
-        keep = set(self.vjp_options) | {"implementation"}
+        keep = set(self.vjp_options) | set(self.vjp_only) | {"implementation"}
         vjp = {k: v for k, v in options.items() if k in keep}
         vjp.update({key: inputs[i] is not None for key, i in self.vjp_flags})
         return vjp
+
+    def forward_options(self, options: dict) -> dict:
+        """The forward op's options: the call's without those only the VJP takes (the
+        adapters keep the call's for the backward)."""
+        if not any(k in options for k in self.vjp_only):
+            return options
+        return {k: v for k, v in options.items() if k not in self.vjp_only}
 
 
 LAYER_NORM = OpDef(
@@ -64,7 +72,8 @@ ATTENTION = OpDef(
     "attention", ("q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths", "sinks"), ("out", "lse"), (0,),
     "attention_vjp",
     (ct(0), inp(0), inp(1), inp(2), out(0), out(1), inp(3), inp(4), inp(5), inp(6), inp(7)), (0, 1, 2, 3, 7),
-    ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap"), has_residuals=True)
+    ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap"), has_residuals=True,
+    vjp_only=("deterministic",))  # false lets the hopper VJP's opt-in fused dq add in any order
 
 GATED_LINEAR_UNIT = OpDef(
     "gated_linear_unit", ("x", "weights"), ("out",), (0,),

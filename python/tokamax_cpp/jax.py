@@ -150,13 +150,13 @@ def call(op: str, inputs, options: dict, names=None) -> list:
 def _apply(name: str, options: str, present: str, *arrays):
     opdef = _opdefs.BY_NAME[name]
     opts = _capi_options(options, residuals=False if opdef.has_residuals else None)
-    outs = call(name, _unpack(present, arrays), opts, opdef.inputs)
+    outs = call(name, _unpack(present, arrays), opdef.forward_options(opts), opdef.inputs)
     return tuple(outs[j] for j in opdef.returns)
 
 
 def _apply_fwd(name, options, present, *arrays):
     opdef = _opdefs.BY_NAME[name]
-    outs = call(name, _unpack(present, arrays), _capi_options(options), opdef.inputs)
+    outs = call(name, _unpack(present, arrays), opdef.forward_options(_capi_options(options)), opdef.inputs)
     return tuple(outs[j] for j in opdef.returns), (arrays, tuple(outs))
 
 

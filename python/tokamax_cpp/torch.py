@@ -14,8 +14,9 @@ of the caller's: a forward run inside a scope resolves its VJP call there and th
 the backward binds it with that implementation and config.
 
 Each op's schema is `(Tensor? <input>..., str options) -> (Tensor, ...)`: `options` is the
-canonical JSON of the op's attributes (docs/c-api.md); an output the call does not
-produce is an empty float32 tensor.
+canonical JSON of the op's attributes (docs/c-api.md; a forward's may also hold options
+only its VJP takes, `_opdefs`' vjp_only, which the op leaves to its backward); an output
+the call does not produce is an empty float32 tensor.
 
 Two registrations of the same kernels: torch >= 2.4 gets torch.library.custom_op
 (register_fake, register_autograd: torch.compile, opcheck); older torch (1.13 to 2.3,
@@ -27,6 +28,7 @@ backward. $TOKAMAX_CPP_TORCH_LIBRARY=1 takes the older one on any torch (to test
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 
@@ -107,10 +109,21 @@ def _call_of(op: str, names, tensors, options: str):
     return call
 
 
+@functools.lru_cache(maxsize=256)
+def _op_options(op: str, options: str) -> str:
+    """The options the op itself takes: an API call's text may also hold options only its
+    VJP takes (`_opdefs`' vjp_only, e.g. attention's "deterministic"), which the forward's
+    autograd context keeps for the backward."""
+    opdef = _opdefs.BY_NAME.get(op)
+    if opdef is None or not any(f'"{key}"' in options for key in opdef.vjp_only):
+        return options
+    return _capi.options_json(opdef.forward_options(json.loads(options)))
+
+
 def _run(op: str, names, tensors, options: str):
     device = _device_of(tensors)
     tensors = [None if t is None else t.contiguous() for t in tensors]
-    call = _call_of(op, names, tensors, options)
+    call = _call_of(op, names, tensors, _op_options(op, options))
     outs = _outputs(call, device)
     inputs = [None if t is None else t.data_ptr() for t in tensors]
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
@@ -148,7 +161,7 @@ def _run_cuda(call, inputs, outputs, device, index: int) -> None:
 
 def _fake(op: str, names, tensors, options: str):
     device = _device_of(tensors)  # shapes may be symbolic here: _specs makes them ints
-    return _outputs(_capi.get_call(op, _specs(names, tensors), options), device)
+    return _outputs(_capi.get_call(op, _specs(names, tensors), _op_options(op, options)), device)
 
 
 _registered: dict = {}

@@ -117,6 +117,28 @@ def test_attention_bnth_layout_is_the_btnh_result_transposed_bitwise():
     assert tokamax.dot_product_attention(q, k, v, layout="BTNH", **options).tobytes() == want.tobytes()
 
 
+def test_attention_deterministic_goes_to_the_vjp_alone():
+    from tokamax_cpp import _opdefs
+    r = ref.rng(16)
+    q, k, v = qkv(r, t=5, s=7)
+    # The forward's call leaves it out (its op takes no such option); the VJP's keeps it.
+    options = {"is_causal": True, "deterministic": False}
+    assert _opdefs.ATTENTION.forward_options(options) == {"is_causal": True}
+    assert _opdefs.ATTENTION.vjp_options_of(options, [q, k, v, None, None, None, None, None]) == options
+    plain = {"is_causal": True}
+    assert _opdefs.ATTENTION.forward_options(plain) is plain
+    assert tokamax.dot_product_attention(q, k, v, deterministic=False).tobytes() == \
+        tokamax.dot_product_attention(q, k, v).tobytes()
+    out, lse = tokamax.call("attention", q, k, v, None, None, None, None, None)
+    dout = r.standard_normal(out.shape).astype(np.float32)
+    grads = [tokamax.call("attention_vjp", dout, q, k, v, out, lse, None, None, None, None, None, **extra)
+             for extra in ({}, {"deterministic": False}, {"deterministic": True})]
+    for g in grads[1:]:  # deterministic either way here (no hopper fused dq): the same bits
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(g[:3], grads[0][:3]))
+    with pytest.raises(ValueError, match="deterministic"):
+        tokamax.call("attention", q, k, v, None, None, None, None, None, deterministic=False)
+
+
 def test_attention_vjp_op_by_name():
     r = ref.rng(8)
     q, k, v = qkv(r, b=1, t=3, s=4, n=2, k=1, h=4, hv=4, dtype=np.float64)

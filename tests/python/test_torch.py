@@ -74,6 +74,22 @@ def test_attention_bnth_layout_forward_and_gradients_bitwise():
         assert torch.equal(a.grad.transpose(1, 2), b.grad), f"d{what}"
 
 
+def test_attention_deterministic_reaches_the_vjp():
+    # The forward op leaves "deterministic" to its backward; the gradients here are
+    # deterministic either way (no hopper fused dq), so they match bit for bit.
+    r = ref.rng(12)
+    q, k, v = (r.standard_normal(s).astype(np.float32) for s in ((1, 5, 4, 8), (1, 6, 2, 8), (1, 6, 2, 8)))
+    dout = t(r.standard_normal((1, 5, 4, 8)).astype(np.float32))
+    grads = []
+    for options in ({}, {"deterministic": False}):
+        leaves = [t(a, True) for a in (q, k, v)]
+        out = tokamax.dot_product_attention(*leaves, is_causal=True, **options)
+        out.backward(dout)
+        grads.append([a.grad for a in leaves])
+    for a, b, what in zip(*grads, "qkv"):
+        assert torch.equal(a, b), f"d{what}"
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gated_linear_unit_forward(dtype):
     r = ref.rng(2)

@@ -56,6 +56,9 @@ struct Problem {
   bool dbias = false;    ///< VJP: the caller wants dbias
   bool sinks = false;    ///< forward: a sink logit per head joins each row's softmax sum
   bool dsinks = false;   ///< VJP: the caller wants dsinks
+  /// VJP: reruns must give the same bits (the "deterministic" attribute, absent = true):
+  /// the hopper VJP's fused dq then orders its adds (KernelSpec::ordered_dq).
+  bool deterministic = true;
 
   int64_t group() const { return N / K; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <string_view>
 
 namespace tokamax {
 
@@ -180,6 +181,11 @@ std::map<std::string, std::string> attributes(const char *op, const Geometry &g,
       throw Error(fmt::format("{}: logits_soft_cap must be positive and finite, got {}", op, *o.logits_soft_cap));
     a["logits_soft_cap"] = fmt::format("{}", *o.logits_soft_cap);
   }
+  // The VJP's alone (the forward is deterministic either way), and printed only when
+  // false: every deterministic call's attributes (cache, autotuning and export keys) are
+  // what they were before the option.
+  if (!o.deterministic && std::string_view(op) == "attention_vjp")
+    a.emplace("deterministic", "0");
   return a;
 }
 
@@ -197,6 +203,8 @@ AttentionOptions optionsOf(const BoundArgs &b) {
   }
   if (b.attributes.count("logits_soft_cap"))
     o.logits_soft_cap = b.float_attribute("logits_soft_cap");
+  if (b.attributes.count("deterministic"))
+    o.deterministic = b.int_attribute("deterministic") != 0;
   return o;
 }
 
@@ -278,6 +286,8 @@ Problem problem_of(const BoundArgs &b) {
     p.right = b.int_attribute("window_right");
   if (b.attributes.count("logits_soft_cap"))
     p.softcap = b.float_attribute("logits_soft_cap");
+  if (b.attributes.count("deterministic"))
+    p.deterministic = b.int_attribute("deterministic") != 0;
   auto broadcast = [&](size_t i) -> std::optional<Broadcast> {
     if (!b.has(i))
       return std::nullopt;
@@ -330,8 +340,13 @@ public:
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    ops_detail::require_call_of(name(), b, arg_names(),
-                                {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap"});
+    if (vjp_)
+      ops_detail::require_call_of(
+          name(), b, arg_names(),
+          {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "deterministic"});
+    else
+      ops_detail::require_call_of(name(), b, arg_names(),
+                                  {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap"});
     auto need = [&](size_t i) -> const ArgSpec & { return ops_detail::required_arg(name(), b, arg_names(), i); };
     auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     BoundArgs again;
@@ -399,8 +414,8 @@ template <class Bind>
 void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
                     Stream &stream, const AttentionOptions &o, Bind &&bind) {
   // Every option joins the key (the tensors are in it already); a new field must join it too.
-  static_assert(sizeof(AttentionOptions) == 216, "AttentionOptions changed: add the new option to the call key");
-  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.local_window.has_value());
+  static_assert(sizeof(AttentionOptions) == 224, "AttentionOptions changed: add the new option to the call key");
+  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.deterministic).add(o.local_window.has_value());
   if (o.local_window)
     key.add(o.local_window->left).add(o.local_window->right);
   ops_detail::run_eager(key, {key.op(), in, out, stream, o.implementation, o.config}, std::forward<Bind>(bind));

@@ -161,9 +161,13 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
   BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
                                 specOf(kv_seq_lengths), out, attention_lse_spec(qs), specOf(sinks)},
                                options);
-  return f_.record(attention_op(), b,
-                   {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), id(sinks), -2, -2},
-                   options.implementation)[0];
+  Sym out0 = f_.record(attention_op(), b,
+                       {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), id(sinks), -2,
+                        -2},
+                       options.implementation)[0];
+  if (!options.deterministic)  // the VJP's attribute, printed as attention_vjp prints it
+    f_.calls_.back().vjp_attributes.emplace("deterministic", "0");
+  return out0;
 }
 
 Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
@@ -441,6 +445,8 @@ Function grad(const Function &f, std::vector<int> wrt) {
         options.local_window = LocalWindow{attr("window_left"), attr("window_right")};
       if (call.args.attributes.count("logits_soft_cap"))
         options.logits_soft_cap = call.args.float_attribute("logits_soft_cap");
+      auto deterministic = call.vjp_attributes.find("deterministic");
+      options.deterministic = deterministic == call.vjp_attributes.end() || deterministic->second != "0";
       const int bias = sl[3], sinks = sl[7];
       BoundArgs b = bind_attention_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}),
                                         t.spec(Sym{sl[8]}), t.spec(Sym{sl[9]}), specOf(bias), specOf(sl[4]),

@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <optional>
+
 namespace tokamax {
 
 using json = nlohmann::json;
@@ -40,6 +43,11 @@ int valueId(const json &j, size_t count, const std::string &where, bool absentAl
                           static_cast<int64_t>(count) - 1, absentAllowed ? ", or -1 for an absent argument" : ""));
 }
 
+/// The attributes a call's VJP takes that its op does not (Call::vjp_attributes), with
+/// the one value each is written with (absent: the default).
+const std::map<std::string, std::map<std::string, std::string>> kVjpAttributes{
+    {"attention", {{"deterministic", "0"}}}};
+
 } // namespace
 
 std::string Function::to_json() const {
@@ -57,6 +65,8 @@ std::string Function::to_json() const {
     call["args"] = json::parse(c.args.to_json());
     call["slots"] = c.slots;
     call["implementation"] = c.implementation ? json(*c.implementation) : json(nullptr);
+    if (!c.vjp_attributes.empty())  // (absent from every other call, which reads as before)
+      call["vjp_attributes"] = c.vjp_attributes;
     j["calls"].push_back(std::move(call));
   }
   return j.dump();
@@ -114,7 +124,8 @@ Function Function::from_json(const std::string &text) {
     const std::string where = fmt::format("calls[{}]", c);
     const json &call = calls[c];
     for (const auto &item : call.items())
-      if (item.key() != "args" && item.key() != "slots" && item.key() != "implementation")
+      if (item.key() != "args" && item.key() != "slots" && item.key() != "implementation" &&
+          item.key() != "vjp_attributes")
         throw Error(fmt::format("Function JSON: {}: unknown key \"{}\"", where, item.key()));
     Call out;
     try {
@@ -140,6 +151,24 @@ Function Function::from_json(const std::string &text) {
       out.implementation = impl.get<std::string>();
     } else if (!impl.is_null()) {
       throw Error(fmt::format("Function JSON: {}.implementation must be a name or null, got {}", where, impl.dump()));
+    }
+    if (call.contains("vjp_attributes")) {
+      const json &vjp = call.at("vjp_attributes");
+      auto known = kVjpAttributes.find(out.args.op);
+      if (!vjp.is_object())
+        throw Error(fmt::format("Function JSON: {}.vjp_attributes must be an object, got {}", where, vjp.dump()));
+      for (const auto &item : vjp.items()) {
+        std::optional<std::string> value;
+        if (known != kVjpAttributes.end() && known->second.count(item.key()))
+          value = known->second.at(item.key());
+        if (!value)
+          throw Error(fmt::format("Function JSON: {}.vjp_attributes: {}'s VJP takes no attribute \"{}\" of its own",
+                                  where, out.args.op, item.key()));
+        if (item.value() != *value)
+          throw Error(fmt::format("Function JSON: {}.vjp_attributes.{} must be \"{}\" (absent: the default), got {}",
+                                  where, item.key(), *value, item.value().dump()));
+        out.vjp_attributes[item.key()] = *value;
+      }
     }
     json slots = field(call, "slots", where);
     const size_t arity = out.op->arg_names().size();

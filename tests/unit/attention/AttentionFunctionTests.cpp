@@ -8,8 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <tokamax/ops/Function.h>
+#include <tokamax/runtime/Error.h>
 
 #include <cmath>
+#include <map>
+#include <span>
+#include <string>
 
 using namespace tokamax;
 using namespace attention_test;
@@ -129,4 +133,56 @@ TEST_CASE("headline chain: grad through layer_norm and attention matches float64
   SECTION("bf16: chunked then tile (the headline implementations)") {
     checkChain(DType::BF16, "chunked", "tile", "tile", 6e-2);
   }
+}
+
+TEST_CASE("attention in a Function: deterministic reaches the VJP grad records", "[attention][function]") {
+  const ArgSpec x{{1, 40, 2, 64}, DType::BF16};
+  auto traced = [&](bool deterministic) {
+    return Function::trace({x, x}, [&](Tracer &t, std::span<const Sym> in) {
+      AttentionOptions o;
+      o.deterministic = deterministic;
+      return std::vector<Sym>{t.sum(t.cast(t.dot_product_attention(in[0], in[1], in[1], o), DType::F32))};
+    });
+  };
+  auto vjpCall = [](const Function &g) -> const Function::Call & {
+    for (const Function::Call &call : g.calls())
+      if (call.op->name() == "attention_vjp")
+        return call;
+    FAIL("no attention_vjp call");
+    return g.calls().front();
+  };
+  // The default: nothing recorded, the VJP's attributes and the JSON as before the option.
+  Function plain = traced(true);
+  CHECK(plain.calls()[0].vjp_attributes.empty());
+  CHECK(plain.to_json().find("vjp_attributes") == std::string::npos);
+  CHECK(vjpCall(grad(plain, {0, 1})).args.attributes.count("deterministic") == 0);
+  // false: the forward's call keeps it for grad (the forward op takes no such attribute),
+  // its VJP gets "deterministic": "0", and the JSON keeps it.
+  Function loose = traced(false);
+  CHECK(loose.calls()[0].args == plain.calls()[0].args);
+  CHECK(loose.calls()[0].vjp_attributes == std::map<std::string, std::string>{{"deterministic", "0"}});
+  CHECK(vjpCall(grad(loose, {0, 1})).args.attribute("deterministic") == "0");
+  Function back = Function::from_json(loose.to_json());
+  CHECK(back.calls()[0].vjp_attributes == loose.calls()[0].vjp_attributes);
+  CHECK(vjpCall(grad(back, {0, 1})).args.attribute("deterministic") == "0");
+  // What from_json refuses: another value (the default is the key's absence), another key,
+  // and VJP attributes on a call whose VJP takes none of its own.
+  auto fromJsonError = [&](const std::string &from, const std::string &to) {
+    std::string text = loose.to_json();
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    try {
+      Function::from_json(text);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  CHECK_THAT(fromJsonError(R"("vjp_attributes":{"deterministic":"0"})", R"("vjp_attributes":{"deterministic":"1"})"),
+             Catch::Contains("calls[0].vjp_attributes.deterministic must be \"0\""));
+  CHECK_THAT(fromJsonError(R"("vjp_attributes":{"deterministic":"0"})", R"("vjp_attributes":{"fused":"0"})"),
+             Catch::Contains("no attribute \"fused\""));
+  CHECK_THAT(fromJsonError(R"("vjp_attributes":{"deterministic":"0"})", R"("vjp_attributes":[])"),
+             Catch::Contains("must be an object"));
 }

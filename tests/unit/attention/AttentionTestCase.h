@@ -42,6 +42,7 @@ struct Case {
   std::vector<double> sink_values;
   std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
   std::optional<tokamax::Config> vjp_config;  ///< the VJP's, where it differs from config
+  bool deterministic = true;                  ///< AttentionOptions::deterministic (the VJP's)
   bool vjp = true;
   double tolerance_factor = 1;
   uint64_t seed = 1;
@@ -79,6 +80,8 @@ inline std::string describe(const Case &c) {
     s += " config " + c.config->to_json();
   if (c.vjp_config)
     s += " vjp config " + c.vjp_config->to_json();
+  if (!c.deterministic)
+    s += " deterministic=false";
   return s + (c.vjp ? " fwd+vjp" : " fwd");
 }
 
@@ -153,6 +156,7 @@ inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::Tensor
   if (c.options.window)
     o.local_window = tokamax::LocalWindow{c.options.window->left, c.options.window->right};
   o.logits_soft_cap = c.options.soft_cap;
+  o.deterministic = c.deterministic;
   o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths, o.sinks = sinks;
   if (!c.implementation.empty())
     o.implementation = c.implementation;

@@ -239,6 +239,30 @@ TEST_CASE("attention: argument order / attributes / the residual's spec", "[atte
   CHECK(attention_lse_spec(spec({17, 4, 32}, DType::F64)) == spec({4, 17}, DType::F64));
 }
 
+TEST_CASE("attention: deterministic is the VJP's attribute, printed only when false", "[attention]") {
+  // The default prints nothing: every existing call's JSON (and with it cache, autotuning
+  // and export keys) stays as it was.
+  const BoundArgs vjp = bind_attention_vjp(goodVjpSpecs());
+  CHECK(vjp.attributes.count("deterministic") == 0);
+  CHECK(vjp.to_json().find("deterministic") == std::string::npos);
+  CHECK(bind_attention_vjp(goodVjpSpecs(), {.deterministic = true}) == vjp);
+  const BoundArgs loose = bind_attention_vjp(goodVjpSpecs(), {.deterministic = false});
+  CHECK(loose.attribute("deterministic") == "0");
+  CHECK(loose.to_json().find(R"("deterministic":"0")") != std::string::npos);
+  CHECK(BoundArgs::from_json(loose.to_json()) == loose);
+  CHECK_NOTHROW(attention_vjp_op().validate(loose));
+  // The forward is deterministic either way: it records nothing and takes no such attribute.
+  CHECK(bind_attention(goodSpecs(), {.deterministic = false}) == bind_attention(goodSpecs()));
+  BoundArgs forward = bind_attention(goodSpecs());
+  forward.attributes["deterministic"] = "0";
+  CHECK_THAT(errorOf([&] { attention_op().validate(forward); }),
+             Catch::Contains("unknown attribute \"deterministic\""));
+  // "1" is the default's, never printed: not canonical.
+  BoundArgs one = vjp;
+  one.attributes["deterministic"] = "1";
+  CHECK_THAT(errorOf([&] { attention_vjp_op().validate(one); }), Catch::Contains("canonical"));
+}
+
 TEST_CASE("attention: every implementation and dtype matches float64", "[attention]") {
   const std::vector<Dims> shapes = {
       {.batch = {2}, .t = 17, .s = 40, .n = 3, .k = 1, .h = 64, .hv = 64},    // MQA 3:1

@@ -41,6 +41,15 @@ TEST_CASE("capi: tkx_call_create names the bad op, option, input and JSON", "[ca
   CHECK_STATUS(create("attention", descs({&x, &x, &x, nullptr, nullptr, nullptr, nullptr, nullptr}),
                       R"({"is_causal": 1})", &call),
                TKX_INVALID_ARGUMENT, "option \"is_causal\" must be a boolean");
+  // The forward takes no "deterministic" (its VJP's option); the VJP takes a boolean.
+  CTensor a = CTensor::random(DType::F32, {1, 4, 2, 16}, 3);
+  CHECK_STATUS(create("attention", descs({&a, &a, &a, nullptr, nullptr, nullptr, nullptr, nullptr}),
+                      R"({"deterministic": false})", &call),
+               TKX_INVALID_ARGUMENT, "unknown option \"deterministic\"");
+  CTensor lse = CTensor::random(DType::F32, {1, 2, 4}, 4);
+  CHECK_STATUS(create("attention_vjp", descs({&a, &a, &a, &a, &a, &lse, nullptr, nullptr, nullptr, nullptr, nullptr}),
+                      R"({"deterministic": 0})", &call),
+               TKX_INVALID_ARGUMENT, "option \"deterministic\" must be a boolean");
   CHECK_STATUS(create("layer_norm", in, R"({"config": {"block_rows": "four"}})", &call), TKX_INVALID_ARGUMENT,
                "option \"config\"");
   CHECK_STATUS(create("layer_norm", in, R"({"implementation": "cuda"})", &call), TKX_INVALID_ARGUMENT, "cuda",

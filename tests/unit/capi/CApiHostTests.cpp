@@ -151,6 +151,20 @@ TEST_CASE("capi: attention and its VJP on the interpreter are bitwise the C++ ho
   CHECK(grads[1]->same_bits(dk));
   CHECK(grads[2]->same_bits(dv));
 
+  // "deterministic" is the VJP's option: its bound call prints it only when false, and a
+  // VJP that is deterministic either way gives the same bits.
+  CHECK(std::string(tkx_call_json(vjp.get())).find("deterministic") == std::string::npos);
+  const char *loose = R"({"is_causal": true, "scale": 0.3, "window_left": 5, "logits_soft_cap": 20.0,
+                          "deterministic": false})";
+  Call looseVjp = make_call("attention_vjp", vjpInputs, loose);
+  CHECK(std::string(tkx_call_json(looseVjp.get())).find(R"("deterministic":"0")") != std::string::npos);
+  auto looseGrads = runOutputs(looseVjp.get(), vjpInputs);
+  CHECK(looseGrads[0]->same_bits(dq));
+  Call strictVjp = make_call("attention_vjp", vjpInputs,
+                             R"({"is_causal": true, "scale": 0.3, "window_left": 5, "logits_soft_cap": 20.0,
+                                 "deterministic": true})");
+  CHECK(std::string(tkx_call_json(strictVjp.get())) == std::string(tkx_call_json(vjp.get())));
+
   SECTION("with sinks: the VJP gives dsinks") {
     CTensor sinks = CTensor::random(DType::F32, {4}, 15, 0.05, 1.0);
     auto sinkInputs = descs({&q, &k, &v, nullptr, nullptr, nullptr, nullptr, &sinks});

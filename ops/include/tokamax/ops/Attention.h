@@ -83,6 +83,9 @@ struct TOKAMAX_API AttentionOptions {
   const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
   const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
   const TensorView *sinks = nullptr;           ///< f32 [N]: one extra logit per query head
+  /// The VJP: reruns give the same bits (see the header comment). false lets the hopper
+  /// VJP's opt-in fused dq add in any order; the forward and every other VJP ignore it.
+  bool deterministic = true;
   /// "tile", "hopper" (sm_90a), "chunked" or "reference"; std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
@@ -126,7 +129,8 @@ TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const Te
 // (sinks and dsinks came last: a call bound before they existed, read back from JSON by
 // BoundArgs::from_json (autotuning results, Functions), gets them as absent.)
 // Attributes (canonical printed values): "scale", "is_causal" ("0"/"1"), "window_left",
-// "window_right" (present only when bounded), "logits_soft_cap" (present only when set).
+// "window_right" (present only when bounded), "logits_soft_cap" (present only when set);
+// attention_vjp also "deterministic" (present only when false: "0").
 
 /// The specs of one call (bias / mask / lengths / lse / dbias / sinks / dsinks optional).
 /// sinks and dsinks are the last fields (not in argument order), so that aggregate

@@ -25,6 +25,7 @@
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -66,8 +67,9 @@ public:
   /// Attention over traced q, k, v (the same value may be passed more than once: grad adds
   /// the contributions). options' tensor pointers are ignored: pass the optional tensors
   /// as values; options.implementation pins the call and its VJP (a forward pinned to
-  /// "hopper" whose call the hopper VJP refuses, head dims past 128, leaves it to auto).
-  /// grad differentiates q, k, v, bias and sinks.
+  /// "hopper" whose call the hopper VJP refuses, head dims past 128, leaves it to auto);
+  /// options.deterministic goes to the VJP (Call::vjp_attributes). grad differentiates q,
+  /// k, v, bias and sinks.
   Sym dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options = {},
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,
@@ -107,6 +109,9 @@ public:
     BoundArgs args;
     std::vector<int> slots;
     std::optional<std::string> implementation;  ///< pinned by the trace; std::nullopt: auto
+    /// Attributes of the op's VJP that the op itself does not take, for grad(): the
+    /// attention VJP's "deterministic" ("0"; absent = true). Empty for most calls.
+    std::map<std::string, std::string> vjp_attributes;
   };
 
   static Function trace(std::vector<ArgSpec> inputs,
@@ -148,7 +153,8 @@ public:
   std::vector<dsl::Kernel> kernels(const std::string &arch) const;
 
   /// The whole function as JSON: its values' specs, inputs, outputs and calls (op
-  /// arguments, the values bound to them, a pinned implementation). Format version 2.
+  /// arguments, the values bound to them, a pinned implementation, and "vjp_attributes"
+  /// where a call has any). Format version 2.
   std::string to_json() const;
   /// The function to_json wrote. Every op must be registered, every call valid for its
   /// op and its values, and every value written once before it is read; throws Error
