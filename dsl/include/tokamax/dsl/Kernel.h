@@ -259,7 +259,9 @@ public:
   /// wait for programs that run at the same time: on a GPU, wait only on programs that
   /// can be resident together; on the interpreter (one program at a time, in grid order
   /// x fastest, even under TOKAMAX_INTERPRETER_ORDER=reverse) a wait whose value is not
-  /// there yet fails as a deadlock. Not inside warp-specialized loops.
+  /// there yet fails as a deadlock. Inside a specialized_loop they are the consumers'
+  /// (thread 0 is one; their barriers are the consumers' named barrier); the producer
+  /// warpgroup never waits on them.
   void semaphore_wait(std::vector<Value> offsets, const Value &expected) const;
   void semaphore_signal(std::vector<Value> offsets, const Value &add = 1) const;
   /// The base pointer, for pointer arithmetic (`x.ptr() + offsets`).
