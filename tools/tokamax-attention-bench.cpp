@@ -22,10 +22,12 @@
 //
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
-//                                [--quick] [--autotune]
+//                                [--quick] [--autotune] [--nondeterministic]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
+//   --nondeterministic: the VJP with AttentionOptions::deterministic = false (the hopper
+//             VJP's opt-in "fused_dq": 1 then adds dq in any order instead of in turns)
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
@@ -76,6 +78,7 @@ const Shape kQuickShape = {"Q", 2, 512, 4, 64};
 constexpr const char *kConfigVariable = "TOKAMAX_ATTENTION_BENCH_CONFIG";
 constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
 constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
+constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDETERMINISTIC";
 
 struct Row : tools::OpRow {
   bool causal = false;
@@ -218,6 +221,8 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
     vjpOptions.config = Config::from_json(config);
+  if (std::getenv(kNondeterministicVariable))  // --nondeterministic
+    vjpOptions.deterministic = false;
   std::optional<AutotuningScope> tuned;
   if (std::getenv(kAutotuneVariable))
     tuned.emplace(tuneRow(s, pass, impl, options, vjpOptions, row));
@@ -339,10 +344,12 @@ int main(int argc, char **argv) try {
       quick = true;
     } else if (arg == "--autotune") {
       setenv(kAutotuneVariable, "1", 1);
+    } else if (arg == "--nondeterministic") {
+      setenv(kNondeterministicVariable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
                          "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
-                         "[--autotune]\n");
+                         "[--autotune] [--nondeterministic]\n");
       return 2;
     }
   }

@@ -81,6 +81,8 @@ KernelKey KernelSpec::key() const {
     mix(stats_ahead);
   if (usesSinks())  // (likewise)
     mix(true);
+  if (ordersDq())  // (likewise)
+    mix(ordered_dq);
   return h;
 }
 
@@ -88,9 +90,9 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
-                     usesSinks() ? "_sink" : "");
+                     usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {
@@ -356,16 +358,27 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   const DeltaWorkspace delta(p, ws);
   size_t ds = p.dbias ? ws.add(p.logits_bytes()) : 0;
   const int64_t sumRows = fusedDq ? dq_sum_rows(p, base.block_q) : 0;
-  size_t dqSum = fusedDq ? ws.add(double(p.B) * sumRows * p.N * p.H * 4) : 0;
+  // With ordered adds, an i32 counter per (batch row, query head, query block) follows the
+  // sum (256-byte aligned), so that one fill zeroes both.
+  const bool ordered = fusedDq && base.ordered_dq;
+  const double sumBytes = double(p.B) * sumRows * p.N * p.H * 4;
+  const int64_t sumWords = (static_cast<int64_t>(sumBytes) + 255) / 256 * 64;
+  const int64_t queryBlocks = fusedDq ? sumRows / base.block_q : 0, counters = p.B * p.N * queryBlocks;
+  size_t dqSum = fusedDq ? ws.add(ordered ? double(sumWords + counters) * 4 : sumBytes) : 0;
   ws.allocate(ex);
   TensorView dsView = w.square(ws.at(ds));
   TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]);
   if (p.dbias)
     ex.zero(dsView);  // blocks no query sees stay zero
-  TensorView dqSumView;  // [B rows, N H] for TMA: the dk/dv programs add into it
+  TensorView dqSumView, orderView;  // [B rows, N H] for TMA: the dk/dv programs add into it
   if (fusedDq) {
     dqSumView = w.as(ws.at(dqSum), DType::F32, {p.B * sumRows, p.N * p.H});
-    ex.zero(dqSumView);
+    if (ordered) {
+      orderView = w.as(ws.at(dqSum) + uint64_t(sumWords) * 4, DType::I32, {p.B, p.N, queryBlocks});
+      ex.zero(w.as(ws.at(dqSum), DType::F32, {sumWords + counters}));
+    } else {
+      ex.zero(dqSumView);
+    }
   }
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
   args.emplace_back(hopper ? w.as(dout, {p.B, p.T, p.N * p.Hv}) : w.o(dout));
@@ -381,6 +394,8 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
     dkdv.emplace_back(dsView);
   if (fusedDq) {
     dkdv.emplace_back(dqSumView);
+    if (ordered)
+      dkdv.emplace_back(orderView);
     launcher.launch(KernelKind::FusedDkDvDq, dkdv, 0, held);
     launcher.launch(KernelKind::DqFromSum, {w.as(dqSumView, {p.B, sumRows, p.N, p.H}), w.q(out[0])});
   } else {

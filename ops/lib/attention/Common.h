@@ -136,6 +136,14 @@ struct KernelSpec {
       return p.sinks;
     return p.dsinks && (kind == KernelKind::Delta || kind == KernelKind::DsinksReduce);
   }
+  /// The hopper fused-dq plan of a deterministic call (Problem::deterministic): each dk/dv
+  /// program waits for its turn at each query block before adding dS K into the dq sum,
+  /// key blocks in ascending order, through an i32 counter per (batch row, query head,
+  /// query block) that the plan zeroes (hopper_dkdv_kernel says why the order is fixed
+  /// and cannot deadlock).
+  bool ordered_dq = false;
+  /// ordered_dq where it applies (the fused dk/dv kernel): in its key and name ("_ordered").
+  bool ordersDq() const { return ordered_dq && tma && kind == KernelKind::FusedDkDvDq; }
 
   KernelKey key() const;
   std::string name() const;
@@ -292,7 +300,8 @@ bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs,
 
 /// How the VJP forms dq: its own kernel (recomputing S and dP: deterministic), or added up
 /// by the hopper dk/dv programs into an f32 sum with TMA reduce-adds (5 products a block
-/// pair instead of 7; the adds land in no fixed order), then scaled into dq.
+/// pair instead of 7; in key-block order with the spec's ordered_dq, else in no fixed
+/// order), then scaled into dq.
 enum class DqPlan : uint8_t { OwnKernel, FusedSum };
 
 /// The rows of the f32 dq sum a batch row has: T rounded up to the dk/dv query step, so
@@ -306,8 +315,8 @@ std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqP
 /// The plan of the flash kernels (chunked, tile and, with base.tma, hopper): the forward
 /// one kernel (out, lse); the VJP delta -> dk/dv (+ dS for dbias) -> dq (-> dbias
 /// reduce), its workspaces (delta, dS) out of the call's one scratch buffer. With
-/// DqPlan::FusedSum (hopper only): delta, zeroing the dq sum, dk/dv adding into it, then
-/// dq from it.
+/// DqPlan::FusedSum (hopper only): delta, zeroing the dq sum (and, with base.ordered_dq,
+/// the order counters after it, in the same fill), dk/dv adding into it, then dq from it.
 void run_flash(const KernelSpec &base, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                ops_detail::KernelExecutor &ex, DqPlan dq = DqPlan::OwnKernel);
 

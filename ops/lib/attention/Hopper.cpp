@@ -49,9 +49,11 @@ struct HopperVjpConfig {
   int64_t num_warps = 8;         ///< "num_warps": consumer warps; both kernels hold 16 x num_warps rows
   int64_t stages = 2;            ///< "stages": the rings' slots (absent: 2)
   /// "fused_dq": the dk/dv programs also add each step's dS K into an f32 dq sum (TMA
-  /// reduce-adds) and no dq kernel runs: 5 products a block pair instead of 7, but the
-  /// adds land in no fixed order (not deterministic). Opt-in only: never in the heuristic
-  /// or the search space.
+  /// reduce-adds) and no dq kernel runs: 5 products a block pair instead of 7. A
+  /// deterministic call (the default) orders each query block's adds by key block
+  /// (semaphores: KernelSpec::ordered_dq); with deterministic = false they land in no
+  /// fixed order. Opt-in only (slower than the 7-product VJP so far): never in the
+  /// heuristic or the search space.
   bool fused_dq = false;
   /// "stats_ahead": each dk/dv step's lse and delta are loaded by the step before and
   /// carried (hopper_dkdv_kernel), where the registers allow. Opt-in only: ptxas injects
@@ -155,6 +157,7 @@ KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
 KernelSpec vjpSpec(const Problem &p, const HopperVjpConfig &c) {
   KernelSpec s = hopperSpec(p, c.dkdv_query_step, c.dq_key_step, c.num_warps, c.stages);
   s.stats_ahead = c.stats_ahead;
+  s.ordered_dq = c.fused_dq && p.deterministic;
   return s;
 }
 

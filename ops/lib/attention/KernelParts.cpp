@@ -216,9 +216,7 @@ Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv) {
     hi = minimum(hi, t0 + (bq + p.right));
   if (p.q_lengths)
     hi = where(t0 < pr.q_valid, hi, zero);
-  Value lo = zero;
-  if (p.left >= 0)
-    lo = maximum(t0 - p.left, zero) / bkv * bkv;
+  Value lo = first_key(pr, t0, bkv, zero);
   // Blocks every pair of which is visible: keys below every query's causal / right
   // limit and the valid length, at or above every query's left limit.
   Value bound = pr.kv_valid;
@@ -234,6 +232,12 @@ Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv) {
   Value e = minimum(maximum(innerLo, lo), hiCeil);
   Value f = minimum(maximum(innerHi, e), hiCeil);
   return {lo, hi, e, f};
+}
+
+Value first_key(Program &pr, Value t0, int64_t bkv, Value zero) {
+  if (pr.p.left < 0)
+    return zero;
+  return maximum(t0 - pr.p.left, zero) / bkv * bkv;
 }
 
 Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {

@@ -116,6 +116,10 @@ struct Range {
 };
 Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv);
 Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv);
+/// key_range's lo: the first key of the first block of `bkv` keys (blocks start at
+/// multiples of bkv) that a query row from t0 on may see; the left window's bound, else 0
+/// (`zero`, an i32 0).
+Value first_key(Program &pr, Value t0, int64_t bkv, Value zero);
 
 /// The Masking of the block at `first` of a walk over `r` in steps of `step`, along keys
 /// (forward, dq) or queries (dk/dv): none when the problem hides no pair there (no causal,

@@ -41,13 +41,13 @@ HostBuffer download(const Tensor &t) {
 
 struct DeviceRun {
   Results results;
-  bool same_bits = true;  ///< a second forward and VJP reproduced every output bit for bit
+  bool same_bits = true;  ///< the later forwards and VJPs reproduced every output bit for bit
   std::string differing;  ///< the outputs that did not
-  double seconds = 0;     ///< both runs, with the first call's compilation
+  double seconds = 0;     ///< every run, with the first call's compilation
 };
 
-/// The case on the device, twice (the second into fresh poisoned outputs).
-DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
+/// The case on the device `runs` times (each into fresh poisoned outputs).
+DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream, int runCount = 2) {
   const Dims &d = c.dims;
   const auto start = std::chrono::steady_clock::now();
   Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v);
@@ -62,7 +62,7 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
   AttentionOptions options = apiOptions(c, view(bias), view(mask), view(ql), view(kvl), view(sinks));
 
   std::vector<std::vector<HostBuffer>> runs;
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < runCount; ++run) {
     Tensor out = poisoned(c.dtype, d.outShape()), lse = poisoned(lseDtype(c.dtype), d.lseShape());
     dot_product_attention(q, k, v, out, stream, options, &lse.view());
     std::vector<HostBuffer> results;
@@ -99,24 +99,27 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream) {
   if (sinks && c.vjp)
     names.push_back("dsinks"), into.push_back(&r.results.dsinks);
   for (size_t i = 0; i < runs[0].size(); ++i)
-    if (runs[0][i].storage != runs[1][i].storage) {
-      r.same_bits = false;
-      r.differing += std::string(r.differing.empty() ? "" : ", ") + names[i];
-    }
+    for (size_t later = 1; later < runs.size(); ++later)
+      if (runs[0][i].storage != runs[later][i].storage) {
+        r.same_bits = false;
+        r.differing += std::string(r.differing.empty() ? "" : ", ") + names[i];
+        break;
+      }
   for (size_t i = 0; i < runs[0].size(); ++i)
     *into[i] = runs[0][i].values();
   return r;
 }
 
-/// Each case (a section of its own) against float64, and its rerun bit for bit.
-/// `mayDiffer` names the outputs, as DeviceRun::differing lists them ("dq"), whose bits
-/// may differ between reruns: the rerun reproduces every output or differs in exactly those.
-void checkOnDevice(const std::vector<Case> &cases, Stream &stream, std::string_view mayDiffer = {}) {
+/// Each case (a section of its own) against float64, and its reruns (`runs` in all) bit
+/// for bit. `mayDiffer` names the outputs, as DeviceRun::differing lists them ("dq"), whose
+/// bits may differ between reruns: the reruns reproduce every output or differ in exactly
+/// those.
+void checkOnDevice(const std::vector<Case> &cases, Stream &stream, std::string_view mayDiffer = {}, int runs = 2) {
   for (const Case &c : cases)
     DYNAMIC_SECTION(describe(c)) {
       CaseData data = makeData(c);
       Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
-      DeviceRun run = runOnDevice(c, data, stream);
+      DeviceRun run = runOnDevice(c, data, stream, runs);
       checkResults(c, ref, run.results, &data.inputs);
       INFO("outputs that differ between runs: " << run.differing);
       CHECK((run.same_bits || run.differing == mayDiffer));
@@ -300,7 +303,8 @@ TEST_CASE("attention hopper: the opt-in fused-dq VJP (TMA reduce-adds) matches f
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   Stream stream = Stream::create(Device::get());
-  // T and S not multiples of the steps, GQA, causal, Hv != H, lengths.
+  // T and S not multiples of the steps, GQA, causal, Hv != H, lengths; deterministic =
+  // false: the adds unordered (the ordered ones: the test below).
   const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
   std::vector<Case> cases;
   for (int variant = 0; variant < 4; ++variant) {
@@ -310,11 +314,45 @@ TEST_CASE("attention hopper: the opt-in fused-dq VJP (TMA reduce-adds) matches f
     if (variant == 3)
       c.q_lengths = {1000, 517}, c.kv_lengths = {700, 333};
     c.vjp_config = fused;
+    c.deterministic = false;
     c.seed = 70 + variant;
     cases.push_back(c);
   }
   // dq's adds land in no fixed order; every other output reruns bit for bit.
   checkOnDevice(cases, stream, "dq");
+}
+
+TEST_CASE("attention hopper: the fused-dq VJP with ordered adds (deterministic) matches float64 and reruns bit for "
+          "bit on the device",
+          "[gpu][attention][tma_ring][fused_dq]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  Stream stream = Stream::create(Device::get());
+  // AttentionOptions::deterministic (the default): each query block's dS K adds wait for
+  // the key blocks before them (semaphores), so dq reruns bit for bit (three runs). The
+  // seed's shape, causal or not; T and S not multiples of the steps, GQA and MQA, a left
+  // window (the first key block that meets a query block is not 0), lengths, Hv != H.
+  const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
+  std::vector<Case> cases;
+  auto add = [&](Dims dims, auto edit) {
+    Case c = makeCase("hopper", DType::BF16, std::move(dims));
+    edit(c);
+    c.vjp_config = fused;
+    c.seed = 90 + cases.size();
+    cases.push_back(c);
+  };
+  const Dims seed{.batch = {2}, .t = 2048, .s = 2048, .n = 16, .k = 16, .h = 64, .hv = 64};
+  add(seed, [](Case &) {});
+  add(seed, [](Case &c) { c.options.is_causal = true; });
+  add({.batch = {2}, .t = 1000, .s = 700, .n = 4, .k = 2, .h = 64, .hv = 64},
+      [](Case &c) { c.options.is_causal = true; });
+  add({.batch = {2}, .t = 1000, .s = 1300, .n = 4, .k = 2, .h = 64, .hv = 64}, [](Case &c) {
+    c.options.window = Window{300, 40}, c.q_lengths = {1000, 517}, c.kv_lengths = {1300, 1};
+  });
+  add({.batch = {1}, .t = 513, .s = 1025, .n = 8, .k = 1, .h = 64, .hv = 32}, [](Case &c) {
+    c.options.is_causal = true, c.options.window = Window{200, std::nullopt};
+  });
+  checkOnDevice(cases, stream, {}, /*runs=*/3);
 }
 
 TEST_CASE("attention hopper: blocks past T and S read zeros, never the next batch row's", "[gpu][attention][tma_ring]") {

@@ -296,14 +296,34 @@ TEST_CASE("attention hopper: the VJP's fused dq is opt-in and checked", "[attent
   for (int64_t h : {16, 32, 128})
     CHECK_THAT(why(vjpArgs({2, 100, 4, h}, {2, 192, 2, h}), "fused_dq", 1),
                Catch::Contains(fmt::format("H 64 and Hv up to 64, got H {}", h)));
-  // delta, dk/dv adding dS K into the dq sum, dq from the sum; no dq kernel.
-  std::vector<std::string> names;
+  // delta, dk/dv adding dS K into the dq sum, dq from the sum; no dq kernel. A
+  // deterministic call (the default) orders the adds (the "_ordered" dk/dv kernel);
+  // deterministic = false gives the unordered kernel, as it was before the option.
+  AttentionOptions loose;
+  loose.deterministic = false;
+  const ArgSpec qs{{2, 100, 4, 64}, DType::BF16}, ks{{2, 192, 2, 64}, DType::BF16};
+  const BoundArgs looseArgs =
+      bind_attention_vjp({qs, qs, ks, ks, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, ks, ks, {}}, loose);
+  std::vector<std::string> names, looseNames;
   for (const dsl::Kernel &kernel : hopper.kernels(args, fused))
     names.push_back(kernel.name());
+  for (const dsl::Kernel &kernel : hopper.kernels(looseArgs, fused))
+    looseNames.push_back(kernel.name());
   REQUIRE(names.size() == 3u);
   CHECK(names[0].find("attention_delta") == 0);
-  CHECK(names[1].find("attention_dkdv_dq_hopper") == 0);
+  CHECK(names[1] == "attention_dkdv_dq_hopper_bf16_h64_64x64_ordered");
   CHECK(names[2].find("attention_dq_from_sum") == 0);
+  CHECK(looseNames == std::vector<std::string>{names[0], "attention_dkdv_dq_hopper_bf16_h64_64x64", names[2]});
+  // deterministic changes nothing else: the heuristic, the search space and the unfused
+  // VJP's kernels (deterministic anyway) are the same.
+  CHECK(hopper.heuristic(looseArgs) == hopper.heuristic(args));
+  CHECK(hopper.search_space(looseArgs) == hopper.search_space(args));
+  std::vector<std::string> plain, loosePlain;
+  for (const dsl::Kernel &kernel : hopper.kernels(args, hopper.heuristic(args)))
+    plain.push_back(kernel.name() + kernel.ir());
+  for (const dsl::Kernel &kernel : hopper.kernels(looseArgs, hopper.heuristic(args)))
+    loosePlain.push_back(kernel.name() + kernel.ir());
+  CHECK(loosePlain == plain);
 }
 
 TEST_CASE("attention hopper: stats_ahead carries each dk/dv step's row statistics without shared memory",
@@ -351,21 +371,36 @@ TEST_CASE("attention hopper: the fused-dq dk/dv kernel reduce-adds dS K by TMA a
   const std::string ptxas = test::ptxas_path();
   const Implementation &hopper = attention_vjp_op().implementation("hopper");
   const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
-  for (auto [h, causal] : {std::pair{64, false}, std::pair{64, true}}) {
-    BoundArgs args = vjpArgs({4, 2048, 8, h}, {4, 2048, 8, h}, DType::BF16, causal);
-    std::vector<dsl::Kernel> kernels = hopper.kernels(args, fused);
-    REQUIRE(kernels.size() == 3u);
-    INFO("H " << h << (causal ? " causal" : ""));
-    CompiledKernel compiled = test::sm90a_ptx(kernels[1]);
-    // q, k, v, dout and the dq sum.
-    test::check_hopper_ptx(compiled, {.min_copies = 4, .producer = false, .no_ldmatrix = false, .tensor_maps = 5},
-                           ptxas);
-    // dS K [64, 64] in two strips of 32 f32 columns: one bulk reduce-add a strip, no
-    // plain TMA store.
-    CHECK(test::count(compiled.ptx, "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group") == 2u);
-    CHECK(test::count(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 0u);
-    CHECK_NOTHROW(test::sm90a_ptx(kernels[2]));
-  }
+  for (auto [h, causal] : {std::pair{64, false}, std::pair{64, true}})
+    for (bool deterministic : {true, false}) {
+      const ArgSpec qs{{4, 2048, 8, h}, DType::BF16};
+      AttentionOptions options = causalIf(causal);
+      options.deterministic = deterministic;
+      BoundArgs args =
+          bind_attention_vjp({qs, qs, qs, qs, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, qs, qs, {}}, options);
+      std::vector<dsl::Kernel> kernels = hopper.kernels(args, fused);
+      REQUIRE(kernels.size() == 3u);
+      INFO("H " << h << (causal ? " causal" : "") << (deterministic ? "" : " deterministic = false"));
+      CompiledKernel compiled = test::sm90a_ptx(kernels[1]);
+      // q, k, v, dout and the dq sum (the order counters are plain global memory).
+      test::check_hopper_ptx(compiled, {.min_copies = 4, .producer = false, .no_ldmatrix = false, .tensor_maps = 5},
+                             ptxas);
+      // dS K [64, 64] in two strips of 32 f32 columns: one bulk reduce-add a strip, no
+      // plain TMA store.
+      CHECK(test::count(compiled.ptx, "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group") ==
+            2u);
+      CHECK(test::count(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 0u);
+      CHECK_NOTHROW(test::sm90a_ptx(kernels[2]));
+      // A deterministic call's (the default's) dk/dv kernel orders the adds: thread 0 spins
+      // on the step's counter before them (ld.acquire.gpu) and, once its bulk groups are
+      // complete, counts the program in (red.release.gpu), among the consumers' named
+      // barrier; deterministic = false adds in any order, as before the option.
+      CHECK((kernels[1].name().find("_ordered") != std::string::npos) == deterministic);
+      CHECK(test::count(compiled.ptx, "ld.acquire.gpu.global.b32") == (deterministic ? 1u : 0u));
+      CHECK(test::count(compiled.ptx, "red.release.gpu.global.add.s32") == (deterministic ? 1u : 0u));
+      // The exit's bulk wait, and the signal's.
+      CHECK(test::count(compiled.ptx, "cp.async.bulk.wait_group 0;") == (deterministic ? 2u : 1u));
+    }
   if (ptxas.empty())
     WARN("ptxas not found: the kernels were lowered but not assembled");
 }

@@ -37,7 +37,10 @@
 //                masked); bf16, f16; head dims 16-256 (powers of two), S a multiple of
 //                16. The VJP's "hopper": dk/dv programs hold a K / V block and stream
 //                the Q / dO blocks of the group's heads, dq programs hold Q / dO and
-//                stream K / V (deterministic, no atomics); head dims up to 128.
+//                stream K / V (deterministic, no atomics); head dims up to 128. With
+//                "fused_dq": 1 (opt-in; H 64) the dk/dv programs add dS K into an f32
+//                dq sum by TMA instead, each query block's adds in key-block order
+//                unless deterministic = false.
 //   "tile"       FlashAttention-2 class on mma.sync (sm_80+): one program per (query
 //                block, head, batch row), K/V blocks streamed with an online softmax
 //                (exp2, scale folded), whole KV blocks skipped where causal / window /
@@ -52,8 +55,12 @@
 // The VJP (dq, dk, dv, dbias) follows FlashAttention-2: delta = rowsum(dout * out), dk/dv
 // per key block walking the query blocks (GQA heads of a group summed in the program),
 // dq per query block in a separate pass; dbias from dS reduced over its broadcast dims.
-// Every implementation is deterministic: reruns are bitwise identical (except the hopper
-// VJP with the opt-in config "fused_dq": 1, whose dq adds land in no fixed order).
+// Every implementation is deterministic: reruns are bitwise identical. The hopper VJP's
+// opt-in config "fused_dq": 1 adds each dk/dv step's dS K into an f32 dq sum instead (no
+// dq pass); with options.deterministic (the default) each query block's adds land in a
+// fixed order, key block after key block (a semaphore per batch row, query head and
+// query block in global memory); deterministic = false drops that ordering, and its dq
+// adds land in no fixed order. Every other VJP is deterministic either way.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
