@@ -52,6 +52,13 @@
 #               heuristic at S1 and S2, cuDNN from the same run; the headline gradient
 #               step (tokamax-example-attention) beside JAX's chain with cuDNN attention
 #               (bench/peers/headline.py)
+#   fresh       (named only; run it first next time, with ahead and python) what no GPU
+#               has run yet: the semaphore primitive's ordering; paged_attention and
+#               paged_kv_append numerics against float64, then the decode bench (KV GB/s
+#               and % of copy at batch 1 / 8 / 64, context 4k / 32k, pages 16 / 64);
+#               attention sinks (tile, hopper) forward and VJP against float64 with
+#               bitwise reruns; the fused-dq VJP ordered by semaphores (deterministic)
+#               and its timings beside the unordered one and the heuristic at S1 / S2
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -172,6 +179,23 @@ if wants ahead; then
   done
   TAIL=6 run ahead-headline "${t[@]}" 170 "$bin/tokamax-example-attention"
   TAIL=6 run ahead-headline-jax "${t[@]}" 120 python3 "$here/../bench/peers/headline.py" --json "$out/headline-jax.json"
+fi
+if wants fresh; then
+  t=(timeout -k 10)
+  TAIL=6 run fresh-semaphore "${t[@]}" 60 "$bin/tokamax-gpu-tests" "[semaphore]" --durations yes
+  TAIL=8 run fresh-paged "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[paged_attention]" --durations yes
+  [ $last_rc -eq 0 ] && TAIL=16 run fresh-paged-bench "${t[@]}" 150 "$bin/tokamax-paged-attention-bench" \
+    --json "$out/paged-bench.json"
+  TAIL=8 run fresh-sinks "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[sinks]" --durations yes
+  TAIL=8 run fresh-ordered-dq "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[fused_dq]" --durations yes
+  if [ $last_rc -eq 0 ]; then
+    fused='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2,"fused_dq":1}'
+    TAIL=8 run fresh-fused-ordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+      --vjp-config "$fused"
+    TAIL=8 run fresh-fused-unordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+      --vjp-config "$fused" --nondeterministic
+    TAIL=8 run fresh-heuristic "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2
+  fi
 fi
 if wants python; then
   # The package's tokamax_cpp and library; the JAX handler compiled afresh into $work.
