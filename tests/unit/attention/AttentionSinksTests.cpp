@@ -64,16 +64,6 @@ Case sinkCase(const char *impl, DType dtype, Dims dims) {
   return c;
 }
 
-void check(const Case &c) {
-  CaseData data = makeData(c);
-  Outputs ref = Reference(c.dims, c.options, data.inputs).run();
-  checkResults(c, ref, runOnInterpreter(c, data).results, &data.inputs);
-}
-
-struct ImplDtype {
-  const char *implementation;
-  DType dtype;
-};
 /// Every implementation with the dtypes it serves (hopper: small steps, for the
 /// interpreter's time; forward and VJP configs).
 const std::vector<ImplDtype> kImplDtypes = {{"hopper", DType::BF16},  {"tile", DType::BF16},

@@ -305,4 +305,17 @@ inline InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
   return run;
 }
 
+/// Runs the case on the interpreter and checks it against the float64 reference.
+inline void check(const Case &c) {
+  CaseData data = makeData(c);
+  Outputs ref = Reference(c.dims, c.options, data.inputs).run();
+  checkResults(c, ref, runOnInterpreter(c, data).results, &data.inputs);
+}
+
+/// An implementation and one dtype it serves.
+struct ImplDtype {
+  const char *implementation;
+  tokamax::DType dtype;
+};
+
 } // namespace attention_test

@@ -75,16 +75,6 @@ AttentionVjpSpecs goodVjpSpecs(DType d = DType::BF16) {
   return s;
 }
 
-void check(const Case &c) {
-  CaseData data = makeData(c);
-  Outputs ref = Reference(c.dims, c.options, data.inputs).run();
-  checkResults(c, ref, runOnInterpreter(c, data).results, &data.inputs);
-}
-
-struct ImplDtype {
-  const char *implementation;
-  DType dtype;
-};
 /// Each implementation with the dtypes it serves that these tests cover.
 const std::vector<ImplDtype> kImplDtypes = {{"tile", DType::BF16},       {"tile", DType::F16},
                                             {"chunked", DType::BF16},    {"chunked", DType::F16},
