@@ -172,11 +172,24 @@ def _apply_bwd(name, options, present, residuals, cotangents):
     by_input = [None] * len(inputs)
     for g, i in zip(grads, opdef.vjp_grads):
         if g is not None and inputs[i] is not None:
-            by_input[i] = g.astype(inputs[i].dtype)
+            by_input[i] = _typed_like(g.astype(inputs[i].dtype), inputs[i])
     return tuple(g for g, x in zip(by_input, inputs) if x is not None)
 
 
 _apply.defvjp(_apply_fwd, _apply_bwd)
+
+
+def _typed_like(g, x):
+    """g with x's varying manual axes: under shard_map (check_vma) a VJP's gradients must
+    have their primals' types, and a custom call's results vary over no axis."""
+    typeof = getattr(jax, "typeof", None)
+    if typeof is None:
+        return g
+    missing = tuple(sorted(set(getattr(typeof(x), "vma", ())) - set(getattr(typeof(g), "vma", ())), key=str))
+    if not missing:
+        return g
+    pvary = getattr(jax.lax, "pvary", None)
+    return pvary(g, missing) if pvary is not None else jax.lax.pcast(g, missing, to="varying")
 
 
 def _capi_options(text: str, residuals=None) -> dict:
@@ -221,7 +234,8 @@ BACKEND = _JaxBackend()
 def disabled_export_checks() -> list:
     """What jax.export must be told to accept our custom call (Tokamax's
     DISABLE_JAX_EXPORT_CHECKS)."""
-    return [jax.export.DisabledSafetyChecks.custom_call(TARGET)]
+    checks = getattr(jax.export, "DisabledSafetyCheck", None) or jax.export.DisabledSafetyChecks  # renamed
+    return [checks.custom_call(TARGET)]
 
 
 # ---- autotuning and benchmarking helpers ----

@@ -174,9 +174,49 @@ def op(name: str):
     return _registered[name]
 
 
+_arg_names: dict = {}  # op -> (input names, number of outputs)
+
+
+def _signature(name: str):
+    if name not in _arg_names:
+        args, num_inputs = _capi.op_args(name)
+        _arg_names[name] = (args[:num_inputs], len(args) - num_inputs)
+    return _arg_names[name]
+
+
+def _shaped(name: str, outs):
+    return outs[0] if _signature(name)[1] == 1 else tuple(outs)
+
+
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # older torch
+    def _get_current_dispatch_mode():
+        return None
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _eager(tensors) -> bool:
+    """Whether a call may skip torch's op dispatch (its custom-op layer costs tens of us a
+    call): plain tensors only (no meta, fake, functional, batched or subclass tensors), no
+    dispatch mode, functorch transform or torch.compile / export trace active. Anything
+    else goes through the registered op, which those machineries understand."""
+    return (all(t is None or (type(t) in _PLAIN and not t.is_meta) for t in tensors) and not _is_compiling()
+            and _get_current_dispatch_mode() is None and not _functorch_active())
+
+
+def _dispatch(name: str, tensors, options: str):
+    """Runs op `name` on `tensors` (no autograd: a VJP op, or below autograd): directly
+    when eager, else through torch.ops."""
+    if _eager(tensors):
+        return _shaped(name, _run(name, _signature(name)[0], list(tensors), options))
+    return op(name)(*tensors, options)
+
+
 def _register(name: str):
-    args, num_inputs = _capi.op_args(name)
-    names, num_outputs = args[:num_inputs], len(args) - num_inputs
+    names, num_outputs = _signature(name)
     params = ", ".join(f"Tensor? {_schema_name(a)}" for a in names)
     returns = "Tensor" if num_outputs == 1 else "(" + ", ".join(["Tensor"] * num_outputs) + ")"
     schema = f"({params}, str options) -> {returns}"
@@ -219,7 +259,7 @@ def _autograd_rules(opdef):
         outputs = list(saved)
         cotangents = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outputs)]
         options = ctx.vjp_options or _capi.options_json(opdef.vjp_options_of(json.loads(ctx.options), inputs))
-        result = op(opdef.vjp)(*opdef.vjp_input_values(cotangents, inputs, outputs), options)
+        result = _dispatch(opdef.vjp, opdef.vjp_input_values(cotangents, inputs, outputs), options)
         result = [result] if isinstance(result, torch.Tensor) else list(result)
         input_grads = [None] * len(inputs)
         for g, i in zip(result, opdef.vjp_grads):
@@ -252,17 +292,20 @@ def _register_library_op(name, schema, impl, fake, autograd):
     _library.impl(name, fake, "Meta")  # shapes without data (meta tensors)
     packet = getattr(getattr(torch.ops, _NAMESPACE), name)
     if autograd is not None:
-        _library.impl(name, _autograd_function(name, packet, *autograd), "Autograd")
+        def below(args):
+            with _below_autograd():
+                return packet(*args)
+        _library.impl(name, _autograd_function(name, below, *autograd), "Autograd")
     return packet
 
 
-def _autograd_function(name, packet, setup_context, backward):
-    """The Autograd kernel of older torch: a torch.autograd.Function whose forward runs the
-    op below autograd (the CPU / CUDA / Meta kernel) and whose backward is the VJP op's."""
+def _autograd_function(name, run, setup_context, backward):
+    """A torch.autograd.Function whose forward is run(args) (older torch's Autograd kernel:
+    the op below autograd; the eager path: the op's run itself) and whose backward is the
+    VJP op's."""
 
     def forward(ctx, *args):
-        with _below_autograd():
-            output = packet(*args)
+        output = run(args)
         setup_context(ctx, args, output)
         return output
 
@@ -285,6 +328,19 @@ def _below_autograd():
             del guard
 
 
+_eager_functions: dict = {}
+
+
+def _eager_function(opdef):
+    """The eager path's autograd: the op's run with the registered op's autograd rules."""
+    if opdef.name not in _eager_functions:
+        names = _signature(opdef.name)[0]
+        _eager_functions[opdef.name] = _autograd_function(
+            opdef.name + "_eager", lambda args: _shaped(opdef.name, _run(opdef.name, names, list(args[:-1]), args[-1])),
+            *_autograd_rules(opdef))
+    return _eager_functions[opdef.name]
+
+
 def _scoped_vjp_options(opdef, inputs, outs, options: str, device) -> str:
     """The VJP call's options with the implementation and config it resolves to on this
     thread (inside a scope) for the device's arch; the cotangents have the outputs' specs."""
@@ -301,10 +357,16 @@ class _TorchBackend:
     @staticmethod
     def apply(opdef, inputs, options: dict) -> tuple:
         options = dict(options)
+        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
         if opdef.has_residuals:
-            options["residuals"] = torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in inputs)
-        outs = _registered[opdef.name](*inputs, _options_text(tuple(sorted(options.items()))))
+            options["residuals"] = needs_grad
+        text = _options_text(tuple(sorted(options.items())))
+        if not _eager(inputs):
+            outs = _registered[opdef.name](*inputs, text)
+        elif opdef.vjp is not None and needs_grad:
+            outs = _eager_function(opdef)(*inputs, text)
+        else:
+            outs = _shaped(opdef.name, _run(opdef.name, _signature(opdef.name)[0], list(inputs), text))
         outs = (outs,) if isinstance(outs, torch.Tensor) else outs
         return tuple(outs[j] for j in opdef.returns)
 

@@ -199,6 +199,30 @@ def test_no_grad_skips_residuals():
     ref.assert_close(y.numpy(), ref.layer_norm(x.detach().numpy(), np.ones(8), None), 1e-10, 1e-10, "no_grad")
 
 
+def test_eager_calls_skip_the_registered_op_and_traced_calls_take_it(monkeypatch):
+    # Plain tensors run the op directly (torch's custom-op layer costs tens of us a call),
+    # gradients through the same autograd rules; a dispatch mode sees the registered op.
+    r = ref.rng(9)
+    x, scale = t(r.standard_normal((4, 8)), True), t(r.standard_normal(8), True)
+    dx, dscale = torch.autograd.grad(tokamax.rms_norm(x, scale).sum(), (x, scale))
+    seen = []
+    registered = tt._registered["rms_norm"]
+    monkeypatch.setitem(tt._registered, "rms_norm", lambda *a: seen.append(a) or registered(*a))
+    ex, escale = torch.autograd.grad(tokamax.rms_norm(x, scale).sum(), (x, scale))
+    assert not seen and torch.equal(dx, ex) and torch.equal(dscale, escale)
+    mode = getattr(__import__("torch.utils._python_dispatch", fromlist=["x"]), "TorchDispatchMode", None)
+    if mode is None:
+        return
+
+    class PassThrough(mode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with PassThrough():
+        y = tokamax.rms_norm(x, scale)
+    assert len(seen) == 1 and torch.equal(y, tokamax.rms_norm(x, scale))
+
+
 def test_meta_tensors_get_shapes():
     options = '{"axis":-1,"epsilon":1e-06}'
     y, mean, rstd = tt.op("layer_norm")(torch.empty(5, 8, device="meta"), None, None, options)
