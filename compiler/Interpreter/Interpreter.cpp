@@ -65,6 +65,10 @@ Interpreter::Interpreter(func::FuncOp func, std::span<HostArg> hostArgs) : func(
         int64_t numel = 1;
         for (int64_t d : shape.asArrayRef())
           numel *= d;
+        if (!host.shape.empty() && !std::equal(host.shape.begin(), host.shape.end(), shape.asArrayRef().begin(),
+                                               shape.asArrayRef().end()))
+          throw Error(fmt::format("interpreter: argument '{}' has shape {}, expected {}", info.name,
+                                  shapeText(ArrayRef<int64_t>(host.shape.data(), host.shape.size())), shapeText(shape.asArrayRef())));
         size_t expected = static_cast<size_t>(numel) * elemBytes;
         if (host.bytes != expected)
           throw Error(fmt::format(

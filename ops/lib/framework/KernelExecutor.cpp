@@ -82,7 +82,7 @@ public:
       if (a.is_scalar)
         hostArgs.push_back(HostArg::value(a.scalar));
       else
-        hostArgs.push_back(HostArg::tensor(reinterpret_cast<void *>(a.view.data()), a.view.nbytes()));
+        hostArgs.push_back(HostArg::tensor(reinterpret_cast<void *>(a.view.data()), a.view.nbytes(), a.view.shape()));
     }
     tokamax::interpret(build(), hostArgs);
   }

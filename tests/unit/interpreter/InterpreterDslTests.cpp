@@ -262,3 +262,19 @@ TEST_CASE("interpreter: DSL block atomic adds check dtype and block shape", "[in
   CHECK_THROWS_WITH(out.atomic_add({0, 0, 0}, {1, 4, 64}, t), Catch::Contains("needs the block [1, 4, 64] without its unit dims, [4, 64]"));
   CHECK_THROWS_WITH(out.atomic_add({0, 0, 0}, {1, 8, 64}, t.to(DType::F64)), Catch::Contains("does not match the tensor dtype f32"));
 }
+
+TEST_CASE("interpreter: a tensor argument of the right size but another shape is refused, as a launch refuses it",
+          "[interpreter]") {
+  dsl::Kernel k("copy_rows");
+  auto x = k.input("x", DType::F32, {4, 6});
+  auto y = k.output("y", DType::F32, {4, 6});
+  k.grid(4);
+  dsl::Value row = k.program_id(0);
+  y.store({row, 0}, x.load({row, 0}, {1, 8}));
+  Buf xb(DType::F32, 24), yb(DType::F32, 24);
+  const std::vector<int64_t> right{4, 6}, wrong{6, 4};
+  std::vector<HostArg> ok{HostArg::tensor(xb.arg().data, xb.arg().bytes, right), yb.arg()};
+  interpret(k, ok);  // the same bytes with the declared shape (or none given) run
+  std::vector<HostArg> bad{HostArg::tensor(xb.arg().data, xb.arg().bytes, wrong), yb.arg()};
+  REQUIRE_THROWS_WITH(interpret(k, bad), Catch::Contains("argument 'x' has shape [6, 4], expected [4, 6]"));
+}

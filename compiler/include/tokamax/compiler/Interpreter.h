@@ -20,9 +20,14 @@ struct TOKAMAX_API HostArg {
   void *data = nullptr;  ///< tensors: row-major elements of the parameter's dtype
   size_t bytes = 0;
   double scalar = 0;  ///< scalars: the value (converted to the parameter's dtype)
+  /// tensors, when known: the caller's shape, which must be the parameter's (as a device
+  /// launch checks); empty: only the byte count is checked.
+  std::span<const int64_t> shape;
 
-  static HostArg tensor(void *data, size_t bytes) { return {data, bytes, 0}; }
-  static HostArg value(double v) { return {nullptr, 0, v}; }
+  static HostArg tensor(void *data, size_t bytes, std::span<const int64_t> shape = {}) {
+    return {data, bytes, 0, shape};
+  }
+  static HostArg value(double v) { return {nullptr, 0, v, {}}; }
 };
 
 /// Runs every program instance of the grid of the kernel in `ir` (tile IR text) on the
