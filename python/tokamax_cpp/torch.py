@@ -207,12 +207,15 @@ def _eager(tensors) -> bool:
             and _get_current_dispatch_mode() is None and not _functorch_active())
 
 
+def _direct(name: str, tensors, options: str):
+    """Runs op `name` on `tensors` without torch's op layer: the op's output, or a tuple."""
+    return _shaped(name, _run(name, _signature(name)[0], list(tensors), options))
+
+
 def _dispatch(name: str, tensors, options: str):
     """Runs op `name` on `tensors` (no autograd: a VJP op, or below autograd): directly
     when eager, else through torch.ops."""
-    if _eager(tensors):
-        return _shaped(name, _run(name, _signature(name)[0], list(tensors), options))
-    return op(name)(*tensors, options)
+    return _direct(name, tensors, options) if _eager(tensors) else op(name)(*tensors, options)
 
 
 def _register(name: str):
@@ -220,16 +223,12 @@ def _register(name: str):
     params = ", ".join(f"Tensor? {_schema_name(a)}" for a in names)
     returns = "Tensor" if num_outputs == 1 else "(" + ", ".join(["Tensor"] * num_outputs) + ")"
     schema = f"({params}, str options) -> {returns}"
-    single = num_outputs == 1
-
-    def shaped(outs):
-        return outs[0] if single else tuple(outs)
 
     def impl(*args):
-        return shaped(_run(name, names, list(args[:-1]), args[-1]))
+        return _direct(name, args[:-1], args[-1])
 
     def fake(*args):
-        return shaped(_fake(name, names, list(args[:-1]), args[-1]))
+        return _shaped(name, _fake(name, names, list(args[:-1]), args[-1]))
 
     impl.__name__ = fake.__name__ = name
     opdef = _opdefs.BY_NAME.get(name)
@@ -334,10 +333,8 @@ _eager_functions: dict = {}
 def _eager_function(opdef):
     """The eager path's autograd: the op's run with the registered op's autograd rules."""
     if opdef.name not in _eager_functions:
-        names = _signature(opdef.name)[0]
         _eager_functions[opdef.name] = _autograd_function(
-            opdef.name + "_eager", lambda args: _shaped(opdef.name, _run(opdef.name, names, list(args[:-1]), args[-1])),
-            *_autograd_rules(opdef))
+            opdef.name + "_eager", lambda args: _direct(opdef.name, args[:-1], args[-1]), *_autograd_rules(opdef))
     return _eager_functions[opdef.name]
 
 
@@ -366,7 +363,7 @@ class _TorchBackend:
         elif opdef.vjp is not None and needs_grad:
             outs = _eager_function(opdef)(*inputs, text)
         else:
-            outs = _shaped(opdef.name, _run(opdef.name, _signature(opdef.name)[0], list(inputs), text))
+            outs = _direct(opdef.name, inputs, text)
         outs = (outs,) if isinstance(outs, torch.Tensor) else outs
         return tuple(outs[j] for j in opdef.returns)
 

@@ -298,6 +298,9 @@ TEST_CASE("attention hopper forward and VJP match float64 and rerun bit for bit"
   checkOnDevice(cases, stream);
 }
 
+/// The fused-dq VJP config both fused-dq device tests run.
+const Config kFusedDqConfig{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
+
 TEST_CASE("attention hopper: the opt-in fused-dq VJP (TMA reduce-adds) matches float64 on the device",
           "[gpu][attention][tma_ring][fused_dq]") {
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
@@ -305,7 +308,6 @@ TEST_CASE("attention hopper: the opt-in fused-dq VJP (TMA reduce-adds) matches f
   Stream stream = Stream::create(Device::get());
   // T and S not multiples of the steps, GQA, causal, Hv != H, lengths; deterministic =
   // false: the adds unordered (the ordered ones: the test below).
-  const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
   std::vector<Case> cases;
   for (int variant = 0; variant < 4; ++variant) {
     Case c = makeCase("hopper", DType::BF16,
@@ -313,7 +315,7 @@ TEST_CASE("attention hopper: the opt-in fused-dq VJP (TMA reduce-adds) matches f
     c.options.is_causal = variant == 1;
     if (variant == 3)
       c.q_lengths = {1000, 517}, c.kv_lengths = {700, 333};
-    c.vjp_config = fused;
+    c.vjp_config = kFusedDqConfig;
     c.deterministic = false;
     c.seed = 70 + variant;
     cases.push_back(c);
@@ -332,12 +334,11 @@ TEST_CASE("attention hopper: the fused-dq VJP with ordered adds (deterministic) 
   // the key blocks before them (semaphores), so dq reruns bit for bit (three runs). The
   // seed's shape, causal or not; T and S not multiples of the steps, GQA and MQA, a left
   // window (the first key block that meets a query block is not 0), lengths, Hv != H.
-  const Config fused{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"fused_dq", 1}};
   std::vector<Case> cases;
   auto add = [&](Dims dims, auto edit) {
     Case c = makeCase("hopper", DType::BF16, std::move(dims));
     edit(c);
-    c.vjp_config = fused;
+    c.vjp_config = kFusedDqConfig;
     c.seed = 90 + cases.size();
     cases.push_back(c);
   };
