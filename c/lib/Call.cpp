@@ -52,10 +52,14 @@ std::string argName(const tkx_call &call, size_t index) {
 
 /// A count of inputs or outputs a caller passed: the op's, or fewer (a caller built
 /// before optional arguments were appended: the missing trailing ones are absent).
-void checkCount(const tkx_call &call, const char *what, int32_t count, size_t takes) {
-  if (count < 0 || static_cast<size_t>(count) > takes)
-    throw Error(fmt::format("{}: {} is {}, the op takes {} ({} and fewer pass the last ones as absent)",
-                            call.op->name(), what, count, takes, takes));
+/// `what` is "num_inputs" or "num_outputs"; the error lists that side's arguments.
+void checkCount(const tkx_call &call, std::string_view what, int32_t count) {
+  const std::span<const std::string> names(call.op->arg_names());
+  const size_t inputs = call.op->num_inputs();
+  const auto side = what == "num_inputs" ? names.first(inputs) : names.subspan(inputs);
+  if (count < 0 || static_cast<size_t>(count) > side.size())
+    throw Error(fmt::format("{}: {} is {}, the op takes {} ({}; fewer pass the last ones as absent)",
+                            call.op->name(), what, count, side.size(), fmt::join(side, ", ")));
 }
 
 /// The caller's i-th tensor, NULL past the count it passed.
@@ -73,8 +77,8 @@ struct RunViews {
 RunViews runViews(const tkx_call &call, const tkx_tensor *const *inputs, int32_t num_inputs,
                   const tkx_tensor *const *outputs, int32_t num_outputs) {
   const size_t nin = call.op->num_inputs(), nout = numOutputs(call);
-  checkCount(call, "num_inputs", num_inputs, nin);
-  checkCount(call, "num_outputs", num_outputs, nout);
+  checkCount(call, "num_inputs", num_inputs);
+  checkCount(call, "num_outputs", num_outputs);
   if (num_inputs)
     require_pointer(inputs, "inputs");
   if (num_outputs)
@@ -232,9 +236,7 @@ tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int3
     if (!capi::has_binder(made->op->name()))
       capi::bind_call(*made, {}, options_json);  // throws NotSupported naming the ops it binds
     const size_t nin = made->op->num_inputs();
-    if (num_inputs < 0 || static_cast<size_t>(num_inputs) > nin)
-      throw Error(fmt::format("{}: num_inputs is {}, the op takes {} ({}; fewer pass the last ones as absent)", op,
-                              num_inputs, nin, fmt::join(std::span(made->op->arg_names()).first(nin), ", ")));
+    checkCount(*made, "num_inputs", num_inputs);
     if (num_inputs)
       require_pointer(inputs, "inputs");
     std::vector<std::optional<ArgSpec>> specs(nin);
