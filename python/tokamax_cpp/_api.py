@@ -42,22 +42,32 @@ def _implementations(implementation) -> list:
                     f"got {implementation!r}")
 
 
+_backend_of_type: dict = {}  # an array type -> its backend (found once per type)
+
+
 def backend_of(*arrays):
     """The backend that runs arrays of these types (the first array decides)."""
     for a in arrays:
         if a is None:
             continue
-        module = type(a).__module__
-        if module.startswith("torch"):
-            from . import torch as torch_adapter
-            return torch_adapter.BACKEND
-        if module.startswith(("jax", "jaxlib")):
-            from . import jax as jax_adapter
-            return jax_adapter.BACKEND
-        if is_host_array(a):
-            return HostBackend
-        raise TypeError(f"tokamax_cpp takes numpy arrays, torch tensors or jax arrays, got {type(a).__name__}")
+        backend = _backend_of_type.get(type(a))
+        if backend is None:
+            backend = _backend_of_type[type(a)] = _find_backend(a)
+        return backend
     raise ValueError("no array among the arguments")
+
+
+def _find_backend(a):
+    module = type(a).__module__
+    if module.startswith("torch"):
+        from . import torch as torch_adapter
+        return torch_adapter.BACKEND
+    if module.startswith(("jax", "jaxlib")):
+        from . import jax as jax_adapter
+        return jax_adapter.BACKEND
+    if is_host_array(a):
+        return HostBackend
+    raise TypeError(f"tokamax_cpp takes numpy arrays, torch tensors or jax arrays, got {type(a).__name__}")
 
 
 def apply(opdef, inputs, options: dict, implementation=None) -> tuple:
@@ -95,6 +105,8 @@ def _dtype_name(dtype) -> str:
 
 
 def _number(name: str, value, kind=float):
+    if type(value) is kind:  # the common case, without the ABC check below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     return kind(value)

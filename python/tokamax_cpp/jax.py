@@ -185,11 +185,20 @@ def _typed_like(g, x):
     typeof = getattr(jax, "typeof", None)
     if typeof is None:
         return g
-    missing = tuple(sorted(set(getattr(typeof(x), "vma", ())) - set(getattr(typeof(g), "vma", ())), key=str))
+    missing = tuple(sorted(_varying_axes(typeof(x)) - _varying_axes(typeof(g)), key=str))
     if not missing:
         return g
     pvary = getattr(jax.lax, "pvary", None)
     return pvary(g, missing) if pvary is not None else jax.lax.pcast(g, missing, to="varying")
+
+
+def _varying_axes(aval) -> set:
+    """The manual axes an abstract value varies over: `aval.mat.varying` (jax >= 0.11's
+    manual axis type), `aval.vma` before it."""
+    mat = getattr(aval, "mat", None)
+    if mat is not None:
+        return set(getattr(mat, "varying", ()))
+    return set(getattr(aval, "vma", ()))
 
 
 def _capi_options(text: str, residuals=None) -> dict:

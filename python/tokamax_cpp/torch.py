@@ -78,19 +78,42 @@ def _specs(names, tensors):
 
 
 def _device_of(tensors) -> torch.device:
-    devices = {t.device for t in tensors if t is not None}
-    if len(devices) != 1:
-        raise ValueError(f"every tensor of a call must be on one device, got {sorted(map(str, devices))}")
-    return devices.pop()
+    device = None
+    for t in tensors:
+        if t is not None:
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                devices = {t.device for t in tensors if t is not None}
+                raise ValueError(f"every tensor of a call must be on one device, got {sorted(map(str, devices))}")
+    if device is None:
+        raise ValueError("a call needs at least one tensor")
+    return device
 
 
 def _placeholder(device):
     return torch.empty(0, dtype=torch.float32, device=device)
 
 
-def _outputs(call, device):
-    return [_placeholder(device) if s is None else torch.empty(s.shape, dtype=_FROM_CODE[s.dtype], device=device)
-            for s in call.outputs]
+_shared_placeholders: dict = {}  # device -> one empty tensor (see _outputs)
+
+
+def _outputs(call, device, share: bool = False):
+    """Fresh outputs of the call; an output the call does not produce is an empty
+    placeholder, one per device shared by every call where `share` (an eager run whose
+    placeholders nobody sees: no allocation for them)."""
+    outs = []
+    for s in call.outputs:
+        if s is not None:
+            outs.append(torch.empty(s.shape, dtype=_FROM_CODE[s.dtype], device=device))
+        elif share:
+            p = _shared_placeholders.get(device)
+            if p is None:
+                p = _shared_placeholders[device] = _placeholder(device)
+            outs.append(p)
+        else:
+            outs.append(_placeholder(device))
+    return outs
 
 
 _calls: dict = {}  # (op, options, (dtype, shape) or None per input) -> _capi.Call
@@ -120,11 +143,11 @@ def _op_options(op: str, options: str) -> str:
     return _capi.options_json(opdef.forward_options(json.loads(options)))
 
 
-def _run(op: str, names, tensors, options: str):
+def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
     device = _device_of(tensors)
     tensors = [None if t is None else t.contiguous() for t in tensors]
     call = _call_of(op, names, tensors, _op_options(op, options))
-    outs = _outputs(call, device)
+    outs = _outputs(call, device, share_placeholders)
     inputs = [None if t is None else t.data_ptr() for t in tensors]
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
     if device.type == "cpu":
@@ -142,10 +165,19 @@ def _run(op: str, names, tensors, options: str):
     return outs
 
 
+def _current_stream(index: int):
+    """torch's current stream of device `index` as a CUstream address (None: the legacy
+    default stream), without making a torch.cuda.Stream object where torch allows."""
+    return (_raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream) or None
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _run_cuda(call, inputs, outputs, device, index: int) -> None:
     """One tkx_call_run on torch's current stream with a workspace from torch's allocator
     (its size remembered per call; grown when a config scope asks for more)."""
-    stream = torch.cuda.current_stream(index).cuda_stream or None
+    stream = _current_stream(index)
     nbytes = call.cached_workspace_bytes(index)
     while True:
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
@@ -207,9 +239,10 @@ def _eager(tensors) -> bool:
             and _get_current_dispatch_mode() is None and not _functorch_active())
 
 
-def _direct(name: str, tensors, options: str):
-    """Runs op `name` on `tensors` without torch's op layer: the op's output, or a tuple."""
-    return _shaped(name, _run(name, _signature(name)[0], list(tensors), options))
+def _direct(name: str, tensors, options: str, share_placeholders: bool = False):
+    """Runs op `name` on `tensors` without torch's op layer: the op's output, or a tuple
+    (`share_placeholders`: see _outputs)."""
+    return _shaped(name, _run(name, _signature(name)[0], list(tensors), options, share_placeholders))
 
 
 def _dispatch(name: str, tensors, options: str):
@@ -363,7 +396,7 @@ class _TorchBackend:
         elif opdef.vjp is not None and needs_grad:
             outs = _eager_function(opdef)(*inputs, text)
         else:
-            outs = _direct(opdef.name, inputs, text)
+            outs = _direct(opdef.name, inputs, text, share_placeholders=True)
         outs = (outs,) if isinstance(outs, torch.Tensor) else outs
         return tuple(outs[j] for j in opdef.returns)
 
@@ -381,8 +414,19 @@ class _TorchBackend:
 BACKEND = _TorchBackend()
 
 
+_texts: dict = {}  # sorted option items -> their JSON (a call's options repeat)
+
+
 def _options_text(items) -> str:
-    return _capi.options_json(dict(items))
+    try:
+        text = _texts.get(items)
+    except TypeError:  # an unhashable value (a list): made every time
+        return _capi.options_json(dict(items))
+    if text is None:
+        if len(_texts) >= 4096:
+            _texts.clear()
+        text = _texts[items] = _capi.options_json(dict(items))
+    return text
 
 
 # Under torch.compile the options are constants of the traced program: dynamo calls this
