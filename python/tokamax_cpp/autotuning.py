@@ -53,13 +53,13 @@ def jit_context():
     return _jit_context
 
 
-def scoped_options(call: "_capi.Call", arch: str | None) -> str:
+def scoped_options(call: "_capi.Call", arch: str | None, always: bool = False) -> str:
     """The options JSON to bind `call` with on a thread that sees no scope of this one:
-    while a scope is open here, the call's options plus the "implementation" and "config"
-    a run here would resolve for a GPU of `arch` ("sm_90a"; None: CUDA device 0's); else
-    the call's own options (the runner resolves them: explicit choice, the autotuning
-    cache, the heuristic)."""
-    if not scope_active():
+    while a scope is open here (or `always`), the call's options plus the "implementation"
+    and "config" a run here would resolve for a GPU of `arch` ("sm_90a"; None: CUDA device
+    0's); else the call's own options (the runner resolves them: explicit choice, the
+    autotuning cache, the heuristic)."""
+    if not scope_active() and not always:
         return call.options_json
     options = json.loads(call.options_json)
     options.update(call.resolve(arch))

@@ -2,8 +2,10 @@
 handler (ffi/handler.cc). The handler is compiled at first use against
 `jax.ffi.include_dir()` with the system C++ compiler ($CXX, else c++) and cached per
 jaxlib version under $XDG_CACHE_HOME/tokamax_cpp (else ~/.cache/tokamax_cpp). It is
-registered for CUDA (XLA's stream, workspace from XLA's scratch allocator) and for the
-CPU (the library's interpreter).
+registered for CUDA (XLA's stream) and for the CPU (the library's interpreter). A call's
+workspace is one more result of the custom call, sized at trace time for the default
+device (XLA allocates it with the executable's buffers); where a run needs more (the
+autotuning cache changed its config since), the handler takes XLA's scratch allocator.
 
 Binding happens at trace time (the abstract evaluation binds the call through the C ABI),
 so bad arguments raise Python exceptions naming them when the function is traced.
@@ -36,6 +38,12 @@ except ImportError:  # jax < 0.4.38 kept it in jax.extend
     from jax.extend import ffi as _ffi
 
 TARGET = "tokamax_cpp"
+# $TOKAMAX_CPP_JAX_COMMAND_BUFFERS=1: the handler registered as XLA command-buffer
+# compatible, so XLA may record a jitted function's calls into CUDA graphs with its own
+# kernels; every call is then bound with the implementation and config it resolves to at
+# trace time (a run must launch exactly what was recorded) and its workspace is an XLA
+# buffer of that config's size. Read once, at import.
+RECORDABLE = os.environ.get("TOKAMAX_CPP_JAX_COMMAND_BUFFERS", "0") == "1"
 _SOURCE = Path(__file__).resolve().parent / "ffi" / "handler.cc"
 
 _TO_CODE = {jnp.dtype(jnp.bfloat16): _capi.BF16, jnp.dtype(jnp.float16): _capi.F16,
@@ -80,7 +88,8 @@ def _handler() -> ctypes.CDLL:
     if status != 0:
         raise ImportError(f"tokamax_cpp.jax: the FFI handler could not resolve the C ABI in "
                           f"{_capi.library_path} (status {status})")
-    _ffi.register_ffi_target(TARGET, _ffi.pycapsule(lib.TokamaxFfiCuda), platform="CUDA")
+    cuda = lib.TokamaxFfiCudaRecordable if RECORDABLE else lib.TokamaxFfiCuda
+    _ffi.register_ffi_target(TARGET, _ffi.pycapsule(cuda), platform="CUDA")
     _ffi.register_ffi_target(TARGET, _ffi.pycapsule(lib.TokamaxFfiHost), platform="cpu")
     return lib
 
@@ -110,12 +119,17 @@ def arch_of(device) -> str | None:
     return _capi.arch_name(major, minor)
 
 
-def _target_arch() -> str | None:
-    """The arch of the device a traced call will run on: jax's default device."""
+def _default_device():
+    """The device a traced call will run on: jax's default device."""
     device = getattr(jax.config, "jax_default_device", None)
     if isinstance(device, str):  # a platform name
         device = jax.devices(device)[0]
-    return arch_of(device if device is not None else jax.devices()[0])
+    return device if device is not None else jax.devices()[0]
+
+
+def _target_arch() -> str | None:
+    """The arch of the device a traced call will run on."""
+    return arch_of(_default_device())
 
 
 def _vmap_method(op: str, inputs) -> str:
@@ -136,14 +150,30 @@ def call(op: str, inputs, options: dict, names=None) -> list:
     text = _capi.options_json(options)
     specs = [None if x is None else (_code(x.dtype, n), tuple(int(d) for d in x.shape)) for n, x in zip(names, inputs)]
     bound = _capi.get_call(op, specs, text)  # validates: Python exceptions at trace time
-    if autotuning.scope_active():  # the handler's threads see no scope of this one
-        text = autotuning.scoped_options(bound, _target_arch())
+    if autotuning.scope_active() or RECORDABLE:  # the handler's threads see no scope of this one
+        text = autotuning.scoped_options(bound, _target_arch(), always=RECORDABLE)
     results = [jax.ShapeDtypeStruct(s.shape, _FROM_CODE[s.dtype]) for s in bound.outputs if s is not None]
+    outputs = "".join("0" if s is None else "1" for s in bound.outputs)
+    workspace = _workspace_bytes(bound)
+    if workspace:  # one more result: the run's workspace, allocated by XLA with the executable's buffers
+        results.append(jax.ShapeDtypeStruct((workspace,), jnp.uint8))
+        outputs += "w"
     fn = _ffi.ffi_call(TARGET, results, vmap_method=_vmap_method(op, inputs))
     outs = iter(fn(*[x for x in inputs if x is not None], op=op, options=text,
-                   inputs="".join("0" if x is None else "1" for x in inputs),
-                   outputs="".join("0" if s is None else "1" for s in bound.outputs)))
+                   inputs="".join("0" if x is None else "1" for x in inputs), outputs=outputs))
     return [None if s is None else next(outs) for s in bound.outputs]
+
+
+def _workspace_bytes(bound) -> int:
+    """The workspace the call needs on jax's default device as it resolves now, on this
+    thread (its scopes included: the config the traced options pin); 0 on the CPU
+    platform, whose interpreter needs none. A run whose config needs more by then (the
+    autotuning cache changed since the trace) takes XLA's scratch allocator instead."""
+    device = _default_device()
+    if device.platform != "gpu":
+        return 0
+    ordinal = getattr(device, "local_hardware_id", None)
+    return bound.workspace_bytes(device.id if ordinal is None else ordinal)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))

@@ -91,7 +91,7 @@ std::vector<Array> runAsJax(const std::string &op, const std::string &options, s
     for (size_t i = 0; i < outs.size(); ++i)
       if (outMask[i] == '1')
         rets.push_back(outs[i].passed());
-    f = runCall(nullptr, {}, args, rets, inMask, op, options, outMask);
+    f = runCall(nullptr, false, {}, args, rets, inMask, op, options, outMask);
   }
   if (error)
     *error = f.message;
@@ -217,7 +217,8 @@ void maskMismatchCase() {
 void repeatedRunCase() {
   Array x = filled({3, 16}, 0.5f), y = filled({3, 16}, 0.0f);
   auto runOnce = [&](Array &in, Array &out) {
-    Failure f = runCall(nullptr, {}, {in.passed()}, {out.passed()}, "100", "layer_norm", R"({"residuals":false})", "100");
+    std::vector<Passed> rets = {out.passed()};
+    Failure f = runCall(nullptr, false, {}, {in.passed()}, rets, "100", "layer_norm", R"({"residuals":false})", "100");
     check(!f, "layer_norm 100 -> 100 runs" + (f ? ": " + f.message : std::string()));
   };
   runOnce(x, y);
@@ -233,15 +234,68 @@ void repeatedRunCase() {
   check(creations == before + 1 && threadCalls.size() == entries + 1, "other specs bind once");
 }
 
+// The workspace result ('w' ending the outputs mask): the last result buffer is not an
+// output of the op. On the host the interpreter needs none and ignores it.
+void hostWorkspaceResultCase() {
+  Array x = filled({3, 16}, 0.5f), y = filled({3, 16}, 0.0f), workspace = filled({64}, 0.0f);
+  std::vector<Passed> rets = {y.passed(), workspace.passed()};
+  Failure f = runCall(nullptr, false, {}, {x.passed()}, rets, "100", "layer_norm", R"({"residuals":false})", "100w");
+  check(!f && maxError(y, layerNorm(x, nullptr, nullptr)) < 1e-4,
+        "layer_norm 100 -> 100w: the workspace result is not an output" + (f ? ": " + f.message : std::string()));
+}
+
+// Device runs (under the null driver, whose memory is host memory): layer_norm_vjp needs a
+// workspace there. A large enough workspace result is used and nothing is allocated; a
+// too small one falls back to the scratch allocator, or is an error where there is none
+// (the command-buffer handler).
+void deviceWorkspaceCases() {
+  const int64_t rows = 64, h = 256;
+  Array ct = filled({rows, h}, 0.1f), x = filled({rows, h}, 0.2f), scale = filled({h}, 0.3f),
+        mean = filled({rows}, 0.0f), rstd = filled({rows}, 1.0f);
+  Array dx = filled({rows, h}, 0.0f), dscale = filled({h}, 0.0f);
+  const std::string options = R"({"axis":-1,"doffset":false})";
+  const std::vector<Passed> args = {ct.passed(), x.passed(), scale.passed(), mean.passed(), rstd.passed()};
+  int allocations = 0;
+  std::vector<uint8_t> scratch(1 << 24);
+  auto allocate = [&](size_t bytes) -> std::optional<void *> {
+    ++allocations;
+    return bytes <= scratch.size() ? std::optional<void *>(scratch.data()) : std::nullopt;
+  };
+  auto run = [&](int64_t givenBytes, bool withScratch, Failure &f) {
+    std::vector<uint8_t> given(static_cast<size_t>(givenBytes));
+    int64_t extent = givenBytes;
+    std::vector<Passed> rets = {dx.passed(), dscale.passed(), {5 /* unused dtype */, 1, &extent, given.data()}};
+    std::function<std::optional<void *>(size_t)> none;
+    f = runCall(nullptr, true, withScratch ? std::function<std::optional<void *>(size_t)>(allocate) : none, args, rets,
+                "11111", "layer_norm_vjp", options, "110w");
+  };
+  Failure f;
+  run(1 << 22, true, f);
+  check(!f && allocations == 0,
+        "device run: a large enough workspace result is used, nothing allocated" + (f ? ": " + f.message : ""));
+  run(16, true, f);
+  check(!f && allocations == 1, "device run: a too small workspace result falls back to the scratch allocator" +
+                                    (f ? ": " + f.message : ""));
+  run(16, false, f);
+  check(f.kind == Failure::kInternal && f.message.find("bytes of workspace") != std::string::npos,
+        "device run without a scratch allocator: a too small workspace result is an error: " + f.message);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2 || tokamax_ffi_init(argv[1]) != 0) {
-    std::printf("usage: ffi_handler_check <libtokamax.so> (tokamax_ffi_init failed)\n");
+  if (argc < 2 || tokamax_ffi_init(argv[1]) != 0) {
+    std::printf("usage: ffi_handler_check <libtokamax.so> [device] (tokamax_ffi_init failed)\n");
     return 2;
   }
   realCreate = api.call_create;
   api.call_create = recordingCreate;
+  if (argc > 2 && std::string(argv[2]) == "device") {  // under the null driver
+    deviceWorkspaceCases();
+    std::printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+  }
+  hostWorkspaceResultCase();
   layerNormCases();
   layerNormVjpCase();
   attentionCase();

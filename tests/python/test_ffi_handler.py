@@ -16,7 +16,8 @@ from tokamax_cpp import _capi
 HERE = Path(__file__).resolve().parent
 
 
-def test_ffi_handler_maps_every_slot(tmp_path):
+def build_check(tmp_path) -> Path:
+    """ffi_handler_check built with the system compiler (skips visibly without one)."""
     compiler = shutil.which(os.environ.get("CXX", "c++"))
     if compiler is None:
         pytest.skip("no C++ compiler ($CXX, else c++) to build the FFI handler check")
@@ -24,5 +25,9 @@ def test_ffi_handler_maps_every_slot(tmp_path):
     build = subprocess.run([compiler, "-std=c++17", "-O1", str(HERE / "ffi_handler_check.cc"), "-o", str(binary),
                             "-ldl"], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
-    result = subprocess.run([str(binary), _capi.library_path], capture_output=True, text=True)
+    return binary
+
+
+def test_ffi_handler_maps_every_slot(tmp_path):
+    result = subprocess.run([str(build_check(tmp_path)), _capi.library_path], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -64,3 +64,14 @@ def test_mixed_devices_are_refused():
     ins[0] = _capi.tensor(_capi.F32, X.shape, _keep[0].ctypes.data, -1)
     with pytest.raises(ValueError, match="device"):
         call.run(ins, outs, None, None, 0)
+
+
+def test_ffi_handler_device_workspace(tmp_path):
+    """The JAX handler's device runs (ffi_handler_check device): the workspace result XLA
+    allocates is taken when large enough, else the scratch allocator, else an error."""
+    import subprocess
+    import test_ffi_handler
+    binary = test_ffi_handler.build_check(tmp_path)
+    result = subprocess.run([str(binary), _capi.library_path, "device"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 failed" in result.stdout

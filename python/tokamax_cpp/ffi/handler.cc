@@ -2,9 +2,11 @@
 // library. Attributes: "op" (the C++ op), "options" (its canonical options JSON),
 // "inputs" / "outputs" (one '1' / '0' per argument of the op, in its order: which are
 // passed; absent optional ones are not buffers and go to tkx_call_create / tkx_call_run as
-// NULL slots, so num_inputs is always the op's full input count). Each (op, options, specs) is bound once (tkx_call) and
-// kept; a run goes on XLA's stream with its workspace from XLA's scratch allocator (GPU),
-// or on the CPU interpreter (host buffers).
+// NULL slots, so num_inputs is always the op's full input count; "outputs" may end in
+// 'w': the last result is the run's workspace). Each (op, options, specs) is bound once
+// (tkx_call) and kept; a run goes on XLA's stream with the workspace result, or one from
+// XLA's scratch allocator where that is too small (GPU), or on the CPU interpreter (host
+// buffers).
 //
 // Per execution nothing is parsed or bound again: the key is built in a reused per-thread
 // string, found in a per-thread map (the process-wide one, under a mutex, only on a
@@ -219,28 +221,49 @@ int workspaceBytes(Bound &b, int32_t device, bool fresh, size_t &bytes) {
   return 0;
 }
 
+// The bytes of a result buffer (the workspace result is u8 [n]).
+size_t bufferBytes(const Passed &p) {
+  size_t n = 1;
+  for (int32_t d = 0; d < p.rank; ++d)
+    n *= static_cast<size_t>(p.dims[d]);
+  return n;
+}
+
 // One run: binds (or finds) the call, maps XLA's operands / results to the op's input /
-// output slots, runs on `stream` with a workspace from `allocate` (GPU), or on the CPU
-// interpreter where `allocate` is empty (host buffers).
-Failure runCall(void *stream, const std::function<std::optional<void *>(size_t)> &allocate,
-                const std::vector<Passed> &args, const std::vector<Passed> &rets, std::string_view inputs,
+// output slots, runs on `stream` (GPU), or on the CPU interpreter where `device` is false
+// (host buffers). An `outputs` mask ending in 'w' says the last result is a workspace
+// XLA allocated with the executable's buffers (its size asked at trace time): the run
+// takes it when it is large enough, else one from `allocate` (XLA's scratch allocator);
+// with no `allocate` (the command-buffer handler, whose runs XLA may record into a CUDA
+// graph, where scratch memory would not outlive the recording) a too small one is an
+// error.
+Failure runCall(void *stream, bool device, const std::function<std::optional<void *>(size_t)> &allocate,
+                const std::vector<Passed> &args, std::vector<Passed> &rets, std::string_view inputs,
                 std::string_view op, std::string_view options, std::string_view outputs) {
   if (!api.call_create)
     return {Failure::kInternal, "tokamax_cpp: the handler was not initialised (tokamax_ffi_init)"};
+  std::optional<Passed> given;  // the workspace result
+  if (!outputs.empty() && outputs.back() == 'w') {
+    if (rets.empty())
+      return {Failure::kInvalidArgument, "tokamax_cpp: the output mask asks for a workspace result, none was passed"};
+    given = rets.back();
+    rets.pop_back();
+    outputs.remove_suffix(1);
+  }
   thread_local Buffers in, out;  // reused: their vectors keep their room
   thread_local std::string specKey;
   specKey.clear();
   if (Failure f = fill("input", inputs, args, -1, in, &specKey))
     return f;
-  const int32_t device = allocate ? deviceOf(in) : -1;
+  const int32_t ordinal = device ? deviceOf(in) : -1;
   for (TkxTensor &t : in.tensors)
-    t.device = device;
+    t.device = ordinal;
   Failure failure;
   Bound *bound = threadBound(op, options, specKey, in, failure);
   if (!bound)
     return failure;
   TkxCall *call = bound->call;
-  if (Failure f = fill("output", outputs, rets, device, out, nullptr))
+  if (Failure f = fill("output", outputs, rets, ordinal, out, nullptr))
     return f;
   if (static_cast<int32_t>(out.slots.size()) != api.call_num_outputs(call))
     return {Failure::kInvalidArgument, "tokamax_cpp: the output mask '" + std::string(outputs) + "' has " +
@@ -249,22 +272,30 @@ Failure runCall(void *stream, const std::function<std::optional<void *>(size_t)>
   for (bool fresh : {false, true}) {
     void *workspace = nullptr;
     size_t bytes = 0;
-    if (allocate) {
-      if (workspaceBytes(*bound, device, fresh, bytes) != 0)
+    if (device) {
+      if (workspaceBytes(*bound, ordinal, fresh, bytes) != 0)
         return tkxFailure("workspace size");
-      if (bytes) {
+      if (bytes && given && bufferBytes(*given) >= bytes) {
+        workspace = given->data;
+        bytes = bufferBytes(*given);
+      } else if (bytes && allocate) {
         std::optional<void *> got = allocate(bytes);
         if (!got)
           return {Failure::kResourceExhausted,
                   "tokamax_cpp: XLA's scratch allocator refused " + std::to_string(bytes) + " bytes"};
         workspace = *got;
+      } else if (bytes) {
+        return {Failure::kInternal, "tokamax_cpp: " + std::string(op) + " needs " + std::to_string(bytes) +
+                                        " bytes of workspace, the traced call has " +
+                                        std::to_string(given ? bufferBytes(*given) : 0) +
+                                        " (its config changed since it was traced: trace it again)"};
       }
     }
     const int status = api.call_run(call, in.slots.data(), static_cast<int32_t>(in.slots.size()), out.slots.data(),
                                     static_cast<int32_t>(out.slots.size()), stream, workspace, bytes);
     if (status == 0)
       return {};
-    if (status != kWorkspaceTooSmall || fresh || !allocate)  // too small: a config scope changed the config
+    if (status != kWorkspaceTooSmall || fresh || !device)  // too small: a config scope changed the config
       return tkxFailure("run");
   }
   return tkxFailure("run");
@@ -293,8 +324,9 @@ Passed passed(ffi::AnyBuffer buf) {
   return {tkxDtype(buf.element_type()), static_cast<int32_t>(dims.size()), dims.begin(), buf.untyped_data()};
 }
 
-ffi::Error run(void *stream, ffi::ScratchAllocator *scratch, ffi::RemainingArgs args, ffi::RemainingRets rets,
-               std::string_view inputs, std::string_view op, std::string_view options, std::string_view outputs) {
+ffi::Error run(void *stream, bool device, ffi::ScratchAllocator *scratch, ffi::RemainingArgs args,
+               ffi::RemainingRets rets, std::string_view inputs, std::string_view op, std::string_view options,
+               std::string_view outputs) {
   thread_local std::vector<Passed> argBuffers, retBuffers;  // reused: no allocation per run
   argBuffers.clear();
   retBuffers.clear();
@@ -305,7 +337,7 @@ ffi::Error run(void *stream, ffi::ScratchAllocator *scratch, ffi::RemainingArgs 
   std::function<std::optional<void *>(size_t)> allocate;
   if (scratch)
     allocate = [scratch](size_t bytes) { return scratch->Allocate(bytes, 16); };
-  Failure f = runCall(stream, allocate, argBuffers, retBuffers, inputs, op, options, outputs);
+  Failure f = runCall(stream, device, allocate, argBuffers, retBuffers, inputs, op, options, outputs);
   switch (f.kind) {
   case Failure::kNone: return ffi::Error::Success();
   case Failure::kInvalidArgument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, f.message);
@@ -318,12 +350,19 @@ ffi::Error run(void *stream, ffi::ScratchAllocator *scratch, ffi::RemainingArgs 
 ffi::Error runDevice(void *stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args, ffi::RemainingRets rets,
                      std::string_view inputs, std::string_view op, std::string_view options,
                      std::string_view outputs) {
-  return run(stream, &scratch, args, rets, inputs, op, options, outputs);
+  return run(stream, true, &scratch, args, rets, inputs, op, options, outputs);
+}
+
+// The command-buffer handler's run: no scratch allocator (see runCall).
+ffi::Error runDeviceRecordable(void *stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                               std::string_view inputs, std::string_view op, std::string_view options,
+                               std::string_view outputs) {
+  return run(stream, true, nullptr, args, rets, inputs, op, options, outputs);
 }
 
 ffi::Error runHost(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view inputs, std::string_view op,
                    std::string_view options, std::string_view outputs) {
-  return run(nullptr, nullptr, args, rets, inputs, op, options, outputs);
+  return run(nullptr, false, nullptr, args, rets, inputs, op, options, outputs);
 }
 
 #endif  // TOKAMAX_FFI_NO_XLA
@@ -342,6 +381,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TokamaxFfiCuda, runDevice,
                                   .Attr<std::string_view>("op")
                                   .Attr<std::string_view>("options")
                                   .Attr<std::string_view>("outputs"));
+
+// The same for XLA's command buffers (CUDA graphs): a run only launches on XLA's stream
+// into the buffers XLA gave it, the workspace included (tokamax_cpp.jax binds calls with
+// their config resolved at trace time and a workspace result of its size).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TokamaxFfiCudaRecordable, runDeviceRecordable,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("inputs")
+                                  .Attr<std::string_view>("op")
+                                  .Attr<std::string_view>("options")
+                                  .Attr<std::string_view>("outputs"),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TokamaxFfiHost, runHost,
                               ffi::Ffi::Bind()
