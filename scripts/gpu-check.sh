@@ -189,12 +189,13 @@ if wants fresh; then
   TAIL=8 run fresh-sinks "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[sinks]" --durations yes
   TAIL=8 run fresh-ordered-dq "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[fused_dq]" --durations yes
   if [ $last_rc -eq 0 ]; then
-    fused='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2,"fused_dq":1}'
-    TAIL=8 run fresh-fused-ordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    # fused_dq serves H 64 (S1) on one consumer warpgroup.
+    fused='{"block_q":64,"block_kv":128,"num_warps":4,"stages":2,"fused_dq":1}'
+    TAIL=8 run fresh-fused-ordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
       --vjp-config "$fused"
-    TAIL=8 run fresh-fused-unordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    TAIL=8 run fresh-fused-unordered "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
       --vjp-config "$fused" --nondeterministic
-    TAIL=8 run fresh-heuristic "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2
+    TAIL=8 run fresh-heuristic "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1
   fi
 fi
 if wants python; then

@@ -98,14 +98,19 @@ def _placeholder(device):
 _shared_placeholders: dict = {}  # device -> one empty tensor (see _outputs)
 
 
-def _outputs(call, device, share: bool = False):
+def _output_specs(call) -> list:
+    """(shape, torch dtype) per output of the call, None where absent."""
+    return [None if s is None else (s.shape, _FROM_CODE[s.dtype]) for s in call.outputs]
+
+
+def _outputs(call, device, share: bool = False, specs=None):
     """Fresh outputs of the call; an output the call does not produce is an empty
     placeholder, one per device shared by every call where `share` (an eager run whose
     placeholders nobody sees: no allocation for them)."""
     outs = []
-    for s in call.outputs:
+    for s in specs or _output_specs(call):
         if s is not None:
-            outs.append(torch.empty(s.shape, dtype=_FROM_CODE[s.dtype], device=device))
+            outs.append(torch.empty(s[0], dtype=s[1], device=device))
         elif share:
             p = _shared_placeholders.get(device)
             if p is None:
@@ -116,20 +121,22 @@ def _outputs(call, device, share: bool = False):
     return outs
 
 
-_calls: dict = {}  # (op, options, (dtype, shape) or None per input) -> _capi.Call
+_calls: dict = {}  # (op, options, (dtype, shape) or None per input) -> (_capi.Call, its _output_specs)
 
 
 def _call_of(op: str, names, tensors, options: str):
-    """The bound call of these tensors: one dict lookup on a key of torch's own dtype and
-    shape objects (options JSON is parsed only when the call is first bound)."""
+    """The bound call of these tensors and its output specs: one dict lookup on a key of
+    torch's own dtype and shape objects (options JSON is parsed only when the call is
+    first bound)."""
     key = (op, options, *[None if t is None else (t.dtype, t.shape) for t in tensors])
-    call = _calls.get(key)
-    if call is None:
-        call = _calls[key] = _capi.get_call(op, _specs(names, tensors), options)
+    found = _calls.get(key)
+    if found is None:
+        call = _capi.get_call(op, _specs(names, tensors), options)
+        found = _calls[key] = (call, _output_specs(call))
     else:
         for hook in _capi.call_hooks:  # what get_call does on its hits (autotuning records)
-            hook(call)
-    return call
+            hook(found[0])
+    return found
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,14 +153,14 @@ def _op_options(op: str, options: str) -> str:
 def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
     device = _device_of(tensors)
     tensors = [None if t is None else t.contiguous() for t in tensors]
-    call = _call_of(op, names, tensors, _op_options(op, options))
-    outs = _outputs(call, device, share_placeholders)
+    call, specs = _call_of(op, names, tensors, _op_options(op, options))
+    outs = _outputs(call, device, share_placeholders, specs)
     inputs = [None if t is None else t.data_ptr() for t in tensors]
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
     if device.type == "cpu":
         call.run_pointers(inputs, outputs)
     elif device.type == "cuda":
-        current = torch.cuda.current_device()
+        current = _current_device()
         index = device.index if device.index is not None else current
         if index == current:
             _run_cuda(call, inputs, outputs, device, index)
@@ -172,6 +179,8 @@ def _current_stream(index: int):
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# torch.cuda.current_device() less its Python checks (CUDA is initialised: a CUDA tensor exists).
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def _run_cuda(call, inputs, outputs, device, index: int) -> None:
