@@ -255,7 +255,17 @@ Failure runCall(void *stream, bool device, const std::function<std::optional<voi
   specKey.clear();
   if (Failure f = fill("input", inputs, args, -1, in, &specKey))
     return f;
-  const int32_t ordinal = device ? deviceOf(in) : -1;
+  // A stream belongs to one device: its ordinal is asked once per stream a thread sees.
+  thread_local void *lastStream = nullptr;
+  thread_local int32_t lastOrdinal = -1;
+  int32_t ordinal = -1;
+  if (device && stream && stream == lastStream) {
+    ordinal = lastOrdinal;
+  } else if (device) {
+    ordinal = deviceOf(in);
+    if (stream && !in.tensors.empty() && in.tensors[0].data)  // deviceOf read a pointer: keep its answer
+      lastStream = stream, lastOrdinal = ordinal;
+  }
   for (TkxTensor &t : in.tensors)
     t.device = ordinal;
   Failure failure;
