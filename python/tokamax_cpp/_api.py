@@ -74,6 +74,8 @@ def apply(opdef, inputs, options: dict, implementation=None) -> tuple:
     """Runs `opdef` through the inputs' backend, trying Tokamax-style implementation
     sequences in order (the first that does not raise NotImplementedError)."""
     backend = backend_of(*inputs)
+    if implementation is None:  # auto (the common call): no sequence to try, nothing to add
+        return backend.apply(opdef, inputs, options)
     candidates = _implementations(implementation)
     errors = []
     for candidate in candidates:

@@ -131,7 +131,7 @@ def _call_of(op: str, names, tensors, options: str):
     key = (op, options, *[None if t is None else (t.dtype, t.shape) for t in tensors])
     found = _calls.get(key)
     if found is None:
-        call = _capi.get_call(op, _specs(names, tensors), options)
+        call = _capi.get_call(op, _specs(names, tensors), _op_options(op, options))
         found = _calls[key] = (call, _output_specs(call))
     else:
         for hook in _capi.call_hooks:  # what get_call does on its hits (autotuning records)
@@ -153,13 +153,14 @@ def _op_options(op: str, options: str) -> str:
 def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
     device = _device_of(tensors)
     tensors = [None if t is None else t.contiguous() for t in tensors]
-    call, specs = _call_of(op, names, tensors, _op_options(op, options))
+    call, specs = _call_of(op, names, tensors, options)
     outs = _outputs(call, device, share_placeholders, specs)
     inputs = [None if t is None else t.data_ptr() for t in tensors]
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
-    if device.type == "cpu":
+    kind = device.type
+    if kind == "cpu":
         call.run_pointers(inputs, outputs)
-    elif device.type == "cuda":
+    elif kind == "cuda":
         current = _current_device()
         index = device.index if device.index is not None else current
         if index == current:
@@ -244,8 +245,10 @@ def _eager(tensors) -> bool:
     call): plain tensors only (no meta, fake, functional, batched or subclass tensors), no
     dispatch mode, functorch transform or torch.compile / export trace active. Anything
     else goes through the registered op, which those machineries understand."""
-    return (all(t is None or (type(t) in _PLAIN and not t.is_meta) for t in tensors) and not _is_compiling()
-            and _get_current_dispatch_mode() is None and not _functorch_active())
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or t.is_meta):
+            return False
+    return not _is_compiling() and _get_current_dispatch_mode() is None and not _functorch_active()
 
 
 def _direct(name: str, tensors, options: str, share_placeholders: bool = False):
@@ -395,19 +398,26 @@ class _TorchBackend:
 
     @staticmethod
     def apply(opdef, inputs, options: dict) -> tuple:
-        options = dict(options)
-        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+        needs_grad = False
+        if torch.is_grad_enabled():
+            for t in inputs:
+                if t is not None and t.requires_grad:
+                    needs_grad = True
+                    break
+        items = tuple(options.items())
         if opdef.has_residuals:
-            options["residuals"] = needs_grad
-        text = _options_text(tuple(sorted(options.items())))
+            items += (("residuals", needs_grad),)
+        text = _options_text(items)
         if not _eager(inputs):
             outs = _registered[opdef.name](*inputs, text)
         elif opdef.vjp is not None and needs_grad:
             outs = _eager_function(opdef)(*inputs, text)
         else:
             outs = _direct(opdef.name, inputs, text, share_placeholders=True)
-        outs = (outs,) if isinstance(outs, torch.Tensor) else outs
-        return tuple(outs[j] for j in opdef.returns)
+        if isinstance(outs, torch.Tensor):
+            return (outs,)  # a one-output op returns it
+        returns = opdef.returns
+        return (outs[returns[0]],) if len(returns) == 1 else tuple(outs[j] for j in returns)
 
     @staticmethod
     def stack(tensors, axis: int):
@@ -423,10 +433,12 @@ class _TorchBackend:
 BACKEND = _TorchBackend()
 
 
-_texts: dict = {}  # sorted option items -> their JSON (a call's options repeat)
+_texts: dict = {}  # option items, in a call site's order -> their canonical JSON
 
 
 def _options_text(items) -> str:
+    """The canonical JSON of option (key, value) pairs (a later pair of a key wins),
+    remembered: a call site's options repeat, in the same order."""
     try:
         text = _texts.get(items)
     except TypeError:  # an unhashable value (a list): made every time
