@@ -175,6 +175,11 @@ AttentionOptions attentionOptions(Options &o) {
   if (left || right)
     options.local_window = LocalWindow{left, right};
   options.logits_soft_cap = o.optionalNumber("logits_soft_cap");
+  if (std::optional<std::string> layout = o.string("layout")) {
+    if (*layout != "bnth" && *layout != "btnh")
+      throw Error(fmt::format("attention: option layout must be \"btnh\" or \"bnth\", got \"{}\"", *layout));
+    options.layout = *layout == "bnth" ? AttentionLayout::BNTH : AttentionLayout::BTNH;
+  }
   return options;
 }
 
@@ -189,7 +194,7 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
     if (!s.out.shape.empty() && !s.v.shape.empty())
       s.out.shape.back() = s.v.shape.back();
     if (residuals)
-      s.lse = attention_lse_spec(s.q);
+      s.lse = attention_lse_spec(s.q, options.layout);
     return bind_attention(s, options);
   }
   options.deterministic = o.boolean("deterministic", true);  // the VJP's alone

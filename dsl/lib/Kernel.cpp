@@ -9,6 +9,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 using namespace mlir;
 
 namespace tokamax::dsl {
@@ -212,8 +214,39 @@ TensorArg Kernel::output(std::string name, DType dtype, std::vector<int64_t> sha
   return tensorParameter(std::move(name), dtype, std::move(shape), true);
 }
 
+TensorArg Kernel::input(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides) {
+  return tensorParameter(std::move(name), dtype, std::move(shape), false, std::move(strides));
+}
+
+TensorArg Kernel::output(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides) {
+  return tensorParameter(std::move(name), dtype, std::move(shape), true, std::move(strides));
+}
+
+namespace {
+
+/// Whether `strides` are a contiguous tensor's with `shape`'s dims in some order: taken
+/// from the innermost (smallest stride, unit dims anywhere), each is the product of the
+/// dims inside it.
+bool permutedContiguous(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+  if (strides.size() != shape.size())
+    return false;
+  std::vector<size_t> order(shape.size());
+  for (size_t d = 0; d < order.size(); ++d)
+    order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t inner = 1;
+  for (size_t d : order) {
+    if (shape[d] != 1 && strides[d] != inner)
+      return false;
+    inner *= std::max<int64_t>(1, shape[d]);
+  }
+  return true;
+}
+
+} // namespace
+
 TensorArg Kernel::tensorParameter(std::string name, DType dtype, std::vector<int64_t> shape,
-                                  bool isOutput) {
+                                  bool isOutput, std::vector<int64_t> strides) {
   KernelBuilder &kb = *builder_;
   if (shape.empty())
     kb.fail(fmt::format("kernel {}: tensor '{}' needs at least one dimension", kb.name(), name));
@@ -229,6 +262,14 @@ TensorArg Kernel::tensorParameter(std::string name, DType dtype, std::vector<int
   t.name_ = std::move(name);
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
+  if (!strides.empty()) {
+    if (!permutedContiguous(t.shape_, strides))
+      kb.fail(fmt::format("kernel {}: tensor '{}' [{}] with strides [{}]: strides must be a contiguous tensor's "
+                          "with the dims in some order",
+                          kb.name(), t.name_, fmt::join(t.shape_, ", "), fmt::join(strides, ", ")));
+    t.strides_ = std::move(strides);
+    return t;
+  }
   t.strides_.assign(t.shape_.size(), 1);
   for (size_t d = t.shape_.size() - 1; d > 0; --d)
     t.strides_[d - 1] = t.strides_[d] * std::max<int64_t>(1, t.shape_[d]);

@@ -186,9 +186,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     -> [*B, T, N, Hv]. `q_sharding` is a placement hint and does not change the result.
 
     layout="BNTH" takes SDPA's q [*B, N, T, H], k [*B, K, S, H], v [*B, K, S, Hv] and returns
-    [*B, N, T, Hv]. No kernel reads BNTH in place yet: q, k and v are transposed to BTNH and
-    made contiguous (a copy each), and the output is the BTNH result's transposed view
-    (gradients flow through both transposes). bias, mask ([*B, N, T, S]) and the sequence
+    [*B, N, T, Hv], read and written in place by every implementation (no transposes; the
+    gradients come in their primals' layout). bias, mask ([*B, N, T, S]) and the sequence
     lengths are the same in both layouts.
 
     sinks (f32 [N], a learnable logit per query head, as in gpt-oss) joins each row's
@@ -213,14 +212,12 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if not bool(deterministic):  # absent when true: the VJP call's options as they were
         options["deterministic"] = False
     if layout == "BNTH":
-        backend = backend_of(query, key, value)
         for name, x in (("query", query), ("key", key), ("value", value)):
             if len(x.shape) < 3:
                 raise ValueError(f"{name}: layout='BNTH' needs [*B, N, T, H] (rank >= 3), got shape {tuple(x.shape)}")
-        query, key, value = (backend.swapaxes(x, -3, -2, copy=True) for x in (query, key, value))
+        options["layout"] = "bnth"
     inputs = [query, key, value, bias, mask, query_seq_lengths, key_value_seq_lengths, sinks]
-    out = apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
-    return backend.swapaxes(out, -3, -2) if layout == "BNTH" else out
+    return apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
 
 
 # ---- Gated linear unit -------------------------------------------------------------------

@@ -89,9 +89,3 @@ class HostBackend:
     @staticmethod
     def stack(arrays, axis: int):
         return np.stack([np.asarray(a) for a in arrays], axis=axis)
-
-    @staticmethod
-    def swapaxes(array, axis1: int, axis2: int, copy: bool = False):
-        """A view with two axes swapped; copy=True: a contiguous copy (what the ops read)."""
-        swapped = np.swapaxes(np.asarray(array), axis1, axis2)
-        return np.ascontiguousarray(swapped) if copy else swapped

@@ -72,7 +72,7 @@ ATTENTION = OpDef(
     "attention", ("q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths", "sinks"), ("out", "lse"), (0,),
     "attention_vjp",
     (ct(0), inp(0), inp(1), inp(2), out(0), out(1), inp(3), inp(4), inp(5), inp(6), inp(7)), (0, 1, 2, 3, 7),
-    ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap"), has_residuals=True,
+    ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "layout"), has_residuals=True,
     vjp_only=("deterministic",))  # false lets the hopper VJP's opt-in fused dq add in any order
 
 GATED_LINEAR_UNIT = OpDef(

@@ -260,12 +260,6 @@ class _JaxBackend:
     def stack(arrays, axis: int):
         return jnp.stack(list(arrays), axis=axis)
 
-    @staticmethod
-    def swapaxes(array, axis1: int, axis2: int, copy: bool = False):
-        """A transpose (XLA materializes it; `copy` changes nothing); its VJP is the transpose."""
-        del copy
-        return jnp.swapaxes(jnp.asarray(array), axis1, axis2)
-
 
 BACKEND = _JaxBackend()
 

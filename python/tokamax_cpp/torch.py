@@ -423,12 +423,6 @@ class _TorchBackend:
     def stack(tensors, axis: int):
         return torch.stack(list(tensors), dim=axis)
 
-    @staticmethod
-    def swapaxes(tensor, axis1: int, axis2: int, copy: bool = False):
-        """A view with two dims swapped; copy=True: contiguous (autograd sees both)."""
-        swapped = tensor.transpose(axis1, axis2)
-        return swapped.contiguous() if copy else swapped
-
 
 BACKEND = _TorchBackend()
 

@@ -56,6 +56,16 @@ def test_a_call_is_bound_once_and_reports_its_outputs():
     assert c.outputs[1] is None and c.outputs[2] is None
 
 
+def test_attention_layout_option_infers_bnth_outputs_and_names_a_bad_value():
+    q, kv = (_capi.F32, (2, 4, 17, 8)), (_capi.F32, (2, 2, 40, 8))  # [B, N, T, H], [B, K, S, H]
+    specs = [q, kv, kv, None, None, None, None, None]
+    call = _capi.get_call("attention", specs, _capi.options_json({"layout": "bnth"}))
+    assert call.outputs[0] == (_capi.F32, (2, 4, 17, 8)) and call.outputs[1] == (_capi.F32, (2, 4, 17))
+    assert '"layout":"bnth"' in call.json().replace(" ", "")
+    with pytest.raises(ValueError, match="layout must be"):
+        _capi.get_call("attention", specs, _capi.options_json({"layout": "nhtb"}))
+
+
 def test_run_with_a_shape_other_than_the_bound_one_is_refused():
     call = _capi.get_call("rms_norm", [(_capi.F32, (2, 4)), None], "{}")
     x = np.zeros((2, 5), np.float32)

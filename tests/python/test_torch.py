@@ -66,11 +66,12 @@ def test_attention_bnth_layout_forward_and_gradients_bitwise():
     bnth = [t(a).transpose(1, 2).contiguous().requires_grad_() for a in (q, k, v)]  # SDPA's [B, N, T, H]
     want = tokamax.dot_product_attention(*btnh, is_causal=True)
     got = tokamax.dot_product_attention(*bnth, is_causal=True, layout="BNTH")
-    assert got.shape == (2, 4, 4, 8) and not got.is_contiguous()  # the BTNH output's transposed view
+    assert got.shape == (2, 4, 4, 8) and got.is_contiguous()  # written in place in BNTH, no transposed view
     assert torch.equal(got.transpose(1, 2), want)
     want.backward(dout)
-    got.backward(dout.transpose(1, 2))
+    got.backward(dout.transpose(1, 2).contiguous())
     for a, b, what in zip(bnth, btnh, "qkv"):
+        assert a.grad.is_contiguous(), f"d{what} in BNTH"
         assert torch.equal(a.grad.transpose(1, 2), b.grad), f"d{what}"
 
 

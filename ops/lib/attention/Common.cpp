@@ -36,6 +36,18 @@ bool is_half(DType d) { return d == DType::BF16 || d == DType::F16; }
 
 Product products_of(const Problem &p) { return is_half(p.dtype) ? Product::Mma : Product::Fma; }
 
+std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_t heads, int64_t dim) {
+  if (p.heads_major)
+    return {heads * rows * dim, dim, rows * dim, 1};
+  return {rows * heads * dim, heads * dim, dim, 1};
+}
+
+std::vector<int64_t> tma_rows_shape(const Problem &p, int64_t rows, int64_t heads, int64_t dim) {
+  if (p.heads_major)
+    return {p.B * heads, rows, dim};
+  return {p.B, rows, heads * dim};
+}
+
 double Problem::logits_bytes() const {
   return static_cast<double>(B) * N * T * S * dtype_size(compute);
 }
@@ -83,6 +95,8 @@ KernelKey KernelSpec::key() const {
     mix(true);
   if (ordersDq())  // (likewise)
     mix(ordered_dq);
+  if (p.heads_major)  // (likewise)
+    mix(uint64_t(0xb7));
   return h;
 }
 
@@ -90,9 +104,9 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
-                     usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "");
+                     usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {
@@ -268,7 +282,8 @@ std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorV
   const Problem &p = w.p;
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
   if (rows)
-    args = {w.as(q, {p.B, p.T, p.N * p.H}), w.as(k, {p.B, p.S, p.K * p.H}), w.as(v, {p.B, p.S, p.K * p.Hv})};
+    args = {w.as(q, tma_rows_shape(p, p.T, p.N, p.H)), w.as(k, tma_rows_shape(p, p.S, p.K, p.H)),
+            w.as(v, tma_rows_shape(p, p.S, p.K, p.Hv))};
   if (p.bias)
     args.push_back(w.broadcast(optional[0], *p.bias));
   if (p.mask)
@@ -381,7 +396,7 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
     }
   }
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
-  args.emplace_back(hopper ? w.as(dout, {p.B, p.T, p.N * p.Hv}) : w.o(dout));
+  args.emplace_back(hopper ? w.as(dout, tma_rows_shape(p, p.T, p.N, p.Hv)) : w.o(dout));
   for (const TensorView &t : {w.rows(lse), deltaView})
     args.emplace_back(hopper ? w.as(t, {p.B * p.N * p.T}) : t);
   // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq

@@ -59,6 +59,10 @@ struct Problem {
   /// VJP: reruns must give the same bits (the "deterministic" attribute, absent = true):
   /// the hopper VJP's fused dq then orders its adds (KernelSpec::ordered_dq).
   bool deterministic = true;
+  /// q, k, v, out and their gradients lie in memory as [B, heads, seq, dim] (the "layout"
+  /// attribute "bnth"); the kernels index them as [B, seq, heads, dim] all the same,
+  /// through strides (rows_operand), and TMA reads them as [B heads, seq, dim].
+  bool heads_major = false;
 
   int64_t group() const { return N / K; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.
@@ -67,6 +71,13 @@ struct Problem {
 
 /// Reads a validated BoundArgs of attention / attention_vjp.
 Problem problem_of(const BoundArgs &args);
+
+/// Strides of a [B, rows, heads, dim] operand (q, k, v, out and their gradients):
+/// row-major, or over [B, heads, rows, dim] memory where heads_major.
+std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_t heads, int64_t dim);
+/// The 3-D view TMA copies of such an operand read, a batch of it per (batch row, head)
+/// rows: [B, rows, heads x dim], or [B x heads, rows, dim] where heads_major.
+std::vector<int64_t> tma_rows_shape(const Problem &p, int64_t rows, int64_t heads, int64_t dim);
 
 enum class KernelKind : uint8_t {
   FlashForward,  ///< online softmax over KV blocks -> out, lse

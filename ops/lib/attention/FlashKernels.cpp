@@ -95,7 +95,7 @@ ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   std::optional<TensorArg> sinks;
   if (p.sinks)
     sinks = k.input("sinks", DType::F32, {p.N});
-  TensorArg out = k.output("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg out = rows_operand(k, p, "out", p.T, p.N, p.Hv, /*output=*/true);
   std::optional<TensorArg> lse;
   if (p.lse_out)
     lse = k.output("lse", p.compute, {p.B, p.N, p.T});
@@ -155,8 +155,8 @@ Kernel delta_kernel(const KernelSpec &s) {
   const int64_t bq = s.block_q;
   const bool sinks = s.usesSinks();
   Kernel k(s.name(), kernel_options(s));
-  TensorArg dout = k.input("dout", p.dtype, {p.B, p.T, p.N, p.Hv});
-  TensorArg out = k.input("out", p.dtype, {p.B, p.T, p.N, p.Hv});
+  TensorArg dout = rows_operand(k, p, "dout", p.T, p.N, p.Hv);
+  TensorArg out = rows_operand(k, p, "out", p.T, p.N, p.Hv);
   std::optional<TensorArg> lse, sinkLogits, partials;
   if (sinks) {
     lse = k.input("lse", p.compute, {p.B, p.N, p.T});
@@ -203,11 +203,11 @@ Kernel dsinks_reduce_kernel(const KernelSpec &s) {
 }
 
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
-  std::vector<int64_t> doutShape{p.B, p.T, p.N, p.Hv}, statShape{p.B, p.N, p.T};
+  std::vector<int64_t> statShape{p.B, p.N, p.T};
   if (rows)
-    doutShape = {p.B, p.T, p.N * p.Hv}, statShape = {p.B * p.N * p.T};
-  return {k.input("dout", p.dtype, doutShape), k.input("lse", p.compute, statShape),
-          k.input("delta", p.compute, statShape)};
+    statShape = {p.B * p.N * p.T};
+  return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, p.T, p.N, p.Hv)) : rows_operand(k, p, "dout", p.T, p.N, p.Hv),
+          k.input("lse", p.compute, statShape), k.input("delta", p.compute, statShape)};
 }
 
 RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
@@ -233,7 +233,8 @@ RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, in
 }
 
 DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
-  DkDvOutputs o{k.output("dk", p.dtype, {p.B, p.S, p.K, p.H}), k.output("dv", p.dtype, {p.B, p.S, p.K, p.Hv}), {}};
+  DkDvOutputs o{rows_operand(k, p, "dk", p.S, p.K, p.H, /*output=*/true),
+                rows_operand(k, p, "dv", p.S, p.K, p.Hv, /*output=*/true), {}};
   if (p.dbias)
     o.ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
   return o;
@@ -351,7 +352,7 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   Cotangents ct = declare_cotangents(k, p);
-  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
   k.grid(cdiv(p.T, bq), p.N, p.B);
   Program pr = program(k, s, in, k.program_id(2));
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();

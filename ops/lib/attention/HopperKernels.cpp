@@ -57,6 +57,16 @@ struct TmaBlock {
   }
 };
 
+/// Rows [row, row + rows) of head `head` of a [B, R, heads, dim] operand, as TMA reads it
+/// (declared as its tma_rows_shape): batch row b at column head x dim, or where
+/// heads_major batch b x heads + head at column 0.
+TmaBlock headRows(const Program &pr, const TensorArg &t, const Value &row, const Value &head, int64_t heads,
+                  int64_t dim, int64_t rows) {
+  if (pr.p.heads_major)
+    return {t, pr.b * heads + head, row, Value(0), rows, dim};
+  return {t, pr.b, row, head * dim, rows, dim};
+}
+
 /// Copies `blocks` once, each into its own buffer, on one barrier, and waits for them.
 Chunks loadOnce(Kernel &k, const std::vector<TmaBlock> &blocks) {
   dsl::Mbarriers ready = k.mbarriers(1, static_cast<int64_t>(blocks.size()));
@@ -116,7 +126,7 @@ struct KeySteps {
     return block_masking(*pr, range, first(i), pr->s.block_kv, /*along_keys=*/true);
   }
   TmaBlock block(const TensorArg &t, int64_t dim, const Value &i) const {
-    return {t, pr->b, first(i), kvh * dim, pr->s.block_kv, dim};
+    return headRows(*pr, t, first(i), kvh, pr->p.K, dim, pr->s.block_kv);
   }
   TmaBlock k(const Value &i) const { return block(pr->in.k, pr->p.H, i); }
   TmaBlock v(const Value &i) const { return block(pr->in.v, pr->p.Hv, i); }
@@ -203,7 +213,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   Program &pr = f.pr;
   Value t0 = f.t0, n = f.n;
 
-  Value q = loadOnce(k, {{pr.in.q, pr.b, t0, n * p.H, bq, p.H}})[0];
+  Value q = loadOnce(k, {headRows(pr, pr.in.q, t0, n, p.N, p.H, bq)})[0];
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), f.kvh);
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
   const size_t accSize = start.acc.size();
@@ -241,7 +251,7 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, id.batch);
   Value j0 = id.block * bkv, h = id.head;
 
-  Chunks kv = loadOnce(k, {{in.k, pr.b, j0, h * p.H, bkv, p.H}, {in.v, pr.b, j0, h * p.Hv, bkv, p.Hv}});
+  Chunks kv = loadOnce(k, {headRows(pr, in.k, j0, h, p.K, p.H, bkv), headRows(pr, in.v, j0, h, p.K, p.Hv, bkv)});
   // Steps walk the query blocks [lo, hi) of each query head of the group in turn.
   const Range range = query_range(pr, j0, bq, bkv);
   Value blocks = (maximum(range.hi - range.lo, 0) + (bq - 1)) / bq;
@@ -316,7 +326,8 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
       k, s, blocks * p.group(), std::move(start), 2,
       [&](Value i) {
         Value row = first(i), n = head(i);
-        return std::vector<TmaBlock>{{in.q, pr.b, row, n * p.H, bq, p.H}, {ct.dout, pr.b, row, n * p.Hv, bq, p.Hv}};
+        return std::vector<TmaBlock>{headRows(pr, in.q, row, n, p.N, p.H, bq),
+                                     headRows(pr, ct.dout, row, n, p.N, p.Hv, bq)};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
         std::optional<RowStatLoads> loads = issued;
@@ -360,12 +371,12 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Kernel k(s.name(), hopperOptions(s));
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
-  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
   GridIds id = row_block_grid(k, cdiv(p.T, bq), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, in, id.batch);
   Value t0 = id.block * bq, n = id.head;
 
-  Chunks qd = loadOnce(k, {{in.q, pr.b, t0, n * p.H, bq, p.H}, {ct.dout, pr.b, t0, n * p.Hv, bq, p.Hv}});
+  Chunks qd = loadOnce(k, {headRows(pr, in.q, t0, n, p.N, p.H, bq), headRows(pr, ct.dout, t0, n, p.N, p.Hv, bq)});
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
   Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),
@@ -382,7 +393,7 @@ Kernel dq_from_sum_kernel(const KernelSpec &s) {
   const int64_t rows = s.block_q, sumRows = dq_sum_rows(p, rows);
   Kernel k(s.name(), kernel_options(s));
   TensorArg sum = k.input("dq_sum", DType::F32, {p.B, sumRows, p.N, p.H});
-  TensorArg dq = k.output("dq", p.dtype, {p.B, p.T, p.N, p.H});
+  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
   k.grid(sumRows / rows, p.N, p.B);
   Value t0 = k.program_id(0) * rows, n = k.program_id(1), b = k.program_id(2);
   store_rows(s, dq, b, t0, n, scale_all(load_rows(s, sum, b, t0, n, p.H, rows), p.scale));

@@ -39,12 +39,21 @@ dsl::KernelOptions kernel_options(const KernelSpec &s) {
   return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma, .wgmma_dots = s.wgmma};
 }
 
+TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, int64_t rows, int64_t heads, int64_t dim,
+                       bool output) {
+  std::vector<int64_t> shape{p.B, rows, heads, dim};
+  if (!p.heads_major)
+    return output ? k.output(std::move(name), p.dtype, shape) : k.input(std::move(name), p.dtype, shape);
+  std::vector<int64_t> strides = rows_operand_strides(p, rows, heads, dim);
+  return output ? k.output(std::move(name), p.dtype, shape, strides)
+                : k.input(std::move(name), p.dtype, shape, strides);
+}
+
 Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
-  auto shape = [&](int64_t r, int64_t heads, int64_t dim) {
-    return rows ? std::vector<int64_t>{p.B, r, heads * dim} : std::vector<int64_t>{p.B, r, heads, dim};
+  auto operand = [&](const char *name, int64_t r, int64_t heads, int64_t dim) {
+    return rows ? k.input(name, p.dtype, tma_rows_shape(p, r, heads, dim)) : rows_operand(k, p, name, r, heads, dim);
   };
-  Operands in{k.input("q", p.dtype, shape(p.T, p.N, p.H)), k.input("k", p.dtype, shape(p.S, p.K, p.H)),
-              k.input("v", p.dtype, shape(p.S, p.K, p.Hv)), {}, {}, {}, {}};
+  Operands in{operand("q", p.T, p.N, p.H), operand("k", p.S, p.K, p.H), operand("v", p.S, p.K, p.Hv), {}, {}, {}, {}};
   auto shape4 = [](const Broadcast &bc) { return std::vector<int64_t>(bc.shape.begin(), bc.shape.end()); };
   if (p.bias)
     in.bias = k.input("bias", p.bias->dtype, shape4(*p.bias));

@@ -34,9 +34,15 @@ struct Operands {
   TensorArg q, k, v;
   std::optional<TensorArg> bias, mask, q_lengths, kv_lengths;
 };
-/// With `rows`, q, k and v as [B, T, N H], [B, S, K H], [B, S, K Hv] (for TMA: each batch
-/// row's heads as one row, copied a batch row at a time).
+/// With `rows`, q, k and v as their TMA views (tma_rows_shape: [B, T, N H], [B, S, K H],
+/// [B, S, K Hv], each batch row's heads as one row, copied a batch row at a time; where
+/// heads_major [B N, T, H], ...: a head's rows per batch).
 Operands declare_operands(Kernel &k, const Problem &p, bool rows = false);
+
+/// A [B, rows, heads, dim] operand of the kernel (q, k, v, out and their gradients), in
+/// the problem's layout: its memory [B, heads, rows, dim] where heads_major (strided).
+TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, int64_t rows, int64_t heads, int64_t dim,
+                       bool output = false);
 
 /// One program's view of the call: its batch row and the valid lengths (i32 scalars).
 struct Program {

@@ -37,12 +37,26 @@ struct Geometry {
   std::vector<int64_t> batch;
   int64_t B = 1, T, S, N, K, H, Hv;
   DType dtype;
+  bool headsMajor = false;  ///< BNTH: heads before seq
+
+  /// [batch..., seq, heads, dim] in the call's layout.
+  std::vector<int64_t> shape(int64_t seq, int64_t heads, int64_t dim) const {
+    std::vector<int64_t> s = batch;
+    s.insert(s.end(), headsMajor ? std::initializer_list<int64_t>{heads, seq, dim}
+                                 : std::initializer_list<int64_t>{seq, heads, dim});
+    return s;
+  }
 };
 
-Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v) {
+bool headsMajor(AttentionLayout layout) { return layout == AttentionLayout::BNTH; }
+const char *layoutText(bool headsMajor) {
+  return headsMajor ? "[batch..., heads, seq, head_dim] (layout BNTH)" : "[batch..., seq, heads, head_dim]";
+}
+
+Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool bnth) {
   auto rank = [&](const char *name, const ArgSpec &a) {
     if (a.shape.size() < 3)
-      throw Error(fmt::format("{}: {} must be [batch..., seq, heads, head_dim] (rank >= 3), got {}", op, name,
+      throw Error(fmt::format("{}: {} must be {} (rank >= 3), got {}", op, name, layoutText(bnth),
                               shapeText(a.shape)));
   };
   rank("q", q), rank("k", k), rank("v", v);
@@ -55,24 +69,26 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
       throw Error(fmt::format("{}: {} must have q's dtype {}, got {}", op, name, dtype_name(q.dtype),
                               dtype_name(a->dtype)));
   Geometry g;
+  g.headsMajor = bnth;
   size_t nb = q.shape.size() - 3;
   g.batch.assign(q.shape.begin(), q.shape.begin() + nb);
   for (int64_t d : g.batch)
     g.B *= d;
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
     if (a->shape.size() != q.shape.size() || !std::equal(g.batch.begin(), g.batch.end(), a->shape.begin()))
-      throw Error(fmt::format("{}: {} must have q's batch dims {} (shape [batch..., seq, heads, dim]), got {}", op,
-                              name, shapeText(g.batch), shapeText(a->shape)));
-  g.T = q.shape[nb], g.N = q.shape[nb + 1], g.H = q.shape[nb + 2];
-  g.S = k.shape[nb], g.K = k.shape[nb + 1];
+      throw Error(fmt::format("{}: {} must have q's batch dims {} (shape {}), got {}", op, name, shapeText(g.batch),
+                              layoutText(bnth), shapeText(a->shape)));
+  const size_t seq = bnth ? nb + 1 : nb, heads = bnth ? nb : nb + 1;
+  g.T = q.shape[seq], g.N = q.shape[heads], g.H = q.shape[nb + 2];
+  g.S = k.shape[seq], g.K = k.shape[heads];
   g.Hv = v.shape[nb + 2];
   g.dtype = q.dtype;
   if (k.shape[nb + 2] != g.H)
     throw Error(fmt::format("{}: k's head_dim {} must equal q's {} (k {}, q {})", op, k.shape[nb + 2], g.H,
                             shapeText(k.shape), shapeText(q.shape)));
-  if (v.shape[nb] != g.S || v.shape[nb + 1] != g.K)
-    throw Error(fmt::format("{}: v must be [batch..., {}, {}, Hv] like k's seq and heads, got {}", op, g.S, g.K,
-                            shapeText(v.shape)));
+  if (v.shape[seq] != g.S || v.shape[heads] != g.K)
+    throw Error(fmt::format("{}: v must be {} like k's seq and heads, got {}", op,
+                            shapeText(g.shape(g.S, g.K, v.shape[nb + 2])), shapeText(v.shape)));
   // No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
   // no keys has no softmax to take.
   for (auto [name, d] : {std::pair{"k's seq", g.S}, std::pair{"q's heads", g.N}, std::pair{"k's heads", g.K},
@@ -153,8 +169,8 @@ void checkSinks(const char *op, const char *name, const std::optional<ArgSpec> &
 Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v,
                        const std::optional<ArgSpec> &bias, const std::optional<ArgSpec> &mask,
                        const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths,
-                       const std::optional<ArgSpec> &sinks) {
-  Geometry g = geometry(op, q, k, v);
+                       const std::optional<ArgSpec> &sinks, AttentionLayout layout) {
+  Geometry g = geometry(op, q, k, v, headsMajor(layout));
   checkBroadcast(op, "bias", bias, g, false);
   checkBroadcast(op, "mask", mask, g, true);
   checkLengths(op, "q_seq_lengths", qLengths, g);
@@ -186,7 +202,19 @@ std::map<std::string, std::string> attributes(const char *op, const Geometry &g,
   // what they were before the option.
   if (!o.deterministic && std::string_view(op) == "attention_vjp")
     a.emplace("deterministic", "0");
+  if (headsMajor(o.layout))  // likewise printed only where it is not the default
+    a.emplace("layout", "bnth");
   return a;
+}
+
+/// The "layout" attribute (absent: BTNH).
+AttentionLayout layoutOf(const BoundArgs &b) {
+  auto it = b.attributes.find("layout");
+  if (it == b.attributes.end())
+    return AttentionLayout::BTNH;
+  if (it->second != "bnth")
+    throw Error(fmt::format("{}: attribute layout must be \"bnth\" (or absent: BTNH), got \"{}\"", b.op, it->second));
+  return AttentionLayout::BNTH;
 }
 
 /// Options as a bound call records them (for Op::validate's round trip).
@@ -205,6 +233,7 @@ AttentionOptions optionsOf(const BoundArgs &b) {
     o.logits_soft_cap = b.float_attribute("logits_soft_cap");
   if (b.attributes.count("deterministic"))
     o.deterministic = b.int_attribute("deterministic") != 0;
+  o.layout = layoutOf(b);
   return o;
 }
 
@@ -219,22 +248,24 @@ const std::vector<size_t> kForwardAdded{7}, kVjpAdded{10, 15};
 
 } // namespace
 
-ArgSpec attention_lse_spec(const ArgSpec &q) {
+ArgSpec attention_lse_spec(const ArgSpec &q, AttentionLayout layout) {
+  const bool bnth = headsMajor(layout);
   if (q.shape.size() < 3)
-    throw Error(fmt::format("attention: q must be [batch..., seq, heads, head_dim], got {}", shapeText(q.shape)));
+    throw Error(fmt::format("attention: q must be {}, got {}", layoutText(bnth), shapeText(q.shape)));
   size_t nb = q.shape.size() - 3;
   std::vector<int64_t> s(q.shape.begin(), q.shape.begin() + nb);
-  s.push_back(q.shape[nb + 1]);
-  s.push_back(q.shape[nb]);
+  s.push_back(q.shape[bnth ? nb : nb + 1]);
+  s.push_back(q.shape[bnth ? nb + 1 : nb]);
   return {s, computeOf(q.dtype)};
 }
 
 BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
   const char *op = "attention";
-  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks);
-  checkExact(op, "out", a.out, withBatch(g, {g.T, g.N, g.Hv}), g.dtype);
+  Geometry g =
+      checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, o.layout);
+  checkExact(op, "out", a.out, g.shape(g.T, g.N, g.Hv), g.dtype);
   if (a.lse)
-    checkExact(op, "lse", *a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
+    checkExact(op, "lse", *a.lse, attention_lse_spec(a.q, o.layout).shape, computeOf(g.dtype));
   return BoundArgs{op,
                    {a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, a.out, a.lse},
                    attributes(op, g, o)};
@@ -242,11 +273,12 @@ BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
 
 BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions &o) {
   const char *op = "attention_vjp";
-  Geometry g = checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks);
-  std::vector<int64_t> outShape = withBatch(g, {g.T, g.N, g.Hv});
+  Geometry g =
+      checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, o.layout);
+  std::vector<int64_t> outShape = g.shape(g.T, g.N, g.Hv);
   checkExact(op, "dout", a.dout, outShape, g.dtype);
   checkExact(op, "out", a.out, outShape, g.dtype);
-  checkExact(op, "lse", a.lse, attention_lse_spec(a.q).shape, computeOf(g.dtype));
+  checkExact(op, "lse", a.lse, attention_lse_spec(a.q, o.layout).shape, computeOf(g.dtype));
   checkExact(op, "dq", a.dq, a.q.shape, g.dtype);
   checkExact(op, "dk", a.dk, a.k.shape, g.dtype);
   checkExact(op, "dv", a.dv, a.v.shape, g.dtype);
@@ -274,8 +306,10 @@ Problem problem_of(const BoundArgs &b) {
   p.batch.assign(q.shape.begin(), q.shape.begin() + nb);
   for (int64_t d : p.batch)
     p.B *= d;
-  p.T = q.shape[nb], p.N = q.shape[nb + 1], p.H = q.shape[nb + 2];
-  p.S = k.shape[nb], p.K = k.shape[nb + 1], p.Hv = v.shape[nb + 2];
+  p.heads_major = headsMajor(layoutOf(b));
+  const size_t seq = p.heads_major ? nb + 1 : nb, heads = p.heads_major ? nb : nb + 1;
+  p.T = q.shape[seq], p.N = q.shape[heads], p.H = q.shape[nb + 2];
+  p.S = k.shape[seq], p.K = k.shape[heads], p.Hv = v.shape[nb + 2];
   p.dtype = q.dtype;
   p.compute = computeOf(q.dtype);
   p.scale = b.float_attribute("scale");
@@ -343,10 +377,10 @@ public:
     if (vjp_)
       ops_detail::require_call_of(
           name(), b, arg_names(),
-          {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "deterministic"});
+          {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "deterministic", "layout"});
     else
       ops_detail::require_call_of(name(), b, arg_names(),
-                                  {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap"});
+                                  {"scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "layout"});
     auto need = [&](size_t i) -> const ArgSpec & { return ops_detail::required_arg(name(), b, arg_names(), i); };
     auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     BoundArgs again;
@@ -416,6 +450,7 @@ void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, st
   // Every option joins the key (the tensors are in it already); a new field must join it too.
   static_assert(sizeof(AttentionOptions) == 224, "AttentionOptions changed: add the new option to the call key");
   key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.deterministic).add(o.local_window.has_value());
+  key.add(static_cast<int64_t>(o.layout));
   if (o.local_window)
     key.add(o.local_window->left).add(o.local_window->right);
   ops_detail::run_eager(key, {key.op(), in, out, stream, o.implementation, o.config}, std::forward<Bind>(bind));

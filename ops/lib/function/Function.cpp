@@ -159,7 +159,7 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
     out.shape.back() = vs.shape.back();
   // The residual lse is always produced: a later grad() needs it.
   BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
-                                specOf(kv_seq_lengths), out, attention_lse_spec(qs), specOf(sinks)},
+                                specOf(kv_seq_lengths), out, attention_lse_spec(qs, options.layout), specOf(sinks)},
                                options);
   Sym out0 = f_.record(attention_op(), b,
                        {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), id(sinks), -2,
@@ -447,6 +447,9 @@ Function grad(const Function &f, std::vector<int> wrt) {
         options.logits_soft_cap = call.args.float_attribute("logits_soft_cap");
       auto deterministic = call.vjp_attributes.find("deterministic");
       options.deterministic = deterministic == call.vjp_attributes.end() || deterministic->second != "0";
+      auto layout = call.args.attributes.find("layout");  // the forward's, which binding checked
+      if (layout != call.args.attributes.end() && layout->second == "bnth")
+        options.layout = AttentionLayout::BNTH;
       const int bias = sl[3], sinks = sl[7];
       BoundArgs b = bind_attention_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}),
                                         t.spec(Sym{sl[8]}), t.spec(Sym{sl[9]}), specOf(bias), specOf(sl[4]),

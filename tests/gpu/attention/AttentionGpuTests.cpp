@@ -50,24 +50,32 @@ struct DeviceRun {
 DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream, int runCount = 2) {
   const Dims &d = c.dims;
   const auto start = std::chrono::steady_clock::now();
-  Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v);
+  // BNTH: the tensors go over in that layout and the outputs come back turned to BTNH.
+  auto layout = [&](const HostBuffer &b) { return c.bnth ? swapSeqHeads(b) : b; };
+  auto shaped = [&](std::vector<int64_t> s) {
+    if (c.bnth)
+      std::swap(s[s.size() - 3], s[s.size() - 2]);
+    return s;
+  };
+  Tensor q = upload(layout(data.q)), k = upload(layout(data.k)), v = upload(layout(data.v));
   std::optional<Tensor> bias, mask, ql, kvl, sinks, dout;
   for (auto [host, device] : {std::pair{&data.bias, &bias}, {&data.mask, &mask}, {&data.q_lengths, &ql},
                               {&data.kv_lengths, &kvl}, {&data.sinks, &sinks}})
     if (*host)
       device->emplace(upload(**host));
   if (c.vjp)
-    dout.emplace(upload(data.dout));
+    dout.emplace(upload(layout(data.dout)));
   auto view = [](const std::optional<Tensor> &t) { return t ? &t->view() : nullptr; };
   AttentionOptions options = apiOptions(c, view(bias), view(mask), view(ql), view(kvl), view(sinks));
 
   std::vector<std::vector<HostBuffer>> runs;
   for (int run = 0; run < runCount; ++run) {
-    Tensor out = poisoned(c.dtype, d.outShape()), lse = poisoned(lseDtype(c.dtype), d.lseShape());
+    Tensor out = poisoned(c.dtype, shaped(d.outShape())), lse = poisoned(lseDtype(c.dtype), d.lseShape());
     dot_product_attention(q, k, v, out, stream, options, &lse.view());
     std::vector<HostBuffer> results;
     if (c.vjp) {
-      Tensor dq = poisoned(c.dtype, d.qShape()), dk = poisoned(c.dtype, d.kShape()), dv = poisoned(c.dtype, d.vShape());
+      Tensor dq = poisoned(c.dtype, shaped(d.qShape())), dk = poisoned(c.dtype, shaped(d.kShape())),
+             dv = poisoned(c.dtype, shaped(d.vShape()));
       std::optional<Tensor> dbias, dsinks;
       if (bias)
         dbias.emplace(poisoned(bias->dtype(), data.bias->shape));
@@ -78,14 +86,15 @@ DeviceRun runOnDevice(const Case &c, const CaseData &data, Stream &stream, int r
         vjpOptions.config = c.vjp_config;
       dot_product_attention_vjp(*dout, q, k, v, out, lse, dq, dk, dv, stream, vjpOptions, view(dbias), view(dsinks));
       stream.synchronize();
-      results = {download(out), download(lse), download(dq), download(dk), download(dv)};
+      results = {layout(download(out)), download(lse), layout(download(dq)), layout(download(dk)),
+                 layout(download(dv))};
       if (dbias)
         results.push_back(download(*dbias));
       if (dsinks)  // (after dbias where both are)
         results.push_back(download(*dsinks));
     } else {
       stream.synchronize();
-      results = {download(out), download(lse)};
+      results = {layout(download(out)), download(lse)};
     }
     runs.push_back(std::move(results));
   }
@@ -466,4 +475,34 @@ TEST_CASE("attention sinks on tile and hopper: forward and VJP (dsinks) match fl
     cases.push_back(f16);
   }
   checkOnDevice(cases, stream);
+}
+
+TEST_CASE("attention in SDPA's BNTH layout on the device: BTNH's bits, read and written in place",
+          "[gpu][attention][layout]") {
+  Stream stream;
+  std::vector<Case> cases;
+  for (const char *impl : {"hopper", "tile"})
+    for (Dims d : {Dims{.batch = {2}, .t = 300, .s = 333, .n = 8, .k = 2, .h = 64, .hv = 64},
+                   Dims{.batch = {1}, .t = 1, .s = 517, .n = 4, .k = 4, .h = 128, .hv = 128}})
+      for (bool causal : {false, true}) {
+        if (std::string(impl) == "hopper" && !gpu_test::sm90a_or_skip("hopper in BNTH"))
+          continue;
+        Case c = makeCase(impl, DType::BF16, d);
+        c.options.is_causal = causal;
+        cases.push_back(c);
+      }
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) {
+      CaseData data = makeData(c);
+      Case heads = c;
+      heads.bnth = true;
+      DeviceRun btnh = runOnDevice(c, data, stream, 1), bnth = runOnDevice(heads, data, stream, 1);
+      Outputs ref = Reference(c.dims, c.options, data.inputs).run(hostThreads());
+      checkResults(heads, ref, bnth.results, &data.inputs);
+      CHECK(bnth.results.out == btnh.results.out);
+      CHECK(bnth.results.lse == btnh.results.lse);
+      CHECK(bnth.results.dq == btnh.results.dq);
+      CHECK(bnth.results.dk == btnh.results.dk);
+      CHECK(bnth.results.dv == btnh.results.dv);
+    }
 }

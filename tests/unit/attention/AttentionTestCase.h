@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ struct Case {
   std::optional<tokamax::Config> config;  ///< default: the implementation's heuristic
   std::optional<tokamax::Config> vjp_config;  ///< the VJP's, where it differs from config
   bool deterministic = true;                  ///< AttentionOptions::deterministic (the VJP's)
+  /// AttentionOptions::layout BNTH: q, k, v, dout are handed over as [B..., heads, seq, dim]
+  /// copies and out, dq, dk, dv come back in that layout; runOnInterpreter turns them back,
+  /// so its results and bits compare with the BTNH run's directly.
+  bool bnth = false;
   bool vjp = true;
   double tolerance_factor = 1;
   uint64_t seed = 1;
@@ -157,6 +162,7 @@ inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::Tensor
     o.local_window = tokamax::LocalWindow{c.options.window->left, c.options.window->right};
   o.logits_soft_cap = c.options.soft_cap;
   o.deterministic = c.deterministic;
+  o.layout = c.bnth ? tokamax::AttentionLayout::BNTH : tokamax::AttentionLayout::BTNH;
   o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths, o.sinks = sinks;
   if (!c.implementation.empty())
     o.implementation = c.implementation;
@@ -254,6 +260,23 @@ using tokamax::AttentionOptions;
 using tokamax::TensorView;
 
 /// Forward (and VJP) of a case on the interpreter; the outputs start poisoned (NaN).
+/// `b` with its seq and heads dims (the two before the last) swapped: BTNH <-> BNTH, the
+/// elements' bits moved as they are.
+inline HostBuffer swapSeqHeads(const HostBuffer &b) {
+  const size_t r = b.shape.size();
+  std::vector<int64_t> shape = b.shape;
+  std::swap(shape[r - 3], shape[r - 2]);
+  HostBuffer t(b.dtype, shape);
+  const int64_t a = b.shape[r - 3], c = b.shape[r - 2], d = b.shape[r - 1], outer = b.numel() / (a * c * d);
+  const size_t size = tokamax::dtype_size(b.dtype);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        std::memcpy(t.bytes() + size_t(((o * c + j) * a + i) * d) * size, b.element(((o * a + i) * c + j) * d),
+                    size_t(d) * size);
+  return t;
+}
+
 struct InterpreterRun {
   Results results;
   std::vector<std::vector<uint64_t>> bits;  ///< out, lse, dq, dk, dv, dbias, dsinks as stored
@@ -261,7 +284,15 @@ struct InterpreterRun {
 
 inline InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
   const Dims &d = c.dims;
-  TensorView q = data.q.view(), k = data.k.view(), v = data.v.view();
+  // BNTH: copies in that layout; outputs made in it and turned back below.
+  auto layout = [&](const HostBuffer &b) { return c.bnth ? swapSeqHeads(b) : b; };
+  auto shaped = [&](std::vector<int64_t> s) {
+    if (c.bnth)
+      std::swap(s[s.size() - 3], s[s.size() - 2]);
+    return s;
+  };
+  HostBuffer qIn = layout(data.q), kIn = layout(data.k), vIn = layout(data.v), doutIn = layout(data.dout);
+  TensorView q = qIn.view(), k = kIn.view(), v = vIn.view();
   TensorView bias = data.bias ? data.bias->view() : TensorView(), mask = data.mask ? data.mask->view() : TensorView();
   TensorView ql = data.q_lengths ? data.q_lengths->view() : TensorView();
   TensorView kvl = data.kv_lengths ? data.kv_lengths->view() : TensorView();
@@ -269,18 +300,19 @@ inline InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
   AttentionOptions options =
       apiOptions(c, data.bias ? &bias : nullptr, data.mask ? &mask : nullptr, data.q_lengths ? &ql : nullptr,
                  data.kv_lengths ? &kvl : nullptr, data.sinks ? &sinks : nullptr);
-  HostBuffer out(c.dtype, d.outShape()), lse(lseDtype(c.dtype), d.lseShape());
+  HostBuffer out(c.dtype, shaped(d.outShape())), lse(lseDtype(c.dtype), d.lseShape());
   TensorView outView = out.view(), lseView = lse.view();
   tokamax::dot_product_attention_host(q, k, v, outView, options, &lseView);
   InterpreterRun run;
-  run.results.out = out.values();
+  const HostBuffer outBack = layout(out);
+  run.results.out = outBack.values();
   run.results.lse = lse.values();
-  run.bits = {out.storage, lse.storage};
+  run.bits = {outBack.storage, lse.storage};
   if (!c.vjp)
     return run;
   if (c.vjp_config)
     options.config = c.vjp_config;
-  HostBuffer dq(c.dtype, d.qShape()), dk(c.dtype, d.kShape()), dv(c.dtype, d.vShape());
+  HostBuffer dq(c.dtype, shaped(d.qShape())), dk(c.dtype, shaped(d.kShape())), dv(c.dtype, shaped(d.vShape()));
   std::optional<HostBuffer> dbias, dsinks;
   if (data.bias)
     dbias.emplace(data.bias->dtype, data.bias->shape);
@@ -288,12 +320,13 @@ inline InterpreterRun runOnInterpreter(const Case &c, const CaseData &data) {
     dsinks.emplace(DType::F32, data.sinks->shape);
   TensorView dqView = dq.view(), dkView = dk.view(), dvView = dv.view();
   TensorView dbiasView = dbias ? dbias->view() : TensorView(), dsinksView = dsinks ? dsinks->view() : TensorView();
-  tokamax::dot_product_attention_vjp_host(data.dout.view(), q, k, v, outView, lseView, dqView, dkView, dvView, options,
+  tokamax::dot_product_attention_vjp_host(doutIn.view(), q, k, v, outView, lseView, dqView, dkView, dvView, options,
                                           dbias ? &dbiasView : nullptr, dsinks ? &dsinksView : nullptr);
-  run.results.dq = dq.values();
-  run.results.dk = dk.values();
-  run.results.dv = dv.values();
-  run.bits.insert(run.bits.end(), {dq.storage, dk.storage, dv.storage});
+  const HostBuffer dqBack = layout(dq), dkBack = layout(dk), dvBack = layout(dv);
+  run.results.dq = dqBack.values();
+  run.results.dk = dkBack.values();
+  run.results.dv = dvBack.values();
+  run.bits.insert(run.bits.end(), {dqBack.storage, dkBack.storage, dvBack.storage});
   if (dbias) {
     run.results.dbias = dbias->values();
     run.bits.push_back(dbias->storage);

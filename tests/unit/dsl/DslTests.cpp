@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Softmax.h>
 #include <tokamax/runtime/DType.h>
@@ -476,4 +477,34 @@ TEST_CASE("kernel IR carries the parameters and launch attributes", "[dsl]") {
   CHECK(countOf(ir, "tile.block_load") == 1);
   CHECK(countOf(ir, "scf.for") == 1);
   CHECK(k.name() == "scale");
+}
+
+//===----------------------------------------------------------------------===//
+// Strided tensor parameters
+//===----------------------------------------------------------------------===//
+
+TEST_CASE("a tensor parameter may take its dims in another memory order", "[dsl]") {
+  // x [3, 4] over [4, 3] memory (a transposed view): x[i][j] = memory[j * 3 + i].
+  Kernel k{"transposed_copy"};
+  TensorArg x = k.input("x", DType::F32, {3, 4}, {1, 3});
+  TensorArg y = k.output("y", DType::F32, {3, 4});
+  y.store({0, 0}, x.load({0, 0}, {4, 4}));
+  std::vector<float> memory(12), out(12, -1.0f);
+  for (size_t i = 0; i < memory.size(); ++i)
+    memory[i] = float(i);
+  const std::vector<int64_t> shape{3, 4};
+  std::vector<HostArg> args{HostArg::tensor(memory.data(), memory.size() * 4, shape),
+                            HostArg::tensor(out.data(), out.size() * 4, shape)};
+  tokamax::interpret(k, args);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      INFO("y[" << i << "][" << j << "]");
+      CHECK(out[size_t(i * 4 + j)] == memory[size_t(j * 3 + i)]);
+    }
+  // Strides that are no contiguous tensor's (gaps, overlaps, the wrong count) are refused.
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{1, 4}, {2, 1}, {4, 2}, {1}, {12, 3, 1}}) {
+    Kernel other{"bad"};
+    CHECK_THROWS_WITH(other.input("x", DType::F32, {3, 4}, bad),
+                      Contains("strides must be a contiguous tensor's with the dims in some order"));
+  }
 }

@@ -310,6 +310,12 @@ public:
 
   TensorArg input(std::string name, DType dtype, std::vector<int64_t> shape);
   TensorArg output(std::string name, DType dtype, std::vector<int64_t> shape);
+  /// A tensor whose dims are laid out in another order than row-major: `strides` (in
+  /// elements, one per dim) must be those of a contiguous tensor with the same dims
+  /// permuted (e.g. a [B, T, N, H] view of [B, N, T, H] memory), so the launch's tensor
+  /// holds exactly the shape's elements.
+  TensorArg input(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides);
+  TensorArg output(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides);
   /// A scalar parameter passed by value at launch.
   Value scalar(std::string name, DType dtype);
 
@@ -390,7 +396,8 @@ public:
   std::string ir() const;
 
 private:
-  TensorArg tensorParameter(std::string name, DType dtype, std::vector<int64_t> shape, bool isOutput);
+  TensorArg tensorParameter(std::string name, DType dtype, std::vector<int64_t> shape, bool isOutput,
+                            std::vector<int64_t> strides = {});
   std::unique_ptr<KernelBuilder> builder_;
 };
 

@@ -2,6 +2,9 @@
 //
 // Layout (batch, seq, heads, head_dim), any number (>= 0) of batch dims B... in front:
 //   q [B..., T, N, H], k [B..., S, K, H], v [B..., S, K, Hv] -> out [B..., T, N, Hv]
+// or, with AttentionOptions::layout = BNTH (PyTorch SDPA's), heads before seq, read and
+// written in place by every implementation (the gradients take their primals' layout):
+//   q [B..., N, T, H], k [B..., K, S, H], v [B..., K, S, Hv] -> out [B..., N, T, Hv]
 // GQA / MQA: N % K == 0 and query head n reads kv head n / (N / K). H, Hv <= 256.
 // No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
 // S, N, K, H and Hv must be at least 1; batch rows and heads at most 65535.
@@ -67,6 +70,7 @@
 
 #include <tokamax/ops/Op.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -77,6 +81,12 @@ class Stream;
 /// Key j is visible to query i when i - left <= j <= i + right; an absent side is unbounded.
 struct TOKAMAX_API LocalWindow {
   std::optional<int64_t> left, right;
+};
+
+/// Where the heads dim sits in q, k, v, out and their gradients (see the header comment).
+enum class AttentionLayout : uint8_t {
+  BTNH,  ///< [B..., seq, heads, head_dim]: the default
+  BNTH,  ///< [B..., heads, seq, head_dim]: PyTorch SDPA's
 };
 
 struct TOKAMAX_API AttentionOptions {
@@ -93,6 +103,7 @@ struct TOKAMAX_API AttentionOptions {
   /// The VJP: reruns give the same bits (see the header comment). false lets the hopper
   /// VJP's opt-in fused dq add in any order; the forward and every other VJP ignore it.
   bool deterministic = true;
+  AttentionLayout layout = AttentionLayout::BTNH;
   /// "tile", "hopper" (sm_90a), "chunked" or "reference"; std::nullopt = auto.
   std::optional<std::string> implementation;
   std::optional<Config> config;
@@ -137,7 +148,8 @@ TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const Te
 // BoundArgs::from_json (autotuning results, Functions), gets them as absent.)
 // Attributes (canonical printed values): "scale", "is_causal" ("0"/"1"), "window_left",
 // "window_right" (present only when bounded), "logits_soft_cap" (present only when set);
-// attention_vjp also "deterministic" (present only when false: "0").
+// attention_vjp also "deterministic" (present only when false: "0"); both "layout" (present
+// only for BNTH: "bnth").
 
 /// The specs of one call (bias / mask / lengths / lse / dbias / sinks / dsinks optional).
 /// sinks and dsinks are the last fields (not in argument order), so that aggregate
@@ -165,8 +177,9 @@ TOKAMAX_API const Op &attention_vjp_op();
 TOKAMAX_API BoundArgs bind_attention(const AttentionSpecs &specs, const AttentionOptions &options = {});
 TOKAMAX_API BoundArgs bind_attention_vjp(const AttentionVjpSpecs &specs, const AttentionOptions &options = {});
 
-/// The residual's spec for q [B..., T, N, H]: f32 (f64 for f64 q) [B..., N, T].
-TOKAMAX_API ArgSpec attention_lse_spec(const ArgSpec &q);
+/// The residual's spec for q [B..., T, N, H] (BNTH: [B..., N, T, H]): f32 (f64 for f64
+/// q) [B..., N, T].
+TOKAMAX_API ArgSpec attention_lse_spec(const ArgSpec &q, AttentionLayout layout = AttentionLayout::BTNH);
 
 /// Largest head dim (H and Hv) any implementation serves.
 inline constexpr int64_t kAttentionMaxHeadDim = 256;
