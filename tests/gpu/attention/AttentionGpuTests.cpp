@@ -479,7 +479,7 @@ TEST_CASE("attention sinks on tile and hopper: forward and VJP (dsinks) match fl
 
 TEST_CASE("attention in SDPA's BNTH layout on the device: BTNH's bits, read and written in place",
           "[gpu][attention][layout]") {
-  Stream stream;
+  Stream stream = Stream::create(Device::get());
   std::vector<Case> cases;
   for (const char *impl : {"hopper", "tile"})
     for (Dims d : {Dims{.batch = {2}, .t = 300, .s = 333, .n = 8, .k = 2, .h = 64, .hv = 64},
