@@ -22,12 +22,13 @@
 //
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
-//                                [--quick] [--autotune] [--nondeterministic]
+//                                [--quick] [--autotune] [--nondeterministic] [--bnth]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
 //   --nondeterministic: the VJP with AttentionOptions::deterministic = false (the hopper
 //             VJP's opt-in "fused_dq": 1 then adds dq in any order instead of in turns)
+//   --bnth: q, k, v, out and the gradients in SDPA's [B, N, T, H] layout, read in place
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
@@ -79,6 +80,12 @@ constexpr const char *kConfigVariable = "TOKAMAX_ATTENTION_BENCH_CONFIG";
 constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
 constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
 constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDETERMINISTIC";
+constexpr const char *kBnthVariable = "TOKAMAX_ATTENTION_BENCH_BNTH";
+
+/// q's shape (k, v, out and the gradients share it: T = S, N = K) in the row's layout.
+std::vector<int64_t> qShapeOf(int64_t b, int64_t t, int64_t n, int64_t h) {
+  return std::getenv(kBnthVariable) ? std::vector<int64_t>{b, n, t, h} : std::vector<int64_t>{b, t, n, h};
+}
 
 struct Row : tools::OpRow {
   bool causal = false;
@@ -157,7 +164,7 @@ Tensor patterned(const std::vector<int64_t> &shape, const std::vector<uint16_t> 
 }
 
 Buffers makeBuffers(const Shape &s, Device &device) {
-  const std::vector<int64_t> qShape = {s.b, s.t, s.n, s.h}, lseShape = {s.b, s.n, s.t};
+  const std::vector<int64_t> qShape = qShapeOf(s.b, s.t, s.n, s.h), lseShape = {s.b, s.n, s.t};
   const int64_t period = int64_t(1) << 20;
   std::vector<uint16_t> twice(2 * period);
   const std::vector<double> values = random_host_values(TensorSpec{{period}, DType::BF16}, 1);
@@ -174,11 +181,11 @@ Buffers makeBuffers(const Shape &s, Device &device) {
 /// into the row), for the timing to run in the result's scope.
 AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::string &impl,
                          const AttentionOptions &options, const AttentionOptions &vjpOptions, Row &row) {
-  const ArgSpec qs{{s.b, s.t, s.n, s.h}, DType::BF16};
-  std::vector<BoundArgs> calls{bind_attention({qs, qs, qs, {}, {}, {}, {}, qs, attention_lse_spec(qs)}, options)};
+  const ArgSpec qs{qShapeOf(s.b, s.t, s.n, s.h), DType::BF16};
+  const ArgSpec lse = attention_lse_spec(qs, options.layout);
+  std::vector<BoundArgs> calls{bind_attention({qs, qs, qs, {}, {}, {}, {}, qs, lse}, options)};
   if (pass != "fwd")
-    calls.push_back(bind_attention_vjp(
-        {qs, qs, qs, qs, qs, attention_lse_spec(qs), {}, {}, {}, {}, qs, qs, qs, {}}, vjpOptions));
+    calls.push_back(bind_attention_vjp({qs, qs, qs, qs, qs, lse, {}, {}, {}, {}, qs, qs, qs, {}}, vjpOptions));
   AutotuneOptions tuning;
   tuning.implementations = {impl};
   tuning.progress = false;
@@ -216,6 +223,8 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   AttentionOptions options;
   options.is_causal = causal;
   options.implementation = impl;
+  if (std::getenv(kBnthVariable))  // --bnth
+    options.layout = AttentionLayout::BNTH;
   AttentionOptions vjpOptions = options;
   if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
     options.config = vjpOptions.config = Config::from_json(config);
@@ -346,10 +355,12 @@ int main(int argc, char **argv) try {
       setenv(kAutotuneVariable, "1", 1);
     } else if (arg == "--nondeterministic") {
       setenv(kNondeterministicVariable, "1", 1);
+    } else if (arg == "--bnth") {
+      setenv(kBnthVariable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
                          "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
-                         "[--autotune] [--nondeterministic]\n");
+                         "[--autotune] [--nondeterministic] [--bnth]\n");
       return 2;
     }
   }
