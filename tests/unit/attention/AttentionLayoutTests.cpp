@@ -40,31 +40,10 @@ AttentionSpecs bnthSpecs() {
                         .out = spec({2, 4, 17, 48}), .lse = spec({2, 4, 17}, DType::F32)};
 }
 
-template <class Call> std::string errorOf(Call &&call) {
-  try {
-    call();
-  } catch (const tokamax::Error &e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 /// Every implementation with a dtype it serves (hopper with small steps, for the
 /// interpreter's time).
 const std::vector<ImplDtype> kImplDtypes = {{"hopper", DType::BF16}, {"tile", DType::BF16}, {"tile", DType::F16},
                                             {"chunked", DType::F32}, {"reference", DType::F64}};
-
-Case layoutCase(const ImplDtype &id, Dims dims) {
-  Case c;
-  c.implementation = id.implementation;
-  c.dtype = id.dtype;
-  c.dims = std::move(dims);
-  if (std::string(id.implementation) == "hopper") {
-    c.config = Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
-    c.vjp_config = Config{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
-  }
-  return c;
-}
 
 /// The case run in both layouts: every output the same bits.
 void checkSameBits(Case c) {
@@ -140,7 +119,7 @@ TEST_CASE("attention BNTH: every implementation gives BTNH's bits, forward and V
   };
   for (const ImplDtype &id : kImplDtypes)
     for (const Dims &d : shapes) {
-      Case c = layoutCase(id, d);
+      Case c = implCase(id, d);
       DYNAMIC_SECTION(describe(c)) { checkSameBits(c); }
     }
 }
@@ -157,7 +136,7 @@ TEST_CASE("attention BNTH: with each option", "[attention][layout]") {
   };
   for (const ImplDtype &id : kImplDtypes)
     for (const auto &edit : edits) {
-      Case c = layoutCase(id, d);
+      Case c = implCase(id, d);
       edit(c);
       DYNAMIC_SECTION(describe(c)) { checkSameBits(c); }
     }

@@ -33,15 +33,6 @@ namespace {
 
 ArgSpec spec(std::vector<int64_t> shape, DType d) { return ArgSpec{std::move(shape), d}; }
 
-template <class Call> std::string errorOf(Call &&call) {
-  try {
-    call();
-  } catch (const tokamax::Error &e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 /// q [2, 17, 4, 32] attending k / v [2, 40, 2, 32] (GQA 2:1), sinks f32 [4].
 AttentionSpecs sinkSpecs(DType d = DType::BF16) {
   return AttentionSpecs{.q = spec({2, 17, 4, 32}, d), .k = spec({2, 40, 2, 32}, d), .v = spec({2, 40, 2, 32}, d),
@@ -71,12 +62,9 @@ const std::vector<ImplDtype> kImplDtypes = {{"hopper", DType::BF16},  {"tile", D
                                             {"chunked", DType::F32},  {"chunked", DType::F64},
                                             {"reference", DType::F32}, {"reference", DType::F64}};
 
-Case implCase(const ImplDtype &id, Dims dims) {
-  Case c = sinkCase(id.implementation, id.dtype, std::move(dims));
-  if (std::string(id.implementation) == "hopper") {
-    c.config = Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
-    c.vjp_config = Config{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
-  }
+Case sinkImplCase(const ImplDtype &id, Dims dims) {
+  Case c = implCase(id, std::move(dims));
+  c.sinks = true;
   return c;
 }
 
@@ -247,7 +235,7 @@ TEST_CASE("attention sinks: every implementation matches float64, forward and VJ
   };
   for (const ImplDtype &id : kImplDtypes)
     for (const Dims &d : shapes) {
-      Case c = implCase(id, d);
+      Case c = sinkImplCase(id, d);
       DYNAMIC_SECTION(describe(c)) { check(c); }
     }
 }
@@ -271,7 +259,7 @@ TEST_CASE("attention sinks: with each option, and rows that see no key", "[atten
   add([](Case &c) { c.q_lengths = {0, 40}; });                           // every query padding
   for (const ImplDtype &id : kImplDtypes)
     for (Case c : variants) {
-      Case made = implCase(id, c.dims);
+      Case made = sinkImplCase(id, c.dims);
       made.options = c.options, made.bias_dims = c.bias_dims, made.mask_dims = c.mask_dims;
       made.mask_empty_row = c.mask_empty_row, made.q_lengths = c.q_lengths, made.kv_lengths = c.kv_lengths;
       made.sink_mean = c.sink_mean, made.tolerance_factor = c.tolerance_factor;
@@ -291,7 +279,7 @@ TEST_CASE("attention sinks: -inf sinks give the call without sinks bit for bit, 
           "[attention][sinks]") {
   const Dims d{.batch = {2}, .t = 17, .s = 40, .n = 2, .k = 1, .h = 32, .hv = 32};
   for (const ImplDtype &id : kImplDtypes) {
-    Case base = implCase(id, d);
+    Case base = sinkImplCase(id, d);
     base.options.is_causal = true;
     base.kv_lengths = {40, 0};  // rows that see no key: lse +inf without a sink, as with -inf
     DYNAMIC_SECTION(describe(base)) {
@@ -336,7 +324,7 @@ TEST_CASE("attention sinks: -inf sinks give the call without sinks bit for bit, 
 TEST_CASE("attention sinks: reruns give the same bits (dsinks in a fixed order)", "[attention][sinks]") {
   for (const ImplDtype &id : kImplDtypes) {
     // 3 batch rows of 70 queries: dsinks sums 6 partial sums a head.
-    Case c = implCase(id, {.batch = {3}, .t = 70, .s = 17, .n = 2, .k = 1, .h = 32, .hv = 32});
+    Case c = sinkImplCase(id, {.batch = {3}, .t = 70, .s = 17, .n = 2, .k = 1, .h = 32, .hv = 32});
     c.options.is_causal = true;
     DYNAMIC_SECTION(describe(c)) {
       CaseData data = makeData(c);

@@ -13,6 +13,7 @@
 
 #include <tokamax/ops/Attention.h>
 #include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Error.h>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -350,5 +351,31 @@ struct ImplDtype {
   const char *implementation;
   tokamax::DType dtype;
 };
+
+/// A case of `id`'s implementation and dtype; hopper's forward and VJP with small steps,
+/// for the interpreter's time.
+inline Case implCase(const ImplDtype &id, Dims dims) {
+  Case c;
+  c.implementation = id.implementation;
+  c.dtype = id.dtype;
+  c.dims = std::move(dims);
+  if (c.implementation == "hopper") {
+    c.config = tokamax::Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
+    c.vjp_config = tokamax::Config{{"block_q", 16}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}};
+  }
+  return c;
+}
+
+/// The message of the tokamax::Error `call` throws, or a note that it threw none.
+template <class Call> std::string errorOf(Call &&call) {
+  try {
+    call();
+  } catch (const tokamax::Error &e) {
+    return e.what();
+  } catch (const std::exception &e) {
+    return std::string("<not a tokamax::Error: ") + e.what() + ">";
+  }
+  return "<no error>";
+}
 
 } // namespace attention_test

@@ -49,18 +49,6 @@ private:
   std::string name_;
 };
 
-/// The message of the tokamax::Error `call` throws, or a note that it threw none.
-template <class Call> std::string errorOf(Call &&call) {
-  try {
-    call();
-  } catch (const tokamax::Error &e) {
-    return e.what();
-  } catch (const std::exception &e) {
-    return std::string("<not a tokamax::Error: ") + e.what() + ">";
-  }
-  return "<no error>";
-}
-
 /// q [2, 17, 4, 32] attending k / v [2, 40, 2, 32] (GQA 2:1) in `d`.
 AttentionSpecs goodSpecs(DType d = DType::BF16) {
   AttentionSpecs s{.q = spec({2, 17, 4, 32}, d), .k = spec({2, 40, 2, 32}, d), .v = spec({2, 40, 2, 32}, d),
