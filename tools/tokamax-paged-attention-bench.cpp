@@ -6,9 +6,12 @@
 //            its pages scattered through the cache (a random permutation);
 //            --quick: batch 1 and 8 at 4096 keys
 //   time:    median of tokamax::benchmark() with CUDA events, L2 flushed before each run
+//            (a call's host launches count where they outlast its kernels), and the
+//            median of its kernels' own durations (CUPTI, where it records; else events
+//            again): the time a decode step takes inside a CUDA graph
 //   GB/s:    the K and V bytes the call must read, B x context x K x (H + Hv) x 2, per
 //            second; "% of copy" against cuMemcpyDtoD's bytes read and written per
-//            second (2 GiB, measured first)
+//            second (2 GiB, measured first), for either time
 //   --impl a,b: the implementations (default tile); --config JSON: one config for every
 //   row; --json FILE: the rows
 //
@@ -58,7 +61,8 @@ double copyGbs(Stream &stream) {
 
 /// One row: the cache filled with one small bf16 value (the values do not change the
 /// time), q random, the page table a random permutation of the pages.
-void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, tools::OpRow &row) {
+void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, tools::OpRow &row,
+                BenchmarkData &kernels) {
   const int64_t maxPages = s.context / s.page, numPages = s.batch * maxPages;
   Tensor q = tools::randomTensor({s.batch, 1, kHeads, kHeadDim}, 1.0, stream, 1);
   Tensor kPages = Tensor::empty({numPages, s.page, kKvHeads, kHeadDim}, DType::BF16);
@@ -80,6 +84,7 @@ void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, 
   row.first_call_ms = tools::syncedMs(stream, call);
   const double flops = 4.0 * double(s.batch) * kHeads * double(s.context) * kHeadDim;
   tools::timeCalls(row, stream, call, args.iters, flops);
+  kernels = benchmark(stream, call, TimingMethod::Auto, row.iterations, /*warmup=*/1, /*flush_l2=*/true);
 }
 
 } // namespace
@@ -98,27 +103,33 @@ int main(int argc, char **argv) try {
   const double copy = copyGbs(stream);
   fmt::print("paged_attention decode bf16, N {} K {} H {}, one new token, on {}; cuMemcpyDtoD {:.0f} GB/s\n", kHeads,
              kKvHeads, kHeadDim, Device::get().name(), copy);
-  fmt::print("{:<24} {:<10} {:>10} {:>9} {:>10} {:>14}\n", "shape", "impl", "ms", "GB/s", "% of copy",
-             "first call ms");
+  fmt::print("{:<24} {:<10} {:>10} {:>9} {:>10} {:>11} {:>9} {:>10} {:>14}\n", "shape", "impl", "ms", "GB/s",
+             "% of copy", "kernel ms", "GB/s", "% of copy", "first call ms");
   std::fflush(stdout);
   nlohmann::json rows = nlohmann::json::array();
   for (const Shape &s : shapes)
     for (const std::string &impl : args.impls) {
       tools::OpRow r{.shape = s.name(), .pass = "decode", .impl = impl};
+      BenchmarkData kernels;
       fmt::print(stderr, "measuring {} {} ...\n", r.shape, impl);
       tools::measureInto(r, [&] {
         Stream rowStream = Stream::create(Device::get());
-        measureRow(s, args, rowStream, r);
+        measureRow(s, args, rowStream, r, kernels);
       });
       nlohmann::json j = tools::rowJson(r);
       if (r.status != "ok") {
         fmt::print("{:<24} {:<10} {}\n", r.shape, r.impl, r.status);
       } else {
-        const double gbs = s.kvBytes() / r.ms / 1e6;
+        const double gbs = s.kvBytes() / r.ms / 1e6, kernelGbs = s.kvBytes() / kernels.median / 1e6;
         j["kv_gbs"] = gbs;
         j["copy_fraction"] = gbs / copy;
-        fmt::print("{:<24} {:<10} {:>10.4f} {:>9.0f} {:>9.1f}% {:>14.0f}\n", r.shape, r.impl, r.ms, gbs,
-                   100 * gbs / copy, r.first_call_ms);
+        j["kernel_ms"] = kernels.median;
+        j["kernel_timing"] = std::string(timing_method_name(kernels.method));
+        j["kernel_kv_gbs"] = kernelGbs;
+        j["kernel_copy_fraction"] = kernelGbs / copy;
+        fmt::print("{:<24} {:<10} {:>10.4f} {:>9.0f} {:>9.1f}% {:>11.4f} {:>9.0f} {:>9.1f}% {:>14.0f}{}\n", r.shape,
+                   r.impl, r.ms, gbs, 100 * gbs / copy, kernels.median, kernelGbs, 100 * kernelGbs / copy,
+                   r.first_call_ms, kernels.method == TimingMethod::Cupti ? "" : " (kernel time: events)");
       }
       std::fflush(stdout);
       rows.push_back(j);
