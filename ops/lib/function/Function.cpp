@@ -1,6 +1,7 @@
 //===- Function.cpp - Traced functions of ops and their gradients -----------===//
 #include <tokamax/ops/Function.h>
 
+#include "ops/lib/framework/PlannedImplementation.h"
 #include "ops/lib/function/FunctionPlan.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -10,6 +11,7 @@
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 
@@ -269,8 +271,10 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
   if (!buffers_)
     buffers_ = std::make_unique<Buffers>();
   Buffers &b = *buffers_;
+  // Arguments are numbered inputs first, then outputs.
+  const detail::DeviceScope scope(ops_detail::call_device("Function", {}, inputs, outputs, stream));
+  const int device = scope.device().ordinal();
   std::lock_guard lock(b.mutex);
-  const int device = !inputs.empty() ? inputs[0].device() : !outputs.empty() ? outputs[0].device() : 0;
   if (b.device != device)
     b.reset(device);
   const uint32_t values = uint32_t(values_.size());
