@@ -15,32 +15,37 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 namespace tokamax {
 
-/// What device runs keep: the plan, intermediates, scratch, graphs (FunctionPlan.h).
+/// What device runs keep, per device: the plan, intermediates, scratch, graphs
+/// (FunctionPlan.h). A run on another device keeps the first device's (work queued there
+/// may still use them) and comes back to them.
 struct Function::Buffers {
-  std::mutex mutex;
-  int device = -1;
-  std::map<int, Tensor> tensors;  // value id -> device intermediate
-  DeviceBuffer scratch;
-  std::vector<DeviceBuffer> retired;  // earlier scratch that queued work may still use
-  std::optional<ops_detail::FunctionPlan> plan;
-  std::vector<bool> kernelValues;    // values a kernel reads or writes: 16-byte aligned
-  std::vector<uint64_t> bases, bound;  // per run, kept to reuse their storage
-  ops_detail::FunctionGraphs graphs;
+  struct OnDevice {
+    std::mutex mutex;
+    std::map<int, Tensor> tensors;  // value id -> device intermediate
+    DeviceBuffer scratch;
+    std::vector<DeviceBuffer> retired;  // earlier scratch that queued work may still use
+    std::optional<ops_detail::FunctionPlan> plan;
+    std::vector<bool> kernelValues;    // values a kernel reads or writes: 16-byte aligned
+    std::vector<uint64_t> bases, bound;  // per run, kept to reuse their storage
+    ops_detail::FunctionGraphs graphs;
+  };
+  std::mutex mutex;  // guards `devices`
+  std::map<int, std::unique_ptr<OnDevice>> devices;
 
-  /// A run on another device starts over.
-  void reset(int ordinal) {
-    graphs.clear();
-    plan.reset();
-    tensors.clear();
-    retired.clear();
-    scratch = DeviceBuffer();
-    bases.clear();
-    device = ordinal;
+  OnDevice &on(int device) {
+    std::lock_guard lock(mutex);
+    std::unique_ptr<OnDevice> &d = devices[device];
+    if (!d)
+      d = std::make_unique<OnDevice>();
+    return *d;
   }
 };
 
@@ -270,13 +275,11 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
                             outputs_.size(), inputs.size(), outputs.size()));
   if (!buffers_)
     buffers_ = std::make_unique<Buffers>();
-  Buffers &b = *buffers_;
   // Arguments are numbered inputs first, then outputs.
   const detail::DeviceScope scope(ops_detail::call_device("Function", {}, inputs, outputs, stream));
   const int device = scope.device().ordinal();
+  Buffers::OnDevice &b = buffers_->on(device);
   std::lock_guard lock(b.mutex);
-  if (b.device != device)
-    b.reset(device);
   const uint32_t values = uint32_t(values_.size());
   if (!b.plan || !b.plan->current(device)) {
     b.plan = ops_detail::plan_function(*this, Device::get(device));
@@ -333,10 +336,20 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
 }
 
 FunctionGraphStats Function::graph_stats() const {
+  FunctionGraphStats sum;
   if (!buffers_)
-    return {};
+    return sum;
   std::lock_guard lock(buffers_->mutex);
-  return buffers_->graphs.stats();
+  for (const auto &[device, on] : buffers_->devices) {
+    std::lock_guard deviceLock(on->mutex);
+    const FunctionGraphStats &s = on->graphs.stats();
+    sum.captures += s.captures;
+    sum.instantiations += s.instantiations;
+    sum.updates += s.updates;
+    sum.replays += s.replays;
+    sum.nodes = std::max(sum.nodes, s.nodes);
+  }
+  return sum;
 }
 
 void Function::interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const {

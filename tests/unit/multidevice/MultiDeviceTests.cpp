@@ -26,6 +26,9 @@
 #include <fmt/format.h>
 
 #include <barrier>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -183,6 +186,24 @@ struct NormTensors {
   }
 };
 
+/// Puts a file back as it was when the guard was made (absent: removed), and drops the
+/// autotuning cache's copies in memory: a test's entries must not reach later runs.
+struct RestoreFile {
+  std::filesystem::path path;
+  std::optional<std::string> before;
+  explicit RestoreFile(std::filesystem::path p) : path(std::move(p)) {
+    if (std::ifstream in{path, std::ios::binary})
+      before = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  ~RestoreFile() {
+    if (before)
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << *before;
+    else
+      std::filesystem::remove(path);
+    reset_autotuning_cache();
+  }
+};
+
 } // namespace
 
 TEST_CASE("every op runs on device 1's tensors in device 1's context: Op::run and the C ABI",
@@ -254,6 +275,17 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
   second.make_current();
   checkLaunchesOn(first, [&] { g.run(in0, out0, stream0); });
   CHECK(currentContext() == static_cast<void *>(second.context()));
+}
+
+TEST_CASE("the default stream is the call's device's", "[multi-device][null-driver]") {
+  if (!haveTwoDevices())
+    return;
+  Device &first = Device::get(0), &second = Device::get(1);
+  NormTensors n(second);
+  Stream legacy = Stream::wrap(nullptr);
+  first.make_current();
+  checkLaunchesOn(second, [&] { n.run(legacy); });
+  CHECK(currentContext() == static_cast<void *>(first.context()));
 }
 
 TEST_CASE("two threads run on devices 0 and 1 at once", "[multi-device][null-driver]") {
@@ -354,6 +386,7 @@ TEST_CASE("devices of one kind share the per-device autotuning cache", "[multi-d
   REQUIRE(tuned);
   AutotuningResult result(a);
   result.add(TuningEntry{args, "tile", *tuned, {}});
+  const RestoreFile restore(autotuning_cache_path(a));
   update_autotuning_cache(result);
   second.make_current();
   CHECK(layer_norm_op().resolve_config(tile, args, std::nullopt) == *tuned);
