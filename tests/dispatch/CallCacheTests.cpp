@@ -127,6 +127,20 @@ TEST_CASE("autotuning scopes and config changes miss the call cache", "[dispatch
   CHECK(cache_outcome([&] { call.base(); }).hit());
 }
 
+TEST_CASE("reading an autotuning result leaves cached calls current", "[dispatch][cache]") {
+  // The per-device autotuning cache reads its file during a call's first resolution: the
+  // call it resolves must stay cached.
+  NormCall call;
+  AutotuningResult tuned(DeviceInfo::of(Device::get()));
+  tuned.add(TuningEntry{call.bound(), "tile", call.config(1), {}});
+  const std::string text = tuned.dumps();
+  call.base();
+  CHECK(cache_outcome([&] {
+          CHECK(AutotuningResult::loads(text).size() == 1);
+          call.base();
+        }).hit());
+}
+
 TEST_CASE("another device misses the call cache; the thread's current context does not matter", "[dispatch][cache]") {
   if (Device::count() < 2)
     SKIP_TEST_WITH_ONE_DEVICE;
