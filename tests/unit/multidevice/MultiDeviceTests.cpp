@@ -394,6 +394,26 @@ TEST_CASE("devices of one kind share the per-device autotuning cache", "[multi-d
   CHECK(layer_norm_op().resolve_config(tile, args, std::nullopt) == *tuned);
 }
 
+TEST_CASE("tkx_autotune tunes on its stream's device", "[multi-device][null-driver][autotune]") {
+  if (!haveTwoDevices())
+    return;
+  Device &first = Device::get(0), &second = Device::get(1);
+  Call call = makeCall({"rms_norm", {f32({4, 64}), f32({64})}});
+  const tkx_call *calls[] = {call.get()};
+  Stream stream = Stream::create(second);
+  const RestoreFile restore(autotuning_cache_path(DeviceInfo::of(second)));  // tuning updates it
+  first.make_current();
+  char *json = nullptr;
+  checkLaunchesOn(second, [&] {
+    const tkx_status s = tkx_autotune(calls, 1, stream.handle(), &json);
+    INFO(tkx_last_error());
+    CHECK(s == TKX_OK);
+  });
+  REQUIRE(json);
+  CHECK(AutotuningResult::loads(json).size() == 1);
+  tkx_free_string(json);
+}
+
 TEST_CASE("a call mixing devices, or on another device's stream, is refused before any launch",
           "[multi-device][null-driver][bad-input]") {
   if (!haveTwoDevices())
