@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,9 +23,12 @@ struct Registry {
   int count;
   std::vector<std::once_flag> flags;
   std::vector<std::unique_ptr<Device>> devices;
+  // Set once a device exists: every call's lookup is one load (call_once costs more).
+  std::unique_ptr<std::atomic<Device*>[]> ready;
 
   explicit Registry(int n)
-      : count(n), flags(static_cast<size_t>(n)), devices(static_cast<size_t>(n)) {}
+      : count(n), flags(static_cast<size_t>(n)), devices(static_cast<size_t>(n)),
+        ready(std::make_unique<std::atomic<Device*>[]>(static_cast<size_t>(n))) {}
 };
 
 Registry& registry() {
@@ -60,6 +64,9 @@ int Device::count() {
 
 Device& Device::get(int ordinal) {
   Registry& reg = registry();
+  if (ordinal >= 0 && ordinal < reg.count)
+    if (Device* d = reg.ready[static_cast<size_t>(ordinal)].load(std::memory_order_acquire))
+      return *d;
   if (reg.count == 0)
     throw NoDeviceError("no CUDA device found: the NVIDIA driver is installed but reports "
                         "no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
@@ -68,8 +75,10 @@ Device& Device::get(int ordinal) {
                             ordinal, reg.count));
   const auto index = static_cast<size_t>(ordinal);
   // If construction throws, the flag stays unset and a later call retries.
-  std::call_once(reg.flags[index],
-                 [&] { reg.devices[index] = std::make_unique<Device>(Key{}, ordinal); });
+  std::call_once(reg.flags[index], [&] {
+    reg.devices[index] = std::make_unique<Device>(Key{}, ordinal);
+    reg.ready[index].store(reg.devices[index].get(), std::memory_order_release);
+  });
   return *reg.devices[index];
 }
 
