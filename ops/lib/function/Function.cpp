@@ -273,8 +273,12 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
   if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
     throw Error(fmt::format("Function: expected {} inputs and {} outputs, got {} and {}", inputs_.size(),
                             outputs_.size(), inputs.size(), outputs.size()));
-  if (!buffers_)
-    buffers_ = std::make_unique<Buffers>();
+  {
+    static std::mutex creation;  // the first runs on two devices may come at once
+    std::lock_guard lock(creation);
+    if (!buffers_)
+      buffers_ = std::make_unique<Buffers>();
+  }
   // Arguments are numbered inputs first, then outputs.
   const detail::DeviceScope scope(ops_detail::call_device("Function", {}, inputs, outputs, stream));
   const int device = scope.device().ordinal();

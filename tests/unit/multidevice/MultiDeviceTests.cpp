@@ -292,6 +292,11 @@ TEST_CASE("two threads run on devices 0 and 1 at once", "[multi-device][null-dri
   if (!haveTwoDevices())
     return;
   constexpr int kIterations = 300;
+  // One Function for both threads: each device runs its own plan and intermediates.
+  const Function loss = Function::trace({f32({4, 64}), f32({64})}, [](Tracer &t, std::span<const Sym> in) {
+    return std::vector<Sym>{t.sum(t.layer_norm(in[0], in[1]))};
+  });
+  const Function g = grad(loss, {0, 1});
   std::mutex mutex;
   std::vector<std::string> failures;  // Catch's macros are for the test's own thread
   std::barrier start(2);
@@ -312,6 +317,8 @@ TEST_CASE("two threads run on devices 0 and 1 at once", "[multi-device][null-dri
         n.run(stream);
         layer_norm_vjp(dy, n.x, &n.scale.view(), n.mean, n.rstd, dx, &dscale.view(), nullptr, stream);
         dot_product_attention(q, kv, kv, o, stream, {.is_causal = true});
+        const TensorView in[] = {n.x, n.scale}, out[] = {dx, dscale};
+        g.run(in, out, stream, {.graph = i % 2 == 1});
       }
       stream.synchronize();
     } catch (const std::exception &e) {
