@@ -40,20 +40,24 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// Whether the null driver (or a real one) gives two devices; when not, says so.
+/// Whether the null driver runs the test with its two devices; when not, says so. Only the
+/// null driver: the tests' tensors hold no data a real kernel could read safely (page
+/// tables, group sizes), and its log is what they check.
 bool haveTwoDevices() {
   if (!haveDevice())
     return false;
-  if (Device::count() >= 2)
-    return true;
-  WARN("SKIPPED: one device (the null driver has two)");
-  return false;
+  if (!nullDriverFunction<void *(size_t)>("tokamax_null_cuda_logged_context")) {
+    WARN("SKIPPED: runs under the null driver only (multi-device-unit-tests-null-driver)");
+    return false;
+  }
+  return Device::count() >= 2;
 }
 
-/// The calling thread's current context as the null driver sees it (null elsewhere).
-void *currentContext() {
+/// The calling thread's current context is `device`'s.
+void checkCurrentIs(const Device &device) {
   auto *current = nullDriverFunction<void *()>("tokamax_null_cuda_current_context");
-  return current ? current() : nullptr;
+  REQUIRE(current);
+  CHECK(current() == static_cast<void *>(device.context()));
 }
 
 /// The contexts the launches of `run` were made in, from the null driver's launch log
@@ -80,8 +84,6 @@ template <class Run> std::vector<void *> launchContexts(Run &&run) {
 /// Every launch of `run` was made in `device`'s context, and there was at least one.
 template <class Run> void checkLaunchesOn(Device &device, Run &&run) {
   const std::vector<void *> contexts = launchContexts(run);
-  if (!nullDriverFunction<void *(size_t)>("tokamax_null_cuda_logged_context"))
-    return;  // another driver: it checks the contexts itself
   CHECK_FALSE(contexts.empty());
   for (void *c : contexts)
     CHECK(c == static_cast<void *>(device.context()));
@@ -220,7 +222,7 @@ TEST_CASE("every op runs on device 1's tensors in device 1's context: Op::run an
     DeviceArgs args(op, bound, second);
     first.make_current();  // the thread's own (allocating made device 1's current): calls give it back
     checkLaunchesOn(second, [&] { op.run(bound, args.inputs, args.outputs, stream); });
-    CHECK(currentContext() == static_cast<void *>(first.context()));
+    checkCurrentIs(first);
     // The C ABI takes the caller's workspace, of the size it asks for on device 1.
     size_t bytes = 0;
     REQUIRE(tkx_call_workspace_bytes(call.get(), 1, &bytes) == TKX_OK);
@@ -233,7 +235,7 @@ TEST_CASE("every op runs on device 1's tensors in device 1's context: Op::run an
       INFO(tkx_last_error());
       CHECK(s == TKX_OK);
     });
-    CHECK(currentContext() == static_cast<void *>(first.context()));
+    checkCurrentIs(first);
   }
   // matmul has no C ABI binding: its C++ entry point (the eager call cache) and Op::run.
   Tensor a = Tensor::empty({64, 64}, DType::BF16, second), b = Tensor::empty({64, 64}, DType::BF16, second);
@@ -247,7 +249,7 @@ TEST_CASE("every op runs on device 1's tensors in device 1's context: Op::run an
   auto *allocatedIn = nullDriverFunction<void *(uint64_t)>("tokamax_null_cuda_allocation_context");
   if (allocatedIn)
     CHECK(allocatedIn(stream_workspace(second, stream, 256)) == static_cast<void *>(second.context()));
-  CHECK(currentContext() == static_cast<void *>(first.context()));
+  checkCurrentIs(first);
 }
 
 TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]") {
@@ -266,7 +268,7 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
   checkLaunchesOn(second, [&] { g.run(in, out, stream); });
   checkLaunchesOn(second, [&] { g.run(in, out, stream); });  // replayed
   g.run(in, out, stream, {.graph = true});
-  CHECK(currentContext() == static_cast<void *>(first.context()));
+  checkCurrentIs(first);
   // Then on device 0, with its own intermediates.
   Stream stream0 = Stream::create(first);
   Tensor x0 = Tensor::empty({4, 64}, DType::F32, first), s0 = Tensor::empty({64}, DType::F32, first);
@@ -274,7 +276,7 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
   const TensorView in0[] = {x0, s0}, out0[] = {dx0, ds0};
   second.make_current();
   checkLaunchesOn(first, [&] { g.run(in0, out0, stream0); });
-  CHECK(currentContext() == static_cast<void *>(second.context()));
+  checkCurrentIs(second);
 }
 
 TEST_CASE("the default stream is the call's device's", "[multi-device][null-driver]") {
@@ -285,7 +287,7 @@ TEST_CASE("the default stream is the call's device's", "[multi-device][null-driv
   Stream legacy = Stream::wrap(nullptr);
   first.make_current();
   checkLaunchesOn(second, [&] { n.run(legacy); });
-  CHECK(currentContext() == static_cast<void *>(first.context()));
+  checkCurrentIs(first);
 }
 
 TEST_CASE("two threads run on devices 0 and 1 at once", "[multi-device][null-driver]") {
