@@ -39,12 +39,21 @@ std::string DeviceInfo::key() const {
 // AutotuningResult: entries and lookup
 //===----------------------------------------------------------------------===//
 
-void AutotuningResult::add(TuningEntry entry) {
+namespace {
+
+/// Adds or replaces `entry` in a result's maps (by its JSON, and by hash for lookups).
+template <class Entries, class ByHash> void insertEntry(Entries& entries, ByHash& byHash, TuningEntry entry) {
   std::string key = entry.args.to_json();
   const uint64_t hash = entry.args.hash();
-  auto [it, inserted] = entries_.insert_or_assign(key, std::move(entry));
+  auto [it, inserted] = entries.insert_or_assign(key, std::move(entry));
   if (inserted)
-    by_hash_.emplace(hash, std::move(key));
+    byHash.emplace(hash, std::move(key));
+}
+
+} // namespace
+
+void AutotuningResult::add(TuningEntry entry) {
+  insertEntry(entries_, by_hash_, std::move(entry));
   notify_config_change();  // a scope may hold this result: cached calls resolve again
 }
 
@@ -314,7 +323,9 @@ AutotuningResult AutotuningResult::loads(const std::string& text) {
     for (size_t c = 0; c < candidates.size(); ++c)
       entry.candidates.push_back(
           record_from_json(candidates[c], fmt::format("{}.candidates[{}]", where, c)));
-    result.add(std::move(entry));
+    // Not add(): no scope holds a result being read, so cached calls stay current (the
+    // per-device autotuning cache reads its file during a call's first resolution).
+    insertEntry(result.entries_, result.by_hash_, std::move(entry));
   }
   return result;
 }

@@ -5,10 +5,12 @@
 #include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -52,9 +54,10 @@ tkx_status tkx_autotune(const tkx_call *const *calls, int32_t num_calls, void *s
       require_pointer(calls[i], fmt::format("calls[{}]", i));
       bound.push_back(calls[i]->args);
     }
-    // Tuning times candidates on streams and inputs of its own, on device 0.
-    (void)stream;
+    // Tuning times candidates on streams and inputs of its own, on the stream's device
+    // (device 0 for the default stream).
     AutotuneOptions options;
+    options.device = std::max(detail::stream_device(static_cast<CUstream>(stream)), 0);
     options.progress = false;
     *result_json = handOver(autotune(bound, options).dumps());
   });

@@ -10,6 +10,7 @@
 #include <tokamax/runtime/DiskCache.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -281,7 +282,9 @@ tkx_status tkx_call_workspace_bytes(const tkx_call *call, int32_t device, size_t
     *bytes = 0;
     if (device == -1)
       return;
-    Device &d = Device::get(device);
+    // Current while the config resolves: the per-device autotuning cache answers for it.
+    const detail::DeviceScope scope(device);
+    Device &d = scope.device();
     const Implementation &impl = c.op->select(c.args, c.implementation, d.arch());
     *bytes = scratch_bytes(impl, c.args, c.op->resolve_config(impl, c.args, c.config), d);
   });

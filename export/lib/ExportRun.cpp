@@ -13,6 +13,7 @@
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Hash.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 
@@ -171,6 +172,8 @@ void ExportedFunction::run(std::span<const TensorView> inputs, std::span<const T
   State &s = *state_;
   const Plan &plan = s.plan;
   Device &device = deviceOf(inputs, outputs);
+  detail::check_stream_device(stream.handle(), device.ordinal(), "export run: the tensors are");
+  const detail::DeviceScope scope(device.ordinal());  // the kernels were loaded in its context
   std::lock_guard lock(s.mutex);
   std::vector<uint64_t> &bound = s.devices[device.ordinal()].bound;
   bind_views(plan, inputs, outputs, "export run", bound);  // argument errors come first

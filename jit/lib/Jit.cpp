@@ -15,6 +15,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace tokamax {
 
@@ -94,7 +95,25 @@ struct SlotEqual {
   bool operator()(const SlotKey &a, const SlotRef &b) const { return same(a.key, a.ordinal, *b.key, b.ordinal); }
 };
 
+/// A kernel key on one architecture.
+struct CodeKey {
+  KernelKey key;
+  std::string arch;
+  bool operator==(const CodeKey &) const = default;
+};
+struct CodeHash {
+  size_t operator()(const CodeKey &k) const { return hash_combine(k.key.hash(), hash64(k.arch)); }
+};
+
 } // namespace
+
+/// A kernel's code for one architecture: what every device of that architecture loads.
+struct Jit::Code {
+  std::vector<uint8_t> cubin;
+  LaunchInfo info;
+  std::string digest;
+  KernelSource from = KernelSource::Compiled;  // Disk or Compiled
+};
 
 struct Jit::State {
   struct Slot {
@@ -104,6 +123,11 @@ struct Jit::State {
   mutable std::shared_mutex mutex;
   // The whole key is kept and compared: a hash collision is a miss, not another kernel.
   std::unordered_map<SlotKey, Slot, SlotHash, SlotEqual> kernels;
+  // Code is per architecture, not per device: devices of one kind compile (or read from
+  // disk) a kernel once, even when their first calls come at the same time, and each
+  // loads it into its own context.
+  std::mutex codeMutex;
+  std::unordered_map<CodeKey, std::shared_future<std::shared_ptr<const Code>>, CodeHash> code;
   std::mutex statsMutex;
   JitStats stats;
   std::atomic<uint64_t> generation{1};
@@ -166,31 +190,10 @@ const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std:
     return *future.get(); // rethrows the owner's error
   }
   try {
-    std::string ir = irSource();
-    std::string name = kernelName(ir);
-    CompileOptions options;
-    options.arch = device.arch();
-    CacheKey cacheKey = makeKey(name, ir, options);
-    std::string digest = cacheKey.digest();
-    std::optional<CacheEntry> entry;
-    if (state_->disk)
-      entry = state_->disk->load(cacheKey);
-    KernelSource from = KernelSource::Disk;
-    if (!entry) {
-      if (DiskCache::must_hit_by_environment())
-        throw Error(fmt::format("kernel {} ({}) is not in the kernel cache and "
-                                "TOKAMAX_CACHE_MUST_HIT=1 forbids compiling it; precompile it with "
-                                "tokamax-compile",
-                                name, digest.substr(0, 16)));
-      CompiledKernel compiled = compile_ir(ir, options);
-      entry = toEntry(compiled);
-      if (state_->disk)  // a full or read-only disk warns once; the call still succeeds
-        state_->disk->try_store(cacheKey, *entry);
-      from = KernelSource::Compiled;
-    }
-    LaunchInfo info = LaunchInfo::from_json(entry->metadata_json);
-    Module module = Module::load_cubin(entry->cubin, device);
-    auto loaded = std::make_shared<LoadedKernel>(std::move(module), std::move(info), digest);
+    bool codeOwner = false;
+    const std::shared_ptr<const Code> code = codeFor(key, device.arch(), irSource, codeOwner);
+    Module module = Module::load_cubin(code->cubin, device);
+    auto loaded = std::make_shared<LoadedKernel>(std::move(module), code->info, code->digest);
     promise.set_value(loaded);
     {
       std::unique_lock lock(state_->mutex);
@@ -199,9 +202,12 @@ const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std:
         it = state_->kernels.emplace(SlotKey{key, device.ordinal()}, State::Slot{future, nullptr}).first;
       it->second.ready = loaded.get();
     }
+    const KernelSource from = codeOwner ? code->from : KernelSource::Memory;
     {
       std::lock_guard s(state_->statsMutex);
-      ++(from == KernelSource::Disk ? state_->stats.disk_hits : state_->stats.compiles);
+      if (codeOwner)
+        ++(from == KernelSource::Disk ? state_->stats.disk_hits : state_->stats.compiles);
+      ++state_->stats.loads;
     }
     if (source)
       *source = from;
@@ -215,12 +221,67 @@ const LoadedKernel &Jit::get_ir(const KernelKey &key, Device &device, const std:
   }
 }
 
+std::shared_ptr<const Jit::Code> Jit::codeFor(const KernelKey &key, const std::string &arch,
+                                         const std::function<std::string()> &irSource, bool &owner) {
+  const CodeKey codeKey{key, arch};
+  std::promise<std::shared_ptr<const Code>> promise;
+  std::shared_future<std::shared_ptr<const Code>> future;
+  {
+    std::lock_guard lock(state_->codeMutex);
+    auto [it, added] = state_->code.try_emplace(codeKey);
+    if (added)
+      it->second = promise.get_future().share();
+    future = it->second;
+    owner = added;
+  }
+  if (!owner)
+    return future.get();  // rethrows the owner's error
+  try {
+    std::string ir = irSource();
+    std::string name = kernelName(ir);
+    CompileOptions options;
+    options.arch = arch;
+    CacheKey cacheKey = makeKey(name, ir, options);
+    auto code = std::make_shared<Code>();
+    code->digest = cacheKey.digest();
+    std::optional<CacheEntry> entry;
+    if (state_->disk)
+      entry = state_->disk->load(cacheKey);
+    code->from = KernelSource::Disk;
+    if (!entry) {
+      if (DiskCache::must_hit_by_environment())
+        throw Error(fmt::format("kernel {} ({}) is not in the kernel cache and "
+                                "TOKAMAX_CACHE_MUST_HIT=1 forbids compiling it; precompile it with "
+                                "tokamax-compile",
+                                name, code->digest.substr(0, 16)));
+      CompiledKernel compiled = compile_ir(ir, options);
+      entry = toEntry(compiled);
+      if (state_->disk)  // a full or read-only disk warns once; the call still succeeds
+        state_->disk->try_store(cacheKey, *entry);
+      code->from = KernelSource::Compiled;
+    }
+    code->info = LaunchInfo::from_json(entry->metadata_json);
+    code->cubin = std::move(entry->cubin);
+    promise.set_value(code);
+    return code;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard lock(state_->codeMutex);
+    state_->code.erase(codeKey);  // the next call tries again
+    throw;
+  }
+}
+
 JitStats Jit::stats() const {
   std::lock_guard s(state_->statsMutex);
   return state_->stats;
 }
 
 void Jit::clear() {
+  {
+    std::lock_guard lock(state_->codeMutex);
+    state_->code.clear();
+  }
   std::unique_lock lock(state_->mutex);
   state_->kernels.clear();
   state_->generation.fetch_add(1, std::memory_order_release);

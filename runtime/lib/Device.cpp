@@ -3,11 +3,13 @@
 
 #include "tokamax/runtime/Arch.h"
 #include "tokamax/runtime/Error.h"
+#include "tokamax/runtime/detail/DeviceScope.h"
 #include "tokamax/runtime/detail/DriverApi.h"
 
 #include <fmt/format.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -21,9 +23,12 @@ struct Registry {
   int count;
   std::vector<std::once_flag> flags;
   std::vector<std::unique_ptr<Device>> devices;
+  // Set once a device exists: every call's lookup is one load (call_once costs more).
+  std::unique_ptr<std::atomic<Device*>[]> ready;
 
   explicit Registry(int n)
-      : count(n), flags(static_cast<size_t>(n)), devices(static_cast<size_t>(n)) {}
+      : count(n), flags(static_cast<size_t>(n)), devices(static_cast<size_t>(n)),
+        ready(std::make_unique<std::atomic<Device*>[]>(static_cast<size_t>(n))) {}
 };
 
 Registry& registry() {
@@ -59,6 +64,9 @@ int Device::count() {
 
 Device& Device::get(int ordinal) {
   Registry& reg = registry();
+  if (ordinal >= 0 && ordinal < reg.count)
+    if (Device* d = reg.ready[static_cast<size_t>(ordinal)].load(std::memory_order_acquire))
+      return *d;
   if (reg.count == 0)
     throw NoDeviceError("no CUDA device found: the NVIDIA driver is installed but reports "
                         "no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
@@ -67,8 +75,10 @@ Device& Device::get(int ordinal) {
                             ordinal, reg.count));
   const auto index = static_cast<size_t>(ordinal);
   // If construction throws, the flag stays unset and a later call retries.
-  std::call_once(reg.flags[index],
-                 [&] { reg.devices[index] = std::make_unique<Device>(Key{}, ordinal); });
+  std::call_once(reg.flags[index], [&] {
+    reg.devices[index] = std::make_unique<Device>(Key{}, ordinal);
+    reg.ready[index].store(reg.devices[index].get(), std::memory_order_release);
+  });
   return *reg.devices[index];
 }
 
@@ -135,6 +145,62 @@ void ensure_current_context() {
   check(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   if (!ctx)
     Device::get(0).make_current();
+}
+
+DeviceScope::DeviceScope(int ordinal) {
+  const DriverApi &api = driver();
+  CUcontext before = nullptr;
+  check(api.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+  // Read first: a device created here makes its context current.
+  device_ = &Device::get(ordinal);
+  if (before == device_->context())
+    return;
+  device_->make_current();
+  restore_ = before;
+}
+
+DeviceScope::~DeviceScope() {
+  if (restore_)
+    (void)driver().cuCtxSetCurrent(restore_);  // a destructor cannot report failure
+}
+
+int stream_device(CUstream stream, int likely) {
+  // CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are the handles 1 and 2.
+  if (reinterpret_cast<uintptr_t>(stream) <= 2)
+    return -1;
+  const DriverApi &api = driver();
+  CUcontext context = nullptr;
+  check(api.cuStreamGetCtx(stream, &context), "cuStreamGetCtx");
+  if (likely >= 0 && Device::get(likely).context() == context)
+    return likely;
+  CUcontext before = nullptr;
+  check(api.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+  int found = -1;
+  for (int i = 0, n = registry().count; i < n && found < 0; ++i) {
+    CUdevice dev = 0;
+    unsigned flags = 0;
+    int active = 0;
+    if (api.cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+        api.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS)
+      continue;
+    if (active && Device::get(i).context() == context)
+      found = i;
+  }
+  CUcontext after = nullptr;
+  if (api.cuCtxGetCurrent(&after) == CUDA_SUCCESS && after != before)
+    (void)api.cuCtxSetCurrent(before);  // Device::get of a new device made its context current
+  if (found < 0)
+    throw Error("the stream belongs to a CUDA context that is no device's primary context; tokamax launches in "
+                "primary contexts (the CUDA runtime's), so the stream must be one of those");
+  return found;
+}
+
+void check_stream_device(CUstream stream, int ordinal, std::string_view what) {
+  const int on = stream_device(stream, ordinal);
+  if (on >= 0 && on != ordinal)
+    throw Error(fmt::format("{} on device {} but the stream is on device {}: a call runs on its tensors' device, "
+                            "on a stream of that device",
+                            what, ordinal, on));
 }
 
 } // namespace detail

@@ -84,11 +84,13 @@ LoadedDriver load() {
   TOKAMAX_RESOLVE(cuDeviceTotalMem);
   TOKAMAX_RESOLVE(cuDevicePrimaryCtxRetain);
   TOKAMAX_RESOLVE(cuDevicePrimaryCtxRelease);
+  TOKAMAX_RESOLVE(cuDevicePrimaryCtxGetState);
   TOKAMAX_RESOLVE(cuCtxSetCurrent);
   TOKAMAX_RESOLVE(cuCtxGetCurrent);
   TOKAMAX_RESOLVE(cuStreamCreate);
   TOKAMAX_RESOLVE(cuStreamDestroy);
   TOKAMAX_RESOLVE(cuStreamSynchronize);
+  TOKAMAX_RESOLVE(cuStreamGetCtx);
   TOKAMAX_RESOLVE(cuMemAlloc);
   TOKAMAX_RESOLVE(cuMemFree);
   TOKAMAX_RESOLVE(cuMemGetInfo);

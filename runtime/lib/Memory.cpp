@@ -53,9 +53,8 @@ void DeviceBuffer::reset() noexcept {
   if (ptr_) {
     // Destructors cannot throw: a failed free (e.g. after a sticky kernel
     // fault) only leaks device memory that the dying context reclaims anyway.
-    const detail::DriverApi& api = detail::driver();
-    (void)api.cuCtxSetCurrent(device_->context());
-    (void)api.cuMemFree(ptr_);
+    detail::release_in_context(device_->context(),
+                               [&](const detail::DriverApi& api) { (void)api.cuMemFree(ptr_); });
   }
   ptr_ = 0;
   size_ = 0;

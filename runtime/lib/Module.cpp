@@ -3,6 +3,7 @@
 
 #include "tokamax/runtime/Device.h"
 #include "tokamax/runtime/Error.h"
+#include "tokamax/runtime/detail/DeviceScope.h"
 #include "tokamax/runtime/detail/DriverApi.h"
 
 #include <fmt/format.h>
@@ -101,7 +102,7 @@ Module Module::load_ptx(std::string_view ptx, Device& device) {
 }
 
 Module Module::load(const void* image, const char* what, Device& device) {
-  device.make_current();
+  const detail::DeviceScope scope(device.ordinal());
   std::array<char, 16384> error_log{};
   std::array<CUjit_option, 2> options = {CU_JIT_ERROR_LOG_BUFFER,
                                          CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -140,9 +141,8 @@ Module::~Module() { reset(); }
 void Module::reset() noexcept {
   if (module_) {
     // Destructors cannot report failure; at worst the module stays loaded.
-    const detail::DriverApi& api = detail::driver();
-    (void)api.cuCtxSetCurrent(device_->context());
-    (void)api.cuModuleUnload(module_);
+    detail::release_in_context(device_->context(),
+                               [&](const detail::DriverApi& api) { (void)api.cuModuleUnload(module_); });
   }
   module_ = nullptr;
   device_ = nullptr;

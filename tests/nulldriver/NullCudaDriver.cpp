@@ -14,11 +14,20 @@
 // (tokamax_null_cuda_log_launches / tokamax_null_cuda_logged_launch) of each launch's
 // function and first parameter words, to check what a replayed call launched.
 //
+// Contexts are checked as a real driver checks them: streams and modules belong to the
+// context current when they were made, and a launch (or an async copy, fill or graph
+// launch) fails with CUDA_ERROR_INVALID_CONTEXT without a current context and with
+// CUDA_ERROR_INVALID_HANDLE when its function or stream belongs to another context.
+// The launch log keeps the context of each launch, and tokamax_null_cuda_allocation_context
+// tells which context allocated an address, for tests of multi-device calls.
+//
 //===----------------------------------------------------------------------===//
 #include <cuda.h>
 
 #include <atomic>
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,9 +36,18 @@
 
 namespace {
 
-/// Distinct non-null handles for contexts, streams, modules, functions, events, graphs.
-template <class Handle> Handle newHandle() { return reinterpret_cast<Handle>(new char[16]); }
+/// Distinct non-null handles for contexts, streams, modules, functions, events, graphs;
+/// a stream's and a module's hold the context current when they were made.
+template <class Handle> Handle newHandle() { return reinterpret_cast<Handle>(new char[16]()); }
 template <class Handle> void deleteHandle(Handle h) { delete[] reinterpret_cast<char *>(h); }
+template <class Handle> CUcontext contextOf(Handle h) {
+  CUcontext c;
+  std::memcpy(&c, reinterpret_cast<const char *>(h), sizeof c);
+  return c;
+}
+template <class Handle> void setContext(Handle h, CUcontext c) {
+  std::memcpy(reinterpret_cast<char *>(h), &c, sizeof c);
+}
 
 constexpr int kDevices = 2;
 
@@ -39,13 +57,27 @@ CUcontext primaryContext(CUdevice device) {
 }
 thread_local CUcontext current = nullptr;
 
+/// The legacy and per-thread default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
+/// are the current context's.
+bool isDefaultStream(CUstream s) { return reinterpret_cast<uintptr_t>(s) <= 2; }
+/// What a real driver says of work enqueued on `stream` in the current context.
+CUresult checkStream(CUstream stream) {
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  return isDefaultStream(stream) || contextOf(stream) == current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult nullInit(unsigned int) { return CUDA_SUCCESS; }
 CUresult nullDriverGetVersion(int *version) {
   *version = 12080;
   return CUDA_SUCCESS;
 }
-CUresult nullGetErrorName(CUresult, const char **name) {
-  *name = "CUDA_ERROR_NULL_DRIVER";
+CUresult nullGetErrorName(CUresult result, const char **name) {
+  switch (result) {  // the errors its context checks return, by their names
+  case CUDA_ERROR_INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; break;
+  case CUDA_ERROR_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
+  default: *name = "CUDA_ERROR_NULL_DRIVER"; break;
+  }
   return CUDA_SUCCESS;
 }
 CUresult nullGetErrorString(CUresult, const char **text) {
@@ -85,10 +117,19 @@ CUresult nullDeviceTotalMem(size_t *bytes, CUdevice) {
   *bytes = size_t(141) << 30;
   return CUDA_SUCCESS;
 }
+std::atomic<bool> retained[kDevices];
 CUresult nullPrimaryCtxRetain(CUcontext *context, CUdevice device) {
   if (device < 0 || device >= kDevices)
     return CUDA_ERROR_INVALID_DEVICE;
   *context = primaryContext(device);
+  retained[device] = true;
+  return CUDA_SUCCESS;
+}
+CUresult nullPrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
+  if (device < 0 || device >= kDevices)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = retained[device];
   return CUDA_SUCCESS;
 }
 CUresult nullPrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
@@ -102,7 +143,16 @@ CUresult nullCtxGetCurrent(CUcontext *context) {
 }
 
 CUresult nullStreamCreate(CUstream *stream, unsigned int) {
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
   *stream = newHandle<CUstream>();
+  setContext(*stream, current);
+  return CUDA_SUCCESS;
+}
+CUresult nullStreamGetCtx(CUstream stream, CUcontext *context) {
+  if (isDefaultStream(stream) && !current)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *context = isDefaultStream(stream) ? current : contextOf(stream);
   return CUDA_SUCCESS;
 }
 CUresult nullStreamDestroy(CUstream stream) {
@@ -113,16 +163,33 @@ CUresult nullStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 
 std::atomic<size_t> allocations{0};
 
+/// Each live allocation's end and the context that made it, by start address.
+struct Allocation {
+  CUdeviceptr end;
+  CUcontext context;
+};
+std::mutex allocationsMutex;
+std::map<CUdeviceptr, Allocation> liveAllocations;
+
 // Device memory is host memory, 256-byte aligned as cuMemAlloc's is.
 CUresult nullMemAlloc(CUdeviceptr *ptr, size_t bytes) {
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
   ++allocations;
-  void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  const size_t size = (bytes + 255) / 256 * 256;
+  void *p = std::aligned_alloc(256, size ? size : 256);
   if (!p)
     return CUDA_ERROR_OUT_OF_MEMORY;
   *ptr = reinterpret_cast<CUdeviceptr>(p);
+  std::lock_guard lock(allocationsMutex);
+  liveAllocations[*ptr] = Allocation{*ptr + bytes, current};
   return CUDA_SUCCESS;
 }
 CUresult nullMemFree(CUdeviceptr ptr) {
+  {
+    std::lock_guard lock(allocationsMutex);
+    liveAllocations.erase(ptr);
+  }
   std::free(reinterpret_cast<void *>(ptr));
   return CUDA_SUCCESS;
 }
@@ -143,25 +210,32 @@ CUresult nullMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   std::memmove(at(dst), at(src), bytes);
   return CUDA_SUCCESS;
 }
-CUresult nullMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream) {
-  return nullMemcpyHtoD(dst, src, bytes);
+CUresult nullMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
+  const CUresult r = checkStream(stream);
+  return r ? r : nullMemcpyHtoD(dst, src, bytes);
 }
-CUresult nullMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream) {
-  return nullMemcpyDtoH(dst, src, bytes);
+CUresult nullMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  const CUresult r = checkStream(stream);
+  return r ? r : nullMemcpyDtoH(dst, src, bytes);
 }
-CUresult nullMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
-  return nullMemcpyDtoD(dst, src, bytes);
+CUresult nullMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  const CUresult r = checkStream(stream);
+  return r ? r : nullMemcpyDtoD(dst, src, bytes);
 }
 CUresult nullMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes) {
   std::memset(at(dst), value, bytes);
   return CUDA_SUCCESS;
 }
-CUresult nullMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream) {
-  return nullMemsetD8(dst, value, bytes);
+CUresult nullMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream) {
+  const CUresult r = checkStream(stream);
+  return r ? r : nullMemsetD8(dst, value, bytes);
 }
 
 CUresult nullModuleLoadDataEx(CUmodule *module, const void *, unsigned int, CUjit_option *, void **) {
+  if (!current)
+    return CUDA_ERROR_INVALID_CONTEXT;
   *module = newHandle<CUmodule>();
+  setContext(*module, current);
   return CUDA_SUCCESS;
 }
 CUresult nullModuleUnload(CUmodule module) {
@@ -186,6 +260,7 @@ CUresult nullFuncGetAttribute(int *value, CUfunction_attribute, CUfunction) {
 /// keep, which every kernel it then launches must have (they are read as 8-byte words).
 struct LoggedLaunch {
   CUfunction function;
+  CUcontext context;  // current at the launch, which is the function's (else it failed)
   uint64_t words[4];
 };
 constexpr size_t kLogSize = 256;
@@ -194,11 +269,17 @@ std::atomic<size_t> loggedLaunches{0};
 size_t logWords = 0;
 
 CUresult nullLaunchKernel(CUfunction function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                          CUstream, void **params, void **) {
+                          CUstream stream, void **params, void **) {
+  // A function is its module's handle (nullModuleGetFunction), which holds its context.
+  if (const CUresult r = checkStream(stream))
+    return r;
+  if (contextOf(function) != current)
+    return CUDA_ERROR_INVALID_HANDLE;
   if (logWords) {
     const size_t i = loggedLaunches.fetch_add(1);
     if (i < kLogSize) {
       launchLog[i].function = function;
+      launchLog[i].context = current;
       for (size_t w = 0; w < logWords; ++w)
         std::memcpy(&launchLog[i].words[w], params[w], sizeof(uint64_t));
     }
@@ -239,7 +320,7 @@ CUresult nullGraphExecUpdate(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *
   info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }
-CUresult nullGraphLaunch(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
+CUresult nullGraphLaunch(CUgraphExec, CUstream stream) { return checkStream(stream); }
 CUresult nullGraphUpload(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
 CUresult nullGraphDestroy(CUgraph graph) {
   deleteHandle(graph);
@@ -293,10 +374,12 @@ const Entry kEntries[] = {
     NULL_ENTRY(cuDeviceTotalMem, nullDeviceTotalMem),
     NULL_ENTRY(cuDevicePrimaryCtxRetain, nullPrimaryCtxRetain),
     NULL_ENTRY(cuDevicePrimaryCtxRelease, nullPrimaryCtxRelease),
+    NULL_ENTRY(cuDevicePrimaryCtxGetState, nullPrimaryCtxGetState),
     NULL_ENTRY(cuCtxSetCurrent, nullCtxSetCurrent),
     NULL_ENTRY(cuCtxGetCurrent, nullCtxGetCurrent),
     NULL_ENTRY(cuStreamCreate, nullStreamCreate),
     NULL_ENTRY(cuStreamDestroy, nullStreamDestroy),
+    NULL_ENTRY(cuStreamGetCtx, nullStreamGetCtx),
     NULL_ENTRY(cuStreamSynchronize, nullStreamSynchronize),
     NULL_ENTRY(cuMemAlloc, nullMemAlloc),
     NULL_ENTRY(cuMemFree, nullMemFree),
@@ -368,4 +451,20 @@ extern "C" __attribute__((visibility("default"))) size_t tokamax_null_cuda_logge
     std::memcpy(words, launchLog[i].words, logWords * sizeof(uint64_t));
   }
   return n;
+}
+/// The context current at logged launch i (null past the log).
+extern "C" __attribute__((visibility("default"))) void *tokamax_null_cuda_logged_context(size_t i) {
+  const size_t n = loggedLaunches.load() < kLogSize ? loggedLaunches.load() : kLogSize;
+  return i < n ? launchLog[i].context : nullptr;
+}
+/// The calling thread's current context.
+extern "C" __attribute__((visibility("default"))) void *tokamax_null_cuda_current_context() { return current; }
+/// The context that allocated the live allocation holding `address`, or null.
+extern "C" __attribute__((visibility("default"))) void *tokamax_null_cuda_allocation_context(uint64_t address) {
+  std::lock_guard lock(allocationsMutex);
+  auto it = liveAllocations.upper_bound(CUdeviceptr(address));
+  if (it == liveAllocations.begin())
+    return nullptr;
+  --it;
+  return address < it->second.end || address == it->first ? it->second.context : nullptr;
 }

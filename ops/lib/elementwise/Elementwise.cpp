@@ -3,6 +3,7 @@
 
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/framework/KernelExecutor.h"
+#include "ops/lib/framework/PlannedImplementation.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
@@ -10,6 +11,7 @@
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -117,7 +119,9 @@ void runElementwise(const char *op, Build build, std::initializer_list<KernelArg
     return;  // an empty result: nothing to launch
   ElementwiseSpec spec{out.numel(), out.dtype()};
   ElementwiseConfig config = default_config(spec);
-  Device &device = Device::get(out.device());
+  const std::string names[] = {"out"};  // the inputs' devices are checked against it
+  const detail::DeviceScope scope(ops_detail::call_device(op, names, {}, std::span(&out, 1), stream));
+  Device &device = scope.device();
   KernelKey key = ops_detail::specializationKey(
       op, {spec.n, int64_t(spec.dtype), config.block, config.num_warps});
   ops_detail::kernelFor(key, device, [&] { return build(spec, config); }).launch(args, stream.handle());

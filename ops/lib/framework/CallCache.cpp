@@ -89,16 +89,22 @@ CallKey &CallKey::add(const TensorView &t) {
   return *this;
 }
 
-void finish_key(CallKey &key, const EagerCall &call) {
+int eager_device(const EagerCall &call) {
+  return call_device(call.op.name(), call.op.arg_names(), call.inputs, call.outputs, call.stream);
+}
+
+void finish_key(CallKey &key, const EagerCall &call, int device) {
   key.add(implementationWord(call.op, call.implementation));
   key.add(call.config ? call.config->hash() : uint64_t(0));
   key.add(thread_config_signature());
-  // The per-device autotuning cache answers for the thread's current context.
-  // Without a driver the call fails once bound (binding errors come first), never here.
-  CUcontext context = nullptr;
-  if (driver_available() && detail::driver().cuCtxGetCurrent(&context) != CUDA_SUCCESS)
-    context = nullptr;
-  key.add(uint64_t(reinterpret_cast<uintptr_t>(context)));
+  // Its tensors' words hold it too, but a call whose tensors are all empty runs on the
+  // stream's device.
+  key.add(device);
+}
+
+void throw_no_driver() {
+  (void)detail::driver();  // throws NoDeviceError saying why the driver is unusable
+  throw NoDeviceError("the CUDA driver is not usable");
 }
 
 bool replay_cached(const CallKey &key, const EagerCall &call) {
@@ -118,13 +124,12 @@ bool replay_cached(const CallKey &key, const EagerCall &call) {
   return true;
 }
 
-void run_and_cache(const CallKey &key, const EagerCall &call, const BoundArgs &args) {
+void run_and_cache(const CallKey &key, const EagerCall &call, const BoundArgs &args, Device &device) {
   CallCacheState &s = state();
   s.misses.fetch_add(1, std::memory_order_relaxed);
   // Read before resolving: a change while this call resolves leaves its entry stale.
   const uint64_t resolvedEpoch = config_epoch(), generation = Jit::instance().generation();
-  const int ordinal = device_of(call.inputs, call.outputs);
-  Device &device = Device::get(ordinal);
+  const int ordinal = device.ordinal();
   const Implementation &impl = call.op.select(args, call.implementation, device.arch());
   Config config = call.op.resolve_config(impl, args, call.config);
   const auto *planned = dynamic_cast<const PlannedImplementation *>(&impl);

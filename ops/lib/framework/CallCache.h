@@ -15,6 +15,8 @@
 
 #include <tokamax/ops/CallCache.h>
 #include <tokamax/ops/Op.h>
+#include <tokamax/runtime/Driver.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <algorithm>
 #include <array>
@@ -91,20 +93,31 @@ struct EagerCall {
   const std::optional<Config> &config;
 };
 
+/// The device the call runs on (call_device: its tensors', checked against each other and
+/// the stream's).
+int eager_device(const EagerCall &call);
 /// Adds what every eager key holds beyond the op's own words: the implementation asked
-/// for, the explicit config's hash, the thread's config providers and current context.
-void finish_key(CallKey &key, const EagerCall &call);
+/// for, the explicit config's hash, the thread's config providers and the call's device
+/// (the per-device autotuning cache answers for it).
+void finish_key(CallKey &key, const EagerCall &call, int device);
 /// Replays the plan cached under `key`; false when there is none or it is stale.
 bool replay_cached(const CallKey &key, const EagerCall &call);
-/// Resolves the call bound as `args`, runs it and caches its plan under `key`.
-void run_and_cache(const CallKey &key, const EagerCall &call, const BoundArgs &args);
+/// Resolves the call bound as `args` for `device`, runs it and caches its plan under `key`.
+void run_and_cache(const CallKey &key, const EagerCall &call, const BoundArgs &args, Device &device);
+/// Without a driver: throws NoDeviceError saying why.
+[[noreturn]] void throw_no_driver();
 
-/// The eager call: `bind` (which returns the call's BoundArgs, throwing Error on invalid
-/// arguments) runs only when the call is not cached.
+/// The eager call, with its device's context current: `bind` (which returns the call's
+/// BoundArgs, throwing Error on invalid arguments) runs only when the call is not cached.
 template <class Bind> void run_eager(CallKey &key, const EagerCall &call, Bind &&bind) {
-  finish_key(key, call);
+  if (!driver_available()) {  // binding errors come first, then the missing driver
+    (void)bind();
+    throw_no_driver();
+  }
+  const detail::DeviceScope scope(eager_device(call));
+  finish_key(key, call, scope.device().ordinal());
   if (!replay_cached(key, call))
-    run_and_cache(key, call, bind());
+    run_and_cache(key, call, bind(), scope.device());
 }
 
 } // namespace tokamax::ops_detail

@@ -4,6 +4,7 @@
 
 #include "ops/lib/framework/ArgsAdded.h"
 #include "ops/lib/framework/CallCache.h"
+#include "ops/lib/framework/PlannedImplementation.h"
 
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Hash.h>
@@ -384,14 +385,9 @@ void Op::run(const BoundArgs &args, std::span<const TensorView> inputs, std::spa
              Stream &stream, const std::optional<std::string> &implementation,
              const std::optional<Config> &config) const {
   validate(args);
-  int ordinal = -1;
-  for (auto views : {inputs, outputs})
-    for (const TensorView &t : views)
-      if (ordinal < 0 && t.data())
-        ordinal = t.device();
-  if (ordinal < 0)
-    ordinal = 0;
-  const Implementation &impl = select(args, implementation, Device::get(ordinal).arch());
+  // Current before the config is resolved: the per-device autotuning cache answers for it.
+  const detail::DeviceScope scope(ops_detail::call_device(name_, arg_names_, inputs, outputs, stream));
+  const Implementation &impl = select(args, implementation, scope.device().arch());
   impl.run(args, resolve_config(impl, args, config), inputs, outputs, stream);
 }
 

@@ -8,6 +8,11 @@
 
 #include <tokamax/runtime/Arch.h>
 #include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Error.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
+
+#include <fmt/format.h>
 
 namespace tokamax::ops_detail {
 
@@ -31,12 +36,33 @@ bool impl_supported_on(ImplKind kind, const std::string &arch) {
   return Arch::parse(arch).number() >= 80;
 }
 
-int device_of(std::span<const TensorView> inputs, std::span<const TensorView> outputs) {
+int call_device(std::string_view op, std::span<const std::string> names, std::span<const TensorView> inputs,
+                std::span<const TensorView> outputs, const Stream &stream) {
+  auto name = [&](size_t i) { return i < names.size() ? names[i] : fmt::format("argument {}", i); };
+  int device = -1;
+  size_t first = 0, i = 0;
   for (auto views : {inputs, outputs})
-    for (const TensorView &t : views)
-      if (t.data())
-        return t.device();
-  return 0;
+    for (const TensorView &t : views) {
+      if (t.data()) {
+        if (device < 0) {
+          device = t.device();
+          first = i;
+        } else if (t.device() != device) {
+          throw Error(fmt::format("{}: {} is on device {} but {} is on device {}: every tensor of a call must be on "
+                                  "one device",
+                                  op, name(i), t.device(), name(first), device));
+        }
+      }
+      ++i;
+    }
+  const int on = detail::stream_device(stream.handle(), device);  // -1: the default stream, any device's
+  if (device < 0)  // nothing to read or write: the stream's device (its scratch, its context)
+    return on < 0 ? 0 : on;
+  if (on >= 0 && on != device)
+    throw Error(fmt::format("{}: {} is on device {} but the stream is on device {}: a call runs on its tensors' "
+                            "device, on a stream of that device",
+                            op, name(first), device, on));
+  return device;
 }
 
 void PlannedImplementation::check_views(const BoundArgs &args, std::span<const TensorView> inputs,
@@ -56,9 +82,9 @@ std::vector<dsl::Kernel> PlannedImplementation::kernels(const BoundArgs &args, c
 void PlannedImplementation::run(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,
                                 std::span<const TensorView> outputs, Stream &stream) const {
   check_views(args, inputs, outputs, false);
-  const int device = device_of(inputs, outputs);
-  check_device(args, Device::get(device));
-  execute(args, config, inputs, outputs, *device_kernel_executor(stream, device));
+  const detail::DeviceScope scope(call_device(args.op, arg_names_, inputs, outputs, stream));
+  check_device(args, scope.device());
+  execute(args, config, inputs, outputs, *device_kernel_executor(stream, scope.device().ordinal()));
 }
 
 void PlannedImplementation::interpret(const BoundArgs &args, const Config &config, std::span<const TensorView> inputs,

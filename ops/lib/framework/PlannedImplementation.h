@@ -15,6 +15,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tokamax {
@@ -53,7 +54,12 @@ private:
   size_t num_inputs_;
 };
 
-/// The device of a call's tensors: the first one with data (inputs, then outputs), else 0.
-int device_of(std::span<const TensorView> inputs, std::span<const TensorView> outputs);
+/// The device a call on `stream` runs on: its tensors' (the first with data, inputs then
+/// outputs; the stream's when none has data, device 0 for the default stream). Throws
+/// Error naming the arguments (`names`, in argument order; "argument i" past them) and
+/// both devices when the tensors are on several devices or the stream is another
+/// device's, before anything is launched.
+int call_device(std::string_view op, std::span<const std::string> names, std::span<const TensorView> inputs,
+                std::span<const TensorView> outputs, const Stream &stream);
 
 } // namespace tokamax::ops_detail

@@ -16,6 +16,7 @@ void check_views(const BoundArgs &args, const std::vector<std::string> &names, s
   if (inputs.size() + outputs.size() != args.args.size() || names.size() != args.args.size())
     throw Error(fmt::format("{}: {} tensors for {} arguments", args.op, inputs.size() + outputs.size(), args.args.size()));
   int device = -1;
+  size_t first = 0;  // the first tensor with data
   for (size_t i = 0; i < args.args.size(); ++i) {
     const TensorView &t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
     const std::string &name = names[i];
@@ -34,8 +35,11 @@ void check_views(const BoundArgs &args, const std::vector<std::string> &names, s
       throw Error(fmt::format("{}: {} has no data (a null pointer)", args.op, name));
     if (!host && t.data()) {
       if (device >= 0 && t.device() != device)
-        throw Error(fmt::format("{}: {} is on device {} but earlier tensors are on device {}", args.op, name,
-                                t.device(), device));
+        throw Error(fmt::format("{}: {} is on device {} but {} is on device {}: every tensor of a call must be on "
+                                "one device",
+                                args.op, name, t.device(), names[first], device));
+      if (device < 0)
+        first = i;
       device = t.device();
     }
   }

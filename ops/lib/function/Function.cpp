@@ -1,6 +1,7 @@
 //===- Function.cpp - Traced functions of ops and their gradients -----------===//
 #include <tokamax/ops/Function.h>
 
+#include "ops/lib/framework/PlannedImplementation.h"
 #include "ops/lib/function/FunctionPlan.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -10,35 +11,41 @@
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Memory.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 namespace tokamax {
 
-/// What device runs keep: the plan, intermediates, scratch, graphs (FunctionPlan.h).
+/// What device runs keep, per device: the plan, intermediates, scratch, graphs
+/// (FunctionPlan.h). A run on another device keeps the first device's (work queued there
+/// may still use them) and comes back to them.
 struct Function::Buffers {
-  std::mutex mutex;
-  int device = -1;
-  std::map<int, Tensor> tensors;  // value id -> device intermediate
-  DeviceBuffer scratch;
-  std::vector<DeviceBuffer> retired;  // earlier scratch that queued work may still use
-  std::optional<ops_detail::FunctionPlan> plan;
-  std::vector<bool> kernelValues;    // values a kernel reads or writes: 16-byte aligned
-  std::vector<uint64_t> bases, bound;  // per run, kept to reuse their storage
-  ops_detail::FunctionGraphs graphs;
+  struct OnDevice {
+    std::mutex mutex;
+    std::map<int, Tensor> tensors;  // value id -> device intermediate
+    DeviceBuffer scratch;
+    std::vector<DeviceBuffer> retired;  // earlier scratch that queued work may still use
+    std::optional<ops_detail::FunctionPlan> plan;
+    std::vector<bool> kernelValues;    // values a kernel reads or writes: 16-byte aligned
+    std::vector<uint64_t> bases, bound;  // per run, kept to reuse their storage
+    ops_detail::FunctionGraphs graphs;
+  };
+  std::mutex mutex;  // guards `devices`
+  std::map<int, std::unique_ptr<OnDevice>> devices;
 
-  /// A run on another device starts over.
-  void reset(int ordinal) {
-    graphs.clear();
-    plan.reset();
-    tensors.clear();
-    retired.clear();
-    scratch = DeviceBuffer();
-    bases.clear();
-    device = ordinal;
+  OnDevice &on(int device) {
+    std::lock_guard lock(mutex);
+    std::unique_ptr<OnDevice> &d = devices[device];
+    if (!d)
+      d = std::make_unique<OnDevice>();
+    return *d;
   }
 };
 
@@ -266,13 +273,17 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
   if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
     throw Error(fmt::format("Function: expected {} inputs and {} outputs, got {} and {}", inputs_.size(),
                             outputs_.size(), inputs.size(), outputs.size()));
-  if (!buffers_)
-    buffers_ = std::make_unique<Buffers>();
-  Buffers &b = *buffers_;
+  {
+    static std::mutex creation;  // the first runs on two devices may come at once
+    std::lock_guard lock(creation);
+    if (!buffers_)
+      buffers_ = std::make_unique<Buffers>();
+  }
+  // Arguments are numbered inputs first, then outputs.
+  const detail::DeviceScope scope(ops_detail::call_device("Function", {}, inputs, outputs, stream));
+  const int device = scope.device().ordinal();
+  Buffers::OnDevice &b = buffers_->on(device);
   std::lock_guard lock(b.mutex);
-  const int device = !inputs.empty() ? inputs[0].device() : !outputs.empty() ? outputs[0].device() : 0;
-  if (b.device != device)
-    b.reset(device);
   const uint32_t values = uint32_t(values_.size());
   if (!b.plan || !b.plan->current(device)) {
     b.plan = ops_detail::plan_function(*this, Device::get(device));
@@ -329,10 +340,20 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
 }
 
 FunctionGraphStats Function::graph_stats() const {
+  FunctionGraphStats sum;
   if (!buffers_)
-    return {};
+    return sum;
   std::lock_guard lock(buffers_->mutex);
-  return buffers_->graphs.stats();
+  for (const auto &[device, on] : buffers_->devices) {
+    std::lock_guard deviceLock(on->mutex);
+    const FunctionGraphStats &s = on->graphs.stats();
+    sum.captures += s.captures;
+    sum.instantiations += s.instantiations;
+    sum.updates += s.updates;
+    sum.replays += s.replays;
+    sum.nodes = std::max(sum.nodes, s.nodes);
+  }
+  return sum;
 }
 
 void Function::interpret(std::span<const TensorView> inputs, std::span<const TensorView> outputs) const {

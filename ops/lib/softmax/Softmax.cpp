@@ -3,6 +3,7 @@
 
 #include "ops/lib/framework/Views.h"
 #include "ops/lib/framework/KernelExecutor.h"
+#include "ops/lib/framework/PlannedImplementation.h"
 
 #include <tokamax/compiler/Interpreter.h>
 #include <tokamax/jit/DslKernel.h>
@@ -10,6 +11,7 @@
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
 #include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/detail/DeviceScope.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -99,7 +101,10 @@ void softmax(const TensorView &x, const TensorView &y, Stream &stream, const Sof
   SoftmaxCall call = bindSoftmax(x, y, options);
   if (call.spec.rows == 0)
     return;
-  Device &device = Device::get(x.device());
+  const std::string names[] = {"x", "y"};
+  const TensorView views[] = {x, y};
+  const detail::DeviceScope scope(ops_detail::call_device("softmax", names, views, {}, stream));
+  Device &device = scope.device();
   KernelKey key = ops_detail::specializationKey("softmax", {call.spec.rows, call.spec.cols, int64_t(call.spec.dtype),
                                                            call.config.block_rows, call.config.num_warps});
   TensorView x2(x.data(), x.dtype(), call.shape, x.device()), y2(y.data(), y.dtype(), call.shape, y.device());

@@ -121,8 +121,9 @@ TKX_API const char *tkx_call_json(const tkx_call *call);
    what the implementation and config a run would resolve now (explicit, config scopes,
    heuristic) ask for. */
 TKX_API tkx_status tkx_call_workspace_bytes(const tkx_call *call, int32_t device, size_t *bytes);
-/* Runs the call. Device tensors: on `stream` (a CUstream; NULL = the legacy default
-   stream), in the device's primary context as the framework left it, with `workspace`
+/* Runs the call. Device tensors: on their device, whose primary context the run makes
+   current (the thread's own is current again after it), on `stream` (a CUstream of that
+   device, else TKX_INVALID_ARGUMENT; NULL = the legacy default stream), with `workspace`
    (caller-owned, >= tkx_call_workspace_bytes, 16-byte aligned; may be NULL when that is
    0). No allocation of ours on this path. Host tensors (device -1): the CPU interpreter,
    stream and workspace ignored. Every tensor of one call on the same device;

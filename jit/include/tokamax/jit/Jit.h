@@ -57,8 +57,10 @@ private:
 /// Where the kernel of a call came from (for logs, tests and benchmarks).
 enum class KernelSource { Memory, Disk, Compiled };
 
+/// disk_hits and compiles count a kernel's code once per architecture (devices of one
+/// kind share it); loads count its loads, once per device that runs it.
 struct TOKAMAX_API JitStats {
-  uint64_t memory_hits = 0, disk_hits = 0, compiles = 0;
+  uint64_t memory_hits = 0, disk_hits = 0, compiles = 0, loads = 0;
 };
 
 class TOKAMAX_API Jit {
@@ -84,6 +86,11 @@ public:
 
 private:
   struct State;
+  struct Code;
+  /// The kernel's code for `arch`: built, read from disk or compiled by the first caller
+  /// (`owner`), which the others wait for.
+  std::shared_ptr<const Code> codeFor(const KernelKey &key, const std::string &arch,
+                                             const std::function<std::string()> &ir, bool &owner);
   std::unique_ptr<State> state_;
 };
 

@@ -129,8 +129,9 @@ public:
   /// every call as an eager call would (implementation, config, kernels) and records its
   /// launches; every run then replays them: the tensors' addresses go into the recorded
   /// parameters, with no per-call binding, config resolution or lookup. Intermediates and
-  /// a scratch buffer are the Function's own, allocated at the first run; runs of one
-  /// Function must therefore not overlap on different streams.
+  /// a scratch buffer are the Function's own, per device, allocated at the first run on
+  /// it; runs of one Function on one device must therefore not overlap on different
+  /// streams. A run is on its tensors' device, with a stream of that device.
   ///
   /// With options.graph the run is one CUDA graph: captured at the first run with these
   /// input and output addresses (nothing in a run allocates or synchronises, so all of

@@ -35,11 +35,13 @@ struct DriverApi {
   TOKAMAX_DRIVER_FN(cuDeviceTotalMem);
   TOKAMAX_DRIVER_FN(cuDevicePrimaryCtxRetain);
   TOKAMAX_DRIVER_FN(cuDevicePrimaryCtxRelease);
+  TOKAMAX_DRIVER_FN(cuDevicePrimaryCtxGetState);
   TOKAMAX_DRIVER_FN(cuCtxSetCurrent);
   TOKAMAX_DRIVER_FN(cuCtxGetCurrent);
   TOKAMAX_DRIVER_FN(cuStreamCreate);
   TOKAMAX_DRIVER_FN(cuStreamDestroy);
   TOKAMAX_DRIVER_FN(cuStreamSynchronize);
+  TOKAMAX_DRIVER_FN(cuStreamGetCtx);
   TOKAMAX_DRIVER_FN(cuMemAlloc);
   TOKAMAX_DRIVER_FN(cuMemFree);
   TOKAMAX_DRIVER_FN(cuMemGetInfo);
@@ -99,5 +101,18 @@ TOKAMAX_API void note_launch(std::string_view kernel) noexcept;
 // Makes device 0's primary context current when this thread has none, so the
 // context-free helpers (copies, events) work on a fresh thread.
 TOKAMAX_API void ensure_current_context();
+
+// Runs `release` (an unload or free, which cannot report failure) in `context`, then
+// makes the thread's own context current again: releasing a device's resources must not
+// move the thread to that device.
+template <class Release> void release_in_context(CUcontext context, Release &&release) noexcept {
+  const DriverApi &api = driver();
+  CUcontext before = nullptr;
+  (void)api.cuCtxGetCurrent(&before);
+  (void)api.cuCtxSetCurrent(context);
+  release(api);
+  if (before && before != context)
+    (void)api.cuCtxSetCurrent(before);
+}
 
 } // namespace tokamax::detail
