@@ -13,9 +13,9 @@ so bad arguments raise Python exceptions naming them when the function is traced
 Config scopes (`with result:`) are per thread and XLA runs the handler on threads of its
 own, so a call traced inside a scope is handed to the handler with the implementation and
 config it resolves to on the tracing thread for the target device's arch (as Tokamax
-applies autotuning results at trace time); outside scopes too, as the command-buffer
-handler needs (RECORDABLE below: explicit choice, the autotuning cache, the heuristic, as
-they stand when the call is traced).
+applies autotuning results at trace time); outside scopes the handler resolves on its own
+(explicit choice, the autotuning cache, the heuristic), except with the command-buffer
+handler (RECORDABLE below), which needs every call's config fixed when it is traced.
 """
 
 from __future__ import annotations
@@ -39,14 +39,15 @@ except ImportError:  # jax < 0.4.38 kept it in jax.extend
     from jax.extend import ffi as _ffi
 
 TARGET = "tokamax_cpp"
-# The handler is registered as XLA command-buffer compatible, so XLA records a jitted
-# function's calls into its CUDA graphs with its own kernels (a call then costs 2.3 us
-# over its kernels in a jitted chain on an H100, against 10.8 us launched one by one);
-# every call is bound with the implementation and config it resolves to at trace time
-# (a run must launch exactly what was recorded) and its workspace is an XLA buffer of
-# that config's size. $TOKAMAX_CPP_JAX_COMMAND_BUFFERS=0 (read once, at import) registers
-# the plain handler instead: calls launched one by one, resolved when they run.
-RECORDABLE = os.environ.get("TOKAMAX_CPP_JAX_COMMAND_BUFFERS", "1") != "0"
+# $TOKAMAX_CPP_JAX_COMMAND_BUFFERS=1 (read once, at import): the handler registered as
+# XLA command-buffer compatible, so XLA records a jitted function's calls into its CUDA
+# graphs with its own kernels (a call then costs 2.0-2.3 us over its kernels in a jitted
+# chain on an H100, against 8-11 us launched one by one); every call is bound with the
+# implementation and config it resolves to at trace time (a run must launch exactly what
+# was recorded) and its workspace is an XLA buffer of that config's size. Opt-in: with
+# it the seed's step ran slower on an H100 (21.8 ms against 19.0), and two traces of one
+# function made before and after an autotune run differ in their configs.
+RECORDABLE = os.environ.get("TOKAMAX_CPP_JAX_COMMAND_BUFFERS", "0") == "1"
 _SOURCE = Path(__file__).resolve().parent / "ffi" / "handler.cc"
 
 _TO_CODE = {jnp.dtype(jnp.bfloat16): _capi.BF16, jnp.dtype(jnp.float16): _capi.F16,

@@ -57,7 +57,10 @@ def points_of(doc, source: str = "") -> tuple[list[Point], dict]:
                 continue
             m = _FLAT_KEY.match(key)
             if m and isinstance(value, (int, float)):
-                points.append(Point(f"{m['what']} {m['shape']}", "ours", True, m["metric"], float(value)))
+                # "layer_norm fwd": the op and its pass, grouped as the peers' rows are.
+                op, _, what = m["what"].partition(" ")
+                group = _group({"op": op, "shape": m["shape"], "pass": what or None})
+                points.append(Point(group, "ours", True, m["metric"], float(value)))
     else:
         raise ValueError(f"{source}: not a benchmark JSON (expected an object)")
     return points, lines

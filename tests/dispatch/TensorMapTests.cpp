@@ -9,7 +9,11 @@
 using namespace tokamax;
 
 TEST_CASE("tensor maps: 2-D, and rows in batches as 3-D maps", "[runtime][tma]") {
-  Device::get();  // the driver, loaded
+  // The words checked below are the null driver's record; a real driver's map is opaque.
+  if (Device::get().name() != "tokamax null device") {
+    WARN("skipped: checks the null driver's record of the encoding, not " << Device::get().name() << "'s map");
+    return;
+  }
   // [24, 64] bf16 in boxes of 8 rows x 64 columns.
   const TensorMap flat = encode_tensor_map("t", 0x1000, DType::BF16, 24, 64, 64, 8);
   CHECK(flat.words[0] == 2u);
