@@ -31,6 +31,15 @@ def test_points_of_each_format():
         plot.points_of([1, 2])
 
 
+def test_tokamax_bench_op_and_pass_keys_group_with_the_peers_rows():
+    # tokamax-bench writes "layer_norm fwd_gbs_<shape>"; bench/peers/norms.py rows with op,
+    # shape and pass: both must land in one group, so the bars stand side by side.
+    ours, _ = plot.points_of({"layer_norm fwd_gbs_4096x16384": 2736.0})
+    peer, _ = plot.points_of({"rows": [{"op": "layer_norm", "shape": "4096x16384", "pass": "fwd",
+                                        "backend": "torch", "status": "ok", "gbs": 1752.0}]})
+    assert ours[0].group == peer[0].group == "layer_norm 4096x16384 fwd"
+
+
 def test_draws_a_png(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed")
     files = []
