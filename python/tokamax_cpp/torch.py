@@ -124,11 +124,12 @@ def _outputs(call, device, share: bool = False, specs=None):
 _calls: dict = {}  # (op, options, (dtype, shape) or None per input) -> (_capi.Call, its _output_specs)
 
 
-def _call_of(op: str, names, tensors, options: str):
+def _call_of(op: str, names, tensors, options: str, key=None):
     """The bound call of these tensors and its output specs: one dict lookup on a key of
     torch's own dtype and shape objects (options JSON is parsed only when the call is
-    first bound)."""
-    key = (op, options, *[None if t is None else (t.dtype, t.shape) for t in tensors])
+    first bound). `key`: that key, where the caller built it already."""
+    if key is None:
+        key = (op, options, *[None if t is None else (t.dtype, t.shape) for t in tensors])
     found = _calls.get(key)
     if found is None:
         call = _capi.get_call(op, _specs(names, tensors), _op_options(op, options))
@@ -151,11 +152,28 @@ def _op_options(op: str, options: str) -> str:
 
 
 def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
-    device = _device_of(tensors)
-    tensors = [None if t is None else t.contiguous() for t in tensors]
-    call, specs = _call_of(op, names, tensors, options)
+    # One pass over the inputs: their device (one for all), contiguous copies where they
+    # are not, the call's key and the data pointers.
+    device = None
+    key, contiguous, inputs = [op, options], [], []
+    for t in tensors:
+        if t is not None:
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                _device_of(tensors)  # raises, naming the devices
+            if not t.is_contiguous():
+                t = t.contiguous()
+            key.append((t.dtype, t.shape))
+            inputs.append(t.data_ptr())
+        else:
+            key.append(None)
+            inputs.append(None)
+        contiguous.append(t)
+    if device is None:
+        _device_of(tensors)  # raises: no tensor
+    call, specs = _call_of(op, names, contiguous, options, tuple(key))
     outs = _outputs(call, device, share_placeholders, specs)
-    inputs = [None if t is None else t.data_ptr() for t in tensors]
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
     kind = device.type
     if kind == "cpu":

@@ -75,6 +75,17 @@ def test_attention_bnth_layout_forward_and_gradients_bitwise():
         assert torch.equal(a.grad.transpose(1, 2), b.grad), f"d{what}"
 
 
+def test_non_contiguous_inputs_are_read_as_their_values():
+    # The eager path copies a non-contiguous input (a transposed view) before handing its
+    # pointer over: the result equals the contiguous input's bit for bit.
+    r = ref.rng(13)
+    base = t(r.standard_normal((16, 3)))
+    x = base.transpose(0, 1)  # [3, 16], strides (1, 3)
+    assert not x.is_contiguous()
+    scale = t(r.standard_normal(16))
+    assert torch.equal(tokamax.layer_norm(x, scale, None), tokamax.layer_norm(x.contiguous(), scale, None))
+
+
 def test_attention_deterministic_reaches_the_vjp():
     # The forward op leaves "deterministic" to its backward; the gradients here are
     # deterministic either way (no hopper fused dq), so they match bit for bit.
