@@ -152,16 +152,12 @@ def _op_options(op: str, options: str) -> str:
 
 
 def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
-    # One pass over the inputs: their device (one for all), contiguous copies where they
-    # are not, the call's key and the data pointers.
-    device = None
+    device = _device_of(tensors)
+    # One pass over the inputs: contiguous copies where they are not, the call's key and
+    # the data pointers.
     key, contiguous, inputs = [op, options], [], []
     for t in tensors:
         if t is not None:
-            if device is None:
-                device = t.device
-            elif t.device != device:
-                _device_of(tensors)  # raises, naming the devices
             if not t.is_contiguous():
                 t = t.contiguous()
             key.append((t.dtype, t.shape))
@@ -170,8 +166,6 @@ def _run(op: str, names, tensors, options: str, share_placeholders: bool = False
             key.append(None)
             inputs.append(None)
         contiguous.append(t)
-    if device is None:
-        _device_of(tensors)  # raises: no tensor
     call, specs = _call_of(op, names, contiguous, options, tuple(key))
     outs = _outputs(call, device, share_placeholders, specs)
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
