@@ -39,16 +39,28 @@ struct Geometry {
   DType dtype;
   bool headsMajor = false;  ///< BNTH: heads before seq
 
+  /// [batch..., tail...].
+  std::vector<int64_t> withBatch(std::initializer_list<int64_t> tail) const {
+    std::vector<int64_t> s = batch;
+    s.insert(s.end(), tail);
+    return s;
+  }
   /// [batch..., seq, heads, dim] in the call's layout.
   std::vector<int64_t> shape(int64_t seq, int64_t heads, int64_t dim) const {
-    std::vector<int64_t> s = batch;
-    s.insert(s.end(), headsMajor ? std::initializer_list<int64_t>{heads, seq, dim}
-                                 : std::initializer_list<int64_t>{seq, heads, dim});
-    return s;
+    return headsMajor ? withBatch({heads, seq, dim}) : withBatch({seq, heads, dim});
   }
 };
 
 bool headsMajor(AttentionLayout layout) { return layout == AttentionLayout::BNTH; }
+
+/// Where seq and heads sit in q, k, v and out with `nb` batch dims: [batch..., seq, heads,
+/// dim], or [batch..., heads, seq, dim] where heads-major.
+struct SeqHeadsDims {
+  size_t seq, heads;
+};
+SeqHeadsDims seqHeadsDims(size_t nb, bool headsMajor) {
+  return headsMajor ? SeqHeadsDims{nb + 1, nb} : SeqHeadsDims{nb, nb + 1};
+}
 const char *layoutText(bool headsMajor) {
   return headsMajor ? "[batch..., heads, seq, head_dim] (layout BNTH)" : "[batch..., seq, heads, head_dim]";
 }
@@ -78,7 +90,7 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
     if (a->shape.size() != q.shape.size() || !std::equal(g.batch.begin(), g.batch.end(), a->shape.begin()))
       throw Error(fmt::format("{}: {} must have q's batch dims {} (shape {}), got {}", op, name, shapeText(g.batch),
                               layoutText(bnth), shapeText(a->shape)));
-  const size_t seq = bnth ? nb + 1 : nb, heads = bnth ? nb : nb + 1;
+  const auto [seq, heads] = seqHeadsDims(nb, bnth);
   g.T = q.shape[seq], g.N = q.shape[heads], g.H = q.shape[nb + 2];
   g.S = k.shape[seq], g.K = k.shape[heads];
   g.Hv = v.shape[nb + 2];
@@ -104,12 +116,6 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   return g;
 }
 
-std::vector<int64_t> withBatch(const Geometry &g, std::initializer_list<int64_t> tail) {
-  std::vector<int64_t> s = g.batch;
-  s.insert(s.end(), tail);
-  return s;
-}
-
 void checkExact(const char *op, const char *name, const ArgSpec &a, const std::vector<int64_t> &shape, DType dtype) {
   if (a.shape != shape || a.dtype != dtype)
     throw Error(fmt::format("{}: {} must be {} {}, got {} {}", op, name, dtype_name(dtype), shapeText(shape),
@@ -125,7 +131,7 @@ void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpe
   if (!isMask && a->dtype != g.dtype && a->dtype != DType::F32)
     throw Error(fmt::format("{}: bias must be f32 or q's dtype {}, got {}", op, dtype_name(g.dtype),
                             dtype_name(a->dtype)));
-  std::vector<int64_t> full = withBatch(g, {g.N, g.T, g.S});
+  std::vector<int64_t> full = g.withBatch({g.N, g.T, g.S});
   auto bad = [&] {
     return Error(fmt::format("{}: {} {} does not broadcast to [batch..., N, T, S] = {} (each dim 1 or full; the "
                              "batch dims all 1 or all full)",
@@ -254,8 +260,9 @@ ArgSpec attention_lse_spec(const ArgSpec &q, AttentionLayout layout) {
     throw Error(fmt::format("attention: q must be {}, got {}", layoutText(bnth), shapeText(q.shape)));
   size_t nb = q.shape.size() - 3;
   std::vector<int64_t> s(q.shape.begin(), q.shape.begin() + nb);
-  s.push_back(q.shape[bnth ? nb : nb + 1]);
-  s.push_back(q.shape[bnth ? nb + 1 : nb]);
+  const auto [seq, heads] = seqHeadsDims(nb, bnth);
+  s.push_back(q.shape[heads]);
+  s.push_back(q.shape[seq]);
   return {s, computeOf(q.dtype)};
 }
 
@@ -307,7 +314,7 @@ Problem problem_of(const BoundArgs &b) {
   for (int64_t d : p.batch)
     p.B *= d;
   p.heads_major = headsMajor(layoutOf(b));
-  const size_t seq = p.heads_major ? nb + 1 : nb, heads = p.heads_major ? nb : nb + 1;
+  const auto [seq, heads] = seqHeadsDims(nb, p.heads_major);
   p.T = q.shape[seq], p.N = q.shape[heads], p.H = q.shape[nb + 2];
   p.S = k.shape[seq], p.K = k.shape[heads], p.Hv = v.shape[nb + 2];
   p.dtype = q.dtype;
