@@ -48,9 +48,7 @@ int call_device(std::string_view op, std::span<const std::string> names, std::sp
           device = t.device();
           first = i;
         } else if (t.device() != device) {
-          throw Error(fmt::format("{}: {} is on device {} but {} is on device {}: every tensor of a call must be on "
-                                  "one device",
-                                  op, name(i), t.device(), name(first), device));
+          throw_mixed_devices(op, name(i), t.device(), name(first), device);
         }
       }
       ++i;

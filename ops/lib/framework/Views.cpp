@@ -11,6 +11,12 @@
 
 namespace tokamax::ops_detail {
 
+void throw_mixed_devices(std::string_view op, std::string_view name, int device, std::string_view first,
+                         int firstDevice) {
+  throw Error(fmt::format("{}: {} is on device {} but {} is on device {}: every tensor of a call must be on one device",
+                          op, name, device, first, firstDevice));
+}
+
 void check_views(const BoundArgs &args, const std::vector<std::string> &names, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs, bool host) {
   if (inputs.size() + outputs.size() != args.args.size() || names.size() != args.args.size())
@@ -35,9 +41,7 @@ void check_views(const BoundArgs &args, const std::vector<std::string> &names, s
       throw Error(fmt::format("{}: {} has no data (a null pointer)", args.op, name));
     if (!host && t.data()) {
       if (device >= 0 && t.device() != device)
-        throw Error(fmt::format("{}: {} is on device {} but {} is on device {}: every tensor of a call must be on "
-                                "one device",
-                                args.op, name, t.device(), names[first], device));
+        throw_mixed_devices(args.op, name, t.device(), names[first], device);
       if (device < 0)
         first = i;
       device = t.device();

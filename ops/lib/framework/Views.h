@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tokamax::ops_detail {
@@ -17,6 +18,11 @@ namespace tokamax::ops_detail {
 /// Throws Error naming the argument; nothing is launched before it returns.
 void check_views(const BoundArgs &args, const std::vector<std::string> &names, std::span<const TensorView> inputs,
                  std::span<const TensorView> outputs, bool host);
+
+/// The Error of a call whose tensors are on two devices: `name` on `device`, where the
+/// first tensor with data, `first`, is on `firstDevice`.
+[[noreturn]] void throw_mixed_devices(std::string_view op, std::string_view name, int device, std::string_view first,
+                                      int firstDevice);
 
 /// A spec built by hand (ArgSpec is a plain struct) may hold what no tensor can: a
 /// negative dim, or more than 2^63 elements. Throws Error naming `op` and `name`.
