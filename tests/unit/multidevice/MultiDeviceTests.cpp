@@ -259,11 +259,17 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
     return std::vector<Sym>{t.sum(t.layer_norm(in[0], in[1]))};
   });
   Function g = grad(loss, {0, 1});
+  // x, scale and the gradients dx, dscale on one device.
+  struct Tensors {
+    Tensor x, scale, dx, dscale;
+    explicit Tensors(Device &d)
+        : x(Tensor::empty({4, 64}, DType::F32, d)), scale(Tensor::empty({64}, DType::F32, d)),
+          dx(Tensor::empty({4, 64}, DType::F32, d)), dscale(Tensor::empty({64}, DType::F32, d)) {}
+  };
   Device &first = Device::get(0), &second = Device::get(1);
   Stream stream = Stream::create(second);
-  Tensor x = Tensor::empty({4, 64}, DType::F32, second), scale = Tensor::empty({64}, DType::F32, second);
-  Tensor dx = Tensor::empty({4, 64}, DType::F32, second), dscale = Tensor::empty({64}, DType::F32, second);
-  const TensorView in[] = {x, scale}, out[] = {dx, dscale};
+  const Tensors on1(second);
+  const TensorView in[] = {on1.x, on1.scale}, out[] = {on1.dx, on1.dscale};
   first.make_current();
   checkLaunchesOn(second, [&] { g.run(in, out, stream); });
   checkLaunchesOn(second, [&] { g.run(in, out, stream); });  // replayed
@@ -271,9 +277,8 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
   checkCurrentIs(first);
   // Then on device 0, with its own intermediates.
   Stream stream0 = Stream::create(first);
-  Tensor x0 = Tensor::empty({4, 64}, DType::F32, first), s0 = Tensor::empty({64}, DType::F32, first);
-  Tensor dx0 = Tensor::empty({4, 64}, DType::F32, first), ds0 = Tensor::empty({64}, DType::F32, first);
-  const TensorView in0[] = {x0, s0}, out0[] = {dx0, ds0};
+  const Tensors on0(first);
+  const TensorView in0[] = {on0.x, on0.scale}, out0[] = {on0.dx, on0.dscale};
   second.make_current();
   checkLaunchesOn(first, [&] { g.run(in0, out0, stream0); });
   checkCurrentIs(second);
