@@ -1,4 +1,4 @@
-//===- EvalMath.cpp - math dialect operations -----------------------------------===//
+//===- EvalMath.cpp - math dialect operations and tile.exp2 ---------------------===//
 //
 // Computed in double (exact libm results for f64) and rounded to the result's element
 // type: the GPU's f32 approximations differ from these in the last bits.
@@ -66,11 +66,14 @@ Unary unaryFn(Operation *op) {
 } // namespace
 
 bool supportsMath(Operation *op) {
-  return unaryFn(op) ||
+  return unaryFn(op) || isa<tile::Exp2Op>(op) ||
          isa<math::Atan2Op, math::PowFOp, math::CopySignOp, math::FmaOp, math::AbsIOp>(op);
 }
 
 bool evalMath(Interpreter &in, Operation *op) {
+  // tile.exp2: exact, whichever registers the GPU computes by polynomial.
+  if (isa<tile::Exp2Op>(op))
+    return floatMap(in, op, [](double x, double, double) { return std::exp2(x); }), true;
   if (!op->getDialect() || !isa<math::MathDialect>(op->getDialect()))
     return false;
   if (Unary fn = unaryFn(op))

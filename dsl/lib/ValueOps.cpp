@@ -283,6 +283,20 @@ Value operator|(const Value &a, const Value &b) {
 
 Value exp(const Value &x) { return unaryMath<math::ExpOp>("exp", x); }
 Value exp2(const Value &x) { return unaryMath<math::Exp2Op>("exp2", x); }
+Value exp2(const Value &x, int fma_count, int fma_period) {
+  KernelBuilder &kb = builderOf("exp2", {&x});
+  mlir::Value v = kb.materialize(x, {});
+  if (!isa<RankedTensorType>(v.getType()) || !elementType(v).isF32())
+    kb.fail(fmt::format("exp2 with a share on the FMA pipes: needs an f32 tile, got a {} of {}",
+                        isa<RankedTensorType>(v.getType()) ? "tile" : "scalar", typeString(v.getType())));
+  if (fma_period < 1 || fma_period > 64 || fma_count < 0 || fma_count > fma_period)
+    kb.fail(fmt::format("exp2: fma_count {} of every fma_period {} registers: need 1 <= fma_period <= 64 and 0 <= "
+                        "fma_count <= fma_period",
+                        fma_count, fma_period));
+  if (fma_count == 0)
+    return exp2(x);
+  return kb.wrap(kb.b().create<tile::Exp2Op>(kb.loc(), v, fma_count, fma_period));
+}
 Value log(const Value &x) { return unaryMath<math::LogOp>("log", x); }
 Value sqrt(const Value &x) { return unaryMath<math::SqrtOp>("sqrt", x); }
 Value rsqrt(const Value &x) { return unaryMath<math::RsqrtOp>("rsqrt", x); }

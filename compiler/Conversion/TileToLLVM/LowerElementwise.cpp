@@ -2,8 +2,8 @@
 //
 // Elementwise operations apply to each register independently: arith operations are
 // re-created on scalars (later converted by arith-to-llvm); math functions become fast
-// hardware approximations in f32 (half types go through f32); casts follow tile.cast's
-// documented semantics.
+// hardware approximations in f32 (half types go through f32), tile.exp2 a share of its
+// registers polynomials on the FMA pipes; casts follow tile.cast's documented semantics.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/TileLowering.h"
@@ -230,6 +230,19 @@ LogicalResult lowerElementwiseOp(TileLowering &t, Operation *op, bool &handled) 
       result.push_back(*v);
     }
     t.setRegs(castOp, std::move(result));
+    return success();
+  }
+  if (auto exp = dyn_cast<Exp2Op>(op)) {
+    // Registers r with r mod fma_period < fma_count take the polynomial; the rest the
+    // special-function unit.
+    const Registers &xs = t.regs(exp.getX());
+    const int64_t count = exp.getFmaCount(), period = exp.getFmaPeriod();
+    PtxBuilder ptx = t.ptx(loc);
+    Registers result;
+    for (size_t r = 0; r < xs.size(); ++r)
+      result.push_back(static_cast<int64_t>(r) % period < count ? ptx.exp2Polynomial(xs[r])
+                                                                : ptx.unaryF32("ex2.approx.ftz.f32", xs[r]));
+    t.setRegs(exp, std::move(result));
     return success();
   }
   if (op->getDialect() && isa<math::MathDialect>(op->getDialect()) && op->getNumOperands() == 1) {

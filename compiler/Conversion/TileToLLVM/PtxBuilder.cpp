@@ -98,6 +98,30 @@ Value PtxBuilder::unaryF32(StringRef instruction, Value x) {
                  false);
 }
 
+Value PtxBuilder::exp2Polynomial(Value x) {
+  // add.rm of 1.5 x 2^23 leaves floor(x) in the low mantissa bits of r, exactly, and f =
+  // x - (r - 1.5 x 2^23) in [0, 1). Those bits times 2^23 plus 127 << 23 are 2^floor(x)
+  // (mod 2^32: the magic's own bits shift out), 0.0 at -127. The cubic (p(0) = 1) is a
+  // minimax fit of 2^f in relative error (8.6e-5 with f32 coefficients).
+  static constexpr const char *kText = "{\n"
+                                       ".reg .f32 c, r, t, p;\n"
+                                       ".reg .b32 e;\n"
+                                       "max.NaN.f32 c, $1, 0fC2FE0000;\n"
+                                       "min.NaN.f32 c, c, 0f42FE0000;\n"
+                                       "add.rm.f32 r, c, 0f4B400000;\n"
+                                       "sub.f32 t, r, 0f4B400000;\n"
+                                       "sub.f32 t, c, t;\n"
+                                       "fma.rn.f32 p, t, 0f3D9DD566, 0f3E691BBB;\n"
+                                       "fma.rn.f32 p, p, t, 0f3F31F32D;\n"
+                                       "fma.rn.f32 p, p, t, 0f3F800000;\n"
+                                       "mov.b32 e, r;\n"
+                                       "mad.lo.u32 e, e, 8388608, 1065353216;\n"
+                                       "mov.b32 t, e;\n"
+                                       "mul.f32 $0, p, t;\n"
+                                       "}";
+  return asmCall(b.getF32Type(), ValueRange{x}, kText, "=f,f", false);
+}
+
 Value PtxBuilder::f32ToF8(Value x, bool e4m3) {
   // The instruction packs two values; the unused half converts 0.
   Value zero = b.create<LLVM::ConstantOp>(loc, b.getF32Type(), b.getF32FloatAttr(0.0f));

@@ -26,6 +26,10 @@ public:
 
   /// A unary f32 instruction such as "ex2.approx.ftz.f32".
   mlir::Value unaryF32(llvm::StringRef instruction, mlir::Value x);
+  /// 2^x on the FMA pipes, not the special-function unit (tile.exp2's share): x
+  /// clamped to [-127, 127] (NaN kept), split into floor j and fraction f, 2^f by a cubic
+  /// and 2^j built from its exponent bits. Relative error below 1e-4; 0 from -127 down.
+  mlir::Value exp2Polynomial(mlir::Value x);
 
   /// f32 -> fp8 (e4m3 or e5m2) bits as i8, round to nearest, saturating (sm_89+).
   mlir::Value f32ToF8(mlir::Value x, bool e4m3);

@@ -97,6 +97,8 @@ KernelKey KernelSpec::key() const {
     mix(ordered_dq);
   if (p.heads_major)  // (likewise)
     mix(uint64_t(0xb7));
+  if (exp2_fma != 0)  // (likewise)
+    mix(uint64_t(0xe200) + static_cast<uint64_t>(exp2_fma));
   return h;
 }
 
@@ -104,9 +106,10 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
-                     usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "");
+                     usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "",
+                     exp2_fma != 0 ? fmt::format("_fma{}", exp2_fma) : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {

@@ -134,6 +134,11 @@ struct KernelSpec {
   /// The hopper dk/dv kernel with each step's lse and delta loaded a whole step ahead and
   /// carried (config "stats_ahead", opt-in): see hopper_dkdv_kernel.
   bool stats_ahead = false;
+  /// Eighths of the softmax's exponentials (each thread's registers, 1 of 8 per step)
+  /// computed by a polynomial on the FMA pipes instead of the special-function unit
+  /// (dsl::exp2 with a share; config "exp2_fma"): where the unit bounds the step, the
+  /// hopper forward at head dim 64. In the key and name only where nonzero.
+  int exp2_fma = 0;
   /// stats_ahead where it applies (the hopper dk/dv kernels): in their key and name.
   bool carriesStats() const {
     return stats_ahead && tma && (kind == KernelKind::FlashDkDv || kind == KernelKind::FusedDkDvDq);

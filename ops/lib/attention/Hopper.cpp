@@ -10,7 +10,8 @@
 // the rings and the registers of the scores and accumulators must fit. The forward's
 // "overlap" issues each step's Q K^T before the previous step's P V, so the softmax runs
 // while the tensor cores work; "pingpong" (8 warps) has the two consumer warpgroups take
-// turns issuing their products.
+// turns issuing their products; "exp2_fma" computes that many eighths of the softmax's
+// exponentials on the FMA pipes (the special-function unit bounds the step at head dim 64).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/KernelParts.h"
@@ -30,13 +31,16 @@ struct HopperForwardConfig {
   int64_t stages = 2;      ///< "stages": the rings' slots (absent: 2)
   bool overlap = false;    ///< "overlap": each step's Q K^T issued before the previous step's P V
   bool pingpong = false;   ///< "pingpong": the consumer warpgroups take turns issuing products
+  /// "exp2_fma": eighths of the softmax's exponentials on the FMA pipes (KernelSpec::exp2_fma)
+  int64_t exp2_fma = 0;
 
   static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperForwardConfig::block_q},
                                           ConfigKey{"block_kv", &HopperForwardConfig::block_kv},
                                           ConfigKey{"num_warps", &HopperForwardConfig::num_warps},
                                           ConfigKey{"stages", &HopperForwardConfig::stages, KeyUse::Defaulted},
                                           ConfigKey{"overlap", &HopperForwardConfig::overlap, KeyUse::Optional},
-                                          ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional}};
+                                          ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional},
+                                          ConfigKey{"exp2_fma", &HopperForwardConfig::exp2_fma, KeyUse::Optional}};
   static std::optional<std::string> refused_key(const std::string &key) {
     return fmt::format("unknown key \"{}\" for hopper", key);
   }
@@ -151,6 +155,7 @@ KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
   KernelSpec s = hopperSpec(p, c.block_q, c.block_kv, c.num_warps, c.stages);
   s.overlap = c.overlap;
   s.ping_pong = c.pingpong;
+  s.exp2_fma = static_cast<int>(c.exp2_fma);
   return s;
 }
 
@@ -237,6 +242,9 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
                        w);
   if (auto bad = checkRingKeys(c.block_kv, c.stages))
     return bad;
+  if (c.exp2_fma < 0 || c.exp2_fma > 8)
+    return fmt::format("exp2_fma (eighths of the exponentials on the FMA pipes) must be in [0, 8], got {}",
+                       c.exp2_fma);
   // The scores and the accumulator; with overlap also the carried P, 16-bit.
   if (auto bad = checkRegisters(c.block_q, c.block_kv, (c.block_kv * (c.overlap ? 3 : 2) / 2 + p.Hv) / 2))
     return bad;

@@ -156,6 +156,7 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
               const Masking &masking, bool kvMajor, bool natural) {
   const Problem &p = pr.p;
   Scores r;
+  r.fma_eighths = pr.s.exp2_fma;
   if (!p.bias && p.softcap == 0 && !natural) {
     r.log2 = qk * (p.scale * kLog2e);  // the scale folded into exp2's argument
     if (p.scale > 0) {

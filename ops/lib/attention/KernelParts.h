@@ -86,12 +86,15 @@ struct Scores {
   /// exp2(raw * factor - m) is one fma per element instead of a multiply and a subtract.
   Value raw;
   double factor = 0;
+  /// Eighths of exp2_minus's registers on the FMA pipes (KernelSpec::exp2_fma).
+  int fma_eighths = 0;
 
   /// Row max along `axis` in log2 units.
   Value max_log2(int axis) const { return factor > 0 ? raw.max(axis) * factor : log2.max(axis); }
   /// exp2(log2 - m) with m broadcast along `axis`.
   Value exp2_minus(const Value &m, int axis) const {
-    return factor > 0 ? exp2(raw * factor - m.expand(axis)) : exp2(log2 - m.expand(axis));
+    Value x = factor > 0 ? raw * factor - m.expand(axis) : log2 - m.expand(axis);
+    return fma_eighths > 0 ? exp2(x, fma_eighths, 8) : exp2(x);
   }
 };
 /// Whether a block's scores are masked: never (the caller knows every pair is visible),

@@ -417,6 +417,33 @@ TEST_CASE("attention hopper forward with ping-pong warpgroups matches float64 an
   checkOnDevice(cases, stream);
 }
 
+TEST_CASE("attention hopper forward with exponentials on the FMA pipes matches float64 and reruns bit for bit",
+          "[gpu][attention][exp2_fma]") {
+  // Shares of the softmax's exp2 computed by tile.exp2's polynomial: 1, 2, 4 and all 8
+  // eighths, with the masks that send -inf through it (causal, lengths) and a soft cap.
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  Stream stream = Stream::create(Device::get());
+  std::vector<Case> cases;
+  int index = 0;
+  for (int64_t h : {64, 128})
+    for (int64_t share : {1, 2, 4, 8}) {
+      Case c = hopperCase(index++, h, h);
+      c.options.is_causal = share == 2;
+      if (share == 4)
+        c.q_lengths = {1000, 517}, c.kv_lengths = {700, 1};
+      if (share == 8)
+        c.options.soft_cap = 30.0;
+      c.config = Config{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"pingpong", 1},
+                        {"exp2_fma", share}};
+      if (share != 2)
+        c.config->set("overlap", 1);
+      c.vjp_config = Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 8}, {"stages", 2}};
+      cases.push_back(c);
+    }
+  checkOnDevice(cases, stream);
+}
+
 TEST_CASE("attention's automatic choice and hopper's reach on the device", "[gpu][attention]") {
   Device &device = Device::get();
   auto specs = [](DType d) {

@@ -95,6 +95,43 @@ TEST_CASE("math functions on the device match float64", "[gpu]") {
   }
 }
 
+TEST_CASE("exp2 with a share of registers on the FMA pipes matches float64 on the device", "[gpu]") {
+  // Every kind of argument the polynomial meets: random, integers (fraction 0), just
+  // below an integer, the clamp's edges, -inf, NaN.
+  std::vector<double> in = random_values(2000, DType::F32, 12, 0.05, 40.0);
+  for (double v : {0.0, -1.0, -0.999999, 1.0, 3.5, -126.0, -126.5, -127.0, -127.5, -200.0, 20.0, -0.0})
+    in.push_back(v);
+  in.push_back(-INFINITY);
+  in.push_back(std::nan(""));
+  const int64_t n = static_cast<int64_t>(in.size());
+  for (auto [count, period] : {std::pair{1, 8}, {3, 8}, {8, 8}, {1, 1}, {1, 2}}) {
+    Kernel k("exp2_share", {4});
+    auto x = k.input("x", DType::F32, {n});
+    auto y = k.output("y", DType::F32, {n});
+    k.grid(cdiv(n, 1024));
+    Value off = k.program_id(0) * 1024;
+    y.store({off}, exp2(x.load({off}, {1024}), count, period));
+    auto [dev, interp] = runBoth(k, {Buffer(DType::F32, in), Buffer(DType::F32, n)}, 1);
+    INFO(count << " of " << period);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = std::exp2(in[i]);
+      bool ok;
+      if (std::isnan(in[i]))
+        ok = std::isnan(dev[i]) && std::isnan(interp[i]);
+      else if (in[i] <= -127)
+        ok = dev[i] == 0.0;  // ex2.approx.ftz flushes, the polynomial's 2^-127 is 0
+      else if (in[i] < -126)
+        ok = dev[i] >= 0 && dev[i] < 1.2e-38;  // subnormal or flushed
+      else
+        ok = std::fabs(dev[i] - ref) <= 1e-4 * ref && std::fabs(interp[i] - ref) <= 1e-7 * ref;
+      if (!ok && bad++ < 5)
+        UNSCOPED_INFO("x " << in[i] << ": device " << dev[i] << ", interpreter " << interp[i] << ", 2^x " << ref);
+    }
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("casts between dtypes on the device", "[gpu]") {
   std::vector<DType> types = {DType::BF16, DType::F16, DType::F32, DType::F64, DType::I8, DType::I32, DType::I64, DType::Bool,
                               DType::F8E4M3, DType::F8E5M2};

@@ -86,6 +86,32 @@ func.func @row_sum(%x: !tile.ptr<bf16>, %y: !tile.ptr<f32>) {
 
 // -----
 
+// tile.exp2 with 1 of every 4 registers on the FMA pipes: a thread's 8 registers are
+// registers 0 and 4 by the polynomial (clamp, floor by add.rm, cubic, 2^floor from
+// exponent bits), the other 6 by ex2.approx.
+
+// CHECK: {{^// [-]{5}$}}
+// CHECK-NEXT: module {
+// CHECK-NEXT: llvm.func @exp2_share(
+// CHECK: ld.global.v4.b32
+// CHECK: max.NaN.f32 c, $1, 0fC2FE0000;{{.*}}add.rm.f32 r, c, 0f4B400000;{{.*}}fma.rn.f32 p, p, t, 0f3F800000;{{.*}}mad.lo.u32 e, e, 8388608, 1065353216;{{.*}}mul.f32 $0, p, t;
+// CHECK-COUNT-3: "ex2.approx.ftz.f32 $0, $1;", "=f,f"
+// CHECK: max.NaN.f32
+// CHECK-COUNT-3: "ex2.approx.ftz.f32 $0, $1;", "=f,f"
+// CHECK-NOT: ex2.approx
+// CHECK-NOT: max.NaN
+// CHECK: llvm.return
+func.func @exp2_share(%x: !tile.ptr<bf16>, %y: !tile.ptr<f32>) {
+  %c0 = arith.constant 0 : i32
+  %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 4, 256>, strides = array<i64: 256, 1>} : <bf16> -> tensor<4x256xbf16>
+  %1 = tile.cast %0 : tensor<4x256xbf16> to tensor<4x256xf32>
+  %2 = tile.exp2 %1 fma 1 of 4 : tensor<4x256xf32>
+  tile.block_store %y[%c0, %c0], %2 {dims = array<i64: 4, 256>, strides = array<i64: 256, 1>} : <f32>, tensor<4x256xf32>
+  return
+}
+
+// -----
+
 // A reduction across 4 warps: the kernel gets a 16-byte-aligned scratch global in
 // address space 3 of tile.shared_bytes bytes; after the shuffles, lane 0 of each warp
 // stores its partial, a barrier, then every thread combines the 4 partials.

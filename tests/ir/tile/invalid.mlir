@@ -372,6 +372,30 @@ func.func @cast_shape(%x: tensor<8xf32>) {
 
 // -----
 
+func.func @exp2_share(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tile.exp2' op computes fma_count of every fma_period registers on the FMA pipes: fma_count must be at most fma_period, got 5 of 4}}
+  %0 = tile.exp2 %x fma 5 of 4 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @exp2_period(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tile.exp2' op attribute 'fma_period' failed to satisfy constraint}}
+  %0 = tile.exp2 %x fma 0 of 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @exp2_f16(%x: tensor<8xf16>) {
+  // expected-error @+1 {{'tile.exp2' op operand #0 must be ranked tensor of 32-bit float values}}
+  %0 = tile.exp2 %x fma 1 of 4 : tensor<8xf16>
+  return
+}
+
+// -----
+
 func.func @reduce_axis(%x: tensor<4x8xf32>) {
   // expected-error @+1 {{'tile.reduce' op axis 2 is out of range for 'tensor<4x8xf32>'}}
   %0 = tile.reduce sum %x axis = 2 : tensor<4x8xf32> -> tensor<4xf32>

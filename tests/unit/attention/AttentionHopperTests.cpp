@@ -66,6 +66,9 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(why("async_copy", 1), Catch::Contains("unknown key \"async_copy\""));
   CHECK_THAT(why("overlap", 2), Catch::Contains("overlap must be 0 or 1"));
   CHECK_THAT(why("pingpong", 2), Catch::Contains("pingpong must be 0 or 1"));
+  CHECK_THAT(why("exp2_fma", 9), Catch::Contains("exp2_fma (eighths of the exponentials on the FMA pipes) must be "
+                                                "in [0, 8], got 9"));
+  CHECK_FALSE(hopper.check_config(args, Config(c).set("exp2_fma", 3)).has_value());
   {
     Config four = c;
     four.set("num_warps", 4);
@@ -166,6 +169,7 @@ TEST_CASE("attention hopper: the interpreter matches the reference with every op
                           Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"overlap", 1}},
                           Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 3}, {"overlap", 1}},
                           Config{{"block_q", 128}, {"block_kv", 16}, {"num_warps", 8}, {"stages", 2}, {"pingpong", 1}},
+                          Config{{"block_q", 64}, {"block_kv", 16}, {"num_warps", 4}, {"stages", 2}, {"exp2_fma", 3}},
                           Config{{"block_q", 128},
                                  {"block_kv", 16},
                                  {"num_warps", 8},
@@ -226,6 +230,9 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
     for (size_t i = 0, n = configs.size(); i < n; ++i)
       if (configs[i].get("num_warps") == 8)
         configs.push_back(Config(configs[i]).set("pingpong", 1));
+    // Exponentials on the FMA pipes (opt-in): a quarter and all of them.
+    configs.push_back(Config(hopper.heuristic(args)).set("exp2_fma", 2));
+    configs.push_back(Config(hopper.heuristic(args)).set("exp2_fma", 8));
     for (const Config &config : configs) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
@@ -243,6 +250,8 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
       const bool pingPong = config.get_or("pingpong", 0) != 0;
       CHECK(test::count(compiled.ptx, "bar.arrive") == (pingPong ? 2u : 0u));
       CHECK((test::count(compiled.ptx, "bar.sync \t%r") > 0) == pingPong);
+      // The polynomial's floor (add.rm) once per register it takes.
+      CHECK((test::count(compiled.ptx, "add.rm.f32") > 0) == (config.get_or("exp2_fma", 0) != 0));
     }
   }
   if (ptxas.empty())

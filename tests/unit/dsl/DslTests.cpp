@@ -136,6 +136,22 @@ TEST_CASE("math on integer tiles names the function and the dtype", "[dsl]") {
   CHECK(exp(i.to(DType::F32)).dtype() == DType::F32);
 }
 
+TEST_CASE("exp2 with a share on the FMA pipes checks its tile and its share", "[dsl]") {
+  Fixture f;
+  CHECK_THROWS_WITH(exp2(f.xb, 1, 8), Contains("exp2 with a share on the FMA pipes: needs an f32 tile, got a tile of "
+                                               "bf16"));
+  CHECK_THROWS_WITH(exp2(f.k.scalar("s", DType::F32), 1, 8), Contains("needs an f32 tile, got a scalar of f32"));
+  CHECK_THROWS_WITH(exp2(f.xf, 5, 4), Contains("exp2: fma_count 5 of every fma_period 4 registers"));
+  CHECK_THROWS_WITH(exp2(f.xf, 1, 0), Contains("need 1 <= fma_period <= 64"));
+  CHECK_THROWS_WITH(exp2(f.xf, -1, 8), Contains("0 <= fma_count <= fma_period"));
+  // A share of 0 is plain exp2; any other is tile.exp2.
+  CHECK(countOf(f.k.ir(), "tile.exp2 ") == 0);
+  exp2(f.xf, 0, 8);
+  CHECK(countOf(f.k.ir(), "tile.exp2 ") == 0);
+  CHECK(exp2(f.xf, 3, 8).dtype() == DType::F32);
+  CHECK(countOf(f.k.ir(), "tile.exp2 ") == 1);
+}
+
 TEST_CASE("fp8 tiles hold data only", "[dsl]") {
   for (DType fp8 : {DType::F8E4M3, DType::F8E5M2}) {
     INFO(dtype_name(fp8));

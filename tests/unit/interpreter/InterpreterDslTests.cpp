@@ -56,6 +56,22 @@ TEST_CASE("interpreter: DSL softmax over rows", "[interpreter]") {
   }
 }
 
+TEST_CASE("interpreter: tile.exp2 with a share on the FMA pipes is 2^x rounded to f32", "[interpreter]") {
+  std::mt19937 rng(22);
+  const int64_t n = 300;
+  dsl::Kernel k("exp2_share");
+  auto x = k.input("x", DType::F32, {n});
+  auto y = k.output("y", DType::F32, {n});
+  y.store({0}, dsl::exp2(x.load({0}, {512}), 3, 8));
+  Buf xb(DType::F32, n), yb(DType::F32, n);
+  fill(xb, rng, -130, 20);
+  xb.set(0, -INFINITY);
+  std::vector<HostArg> args{xb.arg(), yb.arg()};
+  interpret(k, args);
+  for (int64_t i = 0; i < n; ++i)
+    REQUIRE(yb.get(i) == roundTo(DType::F32, std::exp2(xb.get(i))));
+}
+
 TEST_CASE("interpreter: DSL gathers and scatters through pointer arithmetic", "[interpreter]") {
   std::mt19937 rng(22);
   for (int64_t n : kSizes) {

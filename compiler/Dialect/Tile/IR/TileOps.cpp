@@ -301,6 +301,14 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
+LogicalResult Exp2Op::verify() {
+  if (getFmaCount() > getFmaPeriod())
+    return emitOpError("computes fma_count of every fma_period registers on the FMA pipes: fma_count must be at "
+                       "most fma_period, got ")
+           << getFmaCount() << " of " << getFmaPeriod();
+  return success();
+}
+
 LogicalResult AtomicRMWOp::verify() {
   Type elem = getValue().getType().getElementType();
   if (pointee(getPtrs().getType()) != elem)

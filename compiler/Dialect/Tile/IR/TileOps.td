@@ -358,6 +358,24 @@ def Tile_CastOp : Tile_Op<"cast", [Pure, SameOperandsAndResultShape]> {
   let hasVerifier = 1;
 }
 
+def Tile_Exp2Op : Tile_Op<"exp2", [Pure, Elementwise, SameOperandsAndResultType]> {
+  let summary = "2^x in f32, a share of each thread's registers on the FMA pipes";
+  let description = [{
+    2^x, as math.exp2 on f32, where the special-function unit that computes it bounds a
+    kernel's step (attention's softmax at head dim 64): of every `fma_period` registers
+    a thread holds, `fma_count` are computed by a cubic polynomial on the FMA pipes
+    instead (relative error below 1e-4; the others by ex2.approx.ftz). On those
+    registers x is clamped to [-127, 127]: 0 exactly from -127 down (-inf included),
+    NaN stays NaN. The interpreter computes 2^x exactly.
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$x,
+                       ConfinedAttr<I32Attr, [IntMinValue<0>]>:$fma_count,
+                       ConfinedAttr<I32Attr, [IntMinValue<1>, IntMaxValue<64>]>:$fma_period);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = "$x `fma` $fma_count `of` $fma_period attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
 def Tile_ReduceOp : Tile_Op<"reduce", [Pure]> {
   let summary = "reduce a tile along one axis (sum, max, min or argmax)";
   let description = [{

@@ -138,7 +138,7 @@ private:
       // A result takes its then-value's layout (visitIf).
       return predict(branch.thenYield().getOperand(cast<OpResult>(value).getResultNumber()), depth + 1);
     }
-    bool elementwise = isa<CastOp>(def) || def->getDialect()->getNamespace() == "arith" ||
+    bool elementwise = isa<CastOp, Exp2Op>(def) || def->getDialect()->getNamespace() == "arith" ||
                        def->getDialect()->getNamespace() == "math";
     if (!elementwise || isFreeProducer(value))
       return {};
@@ -348,7 +348,7 @@ private:
       setLayout(trans.getResult(), toAttr(op->getContext(), result));
       return;
     }
-    // Elementwise: arith, math, tile.cast, tile.addptr; tile.dot_wait keeps its value's.
+    // Elementwise: arith, math, tile.cast, tile.exp2, tile.addptr; tile.dot_wait keeps its value's.
     bool hasTensor = llvm::any_of(op->getResultTypes(),
                                   [](Type t) { return isa<RankedTensorType>(t); });
     if (hasTensor)

@@ -128,7 +128,7 @@ bool isElementwise(Operation *op) {
   if (op->getNumResults() != 1 || op->getNumRegions() != 0 || !isMemoryEffectFree(op))
     return false;
   bool arithOrMath = isa<arith::ArithDialect, math::MathDialect>(op->getDialect());
-  if (!isa<CastOp>(op) && !(op->hasTrait<OpTrait::Elementwise>() && (arithOrMath || isa<AddPtrOp>(op))))
+  if (!isa<CastOp>(op) && !(op->hasTrait<OpTrait::Elementwise>() && (arithOrMath || isa<AddPtrOp, Exp2Op>(op))))
     return false;
   auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!result)

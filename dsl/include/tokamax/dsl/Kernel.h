@@ -93,6 +93,10 @@ TOKAMAX_API Value operator|(const Value &a, const Value &b);
 
 TOKAMAX_API Value exp(const Value &x);
 TOKAMAX_API Value exp2(const Value &x);
+/// 2^x of an f32 tile with `fma_count` of every `fma_period` registers a thread holds
+/// computed by a polynomial on the FMA pipes, the rest by the special-function unit
+/// (tile.exp2: for steps the latter bounds; relative error below 1e-4, 0 from -127 down).
+TOKAMAX_API Value exp2(const Value &x, int fma_count, int fma_period);
 TOKAMAX_API Value log(const Value &x);
 TOKAMAX_API Value sqrt(const Value &x);
 TOKAMAX_API Value rsqrt(const Value &x);
