@@ -194,6 +194,10 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   // Where no pair is hidden each step's Q K^T is also issued before the previous P V
   // (overlap): on the H100 (32, 2048, 16, 64) 427.2 against 402.4, (4, 4096, 32, 128)
   // 640.5 against 613.9; under a causal mask it lost (326.5 -> 312.1 at the first).
+  // At head dim 64 with no pair hidden, 256-key steps without overlap (which has no
+  // registers for them) went further: on the H100 (32, 2048, 16, 64) 439.3 / 439.2
+  // against 423.8 / 420.9 with 128-key steps and overlap, one call; causal they lost
+  // (323.7 against 326.5), at head dim 128 they pass shared memory.
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
   const bool hidesNothing = !p.causal && p.left < 0 && p.right < 0 && !p.mask && !p.q_lengths && !p.kv_lengths;
   auto blocks = [&](int64_t warps, int64_t keyStep) {
@@ -201,13 +205,14 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
                                .block_kv = keyStep,
                                .num_warps = warps,
                                .stages = 2,
-                               .overlap = warps == 8 && hidesNothing,
+                               .overlap = warps == 8 && hidesNothing && keyStep < 256,
                                .pingpong = warps == 8};
   };
   // Where those blocks pass a block's shared memory, narrower key steps, then 4 warps:
   // at head dim 256 the 128 x 64 forward holds Q, the K / V rings and the output staged
   // for its store in 256 KiB, 128 x 32 in 192 KiB.
-  const int64_t keyStep = std::min<int64_t>(dim <= 128 ? 128 : 64, pow2_at_least(p.S, 16));
+  const int64_t widest = dim <= 128 ? (dim == 64 && hidesNothing ? 256 : 128) : 64;
+  const int64_t keyStep = std::min<int64_t>(widest, pow2_at_least(p.S, 16));
   return firstFitting<HopperForward>(p, blocks(p.T > 64 ? 8 : 4, keyStep),
                                      [&](const HopperForwardConfig &c) -> std::optional<HopperForwardConfig> {
                                        if (c.block_kv > 16)
@@ -221,7 +226,7 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
 std::vector<HopperForwardConfig> HopperForward::search_space(const Problem &p) {
   std::vector<HopperForwardConfig> space{heuristic(p)};
   for (int64_t warps : {4, 8})
-    for (int64_t bkv : {64, 128})
+    for (int64_t bkv : {64, 128, 256})
       for (int64_t stages : {2, 3})
         for (int flags : {0, 1, 2, 3}) {
           const HopperForwardConfig c{16 * warps, bkv, warps, stages, (flags & 1) != 0, (flags & 2) != 0};
@@ -245,6 +250,10 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
   if (c.exp2_fma < 0 || c.exp2_fma > 8)
     return fmt::format("exp2_fma (eighths of the exponentials on the FMA pipes) must be in [0, 8], got {}",
                        c.exp2_fma);
+  if (c.exp2_fma > 2 && c.block_kv >= 256)
+    return fmt::format("exp2_fma {} beside {}-key steps: the polynomial's temporaries beside the scores spill (ptxas, "
+                       "sm_90a: 40 bytes from 4 eighths); at most 2 there",
+                       c.exp2_fma, c.block_kv);
   // The scores and the accumulator; with overlap also the carried P, 16-bit.
   if (auto bad = checkRegisters(c.block_q, c.block_kv, (c.block_kv * (c.overlap ? 3 : 2) / 2 + p.Hv) / 2))
     return bad;

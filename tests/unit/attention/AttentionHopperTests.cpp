@@ -43,16 +43,32 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   BoundArgs args = forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64});
   CHECK_FALSE(hopper.why_not(args).has_value());
   Config c = hopper.heuristic(args);
-  CHECK(c.get("block_kv") == 128);  // the widest step: blocks past S = 192 read zeros (3-D tensor maps)
+  // Head dim 64, no pair hidden: 256-key steps (blocks past S = 192 read zeros, 3-D tensor
+  // maps) without overlap; 128-key steps with overlap elsewhere.
+  CHECK(c.get("block_kv") == 256);
+  CHECK(c.get_or("overlap", 0) == 0);
   CHECK_FALSE(hopper.check_config(args, c).has_value());
+  CHECK_THAT(hopper.check_config(args, Config(c).set("overlap", 1)).value_or("valid"),
+             Catch::Contains("registers per thread"));
+  {
+    BoundArgs causal = forwardArgs({2, 100, 4, 64}, {2, 192, 2, 64}, DType::BF16, true);
+    Config cc = hopper.heuristic(causal);
+    CHECK(cc.get("block_kv") == 128);
+    CHECK(cc.get_or("overlap", 0) == 0);
+    BoundArgs wide = forwardArgs({2, 100, 4, 128}, {2, 192, 2, 128});
+    Config wc = hopper.heuristic(wide);
+    CHECK(wc.get("block_kv") == 128);
+    CHECK(wc.get_or("overlap", 0) == 1);
+  }
+  c.set("block_kv", 128).set("overlap", 1);
   auto why = [&](const char *key, int64_t value) {
     Config changed = c;
     changed.set(key, value);
     return hopper.check_config(args, changed).value_or("valid");
   };
   CHECK_THAT(why("block_kv", 512), Catch::Contains("power of two in [16, 256]"));
-  // The heuristic overlaps the steps here (no pair hidden): 256-key steps then need more
-  // registers than the scores and accumulator may take, without overlap they fit.
+  // With overlap (c now has 128-key steps and it), 256-key steps need more registers than
+  // the scores and accumulator may take; without overlap they fit.
   CHECK(c.get_or("overlap", 0) == 1);
   CHECK_THAT(why("block_kv", 256), Catch::Contains("registers per thread"));
   {
@@ -69,6 +85,9 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(why("exp2_fma", 9), Catch::Contains("exp2_fma (eighths of the exponentials on the FMA pipes) must be "
                                                 "in [0, 8], got 9"));
   CHECK_FALSE(hopper.check_config(args, Config(c).set("exp2_fma", 3)).has_value());
+  CHECK_THAT(hopper.check_config(args, Config(c).set("block_kv", 256).set("overlap", 0).set("exp2_fma", 3))
+                 .value_or("valid"),
+             Catch::Contains("exp2_fma 3 beside 256-key steps"));
   {
     Config four = c;
     four.set("num_warps", 4);
@@ -232,7 +251,7 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
         configs.push_back(Config(configs[i]).set("pingpong", 1));
     // Exponentials on the FMA pipes (opt-in): a quarter and all of them.
     configs.push_back(Config(hopper.heuristic(args)).set("exp2_fma", 2));
-    configs.push_back(Config(hopper.heuristic(args)).set("exp2_fma", 8));
+    configs.push_back(Config(hopper.heuristic(args)).set("block_kv", 128).set("exp2_fma", 8));
     for (const Config &config : configs) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
