@@ -77,6 +77,10 @@ KernelBuilder::KernelBuilder(std::string name, KernelOptions options)
                             options.producer_registers));
   if (options.producer_registers != 24)
     kernel->setAttr("tile.producer_registers", builder.getI32IntegerAttr(options.producer_registers));
+  if (options.blocks_per_sm != 1 && options.blocks_per_sm != 2 && options.blocks_per_sm != 4)
+    throw Error(fmt::format("kernel {}: blocks_per_sm must be 1, 2 or 4, got {}", name_, options.blocks_per_sm));
+  if (options.blocks_per_sm != 1)
+    kernel->setAttr("tile.blocks_per_sm", builder.getI32IntegerAttr(options.blocks_per_sm));
   kernel->setAttr("tile.grid", builder.getDenseI64ArrayAttr(grid));
   Block *entry = kernel.addEntryBlock();
   builder.setInsertionPointToEnd(entry);

@@ -228,16 +228,21 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
   // The launch limit that fits every thread of the block, then what the producer's
   // decrease frees for the consumers (240 with 8 consumer warps: 2 x 128 x 240 + 128 x
   // 24 = 384 x 168).
-  int64_t producerRegisters = kDefaultProducerRegisters;
-  if (auto func = loop->getParentOfType<func::FuncOp>())
+  // With blocks_per_sm blocks meant to share the SM, each block's share of the register
+  // file (232 for 4 consumer warps at 2 blocks: 2 x (128 x 232 + 128 x 24) = 2 x 256 x 128).
+  int64_t producerRegisters = kDefaultProducerRegisters, blocks = 1;
+  if (auto func = loop->getParentOfType<func::FuncOp>()) {
     if (auto attr = func->getAttrOfType<IntegerAttr>(kProducerRegistersAttr))
       producerRegisters = attr.getInt();
+    if (auto attr = func->getAttrOfType<IntegerAttr>(kBlocksPerSmAttr))
+      blocks = std::max<int64_t>(1, attr.getInt());
+  }
   const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * warps + producerThreads;
-  const int64_t launch = std::min<int64_t>(255, 65536 / threads) / 8 * 8;
+  const int64_t launch = std::min<int64_t>(255, 65536 / (threads * blocks)) / 8 * 8;
   const int64_t consumers =
       std::min(kMaxConsumerRegisters, (launch * threads - producerRegisters * producerThreads) / (32 * warps) / 8 * 8);
   const bool rebalance = consumers > launch;
-  if (rebalance)
+  if (rebalance || blocks > 1)  // (a block's share is a limit ptxas must know)
     t.setLaunchRegisters(static_cast<unsigned>(launch));
   // The warp index broadcast from lane 0, so ptxas knows each branch is warp-uniform.
   Value warp = b.create<NVVM::ShflOp>(loc, b.getI32Type(), t.i32(-1), t.warpId(), t.i32(0), t.i32(31),

@@ -195,8 +195,12 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
     }
     if (producerWarps) {
       llvmFunc->setAttr(kProducerWarpsAttr, b.getI32IntegerAttr(int32_t(producerWarps)));
-      // One program per SM: the ring fills shared memory anyway.
-      llvmFunc->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(1));
+      // One program per SM (the ring fills shared memory anyway) unless the kernel asks
+      // for more (tile.blocks_per_sm: its launch register limit is then a share).
+      int32_t blocks = 1;
+      if (auto attr = func->getAttrOfType<IntegerAttr>(kBlocksPerSmAttr))
+        blocks = int32_t(attr.getInt());
+      llvmFunc->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(blocks));
     }
     for (auto attr : {kNumWarpsAttr, kSharedBytesAttr, kGridAttr})
       if (Attribute value = func->getAttr(attr))

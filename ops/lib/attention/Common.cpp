@@ -99,6 +99,8 @@ KernelKey KernelSpec::key() const {
     mix(uint64_t(0xb7));
   if (exp2_fma != 0)  // (likewise)
     mix(uint64_t(0xe200) + static_cast<uint64_t>(exp2_fma));
+  if (blocks_per_sm != 1)  // (likewise)
+    mix(uint64_t(0xb100) + static_cast<uint64_t>(blocks_per_sm));
   return h;
 }
 
@@ -106,10 +108,11 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
                      usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "",
-                     exp2_fma != 0 ? fmt::format("_fma{}", exp2_fma) : "");
+                     exp2_fma != 0 ? fmt::format("_fma{}", exp2_fma) : "",
+                     blocks_per_sm != 1 ? fmt::format("_x{}", blocks_per_sm) : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {
@@ -231,7 +234,12 @@ std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqP
   // Views without data at every operand position of attention_vjp (the forward reads fewer).
   const std::array<TensorView, 11> inputs{};
   const std::array<TensorView, 5> outputs{};
-  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); });
+  // Blocks sharing an SM share its shared memory, less 1 KiB each the driver reserves.
+  const int64_t limit = base.blocks_per_sm > 1
+                            ? (ops_detail::kSharedMemoryPerBlock + 1024) / base.blocks_per_sm - 1024
+                            : ops_detail::kSharedMemoryPerBlock;
+  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); },
+                                         limit);
 }
 
 FlashConfig flash_defaults(const Problem &p) {

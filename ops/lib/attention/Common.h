@@ -134,6 +134,10 @@ struct KernelSpec {
   /// The hopper dk/dv kernel with each step's lse and delta loaded a whole step ahead and
   /// carried (config "stats_ahead", opt-in): see hopper_dkdv_kernel.
   bool stats_ahead = false;
+  /// Blocks of the kernel meant to share an SM (dsl::KernelOptions::blocks_per_sm; the
+  /// hopper forward's config "blocks_per_sm"): its shared memory must fit that share. In
+  /// the key and name only where not 1.
+  int blocks_per_sm = 1;
   /// Eighths of the softmax's exponentials (each thread's registers, 1 of 8 per step)
   /// computed by a polynomial on the FMA pipes instead of the special-function unit
   /// (dsl::exp2 with a share; config "exp2_fma"): where the unit bounds the step, the

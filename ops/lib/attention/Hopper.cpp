@@ -33,6 +33,9 @@ struct HopperForwardConfig {
   bool pingpong = false;   ///< "pingpong": the consumer warpgroups take turns issuing products
   /// "exp2_fma": eighths of the softmax's exponentials on the FMA pipes (KernelSpec::exp2_fma)
   int64_t exp2_fma = 0;
+  /// "blocks_per_sm": programs meant to share an SM (1 or 2; KernelSpec::blocks_per_sm):
+  /// one's loads, prologue and epilogue overlap the other's products
+  int64_t blocks_per_sm = 1;
 
   static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperForwardConfig::block_q},
                                           ConfigKey{"block_kv", &HopperForwardConfig::block_kv},
@@ -40,7 +43,9 @@ struct HopperForwardConfig {
                                           ConfigKey{"stages", &HopperForwardConfig::stages, KeyUse::Defaulted},
                                           ConfigKey{"overlap", &HopperForwardConfig::overlap, KeyUse::Optional},
                                           ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional},
-                                          ConfigKey{"exp2_fma", &HopperForwardConfig::exp2_fma, KeyUse::Optional}};
+                                          ConfigKey{"exp2_fma", &HopperForwardConfig::exp2_fma, KeyUse::Optional},
+                                          ConfigKey{"blocks_per_sm", &HopperForwardConfig::blocks_per_sm,
+                                                    KeyUse::Optional}};
   static std::optional<std::string> refused_key(const std::string &key) {
     return fmt::format("unknown key \"{}\" for hopper", key);
   }
@@ -156,6 +161,7 @@ KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
   s.overlap = c.overlap;
   s.ping_pong = c.pingpong;
   s.exp2_fma = static_cast<int>(c.exp2_fma);
+  s.blocks_per_sm = static_cast<int>(c.blocks_per_sm);
   return s;
 }
 
@@ -250,6 +256,12 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
   if (c.exp2_fma < 0 || c.exp2_fma > 8)
     return fmt::format("exp2_fma (eighths of the exponentials on the FMA pipes) must be in [0, 8], got {}",
                        c.exp2_fma);
+  if (c.blocks_per_sm != 1 && c.blocks_per_sm != 2)
+    return fmt::format("blocks_per_sm must be 1 or 2, got {}", c.blocks_per_sm);
+  if (c.blocks_per_sm == 2 && w != 4)
+    return fmt::format("blocks_per_sm 2 takes one consumer warpgroup (num_warps 4: 128 registers a thread at launch, "
+                       "232 for the consumers), got {} warps",
+                       w);
   if (c.exp2_fma > 2 && c.block_kv >= 256)
     return fmt::format("exp2_fma {} beside {}-key steps: the polynomial's temporaries beside the scores spill (ptxas, "
                        "sm_90a: 40 bytes from 4 eighths); at most 2 there",

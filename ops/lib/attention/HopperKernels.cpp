@@ -41,7 +41,7 @@ using dsl::TmaRing;
 namespace {
 
 dsl::KernelOptions hopperOptions(const KernelSpec &s) {
-  return {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true};
+  return {.num_warps = s.num_warps, .mma_rows_per_warp = true, .wgmma_dots = true, .blocks_per_sm = s.blocks_per_sm};
 }
 
 /// A block one TMA copy reads: rows x cols at (row, col) of batch row `batch` of a

@@ -444,6 +444,29 @@ TEST_CASE("attention hopper forward with exponentials on the FMA pipes matches f
   checkOnDevice(cases, stream);
 }
 
+TEST_CASE("attention hopper forward with two programs an SM matches float64 and reruns bit for bit",
+          "[gpu][attention][blocks_per_sm]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  Stream stream = Stream::create(Device::get());
+  std::vector<Case> cases;
+  int index = 0;
+  for (int64_t h : {64, 128})
+    for (int variant = 0; variant < 3; ++variant) {
+      Case c = hopperCase(index++, h, h);
+      c.options.is_causal = variant == 1;
+      if (variant == 2)
+        c.q_lengths = {1000, 517}, c.kv_lengths = {700, 1};
+      c.config = Config{{"block_q", 64}, {"block_kv", h == 64 ? 128 : 64}, {"num_warps", 4}, {"stages", 2},
+                        {"blocks_per_sm", 2}};
+      if (variant == 0)
+        c.config->set("overlap", 1);
+      c.vjp_config = Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 8}, {"stages", 2}};
+      cases.push_back(c);
+    }
+  checkOnDevice(cases, stream);
+}
+
 TEST_CASE("attention hopper's heuristic configs match float64 and rerun bit for bit", "[gpu][attention][tma_ring]") {
   // No config: the heuristics' own picks (at head dim 64 without a hidden pair, 256-key
   // steps without overlap), at odd T and S, GQA, bf16 and f16, causal or not.

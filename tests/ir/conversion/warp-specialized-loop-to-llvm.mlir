@@ -58,6 +58,35 @@ func.func @pipelined(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %o: !tile.ptr<f32
 
 // -----
 
+// Two blocks meant to share an SM (tile.blocks_per_sm = 2): 4 consumer warps and the
+// producer warpgroup launch with 128 registers a thread (half the register file for 256
+// threads), ptxas told of 2 blocks an SM, and the consumers take the 232 the producer's
+// 24 leave of the block's share.
+
+// CHECK-LABEL: llvm.func @two_blocks
+// CHECK-SAME: nvvm.maxnreg = 128
+// CHECK-SAME: nvvm.minctasm = 2
+// CHECK: nvvm.setmaxregister  decrease 24
+// CHECK: nvvm.setmaxregister  increase 232
+func.func @two_blocks(%p: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.blocks_per_sm = 2 : i32, tile.wgmma_dots, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c3 = arith.constant 3 : i32
+  %c128 = arith.constant 128 : i32
+  %z = arith.constant 0.0 : f32
+  %acc0 = tile.splat %z : f32 -> tensor<128xf32>
+  %r = scf.for %i = %c0 to %c3 step %c1 iter_args(%acc = %acc0) -> (tensor<128xf32>) : i32 {
+    %t = arith.muli %i, %c128 : i32
+    %x = tile.block_load %p[%t] {dims = array<i64: 1024>, strides = array<i64: 1>} : <f32> -> tensor<128xf32>
+    %s = arith.addf %acc, %x : tensor<128xf32>
+    scf.yield %s : tensor<128xf32>
+  } {tile.warp_specialize}
+  tile.block_store %o[%c0], %r {dims = array<i64: 128>, strides = array<i64: 1>} : <f32>, tensor<128xf32>
+  return
+}
+
+// -----
+
 // A value loaded before the loop only to enter it as a carried value is the consumers':
 // loaded in their branch (after their setmaxnreg), not before the split, where it would
 // be live through the producer's region and its 24 registers. The zero accumulator, a

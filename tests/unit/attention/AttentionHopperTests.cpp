@@ -85,6 +85,20 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
   CHECK_THAT(why("exp2_fma", 9), Catch::Contains("exp2_fma (eighths of the exponentials on the FMA pipes) must be "
                                                 "in [0, 8], got 9"));
   CHECK_FALSE(hopper.check_config(args, Config(c).set("exp2_fma", 3)).has_value());
+  {
+    // Two programs an SM: one consumer warpgroup, shared memory for both.
+    const Config two{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 4}, {"stages", 2}, {"blocks_per_sm", 2}};
+    CHECK_FALSE(hopper.check_config(args, two).has_value());
+    CHECK_THAT(hopper.check_config(args, Config(two).set("blocks_per_sm", 3)).value_or("valid"),
+               Catch::Contains("blocks_per_sm must be 1 or 2, got 3"));
+    CHECK_THAT(hopper.check_config(args, Config(c).set("blocks_per_sm", 2)).value_or("valid"),
+               Catch::Contains("blocks_per_sm 2 takes one consumer warpgroup"));
+    // At head dim 128 Q and a two-slot ring of 128-key K / V blocks pass half the SM's
+    // shared memory; 64-key steps fit.
+    BoundArgs wide = forwardArgs({2, 100, 4, 128}, {2, 192, 2, 128});
+    CHECK_THAT(hopper.check_config(wide, two).value_or("valid"), Catch::Contains("more than the 115712 a block"));
+    CHECK_FALSE(hopper.check_config(wide, Config(two).set("block_kv", 64)).has_value());
+  }
   CHECK_THAT(hopper.check_config(args, Config(c).set("block_kv", 256).set("overlap", 0).set("exp2_fma", 3))
                  .value_or("valid"),
              Catch::Contains("exp2_fma 3 beside 256-key steps"));
@@ -252,15 +266,19 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
     // Exponentials on the FMA pipes (opt-in): a quarter and all of them.
     configs.push_back(Config(hopper.heuristic(args)).set("exp2_fma", 2));
     configs.push_back(Config(hopper.heuristic(args)).set("block_kv", 128).set("exp2_fma", 8));
+    // Two programs an SM (opt-in).
+    configs.push_back(Config{{"block_q", 64}, {"block_kv", h == 64 ? 128 : 64}, {"num_warps", 4}, {"stages", 2},
+                             {"blocks_per_sm", 2}});
     for (const Config &config : configs) {
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, config);
       REQUIRE(kernels.size() == 1u);
       INFO("H " << h << (causal ? " causal " : " ") << config.to_json());
       const int64_t warps = config.get("num_warps");
       CompiledKernel compiled = test::sm90a_ptx(kernels.front());
+      // (setmaxnreg with two consumer warpgroups, or one with two programs an SM)
       test::check_hopper_ptx(compiled,
                              {.min_copies = 3,  // q, k, v
-                              .producer = warps == 8,
+                              .producer = warps == 8 || config.get_or("blocks_per_sm", 1) == 2,
                               .tensor_maps = 3,
                               .threads = uint32_t(32 * (warps + 4))},
                              ptxas);
@@ -269,6 +287,10 @@ TEST_CASE("attention hopper: the forward assembles for sm_90a on TMA, warp roles
       const bool pingPong = config.get_or("pingpong", 0) != 0;
       CHECK(test::count(compiled.ptx, "bar.arrive") == (pingPong ? 2u : 0u));
       CHECK((test::count(compiled.ptx, "bar.sync \t%r") > 0) == pingPong);
+      // Two programs an SM: half the register file at launch, 232 for the consumers.
+      const bool two = config.get_or("blocks_per_sm", 1) == 2;
+      CHECK((test::count(compiled.ptx, ".maxnreg 128") == 1) == two);
+      CHECK((test::count(compiled.ptx, "setmaxnreg.inc.sync.aligned.u32 \t232") == 1) == two);
       // The polynomial's floor (add.rm) once per register it takes.
       CHECK((test::count(compiled.ptx, "add.rm.f32") > 0) == (config.get_or("exp2_fma", 0) != 0));
     }

@@ -354,6 +354,14 @@ TEST_CASE("num_warps must be a power of two in [1, 32]", "[dsl]") {
   }
 }
 
+TEST_CASE("blocks_per_sm is 1, 2 or 4 and reaches the kernel's IR where not 1", "[dsl]") {
+  for (int blocks : {0, 3, 8, -1})
+    CHECK_THROWS_WITH(Kernel("k", KernelOptions{.blocks_per_sm = blocks}),
+                      Contains("kernel k: blocks_per_sm must be 1, 2 or 4, got " + std::to_string(blocks)));
+  CHECK_THAT(Kernel("k", KernelOptions{.blocks_per_sm = 2}).ir(), Contains("tile.blocks_per_sm = 2 : i32"));
+  CHECK_THAT(Kernel("k", KernelOptions{}).ir(), !Contains("tile.blocks_per_sm"));
+}
+
 TEST_CASE("a specialized loop's producer register limit is a multiple of 8 from 24", "[dsl]") {
   for (int registers : {0, 16, 30, 264}) {
     INFO("producer_registers = " << registers);

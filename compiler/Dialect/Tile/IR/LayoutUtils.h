@@ -94,6 +94,9 @@ inline constexpr unsigned kProducerWarps = 4;
 /// On a kernel: its warp-specialized loop's producer register limit (setmaxnreg), when
 /// not the default 24.
 inline constexpr llvm::StringLiteral kProducerRegistersAttr = "tile.producer_registers";
+/// On a kernel: blocks meant to share an SM (1 when absent): a warp-specialized loop's
+/// launch register limit divides the register file among them.
+inline constexpr llvm::StringLiteral kBlocksPerSmAttr = "tile.blocks_per_sm";
 /// CTAs per cluster along x (from tile.tma_dot's cluster_m), on the lowered kernel.
 inline constexpr llvm::StringLiteral kClusterAttr = "tile.cluster";
 /// Unit attribute on lowered kernels whose shared memory is dynamic (sized at launch).

@@ -303,6 +303,12 @@ struct TOKAMAX_API KernelOptions {
   /// each for two consumer warpgroups at 24). A producer that computes many copy
   /// coordinates a step may need more.
   int producer_registers = 24;
+  /// Blocks of this kernel meant to share an SM (1, 2 or 4): a specialized_loop's launch
+  /// register limit is the register file divided among them, its consumers get what the
+  /// producer's decrease leaves of their block's share (232 with 4 consumer warps at 2
+  /// blocks). One block's loads, prologue and epilogue then overlap another's products,
+  /// where shared memory lets both reside.
+  int blocks_per_sm = 1;
 };
 
 class TOKAMAX_API Kernel {
