@@ -62,6 +62,10 @@
 #               attention sinks (tile, hopper) forward and VJP against float64 with
 #               bitwise reruns; the fused-dq VJP ordered by semaphores (deterministic)
 #               and its timings beside the unordered one and the heuristic at S1 / S2
+#   twoblocks   (named only; run it first next time) the hopper forward with two
+#               programs an SM ("blocks_per_sm": 2, 4 warps, opt-in): its numerics
+#               against float64 with bitwise reruns, then its timings beside the
+#               heuristic at S1 / S2 / S3, overlap or not, cuDNN from the same run
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -187,6 +191,24 @@ if wants ahead; then
   done
   TAIL=6 run ahead-headline "${t[@]}" 170 "$bin/tokamax-example-attention"
   TAIL=6 run ahead-headline-jax "${t[@]}" 120 python3 "$here/../bench/peers/headline.py" --json "$out/headline-jax.json"
+fi
+if wants twoblocks; then
+  t=(timeout -k 10)
+  TAIL=6 run twoblocks-tests "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[blocks_per_sm]" --durations yes
+  two_peers=()
+  if has_torch; then
+    TAIL=6 run twoblocks-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --json "$out/twoblocks-peers.json"
+    two_peers=(--peers "$out/twoblocks-peers.json")
+  fi
+  two_vjp='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'
+  two() { echo "{\"block_q\":64,\"block_kv\":$1,\"num_warps\":4,\"stages\":2,\"blocks_per_sm\":2,\"overlap\":$2}"; }
+  TAIL=14 run twoblocks-heuristic "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper "${two_peers[@]}"
+  for ov in 1 0; do
+    TAIL=6 run "twoblocks-s1-overlap$ov" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
+      --config "$(two 128 $ov)" --vjp-config "$two_vjp" "${two_peers[@]}"
+    TAIL=10 run "twoblocks-h128-overlap$ov" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
+      --config "$(two 64 $ov)" --vjp-config "$two_vjp" "${two_peers[@]}"
+  done
 fi
 if wants fresh; then
   t=(timeout -k 10)
