@@ -65,7 +65,8 @@
 #   twoblocks   (named only; run it first next time) the hopper forward with two
 #               programs an SM ("blocks_per_sm": 2, 4 warps, opt-in): its numerics
 #               against float64 with bitwise reruns, then its timings beside the
-#               heuristic at S1 / S2 / S3, overlap or not, cuDNN from the same run
+#               heuristic at S1 / S2 / S3, overlap or not, cuDNN from the same run;
+#               and the 8-warp forward with overlap under a causal mask at S2 / S3
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -203,6 +204,10 @@ if wants twoblocks; then
   two_vjp='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'
   two() { echo "{\"block_q\":64,\"block_kv\":$1,\"num_warps\":4,\"stages\":2,\"blocks_per_sm\":2,\"overlap\":$2}"; }
   TAIL=14 run twoblocks-heuristic "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper "${two_peers[@]}"
+  # Overlap under a causal mask at head dim 128 (S3 causal forward ran at 1.09x cuDNN so).
+  TAIL=10 run twoblocks-s3-overlap "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
+    --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"pingpong":1,"overlap":1}' \
+    --vjp-config "$two_vjp" "${two_peers[@]}"
   for ov in 1 0; do
     TAIL=6 run "twoblocks-s1-overlap$ov" "${t[@]}" 60 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
       --config "$(two 128 $ov)" --vjp-config "$two_vjp" "${two_peers[@]}"
