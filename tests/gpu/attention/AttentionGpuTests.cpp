@@ -17,6 +17,7 @@
 #include <tokamax/runtime/Tensor.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <limits>
 #include <string>
@@ -249,6 +250,26 @@ Case hopperCase(int index, int64_t h, int64_t hv) {
                   {.batch = {2}, .t = 1000, .s = index % 2 ? 700 : 768, .n = 4, .k = 2, .h = h, .hv = hv});
 }
 
+/// The hopper forward (and the VJP after it, on one fixed config) at H 64 and 128, three
+/// variants each: unmasked, causal, then query lengths {1000, 517} with `kvLengths`;
+/// `config(h, index, variant)` gives each case's forward config (index counts the cases).
+std::vector<Case> forwardVariants(std::vector<int32_t> kvLengths,
+                                  const std::function<Config(int64_t, int, int)> &config) {
+  std::vector<Case> cases;
+  int index = 0;
+  for (int64_t h : {64, 128})
+    for (int variant = 0; variant < 3; ++variant, ++index) {
+      Case c = hopperCase(index, h, h);
+      c.options.is_causal = variant == 1;
+      if (variant == 2)
+        c.q_lengths = {1000, 517}, c.kv_lengths = kvLengths;
+      c.config = config(h, index, variant);
+      c.vjp_config = Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 8}, {"stages", 2}};
+      cases.push_back(c);
+    }
+  return cases;
+}
+
 /// `h` with a second batch row of +inf after its first (and only) one.
 HostBuffer withInfiniteRow(const HostBuffer &h) {
   std::vector<int64_t> shape = h.shape;
@@ -399,22 +420,15 @@ TEST_CASE("attention hopper forward with ping-pong warpgroups matches float64 an
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   Stream stream = Stream::create(Device::get());
-  std::vector<Case> cases;
-  int index = 0;
-  for (int64_t h : {64, 128})
-    for (int variant = 0; variant < 3; ++variant, ++index) {
-      Case c = hopperCase(index, h, h);
-      c.options.is_causal = variant == 1;
-      if (variant == 2)
-        c.q_lengths = {1000, 517}, c.kv_lengths = {700, 768};
-      c.config = Config{{"block_q", 128}, {"block_kv", index % 2 ? 64 : 128}, {"num_warps", 8}, {"stages", 2},
-                        {"pingpong", 1}};
-      if (index % 3 != 2)
-        c.config->set("overlap", 1);
-      c.vjp_config = Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 8}, {"stages", 2}};
-      cases.push_back(c);
-    }
-  checkOnDevice(cases, stream);
+  checkOnDevice(forwardVariants({700, 768},
+                                [](int64_t, int index, int) {
+                                  Config c{{"block_q", 128}, {"block_kv", index % 2 ? 64 : 128}, {"num_warps", 8},
+                                           {"stages", 2}, {"pingpong", 1}};
+                                  if (index % 3 != 2)
+                                    c.set("overlap", 1);
+                                  return c;
+                                }),
+                stream);
 }
 
 TEST_CASE("attention hopper forward with exponentials on the FMA pipes matches float64 and reruns bit for bit",
@@ -449,22 +463,15 @@ TEST_CASE("attention hopper forward with two programs an SM matches float64 and 
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   Stream stream = Stream::create(Device::get());
-  std::vector<Case> cases;
-  int index = 0;
-  for (int64_t h : {64, 128})
-    for (int variant = 0; variant < 3; ++variant) {
-      Case c = hopperCase(index++, h, h);
-      c.options.is_causal = variant == 1;
-      if (variant == 2)
-        c.q_lengths = {1000, 517}, c.kv_lengths = {700, 1};
-      c.config = Config{{"block_q", 64}, {"block_kv", h == 64 ? 128 : 64}, {"num_warps", 4}, {"stages", 2},
-                        {"blocks_per_sm", 2}};
-      if (variant == 0)
-        c.config->set("overlap", 1);
-      c.vjp_config = Config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 8}, {"stages", 2}};
-      cases.push_back(c);
-    }
-  checkOnDevice(cases, stream);
+  checkOnDevice(forwardVariants({700, 1},
+                                [](int64_t h, int, int variant) {
+                                  Config c{{"block_q", 64}, {"block_kv", h == 64 ? 128 : 64}, {"num_warps", 4},
+                                           {"stages", 2}, {"blocks_per_sm", 2}};
+                                  if (variant == 0)
+                                    c.set("overlap", 1);
+                                  return c;
+                                }),
+                stream);
 }
 
 TEST_CASE("attention hopper's heuristic configs match float64 and rerun bit for bit", "[gpu][attention][tma_ring]") {
