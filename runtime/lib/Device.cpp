@@ -195,12 +195,16 @@ int stream_device(CUstream stream, int likely) {
   return found;
 }
 
+void throw_stream_device(std::string_view what, int ordinal, int on) {
+  throw Error(fmt::format("{} on device {} but the stream is on device {}: a call runs on its tensors' device, on a "
+                          "stream of that device",
+                          what, ordinal, on));
+}
+
 void check_stream_device(CUstream stream, int ordinal, std::string_view what) {
   const int on = stream_device(stream, ordinal);
   if (on >= 0 && on != ordinal)
-    throw Error(fmt::format("{} on device {} but the stream is on device {}: a call runs on its tensors' device, "
-                            "on a stream of that device",
-                            what, ordinal, on));
+    throw_stream_device(what, ordinal, on);
 }
 
 } // namespace detail

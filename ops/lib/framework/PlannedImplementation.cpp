@@ -57,9 +57,7 @@ int call_device(std::string_view op, std::span<const std::string> names, std::sp
   if (device < 0)  // nothing to read or write: the stream's device (its scratch, its context)
     return on < 0 ? 0 : on;
   if (on >= 0 && on != device)
-    throw Error(fmt::format("{}: {} is on device {} but the stream is on device {}: a call runs on its tensors' "
-                            "device, on a stream of that device",
-                            op, name(first), device, on));
+    detail::throw_stream_device(fmt::format("{}: {} is", op, name(first)), device, on);
   return device;
 }
 

@@ -47,5 +47,7 @@ TOKAMAX_API int stream_device(CUstream stream, int likely = -1);
 /// or -1): "<what> on device <ordinal> but the stream is on device <other>: ...", `what`
 /// naming the tensor ("layer_norm: x is").
 TOKAMAX_API void check_stream_device(CUstream stream, int ordinal, std::string_view what);
+/// Throws that Error for work of device `ordinal` on a stream of device `on`.
+[[noreturn]] TOKAMAX_API void throw_stream_device(std::string_view what, int ordinal, int on);
 
 } // namespace tokamax::detail
