@@ -49,15 +49,18 @@ struct Function::Buffers {
   }
 };
 
-Function::Function() = default;
+// Every Function holds its Buffers from construction (a copy gets empty ones), so a run
+// finds them without a lock; only a moved-from Function has none.
+Function::Function() : buffers_(std::make_unique<Buffers>()) {}
 Function::Function(const Function &other)
-    : values_(other.values_), inputs_(other.inputs_), outputs_(other.outputs_), calls_(other.calls_) {}
+    : values_(other.values_), inputs_(other.inputs_), outputs_(other.outputs_), calls_(other.calls_),
+      buffers_(std::make_unique<Buffers>()) {}
 Function &Function::operator=(const Function &other) {
   values_ = other.values_;
   inputs_ = other.inputs_;
   outputs_ = other.outputs_;
   calls_ = other.calls_;
-  buffers_.reset();
+  buffers_ = std::make_unique<Buffers>();
   return *this;
 }
 Function::Function(Function &&) noexcept = default;
@@ -273,12 +276,8 @@ void Function::run(std::span<const TensorView> inputs, std::span<const TensorVie
   if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
     throw Error(fmt::format("Function: expected {} inputs and {} outputs, got {} and {}", inputs_.size(),
                             outputs_.size(), inputs.size(), outputs.size()));
-  {
-    static std::mutex creation;  // the first runs on two devices may come at once
-    std::lock_guard lock(creation);
-    if (!buffers_)
-      buffers_ = std::make_unique<Buffers>();
-  }
+  if (!buffers_)
+    throw Error("Function: run of a moved-from Function");
   // Arguments are numbered inputs first, then outputs.
   const detail::DeviceScope scope(ops_detail::call_device("Function", {}, inputs, outputs, stream));
   const int device = scope.device().ordinal();

@@ -282,6 +282,12 @@ TEST_CASE("a Function runs on its tensors' device", "[multi-device][null-driver]
   second.make_current();
   checkLaunchesOn(first, [&] { g.run(in0, out0, stream0); });
   checkCurrentIs(second);
+  // A copy runs with intermediates of its own; a moved-from Function has none and says so.
+  Function copy = g;
+  checkLaunchesOn(second, [&] { copy.run(in, out, stream); });
+  Function moved = std::move(copy);
+  checkLaunchesOn(second, [&] { moved.run(in, out, stream); });
+  CHECK_THROWS_WITH(copy.run({}, {}, stream), Catch::Contains("Function: run of a moved-from Function"));
 }
 
 TEST_CASE("the default stream is the call's device's", "[multi-device][null-driver]") {

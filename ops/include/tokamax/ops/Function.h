@@ -183,7 +183,7 @@ private:
   std::vector<int> inputs_, outputs_;
   std::vector<Call> calls_;
   struct Buffers;
-  mutable std::unique_ptr<Buffers> buffers_;  // device intermediates, reused across runs
+  std::unique_ptr<Buffers> buffers_;  // device intermediates, reused across runs (null once moved from)
 };
 
 /// The gradient of a Function with one output of one element (a loss) with respect to
