@@ -230,13 +230,11 @@ LogicalResult lowerSpecializedLoop(TileLowering &t, scf::ForOp loop, llvm::itera
   // 24 = 384 x 168).
   // With blocks_per_sm blocks meant to share the SM, each block's share of the register
   // file (232 for 4 consumer warps at 2 blocks: 2 x (128 x 232 + 128 x 24) = 2 x 256 x 128).
-  int64_t producerRegisters = kDefaultProducerRegisters, blocks = 1;
-  if (auto func = loop->getParentOfType<func::FuncOp>()) {
+  int64_t producerRegisters = kDefaultProducerRegisters;
+  if (auto func = loop->getParentOfType<func::FuncOp>())
     if (auto attr = func->getAttrOfType<IntegerAttr>(kProducerRegistersAttr))
       producerRegisters = attr.getInt();
-    if (auto attr = func->getAttrOfType<IntegerAttr>(kBlocksPerSmAttr))
-      blocks = std::max<int64_t>(1, attr.getInt());
-  }
+  const int64_t blocks = getBlocksPerSm(loop);
   const int64_t producerThreads = 32 * int64_t(kProducerWarps), threads = 32 * warps + producerThreads;
   const int64_t launch = std::min<int64_t>(255, 65536 / (threads * blocks)) / 8 * 8;
   const int64_t consumers =

@@ -197,10 +197,7 @@ struct ConvertTileToLLVMPass : tokamax::tile::impl::ConvertTileToLLVMBase<Conver
       llvmFunc->setAttr(kProducerWarpsAttr, b.getI32IntegerAttr(int32_t(producerWarps)));
       // One program per SM (the ring fills shared memory anyway) unless the kernel asks
       // for more (tile.blocks_per_sm: its launch register limit is then a share).
-      int32_t blocks = 1;
-      if (auto attr = func->getAttrOfType<IntegerAttr>(kBlocksPerSmAttr))
-        blocks = int32_t(attr.getInt());
-      llvmFunc->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(blocks));
+      llvmFunc->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(int32_t(getBlocksPerSm(func))));
     }
     for (auto attr : {kNumWarpsAttr, kSharedBytesAttr, kGridAttr})
       if (Attribute value = func->getAttr(attr))

@@ -3,6 +3,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <algorithm>
 #include <map>
 
 using namespace mlir;
@@ -110,6 +111,14 @@ unsigned getNumWarps(Operation *op) {
 bool hasWgmmaDots(Operation *op) {
   auto func = isa<func::FuncOp>(op) ? cast<func::FuncOp>(op) : op->getParentOfType<func::FuncOp>();
   return func && func->hasAttr(kWgmmaDotsAttr);
+}
+
+unsigned getBlocksPerSm(Operation *op) {
+  auto func = isa<func::FuncOp>(op) ? cast<func::FuncOp>(op) : op->getParentOfType<func::FuncOp>();
+  if (func)
+    if (auto attr = func->getAttrOfType<IntegerAttr>(kBlocksPerSmAttr))
+      return static_cast<unsigned>(std::max<int64_t>(1, attr.getInt()));
+  return 1;
 }
 
 TmaDotSmem getTmaDotSmem(TmaDotOp op) {

@@ -66,6 +66,9 @@ compiler::Distribution getDistribution(mlir::RankedTensorType type);
 unsigned getNumWarps(mlir::Operation *op);
 /// Whether the kernel holding `op` carries tile.wgmma_dots.
 bool hasWgmmaDots(mlir::Operation *op);
+/// Blocks of the kernel enclosing `op` meant to share an SM (tile.blocks_per_sm; 1 when
+/// absent).
+unsigned getBlocksPerSm(mlir::Operation *op);
 
 /// Shared memory of a tile.tma_dot: a ring of `stages` buffers, each holding A's
 /// [BM, block_k] slice then B's [block_k, BN] slice on 1024-byte boundaries (where the
