@@ -52,6 +52,7 @@ TileConfig HopperConfig::as_tile() const {
   static_cast<ProductRing &>(t) = ring();
   t.group_m = group_m;
   t.programs = programs;
+  t.matmul_recompute = matmul_recompute;
   return t;
 }
 
@@ -69,6 +70,7 @@ GateKernelSpec tensor_core_spec(const Problem &p, const TileConfig &c, int sm_co
   s.tma = s.async_copy && c.tma;
   const int64_t programs = c.programs.value_or(0);
   s.programs = s.tma ? (programs < 0 ? sm_count : programs) : 0;
+  s.matmul_recompute = p.vjp && c.matmul_recompute;
   return s;
 }
 
@@ -89,6 +91,8 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
                        c.block_m, c.num_warps);
   if (auto problem = check_tma_ring_keys(c, c, int64_t(dtype_size(p.dtype))))
     return problem;
+  if (p.vjp && c.matmul_recompute)
+    return std::nullopt;  // no gate kernel runs (the matmul kernels take their own configs)
   if (const int64_t registers = registerEstimate(p, c); registers > 128)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulators "
                        "and blocks",
@@ -118,10 +122,17 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
     return;
   }
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
-  ex.launch(s.key(), [s] { return gate_kernel(s); },
-            {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)),
-             TensorView(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device)});
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
+  const TensorView dhSplit(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device);
+  if (s.matmul_recompute) {
+    // h [M, 2N] = x [M, K] @ (weights as [K, 2N]), then dh over it.
+    launch_matmul_step(ex, "glu", products, MatmulSpec{p.M, 2 * p.N, p.K, p.dtype, p.dtype, false, false},
+                       as(x, {p.M, p.K}), as(w, {p.K, 2 * p.N}), dhRows);
+    ex.launch(gate_grad_key(p), [p] { return gate_grad_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
+  } else {
+    ex.launch(s.key(), [s] { return gate_kernel(s); },
+              {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)), dhSplit});
+  }
   // dx [M, K] = dh [M, 2N] @ (weights as [K, 2N])^T.
   launch_matmul_step(ex, "glu", products, MatmulSpec{p.M, p.K, 2 * p.N, p.dtype, p.dtype, false, true}, dhRows,
                      as(w, {p.K, 2 * p.N}), as(dx, {p.M, p.K}));
