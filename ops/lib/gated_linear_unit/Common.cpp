@@ -40,6 +40,15 @@ std::vector<int64_t> weightsShape(const GateKernelSpec &s) {
   return s.tma ? std::vector<int64_t>{s.p.K, 2 * s.p.N} : std::vector<int64_t>{s.p.K, 2, s.p.N};
 }
 
+/// h [M, 2N] = x [M, K] @ (weights as [K, 2N]) on the `products` matmul kernel.
+void products_into(ops_detail::KernelExecutor &ex, const Problem &p, MatmulKernelKind products, const TensorView &x,
+                   const TensorView &w, const TensorView &h) {
+  const int device = ex.device();
+  launch_matmul_step(ex, "glu", products, MatmulSpec{p.M, 2 * p.N, p.K, p.dtype, p.dtype, false, false},
+                     TensorView(x.data(), x.dtype(), std::vector<int64_t>{p.M, p.K}, device),
+                     TensorView(w.data(), w.dtype(), std::vector<int64_t>{p.K, 2 * p.N}, device), h);
+}
+
 } // namespace
 
 bool async_copy_serves(const Problem &p) {
@@ -52,7 +61,7 @@ TileConfig HopperConfig::as_tile() const {
   static_cast<ProductRing &>(t) = ring();
   t.group_m = group_m;
   t.programs = programs;
-  t.matmul_recompute = matmul_recompute;
+  t.unfused = unfused;
   return t;
 }
 
@@ -70,7 +79,7 @@ GateKernelSpec tensor_core_spec(const Problem &p, const TileConfig &c, int sm_co
   s.tma = s.async_copy && c.tma;
   const int64_t programs = c.programs.value_or(0);
   s.programs = s.tma ? (programs < 0 ? sm_count : programs) : 0;
-  s.matmul_recompute = p.vjp && c.matmul_recompute;
+  s.unfused = c.unfused;
   return s;
 }
 
@@ -91,7 +100,7 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
                        c.block_m, c.num_warps);
   if (auto problem = check_tma_ring_keys(c, c, int64_t(dtype_size(p.dtype))))
     return problem;
-  if (p.vjp && c.matmul_recompute)
+  if (c.unfused)
     return std::nullopt;  // no gate kernel runs (the matmul kernels take their own configs)
   if (const int64_t registers = registerEstimate(p, c); registers > 128)
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulators "
@@ -111,6 +120,13 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
       ex.zero(out[0]);
       return;
     }
+    if (s.unfused) {
+      const uint64_t h = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
+      products_into(ex, p, products, in[0], in[1], TensorView(h, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device));
+      ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); },
+                {TensorView(h, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device), as(out[0], {p.M, p.N})});
+      return;
+    }
     ex.launch(s.key(), [s] { return gate_kernel(s); },
               {as(in[0], {p.M, p.K}), as(in[1], weightsShape(s)), as(out[0], {p.M, p.N})});
     return;
@@ -124,11 +140,9 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
   const TensorView dhSplit(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device);
-  if (s.matmul_recompute) {
-    // h [M, 2N] = x [M, K] @ (weights as [K, 2N]), then dh over it.
-    launch_matmul_step(ex, "glu", products, MatmulSpec{p.M, 2 * p.N, p.K, p.dtype, p.dtype, false, false},
-                       as(x, {p.M, p.K}), as(w, {p.K, 2 * p.N}), dhRows);
-    ex.launch(gate_grad_key(p), [p] { return gate_grad_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
+  if (s.unfused) {
+    products_into(ex, p, products, x, w, dhRows);
+    ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
   } else {
     ex.launch(s.key(), [s] { return gate_kernel(s); },
               {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)), dhSplit});

@@ -52,21 +52,21 @@ struct GateKernelSpec {
   /// With tma: a persistent grid of this many programs walking the tiles (0: one per
   /// tile), so the producer loads a tile's blocks while the consumers gate the last one.
   int64_t programs = 0;
-  /// VJP only (not the gate kernel's: run's plan): the pre-activations x W come from the
-  /// plan's matmul kernel into dh's scratch, and gate_grad_kernel turns them into dh in
-  /// place, instead of the gate VJP kernel (tiles narrowed by its epilogue's registers).
-  bool matmul_recompute = false;
+  /// Not the gate kernel's (run's plan): both products x W on the plan's matmul kernel
+  /// into the call's scratch ([M, 2N] in x's dtype, as a peer's two GEMMs write them),
+  /// then gate_apply_kernel, instead of the gate kernel.
+  bool unfused = false;
 
   KernelKey key() const;
 };
 
 dsl::Kernel gate_kernel(const GateKernelSpec &spec);
 
-/// dh [M, 2, N] in place: reads the pre-activations h = [a, b] (x W, x's dtype) and
-/// dout [M, N], writes [dout * b * act'(a), dout * act(a)] over them (the plan's
-/// matmul_recompute step).
-dsl::Kernel gate_grad_kernel(const Problem &p);
-KernelKey gate_grad_key(const Problem &p);
+/// The gate over the pre-activations h = [a, b] = x W ([M, 2, N], x's dtype), the
+/// unfused plan's second step: forward out = act(a) * b; VJP dh = [dout * b * act'(a),
+/// dout * act(a)] written over h in place.
+dsl::Kernel gate_apply_kernel(const Problem &p);
+KernelKey gate_apply_key(const Problem &p);
 
 /// act(x), and g * act'(x), elementwise in x's dtype (f32 or f64).
 dsl::Value activate(GluActivation activation, const dsl::Value &x);
@@ -84,15 +84,14 @@ struct TileConfig : TileBlocks {
   bool wgmma = false;
   /// With tma: a persistent grid of this many programs (-1: one per SM, 0: one per tile).
   std::optional<int64_t> programs;
-  /// The VJP's pre-activations on the matmul kernel (GateKernelSpec::matmul_recompute);
-  /// the forward ignores it (one config serves both passes).
-  bool matmul_recompute = false;
+  /// Both products on the matmul kernel, then the gate (GateKernelSpec::unfused).
+  bool unfused = false;
 
   static constexpr auto keys = std::tuple_cat(
       TileBlocks::keys, std::tuple{ConfigKey{"group_m", &TileConfig::group_m, KeyUse::Defaulted},
                                    ConfigKey{"wgmma", &TileConfig::wgmma, KeyUse::Optional},
                                    ConfigKey{"programs", &TileConfig::programs, KeyUse::Optional},
-                                   ConfigKey{"matmul_recompute", &TileConfig::matmul_recompute, KeyUse::Optional}});
+                                   ConfigKey{"unfused", &TileConfig::unfused, KeyUse::Optional}});
   bool operator==(const TileConfig &) const = default;
 };
 
@@ -100,13 +99,13 @@ struct TileConfig : TileBlocks {
 struct HopperConfig : HopperBlocks {
   int64_t group_m = 8;
   std::optional<int64_t> programs;  ///< as tile's
-  bool matmul_recompute = false;    ///< as tile's
+  bool unfused = false;             ///< as tile's
 
   static constexpr auto keys = std::tuple_cat(
       HopperBlocks::keys,
       std::tuple{ConfigKey{"group_m", &HopperConfig::group_m, KeyUse::Defaulted},
                  ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional},
-                 ConfigKey{"matmul_recompute", &HopperConfig::matmul_recompute, KeyUse::Optional}});
+                 ConfigKey{"unfused", &HopperConfig::unfused, KeyUse::Optional}});
   bool operator==(const HopperConfig &) const = default;
 
   /// The tile config it runs.
@@ -130,11 +129,11 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
 
 /// Runs the call: tensors in the op's argument order (inputs, then outputs).
 ///   forward:  the gate kernel at `gate` (out);
-///   VJP:      the gate VJP kernel (dh [M, 2, N] in x's dtype, in the call's scratch)
-///             or, with matmul_recompute, x @ weights on the `products` matmul kernel
-///             into that scratch and gate_grad_kernel over it; then dx = dh @
-///             weights^T and dweights = x^T @ dh, as [M, 2N] / [K, 2N] matrices, on the
-///             `products` matmul kernel.
+///   VJP:      the gate VJP kernel (dh [M, 2, N] in x's dtype, in the call's scratch),
+///             then dx = dh @ weights^T and dweights = x^T @ dh, as [M, 2N] / [K, 2N]
+///             matrices, on the `products` matmul kernel.
+///   unfused:  instead of the gate kernel, x @ weights on the `products` matmul kernel
+///             into the scratch, then gate_apply_kernel (out, or dh in place).
 void run(const Problem &p, const GateKernelSpec &gate, MatmulKernelKind products, std::span<const TensorView> inputs,
          std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
 

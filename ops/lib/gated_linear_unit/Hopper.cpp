@@ -2,9 +2,9 @@
 //
 // tile's gate kernel with TMA rings always on (tile's "tma" configs), so the config has
 // no async_copy, tma or wgmma key: block_m, block_n, block_k, num_warps, group_m,
-// stages, programs and matmul_recompute (the VJP's pre-activations x W on the hopper
-// matmul, then a gate gradient kernel; in the VJP's search space, not its heuristic until
-// measured). The VJP's dx and dweights run on the hopper matmul.
+// stages, programs and unfused (both products x W on the hopper matmul into scratch,
+// then an elementwise gate: in the search space, not the heuristic until measured). The
+// VJP's dx and dweights run on the hopper matmul.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/gated_linear_unit/Common.h"
@@ -40,11 +40,9 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   std::vector<Config> space = hopper_search_space(heuristic(p), [&](const Config &c) { return !check(p, c); });
-  if (p.vjp) {  // the pre-activations on the hopper matmul (the gate kernel's keys unused then)
-    Config recompute = space.front();
-    recompute.matmul_recompute = true;
-    space.push_back(recompute);
-  }
+  Config unfused = space.front();  // the products on the hopper matmul (the gate kernel's keys unused)
+  unfused.unfused = true;
+  space.push_back(unfused);
   return space;
 }
 

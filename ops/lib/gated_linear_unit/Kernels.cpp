@@ -228,27 +228,37 @@ Kernel gate_kernel(const GateKernelSpec &s) {
   return k;
 }
 
-KernelKey gate_grad_key(const Problem &p) {
-  return ops_detail::specializationKey("glu_gate_grad", {p.M, p.N, int64_t(p.dtype), int64_t(p.compute),
-                                                          int64_t(p.activation)});
+KernelKey gate_apply_key(const Problem &p) {
+  return ops_detail::specializationKey(p.vjp ? "glu_gate_apply_vjp" : "glu_gate_apply",
+                                       {p.M, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation)});
 }
 
-Kernel gate_grad_kernel(const Problem &p) {
+Kernel gate_apply_kernel(const Problem &p) {
   if (p.M < 1 || p.N < 1)
-    throw Error(fmt::format("gated_linear_unit: the gate gradient kernel needs M, N >= 1, got {} x {}", p.M, p.N));
-  // Memory-bound: [32, 128] blocks (16-byte vectors along N), a and b of a row block read
-  // and overwritten by the same program.
+    throw Error(fmt::format("gated_linear_unit: the gate kernel needs M, N >= 1, got {} x {}", p.M, p.N));
+  // Memory-bound: [32, 128] blocks (16-byte vectors along N); the VJP's program reads and
+  // overwrites the same elements of h.
   constexpr int64_t bm = 32, bn = 128;
-  Kernel k("glu_gate_grad", {.num_warps = 4});
-  TensorArg dout = k.input("dout", p.dtype, {p.M, p.N});
-  TensorArg dh = k.output("dh", p.dtype, {p.M, 2, p.N});
+  Kernel k(p.vjp ? "glu_gate_apply_vjp" : "glu_gate_apply", {.num_warps = 4});
+  std::optional<TensorArg> dout;
+  if (p.vjp)
+    dout = k.input("dout", p.dtype, {p.M, p.N});
+  TensorArg h = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.input("h", p.dtype, {p.M, 2, p.N});
+  std::optional<TensorArg> out;
+  if (!p.vjp)
+    out = k.output("out", p.dtype, {p.M, p.N});
   k.grid(cdiv(p.M, bm), cdiv(p.N, bn));
   Value m0 = k.program_id(0) * bm, n0 = k.program_id(1) * bn;
-  auto half = [&](int64_t i) { return dh.load({m0, Value(i), n0}, {bm, 1, bn}).reshape({bm, bn}).to(p.compute); };
-  Value a = half(0), b = half(1), g = dout.load({m0, n0}, {bm, bn}).to(p.compute);
+  auto half = [&](int64_t i) { return h.load({m0, Value(i), n0}, {bm, 1, bn}).reshape({bm, bn}).to(p.compute); };
+  Value a = half(0), b = half(1);
+  if (!p.vjp) {
+    out->store({m0, n0}, (activate(p.activation, a) * b).to(p.dtype));
+    return k;
+  }
+  Value g = dout->load({m0, n0}, {bm, bn}).to(p.compute);
   Value da = activate_vjp(p.activation, a, g * b), db = g * activate(p.activation, a);
-  dh.store({m0, Value(0), n0}, da.to(p.dtype).reshape({bm, 1, bn}));
-  dh.store({m0, Value(1), n0}, db.to(p.dtype).reshape({bm, 1, bn}));
+  h.store({m0, Value(0), n0}, da.to(p.dtype).reshape({bm, 1, bn}));
+  h.store({m0, Value(1), n0}, db.to(p.dtype).reshape({bm, 1, bn}));
   return k;
 }
 

@@ -3,8 +3,8 @@
 // Config (the gate kernel's): block_m, block_n, block_k, num_warps, group_m, async_copy,
 // stages, wgmma and tma (both opt-in, out of the heuristic and the search space until
 // measured on the device, as for attention; tma: TMA rings refilled by a producer
-// warpgroup, wgmma from shared memory, sm_90a only), with tma programs, and (opt-in,
-// VJP only) matmul_recompute: the pre-activations on the tile matmul instead. The
+// warpgroup, wgmma from shared memory, sm_90a only), with tma programs, and (opt-in)
+// unfused: both products on the tile matmul, then an elementwise gate. The
 // heuristic takes 128 x 128 output tiles (two f32 accumulators: 128 registers per thread
 // on 8 warps) with 64-byte K slices through a three-slot cp.async ring where the rows
 // allow it, 128 x 64 otherwise and for the VJP (whose epilogue holds dout, da and db

@@ -84,20 +84,22 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
     check(checkForward({{200}, 72, 136, DType::BF16, "gelu", "hopper", persistent}, seed++));
     check(checkVjp({{4, 50}, 72, 136, DType::F16, "swish", "hopper", persistent}, seed++));
   }
-  // The VJP's pre-activations on the matmul kernel, then the gate gradient in place
-  // (odd M and N: partial blocks of both kernels); the forward ignores the key.
+  // unfused: both products on the matmul kernel, then the gate (or its gradient, in
+  // place) in an elementwise kernel; odd M and N leave partial blocks in both kernels.
   for (const char *impl : {"tile", "hopper"}) {
-    Config recompute{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
-                     {"matmul_recompute", 1}};
+    Config unfused{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}, {"unfused", 1}};
     if (std::string(impl) == "tile")
-      recompute.set("async_copy", 1);
-    check(checkVjp({{37}, 72, 136, DType::BF16, "swish", impl, recompute}, seed++));
-    check(checkVjp({{3, 50}, 40, 40, DType::F16, "gelu", impl, recompute}, seed++));
-    check(checkForward({{37}, 72, 136, DType::BF16, "relu", impl, recompute}, seed++));
+      unfused.set("async_copy", 1);
+    check(checkForward({{37}, 72, 136, DType::BF16, "swish", impl, unfused}, seed++));
+    check(checkVjp({{37}, 72, 136, DType::BF16, "swish", impl, unfused}, seed++));
+    check(checkForward({{3, 50}, 40, 40, DType::F16, "gelu", impl, unfused}, seed++));
+    check(checkVjp({{3, 50}, 40, 40, DType::F16, "gelu", impl, unfused}, seed++));
   }
-  for (const char *activation : kActivations)
-    check(checkVjp({{1}, 24, 8, DType::BF16, activation, "tile", Config(smallTile(false)).set("matmul_recompute", 1)},
-                   seed++));
+  for (const char *activation : kActivations) {
+    Config unfused = Config(smallTile(false)).set("unfused", 1);
+    check(checkForward({{1}, 24, 8, DType::BF16, activation, "tile", unfused}, seed++));
+    check(checkVjp({{1}, 24, 8, DType::BF16, activation, "tile", unfused}, seed++));
+  }
   // A six-slot ring (TMA rings go to 8) over 9 K steps: the slots wrap past the first
   // phase while the producer runs six steps ahead.
   Config deep{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 6}, {"programs", 2}};

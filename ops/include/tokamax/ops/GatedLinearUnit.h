@@ -80,10 +80,10 @@ TOKAMAX_API void gated_linear_unit_vjp_host(const TensorView &dout, const Tensor
 // Attribute "activation": the canonical name.
 // Configs (tile): block_m, block_n, block_k, num_warps, group_m, async_copy (0 / 1),
 // stages (the ring's slots, 2 to 4), wgmma (0 / 1: with async_copy and block_m = 16 *
-// num_warps, the products read the ring on wgmma on sm_90a; opt-in), matmul_recompute
-// (0 / 1, tile and hopper, read by the VJP only: the pre-activations x W on the matmul
-// kernel into the VJP's scratch, then a gate gradient kernel, instead of the gate VJP
-// kernel); reference: block_m, block_n, block_k, num_warps.
+// num_warps, the products read the ring on wgmma on sm_90a; opt-in), unfused (0 / 1,
+// tile and hopper: both products x W on the matmul kernel into the call's scratch, M x 2N
+// in x's dtype, then an elementwise kernel applies the gate or its gradient, instead of
+// the gate kernel); reference: block_m, block_n, block_k, num_warps.
 
 TOKAMAX_API const Op &gated_linear_unit_op();
 TOKAMAX_API const Op &gated_linear_unit_vjp_op();
