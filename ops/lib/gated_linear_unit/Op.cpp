@@ -139,7 +139,7 @@ class GluOp : public Op {
 public:
   explicit GluOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
-           ops_detail::typed_implementations<glu_detail::Tile, glu_detail::Hopper, glu_detail::Reference>(
+           ops_detail::typed_implementations<glu_detail::Hopper, glu_detail::Tile, glu_detail::Reference>(
                opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2, glu_detail::problem_of)),
         vjp_(vjp) {}
 

@@ -2,7 +2,8 @@
 //
 // tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs), so
 // the config holds the blocks and the rings' depth only: block_m, block_n, block_k,
-// num_warps, stages.
+// num_warps, stages. First in auto's order (sm_90a): on an H200 at 8 groups, M 32768,
+// K = N = 4096 bf16 its forward took 1.957 ms against tile's 4.038.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged_dot/Common.h"

@@ -102,7 +102,7 @@ class RaggedDotOp : public Op {
 public:
   explicit RaggedDotOp(bool vjp)
       : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3,
-           ops_detail::typed_implementations<ragged_detail::Tile, ragged_detail::Hopper, ragged_detail::Reference>(
+           ops_detail::typed_implementations<ragged_detail::Hopper, ragged_detail::Tile, ragged_detail::Reference>(
                opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 3, ragged_detail::problem_of)),
         vjp_(vjp) {}
 

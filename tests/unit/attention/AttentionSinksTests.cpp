@@ -435,8 +435,11 @@ TEST_CASE("attention sinks: the hopper forward and the VJP's delta and reduction
     REQUIRE(kernels.size() == 1u);
     INFO("H " << h << (causal ? " causal " : " ") << c.to_json() << " " << kernels[0].name());
     const int64_t warps = c.get("num_warps");
+    // setmaxnreg where the launch's registers are the consumers' limit: 8 warps, or two
+    // programs an SM (the causal head-dim-64 heuristic).
+    const bool twoPrograms = c.has("blocks_per_sm") && c.get("blocks_per_sm") == 2;
     test::check_hopper_ptx(test::sm90a_ptx(kernels[0]),
-                           {.min_copies = 3, .producer = warps == 8, .tensor_maps = 3,
+                           {.min_copies = 3, .producer = warps == 8 || twoPrograms, .tensor_maps = 3,
                             .threads = uint32_t(32 * (warps + 4))},
                            ptxas);
   }

@@ -67,7 +67,9 @@ TEST_CASE("gated_linear_unit: implementations, NotSupported and configs", "[glu]
   const Op &vjp = gated_linear_unit_vjp_op();
   CHECK(find_op("gated_linear_unit") == &op);
   CHECK(find_op("gated_linear_unit_vjp") == &vjp);
-  CHECK(op.select(forwardArgs(), std::nullopt, "sm_90a").name() == "tile");
+  CHECK(op.select(forwardArgs(), std::nullopt, "sm_90a").name() == "hopper");  // first where it serves
+  CHECK(op.select(forwardArgs(), std::nullopt, "sm_80").name() == "tile");
+  CHECK(op.select(forwardArgs(DType::BF16, 36, 20), std::nullopt, "sm_90a").name() == "tile");  // K, N not x 8
   CHECK(op.select(forwardArgs(DType::F32), std::nullopt, "sm_90a").name() == "reference");
   CHECK(op.select(forwardArgs(), std::nullopt, "sm_75").name() == "reference");
   CHECK_THROWS_AS(op.select(forwardArgs(DType::F64), std::string("tile"), "sm_90a"), NotSupported);
@@ -227,25 +229,41 @@ TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a, its VJP's pr
     const Implementation &hopper = find_op(args.op)->implementation("hopper");
     CHECK(hopper.supported_on("sm_90a"));
     CHECK_FALSE(hopper.supported_on("sm_80"));
-    const Config c = hopper.heuristic(args);
-    REQUIRE_FALSE(hopper.check_config(args, c).has_value());
+    const Config heuristic = hopper.heuristic(args);
+    REQUIRE(heuristic.get("unfused") == 1);  // the products on the hopper matmul, then the gate
     for (const Config &candidate : hopper.search_space(args))
       CHECK_FALSE(hopper.check_config(args, candidate).has_value());
-    std::vector<dsl::Kernel> kernels = hopper.kernels(args, c);
-    REQUIRE(kernels.size() == (args.op == fwd.op ? 1u : 3u));
-    test::check_hopper_ptx(test::sm90a_ptx(kernels.front()),
-                           {.min_copies = 3, .tensor_maps = 2, .threads = 384u}, ptxas);
-    for (size_t i = 1; i < kernels.size(); ++i) {
-      CHECK(kernels[i].name() == "matmul_hopper");
-      CompileOptions options;
-      options.assemble = false;
-      options.arch = "sm_90a";
-      const CompiledKernel compiled = compile(kernels[i], options);
-      const std::string &ptx = compiled.ptx;
-      CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
-      CHECK(test::contains(ptx, "wgmma.mma_async"));
-      if (!ptxas.empty())
-        test::check_assembles_without_spills(ptxas, ptx);
+    const bool forward = args.op == fwd.op;
+    // The gate kernel's config (fused: one kernel, or the VJP's gate kernel and two
+    // products), then the heuristic (unfused: x W on the matmul, the gate kernel over it,
+    // and in the VJP the two products).
+    for (const Config &c : {Config(heuristic).set("unfused", 0), heuristic}) {
+      INFO(c.to_json());
+      REQUIRE_FALSE(hopper.check_config(args, c).has_value());
+      std::vector<dsl::Kernel> kernels = hopper.kernels(args, c);
+      const bool unfused = c.get("unfused") == 1;
+      REQUIRE(kernels.size() == (forward ? 1u : 3u) + (unfused ? 1u : 0u));
+      for (const dsl::Kernel &kernel : kernels) {
+        INFO(kernel.name());
+        CompileOptions options;
+        options.assemble = false;
+        options.arch = "sm_90a";
+        const CompiledKernel compiled = compile(kernel, options);
+        if (kernel.name() == "glu_gate" || kernel.name() == "glu_gate_vjp") {
+          CHECK_FALSE(unfused);
+          test::check_hopper_ptx(compiled, {.min_copies = 3, .tensor_maps = 2, .threads = 384u}, ptxas);
+          continue;
+        }
+        if (kernel.name() == "matmul_hopper") {
+          CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
+          CHECK(test::contains(compiled.ptx, "wgmma.mma_async"));
+        } else {
+          CHECK(unfused);
+          CHECK(kernel.name() == (forward ? "glu_gate_apply" : "glu_gate_apply_vjp"));
+        }
+        if (!ptxas.empty())
+          test::check_assembles_without_spills(ptxas, compiled.ptx);
+      }
     }
   }
   const Implementation &hopper = gated_linear_unit_op().implementation("hopper");

@@ -170,12 +170,16 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
                                         {"stages", 4}});
   CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4000, 4096, 8)).get("block_k") == 32);
   CHECK_THAT(*hopper.check_config(fwd, c), Contains("always on TMA rings"));
-  // Served without TOKAMAX_EXPERIMENTAL (passed on an H100); auto keeps tile first.
+  // Served without TOKAMAX_EXPERIMENTAL (passed on an H100 and an H200); first in auto's
+  // order on sm_90a, tile elsewhere and where hopper does not serve the call.
   {
     test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
     CHECK_FALSE(hopper.why_not(fwd).has_value());
     CHECK(ragged_dot_op().select(fwd, "hopper", "sm_90a").name() == "hopper");
-    CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_90a").name() == "tile");
+    CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_90a").name() == "hopper");
+    CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_80").name() == "tile");
+    CHECK(ragged_dot_op().select(forwardArgs(DType::BF16, 1000, 4004, 4096, 8), std::nullopt, "sm_90a").name() ==
+          "tile");
   }
   CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4004, 4096, 8)), Contains("multiples of 8"));
   CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4008, 4096, 8)), Contains("divide K"));
