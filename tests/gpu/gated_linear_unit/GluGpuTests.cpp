@@ -40,6 +40,12 @@ void check(const Result &r) {
   CHECK(r.ok);
 }
 
+/// x's leading dims, K and N of a case.
+struct Shape {
+  std::vector<int64_t> lead;
+  int64_t k, n;
+};
+
 } // namespace
 
 TEST_CASE("gated_linear_unit on the device: every dtype and activation match float64", "[gpu][glu]") {
@@ -59,10 +65,6 @@ TEST_CASE("gated_linear_unit on the device: every dtype and activation match flo
 
 TEST_CASE("gated_linear_unit on the device: odd and large shapes, both tile main loops", "[gpu][glu]") {
   uint64_t seed = 700;
-  struct Shape {
-    std::vector<int64_t> lead;
-    int64_t k, n;
-  };
   for (const Shape &s : {Shape{{1}, 37, 23}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000},
                          Shape{{1000}, 1001, 999}, Shape{{2, 777}, 1024, 2048}})
     for (DType dtype : {DType::BF16, DType::F16}) {
@@ -87,10 +89,6 @@ TEST_CASE("gated_linear_unit on the device: TMA rings and a producer warpgroup (
   uint64_t seed = 900;
   // Ragged K and N (a W0 block reaching into W1's columns, K past the last slice), 1-4
   // warpgroups' worth of rows, 32- to 128-byte K slices, 2-4 stages, forward and VJP.
-  struct Shape {
-    std::vector<int64_t> lead;
-    int64_t k, n;
-  };
   int index = 0;
   for (const Shape &s : {Shape{{1}, 72, 40}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000}, Shape{{1000}, 1000, 1000}})
     for (DType dtype : {DType::BF16, DType::F16}) {
@@ -117,10 +115,6 @@ TEST_CASE("gated_linear_unit on the device: hopper (TMA rings, dx and dweights o
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   uint64_t seed = 950;
-  struct Shape {
-    std::vector<int64_t> lead;
-    int64_t k, n;
-  };
   int index = 0;
   for (const Shape &s : {Shape{{1}, 72, 40}, Shape{{17}, 4096, 136}, Shape{{4, 250}, 520, 1000}, Shape{{1000}, 1000, 1000}})
     for (DType dtype : {DType::BF16, DType::F16}) {
@@ -136,10 +130,6 @@ TEST_CASE("gated_linear_unit on the device: both products on the matmul, then th
     return;
   // hopper's and tile's matmul kernels; odd shapes, then rows of the bench shape.
   uint64_t seed = 1000;
-  struct Shape {
-    std::vector<int64_t> lead;
-    int64_t k, n;
-  };
   int index = 0;
   for (const Shape &s : {Shape{{1}, 72, 40}, Shape{{4, 250}, 520, 1000}, Shape{{64}, 4096, 14336}})
     for (const char *impl : {"hopper", "tile"}) {
