@@ -287,9 +287,9 @@ if wants hopper; then
   TAIL=14 run matmul-ring "${t[@]}" 60 "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder --iters 10
   tma='{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
   TAIL=8 run gpu-hopper-glu "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][glu]" --durations yes
-  TAIL=10 run glu-bench-tma-only "${t[@]}" 35 "$bin/tokamax-glu-bench" --config "$tma"
+  TAIL=10 run glu-bench-tma-only "${t[@]}" 35 "$bin/tokamax-glu-bench" --impl tile --config "$tma"
   TAIL=8 run gpu-hopper-ragged "${t[@]}" 40 "$bin/tokamax-gpu-tests" "[tma_ring][ragged_dot]" --durations yes
-  TAIL=10 run ragged-dot-bench-tma "${t[@]}" 35 "$bin/tokamax-ragged-dot-bench" --config "$tma"
+  TAIL=10 run ragged-dot-bench-tma "${t[@]}" 35 "$bin/tokamax-ragged-dot-bench" --impl tile --config "$tma"
 fi
 if wants sweep; then
   # The VJP with 128-key dq steps (no spills at H 64 and 128) against the heuristic's 64.
@@ -376,7 +376,7 @@ if wants attention; then
   fi
   TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
   # The same on TMA rings with a producer warpgroup (the opt-in tma config).
-  TAIL=10 run glu-bench-tma "$bin/tokamax-glu-bench" "${glu_peers[@]}" \
+  TAIL=10 run glu-bench-tma "$bin/tokamax-glu-bench" --impl tile "${glu_peers[@]}" \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
   # ragged_dot beside torch's grouped mm (or a loop of matmuls).
   ragged_peers=()

@@ -240,15 +240,20 @@ inline void writeRows(const std::string &path, const nlohmann::json &rows) {
 /// implementation and pass (fwd, fwd+bwd) and one per (impl, pass) of `moreRows`, each
 /// measure(s, args, stream, row) on a stream of its own, printed as impl, pass, ms,
 /// TFLOP/s, first call ms and ours / the peer's TFLOP/s in % per peer backend; the rows
-/// to --json. Anything thrown ends it with status 1 and the error on stderr.
+/// to --json. Without --impl the implementation `autoImpl(s)` names (the one auto picks
+/// on this device), tile where there is none. Anything thrown ends it with status 1 and
+/// the error on stderr.
 template <class Shape>
 int runTflopsBench(const char *tool, int argc, char **argv, const Shape &shape, const Shape &quickShape,
                    std::string (*title)(const Shape &),
                    void (*measure)(const Shape &, const OpBenchArgs &, Stream &, OpRow &),
-                   const std::vector<std::pair<std::string, std::string>> &moreRows = {}) try {
-  const OpBenchArgs args = parseOpBenchArgs(tool, argc, argv);
+                   const std::vector<std::pair<std::string, std::string>> &moreRows = {},
+                   std::string (*autoImpl)(const Shape &) = nullptr) try {
+  OpBenchArgs args = parseOpBenchArgs(tool, argc, argv);
   const auto peers = readShapePassPeers(args.peers, peerTflops);
   const Shape &s = args.quick ? quickShape : shape;
+  if (autoImpl && std::none_of(argv + 1, argv + argc, [](const char *a) { return std::string(a) == "--impl"; }))
+    args.impls = {autoImpl(s)};
   fmt::print("{}\n", title(s));
   fmt::print("{:<10} {:<8} {:>10} {:>9} {:>14}", "impl", "pass", "ms", "TFLOP/s", "first call ms");
   for (const std::string &b : peers.backends)

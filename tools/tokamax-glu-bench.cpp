@@ -2,7 +2,8 @@
 // the peers' numbers (bench/peers/glu.py: cuBLAS's two GEMMs plus an elementwise kernel).
 //
 //   shape:  G1 = M 8192, K 4096, N 14336 (bf16, swish); --quick: Q = M 1024, K 1024, N 2048
-//   rows:   each implementation (--impl, default tile), "fwd" and "fwd+bwd" (the
+//   rows:   each implementation (--impl; default the one auto picks on this device, hopper
+//           on sm_90a), "fwd" and "fwd+bwd" (the
 //           forward, then the VJP)
 //   time:   median of tokamax::benchmark() with CUDA events, L2 flushed before each run
 //   TFLOP/s: fwd = 4 M K N (two products); fwd+bwd = 3x fwd (the VJP's dx and dweights;
@@ -42,6 +43,14 @@ std::string title(const Shape &s) {
                      Device::get().name());
 }
 
+/// The implementation auto picks for the forward at `s` on this device (without --impl).
+std::string autoImplementation(const Shape &s) {
+  const ArgSpec x{{s.m, s.k}, DType::BF16}, w{{s.k, 2, s.n}, DType::BF16}, out{{s.m, s.n}, DType::BF16};
+  return gated_linear_unit_op()
+      .select(bind_gated_linear_unit(x, w, out, GluActivation::Swish), std::nullopt, Device::get().arch())
+      .name();
+}
+
 /// Measures `row` (its impl and pass) at `s` on `stream`.
 void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, tools::OpRow &row) {
   Tensor x = randomTensor({s.m, s.k}, 1.0, stream, 1);
@@ -63,5 +72,6 @@ void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, 
 } // namespace
 
 int main(int argc, char **argv) {
-  return tools::runTflopsBench("tokamax-glu-bench", argc, argv, kShape, kQuickShape, title, measureRow);
+  return tools::runTflopsBench("tokamax-glu-bench", argc, argv, kShape, kQuickShape, title, measureRow,
+                               /*moreRows=*/{}, autoImplementation);
 }

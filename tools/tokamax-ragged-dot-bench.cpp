@@ -5,7 +5,8 @@
 //   shape:  R1 = 8 groups, M 32768, K 4096, N 4096 (bf16), random group sizes summing
 //           to M (fixed seed, the same as the peers script's); --quick: Q = 8 groups,
 //           M 4096, K 1024, N 1024
-//   rows:   each implementation (--impl, default tile), "fwd" and "fwd+bwd" (the
+//   rows:   each implementation (--impl; default the one auto picks on this device, hopper
+//           on sm_90a), "fwd" and "fwd+bwd" (the
 //           forward, then the VJP); "dense" rows: matmul [M, K] @ [K, N] (auto: hopper
 //           on sm_90a), the same FLOPs as the forward
 //   time:   median of tokamax::benchmark() with CUDA events, L2 flushed before each run
@@ -42,6 +43,13 @@ struct Shape {
   int64_t groups, m, k, n;
 };
 const Shape kShape{"R1", 8, 32768, 4096, 4096}, kQuickShape{"Q", 8, 4096, 1024, 1024};
+
+/// The implementation auto picks for the forward at `s` on this device (without --impl).
+std::string autoImplementation(const Shape &s) {
+  const ArgSpec lhs{{s.m, s.k}, DType::BF16}, rhs{{s.groups, s.k, s.n}, DType::BF16},
+      sizes{{s.groups}, DType::I32}, out{{s.m, s.n}, DType::BF16};
+  return ragged_dot_op().select(bind_ragged_dot(lhs, rhs, sizes, out), std::nullopt, Device::get().arch()).name();
+}
 
 /// Group sizes summing to m: sorted cut points of a fixed LCG, as ragged_dot.py makes them.
 std::vector<int32_t> groupSizes(const Shape &s) {
@@ -95,5 +103,5 @@ void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, 
 
 int main(int argc, char **argv) {
   return tools::runTflopsBench("tokamax-ragged-dot-bench", argc, argv, kShape, kQuickShape, title, measureRow,
-                               /*moreRows=*/{{"matmul", "dense"}});
+                               /*moreRows=*/{{"matmul", "dense"}}, autoImplementation);
 }
