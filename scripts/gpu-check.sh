@@ -62,11 +62,18 @@
 #               attention sinks (tile, hopper) forward and VJP against float64 with
 #               bitwise reruns; the fused-dq VJP ordered by semaphores (deterministic)
 #               and its timings beside the unordered one and the heuristic at S1 / S2
-#   twoblocks   (named only; run it first next time) the hopper forward with two
-#               programs an SM ("blocks_per_sm": 2, 4 warps, opt-in): its numerics
-#               against float64 with bitwise reruns, then its timings beside the
-#               heuristic at S1 / S2 / S3, overlap or not, cuDNN from the same run;
-#               and the 8-warp forward with overlap under a causal mask at S2 / S3
+#   twoblocks   (named only) the hopper forward with two programs an SM
+#               ("blocks_per_sm": 2, 4 warps; the causal head-dim-64 heuristic since its
+#               H200 run): its numerics against float64 with bitwise reruns, then its
+#               timings beside the heuristic at S1 / S2 / S3, overlap or not, cuDNN from
+#               the same run; and the 8-warp forward with overlap under a causal mask at
+#               S2 / S3
+#   heuristics  (named only; run it first next time: about 4 minutes) the heuristics
+#               set from the H200 run without a device check of their own: attention's
+#               heuristic configs against float64 (the causal head-dim-64 forward on two
+#               programs an SM), the S1 forward beside cuDNN; gated_linear_unit's GPU
+#               tests (auto is hopper, unfused) and G1 beside cuBLAS; ragged_dot's R1
+#               beside torch's grouped mm (the bench's default is auto's pick)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -192,6 +199,33 @@ if wants ahead; then
   done
   TAIL=6 run ahead-headline "${t[@]}" 170 "$bin/tokamax-example-attention"
   TAIL=6 run ahead-headline-jax "${t[@]}" 120 python3 "$here/../bench/peers/headline.py" --json "$out/headline-jax.json"
+fi
+if wants heuristics; then
+  t=(timeout -k 10)
+  TAIL=4 run heuristics-attention-tests "${t[@]}" 90 "$bin/tokamax-gpu-tests" "attention hopper's heuristic configs*" \
+    --durations yes
+  heur_peers=()
+  if has_torch; then
+    TAIL=6 run heuristics-attention-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1 \
+      --backends cudnn --json "$out/heuristics-attention-peers.json"
+    heur_peers=(--peers "$out/heuristics-attention-peers.json")
+  fi
+  TAIL=6 run heuristics-attention-bench "${t[@]}" 40 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
+    "${heur_peers[@]}"
+  TAIL=12 run heuristics-glu-tests "${t[@]}" 200 "$bin/tokamax-gpu-tests" "[glu]" --durations yes
+  glu_peers=()
+  if has_torch; then
+    TAIL=6 run heuristics-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/heuristics-glu-peers.json"
+    glu_peers=(--peers "$out/heuristics-glu-peers.json")
+  fi
+  TAIL=6 run heuristics-glu-bench "${t[@]}" 60 "$bin/tokamax-glu-bench" "${glu_peers[@]}"
+  ragged_peers=()
+  if has_torch; then
+    TAIL=6 run heuristics-ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" \
+      --json "$out/heuristics-ragged-peers.json"
+    ragged_peers=(--peers "$out/heuristics-ragged-peers.json")
+  fi
+  TAIL=6 run heuristics-ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" "${ragged_peers[@]}"
 fi
 if wants twoblocks; then
   t=(timeout -k 10)
