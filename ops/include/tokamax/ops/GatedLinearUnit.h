@@ -15,6 +15,10 @@
 // in x's dtype, then dx = dh @ weights^T and dweights = x^T @ dh with the matmul kernels.
 //
 // Implementations, in the order auto tries them:
+//   "hopper":    sm_90a, K and N multiples of 8. By default ("unfused") both products
+//                x W on the hopper matmul into an [..., 2N] workspace in x's dtype, then
+//                an elementwise kernel applies the gate (in the VJP its gradient, in
+//                place); with "unfused": 0 tile's gate kernel on TMA rings and wgmma.
 //   "tile":      one kernel per call computing both products of an output tile (two f32
 //                accumulators over one K loop on tensor cores: mma.sync) and applying the
 //                gate in its epilogue: no [..., 2N] intermediate. With rows of whole
@@ -48,7 +52,7 @@ TOKAMAX_API GluActivation parse_glu_activation(const std::string &name);
 
 struct TOKAMAX_API GluOptions {
   std::string activation = "swish";
-  /// "tile" or "reference"; std::nullopt: the first that serves the call.
+  /// "hopper", "tile" or "reference"; std::nullopt: the first that serves the call.
   std::optional<std::string> implementation;
   /// Overrides the config (else: config providers, then the heuristic).
   std::optional<Config> config;

@@ -18,6 +18,8 @@
 // one group's rows; an empty group's drhs is zero).
 //
 // Implementations, in the order auto tries them:
+//   "hopper":    sm_90a, K and N multiples of 8: tile's kernels with the row kernels'
+//                blocks always on TMA rings (a producer warpgroup) and wgmma.
 //   "tile":      tensor-core products (mma.sync) over a grid of (row tiles of each
 //                group, column tiles): every program finds its group from the sizes
 //                (a scan over the G groups) and stores only its group's rows. With
@@ -42,7 +44,7 @@ namespace tokamax {
 class Stream;
 
 struct TOKAMAX_API RaggedDotOptions {
-  /// "tile" or "reference"; std::nullopt: the first that serves the call.
+  /// "hopper", "tile" or "reference"; std::nullopt: the first that serves the call.
   std::optional<std::string> implementation;
   /// Overrides the config (else: config providers, then the heuristic).
   std::optional<Config> config;
