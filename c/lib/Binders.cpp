@@ -214,11 +214,13 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
 BoundArgs bindGlu(const Op &op, const Inputs &in, Options &o) {
   const GluActivation activation = parse_glu_activation(o.string("activation").value_or(GluOptions{}.activation));
   if (op.name() == "gated_linear_unit") {
+    // The pre-activations only with "residuals": true ([..., 2, N], twice out's size).
     const ArgSpec &x = in.required(0), &w = in.required(1);
-    return bind_gated_linear_unit(x, w, gated_linear_unit_out_spec(x, w), activation);
+    return bind_gated_linear_unit(x, w, gated_linear_unit_out_spec(x, w), activation,
+                                  when(o.boolean("residuals", false), gated_linear_unit_preactivations_spec(x, w)));
   }
   const ArgSpec &x = in.required(1), &w = in.required(2);
-  return bind_gated_linear_unit_vjp(in.required(0), x, w, x, w, activation);
+  return bind_gated_linear_unit_vjp(in.required(0), x, w, x, w, activation, in.optional(3));
 }
 
 BoundArgs bindRaggedDot(const Op &op, const Inputs &in, Options &) {

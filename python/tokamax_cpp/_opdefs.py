@@ -75,9 +75,9 @@ ATTENTION = OpDef(
     ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "layout"), has_residuals=True,
     vjp_only=("deterministic",))  # false lets the hopper VJP's opt-in fused dq add in any order
 
-GATED_LINEAR_UNIT = OpDef(
-    "gated_linear_unit", ("x", "weights"), ("out",), (0,),
-    "gated_linear_unit_vjp", (ct(0), inp(0), inp(1)), (0, 1), ("activation",))
+GATED_LINEAR_UNIT = OpDef(  # the pre-activations x W: the VJP reads them instead of recomputing
+    "gated_linear_unit", ("x", "weights"), ("out", "preactivations"), (0,),
+    "gated_linear_unit_vjp", (ct(0), inp(0), inp(1), out(1)), (0, 1), ("activation",), has_residuals=True)
 
 RAGGED_DOT = OpDef(
     "ragged_dot", ("lhs", "rhs", "group_sizes"), ("out",), (0,),

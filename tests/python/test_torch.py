@@ -203,6 +203,22 @@ def test_torch_ops_have_autograd():
     assert torch.equal(dx, ex) and torch.equal(dscale, escale)
 
 
+def test_gated_linear_unit_keeps_its_preactivations_for_backward():
+    # With "residuals": the forward also returns x W ([..., 2, N]); backward reads it.
+    r = ref.rng(8)
+    x, w = t(r.standard_normal((3, 6)), True), t(r.standard_normal((6, 2, 5)) / 3, True)
+    out, h = torch.ops.tokamax_cpp.gated_linear_unit(x, w, '{"activation":"swish","residuals":true}')
+    assert h.shape == (3, 2, 5)
+    ref.assert_close(h.detach().numpy(), np.einsum("mk,kjn->mjn", x.detach().numpy(), w.detach().numpy()),
+                     1e-12, 1e-12, "preactivations")
+    dx, dw = torch.autograd.grad(out.sum(), (x, w))
+    ex, ew = torch.autograd.grad(tokamax.gated_linear_unit(x, w, activation="swish").sum(), (x, w))
+    assert torch.equal(dx, ex) and torch.equal(dw, ew)
+    with torch.no_grad():  # no gradient asked: no pre-activations
+        out, h = torch.ops.tokamax_cpp.gated_linear_unit(x, w, '{"activation":"swish","residuals":false}')
+    assert h.numel() == 0
+
+
 def test_no_grad_skips_residuals():
     x, scale = t(ref.rng(7).standard_normal((2, 8)), True), t(np.ones(8), True)
     with torch.no_grad():

@@ -183,8 +183,11 @@ Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &o
 Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
                               std::optional<std::string> implementation) {
   const ArgSpec &xs = spec(x), &ws = spec(weights);
-  BoundArgs b = bind_gated_linear_unit(xs, ws, gated_linear_unit_out_spec(xs, ws), parse_glu_activation(activation));
-  return f_.record(gated_linear_unit_op(), b, {x.id, weights.id, -2}, std::move(implementation))[0];
+  // The residual pre-activations are always produced: a later grad() reads them instead
+  // of recomputing x W (as attention's lse, at [..., 2, N]: twice out's size).
+  BoundArgs b = bind_gated_linear_unit(xs, ws, gated_linear_unit_out_spec(xs, ws), parse_glu_activation(activation),
+                                       gated_linear_unit_preactivations_spec(xs, ws));
+  return f_.record(gated_linear_unit_op(), b, {x.id, weights.id, -2, -2}, std::move(implementation))[0];
 }
 
 Sym Tracer::ragged_dot(Sym lhs, Sym rhs, Sym group_sizes, std::optional<std::string> implementation) {
@@ -497,12 +500,12 @@ Function grad(const Function &f, std::vector<int> wrt) {
       auto dout = cot(2);
       if (!dout)
         continue;
-      Sym x{call.slots[0]}, w{call.slots[1]};
+      Sym x{call.slots[0]}, w{call.slots[1]}, h{call.slots[3]};
       Sym doutCast = t.cast(*dout, t.spec(Sym{call.slots[2]}).dtype);
       BoundArgs b = bind_gated_linear_unit_vjp(t.spec(doutCast), t.spec(x), t.spec(w), t.spec(x), t.spec(w),
-                                               parse_glu_activation(call.args.attribute("activation")));
+                                               parse_glu_activation(call.args.attribute("activation")), t.spec(h));
       std::vector<Sym> outs =
-          g.record(gated_linear_unit_vjp_op(), b, {doutCast.id, x.id, w.id, -2, -2}, call.implementation);
+          g.record(gated_linear_unit_vjp_op(), b, {doutCast.id, x.id, w.id, h.id, -2, -2}, call.implementation);
       accumulate(x.id, outs[0]);
       accumulate(w.id, outs[1]);
     } else if (op == "ragged_dot") {

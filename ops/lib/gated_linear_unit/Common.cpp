@@ -118,10 +118,13 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
       return;
     if (p.K == 0) {  // a = b = 0 and act(0) is finite: out = 0
       ex.zero(out[0]);
+      if (p.preactivations)
+        ex.zero(out[1]);
       return;
     }
-    if (s.unfused) {
-      const uint64_t h = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
+    if (s.unfused || p.preactivations) {  // into the caller's pre-activations, or the scratch
+      const uint64_t h = p.preactivations ? out[1].data()
+                                          : ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
       products_into(ex, p, products, in[0], in[1], TensorView(h, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device));
       ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); },
                 {TensorView(h, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device), as(out[0], {p.M, p.N})});
@@ -140,7 +143,10 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
   const TensorView dhSplit(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device);
-  if (s.unfused) {
+  if (p.preactivations) {  // the forward's, copied: a second backward reads them again
+    ex.copy(dhRows, as(in[3], {p.M, 2 * p.N}));
+    ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
+  } else if (s.unfused) {
     products_into(ex, p, products, x, w, dhRows);
     ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
   } else {

@@ -28,6 +28,9 @@ struct Problem {
   DType dtype = DType::BF16;
   DType compute = DType::F32;  ///< accumulation: f32, f64 for f64
   GluActivation activation = GluActivation::Swish;
+  /// The forward writes the pre-activations [M, 2, N] (its optional output), the VJP
+  /// reads them (its optional input) instead of recomputing them.
+  bool preactivations = false;
 };
 
 /// Reads a validated BoundArgs of gated_linear_unit / gated_linear_unit_vjp.
@@ -133,7 +136,10 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
 ///             then dx = dh @ weights^T and dweights = x^T @ dh, as [M, 2N] / [K, 2N]
 ///             matrices, on the `products` matmul kernel.
 ///   unfused:  instead of the gate kernel, x @ weights on the `products` matmul kernel
-///             into the scratch, then gate_apply_kernel (out, or dh in place).
+///             into the scratch, then gate_apply_kernel (out, or dh in place);
+///   with the pre-activations (any config): the forward computes them so, into its
+///             output instead of the scratch; the VJP copies them into the scratch and
+///             applies gate_apply_kernel there (they stay as they were).
 void run(const Problem &p, const GateKernelSpec &gate, MatmulKernelKind products, std::span<const TensorView> inputs,
          std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
 

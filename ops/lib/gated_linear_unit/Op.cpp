@@ -89,24 +89,40 @@ ArgSpec gated_linear_unit_out_spec(const ArgSpec &x, const ArgSpec &weights) {
   return out;
 }
 
+ArgSpec gated_linear_unit_preactivations_spec(const ArgSpec &x, const ArgSpec &weights) {
+  auto [k, n] = checkOperands("gated_linear_unit", x, weights);
+  ArgSpec h = x;
+  h.shape.back() = 2;
+  h.shape.push_back(n);
+  return h;
+}
+
 BoundArgs bind_gated_linear_unit(const ArgSpec &x, const ArgSpec &weights, const ArgSpec &out,
-                                 GluActivation activation) {
+                                 GluActivation activation, const std::optional<ArgSpec> &preactivations) {
   const char *op = "gated_linear_unit";
   ops_detail::check_spec(op, "out", out);
+  ops_detail::check_spec(op, "preactivations", preactivations);
   checkExact(op, "out", out, gated_linear_unit_out_spec(x, weights));
-  return BoundArgs{op, {x, weights, out}, {{"activation", glu_activation_name(activation)}}};
+  if (preactivations)
+    checkExact(op, "preactivations", *preactivations, gated_linear_unit_preactivations_spec(x, weights));
+  return BoundArgs{op, {x, weights, out, preactivations}, {{"activation", glu_activation_name(activation)}}};
 }
 
 BoundArgs bind_gated_linear_unit_vjp(const ArgSpec &dout, const ArgSpec &x, const ArgSpec &weights, const ArgSpec &dx,
-                                     const ArgSpec &dweights, GluActivation activation) {
+                                     const ArgSpec &dweights, GluActivation activation,
+                                     const std::optional<ArgSpec> &preactivations) {
   const char *op = "gated_linear_unit_vjp";
   checkOperands(op, x, weights);
   for (auto [name, spec] : {std::pair{"dout", &dout}, std::pair{"dx", &dx}, std::pair{"dweights", &dweights}})
     ops_detail::check_spec(op, name, *spec);
+  ops_detail::check_spec(op, "preactivations", preactivations);
   checkExact(op, "dout", dout, gated_linear_unit_out_spec(x, weights));
+  if (preactivations)
+    checkExact(op, "preactivations", *preactivations, gated_linear_unit_preactivations_spec(x, weights));
   checkExact(op, "dx", dx, x);
   checkExact(op, "dweights", dweights, weights);
-  return BoundArgs{op, {dout, x, weights, dx, dweights}, {{"activation", glu_activation_name(activation)}}};
+  return BoundArgs{op, {dout, x, weights, preactivations, dx, dweights},
+                   {{"activation", glu_activation_name(activation)}}};
 }
 
 namespace glu_detail {
@@ -123,6 +139,7 @@ Problem problem_of(const BoundArgs &b) {
   p.dtype = x.dtype;
   p.compute = x.dtype == DType::F64 ? DType::F64 : DType::F32;
   p.activation = parse_glu_activation(b.attribute("activation"));
+  p.preactivations = b.has(3);
   return p;
 }
 
@@ -130,25 +147,26 @@ Problem problem_of(const BoundArgs &b) {
 
 namespace {
 
-const std::vector<std::string> kForwardArgs{"x", "weights", "out"};
+const std::vector<std::string> kForwardArgs{"x", "weights", "out", "preactivations"};
 const char *opName(bool vjp) { return vjp ? "gated_linear_unit_vjp" : "gated_linear_unit"; }
 
-const std::vector<std::string> kVjpArgs{"dout", "x", "weights", "dx", "dweights"};
+const std::vector<std::string> kVjpArgs{"dout", "x", "weights", "preactivations", "dx", "dweights"};
 
 class GluOp : public Op {
 public:
   explicit GluOp(bool vjp)
-      : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2,
+      : Op(opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 2,
            ops_detail::typed_implementations<glu_detail::Hopper, glu_detail::Tile, glu_detail::Reference>(
-               opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 3 : 2, glu_detail::problem_of)),
+               opName(vjp), vjp ? kVjpArgs : kForwardArgs, vjp ? 4 : 2, glu_detail::problem_of)),
         vjp_(vjp) {}
 
   void validate(const BoundArgs &b) const override {
-    ops_detail::require_call_shape(name(), b, arg_names(), {"activation"});
+    ops_detail::require_call_of(name(), b, arg_names(), {"activation"});
+    auto arg = [&](size_t i) -> const ArgSpec & { return ops_detail::required_arg(name(), b, arg_names(), i); };
     GluActivation activation = parse_glu_activation(b.attribute("activation"));
-    BoundArgs again = vjp_ ? bind_gated_linear_unit_vjp(*b.args[0], *b.args[1], *b.args[2], *b.args[3], *b.args[4],
-                                                         activation)
-                           : bind_gated_linear_unit(*b.args[0], *b.args[1], *b.args[2], activation);
+    // preactivations (slot 3 of both) is optional.
+    BoundArgs again = vjp_ ? bind_gated_linear_unit_vjp(arg(0), arg(1), arg(2), arg(4), arg(5), activation, b.args[3])
+                           : bind_gated_linear_unit(arg(0), arg(1), arg(2), activation, b.args[3]);
     ops_detail::require_canonical(name(), b, again);
   }
 
@@ -175,19 +193,24 @@ namespace {
   return true;
 }();
 
-void forward(const TensorView &x, const TensorView &weights, const TensorView &out, Stream *stream,
-             const GluOptions &o) {
+/// The view of an optional argument: absent where it has no data.
+std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional(ArgSpec::of(*t)) : std::nullopt; }
+
+void forward(const TensorView &x, const TensorView &weights, const TensorView &out, const TensorView *preactivations,
+             Stream *stream, const GluOptions &o) {
   BoundArgs b = bind_gated_linear_unit(ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(out),
-                                       parse_glu_activation(o.activation));
-  TensorView in[] = {x, weights};
-  ops_detail::run_or_interpret(gated_linear_unit_op(), b, in, std::span<const TensorView>(&out, 1), stream, o);
+                                       parse_glu_activation(o.activation), specOf(preactivations));
+  TensorView in[] = {x, weights}, outs[] = {out, preactivations ? *preactivations : TensorView()};
+  ops_detail::run_or_interpret(gated_linear_unit_op(), b, in, outs, stream, o);
 }
 
-void backward(const TensorView &dout, const TensorView &x, const TensorView &weights, const TensorView &dx,
-              const TensorView &dweights, Stream *stream, const GluOptions &o) {
+void backward(const TensorView &dout, const TensorView &x, const TensorView &weights,
+              const TensorView *preactivations, const TensorView &dx, const TensorView &dweights, Stream *stream,
+              const GluOptions &o) {
   BoundArgs b = bind_gated_linear_unit_vjp(ArgSpec::of(dout), ArgSpec::of(x), ArgSpec::of(weights), ArgSpec::of(dx),
-                                           ArgSpec::of(dweights), parse_glu_activation(o.activation));
-  TensorView in[] = {dout, x, weights}, outs[] = {dx, dweights};
+                                           ArgSpec::of(dweights), parse_glu_activation(o.activation),
+                                           specOf(preactivations));
+  TensorView in[] = {dout, x, weights, preactivations ? *preactivations : TensorView()}, outs[] = {dx, dweights};
   ops_detail::run_or_interpret(gated_linear_unit_vjp_op(), b, in, outs, stream, o);
 }
 
@@ -195,20 +218,38 @@ void backward(const TensorView &dout, const TensorView &x, const TensorView &wei
 
 void gated_linear_unit(const TensorView &x, const TensorView &weights, const TensorView &out, Stream &stream,
                        const GluOptions &options) {
-  forward(x, weights, out, &stream, options);
+  forward(x, weights, out, nullptr, &stream, options);
+}
+void gated_linear_unit(const TensorView &x, const TensorView &weights, const TensorView &out,
+                       const TensorView &preactivations, Stream &stream, const GluOptions &options) {
+  forward(x, weights, out, &preactivations, &stream, options);
 }
 void gated_linear_unit_vjp(const TensorView &dout, const TensorView &x, const TensorView &weights,
                            const TensorView &dx, const TensorView &dweights, Stream &stream,
                            const GluOptions &options) {
-  backward(dout, x, weights, dx, dweights, &stream, options);
+  backward(dout, x, weights, nullptr, dx, dweights, &stream, options);
+}
+void gated_linear_unit_vjp(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                           const TensorView &preactivations, const TensorView &dx, const TensorView &dweights,
+                           Stream &stream, const GluOptions &options) {
+  backward(dout, x, weights, &preactivations, dx, dweights, &stream, options);
 }
 void gated_linear_unit_host(const TensorView &x, const TensorView &weights, const TensorView &out,
                             const GluOptions &options) {
-  forward(x, weights, out, nullptr, options);
+  forward(x, weights, out, nullptr, nullptr, options);
+}
+void gated_linear_unit_host(const TensorView &x, const TensorView &weights, const TensorView &out,
+                            const TensorView &preactivations, const GluOptions &options) {
+  forward(x, weights, out, &preactivations, nullptr, options);
 }
 void gated_linear_unit_vjp_host(const TensorView &dout, const TensorView &x, const TensorView &weights,
                                 const TensorView &dx, const TensorView &dweights, const GluOptions &options) {
-  backward(dout, x, weights, dx, dweights, nullptr, options);
+  backward(dout, x, weights, nullptr, dx, dweights, nullptr, options);
+}
+void gated_linear_unit_vjp_host(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                                const TensorView &preactivations, const TensorView &dx, const TensorView &dweights,
+                                const GluOptions &options) {
+  backward(dout, x, weights, &preactivations, dx, dweights, nullptr, options);
 }
 
 } // namespace tokamax

@@ -202,6 +202,25 @@ TEST_CASE("capi: gated_linear_unit, ragged_dot and the cross-entropies are bitwi
     CTensor ref(DType::F32, {5, 6});
     gated_linear_unit_host(x.view(), w.view(), ref.view(), {.activation = "gelu_tanh"});
     CHECK(out[0]->same_bits(ref));
+    REQUIRE(tkx_call_num_outputs(call.get()) == 2);  // preactivations only with "residuals": true
+    CHECK(out[1] == nullptr);
+    // With the residual pre-activations, and the VJP that reads them.
+    Call withH = make_call("gated_linear_unit", descs({&x, &w}), R"({"activation": "gelu_tanh", "residuals": true})");
+    auto outH = runOutputs(withH.get(), descs({&x, &w}));
+    REQUIRE(outH[1] != nullptr);
+    CHECK(outH[1]->shape == std::vector<int64_t>{5, 2, 6});
+    CTensor refOut(DType::F32, {5, 6}), refH(DType::F32, {5, 2, 6});
+    gated_linear_unit_host(x.view(), w.view(), refOut.view(), refH.view(), {.activation = "gelu_tanh"});
+    CHECK(outH[0]->same_bits(refOut));
+    CHECK(outH[1]->same_bits(refH));
+    CTensor dout = CTensor::random(DType::F32, {5, 6}, 27);
+    Call vjp = make_call("gated_linear_unit_vjp", descs({&dout, &x, &w, outH[1].get()}), R"({"activation": "gelu_tanh"})");
+    auto grads = runOutputs(vjp.get(), descs({&dout, &x, &w, outH[1].get()}));
+    CTensor dx(DType::F32, {5, 8}), dw(DType::F32, {8, 2, 6});
+    gated_linear_unit_vjp_host(dout.view(), x.view(), w.view(), refH.view(), dx.view(), dw.view(),
+                               {.activation = "gelu_tanh"});
+    CHECK(grads[0]->same_bits(dx));
+    CHECK(grads[1]->same_bits(dw));
   }
   SECTION("ragged_dot") {
     CTensor lhs = CTensor::random(DType::F32, {7, 8}, 23, 0.05, 1.0), rhs = CTensor::random(DType::F32, {3, 8, 5}, 24),

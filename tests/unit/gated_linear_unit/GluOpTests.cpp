@@ -45,6 +45,15 @@ TEST_CASE("gated_linear_unit: bad input names the argument", "[glu]") {
   fails([&] { bind_gated_linear_unit_vjp(kOut, kX, kW, kOut, kW, swish); }, "dx must be bf16 [4, 17, 40]");
   fails([&] { bind_gated_linear_unit_vjp(kOut, kX, kW, kX, {{40, 2, 24}, DType::F32}, swish); }, "dweights must be");
   fails([&] { parse_glu_activation("tanh"); }, "unknown activation \"tanh\" (known: swish, silu");
+  // The optional pre-activations: [..., 2, N] in x's dtype.
+  const ArgSpec kH{{4, 17, 2, 24}, DType::BF16};
+  CHECK(gated_linear_unit_preactivations_spec(kX, kW) == kH);
+  CHECK(bind_gated_linear_unit(kX, kW, kOut, swish, kH).has(3));
+  CHECK_FALSE(bind_gated_linear_unit(kX, kW, kOut, swish).has(3));
+  fails([&] { bind_gated_linear_unit(kX, kW, kOut, swish, ArgSpec{{4, 17, 48}, DType::BF16}); },
+        "preactivations must be bf16 [4, 17, 2, 24]");
+  fails([&] { bind_gated_linear_unit_vjp(kOut, kX, kW, kX, kW, swish, ArgSpec{{4, 17, 2, 24}, DType::F32}); },
+        "preactivations must be bf16 [4, 17, 2, 24]");
 
   // Through the API: the activation string and the tensors.
   HostBuffer x(DType::BF16, {3, 8}), w(DType::BF16, {8, 2, 4}), out(DType::BF16, {3, 4});
@@ -56,7 +65,7 @@ TEST_CASE("gated_linear_unit: bad input names the argument", "[glu]") {
   CHECK(std::string(glu_activation_name(GluActivation::GeluTanh)) == "gelu_tanh");
 
   // A generic caller passing views that do not match the binding.
-  TensorView in[] = {x.view(), w.view()}, wrong[] = {x.view()};
+  TensorView in[] = {x.view(), w.view()}, wrong[] = {x.view(), TensorView()};
   BoundArgs three = bind_gated_linear_unit(ArgSpec::of(x.view()), ArgSpec::of(w.view()), ArgSpec::of(out.view()),
                                            GluActivation::Swish);
   fails([&] { gated_linear_unit_op().interpret(three, in, wrong); }, "out is bf16 [3, 8]");

@@ -7,6 +7,8 @@
 
 #include <tokamax/ops/GatedLinearUnit.h>
 
+#include <algorithm>
+
 using namespace tokamax;
 using namespace glu_test;
 
@@ -105,4 +107,84 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
   Config deep{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 6}, {"programs", 2}};
   check(checkForward({{150}, 288, 72, DType::BF16, "swish", "hopper", deep}, seed++));
   check(checkVjp({{70}, 288, 72, DType::BF16, "gelu", "hopper", Config(deep).set("programs", 0)}, seed++));
+}
+
+TEST_CASE("gated_linear_unit: the forward's pre-activations, and the VJP that reads them", "[glu][preactivations]") {
+  // The forward writes h = x W ([M, 2, N]) and out from it; the VJP given h reads it (no
+  // recomputation, h left as it was). On hopper's and tile's unfused configs the same
+  // kernels run with and without h, so out, dx and dweights must be bitwise the same;
+  // every implementation also against float64.
+  uint64_t seed = 700;
+  struct Run {
+    const char *impl;
+    DType dtype;
+    std::optional<Config> config;
+  };
+  const Config unfused{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
+                       {"unfused", 1}};
+  for (const Run &r : {Run{"hopper", DType::BF16, unfused}, Run{"tile", DType::F16, Config(unfused).set("async_copy", 1)},
+                       Run{"tile", DType::BF16, std::nullopt}, Run{"reference", DType::F32, std::nullopt},
+                       Run{"reference", DType::F64, std::nullopt}})
+    for (const std::vector<int64_t> &lead : {std::vector<int64_t>{37}, std::vector<int64_t>{3, 11}}) {
+      const int64_t k = 72, n = 40, m = attention_test::product(lead);
+      Case c{lead, k, n, r.dtype, "gelu_tanh", r.impl, r.config};
+      INFO(c.name());
+      Inputs in = randomInputs(c, seed++);
+      HostBuffer x(c.dtype, c.xShape(), in.x), w(c.dtype, c.wShape(), in.w), dout(c.dtype, c.outShape(), in.dout);
+      std::vector<int64_t> hShape = lead;
+      hShape.push_back(2);
+      hShape.push_back(n);
+      HostBuffer out(c.dtype, c.outShape()), h(c.dtype, hShape), plain(c.dtype, c.outShape());
+      gated_linear_unit_host(x.view(), w.view(), out.view(), h.view(), c.options());
+      gated_linear_unit_host(x.view(), w.view(), plain.view(), c.options());
+      // h against x W in float64 (x and W as rounded to the dtype), within the dtype's rounding.
+      std::vector<double> xr = x.values(), wr = w.values(), want(size_t(m * 2 * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < 2 * n; ++j) {
+          double sum = 0;
+          for (int64_t kk = 0; kk < k; ++kk)
+            sum += xr[size_t(i * k + kk)] * wr[size_t(kk * 2 * n + j)];
+          want[size_t(i * 2 * n + j)] = sum;
+        }
+      const Comparison ch = attention_test::compare("preactivations", h.values(), want, h.shape, gluTolerance(c.dtype), 1e-3);
+      INFO(ch.message);
+      CHECK(ch.ok);
+      const Comparison co = attention_test::compare("out", out.values(),
+                                                    forward(in.x, in.w, m, k, n, GluActivation::GeluTanh),
+                                                    out.shape, gluTolerance(c.dtype), 1e-3);
+      INFO(co.message);
+      CHECK(co.ok);
+      const bool sameKernels = r.config && r.config->get("unfused") == 1;
+      if (sameKernels)
+        CHECK(out.storage == plain.storage);
+
+      const std::vector<uint64_t> hBefore = h.storage;
+      HostBuffer dx(c.dtype, c.xShape()), dw(c.dtype, c.wShape()), dxPlain(c.dtype, c.xShape()),
+          dwPlain(c.dtype, c.wShape());
+      gated_linear_unit_vjp_host(dout.view(), x.view(), w.view(), h.view(), dx.view(), dw.view(), c.options());
+      gated_linear_unit_vjp_host(dout.view(), x.view(), w.view(), dxPlain.view(), dwPlain.view(), c.options());
+      CHECK(h.storage == hBefore);
+      Gradients ref = vjp(in.dout, in.x, in.w, m, k, n, GluActivation::GeluTanh);
+      const Comparison cx = attention_test::compare("dx", dx.values(), ref.dx, dx.shape, gluTolerance(c.dtype), 1e-3);
+      const Comparison cw = attention_test::compare("dweights", dw.values(), ref.dw, dw.shape, gluTolerance(c.dtype), 1e-3);
+      INFO(cx.message << "\n" << cw.message);
+      CHECK(cx.ok);
+      CHECK(cw.ok);
+      if (sameKernels) {
+        CHECK(dx.storage == dxPlain.storage);
+        CHECK(dw.storage == dwPlain.storage);
+      }
+      // The VJP reads h, not x W: zero pre-activations give act(0) = 0 and b = 0, so dh,
+      // dx and dweights are zeros.
+      HostBuffer zeros(c.dtype, hShape, std::vector<double>(size_t(m * 2 * n), 0.0));
+      gated_linear_unit_vjp_host(dout.view(), x.view(), w.view(), zeros.view(), dx.view(), dw.view(), c.options());
+      const std::vector<double> dxZero = dx.values(), dwZero = dw.values();
+      CHECK(std::all_of(dxZero.begin(), dxZero.end(), [](double v) { return v == 0; }));
+      CHECK(std::all_of(dwZero.begin(), dwZero.end(), [](double v) { return v == 0; }));
+    }
+  // K = 0: out and the pre-activations are zeros.
+  HostBuffer x(DType::BF16, {3, 0}), w(DType::BF16, {0, 2, 5}), out(DType::BF16, {3, 5}), h(DType::BF16, {3, 2, 5});
+  gated_linear_unit_host(x.view(), w.view(), out.view(), h.view(), {"swish", "tile", std::nullopt});
+  for (int64_t i = 0; i < h.numel(); ++i)
+    CHECK(h.at(i) == 0);
 }

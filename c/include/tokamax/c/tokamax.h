@@ -101,7 +101,8 @@ TKX_API tkx_status tkx_op_args(const char *op, const char **names, int32_t *num_
    (string) and "config" (object of integers). Unknown keys are errors. Parsed and
    validated once; outputs' specs are inferred. A forward op's optional residual outputs
    (layer_norm's mean and rstd, rms_norm's rstd, attention's lse: what its VJP takes) are
-   produced unless options say "residuals": false; a VJP's optional gradients (dscale,
+   produced unless options say "residuals": false (gated_linear_unit's pre-activations,
+   twice its output's size, only with "residuals": true); a VJP's optional gradients (dscale,
    doffset, dbias) are produced when their input is present. On success *call is the caller's, freed
    with tkx_call_destroy; on failure *call is NULL. */
 TKX_API tkx_status tkx_call_create(const char *op, const tkx_tensor *const *inputs, int32_t num_inputs,

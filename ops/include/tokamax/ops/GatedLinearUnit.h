@@ -10,9 +10,13 @@
 // approximation), "gelu" (exact, with erf; also "gelu_exact"), "sigmoid", "relu" and
 // "none" (a bilinear unit).
 //
-// The VJP recomputes the pre-activations a = x W0, b = x W1 (nothing is saved by the
-// forward), forms dh = [dout * b * act'(a), dout * act(a)] as a [..., 2, N] workspace
-// in x's dtype, then dx = dh @ weights^T and dweights = x^T @ dh with the matmul kernels.
+// The VJP forms dh = [dout * b * act'(a), dout * act(a)] as a [..., 2, N] workspace in
+// x's dtype from the pre-activations a = x W0, b = x W1, then dx = dh @ weights^T and
+// dweights = x^T @ dh with the matmul kernels. It recomputes a and b, unless the forward
+// wrote them (the optional output `preactivations` [..., 2, N] in x's dtype, what a
+// peer's two GEMMs keep for their backward; the forward then computes them with the
+// matmul kernel, as "unfused" does) and the VJP is given them: it reads them, never
+// writes them, so a backward may run twice.
 //
 // Implementations, in the order auto tries them:
 //   "hopper":    sm_90a, K and N multiples of 8. By default ("unfused") both products
@@ -62,25 +66,37 @@ struct TOKAMAX_API GluOptions {
 
 TOKAMAX_API void gated_linear_unit(const TensorView &x, const TensorView &weights, const TensorView &out,
                                    Stream &stream, const GluOptions &options = {});
+/// The same, also writing the pre-activations [..., 2, N] (x W, x's dtype) for the VJP.
+TOKAMAX_API void gated_linear_unit(const TensorView &x, const TensorView &weights, const TensorView &out,
+                                   const TensorView &preactivations, Stream &stream, const GluOptions &options = {});
 /// dx and dweights from dout and the forward's inputs (options must be the forward's).
 TOKAMAX_API void gated_linear_unit_vjp(const TensorView &dout, const TensorView &x, const TensorView &weights,
                                        const TensorView &dx, const TensorView &dweights, Stream &stream,
                                        const GluOptions &options = {});
+/// The same from the forward's pre-activations (not recomputed; only read).
+TOKAMAX_API void gated_linear_unit_vjp(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                                       const TensorView &preactivations, const TensorView &dx,
+                                       const TensorView &dweights, Stream &stream, const GluOptions &options = {});
 
 // ---- Host tensors (host_view(...)) on the CPU interpreter, same implementations and
 // kernels (implementation choice as on an sm_90a GPU). ----
 
 TOKAMAX_API void gated_linear_unit_host(const TensorView &x, const TensorView &weights, const TensorView &out,
                                         const GluOptions &options = {});
+TOKAMAX_API void gated_linear_unit_host(const TensorView &x, const TensorView &weights, const TensorView &out,
+                                        const TensorView &preactivations, const GluOptions &options = {});
 TOKAMAX_API void gated_linear_unit_vjp_host(const TensorView &dout, const TensorView &x, const TensorView &weights,
                                             const TensorView &dx, const TensorView &dweights,
                                             const GluOptions &options = {});
+TOKAMAX_API void gated_linear_unit_vjp_host(const TensorView &dout, const TensorView &x, const TensorView &weights,
+                                            const TensorView &preactivations, const TensorView &dx,
+                                            const TensorView &dweights, const GluOptions &options = {});
 
 // ---- The ops (for autotuning, precompilation and tools). ----
 //
 // Argument order (inputs, then outputs):
-//   gated_linear_unit:     x, weights | out
-//   gated_linear_unit_vjp: dout, x, weights | dx, dweights
+//   gated_linear_unit:     x, weights | out, preactivations (optional)
+//   gated_linear_unit_vjp: dout, x, weights, preactivations (optional) | dx, dweights
 // Attribute "activation": the canonical name.
 // Configs (tile): block_m, block_n, block_k, num_warps, group_m, async_copy (0 / 1),
 // stages (the ring's slots, 2 to 4), wgmma (0 / 1: with async_copy and block_m = 16 *
@@ -94,12 +110,16 @@ TOKAMAX_API const Op &gated_linear_unit_vjp_op();
 
 /// Binds a call from specs; throws Error naming the bad argument.
 TOKAMAX_API BoundArgs bind_gated_linear_unit(const ArgSpec &x, const ArgSpec &weights, const ArgSpec &out,
-                                             GluActivation activation);
+                                             GluActivation activation,
+                                             const std::optional<ArgSpec> &preactivations = std::nullopt);
 TOKAMAX_API BoundArgs bind_gated_linear_unit_vjp(const ArgSpec &dout, const ArgSpec &x, const ArgSpec &weights,
                                                  const ArgSpec &dx, const ArgSpec &dweights,
-                                                 GluActivation activation);
+                                                 GluActivation activation,
+                                                 const std::optional<ArgSpec> &preactivations = std::nullopt);
 
 /// out's spec for x [..., K] and weights [K, 2, N]: [..., N] in x's dtype.
 TOKAMAX_API ArgSpec gated_linear_unit_out_spec(const ArgSpec &x, const ArgSpec &weights);
+/// The pre-activations' spec: [..., 2, N] in x's dtype (x W0 then x W1 of each row).
+TOKAMAX_API ArgSpec gated_linear_unit_preactivations_spec(const ArgSpec &x, const ArgSpec &weights);
 
 } // namespace tokamax
