@@ -72,8 +72,11 @@
 #               set from the H200 run without a device check of their own: attention's
 #               heuristic configs against float64 (the causal head-dim-64 forward on two
 #               programs an SM), the S1 forward beside cuDNN; gated_linear_unit's GPU
-#               tests (auto is hopper, unfused) and G1 beside cuBLAS; ragged_dot's R1
-#               beside torch's grouped mm (the bench's default is auto's pick)
+#               tests (auto is hopper, unfused; the VJP from the forward's
+#               pre-activations, never run on a device) and G1 beside cuBLAS (fwd+bwd
+#               now keeps the pre-activations: projected about 8.5 ms against the
+#               peer's 8.8); ragged_dot's R1 beside torch's grouped mm (the bench's
+#               default is auto's pick)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs

@@ -6,9 +6,9 @@
 //           on sm_90a), "fwd" and "fwd+bwd" (the
 //           forward, then the VJP)
 //   time:   median of tokamax::benchmark() with CUDA events, L2 flushed before each run
-//   TFLOP/s: fwd = 4 M K N (two products); fwd+bwd = 3x fwd (the VJP's dx and dweights;
-//           its recomputation of the pre-activations is not counted, as a peer that
-//           saves them does not do it)
+//   TFLOP/s: fwd = 4 M K N (two products); fwd+bwd = 3x fwd (the VJP's dx and dweights);
+//           fwd+bwd keeps the forward's pre-activations for the VJP, as the peer's
+//           autograd keeps its two GEMMs' outputs
 //   --config JSON: the forward's and the VJP's config; --json FILE: the rows;
 //   --peers FILE: the JSON glu.py writes, printed per row as ours / peer in %
 //
@@ -58,11 +58,18 @@ void measureRow(const Shape &s, const tools::OpBenchArgs &args, Stream &stream, 
   Tensor dout = randomTensor({s.m, s.n}, 1.0, stream, 3);
   Tensor out = Tensor::empty({s.m, s.n}, DType::BF16), dx = Tensor::empty({s.m, s.k}, DType::BF16),
          dw = Tensor::empty({s.k, 2, s.n}, DType::BF16);
+  const bool backward = row.pass != "fwd";
+  std::optional<Tensor> h;
+  if (backward)
+    h = Tensor::empty({s.m, 2, s.n}, DType::BF16);
   GluOptions options{"swish", row.impl, args.config};
   auto call = [&] {
-    gated_linear_unit(x, w, out, stream, options);
-    if (row.pass != "fwd")
-      gated_linear_unit_vjp(dout, x, w, dx, dw, stream, options);
+    if (!backward) {
+      gated_linear_unit(x, w, out, stream, options);
+      return;
+    }
+    gated_linear_unit(x, w, out, *h, stream, options);
+    gated_linear_unit_vjp(dout, x, w, *h, dx, dw, stream, options);
   };
   row.first_call_ms = tools::syncedMs(stream, call);
   const double fwdFlops = 4.0 * double(s.m) * double(s.k) * double(s.n);
