@@ -190,7 +190,10 @@ def _apply(name: str, options: str, present: str, *arrays):
 
 def _apply_fwd(name, options, present, *arrays):
     opdef = _opdefs.BY_NAME[name]
-    outs = call(name, _unpack(present, arrays), opdef.forward_options(_capi_options(options)), opdef.inputs)
+    # The residuals its VJP reads (gated_linear_unit's pre-activations are not produced
+    # unless asked for).
+    opts = _capi_options(options, residuals=True if opdef.has_residuals else None)
+    outs = call(name, _unpack(present, arrays), opdef.forward_options(opts), opdef.inputs)
     return tuple(outs[j] for j in opdef.returns), (arrays, tuple(outs))
 
 
