@@ -143,11 +143,11 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
   const uint64_t dh = ex.scratch(size_t(p.M) * 2 * p.N * dtype_size(p.dtype));
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
   const TensorView dhSplit(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device);
-  if (p.preactivations) {  // the forward's, copied: a second backward reads them again
-    ex.copy(dhRows, as(in[3], {p.M, 2 * p.N}));
-    ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
-  } else if (s.unfused) {
-    products_into(ex, p, products, x, w, dhRows);
+  if (p.preactivations || s.unfused) {
+    if (p.preactivations)  // the forward's, copied: a second backward reads them again
+      ex.copy(dhRows, as(in[3], {p.M, 2 * p.N}));
+    else
+      products_into(ex, p, products, x, w, dhRows);
     ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
   } else {
     ex.launch(s.key(), [s] { return gate_kernel(s); },

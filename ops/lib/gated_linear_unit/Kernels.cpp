@@ -237,8 +237,11 @@ Kernel gate_apply_kernel(const Problem &p) {
   if (p.M < 1 || p.N < 1)
     throw Error(fmt::format("gated_linear_unit: the gate kernel needs M, N >= 1, got {} x {}", p.M, p.N));
   // Memory-bound: [32, 128] blocks (16-byte vectors along N); the VJP's program reads and
-  // overwrites the same elements of h.
-  constexpr int64_t bm = 32, bn = 128;
+  // overwrites the same elements of h. The gate is the gate kernel's epilogue.
+  GateKernelSpec s;
+  s.p = p;
+  s.block_m = 32;
+  s.block_n = 128;
   Kernel k(p.vjp ? "glu_gate_apply_vjp" : "glu_gate_apply", {.num_warps = 4});
   std::optional<TensorArg> dout;
   if (p.vjp)
@@ -247,18 +250,13 @@ Kernel gate_apply_kernel(const Problem &p) {
   std::optional<TensorArg> out;
   if (!p.vjp)
     out = k.output("out", p.dtype, {p.M, p.N});
-  k.grid(cdiv(p.M, bm), cdiv(p.N, bn));
-  Value m0 = k.program_id(0) * bm, n0 = k.program_id(1) * bn;
-  auto half = [&](int64_t i) { return h.load({m0, Value(i), n0}, {bm, 1, bn}).reshape({bm, bn}).to(p.compute); };
+  k.grid(cdiv(p.M, s.block_m), cdiv(p.N, s.block_n));
+  Value m0 = k.program_id(0) * s.block_m, n0 = k.program_id(1) * s.block_n;
+  auto half = [&](int64_t i) {
+    return h.load({m0, Value(i), n0}, {s.block_m, 1, s.block_n}).reshape({s.block_m, s.block_n}).to(p.compute);
+  };
   Value a = half(0), b = half(1);
-  if (!p.vjp) {
-    out->store({m0, n0}, (activate(p.activation, a) * b).to(p.dtype));
-    return k;
-  }
-  Value g = dout->load({m0, n0}, {bm, bn}).to(p.compute);
-  Value da = activate_vjp(p.activation, a, g * b), db = g * activate(p.activation, a);
-  h.store({m0, Value(0), n0}, da.to(p.dtype).reshape({bm, 1, bn}));
-  h.store({m0, Value(1), n0}, db.to(p.dtype).reshape({bm, 1, bn}));
+  gateEpilogue(s, dout, p.vjp ? h : *out, m0, n0, a, b);
   return k;
 }
 
