@@ -41,10 +41,11 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   // The heuristic (unfused: the gate kernel's keys unused), then the gate kernel's configs.
-  Config fused = heuristic(p);
+  const Config unfused = heuristic(p);
+  Config fused = unfused;
   fused.unfused = false;
   std::vector<Config> space = hopper_search_space(fused, [&](const Config &c) { return !check(p, c); });
-  space.insert(space.begin(), heuristic(p));
+  space.insert(space.begin(), unfused);
   return space;
 }
 
