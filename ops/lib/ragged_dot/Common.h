@@ -43,7 +43,14 @@ struct Blocks {
   /// through rings a producer warpgroup refills (tma_ring_loop), products on wgmma from
   /// shared memory; rhs read as a 2-D [G R, C] (or [G C, R]) tensor.
   bool tma = false;
+  /// With tma, the rows kernels only: a persistent grid of this many programs walking
+  /// the tiles (tma_tile_loop), 0 one program per tile.
+  int64_t programs = 0;
 };
+
+/// The most groups a persistent rows kernel serves: it holds every group's first row
+/// and first row tile as scalars for its whole run.
+inline constexpr int64_t kPersistentMaxGroups = 16;
 
 /// out [M, C] = lhs [M, R] @ rhs[g] per group, rhs [G, R, C] (or [G, C, R] read
 /// transposed: the VJP's dlhs = dout @ rhs^T). Grid: row tiles x column tiles, in grouped order.
@@ -107,8 +114,18 @@ void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> inp
 /// on wgmma from shared memory (the forward needs K a multiple of block_k).
 struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Tile, ragged_detail::Problem, TileBlocks) };
 
+/// hopper's config: the blocks, the rings' depth and, for the rows kernels (forward,
+/// dlhs), an optional persistent grid.
+struct HopperConfig : HopperBlocks {
+  std::optional<int64_t> programs;  ///< -1: one per SM, 0 (or absent): one per tile, or a count
+
+  static constexpr auto keys = std::tuple_cat(
+      HopperBlocks::keys, std::tuple{ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional}});
+  bool operator==(const HopperConfig &) const = default;
+};
+
 /// sm_90a: tile's kernels with the rows kernels always on TMA rings and wgmma.
-struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Hopper, ragged_detail::Problem, HopperBlocks) };
+struct Hopper { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Hopper, ragged_detail::Problem, HopperConfig) };
 
 /// Exact multiply-adds in the accumulation dtype: every dtype, every GPU.
 struct Reference { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Reference, ragged_detail::Problem, ProductBlocks) };

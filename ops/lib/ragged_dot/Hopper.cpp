@@ -38,16 +38,32 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
 }
 
 std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
+  if (c.programs && *c.programs < -1)
+    return fmt::format("programs (a persistent grid of the rows kernels: -1 one per SM, 0 one per tile, or a count) "
+                       "must be >= -1, got {}",
+                       *c.programs);
+  if (c.programs.value_or(0) != 0 && p.G > kPersistentMaxGroups)
+    return fmt::format("programs: a persistent rows kernel serves at most {} groups, got {}", kPersistentMaxGroups,
+                       p.G);
   return check_tensor_core_blocks(p, c, c.ring());
 }
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
-  return hopper_search_space(heuristic(p), [&](const Config &c) { return !check(p, c); });
+  auto valid = [&](const Config &c) { return !check(p, c); };
+  std::vector<Config> space = hopper_search_space(heuristic(p), valid);
+  // The rows kernels on a persistent grid, one program an SM, at the heuristic's blocks.
+  Config persistent = space.front();
+  persistent.programs = -1;
+  products_detail::add_new(space, persistent, valid);
+  return space;
 }
 
 void Hopper::execute(const Problem &p, const Config &c, std::span<const TensorView> in,
                      std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
-  run(p, tensor_core_blocks(p, c, c.ring()), in, out, ex);
+  Blocks blocks = tensor_core_blocks(p, c, c.ring());
+  const int64_t programs = c.programs.value_or(0);
+  blocks.programs = programs < 0 ? ex.sm_count() : programs;
+  run(p, blocks, in, out, ex);
 }
 
 } // namespace tokamax::ragged_detail

@@ -43,7 +43,7 @@ KernelKey RowsKernelSpec::key() const {
   return ops_detail::specializationKey(trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
                                        {M, R, C, G, int64_t(dtype), int64_t(compute), blocks.exact, blocks.block_m,
                                         blocks.block_n, blocks.block_k, blocks.num_warps, blocks.async_copy,
-                                        blocks.stages, blocks.tma});
+                                        blocks.stages, blocks.tma, blocks.programs});
 }
 
 KernelKey GroupsKernelSpec::key() const {
@@ -92,6 +92,42 @@ RowTile findRowTile(Kernel &k, const TensorArg &sizes, int64_t G, int64_t M, int
   return {where(found, r[3], tail), where(found, r[4], k.constant(double(M), DType::I32)), r[2], found};
 }
 
+/// Every group's first row tile and first row, and at index G the zero tail's: scalars
+/// a persistent program reads once, from which each of its tiles' rows follow without
+/// loads (its producer warpgroup computes with values from before the loop only).
+struct GroupStarts {
+  std::vector<Value> tile, row;
+};
+
+GroupStarts groupStarts(Kernel &k, const TensorArg &sizes, int64_t G, int64_t M, int64_t bm) {
+  GroupStarts s;
+  Value start = k.constant(0, DType::I32), before = start;
+  for (int64_t g = 0; g < G; ++g) {
+    s.tile.push_back(before);
+    s.row.push_back(start);
+    Value end = groupEnd(sizes, k.constant(double(g), DType::I32), start, M);
+    before = before + (end - start + Value(bm - 1)) / Value(bm);
+    start = end;
+  }
+  s.tile.push_back(before);
+  s.row.push_back(start);
+  return s;
+}
+
+/// findRowTile from the groups' starts: row tile `t`'s rows and group.
+RowTile rowTileAt(Kernel &k, const GroupStarts &s, int64_t M, int64_t bm, const Value &t) {
+  const size_t G = s.tile.size() - 1;
+  Value row0 = s.row[G] + (t - s.tile[G]) * Value(bm);  // past the groups' tiles: the zero tail
+  Value rowEnd = k.constant(double(M), DType::I32), group = k.constant(-1, DType::I32);
+  for (size_t g = 0; g < G; ++g) {
+    Value hit = (t >= s.tile[g]) & (t < s.tile[g + 1]);
+    row0 = where(hit, s.row[g] + (t - s.tile[g]) * Value(bm), row0);
+    rowEnd = where(hit, s.row[g + 1], rowEnd);
+    group = where(hit, k.constant(double(g), DType::I32), group);
+  }
+  return {row0, rowEnd, group, group >= 0};
+}
+
 /// The [rows, cols] operand blocks of one reduction step at k0.
 using StepBlocks = std::function<std::pair<Value, Value>(const Value &k0)>;
 
@@ -120,17 +156,77 @@ void checkExtents(const char *what, int64_t a, int64_t b, int64_t c, int64_t g) 
                             a, b, c, g));
 }
 
+/// Stores a rows kernel's tile: only its group's rows (the block's other rows belong to
+/// the next group's programs) and columns below C.
+void storeRows(Kernel &k, const RowsKernelSpec &s, const TensorArg &out, const RowTile &tile, const Value &n0,
+               const Value &acc) {
+  Value rows = tile.row0 + k.arange(0, s.blocks.block_m), cols = n0 + k.arange(0, s.blocks.block_n);
+  Value mask = (rows < tile.row_end).expand(1) & (cols < Value(s.C)).expand(0);
+  store(out.ptr() + (rows.expand(1) * Value(s.C) + cols.expand(0)), acc.to(s.dtype), mask);
+}
+
+/// The TMA copies of one step of a rows kernel's tile: lhs's block (rows past M where
+/// the tile has no group: TMA reads zeros) and group g's rhs block.
+std::vector<Value> rowsCopies(const RowsKernelSpec &s, const TensorArg &lhs, const TensorArg &rhs,
+                              const SharedBuffer (&rings)[2], const TmaRing &ring, const RowTile &tile,
+                              const Value &n0, const Value &k0, const Value &slot) {
+  const int64_t bm = s.blocks.block_m, bn = s.blocks.block_n, bk = s.blocks.block_k;
+  Value g = maximum(tile.group, 0), lhsRow = where(tile.found, tile.row0, Value(s.M));
+  return {lhs.load_tma({lhsRow, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
+          s.trans_rhs ? rhs.load_tma({g * Value(s.C) + n0, k0}, {bn, bk}, rings[1], slot, ring.full, slot)
+                      : rhs.load_tma({g * Value(s.R) + k0, n0}, {bk, bn}, rings[1], slot, ring.full, slot)};
+}
+
+/// The rows kernel on a persistent grid: program p walks tiles p, p + P, ... (grouped
+/// order, as the one-program-a-tile grid numbers them) through tma_tile_loop, each tile's
+/// first product from zero, its store while the producer loads the next tile's blocks.
+void persistentRows(Kernel &k, const RowsKernelSpec &s, const TensorArg &lhs, const TensorArg &rhs,
+                    const TensorArg &sizes, const TensorArg &out, int64_t rowTiles, int64_t gridN) {
+  const int64_t bm = s.blocks.block_m, bn = s.blocks.block_n, bk = s.blocks.block_k;
+  const int64_t programs = s.blocks.programs, units = rowTiles * gridN;
+  k.grid(programs);
+  Value pid = k.program_id(0);
+  const GroupStarts starts = groupStarts(k, sizes, s.G, s.M, bm);
+  auto tileAt = [&](const Value &tile) {
+    auto [t, n0] = grouped_block(pid + tile * Value(programs), rowTiles, gridN, kGroupTiles, 1, bn);
+    return std::pair{rowTileAt(k, starts, s.M, bm, t), n0};
+  };
+  const TmaRing ring = TmaRing::make(k, s.blocks.stages, 2, s.blocks.num_warps);
+  const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
+  TmaTileLoop body;
+  body.copies = [&](const Value &tile, const Value &k0, const Value &slot) {
+    auto [t, n0] = tileAt(tile);
+    return rowsCopies(s, lhs, rhs, rings, ring, t, n0, k0, slot);
+  };
+  body.products = [&](const std::vector<Value> &b, const std::vector<Value> &accs, const Value &fresh) {
+    return std::vector<Value>{dot_async(b[0], s.trans_rhs ? b[1].trans() : b[1], accs[0], fresh)};
+  };
+  body.done = [&](const Value &tile, const std::vector<Value> &accs, std::vector<Value>) {
+    auto [t, n0] = tileAt(tile);
+    storeRows(k, s, out, t, n0, accs[0]);
+    return std::vector<Value>{};
+  };
+  Value count = (Value(units) - pid + Value(programs - 1)) / Value(programs);
+  tma_tile_loop(k, count, cdiv(s.R, bk), bk, ring, {k.full({bm, bn}, 0.0, s.compute)}, {}, body);
+}
+
 } // namespace
 
 Kernel rows_kernel(const RowsKernelSpec &s) {
   checkExtents(s.trans_rhs ? "dlhs" : "forward", s.M, s.R, s.C, s.G);
   const int64_t bm = s.blocks.block_m, bn = s.blocks.block_n, bk = s.blocks.block_k;
   const bool tma = s.blocks.tma;
+  const int64_t rowTiles = row_programs(s.M, s.G, bm), gridN = cdiv(s.C, bn);
+  const bool persistent = tma && s.blocks.programs > 0 && s.blocks.programs < rowTiles * gridN;
+  if (persistent && s.G > kPersistentMaxGroups)
+    throw Error(fmt::format("ragged_dot: a persistent rows kernel serves at most {} groups, got {}",
+                            kPersistentMaxGroups, s.G));
   // The producer's one thread computes each step's group offsets: 40 registers (at 24
-  // ptxas spilled), which leaves the consumers 232.
+  // ptxas spilled), which leaves the consumers 232; persistent, it also holds the
+  // groups' starts.
   Kernel k(s.trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
            {.num_warps = s.blocks.num_warps, .mma_rows_per_warp = tma, .wgmma_dots = tma,
-            .producer_registers = 40});
+            .producer_registers = persistent ? 56 : 40});
   TensorArg lhs = k.input(s.trans_rhs ? "dout" : "lhs", s.dtype, {s.M, s.R});
   // rhs as TMA reads it: 2-D, group g's rows from g R (or g C).
   TensorArg rhs = k.input("rhs", s.dtype,
@@ -140,7 +236,10 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
                                         : std::vector<int64_t>{s.G, s.R, s.C});
   TensorArg sizes = k.input("group_sizes", DType::I32, {s.G});
   TensorArg out = k.output(s.trans_rhs ? "dlhs" : "out", s.dtype, {s.M, s.C});
-  const int64_t rowTiles = row_programs(s.M, s.G, bm), gridN = cdiv(s.C, bn);
+  if (persistent) {
+    persistentRows(k, s, lhs, rhs, sizes, out, rowTiles, gridN);
+    return k;
+  }
   k.grid(rowTiles * gridN);
   const std::pair<Value, Value> origin = grouped_block(k.program_id(0), rowTiles, gridN, kGroupTiles, 1, bn);
   RowTile tile = findRowTile(k, sizes, s.G, s.M, bm, origin.first);
@@ -164,12 +263,8 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
     // fills with zeros.
     const TmaRing ring = TmaRing::make(k, s.blocks.stages, 2, s.blocks.num_warps);
     const SharedBuffer rings[2] = {k.shared_buffer(s.blocks.stages), k.shared_buffer(s.blocks.stages)};
-    Value lhsRow = where(tile.found, tile.row0, Value(s.M));
     TmaRingCopies copies = [&](const Value &k0, const Value &slot) {
-      return std::vector<Value>{
-          lhs.load_tma({lhsRow, k0}, {bm, bk}, rings[0], slot, ring.full, slot),
-          s.trans_rhs ? rhs.load_tma({g * Value(s.C) + n0, k0}, {bn, bk}, rings[1], slot, ring.full, slot)
-                      : rhs.load_tma({g * Value(s.R) + k0, n0}, {bk, bn}, rings[1], slot, ring.full, slot)};
+      return rowsCopies(s, lhs, rhs, rings, ring, tile, n0, k0, slot);
     };
     acc = tma_ring_loop(k, Value(cdiv(s.R, bk)), bk, ring, {acc}, copies,
                         [&](const Value &, std::vector<Value> accs, std::vector<Value> b) {
@@ -190,10 +285,7 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
   } else {
     acc = productLoop(k, s.blocks, zero, steps, acc, blocks);
   }
-  // Only this group's rows: the block's other rows belong to the next group's programs.
-  Value rows = tile.row0 + k.arange(0, bm), cols = n0 + k.arange(0, bn);
-  Value mask = (rows < tile.row_end).expand(1) & (cols < Value(s.C)).expand(0);
-  store(out.ptr() + (rows.expand(1) * Value(s.C) + cols.expand(0)), acc.to(s.dtype), mask);
+  storeRows(k, s, out, tile, n0, acc);
   return k;
 }
 

@@ -129,3 +129,23 @@ TEST_CASE("ragged_dot on the device: rows of the benchmark shape (K 4096, N 4096
   check(checkForward(c, 900, onDevice(false)));
   check(checkVjp(c, 901, onDevice(true)));
 }
+
+TEST_CASE("ragged_dot on the device: hopper's rows kernels on a persistent grid", "[gpu][ragged_dot][persistent]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  // One program an SM (each walks several tiles) and a small grid (many tiles each), at
+  // [128, 128] and [128, 256] tiles; the VJP's drhs runs on wgmma from its cp.async ring.
+  uint64_t seed = 1200;
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  for (Shape s : {Shape{1000, 512, 1000, 8}, Shape{1554, 256, 512, 16}, Shape{300, 1024, 1024, 8}})
+    for (int64_t bn : {128, 256})
+      for (int64_t programs : {-1, 7}) {
+        Config config{{"block_m", 128}, {"block_n", bn},   {"block_k", 64},
+                      {"num_warps", 8}, {"stages", 3},     {"programs", programs}};
+        Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), DType::BF16, "hopper", config};
+        check(checkForward(c, seed++, onDevice(false)));
+        check(checkVjp(c, seed++, onDevice(true)));
+      }
+}

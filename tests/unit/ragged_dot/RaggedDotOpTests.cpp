@@ -186,6 +186,43 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   for (const BoundArgs &b : {fwd, vjpArgs(fwd)})
     for (const Config &candidate : find_op(b.op)->implementation("hopper").search_space(b))
       CHECK_FALSE(find_op(b.op)->implementation("hopper").check_config(b, candidate).has_value());
+  // A persistent grid (programs): at most 16 groups, programs from -1.
+  Config persistent = hopper.heuristic(fwd);
+  persistent.set("programs", -1);
+  CHECK_FALSE(hopper.check_config(fwd, persistent).has_value());
+  CHECK_THAT(*hopper.check_config(forwardArgs(DType::BF16, 1000, 4096, 4096, 17), persistent),
+             Contains("at most 16 groups"));
+  persistent.set("programs", -2);
+  CHECK_THAT(*hopper.check_config(fwd, persistent), Contains("must be >= -1"));
+  // The rows kernels persistent at [128, 128] and [128, 256] tiles, and the VJP's drhs on
+  // wgmma from its cp.async ring, assemble without spills.
+  for (int64_t bn : {128, 256})
+    for (const BoundArgs &b : {fwd, vjpArgs(fwd)}) {
+      const Implementation &impl = find_op(b.op)->implementation("hopper");
+      Config c2 = impl.heuristic(b);
+      c2.set("block_n", bn);
+      c2.set("programs", -1);
+      if (bn == 256 && b.op == "ragged_dot_vjp")
+        c2.set("stages", 3);  // drhs's cp.async ring: four [64, 128 + 256] slots exceed the shared memory
+      INFO(b.op << " block_n " << bn << ": " << impl.check_config(b, c2).value_or("valid"));
+      REQUIRE_FALSE(impl.check_config(b, c2).has_value());
+      std::vector<dsl::Kernel> kernels = impl.kernels(b, c2);
+      for (const dsl::Kernel &kernel : kernels) {
+        CompileOptions options;
+        options.assemble = false;
+        options.arch = "sm_90a";
+        CompiledKernel compiled = compile(kernel, options);
+        INFO(kernel.name() << " block_n " << bn);
+        CHECK(test::count(compiled.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16") > 0);
+        if (ptxas.empty())
+          continue;
+        auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");
+        INFO(log);
+        CHECK(status == 0);
+        CHECK(test::contains(log, " 0 bytes spill stores"));
+        CHECK_FALSE(test::contains(log, "serialized"));
+      }
+    }
   for (const BoundArgs &b : {fwd, vjpArgs(fwd)}) {
     const Implementation &impl = find_op(b.op)->implementation("tile");
     std::vector<dsl::Kernel> kernels = impl.kernels(b, c);

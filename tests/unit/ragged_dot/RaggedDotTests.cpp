@@ -83,6 +83,17 @@ TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches 
   std::vector<int32_t> sizes = randomSizes(4, 90, seed);
   check(checkForward({90, 224, 72, sizes, DType::BF16, "hopper", deep}, seed++));
   check(checkVjp({90, 224, 72, sizes, DType::F16, "hopper", deep}, seed++));
+  // Persistent rows kernels (hopper's programs): each program walks several tiles, each
+  // tile's rows found from the groups' starts; empty groups, a zero tail (sizes short of
+  // M), a last column tile past N, and dlhs steps past N.
+  for (int64_t programs : {1, 3}) {
+    Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
+                      {"stages", 3},   {"programs", programs}};
+    for (const std::vector<int32_t> &groups : {randomSizes(5, 100, seed), std::vector<int32_t>{0, 40, 0, 30}}) {
+      check(checkForward({100, 64, 136, groups, DType::BF16, "hopper", persistent}, seed++));
+      check(checkVjp({100, 64, 136, groups, DType::F16, "hopper", persistent}, seed++));
+    }
+  }
 }
 
 TEST_CASE("ragged_dot: one group holding every row, empty groups, short and overlong sizes", "[ragged_dot]") {
