@@ -77,6 +77,11 @@
 #               now keeps the pre-activations: projected about 8.5 ms against the
 #               peer's 8.8); ragged_dot's R1 beside torch's grouped mm (the bench's
 #               default is auto's pick)
+#   ragged      (named only; run it first next time) ragged_dot hopper's new kernels: the
+#               VJP's drhs on wgmma from its cp.async ring (the heuristic's) and the rows
+#               kernels on a persistent grid ("programs"): numerics against float64
+#               ([persistent] and [tma_ring] of [ragged_dot]), then R1 beside torch's
+#               grouped mm at the heuristic, persistent at [128, 128] and [128, 256] tiles
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -202,6 +207,21 @@ if wants ahead; then
   done
   TAIL=6 run ahead-headline "${t[@]}" 170 "$bin/tokamax-example-attention"
   TAIL=6 run ahead-headline-jax "${t[@]}" 120 python3 "$here/../bench/peers/headline.py" --json "$out/headline-jax.json"
+fi
+if wants ragged; then
+  t=(timeout -k 10)
+  TAIL=12 run ragged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[persistent][ragged_dot],[tma_ring][ragged_dot]" \
+    --durations yes
+  ragged_peers=()
+  if has_torch; then
+    TAIL=6 run ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
+    ragged_peers=(--peers "$out/ragged-peers.json")
+  fi
+  TAIL=8 run ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper "${ragged_peers[@]}"
+  TAIL=8 run ragged-bench-persistent "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+    --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":4,"programs":-1}' "${ragged_peers[@]}"
+  TAIL=8 run ragged-bench-persistent-256 "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+    --config '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":-1}' "${ragged_peers[@]}"
 fi
 if wants heuristics; then
   t=(timeout -k 10)
