@@ -46,7 +46,15 @@ struct Blocks {
   /// With tma, the rows kernels only: a persistent grid of this many programs walking
   /// the tiles (tma_tile_loop), 0 one program per tile.
   int64_t programs = 0;
+  /// With tma, the VJP's drhs kernel's whole steps on wgmma (both operands read from its
+  /// cp.async ring by descriptors) instead of mma.sync.
+  bool drhs_wgmma = false;
 };
+
+/// Not served unless TOKAMAX_EXPERIMENTAL until a device run verifies them: hopper's
+/// persistent rows kernels ("programs") and its drhs on wgmma (without the variable the
+/// drhs stays on mma.sync).
+std::optional<std::string> experimental_hopper_kernels();
 
 /// The most groups a persistent rows kernel serves: it holds every group's first row
 /// and first row tile as scalars for its whole run.

@@ -2,11 +2,15 @@
 //
 // tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs), so
 // the config holds the blocks and the rings' depth only: block_m, block_n, block_k,
-// num_warps, stages. First in auto's order (sm_90a): on an H200 at 8 groups, M 32768,
-// K = N = 4096 bf16 its forward took 1.957 ms against tile's 4.038.
+// num_warps, stages, and programs (the rows kernels on a persistent grid). First in
+// auto's order (sm_90a): on an H200 at 8 groups, M 32768, K = N = 4096 bf16 its forward
+// took 1.957 ms against tile's 4.038. Experimental (TOKAMAX_EXPERIMENTAL=1) until a
+// device run: programs, and the VJP's drhs on wgmma (else on mma.sync).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged_dot/Common.h"
+
+#include "ops/lib/framework/OpEntry.h"
 
 #include <fmt/format.h>
 
@@ -37,7 +41,17 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   return c;
 }
 
+std::optional<std::string> experimental_hopper_kernels() {
+  return ops_detail::experimental_gate(
+      "ragged_dot hopper's persistent rows kernels (programs) and its drhs on wgmma are experimental until a device "
+      "run verifies them (their numerics and timings wait in scripts/gpu-check.sh's ragged part); leave programs "
+      "out");
+}
+
 std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
+  if (c.programs.value_or(0) != 0)
+    if (auto gate = experimental_hopper_kernels())
+      return gate;
   if (c.programs && *c.programs < -1)
     return fmt::format("programs (a persistent grid of the rows kernels: -1 one per SM, 0 one per tile, or a count) "
                        "must be >= -1, got {}",
@@ -63,6 +77,7 @@ void Hopper::execute(const Problem &p, const Config &c, std::span<const TensorVi
   Blocks blocks = tensor_core_blocks(p, c, c.ring());
   const int64_t programs = c.programs.value_or(0);
   blocks.programs = programs < 0 ? ex.sm_count() : programs;
+  blocks.drhs_wgmma = !experimental_hopper_kernels();
   run(p, blocks, in, out, ex);
 }
 

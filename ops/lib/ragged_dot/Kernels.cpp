@@ -50,7 +50,7 @@ KernelKey GroupsKernelSpec::key() const {
   return ops_detail::specializationKey("ragged_dot_drhs", {M, K, N, G, int64_t(dtype), int64_t(compute), blocks.exact,
                                                            blocks.block_m, blocks.block_n, blocks.block_k,
                                                            blocks.num_warps, blocks.async_copy, blocks.stages,
-                                                           blocks.tma});
+                                                           blocks.tma && blocks.drhs_wgmma});
 }
 
 /// Row tiles (of rows_kernel) or K tiles (of groups_kernel) that walk across the column
@@ -292,9 +292,9 @@ Kernel rows_kernel(const RowsKernelSpec &s) {
 Kernel groups_kernel(const GroupsKernelSpec &s) {
   checkExtents("drhs", s.M, s.K, s.N, s.G);
   const int64_t bm = s.blocks.block_m, bn = s.blocks.block_n, bk = s.blocks.block_k;
-  // With tma (hopper) the ring's whole steps run on wgmma, dout's slot read by the
-  // tensor cores as B; the masked last step's blocks come from registers (mma.sync).
-  const bool wgmma = s.blocks.tma;
+  // With drhs_wgmma (hopper) the ring's whole steps run on wgmma, both slots read by the
+  // tensor cores; the masked last step's blocks come from registers (mma.sync).
+  const bool wgmma = s.blocks.tma && s.blocks.drhs_wgmma;
   Kernel k("ragged_dot_drhs", {.num_warps = s.blocks.num_warps, .mma_rows_per_warp = wgmma, .wgmma_dots = wgmma});
   TensorArg dout = k.input("dout", s.dtype, {s.M, s.N});
   TensorArg lhs = k.input("lhs", s.dtype, {s.M, s.K});

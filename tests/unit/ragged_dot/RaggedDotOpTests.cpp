@@ -186,9 +186,17 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   for (const BoundArgs &b : {fwd, vjpArgs(fwd)})
     for (const Config &candidate : find_op(b.op)->implementation("hopper").search_space(b))
       CHECK_FALSE(find_op(b.op)->implementation("hopper").check_config(b, candidate).has_value());
-  // A persistent grid (programs): at most 16 groups, programs from -1.
+  // A persistent grid (programs): experimental until a device run, at most 16 groups,
+  // programs from -1.
   Config persistent = hopper.heuristic(fwd);
   persistent.set("programs", -1);
+  {
+    test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
+    CHECK_THAT(*hopper.check_config(fwd, persistent), Contains("experimental") && Contains("TOKAMAX_EXPERIMENTAL=1"));
+    for (const Config &candidate : hopper.search_space(fwd))
+      CHECK_FALSE(candidate.has("programs"));
+  }
+  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   CHECK_FALSE(hopper.check_config(fwd, persistent).has_value());
   CHECK_THAT(*hopper.check_config(forwardArgs(DType::BF16, 1000, 4096, 4096, 17), persistent),
              Contains("at most 16 groups"));
