@@ -210,7 +210,9 @@ std::vector<std::string> pipeline_stages() {
   return names;
 }
 
-int64_t planned_shared_bytes(const std::string &ir) {
+int64_t planned_shared_bytes(const std::string &ir) { return planned_shared(ir).bytes; }
+
+SharedPlan planned_shared(const std::string &ir) {
   auto ctx = compiler_detail::makeContext();
   compiler_detail::DiagnosticCollector diagnostics(*ctx);
   OwningOpRef<ModuleOp> module = parseKernel(ir, *ctx, diagnostics);
@@ -223,11 +225,14 @@ int64_t planned_shared_bytes(const std::string &ir) {
   pm.addPass(tile::createTileAllocateShared());
   if (failed(pm.run(*module)))
     throw Error(fmt::format("kernel {}: planning its shared memory failed:\n{}", name, diagnostics.text()));
-  int64_t bytes = 0;
-  for (func::FuncOp func : module->getOps<func::FuncOp>())
+  SharedPlan plan;
+  for (func::FuncOp func : module->getOps<func::FuncOp>()) {
     if (auto shared = func->getAttrOfType<IntegerAttr>(tile::kSharedBytesAttr))
-      bytes = shared.getInt();
-  return bytes;
+      plan.bytes = shared.getInt();
+    if (auto blocks = func->getAttrOfType<IntegerAttr>(tile::kBlocksPerSmAttr))
+      plan.blocks_per_sm = static_cast<int>(blocks.getInt());
+  }
+  return plan;
 }
 
 CompiledKernel compile_ir(const std::string &ir, const CompileOptions &options) {

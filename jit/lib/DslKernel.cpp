@@ -19,6 +19,8 @@ CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptions &options)
 
 int64_t planned_shared_bytes(const dsl::Kernel &kernel) { return planned_shared_bytes(kernel.ir()); }
 
+SharedPlan planned_shared(const dsl::Kernel &kernel) { return planned_shared(kernel.ir()); }
+
 void interpret(const dsl::Kernel &kernel, std::span<HostArg> args) {
   interpret_ir(kernel.ir(), args);
 }

@@ -234,12 +234,9 @@ std::optional<std::string> check_flash_shared_memory(const KernelSpec &base, DqP
   // Views without data at every operand position of attention_vjp (the forward reads fewer).
   const std::array<TensorView, 11> inputs{};
   const std::array<TensorView, 5> outputs{};
-  // Blocks sharing an SM share its shared memory, less 1 KiB each the driver reserves.
-  const int64_t limit = base.blocks_per_sm > 1
-                            ? (ops_detail::kSharedMemoryPerBlock + 1024) / base.blocks_per_sm - 1024
-                            : ops_detail::kSharedMemoryPerBlock;
-  return ops_detail::check_shared_memory([&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); },
-                                         limit);
+  // Each kernel is held to its share where its blocks share an SM (check_shared_memory).
+  return ops_detail::check_shared_memory(
+      [&](ops_detail::KernelExecutor &ex) { run_flash(base, inputs, outputs, ex, dq); });
 }
 
 FlashConfig flash_defaults(const Problem &p) {

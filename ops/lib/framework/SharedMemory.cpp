@@ -28,7 +28,8 @@ public:
         return it->second;
     }
     const dsl::Kernel kernel = build();  // planned outside the lock: threads may plan others meanwhile
-    KernelSharedMemory figure{kernel.name(), planned_shared_bytes(kernel)};
+    const SharedPlan plan = planned_shared(kernel);
+    KernelSharedMemory figure{kernel.name(), plan.bytes, plan.blocks_per_sm};
     std::lock_guard lock(mutex_);
     return figures_.emplace(key, std::move(figure)).first->second;
   }
@@ -44,6 +45,10 @@ Figures &figures() {
 }
 
 } // namespace
+
+int64_t shared_memory_share(int64_t limit, int blocks) {
+  return blocks > 1 ? (limit + 1024) / blocks - 1024 : limit;
+}
 
 std::vector<KernelSharedMemory> planned_shared_memory(const Plan &plan) {
   std::vector<KernelSharedMemory> result;
@@ -62,10 +67,11 @@ std::optional<std::string> check_shared_memory(const Plan &plan, int64_t limit) 
     return std::string(e.what());  // a kernel the compiler rejects does not run either
   }
   for (const KernelSharedMemory &k : kernels)
-    if (k.bytes > limit)
-      return fmt::format("kernel {} needs {} bytes of shared memory a block, more than the {} a block may use; take "
+    if (const int64_t share = shared_memory_share(limit, k.blocks_per_sm); k.bytes > share)
+      return fmt::format("kernel {} needs {} bytes of shared memory a block, more than the {} a block may use{}; take "
                          "smaller blocks or fewer stages",
-                         k.kernel, k.bytes, limit);
+                         k.kernel, k.bytes, share,
+                         k.blocks_per_sm > 1 ? fmt::format(" ({} blocks an SM)", k.blocks_per_sm) : "");
   return std::nullopt;
 }
 

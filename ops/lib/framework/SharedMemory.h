@@ -30,20 +30,27 @@ inline constexpr int64_t kSharedMemoryPerBlock = Arch::parse("sm_90a").shared_me
 /// A call's plan: its launches (and fills and copies) go to the executor.
 using Plan = std::function<void(KernelExecutor &)>;
 
-/// A kernel a plan launches and the shared memory one block of it takes.
+/// A kernel a plan launches, the shared memory one block of it takes and the blocks of
+/// it meant to share an SM.
 struct KernelSharedMemory {
   std::string kernel;  ///< its name
   int64_t bytes = 0;
+  int blocks_per_sm = 1;
 };
+
+/// What one of `blocks` blocks sharing an SM may use of `limit` bytes a block: an equal
+/// share of the SM's memory, less the 1 KiB the driver reserves for each block.
+int64_t shared_memory_share(int64_t limit, int blocks);
 
 /// Each distinct kernel `plan` launches (in launch order), with its shared memory as the
 /// compiler plans it. The plan reads no tensor and launches nothing: give it views
 /// without data.
 std::vector<KernelSharedMemory> planned_shared_memory(const Plan &plan);
 
-/// Null where every kernel of `plan` fits `limit` bytes of shared memory a block; else
-/// names the first that does not, the bytes it needs and the limit (or the compiler's
-/// error, where it rejects a kernel).
+/// Null where every kernel of `plan` fits `limit` bytes of shared memory a block (its
+/// shared_memory_share where the kernel's blocks share an SM); else names the first that
+/// does not, the bytes it needs and its limit (or the compiler's error, where it rejects
+/// a kernel).
 std::optional<std::string> check_shared_memory(const Plan &plan, int64_t limit = kSharedMemoryPerBlock);
 
 } // namespace tokamax::ops_detail

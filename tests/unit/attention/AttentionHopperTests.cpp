@@ -96,7 +96,14 @@ TEST_CASE("attention hopper: configs and the calls it refuses are named", "[atte
     // At head dim 128 Q and a two-slot ring of 128-key K / V blocks pass half the SM's
     // shared memory; 64-key steps fit.
     BoundArgs wide = forwardArgs({2, 100, 4, 128}, {2, 192, 2, 128});
-    CHECK_THAT(hopper.check_config(wide, two).value_or("valid"), Catch::Contains("more than the 115712 a block"));
+    CHECK_THAT(hopper.check_config(wide, two).value_or("valid"),
+               Catch::Contains("more than the 115712 a block may use (2 blocks an SM)"));
+    // The share is the compiler's plan of each kernel: its blocks_per_sm with its bytes.
+    const SharedPlan plan = planned_shared(hopper.kernels(args, two).front());
+    CHECK(plan.blocks_per_sm == 2);
+    CHECK(plan.bytes > 0);
+    CHECK(plan.bytes <= 115712);
+    CHECK(planned_shared(hopper.kernels(args, c).front()).blocks_per_sm == 1);
     CHECK_FALSE(hopper.check_config(wide, Config(two).set("block_kv", 64)).has_value());
   }
   CHECK_THAT(hopper.check_config(args, Config(c).set("block_kv", 256).set("overlap", 0).set("exp2_fma", 3))

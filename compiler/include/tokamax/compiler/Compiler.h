@@ -53,6 +53,15 @@ TOKAMAX_API CompiledKernel compile_ir(const std::string &ir, const CompileOption
 /// Throws tokamax::Error with the compiler's diagnostics when a stage fails.
 TOKAMAX_API int64_t planned_shared_bytes(const std::string &ir);
 
+/// planned_shared_bytes, and the blocks of the kernel meant to share an SM
+/// (KernelOptions::blocks_per_sm, the IR's tile.blocks_per_sm; 1 where unset): each
+/// such block gets its share of the SM's shared memory.
+struct SharedPlan {
+  int64_t bytes = 0;
+  int blocks_per_sm = 1;
+};
+TOKAMAX_API SharedPlan planned_shared(const std::string &ir);
+
 /// The stages of the pipeline, in order, as one line each (for documentation and tools).
 TOKAMAX_API std::vector<std::string> pipeline_stages();
 

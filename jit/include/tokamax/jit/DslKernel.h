@@ -25,6 +25,8 @@ TOKAMAX_API CompiledKernel compile(const dsl::Kernel &kernel, const CompileOptio
 /// The shared memory one block of the kernel takes, as the compiler plans it
 /// (planned_shared_bytes of its tile IR).
 TOKAMAX_API int64_t planned_shared_bytes(const dsl::Kernel &kernel);
+/// The same with the blocks of the kernel meant to share an SM (planned_shared).
+TOKAMAX_API SharedPlan planned_shared(const dsl::Kernel &kernel);
 
 /// Runs every program instance of the kernel's grid on the host (interpret_ir).
 TOKAMAX_API void interpret(const dsl::Kernel &kernel, std::span<HostArg> args);
