@@ -202,10 +202,12 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
              Contains("at most 16 groups"));
   persistent.set("programs", -2);
   CHECK_THAT(*hopper.check_config(fwd, persistent), Contains("must be >= -1"));
-  // The rows kernels persistent at [128, 128] and [128, 256] tiles, and the VJP's drhs on
-  // wgmma from its cp.async ring, assemble without spills.
+  // The rows kernels persistent at [128, 128] and [128, 256] tiles (8 groups, and the 16
+  // whose starts the producer holds at most), and the VJP's drhs on wgmma from its
+  // cp.async ring, assemble without spills.
+  const BoundArgs sixteen = forwardArgs(DType::BF16, 32768, 4096, 4096, 16);
   for (int64_t bn : {128, 256})
-    for (const BoundArgs &b : {fwd, vjpArgs(fwd)}) {
+    for (const BoundArgs &b : {fwd, vjpArgs(fwd), sixteen, vjpArgs(sixteen)}) {
       const Implementation &impl = find_op(b.op)->implementation("hopper");
       Config c2 = impl.heuristic(b);
       c2.set("block_n", bn);
