@@ -104,6 +104,10 @@ Blocks tensor_core_blocks(const Problem &p, const ProductBlocks &blocks, const P
 std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &blocks,
                                                     const ProductRing &ring);
 
+/// Why the kernels run launches at `blocks` do not fit a block's shared memory, as the
+/// compiler plans each.
+std::optional<std::string> check_shared_memory_at(const Problem &p, const Blocks &blocks);
+
 /// Runs the call at `blocks`: tensors in the op's argument order (inputs, then outputs).
 ///   forward:  rows_kernel (out);
 ///   VJP:      rows_kernel with rhs read transposed (dlhs = dout @ rhs[g]^T), then

@@ -41,6 +41,20 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   return c;
 }
 
+namespace {
+
+/// The kernels' blocks at a config: the rows kernels persistent where it asks (one
+/// program an SM at -1), the drhs on wgmma where the experimental gate is open.
+Blocks hopperBlocks(const Problem &p, const Hopper::Config &c, int64_t sm_count) {
+  Blocks blocks = tensor_core_blocks(p, c, c.ring());
+  const int64_t programs = c.programs.value_or(0);
+  blocks.programs = programs < 0 ? sm_count : programs;
+  blocks.drhs_wgmma = !experimental_hopper_kernels();
+  return blocks;
+}
+
+} // namespace
+
 std::optional<std::string> experimental_hopper_kernels() {
   return ops_detail::experimental_gate(
       "ragged_dot hopper's persistent rows kernels (programs) and its drhs on wgmma are experimental until a device "
@@ -59,7 +73,14 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
   if (c.programs.value_or(0) != 0 && p.G > kPersistentMaxGroups)
     return fmt::format("programs: a persistent rows kernel serves at most {} groups, got {}", kPersistentMaxGroups,
                        p.G);
-  return check_tensor_core_blocks(p, c, c.ring());
+  if (auto problem = check_tensor_core_blocks(p, c, c.ring()))
+    return problem;
+  // The kernels execute launches where they differ from tile's at these blocks (their
+  // shared memory as planned: the drhs's wgmma staging is not mma.sync's).
+  const Blocks blocks = hopperBlocks(p, c, 1);
+  if (blocks.programs != 0 || blocks.drhs_wgmma)
+    return check_shared_memory_at(p, blocks);
+  return std::nullopt;
 }
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
@@ -74,11 +95,7 @@ std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
 
 void Hopper::execute(const Problem &p, const Config &c, std::span<const TensorView> in,
                      std::span<const TensorView> out, ops_detail::KernelExecutor &ex) {
-  Blocks blocks = tensor_core_blocks(p, c, c.ring());
-  const int64_t programs = c.programs.value_or(0);
-  blocks.programs = programs < 0 ? ex.sm_count() : programs;
-  blocks.drhs_wgmma = !experimental_hopper_kernels();
-  run(p, blocks, in, out, ex);
+  run(p, hopperBlocks(p, c, ex.sm_count()), in, out, ex);
 }
 
 } // namespace tokamax::ragged_detail
