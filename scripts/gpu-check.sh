@@ -81,7 +81,9 @@
 #               VJP's drhs on wgmma from its cp.async ring (the heuristic's) and the rows
 #               kernels on a persistent grid ("programs"): numerics against float64
 #               ([persistent] and [tma_ring] of [ragged_dot]), then R1 beside torch's
-#               grouped mm at the heuristic, persistent at [128, 128] and [128, 256] tiles
+#               grouped mm at the heuristic, persistent at [128, 128] and [128, 256] tiles;
+#               first, whether the driver encodes an overlapping "window" tensor map
+#               (scripts/tma-window-probe.py)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -211,6 +213,7 @@ fi
 if wants ragged; then
   t=(timeout -k 10)
   export TOKAMAX_EXPERIMENTAL=1  # both new kernels are experimental until this part passes
+  TAIL=6 run tma-window-probe "${t[@]}" 30 python3 "$here/tma-window-probe.py"
   TAIL=12 run ragged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[persistent][ragged_dot],[tma_ring][ragged_dot]" \
     --durations yes
   ragged_peers=()
