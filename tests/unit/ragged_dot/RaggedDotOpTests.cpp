@@ -195,6 +195,17 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
     CHECK_THAT(*hopper.check_config(fwd, persistent), Contains("experimental") && Contains("TOKAMAX_EXPERIMENTAL=1"));
     for (const Config &candidate : hopper.search_space(fwd))
       CHECK_FALSE(candidate.has("programs"));
+    // Without the gate the VJP's drhs stays on mma.sync.
+    const BoundArgs vjp = vjpArgs(fwd);
+    const Implementation &hopperVjp = find_op(vjp.op)->implementation("hopper");
+    const std::vector<dsl::Kernel> kernels = hopperVjp.kernels(vjp, hopperVjp.heuristic(vjp));
+    REQUIRE(kernels.size() == 2);
+    CompileOptions options;
+    options.assemble = false;
+    options.arch = "sm_90a";
+    const std::string drhs = compile(kernels[1], options).ptx;
+    CHECK(test::count(drhs, "mma.sync") > 0);
+    CHECK(test::count(drhs, "wgmma") == 0);
   }
   test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   CHECK_FALSE(hopper.check_config(fwd, persistent).has_value());
