@@ -27,9 +27,9 @@ int64_t registerEstimate(const Problem &p, const ProductBlocks &b, const Product
   return (b.block_m * b.block_n * (p.compute == DType::F64 ? 2 : 1) + blocks) / threads;
 }
 
-} // namespace
-
-std::optional<std::string> check_shared_memory_at(const Problem &p, const Blocks &blocks) {
+/// Why the kernels run launches at `blocks` do not fit a block's shared memory, as the
+/// compiler plans each.
+std::optional<std::string> checkSharedMemory(const Problem &p, const Blocks &blocks) {
   // Views without data; rhs with its shape, which the rows kernel's view of it reads.
   std::array<TensorView, 4> inputs{};
   std::array<TensorView, 2> outputs{};
@@ -37,8 +37,6 @@ std::optional<std::string> check_shared_memory_at(const Problem &p, const Blocks
   return ops_detail::check_shared_memory(
       [&](ops_detail::KernelExecutor &ex) { run(p, blocks, inputs, outputs, ex); });
 }
-
-namespace {
 
 /// rhs as the rows kernel reads it: [G, K, N], or 2-D [G K, N] for TMA.
 TensorView rowsRhs(const TensorView &rhs, const Blocks &blocks, const ops_detail::KernelExecutor &ex) {
@@ -73,7 +71,8 @@ Blocks tensor_core_blocks(const Problem &p, const ProductBlocks &b, const Produc
           .tma = async && r.tma};
 }
 
-std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &b, const ProductRing &r) {
+std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &b, const ProductRing &r,
+                                                    const Blocks &launched) {
   if (auto problem = check_block_sizes(b, /*tile=*/true))
     return problem;
   if (auto problem = check_ring_keys(r, async_copy_serves(p), p.K, p.N))
@@ -88,7 +87,7 @@ std::optional<std::string> check_tensor_core_blocks(const Problem &p, const Prod
     return fmt::format("block_m {} x block_n {} with {} warps needs ~{} registers per thread for the accumulator and "
                        "blocks",
                        b.block_m, b.block_n, b.num_warps, registers);
-  return check_shared_memory_at(p, tensor_core_blocks(p, b, r));
+  return checkSharedMemory(p, launched);
 }
 
 void run(const Problem &p, const Blocks &blocks, std::span<const TensorView> in, std::span<const TensorView> out,

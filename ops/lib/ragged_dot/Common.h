@@ -100,13 +100,10 @@ std::optional<std::string> why_not_offsets(const Problem &p);
 /// where async_copy_serves).
 Blocks tensor_core_blocks(const Problem &p, const ProductBlocks &blocks, const ProductRing &ring);
 /// What tile and hopper check of those: the block sizes, the ring's keys, K a multiple
-/// of block_k for the forward's TMA rings, the registers and the kernels' shared memory.
+/// of block_k for the forward's TMA rings, the registers and the shared memory of the
+/// kernels `launched` (the implementation's blocks at that config) runs.
 std::optional<std::string> check_tensor_core_blocks(const Problem &p, const ProductBlocks &blocks,
-                                                    const ProductRing &ring);
-
-/// Why the kernels run launches at `blocks` do not fit a block's shared memory, as the
-/// compiler plans each.
-std::optional<std::string> check_shared_memory_at(const Problem &p, const Blocks &blocks);
+                                                    const ProductRing &ring, const Blocks &launched);
 
 /// Runs the call at `blocks`: tensors in the op's argument order (inputs, then outputs).
 ///   forward:  rows_kernel (out);

@@ -63,24 +63,20 @@ std::optional<std::string> experimental_hopper_kernels() {
 }
 
 std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
-  if (c.programs.value_or(0) != 0)
+  const int64_t programs = c.programs.value_or(0);
+  if (programs != 0)
     if (auto gate = experimental_hopper_kernels())
       return gate;
-  if (c.programs && *c.programs < -1)
+  if (programs < -1)
     return fmt::format("programs (a persistent grid of the rows kernels: -1 one per SM, 0 one per tile, or a count) "
                        "must be >= -1, got {}",
-                       *c.programs);
-  if (c.programs.value_or(0) != 0 && p.G > kPersistentMaxGroups)
+                       programs);
+  if (programs != 0 && p.G > kPersistentMaxGroups)
     return fmt::format("programs: a persistent rows kernel serves at most {} groups, got {}", kPersistentMaxGroups,
                        p.G);
-  if (auto problem = check_tensor_core_blocks(p, c, c.ring()))
-    return problem;
-  // The kernels execute launches where they differ from tile's at these blocks (their
-  // shared memory as planned: the drhs's wgmma staging is not mma.sync's).
-  const Blocks blocks = hopperBlocks(p, c, 1);
-  if (blocks.programs != 0 || blocks.drhs_wgmma)
-    return check_shared_memory_at(p, blocks);
-  return std::nullopt;
+  // The shared memory of the kernels execute launches (persistent rows kernels, the
+  // drhs's wgmma staging); one program stands for the SM count, which only sizes grids.
+  return check_tensor_core_blocks(p, c, c.ring(), hopperBlocks(p, c, 1));
 }
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {

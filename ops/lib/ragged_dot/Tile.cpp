@@ -37,7 +37,9 @@ Tile::Config Tile::heuristic(const Problem &p) {
   return c;
 }
 
-std::optional<std::string> Tile::check(const Problem &p, const Config &c) { return check_tensor_core_blocks(p, c, c); }
+std::optional<std::string> Tile::check(const Problem &p, const Config &c) {
+  return check_tensor_core_blocks(p, c, c, tensor_core_blocks(p, c, c));
+}
 
 std::vector<Tile::Config> Tile::search_space(const Problem &p) {
   return block_search_space(heuristic(p), async_copy_serves(p), [&](const Config &c) { return !check(p, c); });
