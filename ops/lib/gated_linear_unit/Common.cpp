@@ -144,11 +144,12 @@ void run(const Problem &p, const GateKernelSpec &s, MatmulKernelKind products, s
   const TensorView dhRows(dh, p.dtype, std::vector<int64_t>{p.M, 2 * p.N}, device);
   const TensorView dhSplit(dh, p.dtype, std::vector<int64_t>{p.M, 2, p.N}, device);
   if (p.preactivations || s.unfused) {
-    if (p.preactivations)  // the forward's, copied: a second backward reads them again
-      ex.copy(dhRows, as(in[3], {p.M, 2 * p.N}));
-    else
+    // The forward's pre-activations are read, not overwritten (a second backward reads
+    // them again); without them the products land in the scratch, gated in place.
+    if (!p.preactivations)
       products_into(ex, p, products, x, w, dhRows);
-    ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), dhSplit});
+    const TensorView h = p.preactivations ? as(in[3], {p.M, 2, p.N}) : dhSplit;
+    ex.launch(gate_apply_key(p), [p] { return gate_apply_kernel(p); }, {as(dout, {p.M, p.N}), h, dhSplit});
   } else {
     ex.launch(s.key(), [s] { return gate_kernel(s); },
               {as(dout, {p.M, p.N}), as(x, {p.M, p.K}), as(w, weightsShape(s)), dhSplit});

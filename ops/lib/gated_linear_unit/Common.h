@@ -67,7 +67,7 @@ dsl::Kernel gate_kernel(const GateKernelSpec &spec);
 
 /// The gate over the pre-activations h = [a, b] = x W ([M, 2, N], x's dtype), the
 /// unfused plan's second step: forward out = act(a) * b; VJP dh = [dout * b * act'(a),
-/// dout * act(a)] written over h in place.
+/// dout * act(a)] into dh, which may be h itself (gated in place).
 dsl::Kernel gate_apply_kernel(const Problem &p);
 KernelKey gate_apply_key(const Problem &p);
 
@@ -138,8 +138,8 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
 ///   unfused:  instead of the gate kernel, x @ weights on the `products` matmul kernel
 ///             into the scratch, then gate_apply_kernel (out, or dh in place);
 ///   with the pre-activations (any config): the forward computes them so, into its
-///             output instead of the scratch; the VJP copies them into the scratch and
-///             applies gate_apply_kernel there (they stay as they were).
+///             output instead of the scratch; the VJP's gate_apply_kernel reads them
+///             and writes dh into the scratch (they stay as they were).
 void run(const Problem &p, const GateKernelSpec &gate, MatmulKernelKind products, std::span<const TensorView> inputs,
          std::span<const TensorView> outputs, ops_detail::KernelExecutor &executor);
 

@@ -236,8 +236,11 @@ KernelKey gate_apply_key(const Problem &p) {
 Kernel gate_apply_kernel(const Problem &p) {
   if (p.M < 1 || p.N < 1)
     throw Error(fmt::format("gated_linear_unit: the gate kernel needs M, N >= 1, got {} x {}", p.M, p.N));
-  // Memory-bound: [32, 128] blocks (16-byte vectors along N); the VJP's program reads and
-  // overwrites the same elements of h. The gate is the gate kernel's epilogue.
+  // Memory-bound: [32, 128] blocks (16-byte vectors along N). The VJP reads h and writes
+  // dh, one pass either way: dh may be h itself (the products' scratch, overwritten in
+  // place: each element is read before the program stores it) or a scratch beside the
+  // caller's pre-activations (kept for a second backward, never copied). The gate is the
+  // gate kernel's epilogue.
   GateKernelSpec s;
   s.p = p;
   s.block_m = 32;
@@ -246,17 +249,15 @@ Kernel gate_apply_kernel(const Problem &p) {
   std::optional<TensorArg> dout;
   if (p.vjp)
     dout = k.input("dout", p.dtype, {p.M, p.N});
-  TensorArg h = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.input("h", p.dtype, {p.M, 2, p.N});
-  std::optional<TensorArg> out;
-  if (!p.vjp)
-    out = k.output("out", p.dtype, {p.M, p.N});
+  TensorArg h = k.input("h", p.dtype, {p.M, 2, p.N});
+  TensorArg result = p.vjp ? k.output("dh", p.dtype, {p.M, 2, p.N}) : k.output("out", p.dtype, {p.M, p.N});
   k.grid(cdiv(p.M, s.block_m), cdiv(p.N, s.block_n));
   Value m0 = k.program_id(0) * s.block_m, n0 = k.program_id(1) * s.block_n;
   auto half = [&](int64_t i) {
     return h.load({m0, Value(i), n0}, {s.block_m, 1, s.block_n}).reshape({s.block_m, s.block_n}).to(p.compute);
   };
   Value a = half(0), b = half(1);
-  gateEpilogue(s, dout, p.vjp ? h : *out, m0, n0, a, b);
+  gateEpilogue(s, dout, result, m0, n0, a, b);
   return k;
 }
 
