@@ -209,6 +209,35 @@ BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
   return bind_attention_vjp(s, options);
 }
 
+/// attention_varlen (q, k, v, cu_seqlens_q, cu_seqlens_kv, sinks? | out, lse) and its VJP
+/// (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, sinks? | dq, dk, dv, dsinks?):
+/// attention's options without "layout", plus "max_seqlen_q" and "max_seqlen_kv"
+/// (required).
+BoundArgs bindAttentionVarlen(const Op &op, const Inputs &in, Options &o) {
+  AttentionOptions options = attentionOptions(o);
+  options.max_seqlen_q = o.optionalInteger("max_seqlen_q");
+  options.max_seqlen_kv = o.optionalInteger("max_seqlen_kv");
+  if (op.name() == "attention_varlen") {
+    AttentionVarlenSpecs s{in.required(0), in.required(1), in.required(2), in.required(3), in.required(4),
+                           in.optional(5), {}, {}};
+    // out [total_q, N, Hv]: q's shape with v's head dim (bind checks ranks).
+    s.out = s.q;
+    if (!s.out.shape.empty() && !s.v.shape.empty())
+      s.out.shape.back() = s.v.shape.back();
+    if (o.boolean("residuals", true))
+      s.lse = attention_varlen_lse_spec(s.q);
+    return bind_attention_varlen(s, options);
+  }
+  options.deterministic = o.boolean("deterministic", true);
+  AttentionVarlenVjpSpecs s{in.required(0), in.required(1), in.required(2), in.required(3), in.required(4),
+                            in.required(5), in.required(6), in.required(7), in.optional(8), {}, {}, {}, {}};
+  s.dq = s.q;
+  s.dk = s.k;
+  s.dv = s.v;
+  s.dsinks = s.sinks;
+  return bind_attention_varlen_vjp(s, options);
+}
+
 //===--- gated_linear_unit, ragged_dot, the cross-entropies ---===//
 
 BoundArgs bindGlu(const Op &op, const Inputs &in, Options &o) {
@@ -296,6 +325,8 @@ const std::map<std::string, Binder> &binders() {
       {"rms_norm_vjp", bindNorm},
       {"attention", bindAttention},
       {"attention_vjp", bindAttention},
+      {"attention_varlen", bindAttentionVarlen},
+      {"attention_varlen_vjp", bindAttentionVarlen},
       {"gated_linear_unit", bindGlu},
       {"gated_linear_unit_vjp", bindGlu},
       {"ragged_dot", bindRaggedDot},

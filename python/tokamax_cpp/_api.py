@@ -220,6 +220,31 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     return apply(_opdefs.ATTENTION, inputs, options, implementation)[0]
 
 
+def dot_product_attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_kv, *, max_seqlen_q: int,
+                                 max_seqlen_kv: int, scale=None, is_causal: bool = False, local_window_size=None,
+                                 logits_soft_cap=None, sinks=None, deterministic: bool = True, implementation=None):
+    """Packed variable-length attention (FlashAttention's varlen): q [total_q, N, H],
+    k [total_kv, K, H], v [total_kv, K, Hv] -> [total_q, N, Hv], sequence b's rows from
+    cu_seqlens[b] to cu_seqlens[b + 1] (int32 [B + 1] each). max_seqlen_q / max_seqlen_kv
+    bound every sequence's lengths (they size the grid). is_causal and local_window_size
+    align each sequence's last query with its last key. Gradients flow to q, k, v (and
+    sinks)."""
+    options = {"is_causal": bool(is_causal), "max_seqlen_q": _number("max_seqlen_q", max_seqlen_q, int),
+               "max_seqlen_kv": _number("max_seqlen_kv", max_seqlen_kv, int)}
+    if scale is not None:
+        options["scale"] = _number("scale", scale)
+    if logits_soft_cap is not None:
+        cap = _number("logits_soft_cap", logits_soft_cap)
+        if not cap > 0:
+            raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
+        options["logits_soft_cap"] = cap
+    options.update(_window(local_window_size))
+    if not bool(deterministic):
+        options["deterministic"] = False
+    inputs = [query, key, value, cu_seqlens_q, cu_seqlens_kv, sinks]
+    return apply(_opdefs.ATTENTION_VARLEN, inputs, options, implementation)[0]
+
+
 # ---- Gated linear unit -------------------------------------------------------------------
 
 _ACTIVATIONS = {"silu": "swish", "swish": "swish", "gelu": "gelu", "gelu_tanh": "gelu_tanh",

@@ -75,6 +75,13 @@ ATTENTION = OpDef(
     ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "layout"), has_residuals=True,
     vjp_only=("deterministic",))  # false lets the hopper VJP's opt-in fused dq add in any order
 
+ATTENTION_VARLEN = OpDef(  # packed variable-length sequences: cu_seqlens int32 [B + 1]
+    "attention_varlen", ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "sinks"), ("out", "lse"), (0,),
+    "attention_varlen_vjp",
+    (ct(0), inp(0), inp(1), inp(2), out(0), out(1), inp(3), inp(4), inp(5)), (0, 1, 2, 5),
+    ("scale", "is_causal", "window_left", "window_right", "logits_soft_cap", "max_seqlen_q", "max_seqlen_kv"),
+    has_residuals=True, vjp_only=("deterministic",))
+
 GATED_LINEAR_UNIT = OpDef(  # the pre-activations x W: the VJP reads them instead of recomputing
     "gated_linear_unit", ("x", "weights"), ("out", "preactivations"), (0,),
     "gated_linear_unit_vjp", (ct(0), inp(0), inp(1), out(1)), (0, 1), ("activation",), has_residuals=True)
@@ -88,7 +95,8 @@ CROSS_ENTROPY = OpDef(
     "linear_softmax_cross_entropy_loss_vjp", (ct(0), inp(0), inp(1), inp(2), out(1)), (0, 1),
     ("reduction", "ignore_index"))
 
-BY_NAME = {d.name: d for d in (LAYER_NORM, RMS_NORM, ATTENTION, GATED_LINEAR_UNIT, RAGGED_DOT, CROSS_ENTROPY)}
+BY_NAME = {d.name: d for d in (LAYER_NORM, RMS_NORM, ATTENTION, ATTENTION_VARLEN, GATED_LINEAR_UNIT, RAGGED_DOT,
+                               CROSS_ENTROPY)}
 
 
 def plain(name: str, inputs, outputs) -> OpDef:

@@ -192,6 +192,33 @@ def test_attention_sinks_forward_and_vjp():
         tokamax.dot_product_attention(q, k, v, sinks=sinks.astype(np.float64))
 
 
+def test_attention_varlen_is_each_sequence_alone():
+    """Packed sequences (lengths 3, 0, 6 queries; 5, 2, 4 keys) against the reference run
+    on each sequence alone, causal aligned bottom-right (key j visible to query i when
+    j <= i + kv_len - q_len); the VJP by name against the padded call's gradients."""
+    r = ref.rng(17)
+    lq, lk = [3, 0, 6], [5, 2, 4]
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = r.standard_normal((9, 4, 8))
+    k, v = r.standard_normal((11, 2, 8)), r.standard_normal((11, 2, 8))
+    out = tokamax.dot_product_attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=6, max_seqlen_kv=5, is_causal=True)
+    assert out.shape == (9, 4, 8) and out.dtype == np.float64
+    for b in range(3):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lq[b] == 0:
+            continue
+        i, j = np.arange(lq[b])[:, None], np.arange(lk[b])[None, :]
+        mask = (j <= i + lk[b] - lq[b])[None, None]
+        want = ref.attention(q[None, qs], k[None, ks], v[None, ks], mask=mask)[0]
+        ref.assert_close(out[qs], want, 1e-10, 1e-10, what=f"sequence {b}")
+    assert np.all(out[3:5] == 0)  # queries 0 and 1 of sequence 2 (6 queries, 4 keys) see no key
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        tokamax.dot_product_attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=5, max_seqlen_kv=5)
+    with pytest.raises(ValueError, match="cu_seqlens_kv"):
+        tokamax.dot_product_attention_varlen(q, k, v, cu_q, cu_k[:3], max_seqlen_q=6, max_seqlen_kv=5)
+
+
 # ---- gated linear unit ----
 
 @pytest.mark.parametrize("activation", ["swish", "gelu", "gelu_tanh", "sigmoid", "relu", None])

@@ -93,6 +93,11 @@ KernelKey KernelSpec::key() const {
     mix(stats_ahead);
   if (usesSinks())  // (likewise)
     mix(true);
+  if (p.varlen) {  // (likewise)
+    mix(0x7a91e4);
+    mix(static_cast<uint64_t>(p.total_q));
+    mix(static_cast<uint64_t>(p.total_kv));
+  }
   if (ordersDq())  // (likewise)
     mix(ordered_dq);
   if (p.heads_major)  // (likewise)
@@ -108,9 +113,10 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
                      usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "",
+                     p.varlen ? "_varlen" : "",
                      exp2_fma != 0 ? fmt::format("_fma{}", exp2_fma) : "",
                      blocks_per_sm != 1 ? fmt::format("_x{}", blocks_per_sm) : "");
 }
@@ -323,23 +329,44 @@ KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b) {
   return s;
 }
 
+std::vector<int64_t> row_stats_shape(const Problem &p) {
+  return p.varlen ? std::vector<int64_t>{1, p.N, p.total_q} : std::vector<int64_t>{p.B, p.N, p.T};
+}
+
+std::optional<std::string> varlen_why_not(const Problem &p) {
+  if (p.varlen)
+    return std::string("packed variable-length sequences are served by \"tile\" and \"chunked\"");
+  return std::nullopt;
+}
+
 DeltaWorkspace::DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws) {
-  delta = ws.add(double(p.B) * p.N * p.T * dtype_size(p.compute));
+  double rows = 1;
+  for (int64_t d : row_stats_shape(p))
+    rows *= double(d);
+  delta = ws.add(rows * dtype_size(p.compute));
   partials = p.dsinks ? ws.add(double(p.N) * dsinks_partials(p, kDeltaRows) * dtype_size(p.compute)) : 0;
 }
 
 TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
                         const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
-                        const TensorView &dsinks) {
+                        const TensorView &dsinks, const TensorView &cu_seqlens_q) {
   const Problem &p = w.p;
   TensorView delta = w.rows(ws.at(at.delta));
+  std::vector<Arg> args{w.o(dout), w.o(out)};
+  if (p.dsinks) {
+    args.emplace_back(w.rows(lse));
+    args.emplace_back(w.as(sinks, {p.N}));
+  }
+  if (p.varlen)
+    args.emplace_back(w.lengths(cu_seqlens_q));
+  args.emplace_back(delta);
   if (!p.dsinks) {
-    launcher.launch(KernelKind::Delta, {w.o(dout), w.o(out), delta}, kDeltaRows);
+    launcher.launch(KernelKind::Delta, args, kDeltaRows);
     return delta;
   }
   TensorView partials = w.as(ws.at(at.partials), p.compute, {p.N, dsinks_partials(p, kDeltaRows)});
-  launcher.launch(KernelKind::Delta, {w.o(dout), w.o(out), w.rows(lse), w.as(sinks, {p.N}), delta, partials},
-                  kDeltaRows);
+  args.emplace_back(partials);
+  launcher.launch(KernelKind::Delta, args, kDeltaRows);
   // Lanes over the partial sums: as many as there are, up to 256.
   launcher.launch(KernelKind::DsinksReduce, {partials, w.as(dsinks, {p.N})},
                   std::min<int64_t>(256, pow2_at_least(dsinks_partials(p, kDeltaRows), 16)));
@@ -347,7 +374,7 @@ TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Wo
 }
 
 bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
-  if (p.B != 0 && p.T != 0)
+  if (p.B != 0 && p.T != 0 && (!p.varlen || p.total_q != 0))
     return false;
   for (const TensorView &t : outputs)
     if (t.data())
@@ -390,7 +417,7 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   size_t dqSum = fusedDq ? ws.add(ordered ? double(sumWords + counters) * 4 : sumBytes) : 0;
   ws.allocate(ex);
   TensorView dsView = w.square(ws.at(ds));
-  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]);
+  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4], in[8]);
   if (p.dbias)
     ex.zero(dsView);  // blocks no query sees stay zero
   TensorView dqSumView, orderView;  // [B rows, N H] for TMA: the dk/dv programs add into it
@@ -434,10 +461,37 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
 
 int64_t dq_sum_rows(const Problem &p, int64_t query_step) { return dsl::cdiv(p.T, query_step) * query_step; }
 
+namespace {
+
+/// A packed call's tensors in attention's argument order (attention_varlen's inputs q, k,
+/// v, cu_seqlens_q, cu_seqlens_kv, sinks | out, lse; the VJP's dout, q, k, v, out, lse,
+/// cu_seqlens_q, cu_seqlens_kv, sinks | dq, dk, dv, dsinks): the cu_seqlens arrays in the
+/// seq-length slots, no bias, mask or dbias.
+struct AttentionOrder {
+  std::vector<TensorView> in, out;
+};
+AttentionOrder attentionOrder(const Problem &p, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const TensorView none;
+  if (!p.vjp)
+    return {{in[0], in[1], in[2], none, none, in[3], in[4], in[5]}, {out[0], out[1]}};
+  return {{in[0], in[1], in[2], in[3], in[4], in[5], none, none, in[6], in[7], in[8]},
+          {out[0], out[1], out[2], none, out[3]}};
+}
+
+} // namespace
+
 void run_flash(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
                ops_detail::KernelExecutor &ex, DqPlan dq) {
   if (zero_without_queries(base.p, out, ex))
     return;
+  AttentionOrder packed;
+  if (base.p.varlen) {
+    if (ex.host_tensors())
+      check_host_cu_seqlens(base.p, in[base.p.vjp ? 6 : 3], in[base.p.vjp ? 7 : 4]);
+    packed = attentionOrder(base.p, in, out);
+    in = packed.in;
+    out = packed.out;
+  }
   if (base.p.vjp)
     flashBackward(base, in, out, ex, dq);
   else

@@ -9,6 +9,8 @@
 // Kernels see q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv], out [B, T, N, Hv],
 // lse / delta [B, N, T], logits / dS workspaces [B, N, T, S], bias / mask [b, n, t, s],
 // seq lengths [B], sinks / dsinks [N], the dsinks partial sums [N, B x query blocks].
+// Packed (Problem::varlen): q [1, total_q, N, H], ..., lse / delta [1, N, total_q] and
+// the cu_seqlens arrays [B + 1] instead of the seq lengths.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -20,6 +22,7 @@
 #include <tokamax/ops/Attention.h>
 
 #include <array>
+#include <map>
 #include <functional>
 #include <optional>
 #include <span>
@@ -63,6 +66,14 @@ struct Problem {
   /// attribute "bnth"); the kernels index them as [B, seq, heads, dim] all the same,
   /// through strides (rows_operand), and TMA reads them as [B heads, seq, dim].
   bool heads_major = false;
+  /// Packed variable-length sequences (attention_varlen): B sequences whose rows lie
+  /// packed in q [total_q, N, H], k / v [total_kv, K, *], out [total_q, N, Hv], lse and
+  /// delta [N, total_q]; T and S are the max lengths (the grid's), the kernels index the
+  /// packed tensors as [1, total, heads, dim] from each sequence's first row (the
+  /// cu_seqlens arrays, [B + 1], in the seq-length slots: q_lengths and kv_lengths are
+  /// set), and causal / window masks align each sequence's last query with its last key.
+  bool varlen = false;
+  int64_t total_q = 0, total_kv = 0;
 
   int64_t group() const { return N / K; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.
@@ -71,6 +82,32 @@ struct Problem {
 
 /// Reads a validated BoundArgs of attention / attention_vjp.
 Problem problem_of(const BoundArgs &args);
+/// The same for attention_varlen / attention_varlen_vjp (Varlen.cpp).
+Problem varlen_problem_of(const BoundArgs &args);
+/// The attributes both kinds of call share (scale, masks, soft cap, the VJP's order), and
+/// the options they record; `H` the head dim (the default scale's).
+std::map<std::string, std::string> attention_attributes(const char *op, int64_t H, const AttentionOptions &o);
+AttentionOptions attention_options_of(const BoundArgs &args);
+/// Reads those attributes into `p` (and q's dtype and its compute dtype).
+void read_attributes(const BoundArgs &args, DType dtype, Problem &p);
+/// A packed call's specs from the API's tensors: throws Error where the options mix
+/// packed sequences with what they exclude (one cu_seqlens array, bias, mask, seq
+/// lengths, BNTH), or the VJP asks for dbias.
+AttentionVarlenSpecs varlen_specs(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
+                                  const AttentionOptions &o, const TensorView *lse);
+AttentionVarlenVjpSpecs varlen_vjp_specs(const TensorView &dout, const TensorView &q, const TensorView &k,
+                                         const TensorView &v, const TensorView &out, const TensorView &lse,
+                                         const TensorView &dq, const TensorView &dk, const TensorView &dv,
+                                         const AttentionOptions &o, const TensorView *dsinks);
+void check_varlen_dbias(const TensorView *dbias);
+/// Host arrays (the interpreter's calls, before any kernel): each cu_seqlens starts at 0,
+/// never decreases, ends at its tensor's rows, and no sequence is longer than its
+/// max_seqlen. (On a device the kernels clamp each sequence to its rows and the max.)
+void check_host_cu_seqlens(const Problem &p, const TensorView &cu_seqlens_q, const TensorView &cu_seqlens_kv);
+/// lse and delta as the kernels see them: [B, N, T], or (packed) [1, N, total_q].
+std::vector<int64_t> row_stats_shape(const Problem &p);
+/// Why an implementation other than tile and chunked does not serve a packed call.
+std::optional<std::string> varlen_why_not(const Problem &p);
 
 /// Strides of a [B, rows, heads, dim] operand (q, k, v, out and their gradients):
 /// row-major, or over [B, heads, rows, dim] memory where heads_major.
@@ -264,17 +301,23 @@ struct Views {
   TensorView as(uint64_t data, DType dtype, std::vector<int64_t> shape) const {
     return TensorView(data, dtype, shape, device);
   }
-  TensorView q(const TensorView &t) const { return as(t, {p.B, p.T, p.N, p.H}); }
-  TensorView k(const TensorView &t) const { return as(t, {p.B, p.S, p.K, p.H}); }
-  TensorView v(const TensorView &t) const { return as(t, {p.B, p.S, p.K, p.Hv}); }
-  TensorView o(const TensorView &t) const { return as(t, {p.B, p.T, p.N, p.Hv}); }
-  TensorView rows(const TensorView &t) const { return as(t, {p.B, p.N, p.T}); }
-  TensorView rows(uint64_t data) const { return as(data, p.compute, {p.B, p.N, p.T}); }
+  TensorView q(const TensorView &t) const { return as(t, rowsShape(p.T, p.total_q, p.N, p.H)); }
+  TensorView k(const TensorView &t) const { return as(t, rowsShape(p.S, p.total_kv, p.K, p.H)); }
+  TensorView v(const TensorView &t) const { return as(t, rowsShape(p.S, p.total_kv, p.K, p.Hv)); }
+  TensorView o(const TensorView &t) const { return as(t, rowsShape(p.T, p.total_q, p.N, p.Hv)); }
+  TensorView rows(const TensorView &t) const { return as(t, row_stats_shape(p)); }
+  TensorView rows(uint64_t data) const { return as(data, p.compute, row_stats_shape(p)); }
   TensorView square(uint64_t data) const { return as(data, p.compute, {p.B, p.N, p.T, p.S}); }
   TensorView broadcast(const TensorView &t, const Broadcast &bc) const {
     return as(t, std::vector<int64_t>(bc.shape.begin(), bc.shape.end()));
   }
-  TensorView lengths(const TensorView &t) const { return as(t, {p.B}); }
+  /// Seq lengths [B], or (packed) cu_seqlens [B + 1].
+  TensorView lengths(const TensorView &t) const { return as(t, {p.varlen ? p.B + 1 : p.B}); }
+
+private:
+  std::vector<int64_t> rowsShape(int64_t seq, int64_t total, int64_t heads, int64_t dim) const {
+    return p.varlen ? std::vector<int64_t>{1, total, heads, dim} : std::vector<int64_t>{p.B, seq, heads, dim};
+  }
 };
 
 /// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
@@ -304,12 +347,13 @@ struct DeltaWorkspace {
   size_t delta = 0, partials = 0;
   DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws);
 };
-/// delta = rowsum(dout * out), the first kernel of every VJP plan; with dsinks its
+/// delta = rowsum(dout * out), the first kernel of every VJP plan (packed: with the
+/// sequences' first rows from cu_seqlens_q); with dsinks its
 /// programs also write their partial sums of dsinks (from the call's lse and sinks),
 /// which a second kernel adds up in a fixed order into `dsinks`. Returns delta's view.
 TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
                         const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
-                        const TensorView &dsinks);
+                        const TensorView &dsinks, const TensorView &cu_seqlens_q = {});
 
 /// The spec every kernel of a call starts from: the problem, its products and blocks.
 KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);

@@ -64,10 +64,11 @@ void sinkEpilogue(ForwardProgram &f, const SoftmaxState &state) {
   Value seen = lAll > 0.0;  // false only for a sink of -inf in a row that sees no key
   if (p.q_lengths)
     seen = seen & (f.t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
-  store_rows(pr.s, f.out, pr.b, f.t0, f.n, scale_rows(state.acc, where(seen, alpha / lAll, 0.0)));
+  const RowBlock at = query_rows(pr, f.t0);
+  store_rows(pr.k, pr.s, f.out, at, f.n, scale_rows(state.acc, where(seen, alpha / lAll, 0.0)));
   if (f.lse) {
     Value lse = where(m == -INFINITY, sink.broadcast_to({pr.s.block_q}), mUse * kLn2 + log(lAll));
-    store_row_vector(*f.lse, pr.b, f.n, f.t0, where(seen, lse, INFINITY));
+    store_row_vector(pr.k, *f.lse, at, f.n, where(seen, lse, INFINITY));
   }
 }
 
@@ -83,10 +84,11 @@ void forward_epilogue(ForwardProgram &f, const SoftmaxState &state) {
   if (pr.p.q_lengths)
     seen = seen & (t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
   Value inv = where(seen, 1.0 / lFinal, 0.0);
-  store_rows(pr.s, f.out, pr.b, t0, n, scale_rows(state.acc, inv));
+  const RowBlock at = query_rows(pr, t0);
+  store_rows(pr.k, pr.s, f.out, at, n, scale_rows(state.acc, inv));
   if (f.lse) {
     Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
-    store_row_vector(*f.lse, pr.b, n, t0, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
+    store_row_vector(pr.k, *f.lse, at, n, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
   }
 }
 
@@ -95,10 +97,10 @@ ForwardProgram forward_program(Kernel &k, const KernelSpec &s, Operands in) {
   std::optional<TensorArg> sinks;
   if (p.sinks)
     sinks = k.input("sinks", DType::F32, {p.N});
-  TensorArg out = rows_operand(k, p, "out", p.T, p.N, p.Hv, /*output=*/true);
+  TensorArg out = rows_operand(k, p, "out", RowSide::Queries, p.N, p.Hv, /*output=*/true);
   std::optional<TensorArg> lse;
   if (p.lse_out)
-    lse = k.output("lse", p.compute, {p.B, p.N, p.T});
+    lse = k.output("lse", p.compute, row_stats_shape(p));
   GridIds id = row_block_grid(k, cdiv(p.T, s.block_q), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, std::move(in), id.batch);
   Value t0 = id.block * s.block_q, n = id.head;
@@ -114,7 +116,7 @@ Kernel flash_forward_kernel(const KernelSpec &s) {
   const Operands &in = pr.in;
   Value t0 = f.t0, n = f.n, kvh = f.kvh;
 
-  Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq);
+  Chunks q = load_rows(s, in.q, query_rows(pr, t0), n, p.H, bq);
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
   const size_t accSize = start.acc.size();
 
@@ -155,29 +157,35 @@ Kernel delta_kernel(const KernelSpec &s) {
   const int64_t bq = s.block_q;
   const bool sinks = s.usesSinks();
   Kernel k(s.name(), kernel_options(s));
-  TensorArg dout = rows_operand(k, p, "dout", p.T, p.N, p.Hv);
-  TensorArg out = rows_operand(k, p, "out", p.T, p.N, p.Hv);
-  std::optional<TensorArg> lse, sinkLogits, partials;
+  TensorArg dout = rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv);
+  TensorArg out = rows_operand(k, p, "out", RowSide::Queries, p.N, p.Hv);
+  std::optional<TensorArg> lse, sinkLogits, partials, cuSeqlens;
   if (sinks) {
-    lse = k.input("lse", p.compute, {p.B, p.N, p.T});
+    lse = k.input("lse", p.compute, row_stats_shape(p));
     sinkLogits = k.input("sinks", DType::F32, {p.N});
   }
-  TensorArg delta = k.output("delta", p.compute, {p.B, p.N, p.T});
+  if (p.varlen)
+    cuSeqlens = k.input("cu_seqlens_q", DType::I32, {p.B + 1});
+  TensorArg delta = k.output("delta", p.compute, row_stats_shape(p));
   if (sinks)
     partials = k.output("dsinks_partials", p.compute, {p.N, dsinks_partials(p, bq)});
   k.grid(cdiv(p.T, bq), p.N, p.B);
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), b = k.program_id(2);
-  Chunks d = load_rows(s, dout, b, t0, n, p.Hv, bq), o = load_rows(s, out, b, t0, n, p.Hv, bq);
+  std::optional<PackedRows> packed;
+  if (p.varlen)
+    packed = packed_rows(k, *cuSeqlens, b, p.T);
+  const RowBlock at = query_rows(p, b, t0, packed);
+  Chunks d = load_rows(s, dout, at, n, p.Hv, bq), o = load_rows(s, out, at, n, p.Hv, bq);
   Value sum;
   for (size_t c = 0; c < d.size(); ++c) {
     Value part = (d[c].to(p.compute) * o[c].to(p.compute)).sum(1);
     sum = sum.valid() ? sum + part : part;
   }
-  store_row_vector(delta, b, n, t0, sum);
+  store_row_vector(k, delta, at, n, sum);
   if (sinks) {
     // d loss / d sink = -sum over rows of P(sink) delta, P(sink) = exp(sink - lse): this
     // program's share (rows past T and padding rows have lse +inf and add nothing).
-    Value psink = exp(sinkLogits->load({n}, {1}).to(p.compute) - load_row_vector(*lse, b, n, t0, bq, INFINITY));
+    Value psink = exp(sinkLogits->load({n}, {1}).to(p.compute) - load_row_vector(k, *lse, at, n, bq, INFINITY));
     Value part = (psink * sum).expand(0).sum(1);
     partials->store({n, b * cdiv(p.T, bq) + k.program_id(0)}, part.reshape({1, 1}));
   }
@@ -203,17 +211,17 @@ Kernel dsinks_reduce_kernel(const KernelSpec &s) {
 }
 
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
-  std::vector<int64_t> statShape{p.B, p.N, p.T};
+  std::vector<int64_t> statShape = row_stats_shape(p);
   if (rows)
     statShape = {p.B * p.N * p.T};
-  return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, p.T, p.N, p.Hv)) : rows_operand(k, p, "dout", p.T, p.N, p.Hv),
+  return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, p.T, p.N, p.Hv)) : rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv),
           k.input("lse", p.compute, statShape), k.input("delta", p.compute, statShape)};
 }
 
 RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
   auto load = [&](const TensorArg &t, double padding) {
     if (t.shape().size() != 1)
-      return load_row_vector(t, pr.b, n, t0, rows, padding);
+      return load_row_vector(pr.k, t, query_rows(pr, t0), n, rows, padding);
     const Problem &p = pr.p;  // flat [B N T]
     return t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
   };
@@ -233,8 +241,8 @@ RowStats load_row_stats(Program &pr, const Cotangents &ct, Value n, Value t0, in
 }
 
 DkDvOutputs declare_dkdv_outputs(Kernel &k, const Problem &p) {
-  DkDvOutputs o{rows_operand(k, p, "dk", p.S, p.K, p.H, /*output=*/true),
-                rows_operand(k, p, "dv", p.S, p.K, p.Hv, /*output=*/true), {}};
+  DkDvOutputs o{rows_operand(k, p, "dk", RowSide::Keys, p.K, p.H, /*output=*/true),
+                rows_operand(k, p, "dv", RowSide::Keys, p.K, p.Hv, /*output=*/true), {}};
   if (p.dbias)
     o.ds = k.output("ds", p.compute, {p.B, p.N, p.T, p.S});
   return o;
@@ -324,13 +332,14 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, k.program_id(2));
   Value j0 = k.program_id(0) * bkv, h = k.program_id(1);
 
-  Chunks kb = load_rows(s, in.k, pr.b, j0, h, p.H, bkv), vb = load_rows(s, in.v, pr.b, j0, h, p.Hv, bkv);
+  const RowBlock keys = key_rows(pr, j0);
+  Chunks kb = load_rows(s, in.k, keys, h, p.H, bkv), vb = load_rows(s, in.v, keys, h, p.Hv, bkv);
   Chunks dkAcc = zero_rows(s, k, bkv, p.H), dvAcc = zero_rows(s, k, bkv, p.Hv);
   Range range = query_range(pr, j0, bq, bkv);
 
   Carried sums = k.loop(0, p.group(), 1, pack({&dkAcc, &dvAcc}), [&](Value g, Carried outer) {
     Value n = h * p.group() + g;
-    std::vector<BlockSource> qd{{in.q, n, p.H, bq}, {ct.dout, n, p.Hv, bq}};
+    std::vector<BlockSource> qd{{in.q, n, p.H, bq, true}, {ct.dout, n, p.Hv, bq, true}};
     BlockBody body = [&](Value t0, Carried carried, bool masked, const Blocks &blocks) {
       return dkdv_step(pr, ct, o.ds, kb, vb, blocks(0), blocks(1), n, t0, j0, masked, carried);
     };
@@ -342,8 +351,9 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 
 void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks) {
   auto parts = unpack(sums, {dkChunks, sums.size() - dkChunks});
-  store_rows(pr.s, o.dk, pr.b, j0, h, scale_all(parts[0], pr.p.scale));
-  store_rows(pr.s, o.dv, pr.b, j0, h, parts[1]);
+  const RowBlock at = key_rows(pr, j0);
+  store_rows(pr.k, pr.s, o.dk, at, h, scale_all(parts[0], pr.p.scale));
+  store_rows(pr.k, pr.s, o.dv, at, h, parts[1]);
 }
 
 Kernel flash_dq_kernel(const KernelSpec &s) {
@@ -352,19 +362,20 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
   Kernel k(s.name(), kernel_options(s));
   Operands in = declare_operands(k, p);
   Cotangents ct = declare_cotangents(k, p);
-  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
+  TensorArg dq = rows_operand(k, p, "dq", RowSide::Queries, p.N, p.H, /*output=*/true);
   k.grid(cdiv(p.T, bq), p.N, p.B);
   Program pr = program(k, s, in, k.program_id(2));
   Value t0 = k.program_id(0) * bq, n = k.program_id(1), kvh = n / p.group();
 
-  Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bq), d = load_rows(s, ct.dout, pr.b, t0, n, p.Hv, bq);
+  const RowBlock at = query_rows(pr, t0);
+  Chunks q = load_rows(s, in.q, at, n, p.H, bq), d = load_rows(s, ct.dout, at, n, p.Hv, bq);
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   std::vector<BlockSource> kv{{in.k, kvh, p.H, bkv}, {in.v, kvh, p.Hv, bkv}};
   BlockBody body = [&](Value j0, Carried carried, bool masked, const Blocks &blocks) {
     return dq_step(pr, q, d, stats, blocks(0), blocks(1), n, t0, j0, masked, carried);
   };
   Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, zero_rows(s, k, bq, p.H), kv, body);
-  store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
+  store_rows(k, s, dq, at, n, scale_all(sum, p.scale));
   return k;
 }
 

@@ -88,6 +88,8 @@ bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d ==
 bool isStep(int64_t v) { return v >= 16 && v <= 256 && !(v & (v - 1)); }
 
 std::optional<std::string> whyNot(const Problem &p) {
+  if (auto no = varlen_why_not(p))
+    return no;
   if (auto no = grid_why_not(p))
     return no;
   if (!is_half(p.dtype))

@@ -371,7 +371,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Kernel k(s.name(), hopperOptions(s));
   Operands in = declare_operands(k, p, /*rows=*/true);
   Cotangents ct = declare_cotangents(k, p, /*rows=*/true);
-  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
+  TensorArg dq = rows_operand(k, p, "dq", RowSide::Queries, p.N, p.H, /*output=*/true);
   GridIds id = row_block_grid(k, cdiv(p.T, bq), p.N, p.B, last_block_first(s));
   Program pr = program(k, s, in, id.batch);
   Value t0 = id.block * bq, n = id.head;
@@ -393,7 +393,7 @@ Kernel dq_from_sum_kernel(const KernelSpec &s) {
   const int64_t rows = s.block_q, sumRows = dq_sum_rows(p, rows);
   Kernel k(s.name(), kernel_options(s));
   TensorArg sum = k.input("dq_sum", DType::F32, {p.B, sumRows, p.N, p.H});
-  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
+  TensorArg dq = rows_operand(k, p, "dq", RowSide::Queries, p.N, p.H, /*output=*/true);
   k.grid(sumRows / rows, p.N, p.B);
   Value t0 = k.program_id(0) * rows, n = k.program_id(1), b = k.program_id(2);
   store_rows(s, dq, b, t0, n, scale_all(load_rows(s, sum, b, t0, n, p.H, rows), p.scale));

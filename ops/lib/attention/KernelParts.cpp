@@ -20,6 +20,13 @@ int64_t chunkWidth(const KernelSpec &s, int64_t dim) {
 
 Value zeroI32(Kernel &k) { return k.constant(0, DType::I32); }
 
+/// The diagonal key of query row t (causal and windows count from it): t, or (packed) t +
+/// kv_len - q_len. Only where a mask uses it, so that other kernels stay as they were.
+Value diagonalKey(const Program &pr, const Value &t) {
+  const Problem &p = pr.p;
+  return pr.shift.valid() && (p.causal || p.left >= 0 || p.right >= 0) ? t + pr.shift : t;
+}
+
 /// The [rows, cols] block of a broadcast operand (bias or mask) at (b, n, t0, j0); unit
 /// dims of the operand stay unit dims of the block.
 Value broadcastBlock(Program &pr, const TensorArg &t, const Broadcast &bc, Value n, Value t0, Value j0, int64_t bq,
@@ -39,9 +46,13 @@ dsl::KernelOptions kernel_options(const KernelSpec &s) {
   return {.num_warps = s.num_warps, .mma_rows_per_warp = s.product == Product::Mma, .wgmma_dots = s.wgmma};
 }
 
-TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, int64_t rows, int64_t heads, int64_t dim,
+TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, RowSide side, int64_t heads, int64_t dim,
                        bool output) {
-  std::vector<int64_t> shape{p.B, rows, heads, dim};
+  const bool queries = side == RowSide::Queries;
+  std::vector<int64_t> shape{p.B, queries ? p.T : p.S, heads, dim};
+  if (p.varlen)
+    shape = {1, queries ? p.total_q : p.total_kv, heads, dim};
+  const int64_t rows = shape[1];
   if (!p.heads_major)
     return output ? k.output(std::move(name), p.dtype, shape) : k.input(std::move(name), p.dtype, shape);
   std::vector<int64_t> strides = rows_operand_strides(p, rows, heads, dim);
@@ -50,15 +61,22 @@ TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, int64_t ro
 }
 
 Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
-  auto operand = [&](const char *name, int64_t r, int64_t heads, int64_t dim) {
-    return rows ? k.input(name, p.dtype, tma_rows_shape(p, r, heads, dim)) : rows_operand(k, p, name, r, heads, dim);
+  auto operand = [&](const char *name, RowSide side, int64_t heads, int64_t dim) {
+    const int64_t r = side == RowSide::Queries ? p.T : p.S;
+    return rows ? k.input(name, p.dtype, tma_rows_shape(p, r, heads, dim)) : rows_operand(k, p, name, side, heads, dim);
   };
-  Operands in{operand("q", p.T, p.N, p.H), operand("k", p.S, p.K, p.H), operand("v", p.S, p.K, p.Hv), {}, {}, {}, {}};
+  Operands in{operand("q", RowSide::Queries, p.N, p.H), operand("k", RowSide::Keys, p.K, p.H),
+              operand("v", RowSide::Keys, p.K, p.Hv), {}, {}, {}, {}};
   auto shape4 = [](const Broadcast &bc) { return std::vector<int64_t>(bc.shape.begin(), bc.shape.end()); };
   if (p.bias)
     in.bias = k.input("bias", p.bias->dtype, shape4(*p.bias));
   if (p.mask)
     in.mask = k.input("mask", DType::Bool, shape4(*p.mask));
+  if (p.varlen) {
+    in.q_lengths = k.input("cu_seqlens_q", DType::I32, {p.B + 1});
+    in.kv_lengths = k.input("cu_seqlens_kv", DType::I32, {p.B + 1});
+    return in;
+  }
   if (p.q_lengths)
     in.q_lengths = k.input("q_seq_lengths", DType::I32, {p.B});
   if (p.kv_lengths)
@@ -66,8 +84,18 @@ Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
   return in;
 }
 
+PackedRows packed_rows(Kernel &k, const TensorArg &cu_seqlens, const Value &b, int64_t max) {
+  Value first = cu_seqlens.load({b}, {1}).max(0), end = cu_seqlens.load({b + 1}, {1}).max(0);
+  return {first, minimum(maximum(end - first, zeroI32(k)), k.constant(static_cast<double>(max), DType::I32))};
+}
+
 Program program(Kernel &k, const KernelSpec &s, Operands in, Value b) {
   const Problem &p = s.p;
+  if (p.varlen) {
+    PackedRows q = packed_rows(k, *in.q_lengths, b, p.T), kv = packed_rows(k, *in.kv_lengths, b, p.S);
+    Program pr{k, s, p, std::move(in), b, q.valid, kv.valid, q.first, kv.first, kv.valid - q.valid};
+    return pr;
+  }
   auto valid = [&](const std::optional<TensorArg> &lengths, int64_t full) {
     Value limit = k.constant(static_cast<double>(full), DType::I32);
     if (!lengths)
@@ -77,6 +105,57 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b) {
   };
   Value qv = valid(in.q_lengths, p.T), kv = valid(in.kv_lengths, p.S);
   return Program{k, s, p, std::move(in), b, qv, kv};
+}
+
+RowBlock query_rows(const Program &pr, const Value &t0) {
+  if (!pr.p.varlen)
+    return {pr.b, t0, {}};
+  return {Value(0), pr.q_first + t0, pr.q_first + pr.q_valid};
+}
+
+RowBlock key_rows(const Program &pr, const Value &j0) {
+  if (!pr.p.varlen)
+    return {pr.b, j0, {}};
+  return {Value(0), pr.kv_first + j0, pr.kv_first + pr.kv_valid};
+}
+
+RowBlock query_rows(const Problem &p, const Value &b, const Value &t0, const std::optional<PackedRows> &packed) {
+  if (!p.varlen)
+    return {b, t0, {}};
+  return {Value(0), packed->first + t0, packed->first + packed->valid};
+}
+
+namespace {
+
+/// Rows [r0, r0 + rows) of a packed RowBlock that lie in the sequence (and in the
+/// tensor's `total` rows, whatever the cu_seqlens arrays say): [rows] bool.
+Value rowsInSequence(Kernel &k, const RowBlock &at, int64_t rows, int64_t total) {
+  Value r = at.r0 + k.arange(0, rows);
+  return (r >= 0) & (r < minimum(at.end, k.constant(static_cast<double>(total), DType::I32)));
+}
+
+} // namespace
+
+Chunks load_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, int64_t dim, int64_t rows) {
+  return load_rows(s, t, at.b, at.r0, head, dim, rows);
+}
+
+void store_rows(Kernel &k, const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c) {
+  if (!at.end.valid())
+    return store_rows(s, t, at.b, at.r0, head, c);
+  // Packed [1, total, heads, dim], row-major: element (r, head, col) at (r heads + head)
+  // dim + col; the block's first row's offset in i64, its own offsets in i32.
+  const int64_t total = t.shape()[1], heads = t.shape()[2], dim = t.shape()[3];
+  Value base = t.ptr() + (at.r0.to(DType::I64) * Value(heads * dim) + head.to(DType::I64) * Value(dim));
+  int64_t col = 0;
+  for (const Value &chunk : c) {
+    const int64_t rows = chunk.shape()[0], width = chunk.shape()[1];
+    Value cols = k.arange(col, col + width);
+    Value offsets = (k.arange(0, rows) * Value(heads * dim)).expand(1) + cols.expand(0);
+    Value mask = rowsInSequence(k, at, rows, total).expand(1) & (cols < Value(dim)).expand(0);
+    dsl::store(base + offsets, chunk.to(t.dtype()), mask);
+    col += width;
+  }
 }
 
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim, int64_t rows) {
@@ -152,6 +231,30 @@ void store_row_vector(const TensorArg &t, Value b, Value n, Value t0, const Valu
   t.store({b, n, t0}, v.to(t.dtype()).reshape({1, 1, v.shape()[0]}));
 }
 
+namespace {
+
+/// The pointers of a packed row vector's rows: [1, N, total], row-major.
+Value rowVectorPointers(Kernel &k, const TensorArg &t, const RowBlock &at, const Value &n, int64_t rows) {
+  const int64_t total = t.shape()[2];
+  return t.ptr() + (n.to(DType::I64) * Value(total) + at.r0.to(DType::I64)) + k.arange(0, rows);
+}
+
+} // namespace
+
+Value load_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n, int64_t rows, double padding) {
+  if (!at.end.valid())
+    return load_row_vector(t, at.b, n, at.r0, rows, padding);
+  return dsl::load(rowVectorPointers(k, t, at, n, rows), rowsInSequence(k, at, rows, t.shape()[2]),
+                   k.full({rows}, padding, t.dtype()));
+}
+
+void store_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n, const Value &v) {
+  if (!at.end.valid())
+    return store_row_vector(t, at.b, n, at.r0, v);
+  const int64_t rows = v.shape()[0];
+  dsl::store(rowVectorPointers(k, t, at, n, rows), v.to(t.dtype()), rowsInSequence(k, at, rows, t.shape()[2]));
+}
+
 Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
               const Masking &masking, bool kvMajor, bool natural) {
   const Problem &p = pr.p;
@@ -185,12 +288,14 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
       require(j < pr.kv_valid);
     if (p.q_lengths)
       require(i < pr.q_valid);
+    // Query i's diagonal key: i, or (packed) i + kv_len - q_len.
+    Value di = diagonalKey(pr, i);
     if (p.causal)
-      require(j <= i);
+      require(j <= di);
     if (p.left >= 0)
-      require(i - j <= p.left);
+      require(di - j <= p.left);
     if (p.right >= 0)
-      require(j - i <= p.right);
+      require(j - di <= p.right);
     if (p.mask)
       require(broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0));
     if (!valid.valid())
@@ -219,25 +324,29 @@ Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv) {
   const Problem &p = pr.p;
   Kernel &k = pr.k;
   Value zero = zeroI32(k);
+  Value td = diagonalKey(pr, t0);
   Value hi = pr.kv_valid;
   if (p.causal)
-    hi = minimum(hi, t0 + bq);
+    hi = minimum(hi, td + bq);
   if (p.right >= 0)
-    hi = minimum(hi, t0 + (bq + p.right));
+    hi = minimum(hi, td + (bq + p.right));
   if (p.q_lengths)
     hi = where(t0 < pr.q_valid, hi, zero);
   Value lo = first_key(pr, t0, bkv, zero);
   // Blocks every pair of which is visible: keys below every query's causal / right
-  // limit and the valid length, at or above every query's left limit.
+  // limit and the valid length, at or above every query's left limit. (Packed, the
+  // diagonal may start below key 0: the bounds clamp at lo >= 0.)
   Value bound = pr.kv_valid;
   if (p.causal)
-    bound = minimum(bound, t0 + 1);
+    bound = minimum(bound, td + 1);
   if (p.right >= 0)
-    bound = minimum(bound, t0 + (p.right + 1));
+    bound = minimum(bound, td + (p.right + 1));
+  if (pr.shift.valid())
+    bound = maximum(bound, zero), hi = maximum(hi, zero);
   Value innerHi = minimum(bound / bkv * bkv, hi / bkv * bkv);
   Value innerLo = lo;
   if (p.left >= 0)
-    innerLo = (maximum(t0 + (bq - 1 - p.left), zero) + (bkv - 1)) / bkv * bkv;
+    innerLo = (maximum(td + (bq - 1 - p.left), zero) + (bkv - 1)) / bkv * bkv;
   Value hiCeil = maximum((hi + (bkv - 1)) / bkv * bkv, lo);
   Value e = minimum(maximum(innerLo, lo), hiCeil);
   Value f = minimum(maximum(innerHi, e), hiCeil);
@@ -247,22 +356,24 @@ Range key_range(Program &pr, Value t0, int64_t bq, int64_t bkv) {
 Value first_key(Program &pr, Value t0, int64_t bkv, Value zero) {
   if (pr.p.left < 0)
     return zero;
-  return maximum(t0 - pr.p.left, zero) / bkv * bkv;
+  return maximum(diagonalKey(pr, t0) - pr.p.left, zero) / bkv * bkv;
 }
 
 Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {
   const Problem &p = pr.p;
   Kernel &k = pr.k;
   Value zero = zeroI32(k);
+  // The query whose diagonal key is j0: j0, or (packed) j0 - (kv_len - q_len).
+  Value jd = pr.shift.valid() && (p.causal || p.left >= 0 || p.right >= 0) ? j0 - pr.shift : j0;
   Value lo = zero;
   if (p.causal)
-    lo = j0;
+    lo = jd;
   if (p.right >= 0)
-    lo = maximum(lo, j0 - p.right);
+    lo = maximum(lo, jd - p.right);
   lo = maximum(lo, zero) / bq * bq;
   Value hi = pr.q_valid;
   if (p.left >= 0)
-    hi = minimum(hi, j0 + (bkv + p.left));
+    hi = minimum(hi, jd + (bkv + p.left));
   if (p.kv_lengths)
     hi = where(j0 < pr.kv_valid, hi, zero);
   Value hiCeil = maximum((hi + (bq - 1)) / bq * bq, lo);
@@ -270,13 +381,13 @@ Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {
   // right side), not past its first key's left limit; keys past a kv length are masked.
   Value innerLo = lo;
   if (p.causal)
-    innerLo = maximum(innerLo, j0 + (bkv - 1));
+    innerLo = maximum(innerLo, jd + (bkv - 1));
   if (p.right >= 0)
-    innerLo = maximum(innerLo, j0 + (bkv - 1 - p.right));
+    innerLo = maximum(innerLo, jd + (bkv - 1 - p.right));
   innerLo = (maximum(innerLo, zero) + (bq - 1)) / bq * bq;
   Value innerHi = hiCeil;
   if (p.left >= 0)
-    innerHi = minimum(innerHi, (j0 + (p.left + 1)) / bq * bq);
+    innerHi = minimum(innerHi, (pr.shift.valid() ? maximum(jd + (p.left + 1), zero) : jd + (p.left + 1)) / bq * bq);
   if (p.kv_lengths)
     innerHi = where(j0 + bkv <= pr.kv_valid, innerHi, lo);
   Value e = minimum(maximum(innerLo, lo), hiCeil);
@@ -337,8 +448,9 @@ Carried walkAsync(Program &pr, const Range &r, int64_t step, Carried carried, co
     Carried blocks;
     for (int64_t i = 0; i < n; ++i) {
       const BlockSource &src = sources[i];
+      const RowBlock at = src.query_side ? query_rows(pr, r0) : key_rows(pr, r0);
       blocks.push_back(
-          src.t.load_async({pr.b, r0, src.head, 0}, {1, src.rows, 1, padded_head_dim(src.dim)}, buffers[i], slot));
+          src.t.load_async({at.b, at.r0, src.head, 0}, {1, src.rows, 1, padded_head_dim(src.dim)}, buffers[i], slot));
     }
     return blocks;
   };
@@ -385,7 +497,8 @@ Carried walk_blocks(Program &pr, const Range &r, int64_t step, Carried carried, 
                     const BlockBody &body) {
   auto load = [&](size_t i, Value r0) {
     const BlockSource &src = sources[i];
-    return load_rows(pr.s, src.t, pr.b, r0, src.head, src.dim, src.rows);
+    return load_rows(pr.s, src.t, src.query_side ? query_rows(pr, r0) : key_rows(pr, r0), src.head, src.dim,
+                     src.rows);
   };
   if (pr.s.async_copy)
     return walkAsync(pr, r, step, std::move(carried), sources,

@@ -39,9 +39,13 @@ struct Operands {
 /// heads_major [B N, T, H], ...: a head's rows per batch).
 Operands declare_operands(Kernel &k, const Problem &p, bool rows = false);
 
+/// Whose rows an operand holds: queries (q, out, dout, dq: T of them per batch row, or
+/// total_q packed) or keys (k, v, dk, dv: S, or total_kv).
+enum class RowSide : uint8_t { Queries, Keys };
 /// A [B, rows, heads, dim] operand of the kernel (q, k, v, out and their gradients), in
-/// the problem's layout: its memory [B, heads, rows, dim] where heads_major (strided).
-TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, int64_t rows, int64_t heads, int64_t dim,
+/// the problem's layout: its memory [B, heads, rows, dim] where heads_major (strided);
+/// packed, [1, total, heads, dim].
+TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, RowSide side, int64_t heads, int64_t dim,
                        bool output = false);
 
 /// One program's view of the call: its batch row and the valid lengths (i32 scalars).
@@ -53,14 +57,44 @@ struct Program {
   Value b;        ///< batch row
   Value q_valid;  ///< min(q_seq_length, T), or T
   Value kv_valid; ///< min(kv_seq_length, S), or S
+  /// Packed (Problem::varlen): the sequence's first rows in q and k (cu_seqlens[b]), and
+  /// the causal / window diagonal's shift kv_valid - q_valid (query i's diagonal key).
+  Value q_first, kv_first, shift;
 };
 Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
+
+/// A packed sequence's first row and valid length (at most `max`) from its cu_seqlens
+/// array [B + 1] (i32 scalars).
+struct PackedRows {
+  Value first, valid;
+};
+PackedRows packed_rows(Kernel &k, const TensorArg &cu_seqlens, const Value &b, int64_t max);
+
+/// Where a block of rows of a [B, R, heads, dim] operand (q, k, v, out and their
+/// gradients) starts: batch index b and row r0. Packed ([1, total, heads, dim]): b = 0,
+/// r0 from the sequence's first row, and `end` its last row + 1: stores write no row
+/// from there on (the next sequence's), row-vector loads read padding there.
+struct RowBlock {
+  Value b, r0;
+  Value end;  ///< packed only
+};
+/// Query rows from t0 (q, out, dout, dq; lse and delta) and key rows from j0 (k, v, dk,
+/// dv) of the program's sequence.
+RowBlock query_rows(const Program &pr, const Value &t0);
+RowBlock key_rows(const Program &pr, const Value &j0);
+/// Query rows from t0 of batch row b outside a Program (the delta kernel): packed with
+/// the sequence `packed` gives (its valid rows from t0 on).
+RowBlock query_rows(const Problem &p, const Value &b, const Value &t0, const std::optional<PackedRows> &packed);
 
 /// Rows [r0, r0 + rows) of head `head` of a [B, R, heads, dim] tensor, as chunks
 /// (elements outside read as 0); in the compute dtype for Fma products.
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, int64_t dim,
                  int64_t rows);
 void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c);
+/// The same at a RowBlock: loads read past a packed sequence's end (the rows a block
+/// reaches there are masked by the scores), stores stop there.
+Chunks load_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, int64_t dim, int64_t rows);
+void store_rows(Kernel &k, const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c);
 /// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
@@ -76,6 +110,10 @@ Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Ch
 /// A [rows] vector of a [B, N, T] tensor at (b, n, t0).
 Value load_row_vector(const TensorArg &t, Value b, Value n, Value t0, int64_t rows, double padding);
 void store_row_vector(const TensorArg &t, Value b, Value n, Value t0, const Value &v);
+/// The same at a RowBlock of query rows (packed: [1, N, total_q], rows from `end` on
+/// read `padding` and are not written).
+Value load_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n, int64_t rows, double padding);
+void store_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n, const Value &v);
 
 struct Scores {
   Value log2;     ///< logits in log2 units, -inf where masked
@@ -149,6 +187,7 @@ struct BlockSource {
   TensorArg t;
   Value head;
   int64_t dim, rows;
+  bool query_side = false;  ///< rows of q / dout (query_rows), else of k / v (key_rows)
 };
 /// Block i of a step, as load_rows gives it (one chunk per product operand).
 using Blocks = std::function<Chunks(size_t)>;

@@ -185,8 +185,12 @@ Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const
   return g;
 }
 
-std::map<std::string, std::string> attributes(const char *op, const Geometry &g, const AttentionOptions &o) {
-  double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(g.H));
+} // namespace
+
+namespace attention_detail {
+
+std::map<std::string, std::string> attention_attributes(const char *op, int64_t H, const AttentionOptions &o) {
+  double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(H));
   if (!std::isfinite(scale))
     throw Error(fmt::format("{}: scale must be finite, got {}", op, scale));
   std::map<std::string, std::string> a{{"scale", fmt::format("{}", scale)}, {"is_causal", o.is_causal ? "1" : "0"}};
@@ -206,11 +210,19 @@ std::map<std::string, std::string> attributes(const char *op, const Geometry &g,
   // The VJP's alone (the forward is deterministic either way), and printed only when
   // false: every deterministic call's attributes (cache, autotuning and export keys) are
   // what they were before the option.
-  if (!o.deterministic && std::string_view(op) == "attention_vjp")
+  if (!o.deterministic && std::string_view(op).ends_with("_vjp"))
     a.emplace("deterministic", "0");
   if (headsMajor(o.layout))  // likewise printed only where it is not the default
     a.emplace("layout", "bnth");
   return a;
+}
+
+} // namespace attention_detail
+
+namespace {
+
+std::map<std::string, std::string> attributes(const char *op, const Geometry &g, const AttentionOptions &o) {
+  return attention_detail::attention_attributes(op, g.H, o);
 }
 
 /// The "layout" attribute (absent: BTNH).
@@ -223,8 +235,10 @@ AttentionLayout layoutOf(const BoundArgs &b) {
   return AttentionLayout::BNTH;
 }
 
+} // namespace
+
 /// Options as a bound call records them (for Op::validate's round trip).
-AttentionOptions optionsOf(const BoundArgs &b) {
+AttentionOptions attention_detail::attention_options_of(const BoundArgs &b) {
   AttentionOptions o;
   o.scale = b.float_attribute("scale");
   o.is_causal = b.int_attribute("is_causal") != 0;
@@ -242,6 +256,10 @@ AttentionOptions optionsOf(const BoundArgs &b) {
   o.layout = layoutOf(b);
   return o;
 }
+
+namespace {
+
+AttentionOptions optionsOf(const BoundArgs &b) { return attention_detail::attention_options_of(b); }
 
 const std::vector<std::string> kForwardArgs{"q", "k", "v", "bias", "mask", "q_seq_lengths", "kv_seq_lengths",
                                             "sinks", "out", "lse"};
@@ -304,6 +322,21 @@ BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions 
 
 namespace attention_detail {
 
+void read_attributes(const BoundArgs &b, DType dtype, Problem &p) {
+  p.dtype = dtype;
+  p.compute = computeOf(dtype);
+  p.scale = b.float_attribute("scale");
+  p.causal = b.int_attribute("is_causal") != 0;
+  if (b.attributes.count("window_left"))
+    p.left = b.int_attribute("window_left");
+  if (b.attributes.count("window_right"))
+    p.right = b.int_attribute("window_right");
+  if (b.attributes.count("logits_soft_cap"))
+    p.softcap = b.float_attribute("logits_soft_cap");
+  if (b.attributes.count("deterministic"))
+    p.deterministic = b.int_attribute("deterministic") != 0;
+}
+
 Problem problem_of(const BoundArgs &b) {
   Problem p;
   p.vjp = b.op == "attention_vjp";
@@ -317,18 +350,7 @@ Problem problem_of(const BoundArgs &b) {
   const auto [seq, heads] = seqHeadsDims(nb, p.heads_major);
   p.T = q.shape[seq], p.N = q.shape[heads], p.H = q.shape[nb + 2];
   p.S = k.shape[seq], p.K = k.shape[heads], p.Hv = v.shape[nb + 2];
-  p.dtype = q.dtype;
-  p.compute = computeOf(q.dtype);
-  p.scale = b.float_attribute("scale");
-  p.causal = b.int_attribute("is_causal") != 0;
-  if (b.attributes.count("window_left"))
-    p.left = b.int_attribute("window_left");
-  if (b.attributes.count("window_right"))
-    p.right = b.int_attribute("window_right");
-  if (b.attributes.count("logits_soft_cap"))
-    p.softcap = b.float_attribute("logits_soft_cap");
-  if (b.attributes.count("deterministic"))
-    p.deterministic = b.int_attribute("deterministic") != 0;
+  read_attributes(b, q.dtype, p);
   auto broadcast = [&](size_t i) -> std::optional<Broadcast> {
     if (!b.has(i))
       return std::nullopt;
@@ -455,8 +477,9 @@ template <class Bind>
 void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
                     Stream &stream, const AttentionOptions &o, Bind &&bind) {
   // Every option joins the key (the tensors are in it already); a new field must join it too.
-  static_assert(sizeof(AttentionOptions) == 224, "AttentionOptions changed: add the new option to the call key");
+  static_assert(sizeof(AttentionOptions) == 272, "AttentionOptions changed: add the new option to the call key");
   key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.deterministic).add(o.local_window.has_value());
+  key.add(o.max_seqlen_q).add(o.max_seqlen_kv);  // (the cu_seqlens tensors are in the key already)
   key.add(static_cast<int64_t>(o.layout));
   if (o.local_window)
     key.add(o.local_window->left).add(o.local_window->right);
@@ -466,6 +489,16 @@ void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, st
 
 void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                            Stream &stream, const AttentionOptions &o, const TensorView *lse) {
+  if (o.cu_seqlens_q || o.cu_seqlens_kv) {
+    TensorView in[] = {q, k, v, viewOf(o.cu_seqlens_q), viewOf(o.cu_seqlens_kv), viewOf(o.sinks)};
+    TensorView outs[] = {out, viewOf(lse)};
+    ops_detail::CallKey key(attention_varlen_op());
+    key.add({&q, &k, &v, o.cu_seqlens_q, o.cu_seqlens_kv, o.sinks, &out, lse});
+    dispatchCached(key, in, outs, stream, o, [&] {
+      return bind_attention_varlen(attention_detail::varlen_specs(q, k, v, out, o, lse), o);
+    });
+    return;
+  }
   TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
                      viewOf(o.sinks)};
   TensorView outs[] = {out, viewOf(lse)};
@@ -478,6 +511,18 @@ void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, cons
                                const TensorView &out, const TensorView &lse, const TensorView &dq, const TensorView &dk,
                                const TensorView &dv, Stream &stream, const AttentionOptions &o,
                                const TensorView *dbias, const TensorView *dsinks) {
+  if (o.cu_seqlens_q || o.cu_seqlens_kv) {
+    attention_detail::check_varlen_dbias(dbias);
+    TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.cu_seqlens_q), viewOf(o.cu_seqlens_kv), viewOf(o.sinks)};
+    TensorView outs[] = {dq, dk, dv, viewOf(dsinks)};
+    ops_detail::CallKey key(attention_varlen_vjp_op());
+    key.add({&dout, &q, &k, &v, &out, &lse, o.cu_seqlens_q, o.cu_seqlens_kv, o.sinks, &dq, &dk, &dv, dsinks});
+    dispatchCached(key, in, outs, stream, o, [&] {
+      return bind_attention_varlen_vjp(attention_detail::varlen_vjp_specs(dout, q, k, v, out, lse, dq, dk, dv, o, dsinks),
+                                       o);
+    });
+    return;
+  }
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
                      viewOf(o.kv_seq_lengths), viewOf(o.sinks)};
   TensorView outs[] = {dq, dk, dv, viewOf(dbias), viewOf(dsinks)};
@@ -491,6 +536,13 @@ void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, cons
 
 void dot_product_attention_host(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                                 const AttentionOptions &o, const TensorView *lse) {
+  if (o.cu_seqlens_q || o.cu_seqlens_kv) {
+    BoundArgs b = bind_attention_varlen(attention_detail::varlen_specs(q, k, v, out, o, lse), o);
+    TensorView in[] = {q, k, v, *o.cu_seqlens_q, *o.cu_seqlens_kv, viewOf(o.sinks)};
+    TensorView outs[] = {out, viewOf(lse)};
+    dispatchHost(attention_varlen_op(), b, in, outs, o);
+    return;
+  }
   BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
   TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
                      viewOf(o.sinks)};
@@ -502,6 +554,15 @@ void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q,
                                     const TensorView &v, const TensorView &out, const TensorView &lse,
                                     const TensorView &dq, const TensorView &dk, const TensorView &dv,
                                     const AttentionOptions &o, const TensorView *dbias, const TensorView *dsinks) {
+  if (o.cu_seqlens_q || o.cu_seqlens_kv) {
+    attention_detail::check_varlen_dbias(dbias);
+    BoundArgs b = bind_attention_varlen_vjp(
+        attention_detail::varlen_vjp_specs(dout, q, k, v, out, lse, dq, dk, dv, o, dsinks), o);
+    TensorView in[] = {dout, q, k, v, out, lse, *o.cu_seqlens_q, *o.cu_seqlens_kv, viewOf(o.sinks)};
+    TensorView outs[] = {dq, dk, dv, viewOf(dsinks)};
+    dispatchHost(attention_varlen_vjp_op(), b, in, outs, o);
+    return;
+  }
   BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias, dsinks), o);
   TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
                      viewOf(o.kv_seq_lengths), viewOf(o.sinks)};

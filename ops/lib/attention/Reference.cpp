@@ -38,6 +38,8 @@ struct ReferenceConfig : BlockConfig {
 };
 
 std::optional<std::string> Reference::why_not(const Problem &p) {
+  if (auto no = varlen_why_not(p))
+    return no;
   if (auto no = grid_why_not(p))
     return no;
   // The logits (and, for the VJP, dS) buffers: refuse what no GPU could hold.
@@ -215,8 +217,8 @@ Kernel output_kernel(const KernelSpec &s) {
   Kernel k(s.name(), kernel_options(s));
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
-  TensorArg v = rows_operand(k, p, "v", p.S, p.K, p.Hv);
-  TensorArg out = rows_operand(k, p, "out", p.T, p.N, p.Hv, /*output=*/true);
+  TensorArg v = rows_operand(k, p, "v", RowSide::Keys, p.K, p.Hv);
+  TensorArg out = rows_operand(k, p, "out", RowSide::Queries, p.N, p.Hv, /*output=*/true);
   k.grid(cdiv(p.T, bt), p.N, p.B);
   Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
   Value rowLse = load_row_vector(lse, b, n, t0, bt, INFINITY).expand(1);
@@ -235,8 +237,8 @@ Kernel ref_ds_kernel(const KernelSpec &s) {
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg delta = k.input("delta", p.compute, {p.B, p.N, p.T});
-  TensorArg dout = rows_operand(k, p, "dout", p.T, p.N, p.Hv);
-  TensorArg v = rows_operand(k, p, "v", p.S, p.K, p.Hv);
+  TensorArg dout = rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv);
+  TensorArg v = rows_operand(k, p, "v", RowSide::Keys, p.K, p.Hv);
   TensorArg ds = k.output("ds", p.compute, squareShape(p));
   k.grid(cdiv(p.T, bt) * cdiv(p.S, bs), p.N, p.B);
   auto [t0, j0] = blockPair(k, p, bt, bs);
@@ -258,8 +260,8 @@ Kernel ref_dq_kernel(const KernelSpec &s) {
   const int64_t bt = s.block_q, bs = s.block_kv;
   Kernel k(s.name(), kernel_options(s));
   TensorArg ds = k.input("ds", p.compute, squareShape(p));
-  TensorArg kt = rows_operand(k, p, "k", p.S, p.K, p.H);
-  TensorArg dq = rows_operand(k, p, "dq", p.T, p.N, p.H, /*output=*/true);
+  TensorArg kt = rows_operand(k, p, "k", RowSide::Keys, p.K, p.H);
+  TensorArg dq = rows_operand(k, p, "dq", RowSide::Queries, p.N, p.H, /*output=*/true);
   k.grid(cdiv(p.T, bt), p.N, p.B);
   Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
   Chunks acc = k.loop(0, p.S, bs, zero_rows(s, k, bt, p.H), [&](Value j0, Carried c) {
@@ -276,10 +278,10 @@ Kernel ref_dkdv_kernel(const KernelSpec &s) {
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg ds = k.input("ds", p.compute, squareShape(p));
-  TensorArg qt = rows_operand(k, p, "q", p.T, p.N, p.H);
-  TensorArg dout = rows_operand(k, p, "dout", p.T, p.N, p.Hv);
-  TensorArg dk = rows_operand(k, p, "dk", p.S, p.K, p.H, /*output=*/true);
-  TensorArg dv = rows_operand(k, p, "dv", p.S, p.K, p.Hv, /*output=*/true);
+  TensorArg qt = rows_operand(k, p, "q", RowSide::Queries, p.N, p.H);
+  TensorArg dout = rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv);
+  TensorArg dk = rows_operand(k, p, "dk", RowSide::Keys, p.K, p.H, /*output=*/true);
+  TensorArg dv = rows_operand(k, p, "dv", RowSide::Keys, p.K, p.Hv, /*output=*/true);
   k.grid(cdiv(p.S, bs), p.K, p.B);
   Value j0 = k.program_id(0) * bs, h = k.program_id(1), b = k.program_id(2);
   Chunks dk0 = zero_rows(s, k, bs, p.H), dv0 = zero_rows(s, k, bs, p.Hv);

@@ -194,6 +194,52 @@ TEST_CASE("capi: attention and its VJP on the interpreter are bitwise the C++ ho
   }
 }
 
+TEST_CASE("capi: packed attention (attention_varlen) and its VJP are bitwise the C++ host calls",
+          "[capi][attention][varlen]") {
+  // Three sequences (query lengths 3, 0, 6; key lengths 5, 2, 4) packed, GQA, causal
+  // (bottom-right), sinks.
+  CTensor q = CTensor::random(DType::F32, {9, 4, 16}, 31, 0.05, 1.0), k = CTensor::random(DType::F32, {11, 2, 16}, 32, 0.05, 1.0),
+         v = CTensor::random(DType::F32, {11, 2, 16}, 33, 0.05, 1.0), sinks = CTensor::random(DType::F32, {4}, 34, 0.05, 1.0);
+  CTensor cuQ = CTensor::of(DType::I32, {4}, {0, 3, 3, 9}), cuKv = CTensor::of(DType::I32, {4}, {0, 5, 7, 11});
+  const char *options = R"({"is_causal": true, "max_seqlen_q": 6, "max_seqlen_kv": 5})";
+  auto inputs = descs({&q, &k, &v, &cuQ, &cuKv, &sinks});
+  Call call = make_call("attention_varlen", inputs, options);
+  auto out = runOutputs(call.get(), inputs);
+  REQUIRE(out[1]);
+  CHECK(out[0]->shape == std::vector<int64_t>{9, 4, 16});
+  CHECK(out[1]->shape == std::vector<int64_t>{4, 9});
+
+  TensorView cuQv = cuQ.view(), cuKvv = cuKv.view(), sinksView = sinks.view();
+  AttentionOptions o{.is_causal = true, .sinks = &sinksView, .cu_seqlens_q = &cuQv, .cu_seqlens_kv = &cuKvv,
+                     .max_seqlen_q = 6, .max_seqlen_kv = 5};
+  CTensor ref(DType::F32, {9, 4, 16}), lse(DType::F32, {4, 9});
+  TensorView lv = lse.view();
+  dot_product_attention_host(q.view(), k.view(), v.view(), ref.view(), o, &lv);
+  CHECK(out[0]->same_bits(ref));
+  CHECK(out[1]->same_bits(lse));
+
+  CTensor dout = CTensor::random(DType::F32, {9, 4, 16}, 35, 0.05, 1.0);
+  auto vjpInputs = descs({&dout, &q, &k, &v, &ref, &lse, &cuQ, &cuKv, &sinks});
+  Call vjp = make_call("attention_varlen_vjp", vjpInputs, options);
+  auto grads = runOutputs(vjp.get(), vjpInputs);
+  REQUIRE(grads.size() == 4);
+  REQUIRE(grads[3]);
+  CTensor dq(DType::F32, {9, 4, 16}), dk(DType::F32, {11, 2, 16}), dv(DType::F32, {11, 2, 16}), dsinks(DType::F32, {4});
+  TensorView dsv = dsinks.view();
+  dot_product_attention_vjp_host(dout.view(), q.view(), k.view(), v.view(), ref.view(), lse.view(), dq.view(), dk.view(),
+                                 dv.view(), o, nullptr, &dsv);
+  CHECK(grads[0]->same_bits(dq));
+  CHECK(grads[1]->same_bits(dk));
+  CHECK(grads[2]->same_bits(dv));
+  CHECK(grads[3]->same_bits(dsinks));
+
+  // max_seqlen_q is required; it names the option.
+  tkx_call *none = nullptr;
+  CHECK(tkx_call_create("attention_varlen", inputs.data(), int32_t(inputs.size()), R"({"max_seqlen_kv": 5})", &none) ==
+        TKX_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(tkx_last_error()), Catch::Contains("max_seqlen_q"));
+}
+
 TEST_CASE("capi: gated_linear_unit, ragged_dot and the cross-entropies are bitwise their host twins", "[capi]") {
   SECTION("gated_linear_unit") {
     CTensor x = CTensor::random(DType::F32, {5, 8}, 21, 0.05, 1.0), w = CTensor::random(DType::F32, {8, 2, 6}, 22, 0.05, 1.0);
@@ -306,7 +352,7 @@ TEST_CASE("capi: version, struct sizes, op names and arguments", "[capi]") {
 
   const std::string names = tkx_op_names();
   for (const char *op : {"layer_norm\n", "layer_norm_vjp\n", "rms_norm\n", "rms_norm_vjp", "attention\n",
-                         "attention_vjp\n", "gated_linear_unit\n", "ragged_dot_vjp\n",
+                         "attention_vjp\n", "attention_varlen\n", "attention_varlen_vjp\n", "gated_linear_unit\n", "ragged_dot_vjp\n",
                          "linear_softmax_cross_entropy_loss_vjp\n", "softmax_cross_entropy\n", "paged_attention\n",
                          "paged_kv_append\n"})
     CHECK_THAT(names, Catch::Contains(op));

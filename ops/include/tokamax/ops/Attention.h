@@ -29,6 +29,23 @@
 // follow from that lse unchanged; dsinks[n] = -sum over batch rows and queries of
 // exp(sinks[n] - lse) * delta (delta = rowsum(dout * out)), summed in a fixed order.
 //
+// Packed variable-length batches (AttentionOptions::cu_seqlens_q / cu_seqlens_kv, both
+// or neither; int32 [B + 1] with 0 = cu[0] <= cu[1] <= ... <= cu[B] = total): B sequences
+// packed without padding, sequence b's queries the rows [cu_q[b], cu_q[b + 1]) and its
+// keys the rows [cu_kv[b], cu_kv[b + 1]):
+//   q [total_q, N, H], k [total_kv, K, H], v [total_kv, K, Hv] -> out [total_q, N, Hv],
+//   lse [N, total_q] (f32; f64 for f64).
+// max_seqlen_q / max_seqlen_kv (required with them) bound every sequence's lengths: they
+// size the grid, so a longer sequence is the caller's error (rows past the bound are
+// neither computed nor written; the interpreter checks it). is_causal and local_window
+// align each sequence's last query with its last key, as FlashAttention does: key j is
+// visible to query i when j <= i + (kv_len - q_len) (and within the window of that
+// diagonal). A sequence attends only its own keys; a query row that sees no key gives
+// out = 0 and lse = +inf as above (with sinks: lse = sinks[n]). Not with bias, mask,
+// q_seq_lengths / kv_seq_lengths or the BNTH layout. Served by "tile" and "chunked"
+// (the others refuse with the reason); the ops are "attention_varlen" and
+// "attention_varlen_vjp" (below).
+//
 // bias and mask broadcast to [B..., N, T, S]: each of (all batch dims together), N, T, S
 // may be 1. The residual lse (log-sum-exp of each row's logits) is f32 (f64 for f64
 // inputs) [B..., N, T].
@@ -100,6 +117,11 @@ struct TOKAMAX_API AttentionOptions {
   const TensorView *q_seq_lengths = nullptr;   ///< int32 [B...]
   const TensorView *kv_seq_lengths = nullptr;  ///< int32 [B...]
   const TensorView *sinks = nullptr;           ///< f32 [N]: one extra logit per query head
+  /// Packed variable-length sequences (see the header comment): int32 [B + 1] each,
+  /// both or neither, with max_seqlen_q / max_seqlen_kv (>= every sequence's length).
+  const TensorView *cu_seqlens_q = nullptr;
+  const TensorView *cu_seqlens_kv = nullptr;
+  std::optional<int64_t> max_seqlen_q, max_seqlen_kv;
   /// The VJP: reruns give the same bits (see the header comment). false lets the hopper
   /// VJP's opt-in fused dq add in any order; the forward and every other VJP ignore it.
   bool deterministic = true;
@@ -109,7 +131,8 @@ struct TOKAMAX_API AttentionOptions {
   std::optional<Config> config;
 };
 
-// ---- Device tensors, launched on `stream` (asynchronous). ----
+// ---- Device tensors, launched on `stream` (asynchronous). With options.cu_seqlens_q /
+// cu_seqlens_kv a call is a packed one (attention_varlen / attention_varlen_vjp). ----
 
 /// out (and, when lse is given, the residual the VJP takes).
 TOKAMAX_API void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v,
@@ -151,6 +174,11 @@ TOKAMAX_API void dot_product_attention_vjp_host(const TensorView &dout, const Te
 // attention_vjp also "deterministic" (present only when false: "0"); both "layout" (present
 // only for BNTH: "bnth").
 
+//   attention_varlen:     q, k, v, cu_seqlens_q, cu_seqlens_kv, sinks? | out, lse?
+//   attention_varlen_vjp: dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, sinks? |
+//                         dq, dk, dv, dsinks?
+// with attention's attributes (no "layout") and "max_seqlen_q", "max_seqlen_kv".
+
 /// The specs of one call (bias / mask / lengths / lse / dbias / sinks / dsinks optional).
 /// sinks and dsinks are the last fields (not in argument order), so that aggregate
 /// initializers written before they existed still mean what they meant.
@@ -169,13 +197,37 @@ struct TOKAMAX_API AttentionVjpSpecs {
   std::optional<ArgSpec> sinks, dsinks;
 };
 
+/// A packed variable-length call's specs (q, k, v, out as [total, heads, dim]).
+struct TOKAMAX_API AttentionVarlenSpecs {
+  ArgSpec q, k, v, cu_seqlens_q, cu_seqlens_kv;
+  std::optional<ArgSpec> sinks;
+  ArgSpec out;
+  std::optional<ArgSpec> lse;
+};
+struct TOKAMAX_API AttentionVarlenVjpSpecs {
+  ArgSpec dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv;
+  std::optional<ArgSpec> sinks;
+  ArgSpec dq, dk, dv;
+  std::optional<ArgSpec> dsinks;
+};
+
 TOKAMAX_API const Op &attention_op();
 TOKAMAX_API const Op &attention_vjp_op();
+TOKAMAX_API const Op &attention_varlen_op();
+TOKAMAX_API const Op &attention_varlen_vjp_op();
 
 /// Binds a call from specs (options' tensors and implementation are ignored: the specs
 /// say which optional tensors there are); throws Error naming the bad argument.
 TOKAMAX_API BoundArgs bind_attention(const AttentionSpecs &specs, const AttentionOptions &options = {});
 TOKAMAX_API BoundArgs bind_attention_vjp(const AttentionVjpSpecs &specs, const AttentionOptions &options = {});
+/// The same for packed sequences (options' max_seqlen_q / max_seqlen_kv are required;
+/// its tensors are ignored: the specs say which there are).
+TOKAMAX_API BoundArgs bind_attention_varlen(const AttentionVarlenSpecs &specs, const AttentionOptions &options);
+TOKAMAX_API BoundArgs bind_attention_varlen_vjp(const AttentionVarlenVjpSpecs &specs,
+                                                const AttentionOptions &options);
+
+/// The residual's spec of a packed call, q [total_q, N, H]: f32 (f64) [N, total_q].
+TOKAMAX_API ArgSpec attention_varlen_lse_spec(const ArgSpec &q);
 
 /// The residual's spec for q [B..., T, N, H] (BNTH: [B..., N, T, H]): f32 (f64 for f64
 /// q) [B..., N, T].

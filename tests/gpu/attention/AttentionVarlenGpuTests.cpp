@@ -1,0 +1,177 @@
+// GPU numerics of packed variable-length attention (AttentionOptions::cu_seqlens_q /
+// cu_seqlens_kv): each case's batch runs padded (dense attention with q_seq_lengths /
+// kv_seq_lengths, checked against float64) and packed (the same rows without padding,
+// same implementation and config). Where each sequence's causal diagonal is the padded
+// one's (no mask, or q_len == kv_len) every packed row must equal its padded row bit for
+// bit: out, lse, dq, dk, dv. Every packed output starts as NaN, so an unwritten row or one
+// written across a sequence's end shows.
+#include <catch2/catch.hpp>
+
+#include "common/DeviceRuns.h"
+
+#include "unit/attention/AttentionTestCase.h"
+
+#include <tokamax/ops/Attention.h>
+#include <tokamax/runtime/Device.h>
+#include <tokamax/runtime/Stream.h>
+#include <tokamax/runtime/Tensor.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace tokamax;
+using namespace attention_test;
+
+namespace {
+
+using gpu_test::upload;
+
+HostBuffer download(const Tensor &t) {
+  HostBuffer h(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+  t.copy_to_host(h.bytes(), h.nbytes());
+  return h;
+}
+
+/// The rows of a [B, rows, ...] buffer that each batch row's length keeps, packed.
+HostBuffer packRows(const HostBuffer &b, const std::vector<int32_t> &lengths) {
+  const int64_t rows = b.shape[1], rowBytes = int64_t(b.nbytes()) / (b.shape[0] * rows);
+  int64_t total = 0;
+  for (int32_t l : lengths)
+    total += l;
+  std::vector<int64_t> shape(b.shape.begin() + 1, b.shape.end());
+  shape[0] = total;
+  HostBuffer packed(b.dtype, shape);
+  int64_t at = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    std::memcpy(packed.bytes() + at * rowBytes, b.bytes() + int64_t(i) * rows * rowBytes, size_t(lengths[i] * rowBytes));
+    at += lengths[i];
+  }
+  return packed;
+}
+
+/// lse [B, N, T] padded -> [N, total] of the rows the lengths keep.
+HostBuffer packLse(const HostBuffer &b, const std::vector<int32_t> &lengths) {
+  const int64_t n = b.shape[1], t = b.shape[2];
+  int64_t total = 0;
+  for (int32_t l : lengths)
+    total += l;
+  HostBuffer packed(b.dtype, {n, total});
+  const size_t bytes = tokamax::dtype_size(b.dtype);
+  for (int64_t head = 0; head < n; ++head) {
+    int64_t at = 0;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      std::memcpy(packed.bytes() + (head * total + at) * bytes, b.bytes() + ((int64_t(i) * n + head) * t) * bytes,
+                  size_t(lengths[i]) * bytes);
+      at += lengths[i];
+    }
+  }
+  return packed;
+}
+
+HostBuffer cumulative(const std::vector<int32_t> &lengths) {
+  std::vector<double> cu{0};
+  for (int32_t l : lengths)
+    cu.push_back(cu.back() + l);
+  return HostBuffer(DType::I32, {int64_t(cu.size())}, cu);
+}
+
+void checkSameBits(const char *what, const HostBuffer &packed, const HostBuffer &padded) {
+  INFO(what);
+  REQUIRE(packed.shape == padded.shape);
+  int64_t differing = 0, first = -1;
+  for (int64_t i = 0; i < packed.numel(); ++i)
+    if (std::memcmp(packed.element(i), padded.element(i), tokamax::dtype_size(packed.dtype)) != 0)
+      first = first < 0 ? i : first, ++differing;
+  INFO(differing << " elements differ; the first at " << first << ": packed " << (first >= 0 ? packed.at(first) : 0)
+                 << ", padded " << (first >= 0 ? padded.at(first) : 0));
+  CHECK(differing == 0);
+}
+
+void checkCase(const Case &c, Stream &stream) {
+  const Dims &d = c.dims;
+  CaseData data = makeData(c);
+  // The padded call against float64.
+  Outputs ref = Reference(d, c.options, data.inputs).run(hostThreads());
+  Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v), dout = upload(data.dout);
+  Tensor ql = upload(*data.q_lengths), kvl = upload(*data.kv_lengths);
+  AttentionOptions padded = apiOptions(c, nullptr, nullptr, &ql.view(), &kvl.view(), nullptr);
+  Tensor out = upload(HostBuffer(c.dtype, d.outShape())), lse = upload(HostBuffer(lseDtype(c.dtype), d.lseShape()));
+  Tensor dq = upload(HostBuffer(c.dtype, d.qShape())), dk = upload(HostBuffer(c.dtype, d.kShape())),
+         dv = upload(HostBuffer(c.dtype, d.vShape()));
+  dot_product_attention(q, k, v, out, stream, padded, &lse.view());
+  dot_product_attention_vjp(dout, q, k, v, out, lse, dq, dk, dv, stream, padded);
+  stream.synchronize();
+  Results results;
+  HostBuffer hOut = download(out), hLse = download(lse), hDq = download(dq), hDk = download(dk), hDv = download(dv);
+  results.out = hOut.values(), results.lse = hLse.values(), results.dq = hDq.values(), results.dk = hDk.values(),
+  results.dv = hDv.values();
+  checkResults(c, ref, results, &data.inputs);
+
+  // The same rows packed.
+  const std::vector<int32_t> &lq = c.q_lengths, &lk = c.kv_lengths;
+  Tensor pq = upload(packRows(data.q, lq)), pk = upload(packRows(data.k, lk)), pv = upload(packRows(data.v, lk)),
+         pdout = upload(packRows(data.dout, lq)), cuQ = upload(cumulative(lq)), cuKv = upload(cumulative(lk));
+  AttentionOptions packed = apiOptions(c, nullptr, nullptr, nullptr, nullptr, nullptr);
+  packed.cu_seqlens_q = &cuQ.view(), packed.cu_seqlens_kv = &cuKv.view();
+  packed.max_seqlen_q = d.t, packed.max_seqlen_kv = d.s;
+  HostBuffer refOut = packRows(hOut, lq), refLse = packLse(hLse, lq), refDq = packRows(hDq, lq),
+             refDk = packRows(hDk, lk), refDv = packRows(hDv, lk);
+  Tensor pout = upload(HostBuffer(c.dtype, refOut.shape)), plse = upload(HostBuffer(lseDtype(c.dtype), refLse.shape));
+  Tensor pdq = upload(HostBuffer(c.dtype, refDq.shape)), pdk = upload(HostBuffer(c.dtype, refDk.shape)),
+         pdv = upload(HostBuffer(c.dtype, refDv.shape));
+  dot_product_attention(pq, pk, pv, pout, stream, packed, &plse.view());
+  dot_product_attention_vjp(pdout, pq, pk, pv, pout, plse, pdq, pdk, pdv, stream, packed);
+  stream.synchronize();
+  checkSameBits("out", download(pout), refOut);
+  checkSameBits("lse", download(plse), refLse);
+  checkSameBits("dq", download(pdq), refDq);
+  checkSameBits("dk", download(pdk), refDk);
+  checkSameBits("dv", download(pdv), refDv);
+}
+
+} // namespace
+
+TEST_CASE("attention varlen on the device: packed rows equal the padded call's bit for bit", "[gpu][attention][varlen]") {
+  Device &device = Device::get();
+  if (!attention_op().implementation("tile").supported_on(device)) {
+    WARN("skipped: the tile attention kernels need sm_80+, this GPU is " << device.arch());
+    return;
+  }
+  Stream stream = Stream::create(device);
+  // Lengths with an empty sequence, one row, rows not multiples of the blocks, several
+  // blocks; GQA; head dims 64 and 128 (Hv 64); tile's heuristic and its ring config;
+  // chunked in f32. Causal cases have q_len == kv_len (the diagonal both calls share).
+  struct Shape {
+    const char *impl;
+    DType dtype;
+    int64_t h, hv;
+    bool causal;
+    std::vector<int32_t> lq, lk;
+  };
+  const std::vector<Shape> shapes = {
+      {"tile", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}},
+      {"tile", DType::BF16, 64, 64, true, {1000, 0, 37, 1, 513}, {1000, 0, 37, 1, 513}},
+      {"tile", DType::F16, 128, 64, true, {129, 700, 64}, {129, 700, 64}},
+      {"tile", DType::BF16, 128, 128, false, {2048, 300}, {1500, 2048}},
+      {"chunked", DType::F32, 64, 64, true, {77, 200, 3}, {77, 200, 3}},
+  };
+  uint64_t seed = 9100;
+  for (const Shape &s : shapes) {
+    Case c;
+    c.implementation = s.impl;
+    c.dtype = s.dtype;
+    c.dims = {.batch = {int64_t(s.lq.size())},
+              .t = *std::max_element(s.lq.begin(), s.lq.end()),
+              .s = *std::max_element(s.lk.begin(), s.lk.end()),
+              .n = 8,
+              .k = 2,
+              .h = s.h,
+              .hv = s.hv};
+    c.options.is_causal = s.causal;
+    c.q_lengths = s.lq, c.kv_lengths = s.lk;
+    c.seed = seed++;
+    DYNAMIC_SECTION(describe(c)) { checkCase(c, stream); }
+  }
+}
