@@ -19,12 +19,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -589,8 +589,8 @@ TEST_CASE("attention varlen: the ops' arguments and binding round-trip through J
   CHECK_THAT(errorOf([&] { bind_attention_varlen({q, kv, kv, cu, cu, sinks, q, lse}, noMax); }),
              NamesArgument("max_seqlen_q"));
   noMax = o, noMax.max_seqlen_kv.reset();
-  CHECK_THAT(errorOf([&] { bind_attention_varlen_vjp({q, q, kv, kv, q, lse, cu, cu, sinks, q, kv, kv, sinks}, noMax); }),
-             NamesArgument("max_seqlen_kv"));
+  const AttentionVarlenVjpSpecs vjpSpecs{q, q, kv, kv, q, lse, cu, cu, sinks, q, kv, kv, sinks};
+  CHECK_THAT(errorOf([&] { bind_attention_varlen_vjp(vjpSpecs, noMax); }), NamesArgument("max_seqlen_kv"));
   CHECK_THAT(errorOf([&] { bind_attention_varlen({q, kv, kv, spec({3}, DType::I64), cu, sinks, q, lse}, o); }),
              NamesArgument("cu_seqlens_q"));
   CHECK_THAT(errorOf([&] { bind_attention_varlen({q, kv, kv, cu, spec({4}, DType::I32), sinks, q, lse}, o); }),
