@@ -68,6 +68,9 @@
 #               timings beside the heuristic at S1 / S2 / S3, overlap or not, cuDNN from
 #               the same run; and the 8-warp forward with overlap under a causal mask at
 #               S2 / S3
+#   varlen      (named only) packed variable-length attention on the device: each case's
+#               padded call against float64, then its packed call bit for bit equal to it
+#               (tile and chunked, forward and VJP)
 #   heuristics  (named only; run it first next time: about 4 minutes) the heuristics
 #               set from the H200 run without a device check of their own: attention's
 #               heuristic configs against float64 (the causal head-dim-64 forward on two
@@ -227,6 +230,10 @@ if wants ragged; then
   TAIL=8 run ragged-bench-persistent-256 "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":-1}' "${ragged_peers[@]}"
   unset TOKAMAX_EXPERIMENTAL
+fi
+if wants varlen; then
+  t=(timeout -k 10)
+  TAIL=8 run varlen-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
 fi
 if wants heuristics; then
   t=(timeout -k 10)

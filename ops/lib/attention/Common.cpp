@@ -42,11 +42,17 @@ std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_
   return {rows * heads * dim, heads * dim, dim, 1};
 }
 
-std::vector<int64_t> tma_rows_shape(const Problem &p, int64_t rows, int64_t heads, int64_t dim) {
+std::vector<int64_t> tma_rows_shape(const Problem &p, RowSide side, int64_t heads, int64_t dim) {
+  const bool queries = side == RowSide::Queries;
+  if (p.varlen)
+    return {1, queries ? p.total_q : p.total_kv, heads * dim};
+  const int64_t rows = queries ? p.T : p.S;
   if (p.heads_major)
     return {p.B * heads, rows, dim};
   return {p.B, rows, heads * dim};
 }
+
+int64_t flat_row_stats(const Problem &p) { return p.varlen ? p.N * p.total_q : p.B * p.N * p.T; }
 
 double Problem::logits_bytes() const {
   return static_cast<double>(B) * N * T * S * dtype_size(compute);
@@ -296,8 +302,8 @@ std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorV
   const Problem &p = w.p;
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
   if (rows)
-    args = {w.as(q, tma_rows_shape(p, p.T, p.N, p.H)), w.as(k, tma_rows_shape(p, p.S, p.K, p.H)),
-            w.as(v, tma_rows_shape(p, p.S, p.K, p.Hv))};
+    args = {w.as(q, tma_rows_shape(p, RowSide::Queries, p.N, p.H)), w.as(k, tma_rows_shape(p, RowSide::Keys, p.K, p.H)),
+            w.as(v, tma_rows_shape(p, RowSide::Keys, p.K, p.Hv))};
   if (p.bias)
     args.push_back(w.broadcast(optional[0], *p.bias));
   if (p.mask)
@@ -335,7 +341,7 @@ std::vector<int64_t> row_stats_shape(const Problem &p) {
 
 std::optional<std::string> varlen_why_not(const Problem &p) {
   if (p.varlen)
-    return std::string("packed variable-length sequences are served by \"tile\" and \"chunked\"");
+    return std::string("packed variable-length sequences are served by \"hopper\", \"tile\" and \"chunked\"");
   return std::nullopt;
 }
 
@@ -431,9 +437,9 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
     }
   }
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
-  args.emplace_back(hopper ? w.as(dout, tma_rows_shape(p, p.T, p.N, p.Hv)) : w.o(dout));
+  args.emplace_back(hopper ? w.as(dout, tma_rows_shape(p, RowSide::Queries, p.N, p.Hv)) : w.o(dout));
   for (const TensorView &t : {w.rows(lse), deltaView})
-    args.emplace_back(hopper ? w.as(t, {p.B * p.N * p.T}) : t);
+    args.emplace_back(hopper ? w.as(t, {flat_row_stats(p)}) : t);
   // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq
   // program holds 16 x num_warps queries and walks block_kv keys.
   const int64_t held = hopper ? 16 * base.num_warps : 0;

@@ -106,15 +106,22 @@ void check_varlen_dbias(const TensorView *dbias);
 void check_host_cu_seqlens(const Problem &p, const TensorView &cu_seqlens_q, const TensorView &cu_seqlens_kv);
 /// lse and delta as the kernels see them: [B, N, T], or (packed) [1, N, total_q].
 std::vector<int64_t> row_stats_shape(const Problem &p);
-/// Why an implementation other than tile and chunked does not serve a packed call.
+/// Why reference does not serve a packed call (hopper, tile and chunked do).
 std::optional<std::string> varlen_why_not(const Problem &p);
+
+/// Whose rows an operand holds: queries (q, out, dout, dq: T of them per batch row, or
+/// total_q packed) or keys (k, v, dk, dv: S, or total_kv).
+enum class RowSide : uint8_t { Queries, Keys };
 
 /// Strides of a [B, rows, heads, dim] operand (q, k, v, out and their gradients):
 /// row-major, or over [B, heads, rows, dim] memory where heads_major.
 std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_t heads, int64_t dim);
 /// The 3-D view TMA copies of such an operand read, a batch of it per (batch row, head)
-/// rows: [B, rows, heads x dim], or [B x heads, rows, dim] where heads_major.
-std::vector<int64_t> tma_rows_shape(const Problem &p, int64_t rows, int64_t heads, int64_t dim);
+/// rows: [B, rows, heads x dim], or [B x heads, rows, dim] where heads_major; packed
+/// [1, total, heads x dim]. rows: T for the query side, S for the key side.
+std::vector<int64_t> tma_rows_shape(const Problem &p, RowSide side, int64_t heads, int64_t dim);
+/// The flat [B N T] (packed [N total_q]) view of lse and delta the hopper kernels read.
+int64_t flat_row_stats(const Problem &p);
 
 enum class KernelKind : uint8_t {
   FlashForward,  ///< online softmax over KV blocks -> out, lse

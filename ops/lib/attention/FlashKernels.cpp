@@ -213,8 +213,9 @@ Kernel dsinks_reduce_kernel(const KernelSpec &s) {
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
   std::vector<int64_t> statShape = row_stats_shape(p);
   if (rows)
-    statShape = {p.B * p.N * p.T};
-  return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, p.T, p.N, p.Hv)) : rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv),
+    statShape = {flat_row_stats(p)};
+  return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, RowSide::Queries, p.N, p.Hv))
+               : rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv),
           k.input("lse", p.compute, statShape), k.input("delta", p.compute, statShape)};
 }
 
@@ -222,16 +223,21 @@ RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Va
   auto load = [&](const TensorArg &t, double padding) {
     if (t.shape().size() != 1)
       return load_row_vector(pr.k, t, query_rows(pr, t0), n, rows, padding);
-    const Problem &p = pr.p;  // flat [B N T]
+    const Problem &p = pr.p;  // flat [B N T], packed [N total_q]
+    if (p.varlen)
+      return t.load({n * p.total_q + pr.q_first + t0}, {rows}, padding);
     return t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
   };
   return {load(ct.lse, INFINITY), load(ct.delta, 0.0)};
 }
 
 RowStats finish_row_stats(Program &pr, const Cotangents &ct, const RowStatLoads &loads, Value t0, int64_t rows) {
-  // Flat rows past T belong to the next head: hidden here, not by the load's bounds.
+  // Flat rows past T (packed: past the sequence) belong to the next head (sequence):
+  // hidden here, not by the load's bounds.
   auto finish = [&](const TensorArg &t, const Value &v, double padding) {
-    return t.shape().size() != 1 ? v : where(t0 + pr.k.arange(0, rows) < pr.p.T, v, padding);
+    if (t.shape().size() != 1)
+      return v;
+    return where(t0 + pr.k.arange(0, rows) < (pr.p.varlen ? pr.q_valid : Value(pr.p.T)), v, padding);
   };
   return {finish(ct.lse, loads.lse, INFINITY) * kLog2e, finish(ct.delta, loads.delta, 0.0)};
 }

@@ -88,8 +88,6 @@ bool isHeadDimOfOneBox(int64_t d) { return d == 16 || d == 32 || d == 64 || d ==
 bool isStep(int64_t v) { return v >= 16 && v <= 256 && !(v & (v - 1)); }
 
 std::optional<std::string> whyNot(const Problem &p) {
-  if (auto no = varlen_why_not(p))
-    return no;
   if (auto no = grid_why_not(p))
     return no;
   if (!is_half(p.dtype))
@@ -137,6 +135,8 @@ std::optional<std::string> checkRegisters(int64_t bq, int64_t bkv, int64_t words
 /// registers: 112 bytes of spills (180 causal). At H 32 dS K ([64, 32]) runs on
 /// mma.sync, which serializes the step's wgmma.
 std::optional<std::string> checkFusedDq(const Problem &p, const HopperVjpConfig &c) {
+  if (p.varlen)
+    return std::string("fused_dq's dq sum is padded per batch row: packed sequences take the dq kernel");
   if (p.H != 64 || p.Hv > 64)
     return fmt::format("fused_dq adds dS K [64, H] by TMA, its accumulator beside dk's and dv's in registers: H 64 "
                        "and Hv up to 64, got H {} and Hv {}",

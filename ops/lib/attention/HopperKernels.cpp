@@ -59,11 +59,17 @@ struct TmaBlock {
 
 /// Rows [row, row + rows) of head `head` of a [B, R, heads, dim] operand, as TMA reads it
 /// (declared as its tma_rows_shape): batch row b at column head x dim, or where
-/// heads_major batch b x heads + head at column 0.
-TmaBlock headRows(const Program &pr, const TensorArg &t, const Value &row, const Value &head, int64_t heads,
-                  int64_t dim, int64_t rows) {
+/// heads_major batch b x heads + head at column 0; packed, from the sequence's first row
+/// on `side` (a block reaching past the sequence reads the next one's rows, which the
+/// scores mask, as past T or S it reads zeros).
+TmaBlock headRows(const Program &pr, const TensorArg &t, RowSide side, const Value &row, const Value &head,
+                  int64_t heads, int64_t dim, int64_t rows) {
   if (pr.p.heads_major)
     return {t, pr.b * heads + head, row, Value(0), rows, dim};
+  if (pr.p.varlen) {
+    const RowBlock at = side == RowSide::Queries ? query_rows(pr, row) : key_rows(pr, row);
+    return {t, at.b, at.r0, head * dim, rows, dim};
+  }
   return {t, pr.b, row, head * dim, rows, dim};
 }
 
@@ -126,7 +132,7 @@ struct KeySteps {
     return block_masking(*pr, range, first(i), pr->s.block_kv, /*along_keys=*/true);
   }
   TmaBlock block(const TensorArg &t, int64_t dim, const Value &i) const {
-    return headRows(*pr, t, first(i), kvh, pr->p.K, dim, pr->s.block_kv);
+    return headRows(*pr, t, RowSide::Keys, first(i), kvh, pr->p.K, dim, pr->s.block_kv);
   }
   TmaBlock k(const Value &i) const { return block(pr->in.k, pr->p.H, i); }
   TmaBlock v(const Value &i) const { return block(pr->in.v, pr->p.Hv, i); }
@@ -213,7 +219,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   Program &pr = f.pr;
   Value t0 = f.t0, n = f.n;
 
-  Value q = loadOnce(k, {headRows(pr, pr.in.q, t0, n, p.N, p.H, bq)})[0];
+  Value q = loadOnce(k, {headRows(pr, pr.in.q, RowSide::Queries, t0, n, p.N, p.H, bq)})[0];
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), f.kvh);
   SoftmaxState start{{k.full({bq}, -INFINITY, p.compute)}, {k.full({bq}, 0.0, p.compute)}, zero_rows(s, k, bq, p.Hv)};
   const size_t accSize = start.acc.size();
@@ -251,7 +257,8 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, id.batch);
   Value j0 = id.block * bkv, h = id.head;
 
-  Chunks kv = loadOnce(k, {headRows(pr, in.k, j0, h, p.K, p.H, bkv), headRows(pr, in.v, j0, h, p.K, p.Hv, bkv)});
+  Chunks kv = loadOnce(k, {headRows(pr, in.k, RowSide::Keys, j0, h, p.K, p.H, bkv),
+                           headRows(pr, in.v, RowSide::Keys, j0, h, p.K, p.Hv, bkv)});
   // Steps walk the query blocks [lo, hi) of each query head of the group in turn.
   const Range range = query_range(pr, j0, bq, bkv);
   Value blocks = (maximum(range.hi - range.lo, 0) + (bq - 1)) / bq;
@@ -326,8 +333,8 @@ Kernel hopper_dkdv_kernel(const KernelSpec &s) {
       k, s, blocks * p.group(), std::move(start), 2,
       [&](Value i) {
         Value row = first(i), n = head(i);
-        return std::vector<TmaBlock>{headRows(pr, in.q, row, n, p.N, p.H, bq),
-                                     headRows(pr, ct.dout, row, n, p.N, p.Hv, bq)};
+        return std::vector<TmaBlock>{headRows(pr, in.q, RowSide::Queries, row, n, p.N, p.H, bq),
+                                     headRows(pr, ct.dout, RowSide::Queries, row, n, p.N, p.Hv, bq)};
       },
       [&](Value i, Carried carried, const Chunks &qd) {
         std::optional<RowStatLoads> loads = issued;
@@ -376,7 +383,8 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, id.batch);
   Value t0 = id.block * bq, n = id.head;
 
-  Chunks qd = loadOnce(k, {headRows(pr, in.q, t0, n, p.N, p.H, bq), headRows(pr, ct.dout, t0, n, p.N, p.Hv, bq)});
+  Chunks qd = loadOnce(k, {headRows(pr, in.q, RowSide::Queries, t0, n, p.N, p.H, bq),
+                           headRows(pr, ct.dout, RowSide::Queries, t0, n, p.N, p.Hv, bq)});
   RowStats stats = load_row_stats(pr, ct, n, t0, bq);
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), n / p.group());
   Carried sum = streamBlocks(k, s, keys.count, zero_rows(s, k, bq, p.H), 2, keys.both(),
@@ -384,7 +392,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
                                return dq_step(pr, {qd[0]}, {qd[1]}, stats, {kv[0]}, {kv[1]}, n, t0,
                                               keys.first(i), keys.masking(i), carried);
                              });
-  store_rows(s, dq, pr.b, t0, n, scale_all(sum, p.scale));
+  store_rows(k, s, dq, query_rows(pr, t0), n, scale_all(sum, p.scale));
   return k;
 }
 

@@ -62,8 +62,8 @@ TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, RowSide si
 
 Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
   auto operand = [&](const char *name, RowSide side, int64_t heads, int64_t dim) {
-    const int64_t r = side == RowSide::Queries ? p.T : p.S;
-    return rows ? k.input(name, p.dtype, tma_rows_shape(p, r, heads, dim)) : rows_operand(k, p, name, side, heads, dim);
+    return rows ? k.input(name, p.dtype, tma_rows_shape(p, side, heads, dim))
+                : rows_operand(k, p, name, side, heads, dim);
   };
   Operands in{operand("q", RowSide::Queries, p.N, p.H), operand("k", RowSide::Keys, p.K, p.H),
               operand("v", RowSide::Keys, p.K, p.Hv), {}, {}, {}, {}};

@@ -39,9 +39,6 @@ struct Operands {
 /// heads_major [B N, T, H], ...: a head's rows per batch).
 Operands declare_operands(Kernel &k, const Problem &p, bool rows = false);
 
-/// Whose rows an operand holds: queries (q, out, dout, dq: T of them per batch row, or
-/// total_q packed) or keys (k, v, dk, dv: S, or total_kv).
-enum class RowSide : uint8_t { Queries, Keys };
 /// A [B, rows, heads, dim] operand of the kernel (q, k, v, out and their gradients), in
 /// the problem's layout: its memory [B, heads, rows, dim] where heads_major (strided);
 /// packed, [1, total, heads, dim].

@@ -3,8 +3,8 @@
 // attention_varlen / attention_varlen_vjp: B sequences packed without padding, q [total_q,
 // N, H], k / v [total_kv, K, *], each sequence's rows given by int32 cu_seqlens arrays
 // [B + 1]. The ops bind and check their own arguments; their problem (Problem::varlen)
-// runs on the flash kernels (tile, chunked), which index the packed tensors from each
-// sequence's first row (KernelParts.h: RowBlock); hopper and reference refuse.
+// runs on the flash kernels (hopper, tile, chunked), which index the packed tensors from
+// each sequence's first row (KernelParts.h: RowBlock); reference refuses.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/attention/Common.h"

@@ -1,7 +1,7 @@
 //===- AttentionVarlenTests.cpp - Packed variable-length attention ---------===//
 //
 // Packed batches (AttentionOptions::cu_seqlens_q / cu_seqlens_kv with max_seqlen_q /
-// max_seqlen_kv) on the interpreter: "tile" (bf16, f16) and "chunked" (every dtype)
+// max_seqlen_kv) on the interpreter: "hopper", "tile" (bf16, f16) and "chunked" (every dtype)
 // against a float64 reference that runs AttentionReference.h's dense attention on each
 // sequence alone, causal / window aligned bottom-right through a per-sequence mask
 // [T_b, S_b]: forward (out, lse) and VJP (dq, dk, dv, dsinks), with empty sequences,
@@ -330,16 +330,40 @@ TEST_CASE("attention varlen: tile and chunked match float64 forward and VJP", "[
     }
 }
 
+TEST_CASE("attention varlen: hopper matches float64 forward and VJP", "[attention][varlen][tma_ring]") {
+  // sm_90a's kernels on the interpreter: TMA copies from each sequence's first row (a
+  // block past its end reads the next sequence's rows, which the scores mask), stores
+  // stopping at its end, the flat row statistics from its first row.
+  const Dims heads{.n = 4, .k = 2, .h = 64, .hv = 64};
+  const std::vector<std::function<void(Case &)>> variants = {
+      [](Case &c) { c.options.is_causal = true; },
+      [](Case &c) { c.options.window = Window{4, 2}; },
+      [](Case &c) { c.options.is_causal = true, c.options.soft_cap = 3.0, c.sinks = true; },
+  };
+  for (const Lengths &lengths : {kSelf, kCross})
+    for (const auto &edit : variants) {
+      Packed p = makePacked({"hopper", DType::BF16}, heads, lengths);
+      edit(p.c);
+      DYNAMIC_SECTION(describe(p)) {
+        PackedData pd(p);
+        checkResults(p.c, packedReference(p, pd.data.inputs), runPacked(p, pd).results, &pd.data.inputs);
+      }
+    }
+}
+
 TEST_CASE("attention varlen: packed equals padded with sequence lengths bit for bit", "[attention][varlen]") {
   // q_len == kv_len, so causal's top-left and bottom-right alignments agree; the same
   // implementation and config, so the same blocks in the same order.
   const Lengths lengths{{70, 0, 1, 33, 64}, {70, 0, 1, 33, 64}, 80, 80};
   const Config config{{"block_q", 64}, {"block_kv", 64}, {"num_warps", 4}};
-  const std::vector<ImplDtype> impls = {{"tile", DType::BF16}, {"tile", DType::F16}, {"chunked", DType::BF16}};
+  const std::vector<ImplDtype> impls = {
+      {"tile", DType::BF16}, {"tile", DType::F16}, {"chunked", DType::BF16}, {"hopper", DType::BF16}};
   for (const ImplDtype &id : impls)
     for (bool causal : {false, true}) {
       Packed p = makePacked(id, {.n = 2, .k = 1, .h = 64, .hv = 64}, lengths);
-      p.c.options.is_causal = causal, p.c.config = config;
+      p.c.options.is_causal = causal;
+      if (std::string(id.implementation) != "hopper")  // (hopper: its heuristic, the same for both calls)
+        p.c.config = config;
       DYNAMIC_SECTION(describe(p)) {
         PackedData pd(p);
         const InterpreterRun packed = runPacked(p, pd);
@@ -392,11 +416,17 @@ TEST_CASE("attention varlen: reruns give the same bits", "[attention][varlen]") 
   }
 }
 
-TEST_CASE("attention varlen: auto picks tile for 16-bit inputs and chunked for f32 and f64", "[attention][varlen]") {
-  for (const ImplDtype &id : kPackedImpls) {
-    if (id.dtype != DType::F32 && id.dtype != DType::F64 && std::string(id.implementation) != "tile")
-      continue;
-    Packed p = makePacked(id, kMha, kCross);
+TEST_CASE("attention varlen: auto picks hopper for 16-bit inputs on sm_90a and chunked for f32 and f64",
+          "[attention][varlen]") {
+  // (tile where hopper cannot serve: head dims that are not one TMA box, kGqa's 40.)
+  struct Pick {
+    DType dtype;
+    Dims heads;
+    const char *expected;
+  };
+  for (const Pick &pick : {Pick{DType::BF16, kMha, "hopper"}, Pick{DType::F16, kGqa, "tile"},
+                           Pick{DType::F32, kMha, "chunked"}, Pick{DType::F64, kMha, "chunked"}}) {
+    Packed p = makePacked({pick.expected, pick.dtype}, pick.heads, kCross);
     p.c.options.is_causal = true, p.c.vjp = false;
     DYNAMIC_SECTION(describe(p)) {
       PackedData pd(p);
@@ -404,12 +434,14 @@ TEST_CASE("attention varlen: auto picks tile for 16-bit inputs and chunked for f
       automatic.implementation.reset();
       CHECK(runPacked(p, pd, automatic).bits == runPacked(p, pd).bits);
       const Dims &d = p.c.dims;
-      const ArgSpec q = spec(d.qShape(), id.dtype), k = spec(d.kShape(), id.dtype), v = spec(d.vShape(), id.dtype),
-                    cu = spec({int64_t(p.cu_q.size())}, DType::I32);
-      const BoundArgs b = bind_attention_varlen({q, k, v, cu, cu, std::nullopt, spec(d.outShape(), id.dtype),
+      const ArgSpec q = spec(d.qShape(), pick.dtype), k = spec(d.kShape(), pick.dtype),
+                    v = spec(d.vShape(), pick.dtype), cu = spec({int64_t(p.cu_q.size())}, DType::I32);
+      const BoundArgs b = bind_attention_varlen({q, k, v, cu, cu, std::nullopt, spec(d.outShape(), pick.dtype),
                                                  attention_varlen_lse_spec(q)},
                                                 automatic);
-      CHECK(attention_varlen_op().select(b, std::nullopt, "sm_90a").name() == id.implementation);
+      CHECK(attention_varlen_op().select(b, std::nullopt, "sm_90a").name() == pick.expected);
+      CHECK(attention_varlen_op().select(b, std::nullopt, "sm_80").name() ==
+            std::string(pick.dtype == DType::BF16 || pick.dtype == DType::F16 ? "tile" : "chunked"));
     }
   }
 }
@@ -530,8 +562,8 @@ TEST_CASE("attention varlen: bad arguments are named before anything runs", "[at
              NamesArgument("dv"));
 }
 
-TEST_CASE("attention varlen: reference and hopper refuse packed calls", "[attention][varlen]") {
-  for (const char *impl : {"reference", "hopper"})
+TEST_CASE("attention varlen: reference refuses packed calls", "[attention][varlen]") {
+  for (const char *impl : {"reference"})
     for (bool vjp : {false, true}) {
       INFO(impl << (vjp ? " VJP" : " forward"));
       CHECK_THAT(errorWith([&](Setup &s) { s.o.implementation = impl; }, vjp), Catch::Contains("packed"));

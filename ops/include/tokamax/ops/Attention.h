@@ -42,8 +42,8 @@
 // visible to query i when j <= i + (kv_len - q_len) (and within the window of that
 // diagonal). A sequence attends only its own keys; a query row that sees no key gives
 // out = 0 and lse = +inf as above (with sinks: lse = sinks[n]). Not with bias, mask,
-// q_seq_lengths / kv_seq_lengths or the BNTH layout. Served by "tile" and "chunked"
-// (the others refuse with the reason); the ops are "attention_varlen" and
+// q_seq_lengths / kv_seq_lengths or the BNTH layout. Served by "hopper" (not its opt-in
+// fused dq), "tile" and "chunked" ("reference" refuses); the ops are "attention_varlen" and
 // "attention_varlen_vjp" (below).
 //
 // bias and mask broadcast to [B..., N, T, S]: each of (all batch dims together), N, T, S
