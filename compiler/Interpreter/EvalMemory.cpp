@@ -162,12 +162,21 @@ HostTile loadBlock(Interpreter &in, const char *name, Value base, ValueRange off
   return r;
 }
 
+/// `limitDim` >= 0: elements at or past `limit` along that dimension are dropped too.
 void storeBlock(Interpreter &in, const char *name, Value base, ValueRange offsets, ArrayRef<int64_t> dims,
-                ArrayRef<int64_t> strides, Value value) {
+                ArrayRef<int64_t> strides, Value value, int64_t limitDim = -1, int64_t limit = 0) {
   const HostTile &val = in.get(value);
   int32_t arg = in.get(base).arg[0];
+  // The index along limitDim of element k: the offset plus k's coordinate there.
+  int64_t start = 0, inner = 1;
+  if (limitDim >= 0) {
+    const HostTile &o = in.get(offsets[limitDim]);
+    start = asSigned(o.bits(), o.i[0]);
+    for (size_t d = size_t(limitDim) + 1; d < val.shape.size(); ++d)
+      inner *= val.shape[d];
+  }
   forEachBlockElement(in, base, offsets, dims, strides, val.shape, [&](size_t k, bool inBounds, int64_t offset) {
-    if (!inBounds)
+    if (!inBounds || (limitDim >= 0 && start + int64_t(k) / inner % val.shape[limitDim] >= limit))
       return;
     in.checkAccess(name, arg, offset);
     in.writeElem(arg, offset, val, k);
@@ -293,11 +302,16 @@ bool evalMemory(Interpreter &in, Operation *op) {
     in.set(copy.getResult(), std::move(r));
     return true;
   }
-  if (auto store = dyn_cast<tile::BlockStoreOp>(op))
-    return storeBlock(in, "tile.block_store", store.getBase(), store.getOffsets(), store.getDims(),
-                      store.getStrides(),
-                      store.getValue()),
-           true;
+  if (auto store = dyn_cast<tile::BlockStoreOp>(op)) {
+    int64_t limitDim = -1, limit = 0;
+    if (store.getLimit()) {
+      const HostTile &l = in.get(store.getLimit());
+      limitDim = *store.getLimitDim(), limit = asSigned(l.bits(), l.i[0]);
+    }
+    storeBlock(in, "tile.block_store", store.getBase(), store.getOffsets(), store.getDims(), store.getStrides(),
+               store.getValue(), limitDim, limit);
+    return true;
+  }
   if (auto store = dyn_cast<tile::TmaStoreOp>(op))
     return tmaStore(in, store), true;
   if (auto wait = dyn_cast<tile::SemaphoreWaitOp>(op))

@@ -119,18 +119,32 @@ Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> blo
 }
 
 void TensorArg::store(std::vector<Value> offsets, const Value &tile) const {
+  storeBlock(std::move(offsets), tile, -1, Value(), "store");
+}
+
+void TensorArg::store_below(std::vector<Value> offsets, const Value &tile, int dim, const Value &limit) const {
+  if (dim < 0 || dim + 1 >= static_cast<int>(shape_.size()))
+    builder_->fail(fmt::format("store_below {}: dim must be a dimension before the last, got {} of {}", name_, dim,
+                               shape_.size()));
+  storeBlock(std::move(offsets), tile, dim, limit, "store_below");
+}
+
+void TensorArg::storeBlock(std::vector<Value> offsets, const Value &tile, int limitDim, const Value &limit,
+                           const char *what) const {
   KernelBuilder &kb = *builder_;
   Type elem = tile::toMlirType(&kb.context(), dtype_);
   mlir::Value v = kb.materialize(tile, elem);
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || type.getRank() != static_cast<int64_t>(shape_.size()))
-    kb.fail(fmt::format("store {}: needs a tile of rank {}, got {}", name_, shape_.size(), shapeString(v.getType())));
+    kb.fail(fmt::format("{} {}: needs a tile of rank {}, got {}", what, name_, shape_.size(), shapeString(v.getType())));
   if (type.getElementType() != elem)
-    kb.fail(fmt::format("store {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", name_,
+    kb.fail(fmt::format("{} {}: tile dtype {} does not match the tensor dtype {}; cast with .to()", what, name_,
                         typeString(type), dtype_name(dtype_)));
-  auto offs = blockOffsets(kb, name_, shape_.size(), offsets, "store");
-  kb.b().create<tile::BlockStoreOp>(kb.loc(), kb.func().getArgument(index_), offs, v,
-                                    kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_));
+  auto offs = blockOffsets(kb, name_, shape_.size(), offsets, what);
+  mlir::Value bound = limitDim >= 0 ? kb.index(limit, what) : mlir::Value();
+  kb.b().create<tile::BlockStoreOp>(kb.loc(), kb.func().getArgument(index_), offs, v, bound,
+                                    kb.b().getDenseI64ArrayAttr(shape_), kb.b().getDenseI64ArrayAttr(strides_),
+                                    limitDim >= 0 ? kb.b().getI64IntegerAttr(limitDim) : mlir::IntegerAttr());
 }
 
 void TensorArg::atomic_add(std::vector<Value> offsets, std::vector<int64_t> block, const Value &tile) const {

@@ -52,12 +52,19 @@ struct BlockAddress {
   Value inBounds;
 };
 
+/// A run-time bound on one dimension's index (tile.block_store's limit), or none.
+struct DimLimit {
+  int64_t dim = -1;
+  Value limit;
+};
+
 /// The address of register `r`'s element of a block at `offsets` and whether it lies in
-/// the tensor. The tile's dims are the tensor's, or, when `block` is given, the block's
-/// dims that are not unit dims (in order; the unit dims sit at their offset).
+/// the tensor (and below `bound`). The tile's dims are the tensor's, or, when `block` is
+/// given, the block's dims that are not unit dims (in order; the unit dims sit at their
+/// offset).
 BlockAddress blockAddress(TileLowering &t, Location loc, RankedTensorType type, int64_t r,
                           Value base, Type elem, ValueRange offsets, ArrayRef<int64_t> dims,
-                          ArrayRef<int64_t> strides, ArrayRef<int64_t> block = {}) {
+                          ArrayRef<int64_t> strides, ArrayRef<int64_t> block = {}, const DimLimit &bound = {}) {
   OpBuilder &b = t.builder();
   Registers coords = t.coords(type, r);
   Value inBounds = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
@@ -70,6 +77,9 @@ BlockAddress blockAddress(TileLowering &t, Location loc, RankedTensorType type, 
     // Unsigned compare also rejects negative offsets.
     inBounds = b.create<arith::AndIOp>(
         loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, idx, t.i32(dims[d])));
+    if (bound.dim == int64_t(d))
+      inBounds = b.create<arith::AndIOp>(
+          loc, inBounds, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, idx, t.regs(bound.limit)[0]));
     Value wide = b.create<arith::ExtSIOp>(loc, b.getI64Type(), idx);
     linear = b.create<arith::AddIOp>(loc, linear, b.create<arith::MulIOp>(loc, wide, t.i64(strides[d])));
   }
@@ -222,7 +232,8 @@ bool storeMmaTileAsVectors(TileLowering &t, BlockStoreOp op) {
   Location loc = op.getLoc();
   auto type = op.getValue().getType();
   Type elem = t.registerType(type.getElementType());
-  if (!isa_and_nonnull<MmaLayoutAttr>(type.getEncoding()) || type.getRank() != 2 || !isa<FloatType>(elem))
+  if (!isa_and_nonnull<MmaLayoutAttr>(type.getEncoding()) || type.getRank() != 2 || !isa<FloatType>(elem) ||
+      op.getLimit())
     return false;
   unsigned bytes = elementBytes(elem);
   ArrayRef<int64_t> dims = op.getDims(), strides = op.getStrides();
@@ -335,11 +346,12 @@ LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
   // Replicated threads store the same values; only the canonical copy writes.
   Value owns = t.threadOwns(type);
   compiler::Distribution dist = getDistribution(type);
+  const DimLimit bound = op.getLimit() ? DimLimit{*op.getLimitDim(), op.getLimit()} : DimLimit{};
   for (int64_t r = 0; r < dist.num_registers(); r += v.vector) {
     if (!dist.register_owns(r))
       continue;
     BlockAddress addr = blockAddress(t, loc, type, r, t.regs(op.getBase())[0], memElem,
-                                     op.getOffsets(), op.getDims(), op.getStrides());
+                                     op.getOffsets(), op.getDims(), op.getStrides(), {}, bound);
     SmallVector<Value> chunk;
     for (unsigned i = 0; i < v.vector; ++i)
       chunk.push_back(toMemory(b, loc, values[r + i]));
@@ -356,7 +368,7 @@ LogicalResult lowerBlockStore(TileLowering &t, BlockStoreOp op) {
     b.setInsertionPoint(branch.getElseRegion().front().getTerminator());
     for (unsigned i = 0; i < v.vector; ++i) {
       BlockAddress one = blockAddress(t, loc, type, r + i, t.regs(op.getBase())[0], memElem,
-                                      op.getOffsets(), op.getDims(), op.getStrides());
+                                      op.getOffsets(), op.getDims(), op.getStrides(), {}, bound);
       storeElements(t, loc, one.ptr, b.create<arith::AndIOp>(loc, one.inBounds, owns), {chunk[i]});
     }
   }

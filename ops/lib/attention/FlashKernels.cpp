@@ -357,7 +357,13 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 
 void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks) {
   auto parts = unpack(sums, {dkChunks, sums.size() - dkChunks});
-  const RowBlock at = key_rows(pr, j0);
+  // Packed: the sequence's rows read again here, so that its first row is not held in a
+  // register through the walk (where the hopper VJP at head dim 128 has none to spare).
+  RowBlock at = key_rows(pr, j0);
+  if (pr.p.varlen) {
+    const PackedRows keys = packed_rows(pr.k, *pr.in.kv_lengths, pr.b, pr.p.S);
+    at = {Value(0), keys.first + j0, keys.first + keys.valid};
+  }
   store_rows(pr.k, pr.s, o.dk, at, h, scale_all(parts[0], pr.p.scale));
   store_rows(pr.k, pr.s, o.dv, at, h, parts[1]);
 }

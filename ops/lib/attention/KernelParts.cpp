@@ -22,10 +22,11 @@ Value zeroI32(Kernel &k) { return k.constant(0, DType::I32); }
 
 /// The diagonal key of query row t (causal and windows count from it): t, or (packed) t +
 /// kv_len - q_len. Only where a mask uses it, so that other kernels stay as they were.
-Value diagonalKey(const Program &pr, const Value &t) {
+bool diagonalShifted(const Program &pr) {
   const Problem &p = pr.p;
-  return pr.shift.valid() && (p.causal || p.left >= 0 || p.right >= 0) ? t + pr.shift : t;
+  return pr.shift.valid() && (p.causal || p.left >= 0 || p.right >= 0);
 }
+Value diagonalKey(const Program &pr, const Value &t) { return diagonalShifted(pr) ? t + pr.shift : t; }
 
 /// The [rows, cols] block of a broadcast operand (bias or mask) at (b, n, t0, j0); unit
 /// dims of the operand stay unit dims of the block.
@@ -143,18 +144,11 @@ Chunks load_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Va
 void store_rows(Kernel &k, const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c) {
   if (!at.end.valid())
     return store_rows(s, t, at.b, at.r0, head, c);
-  // Packed [1, total, heads, dim], row-major: element (r, head, col) at (r heads + head)
-  // dim + col; the block's first row's offset in i64, its own offsets in i32.
-  const int64_t total = t.shape()[1], heads = t.shape()[2], dim = t.shape()[3];
-  Value base = t.ptr() + (at.r0.to(DType::I64) * Value(heads * dim) + head.to(DType::I64) * Value(dim));
-  int64_t col = 0;
+  int64_t col = 0;  // packed [1, total, heads, dim]: rows from the sequence's end on are dropped
   for (const Value &chunk : c) {
-    const int64_t rows = chunk.shape()[0], width = chunk.shape()[1];
-    Value cols = k.arange(col, col + width);
-    Value offsets = (k.arange(0, rows) * Value(heads * dim)).expand(1) + cols.expand(0);
-    Value mask = rowsInSequence(k, at, rows, total).expand(1) & (cols < Value(dim)).expand(0);
-    dsl::store(base + offsets, chunk.to(t.dtype()), mask);
-    col += width;
+    auto shape = chunk.shape();
+    t.store_below({at.b, at.r0, head, col}, chunk.to(t.dtype()).reshape({1, shape[0], 1, shape[1]}), 1, at.end);
+    col += shape[1];
   }
 }
 
@@ -280,22 +274,27 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
   Kernel &k = pr.k;
   const bool keyBound = masking.bound_keys || p.kv_lengths || p.S % bkv != 0;
   auto visible = [&] {
-    Value qi = t0 + k.arange(0, bq), kj = j0 + k.arange(0, bkv);
+    // Packed, each query row counts from its diagonal key (i + kv_len - q_len), below
+    // kv_len exactly where i is below q_len. Along keys (dk/dv, kv_major) one index tile
+    // then serves both checks (ptxas: the hopper dk/dv at head dim 128 has no register
+    // to spare); the other kernels keep i and shift their diagonal.
+    const bool shifted = diagonalShifted(pr), fromDiagonal = shifted && kvMajor;
+    Value qi = (fromDiagonal ? diagonalKey(pr, t0) : t0) + k.arange(0, bq), kj = j0 + k.arange(0, bkv);
     Value i = kvMajor ? qi.expand(0) : qi.expand(1), j = kvMajor ? kj.expand(1) : kj.expand(0);
     Value valid;
     auto require = [&](const Value &c) { valid = valid.valid() ? valid & c : c; };
     if (keyBound)
       require(j < pr.kv_valid);
     if (p.q_lengths)
-      require(i < pr.q_valid);
-    // Query i's diagonal key: i, or (packed) i + kv_len - q_len.
-    Value di = diagonalKey(pr, i);
+      require(i < (fromDiagonal ? pr.kv_valid : pr.q_valid));
+    if (shifted && !fromDiagonal)
+      i = i + pr.shift;
     if (p.causal)
-      require(j <= di);
+      require(j <= i);
     if (p.left >= 0)
-      require(di - j <= p.left);
+      require(i - j <= p.left);
     if (p.right >= 0)
-      require(j - di <= p.right);
+      require(j - i <= p.right);
     if (p.mask)
       require(broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0));
     if (!valid.valid())
@@ -364,7 +363,7 @@ Range query_range(Program &pr, Value j0, int64_t bq, int64_t bkv) {
   Kernel &k = pr.k;
   Value zero = zeroI32(k);
   // The query whose diagonal key is j0: j0, or (packed) j0 - (kv_len - q_len).
-  Value jd = pr.shift.valid() && (p.causal || p.left >= 0 || p.right >= 0) ? j0 - pr.shift : j0;
+  Value jd = diagonalShifted(pr) ? j0 - pr.shift : j0;
   Value lo = zero;
   if (p.causal)
     lo = jd;

@@ -58,6 +58,25 @@ func.func @unaligned(%x: !tile.ptr<bf16>, %y: !tile.ptr<bf16>, %off: i32) {
 
 // -----
 
+// A store below a run-time row limit (tile.block_store's `below`): each thread's
+// predicate also compares its row with the limit, and the 16-byte vectors stay.
+
+// CHECK: {{^// [-]{5}$}}
+// CHECK-NEXT: module {
+// CHECK-NEXT: llvm.func @store_below(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %[[LIMIT:.*]]: i32)
+// CHECK: arith.cmpi slt, %{{.*}}, %[[LIMIT]] : i32
+// CHECK: llvm.inline_asm has_side_effects asm_dialect = att "{{.*}}@p st.global.v4.b32 [$1], {$2, $3, $4, $5};{{.*}}", "r,l,r,r,r,r"
+// CHECK-NOT: st.global
+// CHECK: llvm.return
+func.func @store_below(%x: !tile.ptr<bf16>, %y: !tile.ptr<bf16>, %limit: i32) attributes {tile.kernel, tile.num_warps = 4 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %0 = tile.block_load %x[%c0, %c0] {dims = array<i64: 4, 256>, strides = array<i64: 256, 1>} : <bf16> -> tensor<4x256xbf16>
+  tile.block_store %y[%c0, %c0], %0 below %limit {dims = array<i64: 4, 256>, strides = array<i64: 256, 1>, limit_dim = 0 : i64} : <bf16>, tensor<4x256xbf16>
+  return
+}
+
+// -----
+
 // A row reduction inside a warp: registers first, then butterfly shuffles over the 32
 // lanes of the row (offsets 16, 8, 4, 2, 1); no scratch, no barrier.
 

@@ -251,6 +251,22 @@ func.func @block_atomic_add_offsets(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64
 
 // -----
 
+func.func @block_store_limit_last_dim(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
+  // expected-error @+1 {{'tile.block_store' op limit_dim must name a dimension before the last, got 1 of 2}}
+  tile.block_store %x[%i, %i], %v below %i {dims = array<i64: 8, 64>, strides = array<i64: 64, 1>, limit_dim = 1 : i64} : <f32>, tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @block_store_limit_without_dim(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
+  // expected-error @+1 {{'tile.block_store' op takes a limit and its limit_dim together}}
+  tile.block_store %x[%i, %i], %v below %i {dims = array<i64: 8, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<4x64xf32>
+  return
+}
+
+// -----
+
 func.func @block_store_offsets(%x: !tile.ptr<f32>, %i: i32, %v: tensor<4x64xf32>) {
   // expected-error @+1 {{'tile.block_store' op needs one offset per tensor dimension (2), got 3}}
   tile.block_store %x[%i, %i, %i], %v {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>} : <f32>, tensor<4x64xf32>

@@ -263,6 +263,37 @@ TEST_CASE("stores need the tensor's dtype and rank", "[dsl]") {
   store(ptrs, 0.5);
 }
 
+TEST_CASE("store_below drops the rows at or past a run-time limit", "[dsl]") {
+  // y [6, 8] = x's rows 1.. below `limit` (an i32 parameter), from row offset 1: rows 1
+  // to limit - 1 are written, the rest keep their -1; a limit past the tensor changes
+  // nothing the bounds do not.
+  Kernel k{"store_below"};
+  TensorArg x = k.input("x", DType::F32, {6, 8});
+  TensorArg y = k.output("y", DType::F32, {6, 8});
+  Value limit = k.scalar("limit", DType::I32);
+  y.store_below({1, 0}, x.load({1, 0}, {8, 8}), 0, limit);
+  for (int32_t bound : {0, 3, 6, 100}) {
+    std::vector<float> memory(48), out(48, -1.0f);
+    for (size_t i = 0; i < memory.size(); ++i)
+      memory[i] = float(i);
+    const std::vector<int64_t> shape{6, 8};
+    std::vector<HostArg> args{HostArg::tensor(memory.data(), memory.size() * 4, shape),
+                              HostArg::tensor(out.data(), out.size() * 4, shape), HostArg::value(double(bound))};
+    tokamax::interpret(k, args);
+    for (int i = 0; i < 6; ++i) {
+      INFO("limit " << bound << ", row " << i);
+      const bool written = i >= 1 && i < bound;
+      CHECK(out[size_t(i * 8)] == (written ? memory[size_t(i * 8)] : -1.0f));
+      CHECK(out[size_t(i * 8 + 7)] == (written ? memory[size_t(i * 8 + 7)] : -1.0f));
+    }
+  }
+  CHECK_THAT(k.ir(), Contains("below"));
+  Kernel bad{"bad"};
+  TensorArg z = bad.output("z", DType::F32, {6, 8});
+  CHECK_THROWS_WITH(z.store_below({0, 0}, bad.full({8, 8}, 0.0, DType::F32), 1, bad.scalar("l", DType::I32)),
+                    Contains("store_below z: dim must be a dimension before the last, got 1 of 2"));
+}
+
 TEST_CASE("atomics support f32, f64, i32 and i64", "[dsl]") {
   Fixture f;
   Value ptrs = f.x.ptr() + f.k.arange(0, 256);

@@ -287,6 +287,12 @@ LogicalResult BlockAtomicAddOp::verify() {
 }
 
 LogicalResult BlockStoreOp::verify() {
+  const std::optional<int64_t> dim = getLimitDim();
+  if (bool(getLimit()) != dim.has_value())
+    return emitOpError("takes a limit and its limit_dim together");
+  if (dim && (*dim < 0 || *dim + 1 >= static_cast<int64_t>(getDims().size())))
+    return emitOpError("limit_dim must name a dimension before the last, got ") << *dim << " of "
+                                                                               << getDims().size();
   return verifyBlockAccess(*this, getBase().getType(), getOffsets().size(), getDims(),
                            getStrides(), getValue().getType());
 }

@@ -104,12 +104,18 @@ def Tile_BlockLoadOp : Tile_BlockAccess<"block_load", [MemoryEffects<[MemRead]>]
   let hasVerifier = 1;
 }
 
-def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite]>]> {
+def Tile_BlockStoreOp : Tile_BlockAccess<"block_store", [MemoryEffects<[MemWrite]>, AttrSizedOperandSegments]> {
   let summary = "store a rectangular block of a strided tensor, dropping out-of-bounds elements";
-  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value,
-                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides);
+  let description = [{
+    With `limit` (an i32), the elements whose index along dimension `limit_dim` (not the
+    last) is at or past it are dropped too: a bound known only at run time, such as the
+    end of a packed sequence's rows in a tensor of several. Vectors along the last
+    dimension keep their width (a row is kept or dropped whole).
+  }];
+  let arguments = (ins Tile_PtrType:$base, Variadic<I32>:$offsets, Tile_ScalarTensor:$value, Optional<I32>:$limit,
+                       DenseI64ArrayAttr:$dims, DenseI64ArrayAttr:$strides, OptionalAttr<I64Attr>:$limit_dim);
   let assemblyFormat = [{
-    $base `[` $offsets `]` `,` $value attr-dict `:` type($base) `,` type($value)
+    $base `[` $offsets `]` `,` $value (`below` $limit^)? attr-dict `:` type($base) `,` type($value)
   }];
   let extraClassDeclaration = blockAccessDecls;
   let hasVerifier = 1;

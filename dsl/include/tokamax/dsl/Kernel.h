@@ -235,6 +235,10 @@ public:
                  const Value &slot, const Mbarriers &barriers, const Value &index) const;
   /// Stores a tile at `offsets`; elements outside the tensor are dropped.
   void store(std::vector<Value> offsets, const Value &tile) const;
+  /// The same, dropping too the elements whose index along dimension `dim` (not the
+  /// last) is at or past `limit`, an i32 scalar known at run time (e.g. where a packed
+  /// sequence's rows end in a tensor of several).
+  void store_below(std::vector<Value> offsets, const Value &tile, int dim, const Value &limit) const;
   /// Adds `tile`, the block of `block` elements at `offsets` with its unit dims dropped
   /// (e.g. a [rows, cols] dot result into block {1, rows, 1, cols}), into an f32, f64,
   /// i32 or i64 tensor with atomic adds; elements outside the tensor are dropped. Blocks
@@ -272,6 +276,10 @@ public:
   Value ptr() const;
 
 private:
+  /// store and store_below: `limitDim` -1 for none.
+  void storeBlock(std::vector<Value> offsets, const Value &tile, int limitDim, const Value &limit,
+                  const char *what) const;
+
   void tma_write(std::vector<Value> offsets, const Value &tile, bool add) const;
   void semaphore(std::vector<Value> offsets, const Value &value, bool wait) const;
 
