@@ -70,7 +70,8 @@
 #               S2 / S3
 #   varlen      (named only) packed variable-length attention on the device: each case's
 #               padded call against float64, then its packed call bit for bit equal to it
-#               (tile and chunked, forward and VJP)
+#               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
+#               packed (--varlen: the same tokens as B sequences of T) beside cuDNN
 #   heuristics  (named only; run it first next time: about 4 minutes) the heuristics
 #               set from the H200 run without a device check of their own: attention's
 #               heuristic configs against float64 (the causal head-dim-64 forward on two
@@ -233,7 +234,19 @@ if wants ragged; then
 fi
 if wants varlen; then
   t=(timeout -k 10)
-  TAIL=8 run varlen-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
+  TAIL=8 run varlen-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
+  # Packed beside dense at equal total tokens (B sequences of T), hopper, S1 and S2; cuDNN
+  # from the same run.
+  varlen_peers=()
+  if has_torch; then
+    TAIL=6 run varlen-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
+      --backends cudnn --json "$out/varlen-peers.json"
+    varlen_peers=(--peers "$out/varlen-peers.json")
+  fi
+  TAIL=10 run varlen-dense-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    "${varlen_peers[@]}"
+  TAIL=10 run varlen-packed-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 --varlen \
+    "${varlen_peers[@]}"
 fi
 if wants heuristics; then
   t=(timeout -k 10)

@@ -22,13 +22,16 @@
 //
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
-//                                [--quick] [--autotune] [--nondeterministic] [--bnth]
+//                                [--quick] [--autotune] [--nondeterministic] [--bnth] [--varlen]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
 //   --nondeterministic: the VJP with AttentionOptions::deterministic = false (the hopper
 //             VJP's opt-in "fused_dq": 1 then adds dq in any order instead of in turns)
 //   --bnth: q, k, v, out and the gradients in SDPA's [B, N, T, H] layout, read in place
+//   --varlen: the same tokens as B packed sequences of T (AttentionOptions::cu_seqlens_q /
+//             cu_seqlens_kv, q [B T, N, H], lse [N, B T]): the packed kernels at the dense
+//             rows' FLOPs, to set beside a run without it (equal total tokens)
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
@@ -81,6 +84,7 @@ constexpr const char *kVjpConfigVariable = "TOKAMAX_ATTENTION_BENCH_VJP_CONFIG";
 constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
 constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDETERMINISTIC";
 constexpr const char *kBnthVariable = "TOKAMAX_ATTENTION_BENCH_BNTH";
+constexpr const char *kVarlenVariable = "TOKAMAX_ATTENTION_BENCH_VARLEN";
 
 /// q's shape (k, v, out and the gradients share it: T = S, N = K) in the row's layout.
 std::vector<int64_t> qShapeOf(int64_t b, int64_t t, int64_t n, int64_t h) {
@@ -232,10 +236,36 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
     vjpOptions.config = Config::from_json(config);
   if (std::getenv(kNondeterministicVariable))  // --nondeterministic
     vjpOptions.deterministic = false;
+  // --varlen: the buffers as B packed sequences of T rows each.
+  std::optional<Tensor> cuSeqlens, packedLse;
+  std::vector<TensorView> packed;  // q, k, v, dout, out, dq, dk, dv as [B T, N, H]
+  if (std::getenv(kVarlenVariable)) {
+    std::vector<int32_t> cu;
+    for (int64_t b = 0; b <= s.b; ++b)
+      cu.push_back(int32_t(b * s.t));
+    cuSeqlens.emplace(Tensor::empty({s.b + 1}, DType::I32, device));
+    copy_host_to_device(cuSeqlens->data(), cu.data(), cu.size() * 4);
+    packedLse.emplace(Tensor::empty({s.n, s.b * s.t}, DType::F32, device));
+    const std::vector<int64_t> rows{s.b * s.t, s.n, s.h};
+    for (Tensor *t : {&buf.q, &buf.k, &buf.v, &buf.dout, &buf.out, &buf.dq, &buf.dk, &buf.dv})
+      packed.emplace_back(t->data(), DType::BF16, rows, t->view().device());
+    for (AttentionOptions *o : {&options, &vjpOptions}) {
+      o->cu_seqlens_q = o->cu_seqlens_kv = &cuSeqlens->view();
+      o->max_seqlen_q = o->max_seqlen_kv = s.t;
+    }
+  }
   std::optional<AutotuningScope> tuned;
   if (std::getenv(kAutotuneVariable))
     tuned.emplace(tuneRow(s, pass, impl, options, vjpOptions, row));
   auto call = [&](Stream &stream) {
+    if (!packed.empty()) {
+      const TensorView &q = packed[0], &k = packed[1], &v = packed[2], &dout = packed[3], &out = packed[4];
+      dot_product_attention(q, k, v, out, stream, options, &packedLse->view());
+      if (pass != "fwd")
+        dot_product_attention_vjp(dout, q, k, v, out, packedLse->view(), packed[5], packed[6], packed[7], stream,
+                                  vjpOptions);
+      return;
+    }
     dot_product_attention(buf.q, buf.k, buf.v, buf.out, stream, options, &buf.lse.view());
     if (pass != "fwd")
       dot_product_attention_vjp(buf.dout, buf.q, buf.k, buf.v, buf.out, buf.lse, buf.dq, buf.dk, buf.dv, stream,
@@ -357,13 +387,18 @@ int main(int argc, char **argv) try {
       setenv(kNondeterministicVariable, "1", 1);
     } else if (arg == "--bnth") {
       setenv(kBnthVariable, "1", 1);
+    } else if (arg == "--varlen") {
+      setenv(kVarlenVariable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
                          "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
-                         "[--autotune] [--nondeterministic] [--bnth]\n");
+                         "[--autotune] [--nondeterministic] [--bnth] [--varlen]\n");
       return 2;
     }
   }
+  if (std::getenv(kVarlenVariable) && (std::getenv(kBnthVariable) || std::getenv(kAutotuneVariable)))
+    throw Error("--varlen: packed sequences are [B T, N, H] (not --bnth), and their calls are not tuned here "
+                "(not --autotune)");
   if (quick) {
     shapes = {kQuickShape};
     iters = std::min(iters, 3);
