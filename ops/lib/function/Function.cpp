@@ -2,6 +2,7 @@
 #include <tokamax/ops/Function.h>
 
 #include "ops/lib/framework/PlannedImplementation.h"
+#include "ops/lib/function/FunctionAttention.h"
 #include "ops/lib/function/FunctionPlan.h"
 
 #include <tokamax/dsl/Kernel.h>
@@ -156,28 +157,6 @@ Sym Tracer::rms_norm(Sym x, std::optional<Sym> scale, int axis, double epsilon,
   ArgSpec stat = statsOf(xs, axis);
   BoundArgs b = bind_rms_norm(xs, scale ? std::optional(spec(*scale)) : std::nullopt, xs, stat, axis, epsilon);
   return f_.record(rms_norm_op(), b, {x.id, scale ? scale->id : -1, -2, -2}, std::move(implementation))[0];
-}
-
-Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options, std::optional<Sym> bias,
-                                  std::optional<Sym> mask, std::optional<Sym> q_seq_lengths,
-                                  std::optional<Sym> kv_seq_lengths, std::optional<Sym> sinks) {
-  auto specOf = [&](const std::optional<Sym> &s) { return s ? std::optional(spec(*s)) : std::nullopt; };
-  auto id = [](const std::optional<Sym> &s) { return s ? s->id : -1; };
-  const ArgSpec &qs = spec(q), &vs = spec(v);
-  ArgSpec out = qs;
-  if (!out.shape.empty() && !vs.shape.empty())  // else bind_attention names the bad rank
-    out.shape.back() = vs.shape.back();
-  // The residual lse is always produced: a later grad() needs it.
-  BoundArgs b = bind_attention({qs, spec(k), vs, specOf(bias), specOf(mask), specOf(q_seq_lengths),
-                                specOf(kv_seq_lengths), out, attention_lse_spec(qs, options.layout), specOf(sinks)},
-                               options);
-  Sym out0 = f_.record(attention_op(), b,
-                       {q.id, k.id, v.id, id(bias), id(mask), id(q_seq_lengths), id(kv_seq_lengths), id(sinks), -2,
-                        -2},
-                       options.implementation)[0];
-  if (!options.deterministic)  // the VJP's attribute, printed as attention_vjp prints it
-    f_.calls_.back().vjp_attributes.emplace("deterministic", "0");
-  return out0;
 }
 
 Sym Tracer::gated_linear_unit(Sym x, Sym weights, const std::string &activation,
@@ -456,23 +435,7 @@ Function grad(const Function &f, std::vector<int> wrt) {
       const auto &sl = call.slots;
       auto specOf = [&](int v) { return v < 0 ? std::nullopt : std::optional<ArgSpec>(t.spec(Sym{v})); };
       Sym doutCast = t.cast(*dout, t.spec(Sym{sl[8]}).dtype);
-      AttentionOptions options;
-      options.scale = call.args.float_attribute("scale");
-      options.is_causal = call.args.int_attribute("is_causal") != 0;
-      auto attr = [&](const char *key) -> std::optional<int64_t> {
-        if (!call.args.attributes.count(key))
-          return std::nullopt;
-        return call.args.int_attribute(key);
-      };
-      if (attr("window_left") || attr("window_right"))
-        options.local_window = LocalWindow{attr("window_left"), attr("window_right")};
-      if (call.args.attributes.count("logits_soft_cap"))
-        options.logits_soft_cap = call.args.float_attribute("logits_soft_cap");
-      auto deterministic = call.vjp_attributes.find("deterministic");
-      options.deterministic = deterministic == call.vjp_attributes.end() || deterministic->second != "0";
-      auto layout = call.args.attributes.find("layout");  // the forward's, which binding checked
-      if (layout != call.args.attributes.end() && layout->second == "bnth")
-        options.layout = AttentionLayout::BNTH;
+      AttentionOptions options = attention_options_of(call);
       const int bias = sl[3], sinks = sl[7];
       BoundArgs b = bind_attention_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}),
                                         t.spec(Sym{sl[8]}), t.spec(Sym{sl[9]}), specOf(bias), specOf(sl[4]),
@@ -496,6 +459,28 @@ Function grad(const Function &f, std::vector<int> wrt) {
         accumulate(bias, outs[3]);
       if (sinks >= 0)
         accumulate(sinks, outs[4]);
+    } else if (op == "attention_varlen") {
+      auto dout = cot(6);  // slots: q, k, v, cu_seqlens_q, cu_seqlens_kv, sinks | out, lse
+      if (!dout)
+        continue;
+      const auto &sl = call.slots;
+      const int sinks = sl[5];
+      const std::optional<ArgSpec> sinkSpec = sinks < 0 ? std::nullopt : std::optional(t.spec(Sym{sinks}));
+      Sym doutCast = t.cast(*dout, t.spec(Sym{sl[6]}).dtype);
+      AttentionOptions options = attention_options_of(call);
+      BoundArgs b = bind_attention_varlen_vjp({t.spec(doutCast), t.spec(Sym{sl[0]}), t.spec(Sym{sl[1]}),
+                                               t.spec(Sym{sl[2]}), t.spec(Sym{sl[6]}), t.spec(Sym{sl[7]}),
+                                               t.spec(Sym{sl[3]}), t.spec(Sym{sl[4]}), sinkSpec, t.spec(Sym{sl[0]}),
+                                               t.spec(Sym{sl[1]}), t.spec(Sym{sl[2]}), sinkSpec},
+                                              options);
+      std::vector<Sym> outs = g.record(attention_varlen_vjp_op(), b,
+                                       {doutCast.id, sl[0], sl[1], sl[2], sl[6], sl[7], sl[3], sl[4], sinks, -2, -2,
+                                        -2, sinks < 0 ? -1 : -2},
+                                       call.implementation);
+      for (int i : {0, 1, 2})
+        accumulate(sl[i], outs[size_t(i)]);
+      if (sinks >= 0)
+        accumulate(sinks, outs[3]);
     } else if (op == "gated_linear_unit") {
       auto dout = cot(2);
       if (!dout)

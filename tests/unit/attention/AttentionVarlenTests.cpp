@@ -14,9 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "unit/attention/AttentionTestCase.h"
 
-#include "common/HopperPtxChecks.h"
 
-#include <tokamax/jit/DslKernel.h>
 #include <tokamax/ops/Attention.h>
 #include <tokamax/runtime/Error.h>
 
@@ -649,54 +647,4 @@ TEST_CASE("attention varlen: the ops' arguments and binding round-trip through J
   attention_varlen_op().interpret(call, in, outs, "chunked");
   CHECK(out.storage == host.bits[0]);
   CHECK(lseOut.storage == host.bits[1]);
-}
-
-TEST_CASE("attention varlen: hopper's packed kernels assemble like the padded ones", "[attention][varlen][ptxas]") {
-  // Head dims 64 and 128 under a causal mask, the heuristic configs: the packed kernels
-  // (offsets from cu_seqlens, stores that stop at a sequence's end) assemble for sm_90a
-  // with the Hopper structure, no serialized wgmma or injected wait, and spill at most 8
-  // bytes more than the padded call's kernels: the dk/dv kernel at head dim 128 holds the
-  // sequence's first query row and its diagonal's shift through the walk, two registers
-  // past the 168 it has (8 bytes of spill stores, 4 of loads; none elsewhere).
-  const std::string ptxas = test::ptxas_path();
-  if (ptxas.empty())
-    WARN("ptxas not found: the PTX is checked, not assembled");
-  for (int64_t h : {64, 128}) {
-    const int64_t batch = 4, m = 2048, n = 16;
-    const ArgSpec q = spec({batch * m, n, h}, DType::BF16), cu = spec({batch + 1}, DType::I32),
-                  lse = attention_varlen_lse_spec(q);
-    AttentionOptions o;
-    o.is_causal = true, o.max_seqlen_q = m, o.max_seqlen_kv = m;
-    const BoundArgs fwd = bind_attention_varlen({q, q, q, cu, cu, std::nullopt, q, lse}, o);
-    const BoundArgs vjp = bind_attention_varlen_vjp({q, q, q, q, q, lse, cu, cu, std::nullopt, q, q, q, std::nullopt}, o);
-    const ArgSpec pq = spec({batch, m, n, h}, DType::BF16), lengths = spec({batch}, DType::I32),
-                  plse = attention_lse_spec(pq);
-    const BoundArgs padded = bind_attention({pq, pq, pq, std::nullopt, std::nullopt, lengths, lengths, pq, plse}, o);
-    const BoundArgs paddedVjp = bind_attention_vjp(
-        {pq, pq, pq, pq, pq, plse, std::nullopt, std::nullopt, lengths, lengths, pq, pq, pq, std::nullopt}, o);
-    for (auto [packedArgs, paddedArgs] : {std::pair{&fwd, &padded}, std::pair{&vjp, &paddedVjp}}) {
-      const Implementation &impl = find_op(packedArgs->op)->implementation("hopper");
-      const Implementation &dense = find_op(paddedArgs->op)->implementation("hopper");
-      std::vector<dsl::Kernel> kernels = impl.kernels(*packedArgs, impl.heuristic(*packedArgs));
-      std::vector<dsl::Kernel> denseKernels = dense.kernels(*paddedArgs, dense.heuristic(*paddedArgs));
-      REQUIRE(kernels.size() == denseKernels.size());
-      for (size_t i = 0; i < kernels.size(); ++i) {
-        INFO(kernels[i].name() << " against " << denseKernels[i].name());
-        const CompiledKernel packed = test::sm90a_ptx(kernels[i]), dense = test::sm90a_ptx(denseKernels[i]);
-        if (test::count(packed.ptx, "wgmma.mma_async") > 0) {  // (not the delta kernel)
-          CHECK(test::count(packed.ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
-          CHECK(test::count(packed.ptx, "cp.async.bulk.tensor.3d.shared::cluster.global") >= 2);
-        }
-        if (ptxas.empty())
-          continue;
-        auto [status, log] = test::run_ptxas(ptxas, packed.ptx, "sm_90a");
-        auto [denseStatus, denseLog] = test::run_ptxas(ptxas, dense.ptx, "sm_90a");
-        INFO(log << "\npadded:\n" << denseLog);
-        CHECK(status == 0);
-        CHECK(test::count(log, "serialized") == 0);
-        CHECK(test::count(log, "warpgroup.wait is injected") == test::count(denseLog, "warpgroup.wait is injected"));
-        CHECK(test::spill_store_bytes(log) <= test::spill_store_bytes(denseLog) + 8);
-      }
-    }
-  }
 }

@@ -74,6 +74,12 @@ public:
                             std::optional<Sym> bias = std::nullopt, std::optional<Sym> mask = std::nullopt,
                             std::optional<Sym> q_seq_lengths = std::nullopt,
                             std::optional<Sym> kv_seq_lengths = std::nullopt, std::optional<Sym> sinks = std::nullopt);
+  /// Packed variable-length attention (Attention.h's cu_seqlens): q [total_q, N, H], k / v
+  /// [total_kv, K, *], the int32 [B + 1] arrays as values; options.max_seqlen_q /
+  /// max_seqlen_kv required (its tensor pointers ignored). grad differentiates q, k, v
+  /// and sinks.
+  Sym dot_product_attention_varlen(Sym q, Sym k, Sym v, Sym cu_seqlens_q, Sym cu_seqlens_kv,
+                                   const AttentionOptions &options, std::optional<Sym> sinks = std::nullopt);
   /// act(x @ weights[:, 0]) * (x @ weights[:, 1]) (GatedLinearUnit.h); `implementation`
   /// pins the call and its VJP.
   Sym gated_linear_unit(Sym x, Sym weights, const std::string &activation = "swish",
