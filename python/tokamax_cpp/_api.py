@@ -178,6 +178,22 @@ def _attention_layout(layout) -> str:
     return layout
 
 
+def _attention_options(scale, is_causal, local_window_size, logits_soft_cap, deterministic) -> dict:
+    """The options dense and packed attention share, as the ops take them."""
+    options = {"is_causal": bool(is_causal)}
+    if scale is not None:
+        options["scale"] = _number("scale", scale)
+    if logits_soft_cap is not None:
+        cap = _number("logits_soft_cap", logits_soft_cap)
+        if not cap > 0:
+            raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
+        options["logits_soft_cap"] = cap
+    options.update(_window(local_window_size))
+    if not bool(deterministic):  # absent when true: the VJP call's options as they were
+        options["deterministic"] = False
+    return options
+
+
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
                           logits_soft_cap=None, precision=None, implementation=None, q_sharding=None,
@@ -200,17 +216,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     del q_sharding
     layout = _attention_layout(layout)
     _require_none("precision", precision, "the products use each dtype's native precision (f32 accumulation)")
-    options = {"is_causal": bool(is_causal)}
-    if scale is not None:
-        options["scale"] = _number("scale", scale)
-    if logits_soft_cap is not None:
-        cap = _number("logits_soft_cap", logits_soft_cap)
-        if not cap > 0:
-            raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
-        options["logits_soft_cap"] = cap
-    options.update(_window(local_window_size))
-    if not bool(deterministic):  # absent when true: the VJP call's options as they were
-        options["deterministic"] = False
+    options = _attention_options(scale, is_causal, local_window_size, logits_soft_cap, deterministic)
     if layout == "BNTH":
         for name, x in (("query", query), ("key", key), ("value", value)):
             if len(x.shape) < 3:
@@ -229,18 +235,9 @@ def dot_product_attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_kv,
     bound every sequence's lengths (they size the grid). is_causal and local_window_size
     align each sequence's last query with its last key. Gradients flow to q, k, v (and
     sinks)."""
-    options = {"is_causal": bool(is_causal), "max_seqlen_q": _number("max_seqlen_q", max_seqlen_q, int),
-               "max_seqlen_kv": _number("max_seqlen_kv", max_seqlen_kv, int)}
-    if scale is not None:
-        options["scale"] = _number("scale", scale)
-    if logits_soft_cap is not None:
-        cap = _number("logits_soft_cap", logits_soft_cap)
-        if not cap > 0:
-            raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
-        options["logits_soft_cap"] = cap
-    options.update(_window(local_window_size))
-    if not bool(deterministic):
-        options["deterministic"] = False
+    options = _attention_options(scale, is_causal, local_window_size, logits_soft_cap, deterministic)
+    options["max_seqlen_q"] = _number("max_seqlen_q", max_seqlen_q, int)
+    options["max_seqlen_kv"] = _number("max_seqlen_kv", max_seqlen_kv, int)
     inputs = [query, key, value, cu_seqlens_q, cu_seqlens_kv, sinks]
     return apply(_opdefs.ATTENTION_VARLEN, inputs, options, implementation)[0]
 
