@@ -18,7 +18,9 @@
 // top-left aligned), local_window (i - left <= j <= i + right, a side absent = unbounded),
 // q_seq_lengths / kv_seq_lengths (int32, one per batch row: rows and keys at or past the
 // length are padding). A query row that attends no key gives out = 0, zero gradients,
-// and lse = +inf (so exp(logits - lse) = 0 everywhere in the VJP).
+// and lse = +inf (so exp(logits - lse) = 0 everywhere in the VJP). Padding keys' v rows
+// (and a packed sequence's neighbours') must be finite: the kernels give them weight
+// 0, and 0 x NaN is NaN in out (the interpreter and every implementation alike).
 //
 // Sinks (optional, f32 [N]: one learnable logit per query head, as in gpt-oss) join each
 // row's softmax denominator as one more logit whose value row is zero:
