@@ -84,6 +84,11 @@ Packed packedGeometry(const char *op, const ArgSpec &q, const ArgSpec &k, const 
   if (g.N % g.K != 0)
     throw Error(fmt::format("{}: q's heads ({}) must be a multiple of k's heads ({}) for grouped-query attention", op,
                             g.N, g.K));
+  // The kernels index lse and delta [N, total_q] with 32-bit offsets.
+  if (g.N * g.totalQ > std::numeric_limits<int32_t>::max())
+    throw Error(fmt::format("{}: lse [N, total_q] = [{}, {}] has more than 2^31 - 1 elements (the kernels' row "
+                            "offsets are 32-bit): split the batch",
+                            op, g.N, g.totalQ));
   if (g.H > kAttentionMaxHeadDim || g.Hv > kAttentionMaxHeadDim)
     throw Error(fmt::format("{}: head dims up to {} are served, got H {} and Hv {}", op, kAttentionMaxHeadDim, g.H,
                             g.Hv));

@@ -122,3 +122,18 @@ TEST_CASE("attention varlen: grad of a traced packed call gives the host VJP's b
     CHECK(gs.storage == dsinks.storage);
   }
 }
+
+TEST_CASE("attention varlen: lse past 32-bit offsets is refused at binding", "[attention][varlen]") {
+  // N x total_q = 32 x 2^26 = 2^31 elements of lse: the kernels' 32-bit row offsets
+  // cannot reach them all.
+  AttentionOptions o;
+  o.max_seqlen_q = o.max_seqlen_kv = 4096;
+  const int64_t total = int64_t(1) << 26;
+  const ArgSpec q = spec({total, 32, 64}, DType::BF16), k = spec({4096, 8, 64}, DType::BF16),
+                cu = spec({2}, DType::I32);
+  CHECK_THROWS_WITH(bind_attention_varlen({q, k, k, cu, cu, std::nullopt, q, attention_varlen_lse_spec(q)}, o),
+                    Catch::Contains("lse [N, total_q] = [32, 67108864]") && Catch::Contains("split the batch"));
+  const ArgSpec smaller = spec({total / 2, 32, 64}, DType::BF16);
+  CHECK_NOTHROW(bind_attention_varlen({smaller, k, k, cu, cu, std::nullopt, smaller, attention_varlen_lse_spec(smaller)},
+                                      o));
+}
