@@ -65,7 +65,7 @@ void sinkEpilogue(ForwardProgram &f, const SoftmaxState &state) {
   if (p.q_lengths)
     seen = seen & (f.t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
   const RowBlock at = query_rows(pr, f.t0);
-  store_rows(pr.k, pr.s, f.out, at, f.n, scale_rows(state.acc, where(seen, alpha / lAll, 0.0)));
+  store_rows(pr.s, f.out, at, f.n, scale_rows(state.acc, where(seen, alpha / lAll, 0.0)));
   if (f.lse) {
     Value lse = where(m == -INFINITY, sink.broadcast_to({pr.s.block_q}), mUse * kLn2 + log(lAll));
     store_row_vector(pr.k, *f.lse, at, f.n, where(seen, lse, INFINITY));
@@ -85,7 +85,7 @@ void forward_epilogue(ForwardProgram &f, const SoftmaxState &state) {
     seen = seen & (t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
   Value inv = where(seen, 1.0 / lFinal, 0.0);
   const RowBlock at = query_rows(pr, t0);
-  store_rows(pr.k, pr.s, f.out, at, n, scale_rows(state.acc, inv));
+  store_rows(pr.s, f.out, at, n, scale_rows(state.acc, inv));
   if (f.lse) {
     Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
     store_row_vector(pr.k, *f.lse, at, n, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
@@ -357,15 +357,9 @@ Kernel flash_dkdv_kernel(const KernelSpec &s) {
 
 void store_dkdv(Program &pr, const DkDvOutputs &o, Value j0, Value h, const Carried &sums, size_t dkChunks) {
   auto parts = unpack(sums, {dkChunks, sums.size() - dkChunks});
-  // Packed: the sequence's rows read again here, so that its first row is not held in a
-  // register through the walk (where the hopper VJP at head dim 128 has none to spare).
-  RowBlock at = key_rows(pr, j0);
-  if (pr.p.varlen) {
-    const PackedRows keys = packed_rows(pr.k, *pr.in.kv_lengths, pr.b, pr.p.S);
-    at = {Value(0), keys.first + j0, keys.first + keys.valid};
-  }
-  store_rows(pr.k, pr.s, o.dk, at, h, scale_all(parts[0], pr.p.scale));
-  store_rows(pr.k, pr.s, o.dv, at, h, parts[1]);
+  const RowBlock at = key_rows(pr, j0);
+  store_rows(pr.s, o.dk, at, h, scale_all(parts[0], pr.p.scale));
+  store_rows(pr.s, o.dv, at, h, parts[1]);
 }
 
 Kernel flash_dq_kernel(const KernelSpec &s) {
@@ -387,7 +381,7 @@ Kernel flash_dq_kernel(const KernelSpec &s) {
     return dq_step(pr, q, d, stats, blocks(0), blocks(1), n, t0, j0, masked, carried);
   };
   Chunks sum = walk_blocks(pr, key_range(pr, t0, bq, bkv), bkv, zero_rows(s, k, bq, p.H), kv, body);
-  store_rows(k, s, dq, at, n, scale_all(sum, p.scale));
+  store_rows(s, dq, at, n, scale_all(sum, p.scale));
   return k;
 }
 

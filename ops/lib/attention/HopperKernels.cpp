@@ -392,7 +392,7 @@ Kernel hopper_dq_kernel(const KernelSpec &s) {
                                return dq_step(pr, {qd[0]}, {qd[1]}, stats, {kv[0]}, {kv[1]}, n, t0,
                                               keys.first(i), keys.masking(i), carried);
                              });
-  store_rows(k, s, dq, query_rows(pr, t0), n, scale_all(sum, p.scale));
+  store_rows(s, dq, query_rows(pr, t0), n, scale_all(sum, p.scale));
   return k;
 }
 

@@ -141,13 +141,15 @@ Chunks load_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Va
   return load_rows(s, t, at.b, at.r0, head, dim, rows);
 }
 
-void store_rows(Kernel &k, const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c) {
-  if (!at.end.valid())
-    return store_rows(s, t, at.b, at.r0, head, c);
-  int64_t col = 0;  // packed [1, total, heads, dim]: rows from the sequence's end on are dropped
+void store_rows(const KernelSpec &, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c) {
+  int64_t col = 0;
   for (const Value &chunk : c) {
     auto shape = chunk.shape();
-    t.store_below({at.b, at.r0, head, col}, chunk.to(t.dtype()).reshape({1, shape[0], 1, shape[1]}), 1, at.end);
+    Value block = chunk.to(t.dtype()).reshape({1, shape[0], 1, shape[1]});
+    if (at.end.valid())  // packed [1, total, heads, dim]: rows from the sequence's end on are dropped
+      t.store_below({at.b, at.r0, head, col}, block, 1, at.end);
+    else
+      t.store({at.b, at.r0, head, col}, block);
     col += shape[1];
   }
 }
@@ -163,12 +165,7 @@ Chunks load_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Val
 }
 
 void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Value head, const Chunks &c) {
-  int64_t col = 0;
-  for (const Value &chunk : c) {
-    auto shape = chunk.shape();
-    t.store({b, r0, head, col}, chunk.to(t.dtype()).reshape({1, shape[0], 1, shape[1]}));
-    col += shape[1];
-  }
+  store_rows(s, t, RowBlock{b, r0, {}}, head, c);
 }
 
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim) {

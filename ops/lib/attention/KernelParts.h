@@ -91,7 +91,7 @@ void store_rows(const KernelSpec &s, const TensorArg &t, Value b, Value r0, Valu
 /// The same at a RowBlock: loads read past a packed sequence's end (the rows a block
 /// reaches there are masked by the scores), stores stop there.
 Chunks load_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, int64_t dim, int64_t rows);
-void store_rows(Kernel &k, const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c);
+void store_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Value head, const Chunks &c);
 /// Chunks of zeros of shape [rows, padded dim] (f32 or f64).
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
