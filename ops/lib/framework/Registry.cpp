@@ -130,6 +130,19 @@ std::vector<RegisteredKernel> registered_kernels() {
   for (const Function &f : {layerNormGrad(), attentionGrad("hopper"), attentionGrad("tile")})
     for (const Function::Call &call : f.calls())
       op(*call.op, call.args, call.implementation);
+  // Packed attention at S2's tokens (4 sequences of 4096, N 32, H 128 bf16, causal): tile
+  // and hopper, forward and VJP.
+  {
+    const ArgSpec pq{{4 * 4096, 32, 128}, DType::BF16}, cu{{5}, DType::I32}, plse = attention_varlen_lse_spec(pq);
+    AttentionOptions packed;
+    packed.is_causal = true, packed.max_seqlen_q = packed.max_seqlen_kv = 4096;
+    for (const char *impl : {"tile", "hopper"}) {
+      op(attention_varlen_op(), bind_attention_varlen({pq, pq, pq, cu, cu, std::nullopt, pq, plse}, packed), impl);
+      op(attention_varlen_vjp_op(),
+         bind_attention_varlen_vjp({pq, pq, pq, pq, pq, plse, cu, cu, std::nullopt, pq, pq, pq, std::nullopt}, packed),
+         impl);
+    }
+  }
   // gated_linear_unit at the benchmark shape (M 8192, K 4096, N 14336 bf16, swish): the
   // tile forward and VJP.
   ArgSpec gx{{8192, 4096}, DType::BF16}, gw{{4096, 2, 14336}, DType::BF16}, gout{{8192, 14336}, DType::BF16};
