@@ -33,6 +33,13 @@ inline tokamax::Tensor upload(const attention_test::HostBuffer &h) {
   return t;
 }
 
+/// A device tensor's contents on the host.
+inline attention_test::HostBuffer download(const tokamax::Tensor &t) {
+  attention_test::HostBuffer h(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+  t.copy_to_host(h.bytes(), h.nbytes());
+  return h;
+}
+
 /// The op's call on `inputs` into `outputs` (both in the argument order), on `stream`.
 using DeviceCall = std::function<void(tokamax::Stream &stream, const std::vector<tokamax::Tensor> &inputs,
                                       const std::vector<tokamax::Tensor> &outputs)>;

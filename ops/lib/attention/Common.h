@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ops/lib/attention/Binding.h"
 #include "ops/lib/framework/ImplementationAdapter.h"
 #include "ops/lib/framework/KernelExecutor.h"
 
@@ -84,10 +85,6 @@ struct Problem {
 Problem problem_of(const BoundArgs &args);
 /// The same for attention_varlen / attention_varlen_vjp (Varlen.cpp).
 Problem varlen_problem_of(const BoundArgs &args);
-/// The attributes both kinds of call share (scale, masks, soft cap, the VJP's order), and
-/// the options they record; `H` the head dim (the default scale's).
-std::map<std::string, std::string> attention_attributes(const char *op, int64_t H, const AttentionOptions &o);
-AttentionOptions attention_options_of(const BoundArgs &args);
 /// Reads those attributes into `p` (and q's dtype and its compute dtype).
 void read_attributes(const BoundArgs &args, DType dtype, Problem &p);
 /// A packed call's specs from the API's tensors: throws Error where the options mix

@@ -94,8 +94,7 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b) {
   const Problem &p = s.p;
   if (p.varlen) {
     PackedRows q = packed_rows(k, *in.q_lengths, b, p.T), kv = packed_rows(k, *in.kv_lengths, b, p.S);
-    Program pr{k, s, p, std::move(in), b, q.valid, kv.valid, q.first, kv.first, kv.valid - q.valid};
-    return pr;
+    return Program{k, s, p, std::move(in), b, q.valid, kv.valid, q.first, kv.first, kv.valid - q.valid};
   }
   auto valid = [&](const std::optional<TensorArg> &lengths, int64_t full) {
     Value limit = k.constant(static_cast<double>(full), DType::I32);
@@ -108,22 +107,23 @@ Program program(Kernel &k, const KernelSpec &s, Operands in, Value b) {
   return Program{k, s, p, std::move(in), b, qv, kv};
 }
 
-RowBlock query_rows(const Program &pr, const Value &t0) {
-  if (!pr.p.varlen)
-    return {pr.b, t0, {}};
-  return {Value(0), pr.q_first + t0, pr.q_first + pr.q_valid};
+namespace {
+
+/// Rows from r0 of batch row b, or (packed) of the sequence from `first` with `valid` rows.
+RowBlock rowsAt(const Problem &p, const Value &b, const Value &r0, const Value &first, const Value &valid) {
+  if (!p.varlen)
+    return {b, r0, {}};
+  return {Value(0), first + r0, first + valid};
 }
 
-RowBlock key_rows(const Program &pr, const Value &j0) {
-  if (!pr.p.varlen)
-    return {pr.b, j0, {}};
-  return {Value(0), pr.kv_first + j0, pr.kv_first + pr.kv_valid};
-}
+} // namespace
+
+RowBlock query_rows(const Program &pr, const Value &t0) { return rowsAt(pr.p, pr.b, t0, pr.q_first, pr.q_valid); }
+
+RowBlock key_rows(const Program &pr, const Value &j0) { return rowsAt(pr.p, pr.b, j0, pr.kv_first, pr.kv_valid); }
 
 RowBlock query_rows(const Problem &p, const Value &b, const Value &t0, const std::optional<PackedRows> &packed) {
-  if (!p.varlen)
-    return {b, t0, {}};
-  return {Value(0), packed->first + t0, packed->first + packed->valid};
+  return packed ? rowsAt(p, b, t0, packed->first, packed->valid) : rowsAt(p, b, t0, Value(), Value());
 }
 
 namespace {
@@ -284,8 +284,8 @@ Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t
       require(j < pr.kv_valid);
     if (p.q_lengths)
       require(i < (fromDiagonal ? pr.kv_valid : pr.q_valid));
-    if (shifted && !fromDiagonal)
-      i = i + pr.shift;
+    if (!fromDiagonal)
+      i = diagonalKey(pr, i);
     if (p.causal)
       require(j <= i);
     if (p.left >= 0)

@@ -20,6 +20,11 @@
 namespace tokamax {
 
 using attention_detail::Problem;
+using attention_detail::check_exact;
+using attention_detail::compute_of;
+using attention_detail::is_float;
+using attention_detail::shape_text;
+using attention_detail::spec_of;
 
 namespace {
 
@@ -27,10 +32,7 @@ namespace {
 // Binding
 //===----------------------------------------------------------------------===//
 
-std::string shapeText(const std::vector<int64_t> &s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
-DType computeOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
 
 /// The geometry q, k and v agree on.
 struct Geometry {
@@ -69,12 +71,12 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   auto rank = [&](const char *name, const ArgSpec &a) {
     if (a.shape.size() < 3)
       throw Error(fmt::format("{}: {} must be {} (rank >= 3), got {}", op, name, layoutText(bnth),
-                              shapeText(a.shape)));
+                              shape_text(a.shape)));
   };
   rank("q", q), rank("k", k), rank("v", v);
   // Negative dims (a hand-built spec) and element counts past int64 are refused up front.
   ops_detail::check_spec(op, "q", q), ops_detail::check_spec(op, "k", k), ops_detail::check_spec(op, "v", v);
-  if (!isFloat(q.dtype))
+  if (!is_float(q.dtype))
     throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}", op, dtype_name(q.dtype)));
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
     if (a->dtype != q.dtype)
@@ -88,8 +90,8 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
     g.B *= d;
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
     if (a->shape.size() != q.shape.size() || !std::equal(g.batch.begin(), g.batch.end(), a->shape.begin()))
-      throw Error(fmt::format("{}: {} must have q's batch dims {} (shape {}), got {}", op, name, shapeText(g.batch),
-                              layoutText(bnth), shapeText(a->shape)));
+      throw Error(fmt::format("{}: {} must have q's batch dims {} (shape {}), got {}", op, name, shape_text(g.batch),
+                              layoutText(bnth), shape_text(a->shape)));
   const auto [seq, heads] = seqHeadsDims(nb, bnth);
   g.T = q.shape[seq], g.N = q.shape[heads], g.H = q.shape[nb + 2];
   g.S = k.shape[seq], g.K = k.shape[heads];
@@ -97,10 +99,10 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   g.dtype = q.dtype;
   if (k.shape[nb + 2] != g.H)
     throw Error(fmt::format("{}: k's head_dim {} must equal q's {} (k {}, q {})", op, k.shape[nb + 2], g.H,
-                            shapeText(k.shape), shapeText(q.shape)));
+                            shape_text(k.shape), shape_text(q.shape)));
   if (v.shape[seq] != g.S || v.shape[heads] != g.K)
     throw Error(fmt::format("{}: v must be {} like k's seq and heads, got {}", op,
-                            shapeText(g.shape(g.S, g.K, v.shape[nb + 2])), shapeText(v.shape)));
+                            shape_text(g.shape(g.S, g.K, v.shape[nb + 2])), shape_text(v.shape)));
   // No queries (T = 0 or an empty batch dim) is a no-op (the VJP's dk, dv, dbias are zero);
   // no keys has no softmax to take.
   for (auto [name, d] : {std::pair{"k's seq", g.S}, std::pair{"q's heads", g.N}, std::pair{"k's heads", g.K},
@@ -116,11 +118,6 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   return g;
 }
 
-void checkExact(const char *op, const char *name, const ArgSpec &a, const std::vector<int64_t> &shape, DType dtype) {
-  if (a.shape != shape || a.dtype != dtype)
-    throw Error(fmt::format("{}: {} must be {} {}, got {} {}", op, name, dtype_name(dtype), shapeText(shape),
-                            dtype_name(a.dtype), shapeText(a.shape)));
-}
 
 /// bias / mask broadcastable to [B..., N, T, S] (batch dims all 1 or all full).
 void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g, bool isMask) {
@@ -135,7 +132,7 @@ void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpe
   auto bad = [&] {
     return Error(fmt::format("{}: {} {} does not broadcast to [batch..., N, T, S] = {} (each dim 1 or full; the "
                              "batch dims all 1 or all full)",
-                             op, name, shapeText(a->shape), shapeText(full)));
+                             op, name, shape_text(a->shape), shape_text(full)));
   };
   if (a->shape.size() > full.size())
     throw bad();
@@ -160,15 +157,15 @@ void checkLengths(const char *op, const char *name, const std::optional<ArgSpec>
   bool shapeOk = a->shape == g.batch || (a->shape.size() == 1 && a->shape[0] == g.B);
   if (a->dtype != DType::I32 || !shapeOk)
     throw Error(fmt::format("{}: {} must be int32 {} (one length per batch row), got {} {}", op, name,
-                            shapeText(g.batch.empty() ? std::vector<int64_t>{1} : g.batch), dtype_name(a->dtype),
-                            shapeText(a->shape)));
+                            shape_text(g.batch.empty() ? std::vector<int64_t>{1} : g.batch), dtype_name(a->dtype),
+                            shape_text(a->shape)));
 }
 
 /// sinks / dsinks: f32, one per query head.
 void checkSinks(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
   if (a && (a->dtype != DType::F32 || a->shape != std::vector<int64_t>{g.N}))
     throw Error(fmt::format("{}: {} must be f32 [{}] (one logit per query head), got {} {}", op, name, g.N,
-                            dtype_name(a->dtype), shapeText(a->shape)));
+                            dtype_name(a->dtype), shape_text(a->shape)));
 }
 
 /// q, k, v and the optional operands forward and VJP share.
@@ -254,6 +251,9 @@ AttentionOptions attention_detail::attention_options_of(const BoundArgs &b) {
   if (b.attributes.count("deterministic"))
     o.deterministic = b.int_attribute("deterministic") != 0;
   o.layout = layoutOf(b);
+  for (auto [key, into] : {std::pair{"max_seqlen_q", &o.max_seqlen_q}, std::pair{"max_seqlen_kv", &o.max_seqlen_kv}})
+    if (b.attributes.count(key))  // (packed calls')
+      *into = b.int_attribute(key);
   return o;
 }
 
@@ -275,22 +275,22 @@ const std::vector<size_t> kForwardAdded{7}, kVjpAdded{10, 15};
 ArgSpec attention_lse_spec(const ArgSpec &q, AttentionLayout layout) {
   const bool bnth = headsMajor(layout);
   if (q.shape.size() < 3)
-    throw Error(fmt::format("attention: q must be {}, got {}", layoutText(bnth), shapeText(q.shape)));
+    throw Error(fmt::format("attention: q must be {}, got {}", layoutText(bnth), shape_text(q.shape)));
   size_t nb = q.shape.size() - 3;
   std::vector<int64_t> s(q.shape.begin(), q.shape.begin() + nb);
   const auto [seq, heads] = seqHeadsDims(nb, bnth);
   s.push_back(q.shape[heads]);
   s.push_back(q.shape[seq]);
-  return {s, computeOf(q.dtype)};
+  return {s, compute_of(q.dtype)};
 }
 
 BoundArgs bind_attention(const AttentionSpecs &a, const AttentionOptions &o) {
   const char *op = "attention";
   Geometry g =
       checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, o.layout);
-  checkExact(op, "out", a.out, g.shape(g.T, g.N, g.Hv), g.dtype);
+  check_exact(op, "out", a.out, g.shape(g.T, g.N, g.Hv), g.dtype);
   if (a.lse)
-    checkExact(op, "lse", *a.lse, attention_lse_spec(a.q, o.layout).shape, computeOf(g.dtype));
+    check_exact(op, "lse", *a.lse, attention_lse_spec(a.q, o.layout).shape, compute_of(g.dtype));
   return BoundArgs{op,
                    {a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, a.out, a.lse},
                    attributes(op, g, o)};
@@ -301,16 +301,16 @@ BoundArgs bind_attention_vjp(const AttentionVjpSpecs &a, const AttentionOptions 
   Geometry g =
       checkOperands(op, a.q, a.k, a.v, a.bias, a.mask, a.q_seq_lengths, a.kv_seq_lengths, a.sinks, o.layout);
   std::vector<int64_t> outShape = g.shape(g.T, g.N, g.Hv);
-  checkExact(op, "dout", a.dout, outShape, g.dtype);
-  checkExact(op, "out", a.out, outShape, g.dtype);
-  checkExact(op, "lse", a.lse, attention_lse_spec(a.q, o.layout).shape, computeOf(g.dtype));
-  checkExact(op, "dq", a.dq, a.q.shape, g.dtype);
-  checkExact(op, "dk", a.dk, a.k.shape, g.dtype);
-  checkExact(op, "dv", a.dv, a.v.shape, g.dtype);
+  check_exact(op, "dout", a.dout, outShape, g.dtype);
+  check_exact(op, "out", a.out, outShape, g.dtype);
+  check_exact(op, "lse", a.lse, attention_lse_spec(a.q, o.layout).shape, compute_of(g.dtype));
+  check_exact(op, "dq", a.dq, a.q.shape, g.dtype);
+  check_exact(op, "dk", a.dk, a.k.shape, g.dtype);
+  check_exact(op, "dv", a.dv, a.v.shape, g.dtype);
   if (a.dbias && !a.bias)
     throw Error(fmt::format("{}: dbias needs the forward's bias", op));
   if (a.dbias)
-    checkExact(op, "dbias", *a.dbias, a.bias->shape, a.bias->dtype);
+    check_exact(op, "dbias", *a.dbias, a.bias->shape, a.bias->dtype);
   if (a.dsinks && !a.sinks)
     throw Error(fmt::format("{}: dsinks needs the forward's sinks", op));
   checkSinks(op, "dsinks", a.dsinks, g);
@@ -324,7 +324,7 @@ namespace attention_detail {
 
 void read_attributes(const BoundArgs &b, DType dtype, Problem &p) {
   p.dtype = dtype;
-  p.compute = computeOf(dtype);
+  p.compute = compute_of(dtype);
   p.scale = b.float_attribute("scale");
   p.causal = b.int_attribute("is_causal") != 0;
   if (b.attributes.count("window_left"))
@@ -427,14 +427,13 @@ private:
   bool vjp_;
 };
 
-std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
 TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
 
 AttentionSpecs forwardSpecs(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                             const AttentionOptions &o, const TensorView *lse) {
-  return {ArgSpec::of(q),   ArgSpec::of(k),          ArgSpec::of(v),           specOf(o.bias),
-          specOf(o.mask),   specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths), ArgSpec::of(out),
-          specOf(lse),      specOf(o.sinks)};
+  return {ArgSpec::of(q),   ArgSpec::of(k),          ArgSpec::of(v),           spec_of(o.bias),
+          spec_of(o.mask),   spec_of(o.q_seq_lengths), spec_of(o.kv_seq_lengths), ArgSpec::of(out),
+          spec_of(lse),      spec_of(o.sinks)};
 }
 
 AttentionVjpSpecs vjpSpecs(const TensorView &dout, const TensorView &q, const TensorView &k, const TensorView &v,
@@ -442,8 +441,8 @@ AttentionVjpSpecs vjpSpecs(const TensorView &dout, const TensorView &q, const Te
                            const TensorView &dv, const AttentionOptions &o, const TensorView *dbias,
                            const TensorView *dsinks) {
   return {ArgSpec::of(dout), ArgSpec::of(q),  ArgSpec::of(k),  ArgSpec::of(v),  ArgSpec::of(out),
-          ArgSpec::of(lse),  specOf(o.bias),  specOf(o.mask),  specOf(o.q_seq_lengths), specOf(o.kv_seq_lengths),
-          ArgSpec::of(dq),   ArgSpec::of(dk), ArgSpec::of(dv), specOf(dbias), specOf(o.sinks), specOf(dsinks)};
+          ArgSpec::of(lse),  spec_of(o.bias),  spec_of(o.mask),  spec_of(o.q_seq_lengths), spec_of(o.kv_seq_lengths),
+          ArgSpec::of(dq),   ArgSpec::of(dk), ArgSpec::of(dv), spec_of(dbias), spec_of(o.sinks), spec_of(dsinks)};
 }
 
 } // namespace

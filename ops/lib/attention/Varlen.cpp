@@ -21,12 +21,14 @@
 namespace tokamax {
 
 using attention_detail::Problem;
+using attention_detail::check_exact;
+using attention_detail::compute_of;
+using attention_detail::is_float;
+using attention_detail::shape_text;
+using attention_detail::spec_of;
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t> &s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
-bool isFloat(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
-DType computeOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
 
 /// What q, k, v and the cu_seqlens arrays of a packed call agree on.
 struct Packed {
@@ -34,11 +36,6 @@ struct Packed {
   DType dtype;
 };
 
-void checkShape(const char *op, const char *name, const ArgSpec &a, const std::vector<int64_t> &shape, DType dtype) {
-  if (a.shape != shape || a.dtype != dtype)
-    throw Error(fmt::format("{}: {} must be {} {}, got {} {}", op, name, dtype_name(dtype), shapeText(shape),
-                            dtype_name(a.dtype), shapeText(a.shape)));
-}
 
 Packed packedGeometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, const ArgSpec &cuQ,
                       const ArgSpec &cuKv, const std::optional<ArgSpec> &sinks, const AttentionOptions &o) {
@@ -46,10 +43,10 @@ Packed packedGeometry(const char *op, const ArgSpec &q, const ArgSpec &k, const 
                                std::tuple{"v", &v, "total_kv"}}) {
     if (a->shape.size() != 3)
       throw Error(fmt::format("{}: {} must be [{}, heads, head_dim] (packed sequences), got {}", op, name, rows,
-                              shapeText(a->shape)));
+                              shape_text(a->shape)));
     ops_detail::check_spec(op, name, *a);
   }
-  if (!isFloat(q.dtype))
+  if (!is_float(q.dtype))
     throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}", op, dtype_name(q.dtype)));
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
     if (a->dtype != q.dtype)
@@ -61,18 +58,18 @@ Packed packedGeometry(const char *op, const ArgSpec &q, const ArgSpec &k, const 
   if (cuQ.shape.size() != 1 || cuQ.shape[0] < 1)
     throw Error(fmt::format("{}: cu_seqlens_q must be [B + 1] (sequence b's query rows from cu[b] to cu[b + 1]), "
                             "got {}",
-                            op, shapeText(cuQ.shape)));
+                            op, shape_text(cuQ.shape)));
   if (cuKv.shape != cuQ.shape)
     throw Error(fmt::format("{}: cu_seqlens_kv must have cu_seqlens_q's shape {} (one entry per sequence, and one), "
                             "got {}",
-                            op, shapeText(cuQ.shape), shapeText(cuKv.shape)));
+                            op, shape_text(cuQ.shape), shape_text(cuKv.shape)));
   Packed g{cuQ.shape[0] - 1, q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2], v.shape[2], q.dtype};
   if (k.shape[2] != g.H)
     throw Error(fmt::format("{}: k's head_dim {} must equal q's {} (k {}, q {})", op, k.shape[2], g.H,
-                            shapeText(k.shape), shapeText(q.shape)));
+                            shape_text(k.shape), shape_text(q.shape)));
   if (v.shape[0] != g.totalKv || v.shape[1] != g.K)
     throw Error(fmt::format("{}: v must be [{}, {}, head_dim] like k's rows and heads, got {}", op, g.totalKv, g.K,
-                            shapeText(v.shape)));
+                            shape_text(v.shape)));
   for (auto [name, d] : {std::pair{"k's rows (total_kv)", g.totalKv}, std::pair{"q's heads", g.N},
                          std::pair{"k's heads", g.K}, std::pair{"head_dim", g.H}, std::pair{"v's head_dim", g.Hv}})
     if (d < 1)
@@ -101,7 +98,7 @@ Packed packedGeometry(const char *op, const ArgSpec &q, const ArgSpec &k, const 
     throw Error(fmt::format("{}: packed sequences are [total, heads, head_dim]; the BNTH layout does not apply", op));
   if (sinks && (sinks->dtype != DType::F32 || sinks->shape != std::vector<int64_t>{g.N}))
     throw Error(fmt::format("{}: sinks must be f32 [{}] (one logit per query head), got {} {}", op, g.N,
-                            dtype_name(sinks->dtype), shapeText(sinks->shape)));
+                            dtype_name(sinks->dtype), shape_text(sinks->shape)));
   return g;
 }
 
@@ -116,13 +113,6 @@ const std::vector<std::string> kForwardArgs{"q", "k", "v", "cu_seqlens_q", "cu_s
 const std::vector<std::string> kVjpArgs{"dout", "q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_kv", "sinks",
                                         "dq", "dk", "dv", "dsinks"};
 constexpr size_t kForwardInputs = 6, kVjpInputs = 9;
-
-AttentionOptions optionsOf(const BoundArgs &b) {
-  AttentionOptions o = attention_detail::attention_options_of(b);
-  o.max_seqlen_q = b.int_attribute("max_seqlen_q");
-  o.max_seqlen_kv = b.int_attribute("max_seqlen_kv");
-  return o;
-}
 
 std::vector<std::shared_ptr<const Implementation>> implementationsOf(bool vjp) {
   using namespace attention_detail;
@@ -153,9 +143,9 @@ public:
     auto at = [&](size_t i) { return ops_detail::optional_arg(b, i); };
     BoundArgs again = vjp_ ? bind_attention_varlen_vjp({need(0), need(1), need(2), need(3), need(4), need(5), need(6),
                                                         need(7), at(8), need(9), need(10), need(11), at(12)},
-                                                       optionsOf(b))
+                                                       attention_detail::attention_options_of(b))
                            : bind_attention_varlen({need(0), need(1), need(2), need(3), need(4), at(5), need(6), at(7)},
-                                                   optionsOf(b));
+                                                   attention_detail::attention_options_of(b));
     ops_detail::require_canonical(name(), b, again);
   }
 
@@ -163,7 +153,6 @@ private:
   bool vjp_;
 };
 
-std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
 
 /// What a packed call's options must not hold, and both arrays present.
 void checkPackedOptions(const char *op, const AttentionOptions &o) {
@@ -180,16 +169,16 @@ void checkPackedOptions(const char *op, const AttentionOptions &o) {
 
 ArgSpec attention_varlen_lse_spec(const ArgSpec &q) {
   if (q.shape.size() != 3)
-    throw Error(fmt::format("attention_varlen: q must be [total_q, heads, head_dim], got {}", shapeText(q.shape)));
-  return {{q.shape[1], q.shape[0]}, computeOf(q.dtype)};
+    throw Error(fmt::format("attention_varlen: q must be [total_q, heads, head_dim], got {}", shape_text(q.shape)));
+  return {{q.shape[1], q.shape[0]}, compute_of(q.dtype)};
 }
 
 BoundArgs bind_attention_varlen(const AttentionVarlenSpecs &a, const AttentionOptions &o) {
   const char *op = "attention_varlen";
   Packed g = packedGeometry(op, a.q, a.k, a.v, a.cu_seqlens_q, a.cu_seqlens_kv, a.sinks, o);
-  checkShape(op, "out", a.out, {g.totalQ, g.N, g.Hv}, g.dtype);
+  check_exact(op, "out", a.out, {g.totalQ, g.N, g.Hv}, g.dtype);
   if (a.lse)
-    checkShape(op, "lse", *a.lse, attention_varlen_lse_spec(a.q).shape, computeOf(g.dtype));
+    check_exact(op, "lse", *a.lse, attention_varlen_lse_spec(a.q).shape, compute_of(g.dtype));
   return BoundArgs{op, {a.q, a.k, a.v, a.cu_seqlens_q, a.cu_seqlens_kv, a.sinks, a.out, a.lse},
                    packedAttributes(op, g, o)};
 }
@@ -197,16 +186,16 @@ BoundArgs bind_attention_varlen(const AttentionVarlenSpecs &a, const AttentionOp
 BoundArgs bind_attention_varlen_vjp(const AttentionVarlenVjpSpecs &a, const AttentionOptions &o) {
   const char *op = "attention_varlen_vjp";
   Packed g = packedGeometry(op, a.q, a.k, a.v, a.cu_seqlens_q, a.cu_seqlens_kv, a.sinks, o);
-  checkShape(op, "dout", a.dout, {g.totalQ, g.N, g.Hv}, g.dtype);
-  checkShape(op, "out", a.out, {g.totalQ, g.N, g.Hv}, g.dtype);
-  checkShape(op, "lse", a.lse, attention_varlen_lse_spec(a.q).shape, computeOf(g.dtype));
-  checkShape(op, "dq", a.dq, a.q.shape, g.dtype);
-  checkShape(op, "dk", a.dk, a.k.shape, g.dtype);
-  checkShape(op, "dv", a.dv, a.v.shape, g.dtype);
+  check_exact(op, "dout", a.dout, {g.totalQ, g.N, g.Hv}, g.dtype);
+  check_exact(op, "out", a.out, {g.totalQ, g.N, g.Hv}, g.dtype);
+  check_exact(op, "lse", a.lse, attention_varlen_lse_spec(a.q).shape, compute_of(g.dtype));
+  check_exact(op, "dq", a.dq, a.q.shape, g.dtype);
+  check_exact(op, "dk", a.dk, a.k.shape, g.dtype);
+  check_exact(op, "dv", a.dv, a.v.shape, g.dtype);
   if (a.dsinks && !a.sinks)
     throw Error(fmt::format("{}: dsinks needs the forward's sinks", op));
   if (a.dsinks)
-    checkShape(op, "dsinks", *a.dsinks, {g.N}, DType::F32);
+    check_exact(op, "dsinks", *a.dsinks, {g.N}, DType::F32);
   return BoundArgs{op,
                    {a.dout, a.q, a.k, a.v, a.out, a.lse, a.cu_seqlens_q, a.cu_seqlens_kv, a.sinks, a.dq, a.dk, a.dv,
                     a.dsinks},
@@ -256,7 +245,7 @@ AttentionVarlenSpecs varlen_specs(const TensorView &q, const TensorView &k, cons
                                   const AttentionOptions &o, const TensorView *lse) {
   checkPackedOptions("attention_varlen", o);
   return {ArgSpec::of(q),   ArgSpec::of(k),   ArgSpec::of(v), ArgSpec::of(*o.cu_seqlens_q), ArgSpec::of(*o.cu_seqlens_kv),
-          specOf(o.sinks), ArgSpec::of(out), specOf(lse)};
+          spec_of(o.sinks), ArgSpec::of(out), spec_of(lse)};
 }
 
 AttentionVarlenVjpSpecs varlen_vjp_specs(const TensorView &dout, const TensorView &q, const TensorView &k,
@@ -266,7 +255,7 @@ AttentionVarlenVjpSpecs varlen_vjp_specs(const TensorView &dout, const TensorVie
   checkPackedOptions("attention_varlen_vjp", o);
   return {ArgSpec::of(dout), ArgSpec::of(q),  ArgSpec::of(k),  ArgSpec::of(v),  ArgSpec::of(out),
           ArgSpec::of(lse),  ArgSpec::of(*o.cu_seqlens_q),      ArgSpec::of(*o.cu_seqlens_kv),
-          specOf(o.sinks),   ArgSpec::of(dq), ArgSpec::of(dk), ArgSpec::of(dv), specOf(dsinks)};
+          spec_of(o.sinks),   ArgSpec::of(dq), ArgSpec::of(dk), ArgSpec::of(dv), spec_of(dsinks)};
 }
 
 void check_varlen_dbias(const TensorView *dbias) {

@@ -3,6 +3,8 @@
 
 #include "ops/lib/function/FunctionAttention.h"
 
+#include "ops/lib/attention/Binding.h"
+
 namespace tokamax {
 
 Sym Tracer::dot_product_attention(Sym q, Sym k, Sym v, const AttentionOptions &options, std::optional<Sym> bias,
@@ -48,26 +50,10 @@ Sym Tracer::dot_product_attention_varlen(Sym q, Sym k, Sym v, Sym cu_seqlens_q, 
 }
 
 AttentionOptions attention_options_of(const Function::Call &call) {
-  const BoundArgs &a = call.args;
-  AttentionOptions options;
-  options.scale = a.float_attribute("scale");
-  options.is_causal = a.int_attribute("is_causal") != 0;
-  auto attr = [&](const char *key) -> std::optional<int64_t> {
-    if (!a.attributes.count(key))
-      return std::nullopt;
-    return a.int_attribute(key);
-  };
-  if (attr("window_left") || attr("window_right"))
-    options.local_window = LocalWindow{attr("window_left"), attr("window_right")};
-  if (a.attributes.count("logits_soft_cap"))
-    options.logits_soft_cap = a.float_attribute("logits_soft_cap");
+  AttentionOptions options = attention_detail::attention_options_of(call.args);
+  // The VJP's order is recorded beside the forward's attributes.
   auto deterministic = call.vjp_attributes.find("deterministic");
   options.deterministic = deterministic == call.vjp_attributes.end() || deterministic->second != "0";
-  auto layout = a.attributes.find("layout");  // the forward's, which binding checked
-  if (layout != a.attributes.end() && layout->second == "bnth")
-    options.layout = AttentionLayout::BNTH;
-  options.max_seqlen_q = attr("max_seqlen_q");
-  options.max_seqlen_kv = attr("max_seqlen_kv");
   return options;
 }
 

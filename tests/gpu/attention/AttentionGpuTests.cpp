@@ -29,16 +29,11 @@ using namespace attention_test;
 
 namespace {
 
+using gpu_test::download;
 using gpu_test::upload;
 
 /// A device tensor holding NaN (floats), so unwritten elements show.
 Tensor poisoned(DType d, const std::vector<int64_t> &shape) { return upload(HostBuffer(d, shape)); }
-
-HostBuffer download(const Tensor &t) {
-  HostBuffer h(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()));
-  t.copy_to_host(h.bytes(), h.nbytes());
-  return h;
-}
 
 struct DeviceRun {
   Results results;

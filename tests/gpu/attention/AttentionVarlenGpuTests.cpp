@@ -26,13 +26,8 @@ using namespace attention_test;
 
 namespace {
 
+using gpu_test::download;
 using gpu_test::upload;
-
-HostBuffer download(const Tensor &t) {
-  HostBuffer h(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()));
-  t.copy_to_host(h.bytes(), h.nbytes());
-  return h;
-}
 
 /// The rows of a [B, rows, ...] buffer that each batch row's length keeps, packed.
 HostBuffer packRows(const HostBuffer &b, const std::vector<int32_t> &lengths) {
