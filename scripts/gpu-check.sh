@@ -68,6 +68,10 @@
 #               timings beside the heuristic at S1 / S2 / S3, overlap or not, cuDNN from
 #               the same run; and the 8-warp forward with overlap under a causal mask at
 #               S2 / S3
+#   paged       (named only) the decode's combine folding its splits a group at a time
+#               over chunks of Hv (batch 1 was 18-21 % of copy, latency of one split a
+#               step): paged_attention's GPU tests against float64, then the decode
+#               bench, every shape (KV GB/s and % of copy, events and CUPTI)
 #   varlen      (named only) packed variable-length attention on the device: each case's
 #               padded call against float64, then its packed call bit for bit equal to it
 #               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
@@ -296,6 +300,12 @@ if wants twoblocks; then
     TAIL=10 run "twoblocks-h128-overlap$ov" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
       --config "$(two 64 $ov)" --vjp-config "$two_vjp" "${two_peers[@]}"
   done
+fi
+if wants paged; then
+  t=(timeout -k 10)
+  TAIL=8 run paged-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[paged_attention]" --durations yes
+  [ $last_rc -eq 0 ] && TAIL=16 run paged-bench "${t[@]}" 200 "$bin/tokamax-paged-attention-bench" \
+    --json "$out/paged-bench.json"
 fi
 if wants fresh; then
   t=(timeout -k 10)

@@ -44,9 +44,10 @@ Value page_at(const TensorArg &page_table, const Value &b, const Value &page) {
 }
 
 void store_rows(const RowPacking &rp, const DecodeOutputs &o, const Value &b, const Value &h, const Value &t0,
-                const Value &g0, const Value &rows, const std::optional<Value> &lse) {
+                const Value &g0, const Value &rows, const std::optional<Value> &lse,
+                const std::optional<Value> &hv0) {
   const int64_t hv = rows.shape()[1];
-  o.out.store({b, t0, h, g0, 0}, rows.to(o.out.dtype()).reshape({1, rp.tokens, 1, rp.heads, hv}));
+  o.out.store({b, t0, h, g0, hv0 ? *hv0 : Value(0)}, rows.to(o.out.dtype()).reshape({1, rp.tokens, 1, rp.heads, hv}));
   if (o.lse && lse)
     o.lse->store({b, h, g0, t0},
                  lse->to(o.lse->dtype()).reshape({rp.tokens, rp.heads}).trans().reshape({1, 1, rp.heads, rp.tokens}));

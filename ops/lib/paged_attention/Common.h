@@ -93,10 +93,12 @@ Value sequence_length(Kernel &k, const Problem &p, const TensorArg &seq_lengths,
 /// Entry `page` of sequence b's page table (an i32 scalar; 0 past max_pages).
 Value page_at(const TensorArg &page_table, const Value &b, const Value &page);
 
-/// Stores the rows of a program (`rows` x Hv, row r = token t0 + r / heads, head g0 +
-/// r % heads of kv head h) into out, and their lse ([rows]) when lse is given.
+/// Stores the rows of a program (`rows` x hv, row r = token t0 + r / heads, head g0 +
+/// r % heads of kv head h) into out's columns from hv0 (0 when not given), and their lse
+/// ([rows]) when lse is given.
 void store_rows(const RowPacking &rp, const DecodeOutputs &o, const Value &b, const Value &h, const Value &t0,
-                const Value &g0, const Value &rows, const std::optional<Value> &lse);
+                const Value &g0, const Value &rows, const std::optional<Value> &lse,
+                const std::optional<Value> &hv0 = std::nullopt);
 
 //===----------------------------------------------------------------------===//
 // tile (Tile.cpp)

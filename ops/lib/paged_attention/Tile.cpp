@@ -65,11 +65,11 @@ KernelKey splitKey(const char *name, const Problem &p, const TileConfig &c) {
   return key;
 }
 
-/// The combine kernel's key: it reads no page, only the partials and the row packing.
+/// The combine kernel's key: it reads no page, only the partials and the row packing
+/// (its warps follow from them, not from the config).
 KernelKey combineKey(const Problem &p, const TileConfig &c) {
   return ops_detail::specializationKey("paged_attention_combine", {p.B, p.Tq, p.N, p.K, p.Hv, int64_t(p.dtype),
-                                                                   int64_t(p.lse_out), c.block_rows, c.num_splits,
-                                                                   c.num_warps});
+                                                                   int64_t(p.lse_out), c.block_rows, c.num_splits});
 }
 
 /// Bytes of K and V pages one step reads.
@@ -82,15 +82,37 @@ std::string kernelName(const char *what, const Problem &p, const TileConfig &c) 
                      c.block_rows, c.pages_per_step, c.stages);
 }
 
-/// The workspace of the splits: partial out [B K R, splits, rows, Hv] and partial lse
-/// [B K R, splits, rows], f32.
+/// How the combine kernel reads the partials: the rows a program holds that are query
+/// tokens (a row block holds `tokens` tokens; with fewer new tokens the rest are padding
+/// that no one stores), the slice of Hv a program merges, the splits a step loads, warps.
+struct CombineShape {
+  int64_t live_rows = 16, hv_chunk = 32, splits_a_step = 8, num_warps = 4;
+};
+CombineShape combineShape(const Problem &p, const TileConfig &c) {
+  const RowPacking rp = row_packing(p, c.block_rows);
+  CombineShape cs;
+  cs.live_rows = rp.heads * std::min(rp.tokens, next_power_of_two(p.Tq));
+  cs.hv_chunk = std::min<int64_t>(p.Hv, 32);
+  // Up to 64 f32 of partial rows in flight a thread at 4 warps (16 splits at most).
+  const int64_t elements = cs.live_rows * cs.hv_chunk;
+  cs.num_warps = std::clamp<int64_t>(elements / 128, 2, 4);
+  cs.splits_a_step = std::clamp<int64_t>(32 * 32 * cs.num_warps / elements, 1, 8);
+  return cs;
+}
+
+/// The workspace of the splits: partial out [B K R, splits, live rows, Hv] and partial
+/// lse [B K R, splits, live rows, hv chunk], f32 (the split kernel's stores drop the
+/// padding rows). Each lse is stored across an Hv chunk's width, so the combine loads it
+/// as a tile of its rows' shape and layout (a broadcast there would pick a layout that
+/// holds every column in each thread).
 struct Partials {
   std::vector<int64_t> out, lse;
 };
 Partials partialShapes(const Problem &p, const TileConfig &c) {
   const RowPacking rp = row_packing(p, c.block_rows);
+  const CombineShape cs = combineShape(p, c);
   const int64_t programs = p.B * p.K * rp.blocks;
-  return {{programs, c.num_splits, rp.rows, p.Hv}, {programs, c.num_splits, rp.rows}};
+  return {{programs, c.num_splits, cs.live_rows, p.Hv}, {programs, c.num_splits, cs.live_rows, cs.hv_chunk}};
 }
 
 /// The online softmax over the walk: row max (log2 units), row sum, accumulator.
@@ -258,40 +280,69 @@ Kernel splitKernel(const Problem &p, const TileConfig &c, bool direct) {
     auto [out, lse] = finish(w, -INFINITY);
     Value program = b * (p.K * rp.blocks) + kr;
     partOut.store({program, split, 0, 0}, out.reshape({1, 1, rows, p.Hv}));
-    partLse.store({program, split, 0}, lse.reshape({1, 1, rows}));
+    const int64_t width = combineShape(p, c).hv_chunk;
+    partLse.store({program, split, 0, 0}, lse.expand(1).broadcast_to({rows, width}).reshape({1, 1, rows, width}));
   }
   return k;
 }
 
 /// Merges each row's splits: out = sum_s w_s out_s / sum_s w_s with w_s = exp(lse_s - max).
+/// One program per (kv head x row block, sequence, chunk of Hv): at batch 1 a handful of
+/// (head, block) pairs holds every split, so the chunks of Hv widen the grid, and each
+/// step loads a group of splits at once (independent loads, one latency a group, not
+/// one a split), then folds them into the running max, sum and rows.
 Kernel combineKernel(const Problem &p, const TileConfig &c) {
   const RowPacking rp = row_packing(p, c.block_rows);
-  const int64_t rows = rp.rows;
-  Kernel k(fmt::format("paged_attention_combine_{}_hv{}_r{}", dtype_name(p.dtype), p.Hv, rows),
-           {.num_warps = int(c.num_warps)});
+  const CombineShape cs = combineShape(p, c);
+  const int64_t live = cs.live_rows, hvc = cs.hv_chunk, S = c.num_splits;
+  Kernel k(fmt::format("paged_attention_combine_{}_hv{}_r{}x{}_s{}", dtype_name(p.dtype), p.Hv, live, hvc,
+                       cs.splits_a_step),
+           {.num_warps = int(cs.num_warps)});
   const Partials shapes = partialShapes(p, c);
   TensorArg partOut = k.input("partial_out", DType::F32, shapes.out);
   TensorArg partLse = k.input("partial_lse", DType::F32, shapes.lse);
   DecodeOutputs outs = declare_decode_outputs(k, p);
-  k.grid(p.K * rp.blocks, p.B);
-  Value kr = k.program_id(0), b = k.program_id(1);
+  k.grid(p.K * rp.blocks, p.B, p.Hv / hvc);
+  Value kr = k.program_id(0), b = k.program_id(1), d0 = k.program_id(2) * hvc;
   Value h = kr / rp.blocks, rb = kr % rp.blocks;
   Value t0 = rb / rp.head_blocks * rp.tokens, g0 = rb % rp.head_blocks * rp.heads;
   Value program = b * (p.K * rp.blocks) + kr;
-  std::vector<Value> state{k.full({rows}, -INFINITY, DType::F32), k.full({rows}, 0.0, DType::F32),
-                           k.full({rows, p.Hv}, 0.0, DType::F32)};
-  state = k.loop(0, c.num_splits, 1, state, [&](Value s, std::vector<Value> cur) {
-    Value lse = partLse.load({program, s, 0}, {1, 1, rows}).reshape({rows});
-    Value part = partOut.load({program, s, 0, 0}, {1, 1, rows, p.Hv}).reshape({rows, p.Hv});
-    Value m = maximum(cur[0], lse);
+  // Folds splits s0 .. s0 + count - 1 into {max, sum, rows}: every load first. The max
+  // and the sum are kept per element of the [live, hvc] rows (each row's columns hold
+  // the same value), so every tile shares the loads' layout.
+  auto fold = [&](const Value &s0, int64_t count, std::vector<Value> cur) {
+    std::vector<Value> lses, parts;
+    for (int64_t j = 0; j < count; ++j) {
+      lses.push_back(partLse.load({program, s0 + j, 0, 0}, {1, 1, live, hvc}).reshape({live, hvc}));
+      parts.push_back(partOut.load({program, s0 + j, 0, d0}, {1, 1, live, hvc}).reshape({live, hvc}));
+    }
+    Value m = cur[0];
+    for (const Value &lse : lses)
+      m = maximum(m, lse);
     Value mUse = where(m == -INFINITY, 0.0, m);
-    Value alpha = dsl::exp(cur[0] - mUse), weight = dsl::exp(lse - mUse);
-    return std::vector<Value>{m, cur[1] * alpha + weight, cur[2] * alpha.expand(1) + part * weight.expand(1)};
-  });
+    Value alpha = dsl::exp(cur[0] - mUse);
+    Value l = cur[1] * alpha, acc = cur[2] * alpha;
+    for (int64_t j = 0; j < count; ++j) {
+      Value weight = dsl::exp(lses[size_t(j)] - mUse);
+      l = l + weight;
+      acc = acc + parts[size_t(j)] * weight;
+    }
+    return std::vector<Value>{m, l, acc};
+  };
+  std::vector<Value> state{k.full({live, hvc}, -INFINITY, DType::F32), k.full({live, hvc}, 0.0, DType::F32),
+                           k.full({live, hvc}, 0.0, DType::F32)};
+  const int64_t whole = S / cs.splits_a_step * cs.splits_a_step;
+  state = k.loop(0, whole, cs.splits_a_step, state,
+                 [&](Value s0, std::vector<Value> cur) { return fold(s0, cs.splits_a_step, std::move(cur)); });
+  if (S > whole)
+    state = fold(k.constant(double(whole), DType::I32), S - whole, std::move(state));
   Value seen = state[1] > 0.0;
   Value mUse = where(state[0] == -INFINITY, 0.0, state[0]);
-  Value out = state[2] * where(seen, 1.0 / state[1], 0.0).expand(1);
-  store_rows(rp, outs, b, h, t0, g0, out, where(seen, mUse + dsl::log(state[1]), INFINITY));
+  Value out = state[2] * where(seen, 1.0 / state[1], 0.0);
+  Value lse = where(seen, mUse + dsl::log(state[1]), INFINITY).max(1);
+  RowPacking liveRows = rp;
+  liveRows.rows = live, liveRows.tokens = live / rp.heads;
+  store_rows(liveRows, outs, b, h, t0, g0, out, lse, d0);
   return k;
 }
 
@@ -399,8 +450,14 @@ void TileDecode::execute(const Problem &p, const TileConfig &c, std::span<const 
   }
   const Partials shapes = partialShapes(p, c);
   ops_detail::Workspace ws;
-  const size_t outAt = ws.add(4.0 * double(shapes.out[0] * shapes.out[1] * shapes.out[2] * shapes.out[3]));
-  const size_t lseAt = ws.add(4.0 * double(shapes.lse[0] * shapes.lse[1] * shapes.lse[2]));
+  auto bytes = [](const std::vector<int64_t> &shape) {
+    double elements = 1;
+    for (int64_t d : shape)
+      elements *= double(d);
+    return 4.0 * elements;
+  };
+  const size_t outAt = ws.add(bytes(shapes.out));
+  const size_t lseAt = ws.add(bytes(shapes.lse));
   ws.allocate(ex);
   const TensorView partOut(ws.at(outAt), DType::F32, shapes.out, ex.device());
   const TensorView partLse(ws.at(lseAt), DType::F32, shapes.lse, ex.device());

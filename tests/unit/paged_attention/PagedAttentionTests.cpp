@@ -92,6 +92,15 @@ TEST_CASE("paged_attention: tile's splits, pages a step and row blocks", "[paged
     c.config = config;
     expectOk(check(c, seed++));
   }
+  // One new token: a row block of 32 holds 8 token slots of which one is live, so the
+  // partials keep 4 rows; the combine folds 8 splits a step over 2 chunks of Hv 64,
+  // with a tail (9, 19 splits) and without a whole step (3).
+  Case one;
+  one.lengths = {300, 47, 1}, one.tq = 1, one.n = 8, one.k = 2, one.page_size = 8, one.implementation = "tile";
+  for (int64_t splits : {3, 9, 19}) {
+    one.config = tileConfig(32, 1, splits);
+    expectOk(check(one, seed++));
+  }
   // A group larger than a row block: 32 query heads on one kv head in blocks of 16.
   Case wide;
   wide.lengths = {20, 3}, wide.tq = 2, wide.n = 32, wide.k = 1, wide.implementation = "tile";
