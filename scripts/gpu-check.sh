@@ -68,30 +68,23 @@
 #               timings beside the heuristic at S1 / S2 / S3, overlap or not, cuDNN from
 #               the same run; and the 8-warp forward with overlap under a causal mask at
 #               S2 / S3
-#   paged       (named only) the decode's combine folding its splits a group at a time
-#               over chunks of Hv (batch 1 was 18-21 % of copy, latency of one split a
-#               step): paged_attention's GPU tests against float64, then the decode
-#               bench, every shape (KV GB/s and % of copy, events and CUPTI)
+#   paged       (named only) paged_attention's GPU tests against float64 (the decode
+#               shapes' case takes about 130 s), then the decode bench,
+#               every shape (KV GB/s and % of copy, events and CUPTI; ran on an H100
+#               2026-12-07)
 #   varlen      (named only) packed variable-length attention on the device: each case's
 #               padded call against float64, then its packed call bit for bit equal to it
 #               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
 #               packed (--varlen: the same tokens as B sequences of T) beside cuDNN
-#   heuristics  (named only; run it first next time: about 4 minutes) the heuristics
-#               set from the H200 run without a device check of their own: attention's
-#               heuristic configs against float64 (the causal head-dim-64 forward on two
-#               programs an SM), the S1 forward beside cuDNN; gated_linear_unit's GPU
-#               tests (auto is hopper, unfused; the VJP from the forward's
-#               pre-activations, never run on a device) and G1 beside cuBLAS (fwd+bwd
-#               now keeps the pre-activations: projected about 8.5 ms against the
-#               peer's 8.8); ragged_dot's R1 beside torch's grouped mm (the bench's
-#               default is auto's pick)
-#   ragged      (named only; run it first next time) ragged_dot hopper's new kernels: the
-#               VJP's drhs on wgmma from its cp.async ring (the heuristic's) and the rows
-#               kernels on a persistent grid ("programs"): numerics against float64
-#               ([persistent] and [tma_ring] of [ragged_dot]), then R1 beside torch's
-#               grouped mm at the heuristic, persistent at [128, 128] and [128, 256] tiles;
-#               first, whether the driver encodes an overlapping "window" tensor map
-#               (scripts/tma-window-probe.py)
+#   heuristics  (named only; about 6 minutes, ran on an H100 2026-12-07) attention's
+#               heuristic configs against float64, the S1 forward beside cuDNN;
+#               gated_linear_unit's GPU tests and G1 beside cuBLAS; ragged_dot's R1
+#               beside torch's grouped mm at auto's pick
+#   ragged      (named only; ran on an H100 2026-12-07) ragged_dot hopper: numerics
+#               against float64 ([persistent] and [tma_ring] of [ragged_dot]), then R1
+#               beside torch's grouped mm at the heuristic (persistent [128, 256]) and at
+#               persistent [128, 128]; first, whether the driver encodes an overlapping
+#               "window" tensor map (scripts/tma-window-probe.py: it does)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -220,7 +213,6 @@ if wants ahead; then
 fi
 if wants ragged; then
   t=(timeout -k 10)
-  export TOKAMAX_EXPERIMENTAL=1  # both new kernels are experimental until this part passes
   TAIL=6 run tma-window-probe "${t[@]}" 30 python3 "$here/tma-window-probe.py"
   TAIL=12 run ragged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[persistent][ragged_dot],[tma_ring][ragged_dot]" \
     --durations yes
@@ -232,9 +224,6 @@ if wants ragged; then
   TAIL=8 run ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper "${ragged_peers[@]}"
   TAIL=8 run ragged-bench-persistent "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":4,"programs":-1}' "${ragged_peers[@]}"
-  TAIL=8 run ragged-bench-persistent-256 "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
-    --config '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":-1}' "${ragged_peers[@]}"
-  unset TOKAMAX_EXPERIMENTAL
 fi
 if wants varlen; then
   t=(timeout -k 10)
@@ -303,7 +292,7 @@ if wants twoblocks; then
 fi
 if wants paged; then
   t=(timeout -k 10)
-  TAIL=8 run paged-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[paged_attention]" --durations yes
+  TAIL=8 run paged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[paged_attention]" --durations yes
   [ $last_rc -eq 0 ] && TAIL=16 run paged-bench "${t[@]}" 200 "$bin/tokamax-paged-attention-bench" \
     --json "$out/paged-bench.json"
 fi

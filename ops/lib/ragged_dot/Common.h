@@ -51,11 +51,6 @@ struct Blocks {
   bool drhs_wgmma = false;
 };
 
-/// Not served unless TOKAMAX_EXPERIMENTAL until a device run verifies them: hopper's
-/// persistent rows kernels ("programs") and its drhs on wgmma (without the variable the
-/// drhs stays on mma.sync).
-std::optional<std::string> experimental_hopper_kernels();
-
 /// The most groups a persistent rows kernel serves: it holds every group's first row
 /// and first row tile as scalars for its whole run.
 inline constexpr int64_t kPersistentMaxGroups = 16;

@@ -1,11 +1,12 @@
 //===- Hopper.cpp - ragged_dot on TMA rings and wgmma (sm_90a) ---------===//
 //
-// tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs), so
-// the config holds the blocks and the rings' depth only: block_m, block_n, block_k,
-// num_warps, stages, and programs (the rows kernels on a persistent grid). First in
-// auto's order (sm_90a): on an H200 at 8 groups, M 32768, K = N = 4096 bf16 its forward
-// took 1.957 ms against tile's 4.038. Experimental (TOKAMAX_EXPERIMENTAL=1) until a
-// device run: programs, and the VJP's drhs on wgmma (else on mma.sync).
+// tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs) and the
+// VJP's drhs on wgmma (both operands from its cp.async ring), so the config holds the
+// blocks and the rings' depth only: block_m, block_n, block_k, num_warps, stages, and
+// programs (the rows kernels on a persistent grid). First in auto's order (sm_90a). At
+// 8 groups, M 32768, K = N = 4096 bf16 on an H100 the heuristic's persistent [128, 256]
+// tiles took 1.749 ms forward / 6.010 ms forward + backward, against 2.125 / 6.706 at
+// [128, 128] one program a tile and 7.735 with the drhs on mma.sync.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged_dot/Common.h"
@@ -29,44 +30,38 @@ std::optional<std::string> Hopper::why_not(const Problem &p) {
 }
 
 Hopper::Config Hopper::heuristic(const Problem &p) {
-  // [128, 128] tiles on two consumer warpgroups (ptxas: 168 registers at launch, no
-  // spills), K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs
-  // blocks may not reach into the next group) through a four-slot ring.
+  // [128, 256] tiles (N of at least 256; else [128, 128]) on two consumer warpgroups,
+  // K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs blocks may
+  // not reach into the next group) through a ring of three slots (four at [128, 128]),
+  // the rows kernels on a persistent grid of one program an SM where the groups are few
+  // enough for its producer to hold their starts (else one program a tile).
   Config c;
   c.block_m = 128;
-  c.block_n = 128;
+  c.block_n = p.N >= 256 ? 256 : 128;
   c.block_k = p.vjp || p.K % 64 == 0 ? 64 : p.K % 32 == 0 ? 32 : 16;
   c.num_warps = 8;
-  c.stages = 4;
+  c.stages = c.block_n == 256 ? 3 : 4;
+  if (p.G <= kPersistentMaxGroups)
+    c.programs = -1;
   return c;
 }
 
 namespace {
 
 /// The kernels' blocks at a config: the rows kernels persistent where it asks (one
-/// program an SM at -1), the drhs on wgmma where the experimental gate is open.
+/// program an SM at -1), the drhs on wgmma.
 Blocks hopperBlocks(const Problem &p, const Hopper::Config &c, int64_t sm_count) {
   Blocks blocks = tensor_core_blocks(p, c, c.ring());
   const int64_t programs = c.programs.value_or(0);
   blocks.programs = programs < 0 ? sm_count : programs;
-  blocks.drhs_wgmma = !experimental_hopper_kernels();
+  blocks.drhs_wgmma = true;
   return blocks;
 }
 
 } // namespace
 
-std::optional<std::string> experimental_hopper_kernels() {
-  return ops_detail::experimental_gate(
-      "ragged_dot hopper's persistent rows kernels (programs) and its drhs on wgmma are experimental until a device "
-      "run verifies them (their numerics and timings wait in scripts/gpu-check.sh's ragged part); leave programs "
-      "out");
-}
-
 std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
   const int64_t programs = c.programs.value_or(0);
-  if (programs != 0)
-    if (auto gate = experimental_hopper_kernels())
-      return gate;
   if (programs < -1)
     return fmt::format("programs (a persistent grid of the rows kernels: -1 one per SM, 0 one per tile, or a count) "
                        "must be >= -1, got {}",
@@ -82,10 +77,12 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   auto valid = [&](const Config &c) { return !check(p, c); };
   std::vector<Config> space = hopper_search_space(heuristic(p), valid);
-  // The rows kernels on a persistent grid, one program an SM, at the heuristic's blocks.
-  Config persistent = space.front();
-  persistent.programs = -1;
-  products_detail::add_new(space, persistent, valid);
+  // The heuristic's blocks with the rows kernels one program a tile, and persistent.
+  for (int64_t programs : {0, -1}) {
+    Config c = space.front();
+    c.programs = programs == 0 ? std::nullopt : std::optional<int64_t>(programs);
+    products_detail::add_new(space, c, valid);
+  }
   return space;
 }
 

@@ -135,8 +135,6 @@ TEST_CASE("ragged_dot on the device: hopper's rows kernels on a persistent grid"
     return;
   // One program an SM (each walks several tiles) and a small grid (many tiles each), at
   // [128, 128] and [128, 256] tiles; the VJP's drhs runs on wgmma from its cp.async ring.
-  // Both experimental until this test passes on a device.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   uint64_t seed = 1200;
   struct Shape {
     int64_t m, k, n, g;

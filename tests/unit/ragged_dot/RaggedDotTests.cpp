@@ -84,11 +84,10 @@ TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches 
   std::vector<int32_t> sizes = randomSizes(4, 90, seed);
   check(checkForward({90, 224, 72, sizes, DType::BF16, "hopper", deep}, seed++));
   check(checkVjp({90, 224, 72, sizes, DType::F16, "hopper", deep}, seed++));
-  // Persistent rows kernels (hopper's programs, experimental until a device run): each
+  // Persistent rows kernels (hopper's programs): each
   // program walks several tiles, each tile's rows found from the groups' starts; empty
   // groups, a zero tail (sizes short of M), a last column tile past N, and dlhs steps past
   // N. The VJP's drhs runs on wgmma there (the interpreter runs the same tile IR).
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   for (int64_t programs : {1, 3}) {
     Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
                       {"stages", 3},   {"programs", programs}};
