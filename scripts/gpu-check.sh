@@ -72,6 +72,11 @@
 #               shapes' case takes about 130 s), then the decode bench,
 #               every shape (KV GB/s and % of copy, events and CUPTI; ran on an H100
 #               2026-12-07)
+#   ragged-sweep (named only) ragged_dot at R1 at five configs around the heuristic
+#               (stages, K step, tile shape, grid size), no peers (3-5 minutes)
+#   varlen-profile (named only; run it first next time) ncu of the hopper VJP's dk/dv
+#               and dq kernels at S1, dense and packed (--varlen): why the packed VJP
+#               ran at 0.77x the dense one on an H100 (profiles.tgz: reports and CSV)
 #   varlen      (named only) packed variable-length attention on the device: each case's
 #               padded call against float64, then its packed call bit for bit equal to it
 #               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
@@ -289,6 +294,36 @@ if wants twoblocks; then
     TAIL=10 run "twoblocks-h128-overlap$ov" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
       --config "$(two 64 $ov)" --vjp-config "$two_vjp" "${two_peers[@]}"
   done
+fi
+if wants ragged-sweep; then
+  # R1 at configs around the heuristic (persistent [128, 256], 3 stages): which way the
+  # remaining gap to torch's grouped mm closes. A config the check refuses prints why.
+  t=(timeout -k 10)
+  for c in '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":4,"programs":-1}' \
+           '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3}' \
+           '{"block_m":128,"block_n":256,"block_k":32,"num_warps":8,"stages":6,"programs":-1}' \
+           '{"block_m":256,"block_n":128,"block_k":64,"num_warps":8,"stages":3,"programs":-1}' \
+           '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":264}'; do
+    TAIL=4 run "ragged-sweep-$(echo "$c" | tr -dc '0-9' | cut -c1-16)" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" \
+      --impl hopper --config "$c"
+  done
+fi
+if wants varlen-profile; then
+  # ncu of the hopper VJP's dk/dv and dq kernels at S1, dense and packed (the same
+  # tokens): the first launch of each, every section; the reports tarred, their details
+  # as CSV beside them.
+  t=(timeout -k 10)
+  for mode in dense packed; do
+    flag=()
+    [ "$mode" = packed ] && flag=(--varlen)
+    for kern in dkdv dq; do
+      TAIL=4 run "profile-$mode-$kern" "${t[@]}" 120 ncu --set full --kernel-name "regex:attention_flash_${kern}_hopper" \
+        --launch-count 1 -f -o "$out/profile-$mode-$kern" "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
+        --iters 1 "${flag[@]}"
+      ncu --import "$out/profile-$mode-$kern.ncu-rep" --page details --csv > "$out/profile-$mode-$kern.csv" 2>&1
+    done
+  done
+  (cd "$out" && tar czf profiles.tgz profile-*.ncu-rep profile-*.csv && rm -f profile-*.ncu-rep)
 fi
 if wants paged; then
   t=(timeout -k 10)

@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -65,5 +66,24 @@ inline TensorView null_view(DType dtype, std::vector<int64_t> shape) { return Te
 inline TensorView on_device(const TensorView &t, int device) {
   return TensorView(t.data(), t.dtype(), t.shape(), t.strides(), device);
 }
+
+/// Whether an error message has `name` as a word of its own (not inside a longer
+/// identifier): `CHECK_THAT(message, NamesArgument("k"))`.
+class NamesArgument : public Catch::MatcherBase<std::string> {
+public:
+  explicit NamesArgument(std::string name) : name_(std::move(name)) {}
+  bool match(const std::string &message) const override {
+    auto identifier = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t at = message.find(name_); at != std::string::npos; at = message.find(name_, at + 1))
+      if ((at == 0 || !identifier(message[at - 1])) &&
+          (at + name_.size() == message.size() || !identifier(message[at + name_.size()])))
+        return true;
+    return false;
+  }
+  std::string describe() const override { return "names the argument \"" + name_ + "\""; }
+
+private:
+  std::string name_;
+};
 
 } // namespace tokamax::bad_input

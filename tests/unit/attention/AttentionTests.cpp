@@ -11,6 +11,7 @@
 // tests take ~20 s on one core.
 //
 //===----------------------------------------------------------------------===//
+#include "common/BadInput.h"
 #include "unit/attention/AttentionTestCase.h"
 
 #include <tokamax/ops/Attention.h>
@@ -19,35 +20,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <string>
 #include <vector>
 
 using namespace tokamax;
 using namespace attention_test;
+using tokamax::bad_input::NamesArgument;
 
 namespace {
 
 ArgSpec spec(std::vector<int64_t> shape, DType d) { return ArgSpec{std::move(shape), d}; }
-
-/// Whether `message` has `name` as a word of its own (not inside a longer identifier).
-class NamesArgument : public Catch::MatcherBase<std::string> {
-public:
-  explicit NamesArgument(std::string name) : name_(std::move(name)) {}
-  bool match(const std::string &message) const override {
-    auto identifier = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    for (size_t at = message.find(name_); at != std::string::npos; at = message.find(name_, at + 1))
-      if ((at == 0 || !identifier(message[at - 1])) &&
-          (at + name_.size() == message.size() || !identifier(message[at + name_.size()])))
-        return true;
-    return false;
-  }
-  std::string describe() const override { return "names the argument \"" + name_ + "\""; }
-
-private:
-  std::string name_;
-};
 
 /// q [2, 17, 4, 32] attending k / v [2, 40, 2, 32] (GQA 2:1) in `d`.
 AttentionSpecs goodSpecs(DType d = DType::BF16) {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "common/BadInput.h"
 #include "unit/attention/AttentionTestCase.h"
 
 #include <tokamax/ops/Attention.h>
@@ -15,7 +16,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 #include <vector>
 
@@ -23,6 +23,7 @@ namespace varlen_test {
 
 using namespace tokamax;
 using namespace attention_test;
+using tokamax::bad_input::NamesArgument;
 
 inline ArgSpec spec(std::vector<int64_t> shape, DType d) { return ArgSpec{std::move(shape), d}; }
 
@@ -38,23 +39,6 @@ inline std::vector<int32_t> cumulative(const std::vector<int32_t> &lengths) {
     cu.push_back(cu.back() + l);
   return cu;
 }
-
-/// Whether `message` has `name` as a word of its own (not inside a longer identifier).
-class NamesArgument : public Catch::MatcherBase<std::string> {
-public:
-  explicit NamesArgument(std::string name) : name_(std::move(name)) {}
-  bool match(const std::string &m) const override {
-    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    for (size_t at = m.find(name_); at != std::string::npos; at = m.find(name_, at + 1))
-      if ((at == 0 || !word(m[at - 1])) && (at + name_.size() == m.size() || !word(m[at + name_.size()])))
-        return true;
-    return false;
-  }
-  std::string describe() const override { return "names \"" + name_ + "\""; }
-
-private:
-  std::string name_;
-};
 
 /// FlashAttention's bottom-right alignment: key j of a sequence with T queries and S
 /// keys is visible to query i when j <= i + (S - T) (causal) and within the window of
