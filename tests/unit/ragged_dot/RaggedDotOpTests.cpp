@@ -173,6 +173,25 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4096, 128, 8)) ==
         Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 4}, {"programs", -1}});
   CHECK_FALSE(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4096, 4096, 17)).has("programs"));
+  // The heuristic passes hopper's own check wherever hopper serves the call: narrow and
+  // wide K and N (the VJP's dlhs runs over K), K steps of 16 and 32, one group, 16, 17.
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  int served = 0;
+  for (Shape sh : {Shape{1000, 64, 4096, 8}, Shape{1000, 4096, 64, 8}, Shape{300, 16, 256, 1}, Shape{300, 48, 512, 16},
+                   Shape{4096, 256, 8192, 17}, Shape{8, 128, 128, 3}})
+    for (const BoundArgs &b : {forwardArgs(DType::BF16, sh.m, sh.k, sh.n, sh.g),
+                               vjpArgs(forwardArgs(DType::F16, sh.m, sh.k, sh.n, sh.g))}) {
+      const Implementation &impl = find_op(b.op)->implementation("hopper");
+      if (impl.why_not(b))
+        continue;
+      INFO(b.op << " m " << sh.m << " k " << sh.k << " n " << sh.n << " g " << sh.g);
+      const std::optional<std::string> refused = impl.check_config(b, impl.heuristic(b));
+      CHECK_FALSE(refused.has_value());
+      ++served;
+    }
+  CHECK(served >= 10);
   CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4000, 4096, 8)).get("block_k") == 32);
   CHECK_THAT(*hopper.check_config(fwd, c), Contains("always on TMA rings"));
   // Served without TOKAMAX_EXPERIMENTAL (passed on an H100 and an H200); first in auto's
