@@ -52,7 +52,7 @@ std::vector<int64_t> tma_rows_shape(const Problem &p, RowSide side, int64_t head
   return {p.B, rows, heads * dim};
 }
 
-int64_t flat_row_stats(const Problem &p) { return p.varlen ? p.N * p.total_q : p.B * p.N * p.T; }
+int64_t flat_row_stats(const Problem &p) { return p.B * p.N * p.T; }
 
 double Problem::logits_bytes() const {
   return static_cast<double>(B) * N * T * S * dtype_size(compute);
@@ -339,6 +339,8 @@ std::vector<int64_t> row_stats_shape(const Problem &p) {
   return p.varlen ? std::vector<int64_t>{1, p.N, p.total_q} : std::vector<int64_t>{p.B, p.N, p.T};
 }
 
+std::vector<int64_t> vjp_row_stats_shape(const Problem &p) { return {p.B, p.N, p.T}; }
+
 std::optional<std::string> varlen_why_not(const Problem &p) {
   if (p.varlen)
     return std::string("packed variable-length sequences are served by \"hopper\", \"tile\" and \"chunked\"");
@@ -346,29 +348,31 @@ std::optional<std::string> varlen_why_not(const Problem &p) {
 }
 
 DeltaWorkspace::DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws) {
-  double rows = 1;
-  for (int64_t d : row_stats_shape(p))
-    rows *= double(d);
-  delta = ws.add(rows * dtype_size(p.compute));
+  const double bytes = double(p.B) * p.N * p.T * dtype_size(p.compute);
+  delta = ws.add(bytes);
+  lse = p.varlen ? ws.add(bytes) : 0;
   partials = p.dsinks ? ws.add(double(p.N) * dsinks_partials(p, kDeltaRows) * dtype_size(p.compute)) : 0;
 }
 
-TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
-                        const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
-                        const TensorView &dsinks, const TensorView &cu_seqlens_q) {
+RowStatViews launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws,
+                          const DeltaWorkspace &at, const TensorView &dout, const TensorView &out,
+                          const TensorView &lse, const TensorView &sinks, const TensorView &dsinks,
+                          const TensorView &cu_seqlens_q) {
   const Problem &p = w.p;
-  TensorView delta = w.rows(ws.at(at.delta));
+  RowStatViews stats{p.varlen ? w.vjp_rows(ws.at(at.lse)) : w.rows(lse), w.vjp_rows(ws.at(at.delta))};
   std::vector<Arg> args{w.o(dout), w.o(out)};
-  if (p.dsinks) {
+  if (p.dsinks || p.varlen)
     args.emplace_back(w.rows(lse));
+  if (p.dsinks)
     args.emplace_back(w.as(sinks, {p.N}));
-  }
   if (p.varlen)
     args.emplace_back(w.lengths(cu_seqlens_q));
-  args.emplace_back(delta);
+  args.emplace_back(stats.delta);
+  if (p.varlen)
+    args.emplace_back(stats.lse);
   if (!p.dsinks) {
     launcher.launch(KernelKind::Delta, args, kDeltaRows);
-    return delta;
+    return stats;
   }
   TensorView partials = w.as(ws.at(at.partials), p.compute, {p.N, dsinks_partials(p, kDeltaRows)});
   args.emplace_back(partials);
@@ -376,7 +380,7 @@ TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Wo
   // Lanes over the partial sums: as many as there are, up to 256.
   launcher.launch(KernelKind::DsinksReduce, {partials, w.as(dsinks, {p.N})},
                   std::min<int64_t>(256, pow2_at_least(dsinks_partials(p, kDeltaRows), 16)));
-  return delta;
+  return stats;
 }
 
 bool zero_without_queries(const Problem &p, std::span<const TensorView> outputs, ops_detail::KernelExecutor &ex) {
@@ -423,7 +427,7 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   size_t dqSum = fusedDq ? ws.add(ordered ? double(sumWords + counters) * 4 : sumBytes) : 0;
   ws.allocate(ex);
   TensorView dsView = w.square(ws.at(ds));
-  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4], in[8]);
+  const RowStatViews stats = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4], in[8]);
   if (p.dbias)
     ex.zero(dsView);  // blocks no query sees stay zero
   TensorView dqSumView, orderView;  // [B rows, N H] for TMA: the dk/dv programs add into it
@@ -438,7 +442,7 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
   }
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4), hopper);
   args.emplace_back(hopper ? w.as(dout, tma_rows_shape(p, RowSide::Queries, p.N, p.Hv)) : w.o(dout));
-  for (const TensorView &t : {w.rows(lse), deltaView})
+  for (const TensorView &t : {stats.lse, stats.delta})
     args.emplace_back(hopper ? w.as(t, {flat_row_stats(p)}) : t);
   // A hopper dk/dv program holds 16 x num_warps keys and walks block_q queries; a dq
   // program holds 16 x num_warps queries and walks block_kv keys.

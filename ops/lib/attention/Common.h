@@ -9,8 +9,9 @@
 // Kernels see q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv], out [B, T, N, Hv],
 // lse / delta [B, N, T], logits / dS workspaces [B, N, T, S], bias / mask [b, n, t, s],
 // seq lengths [B], sinks / dsinks [N], the dsinks partial sums [N, B x query blocks].
-// Packed (Problem::varlen): q [1, total_q, N, H], ..., lse / delta [1, N, total_q] and
-// the cu_seqlens arrays [B + 1] instead of the seq lengths.
+// Packed (Problem::varlen): q [1, total_q, N, H], ..., the call's lse [1, N, total_q]
+// and the cu_seqlens arrays [B + 1] instead of the seq lengths; the VJP's delta and its
+// copy of lse are [B, N, T] (padded per sequence) all the same.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -68,8 +69,8 @@ struct Problem {
   /// through strides (rows_operand), and TMA reads them as [B heads, seq, dim].
   bool heads_major = false;
   /// Packed variable-length sequences (attention_varlen): B sequences whose rows lie
-  /// packed in q [total_q, N, H], k / v [total_kv, K, *], out [total_q, N, Hv], lse and
-  /// delta [N, total_q]; T and S are the max lengths (the grid's), the kernels index the
+  /// packed in q [total_q, N, H], k / v [total_kv, K, *], out [total_q, N, Hv], lse
+  /// [N, total_q] (the VJP's delta and padded lse [B, N, T]); T and S are the max lengths (the grid's), the kernels index the
   /// packed tensors as [1, total, heads, dim] from each sequence's first row (the
   /// cu_seqlens arrays, [B + 1], in the seq-length slots: q_lengths and kv_lengths are
   /// set), and causal / window masks align each sequence's last query with its last key.
@@ -101,8 +102,13 @@ void check_varlen_dbias(const TensorView *dbias);
 /// never decreases, ends at its tensor's rows, and no sequence is longer than its
 /// max_seqlen. (On a device the kernels clamp each sequence to its rows and the max.)
 void check_host_cu_seqlens(const Problem &p, const TensorView &cu_seqlens_q, const TensorView &cu_seqlens_kv);
-/// lse and delta as the kernels see them: [B, N, T], or (packed) [1, N, total_q].
+/// lse (and the forward's delta) as the call holds them: [B, N, T], or (packed)
+/// [1, N, total_q].
 std::vector<int64_t> row_stats_shape(const Problem &p);
+/// lse and delta as the VJP's dk/dv and dq kernels read them: [B, N, T], packed calls
+/// too (the delta kernel writes a packed call's lse padded per sequence, +inf past its
+/// rows, beside its delta, 0 there), so that their loads are the dense calls' own.
+std::vector<int64_t> vjp_row_stats_shape(const Problem &p);
 /// Why reference does not serve a packed call (hopper, tile and chunked do).
 std::optional<std::string> varlen_why_not(const Problem &p);
 
@@ -117,7 +123,7 @@ std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_
 /// rows: [B, rows, heads x dim], or [B x heads, rows, dim] where heads_major; packed
 /// [1, total, heads x dim]. rows: T for the query side, S for the key side.
 std::vector<int64_t> tma_rows_shape(const Problem &p, RowSide side, int64_t heads, int64_t dim);
-/// The flat [B N T] (packed [N total_q]) view of lse and delta the hopper kernels read.
+/// The flat [B N T] view of lse and delta the hopper VJP kernels read.
 int64_t flat_row_stats(const Problem &p);
 
 enum class KernelKind : uint8_t {
@@ -311,6 +317,7 @@ struct Views {
   TensorView o(const TensorView &t) const { return as(t, rowsShape(p.T, p.total_q, p.N, p.Hv)); }
   TensorView rows(const TensorView &t) const { return as(t, row_stats_shape(p)); }
   TensorView rows(uint64_t data) const { return as(data, p.compute, row_stats_shape(p)); }
+  TensorView vjp_rows(uint64_t data) const { return as(data, p.compute, vjp_row_stats_shape(p)); }
   TensorView square(uint64_t data) const { return as(data, p.compute, {p.B, p.N, p.T, p.S}); }
   TensorView broadcast(const TensorView &t, const Broadcast &bc) const {
     return as(t, std::vector<int64_t>(bc.shape.begin(), bc.shape.end()));
@@ -345,19 +352,25 @@ inline constexpr int64_t kDeltaRows = 64;
 /// The dsinks partial sums: one per (query block of `block_q` rows, batch row) of each
 /// head ([N, B x query blocks], in the compute dtype), as the delta kernel writes them.
 int64_t dsinks_partials(const Problem &p, int64_t block_q);
-/// The workspace pieces every VJP plan starts with: delta [B, N, T] and, with dsinks,
-/// the delta kernel's partial sums.
+/// The workspace pieces every VJP plan starts with: delta [B, N, T], (packed) lse
+/// padded to [B, N, T] and, with dsinks, the delta kernel's partial sums.
 struct DeltaWorkspace {
-  size_t delta = 0, partials = 0;
+  size_t delta = 0, lse = 0, partials = 0;
   DeltaWorkspace(const Problem &p, ops_detail::Workspace &ws);
 };
+/// What the dk/dv and dq kernels read: lse and delta, [B, N, T] (vjp_row_stats_shape).
+struct RowStatViews {
+  TensorView lse, delta;
+};
 /// delta = rowsum(dout * out), the first kernel of every VJP plan (packed: with the
-/// sequences' first rows from cu_seqlens_q); with dsinks its
-/// programs also write their partial sums of dsinks (from the call's lse and sinks),
-/// which a second kernel adds up in a fixed order into `dsinks`. Returns delta's view.
-TensorView launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws, const DeltaWorkspace &at,
-                        const TensorView &dout, const TensorView &out, const TensorView &lse, const TensorView &sinks,
-                        const TensorView &dsinks, const TensorView &cu_seqlens_q = {});
+/// sequences' first rows from cu_seqlens_q, lse copied beside delta padded per
+/// sequence); with dsinks its programs also write their partial sums of dsinks (from
+/// the call's lse and sinks), which a second kernel adds up in a fixed order into
+/// `dsinks`.
+RowStatViews launch_delta(const Views &w, Launcher &launcher, const ops_detail::Workspace &ws,
+                          const DeltaWorkspace &at, const TensorView &dout, const TensorView &out,
+                          const TensorView &lse, const TensorView &sinks, const TensorView &dsinks,
+                          const TensorView &cu_seqlens_q = {});
 
 /// The spec every kernel of a call starts from: the problem, its products and blocks.
 KernelSpec block_spec(const Problem &p, Product product, const BlockConfig &b);

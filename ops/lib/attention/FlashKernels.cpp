@@ -159,14 +159,16 @@ Kernel delta_kernel(const KernelSpec &s) {
   Kernel k(s.name(), kernel_options(s));
   TensorArg dout = rows_operand(k, p, "dout", RowSide::Queries, p.N, p.Hv);
   TensorArg out = rows_operand(k, p, "out", RowSide::Queries, p.N, p.Hv);
-  std::optional<TensorArg> lse, sinkLogits, partials, cuSeqlens;
-  if (sinks) {
+  std::optional<TensorArg> lse, sinkLogits, partials, cuSeqlens, lseRows;
+  if (sinks || p.varlen)
     lse = k.input("lse", p.compute, row_stats_shape(p));
+  if (sinks)
     sinkLogits = k.input("sinks", DType::F32, {p.N});
-  }
   if (p.varlen)
     cuSeqlens = k.input("cu_seqlens_q", DType::I32, {p.B + 1});
-  TensorArg delta = k.output("delta", p.compute, row_stats_shape(p));
+  TensorArg delta = k.output("delta", p.compute, vjp_row_stats_shape(p));
+  if (p.varlen)
+    lseRows = k.output("lse_rows", p.compute, vjp_row_stats_shape(p));
   if (sinks)
     partials = k.output("dsinks_partials", p.compute, {p.N, dsinks_partials(p, bq)});
   k.grid(cdiv(p.T, bq), p.N, p.B);
@@ -181,11 +183,21 @@ Kernel delta_kernel(const KernelSpec &s) {
     Value part = (d[c].to(p.compute) * o[c].to(p.compute)).sum(1);
     sum = sum.valid() ? sum + part : part;
   }
-  store_row_vector(k, delta, at, n, sum);
+  // Packed, the rows past the sequence read the next one's: in the padded copies their
+  // delta is 0 and their lse +inf (their P and dS are 0, as past T).
+  std::optional<Value> rowLse;
+  if (packed) {
+    sum = where(t0 + k.arange(0, bq) < packed->valid, sum, 0.0);
+    rowLse = load_row_vector(k, *lse, at, n, bq, INFINITY);
+    store_row_vector(*lseRows, b, n, t0, *rowLse);
+  }
+  store_row_vector(delta, b, n, t0, sum);
   if (sinks) {
     // d loss / d sink = -sum over rows of P(sink) delta, P(sink) = exp(sink - lse): this
     // program's share (rows past T and padding rows have lse +inf and add nothing).
-    Value psink = exp(sinkLogits->load({n}, {1}).to(p.compute) - load_row_vector(k, *lse, at, n, bq, INFINITY));
+    if (!rowLse)
+      rowLse = load_row_vector(k, *lse, at, n, bq, INFINITY);
+    Value psink = exp(sinkLogits->load({n}, {1}).to(p.compute) - *rowLse);
     Value part = (psink * sum).expand(0).sum(1);
     partials->store({n, b * cdiv(p.T, bq) + k.program_id(0)}, part.reshape({1, 1}));
   }
@@ -211,7 +223,7 @@ Kernel dsinks_reduce_kernel(const KernelSpec &s) {
 }
 
 Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
-  std::vector<int64_t> statShape = row_stats_shape(p);
+  std::vector<int64_t> statShape = vjp_row_stats_shape(p);
   if (rows)
     statShape = {flat_row_stats(p)};
   return {rows ? k.input("dout", p.dtype, tma_rows_shape(p, RowSide::Queries, p.N, p.Hv))
@@ -222,22 +234,19 @@ Cotangents declare_cotangents(Kernel &k, const Problem &p, bool rows) {
 RowStatLoads load_row_stat_values(Program &pr, const Cotangents &ct, Value n, Value t0, int64_t rows) {
   auto load = [&](const TensorArg &t, double padding) {
     if (t.shape().size() != 1)
-      return load_row_vector(pr.k, t, query_rows(pr, t0), n, rows, padding);
-    const Problem &p = pr.p;  // flat [B N T], packed [N total_q]
-    if (p.varlen)
-      return t.load({n * p.total_q + pr.q_first + t0}, {rows}, padding);
+      return load_row_vector(t, pr.b, n, t0, rows, padding);
+    const Problem &p = pr.p;  // flat [B N T]
     return t.load({(pr.b * p.N + n) * p.T + t0}, {rows}, padding);
   };
   return {load(ct.lse, INFINITY), load(ct.delta, 0.0)};
 }
 
 RowStats finish_row_stats(Program &pr, const Cotangents &ct, const RowStatLoads &loads, Value t0, int64_t rows) {
-  // Flat rows past T (packed: past the sequence) belong to the next head (sequence):
-  // hidden here, not by the load's bounds.
+  // Flat rows past T belong to the next head: hidden here, not by the load's bounds.
   auto finish = [&](const TensorArg &t, const Value &v, double padding) {
     if (t.shape().size() != 1)
       return v;
-    return where(t0 + pr.k.arange(0, rows) < (pr.p.varlen ? pr.q_valid : Value(pr.p.T)), v, padding);
+    return where(t0 + pr.k.arange(0, rows) < Value(pr.p.T), v, padding);
   };
   return {finish(ct.lse, loads.lse, INFINITY) * kLog2e, finish(ct.delta, loads.delta, 0.0)};
 }

@@ -111,7 +111,7 @@ void backward(const KernelSpec &base, std::span<const TensorView> in, std::span<
   size_t logits = ws.add(p.logits_bytes());
   ws.allocate(ex);
   TensorView dsView = w.square(ws.at(ds)), logitsView = w.square(ws.at(logits));
-  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]);
+  TensorView deltaView = launch_delta(w, launcher, ws, delta, dout, o, lse, in[10], out[4]).delta;
   std::vector<Arg> args = operand_args(w, q, k, v, in.subspan(6, 4));
   args.emplace_back(logitsView);
   launcher.launch(KernelKind::Logits, args);
