@@ -93,10 +93,12 @@ CombineShape combineShape(const Problem &p, const TileConfig &c) {
   CombineShape cs;
   cs.live_rows = rp.heads * std::min(rp.tokens, next_power_of_two(p.Tq));
   cs.hv_chunk = std::min<int64_t>(p.Hv, 32);
-  // Up to 64 f32 of partial rows in flight a thread at 4 warps (16 splits at most).
+  // Splits a step: up to 64 f32 in flight a thread (each split's rows and its lse, as
+  // wide), at most 16: at batch 1 (4 live rows) the heuristic's 33 splits take three
+  // global-memory latencies, not five. (32 a step spilled: 232 bytes at 33 splits.)
   const int64_t elements = cs.live_rows * cs.hv_chunk;
   cs.num_warps = std::clamp<int64_t>(elements / 128, 2, 4);
-  cs.splits_a_step = std::clamp<int64_t>(32 * 32 * cs.num_warps / elements, 1, 8);
+  cs.splits_a_step = std::clamp<int64_t>(64 * 32 * cs.num_warps / (2 * elements), 1, 16);
   return cs;
 }
 
