@@ -80,7 +80,8 @@
 #   varlen      (named only) packed variable-length attention on the device: each case's
 #               padded call against float64, then its packed call bit for bit equal to it
 #               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
-#               packed (--varlen: the same tokens as B sequences of T) beside cuDNN
+#               packed (--varlen: the same tokens as B sequences of T) and dense with
+#               every length T (--lengths: the length masks alone) beside cuDNN
 #   heuristics  (named only; about 6 minutes, ran on an H100 2026-12-07) attention's
 #               heuristic configs against float64, the S1 forward beside cuDNN;
 #               gated_linear_unit's GPU tests and G1 beside cuBLAS; ragged_dot's R1
@@ -245,6 +246,8 @@ if wants varlen; then
     "${varlen_peers[@]}"
   TAIL=10 run varlen-packed-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 --varlen \
     "${varlen_peers[@]}"
+  TAIL=10 run varlen-lengths-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    --lengths "${varlen_peers[@]}"
 fi
 if wants heuristics; then
   t=(timeout -k 10)

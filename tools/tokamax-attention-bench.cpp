@@ -23,6 +23,7 @@
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
 //                                [--quick] [--autotune] [--nondeterministic] [--bnth] [--varlen]
+//                                [--lengths]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone
@@ -32,6 +33,9 @@
 //   --varlen: the same tokens as B packed sequences of T (AttentionOptions::cu_seqlens_q /
 //             cu_seqlens_kv, q [B T, N, H], lse [N, B T]): the packed kernels at the dense
 //             rows' FLOPs, to set beside a run without it (equal total tokens)
+//   --lengths: the dense calls with q_seq_lengths / kv_seq_lengths, every one T: the
+//             kernels that mask by run-time lengths, at the same FLOPs (what --varlen's
+//             kernels share with them, to tell packing's cost from the masks')
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
@@ -85,6 +89,7 @@ constexpr const char *kAutotuneVariable = "TOKAMAX_ATTENTION_BENCH_AUTOTUNE";
 constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDETERMINISTIC";
 constexpr const char *kBnthVariable = "TOKAMAX_ATTENTION_BENCH_BNTH";
 constexpr const char *kVarlenVariable = "TOKAMAX_ATTENTION_BENCH_VARLEN";
+constexpr const char *kLengthsVariable = "TOKAMAX_ATTENTION_BENCH_LENGTHS";
 
 /// q's shape (k, v, out and the gradients share it: T = S, N = K) in the row's layout.
 std::vector<int64_t> qShapeOf(int64_t b, int64_t t, int64_t n, int64_t h) {
@@ -254,6 +259,15 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
       o->max_seqlen_q = o->max_seqlen_kv = s.t;
     }
   }
+  // --lengths: every sequence T long, through the length masks.
+  std::optional<Tensor> lengths;
+  if (std::getenv(kLengthsVariable)) {
+    const std::vector<int32_t> all(size_t(s.b), int32_t(s.t));
+    lengths.emplace(Tensor::empty({s.b}, DType::I32, device));
+    copy_host_to_device(lengths->data(), all.data(), all.size() * 4);
+    for (AttentionOptions *o : {&options, &vjpOptions})
+      o->q_seq_lengths = o->kv_seq_lengths = &lengths->view();
+  }
   std::optional<AutotuningScope> tuned;
   if (std::getenv(kAutotuneVariable))
     tuned.emplace(tuneRow(s, pass, impl, options, vjpOptions, row));
@@ -389,16 +403,20 @@ int main(int argc, char **argv) try {
       setenv(kBnthVariable, "1", 1);
     } else if (arg == "--varlen") {
       setenv(kVarlenVariable, "1", 1);
+    } else if (arg == "--lengths") {
+      setenv(kLengthsVariable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
                          "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
-                         "[--autotune] [--nondeterministic] [--bnth] [--varlen]\n");
+                         "[--autotune] [--nondeterministic] [--bnth] [--varlen] [--lengths]\n");
       return 2;
     }
   }
   if (std::getenv(kVarlenVariable) && (std::getenv(kBnthVariable) || std::getenv(kAutotuneVariable)))
     throw Error("--varlen: packed sequences are [B T, N, H] (not --bnth), and their calls are not tuned here "
                 "(not --autotune)");
+  if (std::getenv(kLengthsVariable) && std::getenv(kVarlenVariable))
+    throw Error("--lengths: the dense calls' lengths; packed calls (--varlen) have cu_seqlens instead");
   if (quick) {
     shapes = {kQuickShape};
     iters = std::min(iters, 3);
