@@ -5,6 +5,7 @@ tokamax_cpp.jax."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
 from collections.abc import Sequence
@@ -240,6 +241,33 @@ def dot_product_attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_kv,
     options["max_seqlen_kv"] = _number("max_seqlen_kv", max_seqlen_kv, int)
     inputs = [query, key, value, cu_seqlens_q, cu_seqlens_kv, sinks]
     return apply(_opdefs.ATTENTION_VARLEN, inputs, options, implementation)[0]
+
+
+def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=None, logits_soft_cap=None,
+                    return_lse: bool = False, implementation=None):
+    """Decode attention over a paged KV cache (forward only): query [B, Tq, N, H] holds
+    each sequence's Tq (1..16) newest tokens; k_pages [num_pages, page_size, K, H] and
+    v_pages [num_pages, page_size, K, Hv] hold the cache, key j of sequence b in row
+    j % page_size of page page_table[b, j // page_size] (int32 [B, max_pages]);
+    seq_lengths (int32 [B]) counts each sequence's keys, the new tokens included (query i
+    sits at position seq_len - Tq + i and sees the keys up to it). Returns out
+    [B, Tq, N, Hv], and with return_lse also lse [B, N, Tq] (f32). GQA: N a multiple of
+    K. New tokens go into the pages by indexing (k_pages[page, slot] = k) before the call."""
+    options = {}
+    if scale is not None:
+        options["scale"] = _number("scale", scale)
+    if logits_soft_cap is not None:
+        options["logits_soft_cap"] = _number("logits_soft_cap", logits_soft_cap)
+    opdef = _opdefs.PAGED_ATTENTION
+    if return_lse:
+        options["lse"] = True
+        opdef = _PAGED_ATTENTION_WITH_LSE
+    inputs = [query, k_pages, v_pages, page_table, seq_lengths]
+    outs = apply(opdef, inputs, options, implementation)
+    return tuple(outs) if return_lse else outs[0]
+
+
+_PAGED_ATTENTION_WITH_LSE = dataclasses.replace(_opdefs.PAGED_ATTENTION, returns=(0, 1))
 
 
 # ---- Gated linear unit -------------------------------------------------------------------

@@ -95,8 +95,11 @@ CROSS_ENTROPY = OpDef(
     "linear_softmax_cross_entropy_loss_vjp", (ct(0), inp(0), inp(1), inp(2), out(1)), (0, 1),
     ("reduction", "ignore_index"))
 
+PAGED_ATTENTION = OpDef(  # decode over a paged KV cache: forward only; lse when the option "lse" is true
+    "paged_attention", ("q", "k_pages", "v_pages", "page_table", "seq_lengths"), ("out", "lse"), (0,))
+
 BY_NAME = {d.name: d for d in (LAYER_NORM, RMS_NORM, ATTENTION, ATTENTION_VARLEN, GATED_LINEAR_UNIT, RAGGED_DOT,
-                               CROSS_ENTROPY)}
+                               CROSS_ENTROPY, PAGED_ATTENTION)}
 
 
 def plain(name: str, inputs, outputs) -> OpDef:

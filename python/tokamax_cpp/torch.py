@@ -347,11 +347,14 @@ def _register_library_op(name, schema, impl, fake, autograd):
         _library.impl(name, impl, key)
     _library.impl(name, fake, "Meta")  # shapes without data (meta tensors)
     packet = getattr(getattr(torch.ops, _NAMESPACE), name)
+
+    def below(args):
+        with _below_autograd():
+            return packet(*args)
     if autograd is not None:
-        def below(args):
-            with _below_autograd():
-                return packet(*args)
         _library.impl(name, _autograd_function(name, below, *autograd), "Autograd")
+    else:  # no gradient (paged_attention, the VJP ops): straight below autograd, meta tensors too
+        _library.impl(name, lambda *args: below(args), "Autograd")
     return packet
 
 

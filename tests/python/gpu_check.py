@@ -138,9 +138,28 @@ def torch_checks():
             figures.append(f"{name} host {min(host):.1f} us, device {min(device):.1f} us")
         return "per eager call: " + "; ".join(figures)
 
+    def paged():
+        # 3 sequences of a cache of 64 pages of 16 keys, GQA 8:2, one new token each:
+        # against SDPA over each sequence's keys gathered through the page table.
+        lengths = torch.tensor([1, 100, 300], dtype=torch.int32, device=dev)
+        table = torch.randperm(64, device=dev)[:60].reshape(3, 20).to(torch.int32)
+        pages = [torch.randn(64, 16, 2, 64, device=dev, dtype=torch.bfloat16) for _ in range(2)]
+        pq = torch.randn(3, 1, 8, 64, device=dev, dtype=torch.bfloat16)
+        out = tokamax.paged_attention(pq, pages[0], pages[1], table, lengths)
+        worst = 0.0
+        for s in range(3):
+            keys = torch.arange(int(lengths[s]), device=dev)
+            kv = [p[table[s, keys // 16].long(), keys % 16].repeat_interleave(4, dim=1).transpose(0, 1)[None]
+                  for p in pages]  # [1, N, S, H]
+            ref = F.scaled_dot_product_attention(pq[s:s + 1].transpose(1, 2).float(), kv[0].float(), kv[1].float())
+            worst = max(worst, float((out[s].float() - ref[0].transpose(0, 1)).abs().max()))
+        assert worst <= 0.02, f"max abs error {worst}"
+        return f"max abs error {worst:.2e}"
+
     from tokamax_cpp import torch as tt
     for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
-                     ("torch attention fwd+bwd vs SDPA", attention), ("torch benchmarking", benchmark),
+                     ("torch attention fwd+bwd vs SDPA", attention), ("torch paged_attention vs SDPA", paged),
+                     ("torch benchmarking", benchmark),
                      ("torch opcheck (CUDA)", opcheck),
                      ("torch.compile fullgraph", compiled), ("torch CUDA graph replay", cuda_graph),
                      ("torch eager overhead", overhead)):

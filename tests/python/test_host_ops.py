@@ -287,3 +287,41 @@ def test_norm_implementation_aliases_agree():
     assert tokamax.canonical_implementation("mosaic") == "hopper"
     assert tokamax.canonical_implementation("xla_chunked") == "chunked"
     assert tokamax.canonical_implementation(None) is None
+
+
+# ---- paged decode ----
+
+def test_paged_attention_reads_the_pages_through_the_table():
+    """Two sequences (7 and 20 keys, the last 2 new) in pages of 8 scattered through the
+    cache, GQA 4:2: out against attention over each sequence's keys gathered by hand,
+    causal among the new tokens; lse on request; a bad page table named."""
+    r = ref.rng(23)
+    page_size, num_pages, tq = 8, 7, 2
+    lengths = np.array([7, 20], np.int32)
+    table = np.array([[5, 0, 0], [2, 6, 1]], np.int32)  # pages in use: 5 / 2, 6, 1
+    q = r.standard_normal((2, tq, 4, 16)).astype(np.float32)
+    k_pages = r.standard_normal((num_pages, page_size, 2, 16)).astype(np.float32)
+    v_pages = r.standard_normal((num_pages, page_size, 2, 16)).astype(np.float32)
+    out, lse = tokamax.paged_attention(q, k_pages, v_pages, table, lengths, return_lse=True,
+                                       implementation="reference")
+    assert out.shape == (2, tq, 4, 16) and lse.shape == (2, 4, tq) and lse.dtype == np.float32
+    for b in range(2):
+        keys = np.arange(lengths[b])
+        k = k_pages[table[b, keys // page_size], keys % page_size].astype(np.float64)  # [S, K, H]
+        v = v_pages[table[b, keys // page_size], keys % page_size].astype(np.float64)
+        i, j = np.arange(tq)[:, None], keys[None, :]
+        mask = (j <= lengths[b] - tq + i)[None, None]
+        want = ref.attention(q[b:b + 1].astype(np.float64), k[None], v[None], mask=mask)[0]
+        ref.assert_close(out[b], want, **tol(np.float32), what=f"sequence {b}")
+    plain = tokamax.paged_attention(q, k_pages, v_pages, table, lengths, implementation="reference")
+    np.testing.assert_array_equal(plain, out)  # lse asked for or not, the same out
+    # What the device cannot check is checked on the interpreter, whichever the path:
+    # a sequence longer than its table's pages, a page outside the cache.
+    with pytest.raises(ValueError, match=r"seq_lengths\[1\] = 20"):
+        tokamax.paged_attention(q, k_pages, v_pages, table[:, :1].copy(), lengths)
+    bad = table.copy()
+    bad[1, 2] = num_pages
+    with pytest.raises(ValueError, match=r"page_table\[1, 2\]"):
+        tokamax.paged_attention(q, k_pages, v_pages, bad, lengths)
+    with pytest.raises(NotImplementedError, match="bf16 and f16"):
+        tokamax.paged_attention(q, k_pages, v_pages, table, lengths, implementation="tile")

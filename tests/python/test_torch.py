@@ -251,6 +251,36 @@ def test_eager_calls_skip_the_registered_op_and_traced_calls_take_it(monkeypatch
     assert len(seen) == 1 and torch.equal(y, tokamax.rms_norm(x, scale))
 
 
+def test_paged_attention_forward_and_meta():
+    """Decode over pages from torch: bf16 on tile (auto) against the float64 gather of
+    each sequence's keys, f32 on reference bitwise equal to numpy's, lse on request, and
+    meta shapes (what torch.compile's fake tensors get)."""
+    r = ref.rng(31)
+    lengths = np.array([9, 3], np.int32)
+    table = np.array([[3, 0], [1, 2]], np.int32)
+    q = r.standard_normal((2, 1, 4, 16)).astype(np.float32)
+    k_pages = r.standard_normal((4, 8, 2, 16)).astype(np.float32)
+    v_pages = r.standard_normal((4, 8, 2, 16)).astype(np.float32)
+    args = [t(q), t(k_pages), t(v_pages), t(table), t(lengths)]
+    out, lse = tokamax.paged_attention(*args, return_lse=True, implementation="reference")
+    want_out, want_lse = tokamax.paged_attention(q, k_pages, v_pages, table, lengths, return_lse=True,
+                                                 implementation="reference")
+    assert torch.equal(out, t(want_out)) and torch.equal(lse, t(want_lse))
+    half = [a.to(torch.bfloat16) if a.is_floating_point() else a for a in args]
+    got = tokamax.paged_attention(*half).float().numpy()
+    for b in range(2):
+        keys = np.arange(lengths[b])
+        k = k_pages[table[b, keys // 8], keys % 8]
+        v = v_pages[table[b, keys // 8], keys % 8]
+        as_bf16 = [half[0][b:b + 1].double().numpy(), t(k).to(torch.bfloat16).double().numpy()[None],
+                   t(v).to(torch.bfloat16).double().numpy()[None]]
+        ref.assert_close(got[b], ref.attention(*as_bf16)[0], 2e-2, 2e-2, f"sequence {b}")
+    meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in half]
+    m_out, m_lse = tokamax.paged_attention(*meta, return_lse=True)
+    assert m_out.device.type == "meta" and m_out.shape == (2, 1, 4, 16) and m_out.dtype == torch.bfloat16
+    assert m_lse.shape == (2, 4, 1) and m_lse.dtype == torch.float32
+
+
 def test_meta_tensors_get_shapes():
     options = '{"axis":-1,"epsilon":1e-06}'
     y, mean, rstd = tt.op("layer_norm")(torch.empty(5, 8, device="meta"), None, None, options)

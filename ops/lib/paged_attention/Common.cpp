@@ -1,7 +1,12 @@
 //===- Common.cpp - What the paged attention kernels share -----------------===//
 #include "ops/lib/paged_attention/Common.h"
 
+#include <tokamax/runtime/Error.h>
+
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstring>
 
 namespace tokamax::paged_attention_detail {
 
@@ -31,6 +36,35 @@ DecodeOutputs declare_decode_outputs(Kernel &k, const Problem &p) {
   if (p.lse_out)
     o.lse = k.output("lse", p.compute, {p.B, p.K, p.group(), p.Tq});
   return o;
+}
+
+namespace {
+
+int32_t hostInt(const TensorView &t, int64_t i) {
+  int32_t v;
+  std::memcpy(&v, reinterpret_cast<const char *>(t.data()) + i * sizeof(int32_t), sizeof v);
+  return v;
+}
+
+} // namespace
+
+void check_host_values(const Problem &p, std::span<const TensorView> in, const KernelExecutor &ex) {
+  if (!ex.host_tensors())
+    return;
+  const char *op = p.append ? "paged_kv_append" : "paged_attention";
+  const TensorView &table = in[p.append ? 2 : 3], &lengths = in[p.append ? 3 : 4];
+  for (int64_t s = 0; s < p.B; ++s) {
+    const int64_t length = hostInt(lengths, s);
+    if (length < p.Tq || length > p.capacity())
+      throw Error(fmt::format("{}: seq_lengths[{}] = {} must be in [Tq = {}, max_pages x page_size = {}]", op, s,
+                              length, p.Tq, p.capacity()));
+    for (int64_t page = 0; page < (length + p.page_size - 1) / p.page_size; ++page) {
+      const int64_t entry = hostInt(table, s * p.max_pages + page);
+      if (entry < 0 || entry >= p.num_pages)
+        throw Error(fmt::format("{}: page_table[{}, {}] = {} must be a page of k_pages, in [0, {})", op, s, page,
+                                entry, p.num_pages));
+    }
+  }
 }
 
 Value sequence_length(Kernel &k, const Problem &p, const TensorArg &seq_lengths, const Value &b) {

@@ -22,7 +22,6 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
-#include <cstring>
 
 namespace tokamax {
 
@@ -242,31 +241,11 @@ namespace {
 std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
 TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
 
-int32_t hostInt(const TensorView &t, int64_t i) {
-  int32_t v;
-  std::memcpy(&v, reinterpret_cast<const char *>(t.data()) + i * sizeof(int32_t), sizeof v);
-  return v;
-}
-
-/// The host path's checks of what the device cannot check: each length in [Tq,
-/// capacity], each page in use in [0, num_pages). The views are checked first.
-void checkHostValues(const Op &op, const BoundArgs &b, std::span<const TensorView> in,
-                     std::span<const TensorView> out) {
+/// The host path's checks of the views (the values are checked by every
+/// implementation's execute on the interpreter: check_host_values).
+void checkHostViews(const Op &op, const BoundArgs &b, std::span<const TensorView> in,
+                    std::span<const TensorView> out) {
   ops_detail::check_views(b, op.arg_names(), in, out, /*host=*/true);
-  const pad::Problem p = pad::problem_of(b);
-  const TensorView &table = in[p.append ? 2 : 3], &lengths = in[p.append ? 3 : 4];
-  for (int64_t s = 0; s < p.B; ++s) {
-    const int64_t length = hostInt(lengths, s);
-    if (length < p.Tq || length > p.capacity())
-      throw Error(fmt::format("{}: seq_lengths[{}] = {} must be in [Tq = {}, max_pages x page_size = {}]", op.name(),
-                              s, length, p.Tq, p.capacity()));
-    for (int64_t page = 0; page < (length + p.page_size - 1) / p.page_size; ++page) {
-      const int64_t entry = hostInt(table, s * p.max_pages + page);
-      if (entry < 0 || entry >= p.num_pages)
-        throw Error(fmt::format("{}: page_table[{}, {}] = {} must be a page of k_pages, in [0, {})", op.name(), s,
-                                page, entry, p.num_pages));
-    }
-  }
 }
 
 PagedAttentionSpecs specsOf(const TensorView &q, const TensorView &kp, const TensorView &vp, const TensorView &table,
@@ -296,7 +275,7 @@ void paged_attention_host(const TensorView &q, const TensorView &k_pages, const 
                           const PagedAttentionOptions &o, const TensorView *lse) {
   const BoundArgs b = bind_paged_attention(specsOf(q, k_pages, v_pages, page_table, seq_lengths, out, lse), o);
   TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, viewOf(lse)};
-  checkHostValues(paged_attention_op(), b, in, outs);
+  checkHostViews(paged_attention_op(), b, in, outs);
   paged_attention_op().interpret(b, in, outs, o.implementation, o.config);
 }
 
@@ -318,7 +297,7 @@ void paged_kv_append_host(const TensorView &k, const TensorView &v, const Tensor
   const BoundArgs b = bind_paged_kv_append(ArgSpec::of(k), ArgSpec::of(v), ArgSpec::of(page_table),
                                            ArgSpec::of(seq_lengths), ArgSpec::of(k_pages), ArgSpec::of(v_pages));
   TensorView in[] = {k, v, page_table, seq_lengths}, outs[] = {k_pages, v_pages};
-  checkHostValues(paged_kv_append_op(), b, in, outs);
+  checkHostViews(paged_kv_append_op(), b, in, outs);
   paged_kv_append_op().interpret(b, in, outs, o.implementation, o.config);
 }
 

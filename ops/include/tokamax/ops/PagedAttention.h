@@ -27,8 +27,9 @@
 // [16, 256]; B, N, K at least 1 and at most 65535; bf16, f16, f32 or f64 (q, the pages,
 // k, v and out one dtype). No sequences (B = 0) is a no-op.
 //
-// Runtime properties the device cannot check without a synchronisation (the _host entry
-// points check them and throw Error): every seq_len in [Tq, max_pages * page_size] and
+// Runtime properties the device cannot check without a synchronisation (every run on the
+// interpreter checks them and throws Error: the _host entry points, the C ABI and Python
+// on host tensors): every seq_len in [Tq, max_pages * page_size] and
 // every page_table entry of a page in use in [0, num_pages). On the device a length is
 // clamped to [0, max_pages * page_size]; a page index out of range reads zeros (the
 // block loads are bounded by k_pages' shape) and the append's store to it is dropped:
