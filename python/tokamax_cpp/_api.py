@@ -179,9 +179,9 @@ def _attention_layout(layout) -> str:
     return layout
 
 
-def _attention_options(scale, is_causal, local_window_size, logits_soft_cap, deterministic) -> dict:
-    """The options dense and packed attention share, as the ops take them."""
-    options = {"is_causal": bool(is_causal)}
+def _logit_options(scale, logits_soft_cap) -> dict:
+    """scale and logits_soft_cap, as every attention op takes them (absent: the op's default)."""
+    options = {}
     if scale is not None:
         options["scale"] = _number("scale", scale)
     if logits_soft_cap is not None:
@@ -189,6 +189,12 @@ def _attention_options(scale, is_causal, local_window_size, logits_soft_cap, det
         if not cap > 0:
             raise ValueError(f"logits_soft_cap must be positive, got {logits_soft_cap!r}")
         options["logits_soft_cap"] = cap
+    return options
+
+
+def _attention_options(scale, is_causal, local_window_size, logits_soft_cap, deterministic) -> dict:
+    """The options dense and packed attention share, as the ops take them."""
+    options = {"is_causal": bool(is_causal), **_logit_options(scale, logits_soft_cap)}
     options.update(_window(local_window_size))
     if not bool(deterministic):  # absent when true: the VJP call's options as they were
         options["deterministic"] = False
@@ -253,11 +259,7 @@ def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=N
     sits at position seq_len - Tq + i and sees the keys up to it). Returns out
     [B, Tq, N, Hv], and with return_lse also lse [B, N, Tq] (f32). GQA: N a multiple of
     K. New tokens go into the pages by indexing (k_pages[page, slot] = k) before the call."""
-    options = {}
-    if scale is not None:
-        options["scale"] = _number("scale", scale)
-    if logits_soft_cap is not None:
-        options["logits_soft_cap"] = _number("logits_soft_cap", logits_soft_cap)
+    options = _logit_options(scale, logits_soft_cap)
     opdef = _opdefs.PAGED_ATTENTION
     if return_lse:
         options["lse"] = True

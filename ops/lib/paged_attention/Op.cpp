@@ -241,13 +241,6 @@ namespace {
 std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
 TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
 
-/// The host path's checks of the views (the values are checked by every
-/// implementation's execute on the interpreter: check_host_values).
-void checkHostViews(const Op &op, const BoundArgs &b, std::span<const TensorView> in,
-                    std::span<const TensorView> out) {
-  ops_detail::check_views(b, op.arg_names(), in, out, /*host=*/true);
-}
-
 PagedAttentionSpecs specsOf(const TensorView &q, const TensorView &kp, const TensorView &vp, const TensorView &table,
                             const TensorView &lengths, const TensorView &out, const TensorView *lse) {
   return {ArgSpec::of(q),   ArgSpec::of(kp),  ArgSpec::of(vp), ArgSpec::of(table), ArgSpec::of(lengths),
@@ -275,7 +268,9 @@ void paged_attention_host(const TensorView &q, const TensorView &k_pages, const 
                           const PagedAttentionOptions &o, const TensorView *lse) {
   const BoundArgs b = bind_paged_attention(specsOf(q, k_pages, v_pages, page_table, seq_lengths, out, lse), o);
   TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, viewOf(lse)};
-  checkHostViews(paged_attention_op(), b, in, outs);
+  // The views here; the values (lengths, page-table entries) in every implementation's
+  // execute on the interpreter (check_host_values).
+  ops_detail::check_views(b, paged_attention_op().arg_names(), in, outs, /*host=*/true);
   paged_attention_op().interpret(b, in, outs, o.implementation, o.config);
 }
 
@@ -297,7 +292,7 @@ void paged_kv_append_host(const TensorView &k, const TensorView &v, const Tensor
   const BoundArgs b = bind_paged_kv_append(ArgSpec::of(k), ArgSpec::of(v), ArgSpec::of(page_table),
                                            ArgSpec::of(seq_lengths), ArgSpec::of(k_pages), ArgSpec::of(v_pages));
   TensorView in[] = {k, v, page_table, seq_lengths}, outs[] = {k_pages, v_pages};
-  checkHostViews(paged_kv_append_op(), b, in, outs);
+  ops_detail::check_views(b, paged_kv_append_op().arg_names(), in, outs, /*host=*/true);
   paged_kv_append_op().interpret(b, in, outs, o.implementation, o.config);
 }
 

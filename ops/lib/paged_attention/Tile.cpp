@@ -453,14 +453,8 @@ void TileDecode::execute(const Problem &p, const TileConfig &c, std::span<const 
   }
   const Partials shapes = partialShapes(p, c);
   ops_detail::Workspace ws;
-  auto bytes = [](const std::vector<int64_t> &shape) {
-    double elements = 1;
-    for (int64_t d : shape)
-      elements *= double(d);
-    return 4.0 * elements;
-  };
-  const size_t outAt = ws.add(bytes(shapes.out));
-  const size_t lseAt = ws.add(bytes(shapes.lse));
+  const size_t outAt = ws.add(4.0 * double(ArgSpec{shapes.out, DType::F32}.numel()));
+  const size_t lseAt = ws.add(4.0 * double(ArgSpec{shapes.lse, DType::F32}.numel()));
   ws.allocate(ex);
   const TensorView partOut(ws.at(outAt), DType::F32, shapes.out, ex.device());
   const TensorView partLse(ws.at(lseAt), DType::F32, shapes.lse, ex.device());

@@ -78,11 +78,11 @@ std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   auto valid = [&](const Config &c) { return !check(p, c); };
   std::vector<Config> space = hopper_search_space(heuristic(p), valid);
   // The heuristic's blocks with the rows kernels one program a tile, and persistent.
-  for (int64_t programs : {0, -1}) {
-    Config c = space.front();
-    c.programs = programs == 0 ? std::nullopt : std::optional<int64_t>(programs);
-    products_detail::add_new(space, c, valid);
-  }
+  Config perTile = space.front(), persistent = space.front();
+  perTile.programs.reset();
+  persistent.programs = -1;
+  products_detail::add_new(space, perTile, valid);
+  products_detail::add_new(space, persistent, valid);
   return space;
 }
 
