@@ -25,11 +25,10 @@
 #               export and matmul benchmarks
 #   attention   attention and the other ops' benchmarks beside torch, wgmma configs included
 #   sanitize    compute-sanitizer on the small kernels
-#   pending     what no GPU has run yet (run it first; each fits a 10-minute call): the
-#               cross-entropy's numerics with one workspace per call (tile, and the
-#               TMA-ring kernels under TOKAMAX_EXPERIMENTAL=1) and its timings beside
-#               torch (its numerics' first cases passed on an H100; the benchmark rows and
-#               the TMA-ring ones ran past a 100 s limit)
+#   pending     the cross-entropy's numerics (tile, then the TMA-ring kernels) and its
+#               timings beside torch (ran on an H100 2026-12-07: the first three cases
+#               passed, [cross_entropy]'s tma case ran past 240 s; xent-hopper is the
+#               TMA-ring part alone)
 #   pending3    ragged_dot's numerics (every dtype, the tma config, hopper's heuristic,
 #               odd shapes, rows of the bench shape; about 6 minutes) and its timings
 #               beside torch's grouped mm (its timings at R1 ran on an H100: 0.71x fwd)
@@ -91,6 +90,11 @@
 #               beside torch's grouped mm at the heuristic (persistent [128, 256]) and at
 #               persistent [128, 128]; first, whether the driver encodes an overlapping
 #               "window" tensor map (scripts/tma-window-probe.py: it does)
+#   xent-hopper (named only) the cross-entropy's TMA-ring kernels (tile's tma config and
+#               hopper) against float64 (about 4 minutes; passed on an H100 2026-12-07),
+#               then X1 timings of tile and hopper beside torch's matmul + cross_entropy
+#   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
+#               without the seed's program (about 2 minutes)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -119,7 +123,7 @@ wants() { [[ " $parts " == *" $1 "* ]]; }
 if wants pending; then
   t=(timeout -k 10)
   TAIL=12 run pending-xent "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[cross_entropy]" --durations yes
-  TOKAMAX_EXPERIMENTAL=1 TAIL=12 run pending-xent-tma "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[tma_ring][cross_entropy]" \
+  TAIL=12 run pending-xent-tma "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[tma_ring][cross_entropy]" \
     --durations yes
   xent_tma_rc=$last_rc
   # Its timings at X1 beside torch's matmul + cross_entropy: tile, and hopper if its
@@ -131,7 +135,7 @@ if wants pending; then
   fi
   xent_impls=tile
   [ $xent_tma_rc -eq 0 ] && xent_impls=tile,hopper
-  TOKAMAX_EXPERIMENTAL=1 TAIL=10 run pending-xent-bench "${t[@]}" 240 "$bin/tokamax-cross-entropy-bench" \
+  TAIL=10 run pending-xent-bench "${t[@]}" 240 "$bin/tokamax-cross-entropy-bench" \
     --impl "$xent_impls" "${xent_peers[@]}"
 fi
 if wants pending3; then
@@ -328,6 +332,20 @@ if wants varlen-profile; then
   done
   (cd "$out" && tar czf profiles.tgz profile-*.ncu-rep profile-*.csv && rm -f profile-*.ncu-rep)
 fi
+if wants xent-hopper; then
+  t=(timeout -k 10)
+  TAIL=12 run xent-hopper-tests "${t[@]}" 330 "$bin/tokamax-gpu-tests" \
+    "[tma_ring][cross_entropy]" --durations yes
+  xent_impls=tile
+  [ $last_rc -eq 0 ] && xent_impls=tile,hopper
+  xent_peers=()
+  if has_torch; then
+    TAIL=6 run xent-hopper-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py" --json "$out/xent-peers.json"
+    xent_peers=(--peers "$out/xent-peers.json")
+  fi
+  TAIL=10 run xent-hopper-bench "${t[@]}" 200 "$bin/tokamax-cross-entropy-bench" \
+    --impl "$xent_impls" "${xent_peers[@]}"
+fi
 if wants paged; then
   t=(timeout -k 10)
   TAIL=8 run paged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[paged_attention]" --durations yes
@@ -352,7 +370,7 @@ if wants fresh; then
     TAIL=8 run fresh-heuristic "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1
   fi
 fi
-if wants python; then
+if wants python || wants python-quick; then
   # The package's tokamax_cpp and library; the JAX handler compiled afresh into $work.
   t=(timeout -k 10)
   py=(env PYTHONPATH="$work/tokamax/python" TOKAMAX_CPP_LIBRARY="$work/tokamax/lib/libtokamax.so"
@@ -367,10 +385,11 @@ if wants python; then
     "$here/../tests/python/gpu_check.py" "${frameworks[@]}"
   TAIL=12 run python-pytest "${t[@]}" 120 "${py[@]}" python3 -m pytest "$here/../tests/python" -q -rs \
     -p no:cacheprovider
+  wants python || frameworks=()  # python-quick: no seed's program
   [[ " ${frameworks[*]} " == *" jax "* ]] && TAIL=16 run python-seed-program "${t[@]}" 240 "${py[@]}" python3 \
     "$here/../tests/python/seed_program.py" --shape 32,2048,16,64 --json "$out/seed-program.json"
-  # The opt-in command-buffer handler: its checks, and the seed's step with it (21.8 ms
-  # against 19.0 with the plain handler when it last ran: to be understood).
+  # The opt-in command-buffer handler: its checks, and the seed's step with it (18.67 ms
+  # against 18.64 plain on an H100, 2026-12-07).
   if [[ " ${frameworks[*]} " == *" jax "* ]]; then
     TAIL=16 run python-gpu-check-graphs "${t[@]}" 120 "${py[@]}" TOKAMAX_CPP_JAX_COMMAND_BUFFERS=1 python3 \
       "$here/../tests/python/gpu_check.py" jax

@@ -46,6 +46,15 @@ def close(a, b, tol):
     return f"max abs error {err:.2e}"
 
 
+def close_relative(a, b, tol):
+    """Max abs error against the reference's largest magnitude: a bf16 output's rounding
+    grows with its values (dx of a squared loss reaches ~100, where one ulp is 0.5)."""
+    b = np.asarray(b, np.float64)
+    err = float(np.max(np.abs(np.asarray(a, np.float64) - b))) / max(float(np.max(np.abs(b))), 1e-30)
+    assert err <= tol, f"max abs error {err} of the reference's largest magnitude > {tol}"
+    return f"max abs error {err:.2e} of the largest magnitude"
+
+
 def torch_checks():
     import torch
     import torch.nn.functional as F
@@ -59,7 +68,7 @@ def torch_checks():
         ref = F.layer_norm(x.float(), (1024,), w.float(), b.float(), eps=1e-6)
         g = torch.autograd.grad(y.float().square().sum(), (x, w, b))
         gr = torch.autograd.grad(ref.square().sum(), (x, w, b))
-        close(g[0].float().cpu(), gr[0].float().cpu(), 0.25)
+        close_relative(g[0].float().cpu(), gr[0].float().cpu(), 0.02)
         return close(y.float().detach().cpu(), ref.detach().cpu(), 0.05)
 
     q, k, v = (torch.randn(2, 256, 8, 64, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -270,7 +279,9 @@ def jax_checks():
         f = jax.jit(shard_map(lambda a, s: jax.grad(seed, argnums=(0, 1))(a, s), mesh=mesh,
                               in_specs=(spec, PartitionSpec()), out_specs=(spec, spec)))
         g = f(batch, scale)
-        plain = grad(batch, scale)
+        # Traced now, as f is: with the command-buffer handler a trace fixes the configs
+        # of its time, and the autotune check above changed the cache since grad's.
+        plain = jax.jit(jax.grad(seed, argnums=(0, 1)))(batch, scale)
         return (close(np.asarray(g[0], np.float32), np.asarray(plain[0], np.float32), 0) +
                 f" ({len(devices)} device(s))")
 

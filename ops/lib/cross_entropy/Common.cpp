@@ -24,7 +24,7 @@ namespace {
 
 bool isPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-/// "tma" (opt-in until measured, sm_90a): the logit tiles' x and w blocks by TMA through
+/// "tma" (opt-in, sm_90a; hopper's kernels): the logit tiles' x and w blocks by TMA through
 /// rings of "stages" slots (2-4, default 3) refilled by a producer warpgroup, products
 /// on wgmma. Every consumer warp owns 16 rows (block_b = 16 x num_warps, 4 or 8 warps);
 /// block_k is one 32-, 64- or 128-byte swizzle row, block_v whole 128-byte rows; x's and
@@ -33,8 +33,6 @@ std::optional<std::string> checkTma(const Problem &p, const XentBlocks &c, int64
                                     std::optional<int64_t> stages) {
   if (!tma)
     return stages ? std::optional<std::string>("stages (the TMA rings' slots) needs \"tma\": 1") : std::nullopt;
-  if (auto gate = experimental_tma_rings())
-    return gate;
   const int64_t w = c.num_warps, bb = c.block_b, bv = c.block_v, bk = c.block_k;
   const int64_t slots = stages.value_or(3), bytes = int64_t(dtype_size(p.dtype));
   if ((w != 4 && w != 8) || bb != 16 * w)
@@ -62,13 +60,6 @@ using Arg = ops_detail::KernelExecutor::Arg;
 
 void launch(ops_detail::KernelExecutor &ex, const XentKernelSpec &s, const std::vector<Arg> &args) {
   ex.launch(s.key(), [s] { return xent_kernel(s); }, args);
-}
-
-std::optional<std::string> experimental_tma_rings() {
-  return ops_detail::experimental_gate(
-      "the cross-entropy kernels on TMA rings (hopper, tile's tma config) are experimental until a device run "
-      "verifies them: on an H100 their VJP's dx and dw differed from float64 (its workspaces overlapped, since "
-      "fixed); use tile");
 }
 
 int64_t split_count(const Problem &p, int64_t block_v, int64_t wanted) {

@@ -150,7 +150,7 @@ class XentOp : public Op {
 public:
   explicit XentOp(bool vjp)
       : Op(vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3,
-           ops_detail::typed_implementations<xent_detail::Tile, xent_detail::Hopper, xent_detail::Reference>(
+           ops_detail::typed_implementations<xent_detail::Hopper, xent_detail::Tile, xent_detail::Reference>(
                vjp ? kVjpOp : kForwardOp, vjp ? kVjpArgs : kForwardArgs, vjp ? 5 : 3, xent_detail::problem_of)),
         vjp_(vjp) {}
 

@@ -3,9 +3,9 @@
 // Config: block_b, block_v, block_k, num_warps, for the VJP block_d and, optional,
 // chunk_v; for the forward, optional, split_v. The heuristic takes [64, 128] logit
 // tiles with 32-wide D slices on 4 warps (one f32 accumulator of 64 registers per
-// thread) and, for the VJP, 64-wide D blocks of dx and dw. Opt-in until measured: "tma"
-// (with "stages"): the rows and dlogits kernels' x and w blocks by TMA through rings a
-// producer warpgroup refills, the logit tiles on wgmma.
+// thread) and, for the VJP, 64-wide D blocks of dx and dw. Opt-in: "tma" (with
+// "stages"): the rows and dlogits kernels' x and w blocks by TMA through rings a
+// producer warpgroup refills, the logit tiles on wgmma (hopper's kernels).
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/cross_entropy/Common.h"

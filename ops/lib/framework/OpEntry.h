@@ -17,7 +17,6 @@
 #include <string_view>
 #include <vector>
 
-#include <cstdlib>
 #include <optional>
 #include <span>
 #include <string>
@@ -75,15 +74,6 @@ void run_or_interpret(const Op &op, const BoundArgs &bound, std::span<const Tens
     op.run(bound, in, out, *stream, options.implementation, options.config);
   else
     op.interpret(bound, in, out, options.implementation, options.config);
-}
-
-/// Kernels that failed a device run (did not finish, or gave wrong results) serve only where
-/// TOKAMAX_EXPERIMENTAL=1 asks for them: elsewhere the reason (`what` and what was seen),
-/// so neither auto, nor the autotuner, nor an explicit request launches them.
-inline std::optional<std::string> experimental_gate(const std::string &what) {
-  if (const char *v = std::getenv("TOKAMAX_EXPERIMENTAL"); v && std::string(v) == "1")
-    return std::nullopt;
-  return what + " (set TOKAMAX_EXPERIMENTAL=1 to run them anyway)";
 }
 
 } // namespace tokamax::ops_detail

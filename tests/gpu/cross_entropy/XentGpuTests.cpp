@@ -9,7 +9,6 @@
 #include "common/DeviceRuns.h"
 
 #include "unit/cross_entropy/XentTestCase.h"
-#include "common/ScopedState.h"
 
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/runtime/Device.h>
@@ -96,8 +95,6 @@ TEST_CASE("cross_entropy on the device: rows of the benchmark shape (D 4096, V 1
 
 TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matches float64",
           "[gpu][cross_entropy][tma_ring]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the tma config"))
     return;
   // D and V multiples of 8 (TMA rows), neither a multiple of the blocks; B past the last
@@ -123,8 +120,6 @@ TEST_CASE("cross_entropy on the device: the tma config (TMA rings, wgmma) matche
 
 TEST_CASE("cross_entropy on the device: hopper (TMA rings, dx and dw on the hopper matmul) matches float64",
           "[gpu][cross_entropy][tma_ring]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   // Its heuristic: V in splits (forward) and one chunk or several (VJP: dx accumulated
@@ -134,8 +129,12 @@ TEST_CASE("cross_entropy on the device: hopper (TMA rings, dx and dw on the hopp
   struct Shape {
     int64_t b, d, v;
   };
+  // The benchmark's rows in bf16 only: their float64 reference and comparisons take about
+  // 80 s a pass on the host; f16 runs the same kernels at the smaller shapes.
   for (Shape s : {Shape{300, 264, 1032}, Shape{17, 4096, 5000}, Shape{16, 4096, 131072}})
     for (DType dtype : {DType::BF16, DType::F16}) {
+      if (s.v == 131072 && dtype == DType::F16)
+        continue;
       INFO(s.b << "x" << s.d << "x" << s.v << " " << dtype_name(dtype));
       Case c{s.b, s.d, s.v, dtype, LossReduction::Mean, Labels::SomeIgnored, "hopper", std::nullopt};
       check(checkForward(c, seed++, onDevice(false)));

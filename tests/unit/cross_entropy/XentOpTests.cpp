@@ -7,7 +7,6 @@
 #include "common/HopperPtxChecks.h"
 #include "common/PtxasUtil.h"
 #include "unit/cross_entropy/XentTestCase.h"
-#include "common/ScopedState.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>
@@ -85,6 +84,10 @@ TEST_CASE("cross_entropy: implementations, NotSupported and configs", "[cross_en
   const Op &vjp = linear_softmax_cross_entropy_loss_vjp_op();
   CHECK(find_op("linear_softmax_cross_entropy_loss") == &op);
   CHECK(find_op("linear_softmax_cross_entropy_loss_vjp") == &vjp);
+  // hopper first on sm_90a where its TMA rows fit (D and V multiples of 8), else tile.
+  CHECK(op.select(forwardArgs(DType::BF16, 64, 40, 104), std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(vjp.select(vjpOf(forwardArgs(DType::F16, 64, 40, 104)), std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(op.select(forwardArgs(DType::BF16, 64, 40, 104), std::nullopt, "sm_80").name() == "tile");
   CHECK(op.select(forwardArgs(), std::nullopt, "sm_90a").name() == "tile");
   CHECK(op.select(forwardArgs(DType::F32), std::nullopt, "sm_90a").name() == "reference");
   CHECK(op.select(forwardArgs(), std::nullopt, "sm_75").name() == "reference");
@@ -231,8 +234,6 @@ TEST_CASE("cross_entropy: tile kernels lower for sm_90a and sm_80 and assemble w
 TEST_CASE("cross_entropy: hopper's kernels assemble for sm_90a without spills, its VJP runs dx and dw on the "
           "hopper matmul",
           "[cross_entropy][hopper][ptx]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   const std::string ptxas = test::ptxas_path();
   const BoundArgs fwd = forwardArgs(DType::BF16, 8192, 4096, 131072);
   for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
@@ -269,8 +270,6 @@ TEST_CASE("cross_entropy: hopper's kernels assemble for sm_90a without spills, i
 
 TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for sm_90a on TMA and wgmma",
           "[cross_entropy][hopper][ptx]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   const std::string ptxas = test::ptxas_path();
   const BoundArgs fwd = forwardArgs(DType::BF16, 8192, 4096, 131072);
   for (const BoundArgs &args : {fwd, vjpOf(fwd)}) {
@@ -314,13 +313,5 @@ TEST_CASE("cross_entropy: the tma config's rows and dlogits kernels assemble for
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("stages", 5)), Contains("2, 3 or 4"));
   CHECK_THAT(*tile.check_config(fwd, Config(c).set("tma", 0).set("stages", 3)), Contains("needs \"tma\": 1"));
   CHECK_THAT(*tile.check_config(forwardArgs(DType::BF16, 64, 40, 100), c), Contains("multiples of 8"));
-  {
-    test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
-    CHECK_THAT(*tile.check_config(fwd, c), Contains("experimental") && Contains("TOKAMAX_EXPERIMENTAL=1"));
-    CHECK_THAT(*find_op(fwd.op)->implementation("hopper").why_not(fwd), Contains("experimental"));
-    CHECK_THROWS_WITH(find_op(fwd.op)->select(fwd, "hopper", "sm_90a"), Contains("experimental"));
-    for (const Config &candidate : tile.search_space(fwd))
-      CHECK(candidate.get_or("tma", 0) == 0);
-  }
   CHECK_THAT(*find_op(fwd.op)->implementation("reference").check_config(fwd, c), Contains("unknown key"));
 }

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include "unit/cross_entropy/XentTestCase.h"
-#include "common/ScopedState.h"
 
 using namespace tokamax;
 using namespace xent_test;
@@ -99,8 +98,6 @@ TEST_CASE("cross_entropy: all ignored rows give a NaN mean and zero gradients", 
 
 TEST_CASE("cross_entropy: the tma config (TMA rings, a producer warpgroup, wgmma) matches float64",
           "[cross_entropy][hopper]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   // The interpreter runs the same kernels (each step's copies, then its product). V over
   // several tiles with a partial last one, D over several steps with a partial last
   // slice, B past the last row block; the forward in splits of V, the VJP in chunks.
@@ -136,8 +133,6 @@ TEST_CASE("cross_entropy: the tma config (TMA rings, a producer warpgroup, wgmma
 }
 
 TEST_CASE("cross_entropy: hopper at its heuristic, f16, every reduction, matches float64", "[cross_entropy][hopper]") {
-  // Experimental kernels (TOKAMAX_EXPERIMENTAL): tested, never chosen unasked.
-  test::EnvGuard experimental("TOKAMAX_EXPERIMENTAL", "1");
   // One chunk of V and several (the VJP's chunk at the heuristic covers V here; 64
   // columns make three chunks, the last partial).
   uint64_t seed = 760;

@@ -6,7 +6,6 @@
 
 #include "common/PtxasUtil.h"
 #include "unit/ragged_dot/RaggedDotTestCase.h"
-#include "common/ScopedState.h"
 
 #include <tokamax/compiler/Compiler.h>
 #include <tokamax/jit/DslKernel.h>
@@ -194,25 +193,19 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   CHECK(served >= 10);
   CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4000, 4096, 8)).get("block_k") == 32);
   CHECK_THAT(*hopper.check_config(fwd, c), Contains("always on TMA rings"));
-  // Served without TOKAMAX_EXPERIMENTAL (passed on an H100 and an H200); first in auto's
-  // order on sm_90a, tile elsewhere and where hopper does not serve the call.
-  {
-    test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
-    CHECK_FALSE(hopper.why_not(fwd).has_value());
-    CHECK(ragged_dot_op().select(fwd, "hopper", "sm_90a").name() == "hopper");
-    CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_90a").name() == "hopper");
-    CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_80").name() == "tile");
-    CHECK(ragged_dot_op().select(forwardArgs(DType::BF16, 1000, 4004, 4096, 8), std::nullopt, "sm_90a").name() ==
-          "tile");
-  }
+  // First in auto's order on sm_90a, tile elsewhere and where hopper does not serve the call.
+  CHECK_FALSE(hopper.why_not(fwd).has_value());
+  CHECK(ragged_dot_op().select(fwd, "hopper", "sm_90a").name() == "hopper");
+  CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_90a").name() == "hopper");
+  CHECK(ragged_dot_op().select(fwd, std::nullopt, "sm_80").name() == "tile");
+  CHECK(ragged_dot_op().select(forwardArgs(DType::BF16, 1000, 4004, 4096, 8), std::nullopt, "sm_90a").name() ==
+        "tile");
   CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4004, 4096, 8)), Contains("multiples of 8"));
   CHECK_THAT(*hopper.why_not(forwardArgs(DType::BF16, 1000, 4008, 4096, 8)), Contains("divide K"));
   for (const BoundArgs &b : {fwd, vjpArgs(fwd)})
     for (const Config &candidate : find_op(b.op)->implementation("hopper").search_space(b))
       CHECK_FALSE(find_op(b.op)->implementation("hopper").check_config(b, candidate).has_value());
-  // A persistent grid (programs): at most 16 groups, programs from -1; served without
-  // TOKAMAX_EXPERIMENTAL (passed on an H100), as is the VJP's drhs on wgmma.
-  test::EnvGuard unasked("TOKAMAX_EXPERIMENTAL", nullptr);
+  // A persistent grid (programs): at most 16 groups, programs from -1; the VJP's drhs on wgmma.
   Config persistent = hopper.heuristic(fwd);
   persistent.set("programs", -1);
   CHECK_FALSE(hopper.check_config(fwd, persistent).has_value());
