@@ -93,6 +93,10 @@
 #   xent-hopper (named only) the cross-entropy's TMA-ring kernels (tile's tma config and
 #               hopper) against float64 (about 4 minutes; passed on an H100 2026-12-07),
 #               then X1 timings of tile and hopper beside torch's matmul + cross_entropy
+#   xent-wide   (named only; run it first next time) the cross-entropy's hopper with
+#               256-column logit tiles (search-space configs, 3 and 4 slots): the hopper
+#               device test (wide configs at 300x264x1032 included; about 3.5 minutes),
+#               then X1 at the heuristic and at each wide config, alternating, twice
 #   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
 #               without the seed's program (about 2 minutes)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
@@ -345,6 +349,20 @@ if wants xent-hopper; then
   fi
   TAIL=10 run xent-hopper-bench "${t[@]}" 200 "$bin/tokamax-cross-entropy-bench" \
     --impl "$xent_impls" "${xent_peers[@]}"
+fi
+if wants xent-wide; then
+  t=(timeout -k 10)
+  TAIL=8 run xent-wide-tests "${t[@]}" 330 "$bin/tokamax-gpu-tests" \
+    "cross_entropy on the device: hopper*" --durations yes
+  if [ $last_rc -eq 0 ]; then
+    for round in 1 2; do
+      TAIL=4 run "xent-wide-heuristic-$round" "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --impl hopper
+      for stages in 3 4; do
+        TAIL=4 run "xent-wide-$stages-$round" "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --impl hopper --config \
+          "{\"block_b\":128,\"block_k\":64,\"block_v\":256,\"num_warps\":8,\"split_v\":2,\"stages\":$stages}"
+      done
+    done
+  fi
 fi
 if wants paged; then
   t=(timeout -k 10)

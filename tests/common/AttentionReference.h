@@ -163,6 +163,15 @@ template <class Body> void parallelChunks(int64_t n, int64_t chunk, int threads,
 
 inline int hostThreads() { return int(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64)); }
 
+/// Element loops of the big buffers (a GPU test's [4096, 131072] weights: ~0.5 G
+/// elements) in parallel chunks of kElementChunk; smaller ones inline. body(begin, end).
+constexpr int64_t kElementChunk = int64_t(1) << 20, kParallelElements = int64_t(1) << 22;
+template <class Body> void forElements(int64_t n, Body body) {
+  if (n < kParallelElements)
+    return body(int64_t(0), n);
+  parallelChunks(n, kElementChunk, hostThreads(), [&](int, int64_t begin, int64_t end) { body(begin, end); });
+}
+
 /// float64 attention: forward by query rows, then (with dout) dq by query rows and dk /
 /// dv by key columns, each recomputing the probabilities (so every piece runs in parallel).
 class Reference {
@@ -383,14 +392,18 @@ struct HostBuffer {
   HostBuffer(DType d, std::vector<int64_t> s) : dtype(d), shape(std::move(s)) {
     storage.assign((size_t(numel()) * tokamax::dtype_size(d) + 7) / 8, 0xA5A5A5A5A5A5A5A5ull);
     if (tokamax::is_floating(d))
-      for (int64_t i = 0; i < numel(); ++i)
-        set(i, std::numeric_limits<double>::quiet_NaN());
+      forElements(numel(), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          set(i, std::numeric_limits<double>::quiet_NaN());
+      });
   }
   /// `values` rounded to `d` (nearest even).
   HostBuffer(DType d, std::vector<int64_t> s, const std::vector<double> &values) : dtype(d), shape(std::move(s)) {
     storage.assign((size_t(numel()) * tokamax::dtype_size(d) + 7) / 8, 0);
-    for (int64_t i = 0; i < numel(); ++i)
-      set(i, values[size_t(i)]);
+    forElements(numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        set(i, values[size_t(i)]);
+    });
   }
   int64_t numel() const { return product(shape); }
   size_t nbytes() const { return size_t(numel()) * tokamax::dtype_size(dtype); }
@@ -403,8 +416,10 @@ struct HostBuffer {
   }
   std::vector<double> values() const {
     std::vector<double> v(static_cast<size_t>(numel()));
-    for (int64_t i = 0; i < numel(); ++i)
-      v[size_t(i)] = at(i);
+    forElements(numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        v[size_t(i)] = at(i);
+    });
     return v;
   }
   tokamax::TensorView view() const { return tokamax::host_view(storage.data(), dtype, shape); }
@@ -412,27 +427,44 @@ struct HostBuffer {
 
 /// `values` rounded to `d` and back (what a buffer of `d` holds).
 inline std::vector<double> roundedTo(DType d, std::vector<double> values) {
-  uint64_t one;
-  for (double &x : values) {
-    tokamax::store_from_double(d, &one, x);
-    x = tokamax::load_as_double(d, &one);
-  }
+  forElements(int64_t(values.size()), [&](int64_t begin, int64_t end) {
+    uint64_t one;
+    for (int64_t i = begin; i < end; ++i) {
+      tokamax::store_from_double(d, &one, values[size_t(i)]);
+      values[size_t(i)] = tokamax::load_as_double(d, &one);
+    }
+  });
   return values;
 }
 
-/// Normal values (mean 0, `stddev`) rounded to `d`, never zero (magnitudes below 1e-3 of
-/// stddev are drawn again). Box-Muller over a 64-bit Mersenne Twister: the same values
-/// with every standard library.
-inline std::vector<double> randomNormal(size_t count, DType d, uint64_t seed, double stddev = 1.0) {
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+/// `count` normal values (mean 0, `stddev`) into `out`, never zero (magnitudes below 1e-3
+/// of stddev are drawn again). Box-Muller over a 64-bit Mersenne Twister seeded with
+/// `state`: the same values with every standard library.
+inline void fillNormal(double *out, size_t count, uint64_t state, double stddev) {
+  std::mt19937_64 rng(state);
   auto uniform = [&] { return (double(rng() >> 11) + 0.5) * 0x1.0p-53; };  // (0, 1)
-  std::vector<double> v;
-  v.reserve(count);
-  while (v.size() < count) {
+  size_t filled = 0;
+  while (filled < count) {
     const double radius = std::sqrt(-2 * std::log(uniform())), angle = 2 * std::numbers::pi * uniform();
     for (double x : {radius * std::cos(angle), radius * std::sin(angle)})
-      if (std::abs(x) >= 1e-3 && v.size() < count)
-        v.push_back(stddev * x);
+      if (std::abs(x) >= 1e-3 && filled < count)
+        out[filled++] = stddev * x;
+  }
+}
+
+/// Normal values rounded to `d` (fillNormal). Up to kParallelElements from one stream;
+/// more (the GPU tests' benchmark-sized operands) from one stream per kElementChunk
+/// values, drawn in parallel: the same values whatever the thread count.
+inline std::vector<double> randomNormal(size_t count, DType d, uint64_t seed, double stddev = 1.0) {
+  const uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<double> v(count);
+  if (int64_t(count) < kParallelElements) {
+    fillNormal(v.data(), count, state, stddev);
+  } else {
+    forElements(int64_t(count), [&](int64_t begin, int64_t end) {
+      fillNormal(v.data() + begin, size_t(end - begin), state ^ (uint64_t(begin / kElementChunk + 1) * 0xD1B54A32D192ED03ull),
+                 stddev);
+    });
   }
   return roundedTo(d, std::move(v));
 }
@@ -502,34 +534,76 @@ inline Comparison compare(const std::string &name, const std::vector<double> &go
     return c;
   }
   const size_t rowLength = shape.empty() ? 1 : size_t(std::max<int64_t>(1, shape.back()));
-  std::vector<double> rowScale(ref.size() / rowLength + 1, 0.0);
+  const int64_t rows = int64_t((ref.size() + rowLength - 1) / rowLength);
+  std::vector<double> rowScale(size_t(rows) + 1, 0.0);
+  // Big buffers in chunks of whole rows, in parallel: each chunk's partial sums and worst
+  // element, folded in chunk order (the same figures whatever the thread count; one chunk,
+  // the serial sums, below kParallelElements).
+  const int64_t rowsPerChunk = int64_t(ref.size()) < kParallelElements
+                                   ? std::max<int64_t>(rows, 1)
+                                   : std::max<int64_t>(kElementChunk / int64_t(rowLength), 1);
+  const int64_t chunks = (rows + rowsPerChunk - 1) / rowsPerChunk;
+  struct Partial {
+    double sumSq = 0, errSq = 0, maxScaled = 0, maxAbs = 0, gotAtWorst = 0, refAtWorst = 0;
+    size_t finite = 0;
+    int64_t worst = -1, badSpecials = 0;
+  };
+  std::vector<Partial> parts(static_cast<size_t>(chunks));
+  auto overChunks = [&](auto body) {
+    if (chunks <= 1)
+      return chunks == 1 ? body(int64_t(0)) : void();
+    parallelChunks(chunks, 1, hostThreads(), [&](int, int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch)
+        body(ch);
+    });
+  };
+  auto rowsOf = [&](int64_t ch) {
+    return std::pair{size_t(ch * rowsPerChunk), size_t(std::min(rows, (ch + 1) * rowsPerChunk))};
+  };
+  overChunks([&](int64_t ch) {
+    Partial &part = parts[size_t(ch)];
+    for (auto [row, last] = rowsOf(ch); row < last; ++row) {
+      double rowSq = 0;
+      size_t rowFinite = 0;
+      for (size_t i = row * rowLength; i < std::min(ref.size(), (row + 1) * rowLength); ++i)
+        if (std::isfinite(ref[i]))
+          rowSq += ref[i] * ref[i], ++rowFinite;
+      rowScale[row] = std::sqrt(rowSq / double(std::max<size_t>(rowFinite, 1)));
+      part.sumSq += rowSq, part.finite += rowFinite;
+    }
+  });
   double sumSq = 0, errSq = 0;
   size_t finite = 0;
-  for (size_t row = 0; row * rowLength < ref.size(); ++row) {
-    double rowSq = 0;
-    size_t rowFinite = 0;
-    for (size_t i = row * rowLength; i < std::min(ref.size(), (row + 1) * rowLength); ++i)
-      if (std::isfinite(ref[i]))
-        rowSq += ref[i] * ref[i], ++rowFinite;
-    rowScale[row] = std::sqrt(rowSq / double(std::max<size_t>(rowFinite, 1)));
-    sumSq += rowSq, finite += rowFinite;
-  }
+  for (const Partial &part : parts)
+    sumSq += part.sumSq, finite += part.finite;
   c.ref_rms = std::sqrt(sumSq / double(std::max<size_t>(finite, 1)));
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double scale = std::max({c.ref_rms, rowScale[i / rowLength], floor});
-    double err, scaled;
-    if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) {
-      const bool same = got[i] == ref[i];  // equal infinities; NaN never equals
-      err = scaled = same ? 0.0 : kInf;
-      c.bad_specials += !same;
-    } else {
-      err = std::abs(got[i] - ref[i]);
-      errSq += err * err;
-      scaled = err == 0 ? 0.0 : err / (std::abs(ref[i]) + scale);
+  overChunks([&](int64_t ch) {
+    Partial &part = parts[size_t(ch)];
+    const auto [firstRow, lastRow] = rowsOf(ch);
+    for (size_t i = firstRow * rowLength; i < std::min(ref.size(), lastRow * rowLength); ++i) {
+      const double scale = std::max({c.ref_rms, rowScale[i / rowLength], floor});
+      double err, scaled;
+      if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) {
+        const bool same = got[i] == ref[i];  // equal infinities; NaN never equals
+        err = scaled = same ? 0.0 : kInf;
+        part.badSpecials += !same;
+      } else {
+        err = std::abs(got[i] - ref[i]);
+        part.errSq += err * err;
+        scaled = err == 0 ? 0.0 : err / (std::abs(ref[i]) + scale);
+      }
+      if (scaled > part.maxScaled)
+        part.maxScaled = scaled, part.worst = int64_t(i), part.gotAtWorst = got[i], part.refAtWorst = ref[i];
+      part.maxAbs = std::max(part.maxAbs, err);
     }
-    if (scaled > c.max_scaled_error)
-      c.max_scaled_error = scaled, c.worst = int64_t(i), c.got_at_worst = got[i], c.ref_at_worst = ref[i];
-    c.max_abs_error = std::max(c.max_abs_error, err);
+  });
+  for (const Partial &part : parts) {
+    errSq += part.errSq;
+    c.bad_specials += part.badSpecials;
+    c.max_abs_error = std::max(c.max_abs_error, part.maxAbs);
+    if (part.maxScaled > c.max_scaled_error)
+      c.max_scaled_error = part.maxScaled, c.worst = part.worst, c.got_at_worst = part.gotAtWorst,
+      c.ref_at_worst = part.refAtWorst;
   }
   const double norm = std::max(std::sqrt(sumSq), floor * std::sqrt(double(finite)));
   c.rms_relative_error = norm > 0 ? std::sqrt(errSq) / norm : (errSq > 0 ? kInf : 0.0);

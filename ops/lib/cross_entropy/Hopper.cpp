@@ -112,7 +112,9 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
 }
 
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
-  // Ring depth, more splits of V, 64-row tiles on one consumer warpgroup.
+  // Ring depth; 256-column logit tiles (each step's x block feeds twice the products: at
+  // X1 the [128, 128] tiles reread x's row block from L2 once per 128 columns); more
+  // splits of V; 64-row tiles on one consumer warpgroup.
   std::vector<Config> space{heuristic(p)};
   auto add = [&](Config c) {
     products_detail::add_new(space, std::move(c), [&](const Config &candidate) { return !check(p, candidate); });
@@ -121,6 +123,12 @@ std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
     Config c = space.front();
     c.stages = stages;
     add(c);
+  }
+  for (int64_t stages : {3, 4}) {
+    Config wide = space.front();
+    wide.block_v = 256;
+    wide.stages = stages;
+    add(wide);
   }
   if (!p.vjp)
     if (int64_t splits = four_programs_per_sm(p, std::max<int64_t>((p.B + 127) / 128, 1)); splits > 1) {

@@ -143,4 +143,14 @@ TEST_CASE("cross_entropy on the device: hopper (TMA rings, dx and dw on the hopp
   Config small{{"block_b", 64}, {"block_v", 128}, {"block_k", 64}, {"num_warps", 4}, {"stages", 4}, {"chunk_v", 256}};
   check(checkVjp(Case{300, 264, 1032, DType::BF16, LossReduction::Sum, Labels::SomeIgnored, "hopper", small}, seed++,
                  onDevice(true)));
+  // The search space's 256-column logit tiles (3 and 4 slots), V's last tile partial.
+  for (int64_t stages : {3, 4}) {
+    Config wide{{"block_b", 128}, {"block_v", 256}, {"block_k", 64}, {"num_warps", 8}, {"stages", stages}};
+    INFO("wide " << wide.to_json());
+    check(checkForward(Case{300, 264, 1032, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "hopper",
+                            Config(wide).set("split_v", 2)},
+                       seed++, onDevice(false)));
+    check(checkVjp(Case{300, 264, 1032, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "hopper", wide},
+                   seed++, onDevice(true)));
+  }
 }

@@ -312,3 +312,50 @@ TEST_CASE("attention test helpers: dtype buffers / random inputs / comparison", 
   CHECK_THROWS(Broadcast(d, {2, 2, 1, 1, 5}));
   CHECK(Broadcast(d, {4, 5}).at(5, 3, 2, 1) == 2 * 5 + 1);  // leading dims missing = 1
 }
+
+TEST_CASE("attention test helpers: big buffers (parallel chunks) agree with the serial paths",
+          "[attention][reference]") {
+  // Past kParallelElements the helpers run in chunks on every host thread: random values
+  // from one stream per chunk, comparisons folded in chunk order.
+  const size_t n = size_t(kParallelElements) + 12345;
+  std::vector<double> v = randomNormal(n, DType::BF16, 9);
+  CHECK(v == randomNormal(n, DType::BF16, 9));
+  CHECK(v != randomNormal(n, DType::BF16, 10));
+  CHECK(std::none_of(v.begin(), v.end(), [](double x) { return x == 0.0; }));
+  CHECK(v == roundedTo(DType::BF16, v));  // already rounded
+  // The chunks' streams differ: the values of chunk 1 are not chunk 0's again.
+  CHECK(!std::equal(v.begin(), v.begin() + kElementChunk, v.begin() + kElementChunk));
+  double mean = 0, var = 0;
+  for (double x : v)
+    mean += x / double(n);
+  for (double x : v)
+    var += (x - mean) * (x - mean) / double(n);
+  CHECK(std::abs(mean) < 0.002);
+  CHECK(std::abs(var - 1) < 0.01);
+  // A buffer of them holds their bits; its poison fill reaches the last element.
+  HostBuffer buffer(DType::BF16, {int64_t(n)}, v);
+  CHECK(buffer.values() == v);
+  CHECK(std::isnan(HostBuffer(DType::BF16, {int64_t(n)}).at(int64_t(n) - 1)));
+
+  // Comparison: the worst element, the NaN count and the sums as one serial pass gives
+  // them (rows of 1000, so chunks end inside no row).
+  const std::vector<int64_t> shape{int64_t(n) / 1000, 1000};
+  std::vector<double> ref(v.begin(), v.begin() + shape[0] * 1000), got = ref;
+  got[3 * size_t(kElementChunk) + 17] += 0.5;  // in a chunk past the first
+  got[5] = NAN;
+  got[size_t(kElementChunk) + 3] = NAN;
+  Comparison c = compare("x", got, ref, shape, tolerance(DType::BF16));
+  CHECK_FALSE(c.ok);
+  CHECK(c.bad_specials == 2);
+  CHECK(c.worst == 5);  // NaN's infinite scaled error: the first one wins, as in order
+  got[5] = ref[5];
+  got[size_t(kElementChunk) + 3] = ref[size_t(kElementChunk) + 3];
+  c = compare("x", got, ref, shape, tolerance(DType::BF16));
+  CHECK(c.worst == 3 * int64_t(kElementChunk) + 17);
+  CHECK(c.max_abs_error == 0.5);
+  double sumSq = 0;
+  for (double x : ref)
+    sumSq += x * x;
+  CHECK(c.ref_rms == Approx(std::sqrt(sumSq / double(ref.size()))).epsilon(1e-12));
+  CHECK(c.rms_relative_error == Approx(0.5 / std::sqrt(sumSq)).epsilon(1e-12));
+}

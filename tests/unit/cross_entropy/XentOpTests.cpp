@@ -260,6 +260,24 @@ TEST_CASE("cross_entropy: hopper's kernels assemble for sm_90a without spills, i
                                                      "matmul_hopper", "matmul_hopper", "xent_dw_panel",
                                                      "matmul_hopper", "xent_dx_round"};  // dx's first chunk, then dw, then dx's accumulating chunks
     CHECK(names == expected);
+    // The search space's 256-column logit tiles: the rows / dlogits kernel fits a program's
+    // shared memory and assembles without spills too.
+    size_t wide = 0;
+    for (const Config &c : hopper.search_space(args)) {
+      if (c.get("block_v") != 256)
+        continue;
+      ++wide;
+      for (const dsl::Kernel &kernel : hopper.kernels(args, c)) {
+        if (kernel.name() != "xent_rows" && kernel.name() != "xent_dlogits")
+          continue;
+        INFO(args.op << " " << kernel.name() << " " << c.to_json());
+        const CompiledKernel compiled = test::sm90a_ptx(kernel);
+        CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
+        if (!ptxas.empty())
+          test::check_assembles_without_spills(ptxas, compiled.ptx);
+      }
+    }
+    CHECK(wide == 2u);
   }
   CHECK_THAT(*find_op(fwd.op)->implementation("hopper").why_not(forwardArgs(DType::BF16, 64, 40, 100)),
              Contains("multiples of 8"));

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -108,16 +109,20 @@ inline Tolerance gradTolerance(DType d) {
 /// NaN in `got` too, and the rest compare as usual.
 inline Comparison compareWithNaN(const std::string &name, std::vector<double> got, std::vector<double> ref,
                                  const std::vector<int64_t> &shape, Tolerance tol, double floor) {
-  int64_t misplaced = 0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i)
-    if (std::isnan(ref[i])) {
-      misplaced += !std::isnan(got[i]);
-      got[i] = ref[i] = 0;
-    }
+  std::atomic<int64_t> misplaced{0};
+  attention_test::forElements(int64_t(std::min(ref.size(), got.size())), [&](int64_t begin, int64_t end) {
+    int64_t here = 0;
+    for (int64_t i = begin; i < end; ++i)
+      if (std::isnan(ref[size_t(i)])) {
+        here += !std::isnan(got[size_t(i)]);
+        got[size_t(i)] = ref[size_t(i)] = 0;
+      }
+    misplaced += here;
+  });
   Comparison c = attention_test::compare(name, got, ref, shape, tol, floor);
-  if (misplaced) {
+  if (misplaced > 0) {
     c.ok = false;
-    c.message += fmt::format("; {} elements not NaN where the reference is", misplaced);
+    c.message += fmt::format("; {} elements not NaN where the reference is", misplaced.load());
   }
   return c;
 }

@@ -147,4 +147,13 @@ TEST_CASE("cross_entropy: hopper at its heuristic, f16, every reduction, matches
                Config{{"block_b", 64}, {"block_v", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
                       {"chunk_v", 64}}};
   check(checkVjp(chunked, seed++));
+  // 256-column logit tiles (the search space's wide configs): V over three, the last
+  // partial; the forward in two splits, the VJP in chunks of two tiles.
+  Config wide{{"block_b", 128}, {"block_v", 256}, {"block_k", 32}, {"num_warps", 8}, {"stages", 3}};
+  check(checkForward(Case{130, 40, 600, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "hopper",
+                          Config(wide).set("split_v", 2)},
+                     seed++));
+  check(checkVjp(Case{130, 40, 600, DType::BF16, LossReduction::Mean, Labels::SomeIgnored, "hopper",
+                      Config(wide).set("chunk_v", 512)},
+                 seed++));
 }
