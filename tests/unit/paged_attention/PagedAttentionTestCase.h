@@ -106,14 +106,22 @@ inline Paged makePaged(const Case &c, uint64_t seed) {
       pages.push_back(order[next++]);
     for (int64_t i = 0; i < mp; ++i)  // entries past the sequence: garbage, never read
       p.table.set(s * mp + i, i < int64_t(pages.size()) ? double(pages[size_t(i)]) : double(np + 5 + i));
-    writeSequence(c, p.kPages, pages,
-                  attention_test::randomNormal(size_t(length * c.k * c.h), c.dtype, seed + 100 + uint64_t(s)), length,
-                  c.h);
-    writeSequence(c, p.vPages, pages,
-                  attention_test::randomNormal(size_t(length * c.k * c.hv), c.dtype, seed + 200 + uint64_t(s)),
-                  length, c.hv);
     p.pages.push_back(pages);
   }
+  // Each sequence's keys and values (a stream of their own) into its own pages: the
+  // sequences in parallel (the decode shapes hold up to 0.5 G values).
+  attention_test::parallelChunks(c.b(), 1, attention_test::hostThreads(), [&](int, int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t length = c.lengths[size_t(s)];
+      const std::vector<int64_t> &pages = p.pages[size_t(s)];
+      writeSequence(c, p.kPages, pages,
+                    attention_test::randomNormal(size_t(length * c.k * c.h), c.dtype, seed + 100 + uint64_t(s)),
+                    length, c.h);
+      writeSequence(c, p.vPages, pages,
+                    attention_test::randomNormal(size_t(length * c.k * c.hv), c.dtype, seed + 200 + uint64_t(s)),
+                    length, c.hv);
+    }
+  });
   return p;
 }
 
@@ -133,38 +141,42 @@ inline Expected reference(const Case &c, const Paged &p) {
     const int64_t page = p.pages[size_t(s)][size_t(j / c.page_size)], slot = j % c.page_size;
     return &pages[size_t(((page * c.page_size + slot) * c.k + kh) * dim)];
   };
-  for (int64_t s = 0; s < c.b(); ++s)
-    for (int64_t t = 0; t < c.tq; ++t)
-      for (int64_t n = 0; n < c.n; ++n) {
-        const int64_t position = c.lengths[size_t(s)] - c.tq + t, kh = n / g;
-        if (position < 0)
-          continue;
-        const double *qRow = &q[size_t(((s * c.tq + t) * c.n + n) * c.h)];
-        std::vector<double> logits;
-        for (int64_t j = 0; j <= position; ++j) {
-          const double *kRow = rowAt(kPages, s, j, kh, c.h);
-          double dot = 0;
-          for (int64_t d = 0; d < c.h; ++d)
-            dot += qRow[d] * kRow[d];
-          double x = dot * c.scale();
-          if (c.softcap)
-            x = *c.softcap * std::tanh(x / *c.softcap);
-          logits.push_back(x);
-        }
-        const double m = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (double &x : logits)
-          sum += (x = std::exp(x - m));
-        double *outRow = &e.out[size_t(((s * c.tq + t) * c.n + n) * c.hv)];
-        for (int64_t j = 0; j <= position; ++j) {
-          const double *vRow = rowAt(vPages, s, j, kh, c.hv);
-          for (int64_t d = 0; d < c.hv; ++d)
-            outRow[d] += logits[size_t(j)] * vRow[d];
-        }
-        for (int64_t d = 0; d < c.hv; ++d)
-          outRow[d] /= sum;
-        e.lse[size_t((s * c.n + n) * c.tq + t)] = m + std::log(sum);
+  // Rows (s, t, n) in parallel, each summed in key order (the same figures whatever the
+  // thread count).
+  const int64_t rows = c.b() * c.tq * c.n;
+  attention_test::parallelChunks(rows, 4, attention_test::hostThreads(), [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t s = r / (c.tq * c.n), t = r / c.n % c.tq, n = r % c.n;
+      const int64_t position = c.lengths[size_t(s)] - c.tq + t, kh = n / g;
+      if (position < 0)
+        continue;
+      const double *qRow = &q[size_t(((s * c.tq + t) * c.n + n) * c.h)];
+      std::vector<double> logits;
+      for (int64_t j = 0; j <= position; ++j) {
+        const double *kRow = rowAt(kPages, s, j, kh, c.h);
+        double dot = 0;
+        for (int64_t d = 0; d < c.h; ++d)
+          dot += qRow[d] * kRow[d];
+        double x = dot * c.scale();
+        if (c.softcap)
+          x = *c.softcap * std::tanh(x / *c.softcap);
+        logits.push_back(x);
       }
+      const double m = *std::max_element(logits.begin(), logits.end());
+      double sum = 0;
+      for (double &x : logits)
+        sum += (x = std::exp(x - m));
+      double *outRow = &e.out[size_t(((s * c.tq + t) * c.n + n) * c.hv)];
+      for (int64_t j = 0; j <= position; ++j) {
+        const double *vRow = rowAt(vPages, s, j, kh, c.hv);
+        for (int64_t d = 0; d < c.hv; ++d)
+          outRow[d] += logits[size_t(j)] * vRow[d];
+      }
+      for (int64_t d = 0; d < c.hv; ++d)
+        outRow[d] /= sum;
+      e.lse[size_t((s * c.n + n) * c.tq + t)] = m + std::log(sum);
+    }
+  });
   return e;
 }
 
