@@ -54,8 +54,8 @@
 #               heuristic at S1 and S2, cuDNN from the same run; the headline gradient
 #               step (tokamax-example-attention) beside JAX's chain with cuDNN attention
 #               (bench/peers/headline.py)
-#   fresh       (named only; run it first next time, with ahead and python) what no GPU
-#               has run yet: the semaphore primitive's ordering; paged_attention and
+#   fresh       (named only; ran on an H100: see performance.md) what no GPU
+#               had run then: the semaphore primitive's ordering; paged_attention and
 #               paged_kv_append numerics against float64, then the decode bench (KV GB/s
 #               and % of copy at batch 1 / 8 / 64, context 4k / 32k, pages 16 / 64);
 #               attention sinks (tile, hopper) forward and VJP against float64 with
