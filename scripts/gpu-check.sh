@@ -80,7 +80,8 @@
 #               padded call against float64, then its packed call bit for bit equal to it
 #               (tile and chunked, forward and VJP); then hopper at S1 / S2 dense and
 #               packed (--varlen: the same tokens as B sequences of T) and dense with
-#               every length T (--lengths: the length masks alone) beside cuDNN
+#               every length T (--lengths: the length masks alone) beside cuDNN; then
+#               both forwards with the dense heuristic's overlap config
 #   heuristics  (named only; about 6 minutes, ran on an H100 2026-12-07) attention's
 #               heuristic configs against float64, the S1 forward beside cuDNN;
 #               gated_linear_unit's GPU tests and G1 beside cuBLAS; ragged_dot's R1
@@ -256,6 +257,14 @@ if wants varlen; then
     "${varlen_peers[@]}"
   TAIL=10 run varlen-lengths-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     --lengths "${varlen_peers[@]}"
+  # The dense heuristic's overlap (Q K^T issued before the previous step's P V) on the
+  # packed and length-masked forwards, whose heuristic leaves it out (no pair hidden is
+  # its condition): if these beat the rows above, the heuristic takes it for them.
+  overlap='{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'
+  TAIL=10 run varlen-packed-overlap "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    --varlen --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
+  TAIL=10 run varlen-lengths-overlap "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
+    --lengths --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
 fi
 if wants heuristics; then
   t=(timeout -k 10)

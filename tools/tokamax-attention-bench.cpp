@@ -26,7 +26,8 @@
 //                                [--lengths]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
-//   --vjp-config: the VJP's alone
+//   --vjp-config: the VJP's alone ("heuristic": the VJP's own choice, where --config
+//             holds forward-only keys such as "overlap")
 //   --nondeterministic: the VJP with AttentionOptions::deterministic = false (the hopper
 //             VJP's opt-in "fused_dq": 1 then adds dq in any order instead of in turns)
 //   --bnth: q, k, v, out and the gradients in SDPA's [B, N, T, H] layout, read in place
@@ -238,7 +239,7 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
-    vjpOptions.config = Config::from_json(config);
+    vjpOptions.config = std::string(config) == "heuristic" ? std::nullopt : std::optional(Config::from_json(config));
   if (std::getenv(kNondeterministicVariable))  // --nondeterministic
     vjpOptions.deterministic = false;
   // --varlen: the buffers as B packed sequences of T rows each.
@@ -380,7 +381,9 @@ int main(int argc, char **argv) try {
         shapes.push_back(*it);
       }
     } else if ((arg == "--config" || arg == "--vjp-config") && hasValue) {
-      Config::from_json(argv[++i]);  // fails here, not in every row
+      if (arg == "--config" || std::string(argv[i + 1]) != "heuristic")
+        Config::from_json(argv[i + 1]);  // fails here, not in every row
+      ++i;
       setenv(arg == "--config" ? kConfigVariable : kVjpConfigVariable, argv[i], 1);
     } else if (arg == "--impl" && hasValue) {
       impls = tools::split(argv[++i]);

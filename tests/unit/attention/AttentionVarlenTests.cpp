@@ -155,6 +155,27 @@ TEST_CASE("attention varlen: hopper matches float64 forward and VJP", "[attentio
     }
 }
 
+TEST_CASE("attention varlen: hopper's forward with overlap (the dense heuristic's) matches float64",
+          "[attention][varlen][tma_ring]") {
+  // Each step's Q K^T issued before the previous step's P V, on two consumer warpgroups
+  // taking turns: what the dense heuristic runs where no pair is hidden, here with the
+  // packed calls' edge masks (a sequence's last key block, the extra last step).
+  const Dims heads{.n = 4, .k = 2, .h = 64, .hv = 64};
+  for (const Lengths &lengths : {kSelf, kCross})
+    for (bool softcap : {false, true}) {
+      Packed p = makePacked({"hopper", DType::BF16}, heads, lengths);
+      p.c.config = Config{{"block_q", 128}, {"block_kv", 32}, {"num_warps", 8}, {"stages", 2}, {"overlap", 1},
+                          {"pingpong", 1}};
+      p.c.vjp = false;  // the forward's config (the VJP takes other keys)
+      if (softcap)
+        p.c.options.soft_cap = 3.0;
+      DYNAMIC_SECTION(describe(p)) {
+        PackedData pd(p);
+        checkResults(p.c, packedReference(p, pd.data.inputs), runPacked(p, pd).results, &pd.data.inputs);
+      }
+    }
+}
+
 TEST_CASE("attention varlen: packed equals padded with sequence lengths bit for bit", "[attention][varlen]") {
   // q_len == kv_len, so causal's top-left and bottom-right alignments agree; the same
   // implementation and config, so the same blocks in the same order.
