@@ -1,7 +1,8 @@
 //===- Hopper.cpp - linear_softmax_cross_entropy_loss on TMA rings (sm_90a) -===//
 //
 // Auto's first choice on sm_90a where D and V are multiples of 8. The rows and dlogits
-// kernels always on TMA rings (tile's "tma" configs), the VJP's dx and dw products on the hopper matmul.
+// kernels always on TMA rings (tile's "tma" configs), the VJP's dx and dw products on
+// the hopper matmul.
 // Config: block_b, block_v, block_k, num_warps, stages, and split_v (forward) or
 // chunk_v (VJP).
 //
