@@ -272,6 +272,34 @@ def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=N
 _PAGED_ATTENTION_WITH_LSE = dataclasses.replace(_opdefs.PAGED_ATTENTION, returns=(0, 1))
 
 
+def paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages, *, implementation=None):
+    """Writes each sequence's Tq newest keys k [B, Tq, K, H] and values v [B, Tq, K, Hv]
+    into their pages, in place, in one kernel: token t of sequence b, at position pos =
+    seq_lengths[b] - Tq + t (seq_lengths already counts it), goes to row pos % page_size of
+    page page_table[b, pos // page_size] of k_pages [num_pages, page_size, K, H] and
+    v_pages [num_pages, page_size, K, Hv]; no other row changes. Returns (k_pages,
+    v_pages), the arrays given. numpy arrays and torch tensors (CPU, CUDA; the pages
+    contiguous, no gradient); jax arrays are immutable (NotImplementedError, with the
+    .at[].set that does it). On the CPU the lengths and the page table are checked as
+    paged_attention checks them."""
+    backend = backend_of(k, v, page_table, seq_lengths, k_pages, v_pages)
+    in_place = getattr(backend, "apply_in_place", None)
+    if in_place is None:
+        raise NotImplementedError(
+            f"paged_kv_append updates its pages in place, which {backend.name} arrays cannot be: use "
+            "k_pages.at[page_table[b, pos // page_size], pos % page_size].set(k[b, t]) (and the same for v)")
+    for name, pages in (("k_pages", k_pages), ("v_pages", v_pages)):
+        if len(pages.shape) != 4:
+            raise ValueError(f"{name}: expected [num_pages, page_size, K, dim], got shape {tuple(pages.shape)}")
+    options = {"num_pages": int(k_pages.shape[0]), "page_size": int(k_pages.shape[1])}
+    name = canonical_implementation(implementation)
+    if name is not None:
+        options["implementation"] = name
+    in_place("paged_kv_append", [k, v, page_table, seq_lengths], [k_pages, v_pages], options,
+             ("k", "v", "page_table", "seq_lengths"), ("k_pages", "v_pages"))
+    return k_pages, v_pages
+
+
 # ---- Gated linear unit -------------------------------------------------------------------
 
 _ACTIVATIONS = {"silu": "swish", "swish": "swish", "gelu": "gelu", "gelu_tanh": "gelu_tanh",

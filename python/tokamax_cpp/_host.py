@@ -89,3 +89,30 @@ class HostBackend:
     @staticmethod
     def stack(arrays, axis: int):
         return np.stack([np.asarray(a) for a in arrays], axis=axis)
+
+    @staticmethod
+    def apply_in_place(op: str, inputs, outputs, options: dict, input_names, output_names) -> None:
+        """Runs `op` writing into the caller's `outputs` (C-contiguous, writeable arrays of
+        the call's output specs: an op that updates them in part, such as paged_kv_append)."""
+        arrays, specs = [], []
+        for name, a in zip(input_names, inputs):
+            a = np.ascontiguousarray(a)
+            arrays.append(a), specs.append((dtype_code(a.dtype, name), a.shape))
+        call = _capi.get_call(op, specs, _capi.options_json(options))
+        for name, o, s in zip(output_names, outputs, call.outputs):
+            if not isinstance(o, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy array like the other arguments, got {type(o).__name__}")
+            check_output(name, o.dtype, np.dtype(o.dtype) == numpy_dtype(s.dtype), tuple(o.shape), s,
+                         o.flags.c_contiguous and o.flags.writeable, "a C-contiguous, writeable numpy array")
+        call.run_pointers([a.ctypes.data for a in arrays], [o.ctypes.data for o in outputs])
+
+
+def check_output(name: str, dtype, same_dtype: bool, shape: tuple, spec, in_place_ok: bool, what: str) -> None:
+    """TypeError / ValueError naming a caller's output (written in place) that is not what
+    the call writes: its dtype, its shape, its layout (`in_place_ok`, `what` it must be)."""
+    if not same_dtype:
+        raise TypeError(f"{name}: expected {_capi.DTYPE_NAMES.get(spec.dtype, spec.dtype)}, got {dtype}")
+    if shape != tuple(spec.shape):
+        raise ValueError(f"{name}: expected shape {tuple(spec.shape)}, got {shape}")
+    if not in_place_ok:
+        raise ValueError(f"{name}: the call writes it in place, so it must be {what}")

@@ -151,7 +151,9 @@ def _op_options(op: str, options: str) -> str:
     return _capi.options_json(opdef.forward_options(json.loads(options)))
 
 
-def _run(op: str, names, tensors, options: str, share_placeholders: bool = False):
+def _run(op: str, names, tensors, options: str, share_placeholders: bool = False, given=None):
+    """Runs `op` into fresh outputs, or into `given` (the caller's tensors, written in place;
+    checked against the call's output specs by the caller)."""
     device = _device_of(tensors)
     # One pass over the inputs: contiguous copies where they are not, the call's key and
     # the data pointers.
@@ -167,7 +169,7 @@ def _run(op: str, names, tensors, options: str, share_placeholders: bool = False
             inputs.append(None)
         contiguous.append(t)
     call, specs = _call_of(op, names, contiguous, options, tuple(key))
-    outs = _outputs(call, device, share_placeholders, specs)
+    outs = _outputs(call, device, share_placeholders, specs) if given is None else given(specs)
     outputs = [o.data_ptr() for o in outs]  # placeholders' are ignored: those slots are NULL
     kind = device.type
     if kind == "cpu":
@@ -437,6 +439,34 @@ class _TorchBackend:
     @staticmethod
     def stack(tensors, axis: int):
         return torch.stack(list(tensors), dim=axis)
+
+    @staticmethod
+    def apply_in_place(op: str, inputs, outputs, options: dict, input_names, output_names) -> None:
+        """Runs `op` writing into the caller's `outputs` (contiguous tensors of the call's
+        output specs on the inputs' device: an op that updates them in part, such as
+        paged_kv_append), eagerly on the current stream; no autograd."""
+        from ._host import check_output
+        tensors = list(inputs) + list(outputs)
+        for name, x in zip(list(input_names) + list(output_names), tensors):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch tensor like the other arguments, got {type(x).__name__}")
+        if not _eager(tensors):
+            raise NotImplementedError(f"{op} writes its outputs in place and runs eagerly only (not under "
+                                      "torch.compile, fake or meta tensors, or functorch transforms)")
+        if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
+            raise ValueError(f"{op} has no gradient: call it under torch.no_grad() or on tensors that do not "
+                             "require grad")
+        _device_of(tensors)  # one device for all, or a ValueError naming them
+
+        def given(specs):
+            for name, o, spec in zip(output_names, outputs, specs):
+                shape, dtype = spec
+                code = _TO_CODE.get(dtype)
+                check_output(name, o.dtype, o.dtype == dtype, tuple(o.shape), _capi.OutputSpec((code, tuple(shape))),
+                             o.is_contiguous(), "a contiguous tensor")
+            return list(outputs)
+
+        _run(op, input_names, list(inputs), _options_text(tuple(options.items())), given=given)
 
 
 BACKEND = _TorchBackend()

@@ -165,9 +165,26 @@ def torch_checks():
         assert worst <= 0.02, f"max abs error {worst}"
         return f"max abs error {worst:.2e}"
 
+    def append():
+        # Two new tokens a sequence written into CUDA pages in place, against torch's
+        # indexing of the same rows (bits equal; the other rows untouched).
+        lengths = torch.tensor([2, 100, 300], dtype=torch.int32, device=dev)
+        table = torch.randperm(64, device=dev)[:60].reshape(3, 20).to(torch.int32)
+        pages = [torch.randn(64, 16, 2, 64, device=dev, dtype=torch.bfloat16) for _ in range(2)]
+        new = [torch.randn(3, 2, 2, 64, device=dev, dtype=torch.bfloat16) for _ in range(2)]
+        want = [p.clone() for p in pages]
+        for s in range(3):
+            pos = torch.arange(int(lengths[s]) - 2, int(lengths[s]), device=dev)
+            for w, n in zip(want, new):
+                w[table[s, pos // 16].long(), pos % 16] = n[s]
+        tokamax.paged_kv_append(new[0], new[1], table, lengths, pages[0], pages[1])
+        assert all(torch.equal(p, w) for p, w in zip(pages, want)), "pages differ from torch's indexing"
+        return "bitwise equal to torch's indexing"
+
     from tokamax_cpp import torch as tt
     for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
                      ("torch attention fwd+bwd vs SDPA", attention), ("torch paged_attention vs SDPA", paged),
+                     ("torch paged_kv_append (CUDA, in place)", append),
                      ("torch benchmarking", benchmark),
                      ("torch opcheck (CUDA)", opcheck),
                      ("torch.compile fullgraph", compiled), ("torch CUDA graph replay", cuda_graph),

@@ -325,3 +325,62 @@ def test_paged_attention_reads_the_pages_through_the_table():
         tokamax.paged_attention(q, k_pages, v_pages, bad, lengths)
     with pytest.raises(NotImplementedError, match="bf16 and f16"):
         tokamax.paged_attention(q, k_pages, v_pages, table, lengths, implementation="tile")
+
+
+
+def appended(k_pages, v_pages, k, v, table, lengths):
+    """The pages after writing each sequence's new tokens where paged_kv_append does, by
+    numpy indexing."""
+    k_pages, v_pages = k_pages.copy(), v_pages.copy()
+    page_size, tq = k_pages.shape[1], k.shape[1]
+    for b in range(k.shape[0]):
+        pos = lengths[b] - tq + np.arange(tq)
+        k_pages[table[b, pos // page_size], pos % page_size] = k[b]
+        v_pages[table[b, pos // page_size], pos % page_size] = v[b]
+    return k_pages, v_pages
+
+
+def test_paged_kv_append_writes_the_new_rows_in_place():
+    """Two sequences (7 and 20 tokens, the last 3 new; the second's new ones across a page
+    boundary) in pages of 8, K 2, H 16, Hv 32: exactly the new rows change, in the arrays
+    given (returned as they are); f16 too; what is wrong is named before anything runs."""
+    r = ref.rng(29)
+    page_size, num_pages, tq = 8, 7, 3
+    lengths = np.array([7, 20], np.int32)
+    table = np.array([[5, 0, 0], [2, 6, 1]], np.int32)
+    for dtype in (np.float32, np.float16):
+        k_pages = r.standard_normal((num_pages, page_size, 2, 16)).astype(dtype)
+        v_pages = r.standard_normal((num_pages, page_size, 2, 32)).astype(dtype)
+        k = r.standard_normal((2, tq, 2, 16)).astype(dtype)
+        v = r.standard_normal((2, tq, 2, 32)).astype(dtype)
+        want_k, want_v = appended(k_pages, v_pages, k, v, table, lengths)
+        got_k, got_v = tokamax.paged_kv_append(k, v, table, lengths, k_pages, v_pages)
+        assert got_k is k_pages and got_v is v_pages
+        np.testing.assert_array_equal(k_pages, want_k)
+        np.testing.assert_array_equal(v_pages, want_v)
+    # A decode step's attention then sees the new keys: the same as over the pages written by hand.
+    q = r.standard_normal((2, tq, 4, 16)).astype(np.float32)
+    k_pages = r.standard_normal((num_pages, page_size, 2, 16)).astype(np.float32)
+    v_pages = r.standard_normal((num_pages, page_size, 2, 32)).astype(np.float32)
+    k = r.standard_normal((2, tq, 2, 16)).astype(np.float32)
+    v = r.standard_normal((2, tq, 2, 32)).astype(np.float32)
+    want_k, want_v = appended(k_pages, v_pages, k, v, table, lengths)
+    tokamax.paged_kv_append(k, v, table, lengths, k_pages, v_pages)
+    np.testing.assert_array_equal(tokamax.paged_attention(q, k_pages, v_pages, table, lengths),
+                                  tokamax.paged_attention(q, want_k, want_v, table, lengths))
+    # Bad pages: a copy would lose the writes, so views are refused; shapes and dtypes named.
+    with pytest.raises(ValueError, match="v_pages: the call writes it in place"):
+        tokamax.paged_kv_append(k, v, table, lengths, k_pages, np.asfortranarray(v_pages))
+    with pytest.raises(ValueError, match="v_pages: the call writes it in place"):
+        frozen = v_pages.copy()
+        frozen.flags.writeable = False
+        tokamax.paged_kv_append(k, v, table, lengths, k_pages, frozen)
+    with pytest.raises(TypeError, match="k_pages: expected float32"):
+        tokamax.paged_kv_append(k, v, table, lengths, k_pages.astype(np.float64), v_pages)
+    with pytest.raises(ValueError, match="v_pages: expected shape"):
+        tokamax.paged_kv_append(k, v, table, lengths, k_pages, v_pages[..., :16].copy())
+    with pytest.raises(ValueError, match="k_pages: expected .num_pages, page_size, K, dim."):
+        tokamax.paged_kv_append(k, v, table, lengths, k_pages[0], v_pages)
+    # The interpreter's checks, as paged_attention's: a length past its table's pages.
+    with pytest.raises(ValueError, match=r"seq_lengths\[1\] = 20"):
+        tokamax.paged_kv_append(k, v, table[:, :1].copy(), lengths, k_pages, v_pages)

@@ -115,3 +115,12 @@ def test_a_scope_is_applied_at_trace_time():
         jax.clear_caches()
     assert configs_embedded() == outside
     np.testing.assert_allclose(np.asarray(inside), np.asarray(f(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_paged_kv_append_is_refused_with_the_jax_way():
+    """jax arrays are immutable: the in-place append names what does it in jax."""
+    pages = jnp.zeros((4, 8, 2, 16), jnp.float32)
+    new = jnp.ones((1, 1, 2, 16), jnp.float32)
+    table, lengths = jnp.zeros((1, 2), jnp.int32), jnp.ones((1,), jnp.int32)
+    with pytest.raises(NotImplementedError, match=r"\.at\["):
+        tokamax.paged_kv_append(new, new, table, lengths, pages, pages)

@@ -281,6 +281,36 @@ def test_paged_attention_forward_and_meta():
     assert m_lse.shape == (2, 4, 1) and m_lse.dtype == torch.float32
 
 
+def test_paged_kv_append_in_place():
+    """The new tokens' keys and values into torch pages (bf16 and f32), in place: the same
+    bits as numpy indexing writes; no gradient; meta tensors (nothing to write) refused."""
+    r = ref.rng(37)
+    lengths = np.array([9, 3], np.int32)
+    table = np.array([[3, 0], [1, 2]], np.int32)
+    for dtype in (torch.float32, torch.bfloat16):
+        k_pages = t(r.standard_normal((4, 8, 2, 16)).astype(np.float32)).to(dtype)
+        v_pages = t(r.standard_normal((4, 8, 2, 16)).astype(np.float32)).to(dtype)
+        k = t(r.standard_normal((2, 2, 2, 16)).astype(np.float32)).to(dtype)
+        v = t(r.standard_normal((2, 2, 2, 16)).astype(np.float32)).to(dtype)
+        want_k, want_v = k_pages.clone(), v_pages.clone()
+        for b in range(2):
+            pos = torch.arange(int(lengths[b]) - 2, int(lengths[b]))
+            want_k[t(table).long()[b, pos // 8], pos % 8] = k[b]
+            want_v[t(table).long()[b, pos // 8], pos % 8] = v[b]
+        got = tokamax.paged_kv_append(k, v, t(table), t(lengths), k_pages, v_pages)
+        assert got[0] is k_pages and got[1] is v_pages
+        assert torch.equal(k_pages, want_k) and torch.equal(v_pages, want_v)
+    with pytest.raises(ValueError, match="no gradient"):
+        tokamax.paged_kv_append(k.float().requires_grad_(), v.float(), t(table), t(lengths), k_pages.float(),
+                                v_pages.float())
+    with pytest.raises(ValueError, match="k_pages: the call writes it in place"):
+        tokamax.paged_kv_append(k, v, t(table), t(lengths), k_pages.transpose(1, 2).contiguous().transpose(1, 2),
+                                v_pages)
+    meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in (k, v, t(table), t(lengths), k_pages, v_pages)]
+    with pytest.raises(NotImplementedError, match="runs eagerly only"):
+        tokamax.paged_kv_append(*meta)
+
+
 def test_meta_tensors_get_shapes():
     options = '{"axis":-1,"epsilon":1e-06}'
     y, mean, rstd = tt.op("layer_norm")(torch.empty(5, 8, device="meta"), None, None, options)
