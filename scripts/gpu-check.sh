@@ -100,6 +100,9 @@
 #               then X1 at the heuristic and at each wide config, alternating, twice
 #   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
 #               without the seed's program (about 2 minutes)
+#   next        (run it first next time; about 9 minutes) varlen, xent-wide and
+#               python-quick: what was built without a GPU (performance.md's "Built
+#               without a GPU, waiting for one")
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -110,6 +113,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
+parts=${parts/next/varlen xent-wide python-quick}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
