@@ -278,19 +278,17 @@ def paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages, *, implemen
     seq_lengths[b] - Tq + t (seq_lengths already counts it), goes to row pos % page_size of
     page page_table[b, pos // page_size] of k_pages [num_pages, page_size, K, H] and
     v_pages [num_pages, page_size, K, Hv]; no other row changes. Returns (k_pages,
-    v_pages), the arrays given. numpy arrays and torch tensors (CPU, CUDA; the pages
-    contiguous, no gradient); jax arrays are immutable (NotImplementedError, with the
-    .at[].set that does it). On the CPU the lengths and the page table are checked as
-    paged_attention checks them."""
+    v_pages), the arrays given: numpy arrays and torch tensors (CPU, CUDA; the pages
+    contiguous, no gradient). jax arrays are immutable: new pages are returned, the rows
+    set by jax's scatter (in place where a jitted step donates the pages). On the CPU
+    interpreter the lengths and the page table are checked as paged_attention checks them."""
     backend = backend_of(k, v, page_table, seq_lengths, k_pages, v_pages)
-    in_place = getattr(backend, "apply_in_place", None)
-    if in_place is None:
-        raise NotImplementedError(
-            f"paged_kv_append updates its pages in place, which {backend.name} arrays cannot be: use "
-            "k_pages.at[page_table[b, pos // page_size], pos % page_size].set(k[b, t]) (and the same for v)")
     for name, pages in (("k_pages", k_pages), ("v_pages", v_pages)):
         if len(pages.shape) != 4:
             raise ValueError(f"{name}: expected [num_pages, page_size, K, dim], got shape {tuple(pages.shape)}")
+    in_place = getattr(backend, "apply_in_place", None)
+    if in_place is None:
+        return backend.paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages)
     options = {"num_pages": int(k_pages.shape[0]), "page_size": int(k_pages.shape[1])}
     name = canonical_implementation(implementation)
     if name is not None:

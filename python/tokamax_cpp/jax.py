@@ -267,6 +267,29 @@ class _JaxBackend:
     def stack(arrays, axis: int):
         return jnp.stack(list(arrays), axis=axis)
 
+    @staticmethod
+    def paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages) -> tuple:
+        """jax arrays are immutable: the pages with the new rows set (one scatter each, which
+        XLA does in place where the pages are donated to a jitted step); traceable. Rows
+        whose page-table entry is out of range, or whose position is negative, are dropped
+        (no error: the device cannot check them)."""
+        for name, new, pages in (("k", k, k_pages), ("v", v, v_pages)):
+            if jnp.dtype(new.dtype) != jnp.dtype(pages.dtype):
+                raise TypeError(f"{name}: expected {jnp.dtype(pages.dtype)} (its pages' dtype), got {new.dtype}")
+            if len(new.shape) != 4 or tuple(new.shape[2:]) != tuple(pages.shape[2:]):
+                raise ValueError(f"{name}: expected [B, Tq, {pages.shape[2]}, {pages.shape[3]}] (its pages' K and "
+                                 f"dim), got shape {tuple(new.shape)}")
+        tq, page_size = k.shape[1], k_pages.shape[1]
+        pos = jnp.asarray(seq_lengths)[:, None] - tq + jnp.arange(tq, dtype=jnp.int32)[None, :]  # [B, Tq]
+        num_pages = k_pages.shape[0]
+        page = jnp.take_along_axis(jnp.asarray(page_table), jnp.maximum(pos, 0) // page_size, axis=1, mode="fill",
+                                   fill_value=num_pages)
+        # Past the cache (a bad entry, a length below Tq): index num_pages, which the scatter
+        # drops (a negative index would wrap around to the last page).
+        page = jnp.where((pos >= 0) & (page >= 0) & (page < num_pages), page, num_pages)
+        slot = pos % page_size
+        return (k_pages.at[page, slot].set(k, mode="drop"), v_pages.at[page, slot].set(v, mode="drop"))
+
 
 BACKEND = _JaxBackend()
 

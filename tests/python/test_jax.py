@@ -117,10 +117,23 @@ def test_a_scope_is_applied_at_trace_time():
     np.testing.assert_allclose(np.asarray(inside), np.asarray(f(x)), rtol=1e-5, atol=1e-6)
 
 
-def test_paged_kv_append_is_refused_with_the_jax_way():
-    """jax arrays are immutable: the in-place append names what does it in jax."""
-    pages = jnp.zeros((4, 8, 2, 16), jnp.float32)
-    new = jnp.ones((1, 1, 2, 16), jnp.float32)
-    table, lengths = jnp.zeros((1, 2), jnp.int32), jnp.ones((1,), jnp.int32)
-    with pytest.raises(NotImplementedError, match=r"\.at\["):
-        tokamax.paged_kv_append(new, new, table, lengths, pages, pages)
+def test_paged_kv_append_returns_the_pages_with_the_new_rows():
+    """jax arrays are immutable: new pages with exactly the new rows set (numpy's in-place
+    append of the same arrays gives the same bits), under jit too."""
+    r = ref.rng(41)
+    lengths = np.array([7, 20], np.int32)
+    table = np.array([[5, 0, 0], [2, 6, 1]], np.int32)
+    k_pages = r.standard_normal((7, 8, 2, 16)).astype(np.float32)
+    v_pages = r.standard_normal((7, 8, 2, 32)).astype(np.float32)
+    k = r.standard_normal((2, 3, 2, 16)).astype(np.float32)
+    v = r.standard_normal((2, 3, 2, 32)).astype(np.float32)
+    args = [jnp.asarray(a) for a in (k, v, table, lengths, k_pages, v_pages)]
+    got = tokamax.paged_kv_append(*args)
+    jitted = jax.jit(tokamax.paged_kv_append)(*args)
+    want = tokamax.paged_kv_append(k, v, table, lengths, k_pages.copy(), v_pages.copy())
+    for g, j, w in zip(got, jitted, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+        np.testing.assert_array_equal(np.asarray(j), w)
+    np.testing.assert_array_equal(np.asarray(args[4]), k_pages)  # the pages given are unchanged
+    with pytest.raises(TypeError, match="k: expected float32"):
+        tokamax.paged_kv_append(args[0].astype(jnp.float16), *args[1:])
