@@ -99,7 +99,8 @@
 #               device test (wide configs at 300x264x1032 included; about 3.5 minutes),
 #               then X1 at the heuristic and at each wide config, alternating, twice
 #   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
-#               without the seed's program (about 2 minutes)
+#               without the seed's program, then the jax checks and test_jax.py with the
+#               command-buffer handler (about 3 minutes)
 #   next        (run it first next time; about 9 minutes) varlen, xent-wide and
 #               python-quick: what was built without a GPU (performance.md's "Built
 #               without a GPU, waiting for one")
@@ -416,6 +417,13 @@ if wants python || wants python-quick; then
     "$here/../tests/python/gpu_check.py" "${frameworks[@]}"
   TAIL=12 run python-pytest "${t[@]}" 120 "${py[@]}" python3 -m pytest "$here/../tests/python" -q -rs \
     -p no:cacheprovider
+  if wants python-quick && [[ " ${frameworks[*]} " == *" jax "* ]]; then
+    # The command-buffer handler as the default would run it: the jax checks and tests.
+    TAIL=16 run python-quick-graphs-check "${t[@]}" 120 "${py[@]}" TOKAMAX_CPP_JAX_COMMAND_BUFFERS=1 python3 \
+      "$here/../tests/python/gpu_check.py" jax
+    TAIL=8 run python-quick-graphs-pytest "${t[@]}" 120 "${py[@]}" TOKAMAX_CPP_JAX_COMMAND_BUFFERS=1 python3 -m pytest \
+      "$here/../tests/python/test_jax.py" -q -rs -p no:cacheprovider
+  fi
   wants python || frameworks=()  # python-quick: no seed's program
   [[ " ${frameworks[*]} " == *" jax "* ]] && TAIL=16 run python-seed-program "${t[@]}" 240 "${py[@]}" python3 \
     "$here/../tests/python/seed_program.py" --shape 32,2048,16,64 --json "$out/seed-program.json"
