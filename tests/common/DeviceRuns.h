@@ -3,7 +3,7 @@
 // every bit checked against the first (the ops are deterministic).
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 
 #include <catch2/catch.hpp>
 

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 #include "unit/cross_entropy/XentReference.h"
 
 #include <tokamax/ops/CrossEntropy.h>

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 #include "unit/gated_linear_unit/GluReference.h"
 
 #include <tokamax/ops/GatedLinearUnit.h>

@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 
 #include <tokamax/ops/PagedAttention.h>
 

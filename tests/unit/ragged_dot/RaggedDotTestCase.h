@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 #include "common/ReferenceProducts.h"
 
 #include <tokamax/ops/RaggedDot.h>

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "common/AttentionReference.h"
+#include "common/HostBuffers.h"
 
 #include <tokamax/ops/SoftmaxCrossEntropy.h>
 
