@@ -91,6 +91,8 @@ constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDE
 constexpr const char *kBnthVariable = "TOKAMAX_ATTENTION_BENCH_BNTH";
 constexpr const char *kVarlenVariable = "TOKAMAX_ATTENTION_BENCH_VARLEN";
 constexpr const char *kLengthsVariable = "TOKAMAX_ATTENTION_BENCH_LENGTHS";
+/// --vjp-config's value for the VJP's own choice (beside a forward-only --config).
+constexpr const char *kVjpHeuristic = "heuristic";
 
 /// q's shape (k, v, out and the gradients share it: T = S, N = K) in the row's layout.
 std::vector<int64_t> qShapeOf(int64_t b, int64_t t, int64_t n, int64_t h) {
@@ -239,7 +241,7 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   if (const char *config = std::getenv(kConfigVariable))  // --config, for the forward and the VJP
     options.config = vjpOptions.config = Config::from_json(config);
   if (const char *config = std::getenv(kVjpConfigVariable))  // --vjp-config, the VJP's alone
-    vjpOptions.config = std::string(config) == "heuristic" ? std::nullopt : std::optional(Config::from_json(config));
+    vjpOptions.config = std::string(config) == kVjpHeuristic ? std::nullopt : std::optional(Config::from_json(config));
   if (std::getenv(kNondeterministicVariable))  // --nondeterministic
     vjpOptions.deterministic = false;
   // --varlen: the buffers as B packed sequences of T rows each.
@@ -381,7 +383,7 @@ int main(int argc, char **argv) try {
         shapes.push_back(*it);
       }
     } else if ((arg == "--config" || arg == "--vjp-config") && hasValue) {
-      if (arg == "--config" || std::string(argv[i + 1]) != "heuristic")
+      if (arg == "--config" || std::string(argv[i + 1]) != kVjpHeuristic)
         Config::from_json(argv[i + 1]);  // fails here, not in every row
       ++i;
       setenv(arg == "--config" ? kConfigVariable : kVjpConfigVariable, argv[i], 1);

@@ -75,6 +75,5 @@ __all__ = [
     "TokamaxError", "WorkspaceTooSmallError", "activation_name", "autotune", "benchmarking", "call",
     "compile_benchmark", "dot_product_attention", "dot_product_attention_varlen", "gated_linear_unit", "layer_norm",
     "linear_softmax_cross_entropy_loss", "op_args", "op_names", "paged_attention", "paged_kv_append", "ragged_dot",
-    "rms_norm",
-    "standardize_function",
+    "rms_norm", "standardize_function",
 ]

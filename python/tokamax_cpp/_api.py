@@ -258,7 +258,7 @@ def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=N
     seq_lengths (int32 [B]) counts each sequence's keys, the new tokens included (query i
     sits at position seq_len - Tq + i and sees the keys up to it). Returns out
     [B, Tq, N, Hv], and with return_lse also lse [B, N, Tq] (f32). GQA: N a multiple of
-    K. New tokens go into the pages by indexing (k_pages[page, slot] = k) before the call."""
+    K. paged_kv_append writes the new tokens into the pages before the call."""
     options = _logit_options(scale, logits_soft_cap)
     opdef = _opdefs.PAGED_ATTENTION
     if return_lse:
@@ -286,11 +286,14 @@ def paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages, *, implemen
     for name, pages in (("k_pages", k_pages), ("v_pages", v_pages)):
         if len(pages.shape) != 4:
             raise ValueError(f"{name}: expected [num_pages, page_size, K, dim], got shape {tuple(pages.shape)}")
+    name = canonical_implementation(implementation)
     in_place = getattr(backend, "apply_in_place", None)
     if in_place is None:
+        if name is not None:  # no kernel of ours runs: an implementation asked for would be ignored
+            raise NotImplementedError(f"implementation={implementation!r}: {backend.name} arrays are appended by "
+                                      f"{backend.name}'s scatter, not by the library's kernels")
         return backend.paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages)
     options = {"num_pages": int(k_pages.shape[0]), "page_size": int(k_pages.shape[1])}
-    name = canonical_implementation(implementation)
     if name is not None:
         options["implementation"] = name
     in_place("paged_kv_append", [k, v, page_table, seq_lengths], [k_pages, v_pages], options,

@@ -137,3 +137,5 @@ def test_paged_kv_append_returns_the_pages_with_the_new_rows():
     np.testing.assert_array_equal(np.asarray(args[4]), k_pages)  # the pages given are unchanged
     with pytest.raises(TypeError, match="k: expected float32"):
         tokamax.paged_kv_append(args[0].astype(jnp.float16), *args[1:])
+    with pytest.raises(NotImplementedError, match="jax's scatter"):
+        tokamax.paged_kv_append(*args, implementation="tile")
