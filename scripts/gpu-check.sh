@@ -104,6 +104,10 @@
 #   next        (run it first next time; about 9 minutes) varlen, xent-wide and
 #               python-quick: what was built without a GPU (performance.md's "Built
 #               without a GPU, waiting for one")
+#   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
+#               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
+#               against float64, then the fused dq at S1 beside
+#               $TOKAMAX_OLD_PACKAGE (the package before, alternating)
 #   accuracy    (named only) the headline gradient (examples/attention.cpp) at 4x2048x16x64
 #               against float64, beside JAX's bf16 chain (cuDNN and XLA attention) and
 #               tokamax's variants on reference implementations: at the example's inputs
@@ -270,6 +274,31 @@ if wants varlen; then
     --varlen --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
   TAIL=10 run varlen-lengths-overlap "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     --lengths --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
+fi
+if wants rotation; then
+  t=(timeout -k 10)
+  # f32 TMA stores with their pairs rotated by row (LowerTmaStore.cpp): the reduce-add
+  # primitive, the fused-dq VJP (both orders) and the hopper matmul's f32 outputs against
+  # float64; then the fused dq at S1 (its H 64) timed against the package before the rotation
+  # ($TOKAMAX_OLD_PACKAGE, alternating, twice), adds unordered and ordered.
+  TAIL=6 run rotation-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" \
+    "TMA reduce-adds of dot results*,[fused_dq],hopper matmul on the device: configs*" --durations yes
+  if [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ]; then
+    old=$(mktemp -d)
+    tar -C "$old" -xJf "$TOKAMAX_OLD_PACKAGE"
+    fused='{"block_q":64,"block_kv":128,"num_warps":4,"stages":2,"fused_dq":1}'
+    for r in 1 2; do
+      for which in old new; do
+        b=$bin; [ $which = old ] && b=$old/tokamax/bin
+        TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-$which run "rotation-$which-$r" "${t[@]}" 90 "$b/tokamax-attention-bench" \
+          --impl hopper --shapes S1 --vjp-config "$fused" --nondeterministic
+      done
+    done
+    TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-old run rotation-old-ordered "${t[@]}" 90 "$old/tokamax/bin/tokamax-attention-bench" \
+      --impl hopper --shapes S1 --vjp-config "$fused"
+    TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-new run rotation-new-ordered "${t[@]}" 90 "$bin/tokamax-attention-bench" \
+      --impl hopper --shapes S1 --vjp-config "$fused"
+  fi
 fi
 if wants heuristics; then
   t=(timeout -k 10)

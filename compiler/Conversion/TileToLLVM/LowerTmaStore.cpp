@@ -19,6 +19,15 @@
 // The add kind differs in the last step only: TMA adds the strip into the tensor
 // (cp.reduce.async.bulk.tensor .add, in the same bulk groups).
 //
+// f32 strips rotate their pairs by row: a thread of an odd row writes, in its k-th store,
+// the pair 16 columns on (mod 32) from the k-th. Without it each 8-byte store (served
+// half a warp at a time) has lanes 4g + c (g = 0-3) reach only 8 of the 16 slots of 8
+// bytes a 128-byte row's banks hold: two-way conflicts on every store. With it rows g
+// and g + 1 write opposite halves of the swizzle's 4-chunk groups, so the half-warp
+// covers all 16 (an exhaustive search of per-row rotations finds this one among those
+// that do). 16-bit strips, 4-byte stores over the whole warp, are conflict-free as they
+// are.
+//
 // Nothing waits for the writes themselves: thread 0 waits for every bulk group before the
 // kernel returns (TileLowering::noteBulkStores). The value must be in the mma layout
 // with every warp along M: each thread's columns of a strip are then known statically
@@ -75,28 +84,50 @@ LogicalResult lowerTmaStore(TileLowering &t, TmaStoreOp op) {
   auto sharedPtr = LLVM::LLVMPointerType::get(b.getContext(), 3);
   VectorType pairType = VectorType::get({2}, elem);
 
+  // The register of (row offset, column offset) in strip j, or -1.
+  auto registerAt = [&](int64_t j, int64_t rowOff, int64_t colOff) -> int64_t {
+    auto found = byStrip[j].find({rowOff, colOff});
+    return found == byStrip[j].end() ? -1 : found->second;
+  };
+  // The column offset 16 on from `colOff` in its strip (the rotation's partner).
+  auto halfStripOn = [&](int64_t j, int64_t colOff) { return j * columns + (colOff - j * columns + 16) % columns; };
   for (int64_t j = 0; j < strips; ++j) {
     Value buffer = add(buffers, c32((j % 2) * bufferBytes));
+    // Rotate (f32) where every pair has its partner 16 columns on: the mma layout's four
+    // pairs a row of a strip.
+    bool rotate = bytes == 4;
+    for (auto &[offset, r] : byStrip[j])
+      rotate = rotate && registerAt(j, offset.first, halfStripOn(j, offset.second)) >= 0;
     t.when(loc, first, [&] { ptx.bulkWaitGroupRead(j == 0 && strips % 2 ? 0 : 1); });
     t.barrier();
     for (auto &[offset, r0] : byStrip[j]) {
       auto [rowOff, colOff] = offset;
       if (colOff % 2)
         continue;  // the second of a pair
-      auto second = byStrip[j].find({rowOff, colOff + 1});
-      if (second == byStrip[j].end())
+      const int64_t r1 = registerAt(j, rowOff, colOff + 1);
+      if (r1 < 0)
         return op.emitOpError("expects pairs of adjacent columns per thread (mma layout), got ") << type;
       Registers coords = t.coords(type, r0);
       Value row = coords[0];
+      Value lo = values[r0], hi = values[r1];
       // Byte of the pair in its 128-byte strip row, then the 16-byte chunk swizzled by the row.
       Value byte = b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, coords[1], c32(columns)), c32(bytes));
+      if (rotate) {  // odd rows: the partner's values at the partner's byte
+        const int64_t partner = halfStripOn(j, colOff);
+        Value odd = b.create<arith::AndIOp>(loc, row, c32(1));
+        Value isOdd = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, odd, c32(0));
+        lo = b.create<arith::SelectOp>(loc, isOdd, values[registerAt(j, rowOff, partner)], lo);
+        hi = b.create<arith::SelectOp>(loc, isOdd, values[registerAt(j, rowOff, partner + 1)], hi);
+        byte = b.create<arith::AndIOp>(loc, add(byte, b.create<arith::MulIOp>(loc, odd, c32(kStripBytes / 2))),
+                                       c32(kStripBytes - 1));
+      }
       Value chunk = b.create<arith::XOrIOp>(loc, b.create<arith::ShRUIOp>(loc, byte, c32(4)),
                                             b.create<arith::AndIOp>(loc, row, c32(7)));
       Value at = add(add(buffer, b.create<arith::MulIOp>(loc, row, c32(kStripBytes))),
                      add(b.create<arith::ShLIOp>(loc, chunk, c32(4)), b.create<arith::AndIOp>(loc, byte, c32(15))));
       Value pair = b.create<LLVM::UndefOp>(loc, pairType);
-      pair = b.create<LLVM::InsertElementOp>(loc, pair, values[r0], c32(0));
-      pair = b.create<LLVM::InsertElementOp>(loc, pair, values[second->second], c32(1));
+      pair = b.create<LLVM::InsertElementOp>(loc, pair, lo, c32(0));
+      pair = b.create<LLVM::InsertElementOp>(loc, pair, hi, c32(1));
       Value ptr = b.create<LLVM::IntToPtrOp>(loc, sharedPtr, at);
       b.create<LLVM::StoreOp>(loc, pair, ptr, /*alignment=*/2 * bytes);
     }

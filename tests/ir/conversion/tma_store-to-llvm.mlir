@@ -65,6 +65,9 @@ func.func @odd_strips(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<bf
 // The add kind (f32 only): the same strips, buffers, barriers and bulk groups, each strip
 // handed to TMA's reduce-add instead of its store, which adds it into the tensor (rows
 // and columns outside it dropped). A plain store prints no kind; the add a leading `add`.
+// f32 pairs rotate by the row's parity (odd rows write the pair 16 columns on, 64 bytes
+// on mod 128, so a half-warp's 8-byte stores reach all 16 slots of a row's banks): a
+// select of the values and of the byte before the swizzle.
 
 // ROUNDTRIP-LABEL: func.func @add
 // ROUNDTRIP: tile.tma_store add %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} {dims = array<i64: 100, 72>} : <f32>, tensor<64x64xf32>
@@ -73,6 +76,11 @@ func.func @odd_strips(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<bf
 // CHECK-LABEL: llvm.func @add
 // CHECK: cp.async.bulk.wait_group.read 1;
 // CHECK: nvvm.barrier0
+// CHECK: %[[ODD:.*]] = arith.andi %{{.*}}, %c1_i32{{.*}} : i32
+// CHECK: %[[IS_ODD:.*]] = arith.cmpi ne, %[[ODD]], %{{.*}} : i32
+// CHECK: arith.select %[[IS_ODD]], %{{.*}}#8, %{{.*}}#0 : f32
+// CHECK: arith.select %[[IS_ODD]], %{{.*}}#9, %{{.*}}#1 : f32
+// CHECK: arith.muli %[[ODD]], %c64_i32{{.*}} : i32
 // CHECK: llvm.store {{.*}} {alignment = 8 : i64} : vector<2xf32>, !llvm.ptr<3>
 // CHECK: fence.proxy.async.shared::cta;
 // CHECK: nvvm.barrier0
