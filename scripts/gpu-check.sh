@@ -104,6 +104,10 @@
 #   next        (run it first next time; about 9 minutes) varlen, xent-wide and
 #               python-quick: what was built without a GPU (performance.md's "Built
 #               without a GPU, waiting for one")
+#   heuristics2 (named only) the heuristics of 2026-12-07's third round against float64:
+#               the hopper VJP with stats_ahead at head dim 64, the packed and
+#               length-masked forwards with overlap, the cross-entropy's [128, 256]
+#               logit tiles (TOKAMAX_QUICK=1 leaves the last out; about 4 minutes)
 #   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
 #               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
 #               against float64, then the fused dq at S1 beside
@@ -274,6 +278,18 @@ if wants varlen; then
     --varlen --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
   TAIL=10 run varlen-lengths-overlap "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     --lengths --config "$overlap" --vjp-config heuristic "${varlen_peers[@]}"
+fi
+if wants heuristics2; then
+  t=(timeout -k 10)
+  # The heuristics of 2026-12-07's third round: the hopper VJP's stats_ahead at head dim
+  # 64 (the heuristic configs' numerics, bitwise reruns), the packed and length-masked
+  # forwards with overlap ([varlen]: packed rows bitwise the padded call's, both against
+  # float64), the cross-entropy's [128, 256] logit tiles (its hopper test).
+  TAIL=4 run heuristics2-attention "${t[@]}" 120 "$bin/tokamax-gpu-tests" "attention hopper's heuristic configs*" \
+    --durations yes
+  TAIL=4 run heuristics2-varlen "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
+  [ -n "${TOKAMAX_QUICK:-}" ] || TAIL=4 run heuristics2-xent "${t[@]}" 150 "$bin/tokamax-gpu-tests" \
+    "cross_entropy on the device: hopper*" --durations yes
 fi
 if wants rotation; then
   t=(timeout -k 10)

@@ -391,10 +391,13 @@ void Op::run(const BoundArgs &args, std::span<const TensorView> inputs, std::spa
   impl.run(args, resolve_config(impl, args, config), inputs, outputs, stream);
 }
 
+void Op::check_host_values(const BoundArgs &, std::span<const TensorView>) const {}
+
 void Op::interpret(const BoundArgs &args, std::span<const TensorView> inputs, std::span<const TensorView> outputs,
                    const std::optional<std::string> &implementation, const std::optional<Config> &config,
                    const std::string &arch) const {
   validate(args);
+  check_host_values(args, inputs);
   const Implementation &impl = select(args, implementation, arch);
   impl.interpret(args, resolve_config(impl, args, config), inputs, outputs);
 }

@@ -88,11 +88,11 @@ struct DecodeOutputs {
 };
 DecodeOutputs declare_decode_outputs(Kernel &k, const Problem &p);
 
-/// On the interpreter (the executor's tensors are host memory): what the device cannot
-/// check, each seq_len in [Tq, capacity] and each page in use in [0, num_pages); throws
-/// Error naming the entry. Every implementation's execute calls it first, so calls
-/// through the C ABI and Python are checked as the _host entry points are.
-void check_host_values(const Problem &p, std::span<const TensorView> in, const KernelExecutor &ex);
+/// Host inputs (Op::check_host_values, before the interpreter runs a kernel): what the
+/// device cannot check, each seq_len in [Tq, capacity] and each page in use in [0,
+/// num_pages); throws Error naming the entry. Every host call (the _host entry points,
+/// the C ABI, Python, Functions) goes through Op::interpret, which calls it.
+void check_host_values(const Problem &p, std::span<const TensorView> in);
 
 /// Sequence b's key count clamped to [0, capacity] (an i32 scalar).
 Value sequence_length(Kernel &k, const Problem &p, const TensorArg &seq_lengths, const Value &b);

@@ -203,6 +203,9 @@ public:
         bind_paged_attention({need(0), need(1), need(2), need(3), need(4), need(5), ops_detail::optional_arg(b, 6)},
                              optionsOf(b)));
   }
+  void check_host_values(const BoundArgs &b, std::span<const TensorView> inputs) const override {
+    pad::check_host_values(pad::problem_of(b), inputs);
+  }
 };
 
 class PagedKvAppendOp : public Op {
@@ -216,6 +219,9 @@ public:
     ops_detail::require_call_shape(name(), b, arg_names(), {});
     const auto &a = b.args;
     ops_detail::require_canonical(name(), b, bind_paged_kv_append(*a[0], *a[1], *a[2], *a[3], *a[4], *a[5]));
+  }
+  void check_host_values(const BoundArgs &b, std::span<const TensorView> inputs) const override {
+    pad::check_host_values(pad::problem_of(b), inputs);
   }
 };
 
@@ -268,8 +274,8 @@ void paged_attention_host(const TensorView &q, const TensorView &k_pages, const 
                           const PagedAttentionOptions &o, const TensorView *lse) {
   const BoundArgs b = bind_paged_attention(specsOf(q, k_pages, v_pages, page_table, seq_lengths, out, lse), o);
   TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, viewOf(lse)};
-  // The views here; the values (lengths, page-table entries) in every implementation's
-  // execute on the interpreter (check_host_values).
+  // The views here; the values (lengths, page-table entries) in interpret()
+  // (PagedAttentionOp::check_host_values).
   ops_detail::check_views(b, paged_attention_op().arg_names(), in, outs, /*host=*/true);
   paged_attention_op().interpret(b, in, outs, o.implementation, o.config);
 }

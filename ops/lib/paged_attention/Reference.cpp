@@ -137,7 +137,6 @@ void ReferenceDecode::execute(const Problem &p, const ReferenceConfig &c, std::s
                               std::span<const TensorView> out, KernelExecutor &ex) {
   if (p.B == 0)
     return;
-  check_host_values(p, in, ex);
   const double bytes = double(p.B * p.capacity() * p.K) * double(dtype_size(p.dtype));
   ops_detail::Workspace ws;
   const size_t kAt = ws.add(bytes * double(p.H)), vAt = ws.add(bytes * double(p.Hv));
@@ -195,7 +194,6 @@ void ReferenceAppend::execute(const Problem &p, const ReferenceAppendConfig &, s
                               std::span<const TensorView> out, KernelExecutor &ex) {
   if (p.B == 0)
     return;
-  check_host_values(p, in, ex);
   const KernelKey key = ops_detail::specializationKey(
       "paged_kv_append_reference",
       {p.B, p.Tq, p.K, p.H, p.Hv, p.num_pages, p.page_size, p.max_pages, int64_t(p.dtype)});

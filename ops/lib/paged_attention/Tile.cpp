@@ -435,7 +435,6 @@ void TileDecode::execute(const Problem &p, const TileConfig &c, std::span<const 
                          std::span<const TensorView> out, KernelExecutor &ex) {
   if (p.B == 0)
     return;
-  check_host_values(p, in, ex);
   // q, k_pages, v_pages, page_table, seq_lengths | out, lse?, with q, out and lse in the
   // kernels' shapes (the query heads split into kv heads x group).
   const int64_t g = p.group();
@@ -525,7 +524,6 @@ void TileAppend::execute(const Problem &p, const TileAppendConfig &c, std::span<
                          std::span<const TensorView> out, KernelExecutor &ex) {
   if (p.B == 0)
     return;
-  check_host_values(p, in, ex);
   const KernelKey key = ops_detail::specializationKey(
       "paged_kv_append_tile", {p.B, p.Tq, p.K, p.H, p.Hv, p.num_pages, p.page_size, p.max_pages, int64_t(p.dtype),
                                c.num_warps});

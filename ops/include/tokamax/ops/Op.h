@@ -179,6 +179,10 @@ public:
   /// Checks a BoundArgs (e.g. read from JSON) as bind() would; throws Error naming the
   /// offending argument or attribute.
   virtual void validate(const BoundArgs &args) const = 0;
+  /// Checks what the inputs hold that binding cannot see (indices, offsets) where they are
+  /// host data, before interpret() runs a kernel on them (on a device such values are the
+  /// kernels' to clamp); throws Error naming the argument. By default nothing.
+  virtual void check_host_values(const BoundArgs &args, std::span<const TensorView> inputs) const;
 
   /// An explicit implementation that cannot serve the call (or cannot run on `arch`)
   /// throws NotSupported with the reason; std::nullopt picks the first that can.
