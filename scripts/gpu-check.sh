@@ -106,8 +106,10 @@
 #               without a GPU, waiting for one")
 #   heuristics2 (named only) the heuristics of 2026-12-07's third round against float64:
 #               the hopper VJP with stats_ahead at head dim 64, the packed and
-#               length-masked forwards with overlap, the cross-entropy's [128, 256]
-#               logit tiles (TOKAMAX_QUICK=1 leaves the last out; about 4 minutes)
+#               length-masked forwards with overlap (both reverted until this passes:
+#               package a tree with the revert reverted first), the cross-entropy's
+#               [128, 256] logit tiles (TOKAMAX_QUICK=1 leaves the last out; about 4
+#               minutes)
 #   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
 #               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
 #               against float64, then the fused dq at S1 beside
