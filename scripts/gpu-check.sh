@@ -110,6 +110,9 @@
 #               package a tree with the revert reverted first), the cross-entropy's
 #               [128, 256] logit tiles (TOKAMAX_QUICK=1 leaves the last out; about 4
 #               minutes)
+#   xent-chunks (named only) the cross-entropy VJP's V chunk (chunk_v 8192, the
+#               heuristic's at X1, against 16384 and 32768) at X1 beside torch,
+#               alternating, twice (about 5 minutes)
 #   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
 #               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
 #               against float64, then the fused dq at S1 beside
@@ -292,6 +295,27 @@ if wants heuristics2; then
   TAIL=4 run heuristics2-varlen "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
   [ -n "${TOKAMAX_QUICK:-}" ] || TAIL=4 run heuristics2-xent "${t[@]}" 150 "$bin/tokamax-gpu-tests" \
     "cross_entropy on the device: hopper*" --durations yes
+fi
+if wants xent-chunks; then
+  t=(timeout -k 10)
+  # The cross-entropy VJP's V chunk (chunk_v: dlogits [B, chunk] and w's [D, chunk] panel
+  # in scratch, 8192 columns at X1 by the 128 MiB budget): larger chunks give the dx and
+  # dw products longer K / N and fewer launches, tails and f32 dx round trips, for more
+  # memory (32768: about 0.9 GiB, within the target's 10 % of torch's 12 GiB). X1 at
+  # each, alternating, twice, beside torch.
+  xc_peers=()
+  if has_torch; then
+    TAIL=4 run xent-chunks-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
+      --json "$out/xent-chunks-peers.json"
+    xc_peers=(--peers "$out/xent-chunks-peers.json")
+  fi
+  for round in 1 2; do
+    for chunk in 8192 16384 32768; do
+      TAIL=4 run "xent-chunk-$chunk-$round" "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --impl hopper --config \
+        "{\"block_b\":128,\"block_k\":64,\"block_v\":256,\"num_warps\":8,\"split_v\":2,\"stages\":4,\"chunk_v\":$chunk}" \
+        "${xc_peers[@]}"
+    done
+  done
 fi
 if wants rotation; then
   t=(timeout -k 10)
