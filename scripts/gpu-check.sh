@@ -101,15 +101,15 @@
 #   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
-#   next        (run it first next time; about 9 minutes) varlen, xent-wide and
-#               python-quick: what was built without a GPU (performance.md's "Built
-#               without a GPU, waiting for one")
-#   heuristics2 (named only) the heuristics of 2026-12-07's third round against float64:
-#               the hopper VJP with stats_ahead at head dim 64, the packed and
-#               length-masked forwards with overlap (both reverted until this passes:
-#               package a tree with the revert reverted first), the cross-entropy's
-#               [128, 256] logit tiles (TOKAMAX_QUICK=1 leaves the last out; about 4
-#               minutes)
+#   next        (run it first next time; about 10 minutes: TOKAMAX_QUICK=1 for 7)
+#               heuristics2 and xent-chunks: what was built without a GPU
+#               (performance.md's "Built without a GPU, waiting for one")
+#   heuristics2 (named only) the configs of 2026-12-07's third round A/Bs against
+#               float64: the hopper VJP with stats_ahead at head dim 64 ([stats_ahead]),
+#               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
+#               heuristic configs, the cross-entropy's [128, 256] logit tiles
+#               (TOKAMAX_QUICK=1 leaves the last out; about 5 minutes). If they pass,
+#               the heuristics take stats_ahead and overlap (git revert ae48b78)
 #   xent-chunks (named only) the cross-entropy VJP's V chunk (chunk_v 8192, the
 #               heuristic's at X1, against 16384 and 32768) at X1 beside torch,
 #               alternating, twice (about 5 minutes)
@@ -127,7 +127,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/varlen xent-wide python-quick}  # what waits for a GPU, in one call
+parts=${parts/next/heuristics2 xent-chunks}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -286,10 +286,12 @@ if wants varlen; then
 fi
 if wants heuristics2; then
   t=(timeout -k 10)
-  # The heuristics of 2026-12-07's third round: the hopper VJP's stats_ahead at head dim
-  # 64 (the heuristic configs' numerics, bitwise reruns), the packed and length-masked
-  # forwards with overlap ([varlen]: packed rows bitwise the padded call's, both against
-  # float64), the cross-entropy's [128, 256] logit tiles (its hopper test).
+  # The configs of 2026-12-07's third round A/Bs: the hopper VJP's stats_ahead at head
+  # dim 64 ([stats_ahead], bitwise reruns), the packed and length-masked forwards with
+  # overlap and the packed VJP with stats_ahead ([varlen]: packed rows bitwise the padded
+  # call's, both against float64), the heuristic configs (as they stand), the
+  # cross-entropy's [128, 256] logit tiles (its hopper test).
+  TAIL=4 run heuristics2-ahead "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[stats_ahead]" --durations yes
   TAIL=4 run heuristics2-attention "${t[@]}" 120 "$bin/tokamax-gpu-tests" "attention hopper's heuristic configs*" \
     --durations yes
   TAIL=4 run heuristics2-varlen "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes

@@ -92,11 +92,17 @@ void checkCase(const Case &c, Stream &stream) {
   Tensor q = upload(data.q), k = upload(data.k), v = upload(data.v), dout = upload(data.dout);
   Tensor ql = upload(*data.q_lengths), kvl = upload(*data.kv_lengths);
   AttentionOptions padded = apiOptions(c, nullptr, nullptr, &ql.view(), &kvl.view(), nullptr);
+  // The VJP's config where the case has one (the forward's is the case's config).
+  auto vjpOf = [&](AttentionOptions o) {
+    if (c.vjp_config)
+      o.config = c.vjp_config;
+    return o;
+  };
   Tensor out = upload(HostBuffer(c.dtype, d.outShape())), lse = upload(HostBuffer(lseDtype(c.dtype), d.lseShape()));
   Tensor dq = upload(HostBuffer(c.dtype, d.qShape())), dk = upload(HostBuffer(c.dtype, d.kShape())),
          dv = upload(HostBuffer(c.dtype, d.vShape()));
   dot_product_attention(q, k, v, out, stream, padded, &lse.view());
-  dot_product_attention_vjp(dout, q, k, v, out, lse, dq, dk, dv, stream, padded);
+  dot_product_attention_vjp(dout, q, k, v, out, lse, dq, dk, dv, stream, vjpOf(padded));
   stream.synchronize();
   Results results;
   HostBuffer hOut = download(out), hLse = download(lse), hDq = download(dq), hDk = download(dk), hDv = download(dv);
@@ -117,7 +123,7 @@ void checkCase(const Case &c, Stream &stream) {
   Tensor pdq = upload(HostBuffer(c.dtype, refDq.shape)), pdk = upload(HostBuffer(c.dtype, refDk.shape)),
          pdv = upload(HostBuffer(c.dtype, refDv.shape));
   dot_product_attention(pq, pk, pv, pout, stream, packed, &plse.view());
-  dot_product_attention_vjp(pdout, pq, pk, pv, pout, plse, pdq, pdk, pdv, stream, packed);
+  dot_product_attention_vjp(pdout, pq, pk, pv, pout, plse, pdq, pdk, pdv, stream, vjpOf(packed));
   stream.synchronize();
   checkSameBits("out", download(pout), refOut);
   checkSameBits("lse", download(plse), refLse);
@@ -145,7 +151,13 @@ TEST_CASE("attention varlen on the device: packed rows equal the padded call's b
     bool causal;
     std::vector<int32_t> lq, lk;
     double tolerance = 1;  ///< the float64 check's factor (the bitwise checks are exact)
+    std::optional<Config> config, vjp_config;  ///< the heuristics' where absent
   };
+  // The dense forward's overlap (Q K^T issued before the previous step's P V) and the
+  // VJP's row statistics a step ahead, on packed rows.
+  const Config overlap{{"block_q", 128}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"overlap", 1},
+                       {"pingpong", 1}};
+  const Config ahead{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"stats_ahead", 1}};
   const std::vector<Shape> shapes = {
       {"tile", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}},
       {"tile", DType::BF16, 64, 64, true, {1000, 0, 37, 1, 513}, {1000, 0, 37, 1, 513}},
@@ -158,6 +170,9 @@ TEST_CASE("attention varlen on the device: packed rows equal the padded call's b
       // where dP - delta nearly cancels and the rounded out's delta is most of it) came
       // out at 0.0156 of the 0.015 bound on an H100; rms error 0.0003 (bound 0.0012).
       {"hopper", DType::F16, 64, 64, true, {2048, 129, 700}, {2048, 129, 700}, 1.25},
+      {"hopper", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}, 1, overlap, ahead},
+      {"hopper", DType::F16, 128, 128, false, {2048, 300, 129}, {1500, 2048, 1}, 1, overlap},
+      {"hopper", DType::BF16, 64, 32, true, {1000, 513, 64}, {1000, 513, 64}, 1, std::nullopt, ahead},
   };
   const bool hopperRuns = gpu_test::sm90a_or_skip("the hopper cases");
   uint64_t seed = 9100;
@@ -177,6 +192,7 @@ TEST_CASE("attention varlen on the device: packed rows equal the padded call's b
     c.options.is_causal = s.causal;
     c.q_lengths = s.lq, c.kv_lengths = s.lk;
     c.tolerance_factor = s.tolerance;
+    c.config = s.config, c.vjp_config = s.vjp_config;
     c.seed = seed++;
     DYNAMIC_SECTION(describe(c)) { checkCase(c, stream); }
   }
