@@ -149,7 +149,8 @@ public:
     ops_detail::require_canonical(name(), b, again);
   }
   void check_host_values(const BoundArgs &b, std::span<const TensorView> inputs) const override {
-    attention_detail::check_host_cu_seqlens(attention_detail::varlen_problem_of(b), inputs[vjp_ ? 6 : 3], inputs[vjp_ ? 7 : 4]);
+    attention_detail::check_host_cu_seqlens(attention_detail::varlen_problem_of(b), inputs[vjp_ ? 6 : 3],
+                                            inputs[vjp_ ? 7 : 4]);
   }
 
 private:
