@@ -24,6 +24,13 @@ using namespace tokamax;
 
 namespace {
 
+/// Outputs of a call allocated from its inferred specs, with their descriptors.
+struct CStatusOutputs {
+  std::vector<std::unique_ptr<CTensor>> tensors;
+  std::vector<const tkx_tensor *> descs;
+  explicit CStatusOutputs(const tkx_call *call) : tensors(outputs_of(call)), descs(capi_test::descs(tensors)) {}
+};
+
 /// Runs `call` on `inputs` into outputs it allocates from the inferred specs.
 std::vector<std::unique_ptr<CTensor>> runOutputs(const tkx_call *call, const std::vector<const tkx_tensor *> &inputs) {
   auto out = outputs_of(call);
@@ -233,6 +240,14 @@ TEST_CASE("capi: packed attention (attention_varlen) and its VJP are bitwise the
   CHECK(grads[2]->same_bits(dv));
   CHECK(grads[3]->same_bits(dsinks));
 
+  // cu_seqlens that do not end at the packed rows, checked before a kernel runs on them.
+  CTensor shortCu = CTensor::of(DType::I32, {4}, {0, 3, 3, 8});
+  auto badInputs = descs({&q, &k, &v, &shortCu, &cuKv, &sinks});
+  CStatusOutputs badOut{call.get()};
+  CHECK_STATUS(tkx_call_run(call.get(), badInputs.data(), int32_t(badInputs.size()), badOut.descs.data(),
+                            int32_t(badOut.descs.size()), nullptr, nullptr, 0),
+               TKX_INVALID_ARGUMENT, "attention_varlen: cu_seqlens_q must start at 0 and end at the packed rows (9)");
+
   // max_seqlen_q is required; it names the option.
   tkx_call *none = nullptr;
   CHECK(tkx_call_create("attention_varlen", inputs.data(), int32_t(inputs.size()), R"({"max_seqlen_kv": 5})", &none) ==
@@ -326,6 +341,16 @@ TEST_CASE("capi: gated_linear_unit, ragged_dot and the cross-entropies are bitwi
                          {.logits_soft_cap = 20.0}, &lseView);
     CHECK(out[0]->same_bits(ref));
     CHECK(out[1]->same_bits(lse));
+    // Values binding cannot see, checked before a kernel runs on them (Op::check_host_values):
+    // a page past k_pages, a length past the sequence's pages.
+    CTensor badTable = CTensor::of(DType::I32, {2, 2}, {2, 0, 0, 3}), longLengths = CTensor::of(DType::I32, {2}, {5, 17});
+    for (auto [table2, lengths2, what] : {std::tuple{&badTable, &lengths, "page_table[1, 1] = 3 must be a page of k_pages"},
+                                          std::tuple{&table, &longLengths, "seq_lengths[1] = 17 must be in [Tq = 1"}}) {
+      auto in = descs({&q, &kPages, &vPages, table2, lengths2});
+      CStatusOutputs bad{call.get()};
+      CHECK_STATUS(tkx_call_run(call.get(), in.data(), 5, bad.descs.data(), int32_t(bad.descs.size()), nullptr, nullptr, 0),
+                   TKX_INVALID_ARGUMENT, "paged_attention", what);
+    }
     // The append needs the pages' shape.
     tkx_call *bad = nullptr;
     const std::vector<const tkx_tensor *> inputs = descs({&k, &v, &table, &lengths});
