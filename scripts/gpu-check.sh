@@ -113,6 +113,9 @@
 #   xent-chunks (named only) the cross-entropy VJP's V chunk (chunk_v 8192, the
 #               heuristic's at X1, against 16384 and 32768, then 8192 again) at X1 beside
 #               torch (about 3 minutes)
+#   ahead128    (named only) the hopper VJP at head dim 128 with 32-query dk/dv steps and
+#               stats_ahead (where the registers allow it) against the heuristic at S2 /
+#               S3, alternating, twice, beside cuDNN (about 4 minutes; timings only)
 #   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
 #               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
 #               against float64, then the fused dq at S1 beside
@@ -317,6 +320,24 @@ if wants xent-chunks; then
     TAIL=4 run "xent-chunk-$round-$chunk" "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --impl hopper --config \
       "{\"block_b\":128,\"block_k\":64,\"block_v\":256,\"num_warps\":8,\"split_v\":2,\"stages\":4,\"chunk_v\":$chunk}" \
       "${xc_peers[@]}"
+  done
+fi
+if wants ahead128; then
+  t=(timeout -k 10)
+  # stats_ahead at head dim 128 fits the registers only with 32-query dk/dv steps
+  # ((H + Hv) / 2 + 2 block_q <= 192): S2 / S3 with them against the heuristic's 64-query
+  # steps without, alternating, twice, cuDNN from the same call.
+  a128_peers=()
+  if has_torch; then
+    TAIL=4 run ahead128-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S2,S3 \
+      --backends cudnn --json "$out/ahead128-peers.json"
+    a128_peers=(--peers "$out/ahead128-peers.json")
+  fi
+  for r in 1 2; do
+    TAIL=10 run "ahead128-heuristic-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
+      "${a128_peers[@]}"
+    TAIL=10 run "ahead128-32-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
+      --vjp-config '{"block_q":32,"block_kv":128,"num_warps":8,"stages":2,"stats_ahead":1}' "${a128_peers[@]}"
   done
 fi
 if wants rotation; then
