@@ -326,7 +326,9 @@ if wants ahead128; then
   t=(timeout -k 10)
   # stats_ahead at head dim 128 fits the registers only with 32-query dk/dv steps
   # ((H + Hv) / 2 + 2 block_q <= 192): S2 / S3 with them against the heuristic's 64-query
-  # steps without, alternating, twice, cuDNN from the same call.
+  # steps without and 32-query steps without, alternating, twice, cuDNN from the same
+  # call (ptxas for sm_90a: 168 registers, no spills either way; with stats_ahead one
+  # injected warpgroup.wait, C7517, unmasked, as at head dim 64 where it won all the same).
   a128_peers=()
   if has_torch; then
     TAIL=4 run ahead128-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S2,S3 \
@@ -338,6 +340,8 @@ if wants ahead128; then
       "${a128_peers[@]}"
     TAIL=10 run "ahead128-32-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
       --vjp-config '{"block_q":32,"block_kv":128,"num_warps":8,"stages":2,"stats_ahead":1}' "${a128_peers[@]}"
+    TAIL=10 run "ahead128-32-plain-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
+      --vjp-config '{"block_q":32,"block_kv":128,"num_warps":8,"stages":2}' "${a128_peers[@]}"
   done
 fi
 if wants rotation; then
