@@ -115,7 +115,8 @@
 #               torch (about 3 minutes)
 #   ahead128    (named only) the hopper VJP at head dim 128 with 32-query dk/dv steps and
 #               stats_ahead (where the registers allow it) against the heuristic at S2 /
-#               S3, alternating, twice, beside cuDNN (about 4 minutes; timings only)
+#               S3 (and the 32-query steps without it), alternating, twice, beside cuDNN
+#               (about 5 minutes; timings only)
 #   rotation    (named only) f32 TMA stores with their pairs rotated by row (no bank
 #               conflicts): the reduce-add, fused-dq and hopper matmul f32-output tests
 #               against float64, then the fused dq at S1 beside
