@@ -473,18 +473,20 @@ TEST_CASE("attention hopper VJP with its row statistics loaded a step ahead matc
           "[gpu][attention][stats_ahead]") {
   // "stats_ahead": each dk/dv step's lse and delta loaded by the step before, carried in
   // the scores' layout (past the last step, rows of the next head or padding, unused):
-  // head dim 64 (the check's reach), Hv 64 and 32, causal, lengths with an empty key
-  // range, GQA, bf16 and f16, odd T and S.
+  // head dim 64 with 64-query steps, 128 with 32 (the check's reach), Hv 64 and 32,
+  // causal, lengths with an empty key range, GQA, bf16 and f16, odd T and S.
   if (!gpu_test::sm90a_or_skip("the hopper implementation"))
     return;
   Stream stream = Stream::create(Device::get());
   std::vector<Case> cases;
-  for (int variant = 0; variant < 4; ++variant) {
-    Case c = hopperCase(variant, 64, variant == 3 ? 32 : 64);
-    c.options.is_causal = variant == 1 || variant == 3;
+  for (int variant = 0; variant < 6; ++variant) {
+    const int64_t h = variant < 4 ? 64 : 128;
+    Case c = hopperCase(variant, h, variant == 3 ? 32 : h);
+    c.options.is_causal = variant == 1 || variant == 3 || variant == 5;
     if (variant == 2)
       c.q_lengths = {1000, 517}, c.kv_lengths = {700, 1};
-    c.vjp_config = Config{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"stats_ahead", 1}};
+    c.vjp_config = Config{{"block_q", h == 64 ? 64 : 32}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2},
+                          {"stats_ahead", 1}};
     cases.push_back(c);
   }
   checkOnDevice(cases, stream);
