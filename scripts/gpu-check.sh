@@ -109,7 +109,8 @@
 #               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
 #               heuristic configs, the cross-entropy's [128, 256] logit tiles
 #               (TOKAMAX_QUICK=1 leaves the last out; about 5 minutes). If they pass,
-#               the heuristics take stats_ahead and overlap (git revert ae48b78)
+#               the heuristics take stats_ahead and overlap (git diff ae48b78
+#               ae48b78~1 -- ops tests | git apply)
 #   xent-chunks (named only) the cross-entropy VJP's V chunk (chunk_v 8192, the
 #               heuristic's at X1, against 16384 and 32768, then 8192 again) at X1 beside
 #               torch (about 3 minutes)
