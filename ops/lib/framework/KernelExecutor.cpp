@@ -97,7 +97,6 @@ public:
   }
   int device() const override { return 0; }
   int sm_count() const override { return kInterpreterPrograms; }
-  bool host_tensors() const override { return true; }
 
 private:
   std::vector<std::unique_ptr<double[]>> buffers_;
@@ -115,7 +114,6 @@ public:
   void copy(const TensorView &dst, const TensorView &src) override { sink_.copy(dst, src); }
   int device() const override { return sink_.device(); }
   int sm_count() const override { return sink_.sm_count(); }
-  bool host_tensors() const override { return sink_.host_tensors(); }
 
 private:
   KernelExecutor &sink_;

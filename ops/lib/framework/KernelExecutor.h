@@ -73,9 +73,6 @@ public:
   /// Programs of a persistent grid that fills the device: its SM count (132 when only
   /// listing kernels, as on an H100 / H200; kInterpreterPrograms on the interpreter).
   virtual int sm_count() const = 0;
-  /// Whether the call's tensors are host memory the plan may read (the interpreter's):
-  /// an op checks there what a device call leaves to its caller (e.g. index arrays).
-  virtual bool host_tensors() const { return false; }
 
 private:
   bool scratch_requested_ = false;
