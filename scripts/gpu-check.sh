@@ -111,6 +111,10 @@
 #               (TOKAMAX_QUICK=1 leaves the last out; about 5 minutes). If they pass,
 #               the heuristics take stats_ahead and overlap (git diff ae48b78
 #               ae48b78~1 -- ops tests | git apply)
+#   xent-reduce (named only) the cross-entropy VJP's dx sum by TMA reduce-adds: the hopper
+#               test, X1 against $TOKAMAX_OLD_PACKAGE alternating, larger chunks (about 6 minutes)
+#   xent-profile (named only) ncu durations of every kernel of the cross-entropy's X1
+#               forward + backward (hopper), summed per kernel name (about 2 minutes)
 #   xent-chunks (named only) the cross-entropy VJP's V chunk (chunk_v 8192, the
 #               heuristic's at X1, against 16384 and 32768, then 8192 again) at X1 beside
 #               torch (about 3 minutes)
@@ -432,6 +436,61 @@ if wants ragged-sweep; then
     TAIL=4 run "ragged-sweep-$(echo "$c" | tr -dc '0-9' | cut -c1-16)" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" \
       --impl hopper --config "$c"
   done
+fi
+if wants xent-reduce; then
+  t=(timeout -k 10)
+  # The cross-entropy VJP's dx sum by TMA reduce-adds (the hopper matmul's accumulating
+  # epilogue: [128, 256] tiles through 4 slots instead of [128, 128] holding c's tile):
+  # the hopper device test against float64, then X1 fwd+bwd against $TOKAMAX_OLD_PACKAGE
+  # (the package before, alternating, twice) beside torch, then larger V chunks.
+  TAIL=4 run xent-reduce-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "cross_entropy on the device: hopper*" \
+    --durations yes
+  xr_peers=()
+  if has_torch; then
+    TAIL=4 run xent-reduce-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
+      --json "$out/xent-reduce-peers.json"
+    xr_peers=(--peers "$out/xent-reduce-peers.json")
+  fi
+  if [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ]; then
+    old=$(mktemp -d)
+    tar -C "$old" -xJf "$TOKAMAX_OLD_PACKAGE"
+    for r in 1 2; do
+      for which in old new; do
+        b=$bin; [ $which = old ] && b=$old/tokamax/bin
+        TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-reduce-$which-$r" "${t[@]}" 90 \
+          "$b/tokamax-cross-entropy-bench" --impl hopper "${xr_peers[@]}"
+      done
+    done
+  fi
+  for chunk in 16384 32768; do
+    TAIL=4 run "xent-reduce-chunk-$chunk" "${t[@]}" 90 "$bin/tokamax-cross-entropy-bench" --impl hopper --config \
+      "{\"block_b\":128,\"block_k\":64,\"block_v\":256,\"num_warps\":8,\"split_v\":2,\"stages\":4,\"chunk_v\":$chunk}" \
+      "${xr_peers[@]}"
+  done
+fi
+if wants xent-profile; then
+  # Where the cross-entropy VJP's time goes at X1 (hopper, the heuristic): every kernel of
+  # one forward + backward under ncu (its duration only), summed per kernel name
+  # (xent-profile.txt); the raw CSV tarred beside the logs.
+  t=(timeout -k 10)
+  TAIL=4 run xent-profile-ncu "${t[@]}" 240 ncu --metrics gpu__time_duration.sum --csv --print-units base \
+    -f --log-file "$out/xent-profile.csv" "$bin/tokamax-cross-entropy-bench" --impl hopper --iters 1
+  python3 - "$out/xent-profile.csv" > "$out/xent-profile.txt" 2>&1 <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
+total, count = collections.Counter(), collections.Counter()
+for r in rows[1:]:
+    try:
+        total[r[name][:90]] += float(r[value].replace(",", "")) / 1e6
+        count[r[name][:90]] += 1
+    except ValueError:
+        pass
+for k, ms in total.most_common():
+    print(f"{ms:10.3f} ms {count[k]:5d}x  {k}")
+PY
+  cat "$out/xent-profile.txt"
 fi
 if wants varlen-profile; then
   # ncu of the hopper VJP's dk/dv and dq kernels at S1, dense and packed (the same

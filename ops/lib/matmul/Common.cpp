@@ -168,6 +168,12 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
   Value out = acc * cast(p.alpha, acc.dtype());
   if (spec.has_bias)
     out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
+  if (spec.accumulate && tma && spec.out_dtype == DType::F32) {
+    // TMA's reduce-add: c's tile is never read into registers (one f32 add per element,
+    // as the load-add-store below, so the sums are the same bit for bit).
+    p.c.tma_reduce_add({m0, n0}, out);
+    return;
+  }
   if (spec.accumulate)
     out = out + cast(p.c.load({m0, n0}, {acc.shape()[0], bn}), acc.dtype());
   if (tma)

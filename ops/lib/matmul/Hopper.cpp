@@ -38,7 +38,10 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   MatmulConfig config;
   config.block_m = 128;
   config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, dsl::next_power_of_two(spec.n));
-  if (spec.accumulate) {  // the epilogue holds c's tile beside the accumulator
+  // An f32 c with rows of 16-byte multiples accumulates by TMA reduce-adds (the epilogue);
+  // otherwise the epilogue holds c's tile beside the accumulator.
+  const bool reduceAdd = spec.out_dtype == DType::F32 && spec.n * 4 % 16 == 0 && dtype_size(spec.dtype) == 2;
+  if (spec.accumulate && !reduceAdd) {
     config.block_n = std::min<int64_t>(config.block_n, 128);
     config.rebalance_registers = true;  // 168 registers a thread spilled; the consumers get 232
   }
@@ -46,7 +49,7 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   config.num_warps = 8;
   // 128 x 256 x 64 bf16 (or x 128 fp8) stages are 48 KiB: four fit in the 227 KiB a program may use.
   config.num_stages = config.block_n == 256 ? 4 : 6;
-  if (spec.accumulate)  // c's f32 tile meets the accumulator's layout through 64 KiB of shared memory
+  if (spec.accumulate && !reduceAdd)  // c's f32 tile meets the accumulator's layout through 64 KiB of shared memory
     config.num_stages = 4;
   config.programs = sm_count;
   return config;
