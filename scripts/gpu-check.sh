@@ -471,11 +471,20 @@ fi
 if wants xent-profile; then
   # Where the cross-entropy VJP's time goes at X1 (hopper, the heuristic): every kernel of
   # one forward + backward under ncu (its duration only), summed per kernel name
-  # (xent-profile.txt); the raw CSV tarred beside the logs.
+  # (xent-profile-new.txt; -old.txt for $TOKAMAX_OLD_PACKAGE where given).
   t=(timeout -k 10)
-  TAIL=4 run xent-profile-ncu "${t[@]}" 240 ncu --metrics gpu__time_duration.sum --csv --print-units base \
-    -f --log-file "$out/xent-profile.csv" "$bin/tokamax-cross-entropy-bench" --impl hopper --iters 1
-  python3 - "$out/xent-profile.csv" > "$out/xent-profile.txt" 2>&1 <<'PY'
+  for which in new old; do
+    b=$bin
+    if [ $which = old ]; then
+      [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ] || continue
+      oldp=$(mktemp -d)
+      tar -C "$oldp" -xJf "$TOKAMAX_OLD_PACKAGE"
+      b=$oldp/tokamax/bin
+    fi
+    TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-profile-ncu-$which" "${t[@]}" 200 ncu --metrics \
+      gpu__time_duration.sum --csv --print-units base -f --log-file "$out/xent-profile-$which.csv" \
+      "$b/tokamax-cross-entropy-bench" --impl hopper --iters 1
+    python3 - "$out/xent-profile-$which.csv" > "$out/xent-profile-$which.txt" 2>&1 <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head = rows[0]
@@ -490,7 +499,8 @@ for r in rows[1:]:
 for k, ms in total.most_common():
     print(f"{ms:10.3f} ms {count[k]:5d}x  {k}")
 PY
-  cat "$out/xent-profile.txt"
+    echo "== xent-profile-$which"; head -20 "$out/xent-profile-$which.txt"
+  done
 fi
 if wants varlen-profile; then
   # ncu of the hopper VJP's dk/dv and dq kernels at S1, dense and packed (the same

@@ -259,7 +259,13 @@ void dlogitsKernel(Kernel &k, const XentKernelSpec &s, const Operands &o) {
     Value scale = scaleIn.load({m0}, {s.block_b}).expand(1);
     Value label = o.labels.load({m0}, {s.block_b}, double(p.ignore_index)).expand(1);
     Value prob = where(cols < Value(p.V), exp(logits - lse), 0.0);
-    dl.store({m0, j0}, (where(cols == label, prob - 1.0, prob) * scale).to(operandDtype(s)));
+    Value tile = (where(cols == label, prob - 1.0, prob) * scale).to(operandDtype(s));
+    // On TMA rings the tile leaves through shared memory by TMA stores: the consumers
+    // go on to the next tile's products while it is written out.
+    if (s.tma)
+      dl.tma_store({m0, j0}, tile);
+    else
+      dl.store({m0, j0}, tile);
   };
   if (!s.tma) {
     k.grid(tiles);
