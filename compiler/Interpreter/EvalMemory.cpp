@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace tokamax::interp {
 
@@ -114,7 +115,9 @@ template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot o
   int64_t M = op.getM(), N = op.getN(), K = op.getK(), bm = op.getBlockM(), bn = op.getBlockN();
   bool ta = op.getTransA(), tb = op.getTransB();
   // Gather the in-range part of both operand blocks once, as doubles.
-  auto gather = [&](const HostTile &base, int64_t rows, int64_t first, int64_t extent, bool kMajor, const char *what) {
+  // An operand's K runs from k0 in its stored K extent kExtent (b's window, tma_dot's b_k0).
+  auto gather = [&](const HostTile &base, int64_t rows, int64_t first, int64_t extent, bool kMajor, const char *what,
+                    int64_t k0, int64_t kExtent) {
     std::vector<double> block(static_cast<size_t>(rows * K), 0.0);
     HostTile one = HostTile::make(cast<tile::PointerType>(op.getA().getType()).getPointeeType(), {});
     for (int64_t r = 0; r < rows; ++r) {
@@ -122,7 +125,10 @@ template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot o
       if (row < 0 || row >= extent)
         continue;
       for (int64_t k = 0; k < K; ++k) {
-        int64_t offset = base.i[0] + (kMajor ? row * K + k : k * extent + row);
+        const int64_t kk = k0 + k;
+        if (kk < 0 || kk >= kExtent)
+          continue;
+        int64_t offset = base.i[0] + (kMajor ? row * kExtent + kk : kk * extent + row);
         in.checkAccess(what, base.arg[0], offset);
         in.readElem(base.arg[0], offset, one, 0);
         block[static_cast<size_t>(r * K + k)] = one.asDouble(0);
@@ -131,8 +137,13 @@ template <class MainLoopDot> void evalMainLoopDot(Interpreter &in, MainLoopDot o
     return block;
   };
   std::string name = op->getName().getStringRef().str();
-  std::vector<double> a = gather(pa, bm, m0, M, !ta, (name + " (a)").c_str());
-  std::vector<double> b = gather(pb, bn, n0, N, tb, (name + " (b)").c_str());
+  int64_t bK0 = 0;
+  if constexpr (std::is_same_v<MainLoopDot, tile::TmaDotOp>)
+    if (op.getBK0())
+      bK0 = in.get(op.getBK0()).asInt(0);
+  const int64_t bK = tb ? op.getBDims()[1] : op.getBDims()[0];
+  std::vector<double> a = gather(pa, bm, m0, M, !ta, (name + " (a)").c_str(), 0, K);
+  std::vector<double> b = gather(pb, bn, n0, N, tb, (name + " (b)").c_str(), bK0, bK);
   HostTile r = HostTile::of(op.getType());
   for (int64_t i = 0; i < bm; ++i)
     for (int64_t j = 0; j < bn; ++j) {

@@ -235,8 +235,9 @@ struct MainLoopDotArgs {
   mlir::Value acc;
   RankedTensorType type;
 
+  /// `windowedB`: op(b)'s K is a window of b's from a run-time start (tma_dot's b_k0).
   MainLoopDotArgs(const char *op, const TensorArg &a, const TensorArg &b, const Value &accValue, bool transA,
-                  bool transB, int64_t stages, const std::vector<DType> &dtypes, int64_t lo)
+                  bool transB, int64_t stages, const std::vector<DType> &dtypes, int64_t lo, bool windowedB = false)
       : kb(builderOf(op, a, b)) {
     std::string names;  // "bf16, f16 or f32"
     for (size_t i = 0; i < dtypes.size(); ++i)
@@ -255,7 +256,7 @@ struct MainLoopDotArgs {
       kb.fail(fmt::format("{}: a is {} but b is {}", op, dtype_name(a.dtype_), dtype_name(b.dtype_)));
     int64_t ka = transA ? a.shape_[0] : a.shape_[1];
     int64_t kb2 = transB ? b.shape_[1] : b.shape_[0];
-    if (ka != kb2)
+    if (ka != kb2 && !windowedB)
       kb.fail(fmt::format("{}: op({}) has K = {} but op({}) has K = {}", op, a.name_, ka, b.name_, kb2));
     if (stages < 2 || stages > 8)
       kb.fail(fmt::format("{}: stages must be in [2, 8], got {}", op, stages));
@@ -291,7 +292,7 @@ struct MainLoopDotArgs {
 Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Value &n0, const Value &acc,
               const TmaDotOptions &options) {
   MainLoopDotArgs args("tma_dot", a, b, acc, options.trans_a, options.trans_b, options.stages,
-                       {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2}, 64);
+                       {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2}, 64, options.b_k0.has_value());
   const bool fp8 = is_fp8(a.dtype_);
   const int64_t bytes = fp8 ? 1 : 2;
   if (fp8 && (options.trans_a || !options.trans_b))
@@ -313,8 +314,9 @@ Value tma_dot(const TensorArg &a, const TensorArg &b, const Value &m0, const Val
     args.kb.fail(fmt::format("tma_dot: cluster_m = 2 with b as [K, N] needs block N >= 128 (two 64-column boxes to "
                              "multicast), got {}",
                              args.type.getDimSize(1)));
+  mlir::Value bK0 = options.b_k0 ? args.kb.index(*options.b_k0, "tma_dot") : mlir::Value();
   return args.create<tile::TmaDotOp>(a, b, m0, n0, options.trans_a, options.trans_b, options.block_k,
-                                     options.stages, args.kb.b().getBoolAttr(options.warp_specialize),
+                                     options.stages, bK0, args.kb.b().getBoolAttr(options.warp_specialize),
                                      args.kb.b().getI64IntegerAttr(options.cluster_m),
                                      args.kb.b().getBoolAttr(options.a_in_registers),
                                      args.kb.b().getBoolAttr(options.rebalance_registers));

@@ -81,6 +81,7 @@ struct TmaDotLowering {
   unsigned warps;
   bool transA, transB;
   Value ring, tid, rank, mapA, mapB, m0, n0;
+  Value bK0;  ///< b's window start along K (b_k0), or null
 
   TmaDotLowering(TileLowering &t, TmaDotOp op)
       : t(t), op(op), loc(op.getLoc()), b(t.builder()), smem(getTmaDotSmem(op)), bm(op.getBlockM()),
@@ -116,28 +117,29 @@ struct TmaDotLowering {
   void issue(Value s, Value kt) {
     PtxBuilder ptx = t.ptx(loc);
     Value bar = full(s), base = stageBase(s), k0 = mul(kt, bk);
+    Value bK = bK0 ? add(k0, bK0) : k0;  // b's K coordinate (its window's start added)
     ptx.mbarrierArriveExpectTx(bar, static_cast<unsigned>(smem.aBytes + smem.bBytes));
-    // K-major: one [rows][block_k] box at (k0, row0). MN-major: [block_k][mnBoxCols]
-    // boxes at (col, k0).
-    auto load = [&](Value map, Value dst, bool kMajor, Value first, int64_t extent) {
+    // K-major: one [rows][block_k] box at (k, row0). MN-major: [block_k][mnBoxCols]
+    // boxes at (col, k).
+    auto load = [&](Value map, Value dst, bool kMajor, Value first, int64_t extent, Value k) {
       if (kMajor)
-        return ptx.tmaLoad2d(dst, map, k0, first, bar);
+        return ptx.tmaLoad2d(dst, map, k, first, bar);
       for (int64_t j = 0; j < extent / mnBoxCols; ++j)
-        ptx.tmaLoad2d(add(dst, j * mnBoxBytes), map, add(first, mnBoxCols * j), k0, bar);
+        ptx.tmaLoad2d(add(dst, j * mnBoxBytes), map, add(first, mnBoxCols * j), k, bar);
     };
-    load(mapA, base, !transA, m0, bm);
+    load(mapA, base, !transA, m0, bm, k0);
     if (cluster == 1)
-      return load(mapB, add(base, smem.aBytes), transB, n0, bn);
+      return load(mapB, add(base, smem.aBytes), transB, n0, bn, bK);
     // This CTA's half of b's slice (rows n0 + rank * bn / 2 ..), written into both CTAs.
     unsigned everyCta = (1u << cluster) - 1;
     int64_t half = bn / cluster;
     Value first = add(n0, mul(rank, half));
     if (transB)
-      return ptx.tmaLoad2dMulticast(add(add(base, smem.aBytes), mul(rank, half * kRowBytes)), mapB, k0, first,
+      return ptx.tmaLoad2dMulticast(add(add(base, smem.aBytes), mul(rank, half * kRowBytes)), mapB, bK, first,
                                     bar, everyCta);
     Value dst = add(add(base, smem.aBytes), mul(rank, (half / mnBoxCols) * mnBoxBytes));
     for (int64_t j = 0; j < half / mnBoxCols; ++j)
-      ptx.tmaLoad2dMulticast(add(dst, j * mnBoxBytes), mapB, add(first, mnBoxCols * j), k0, bar, everyCta);
+      ptx.tmaLoad2dMulticast(add(dst, j * mnBoxBytes), mapB, add(first, mnBoxCols * j), bK, bar, everyCta);
   }
 
   /// Lane 0 of each warp where `pred` holds: stage `s` is free again, in every CTA of
@@ -430,6 +432,8 @@ struct TmaDotLowering {
       return op.emitOpError("has no tensor map for its operands (the kernel lowering must add them)");
     m0 = t.regs(op.getM0())[0];
     n0 = t.regs(op.getN0())[0];
+    if (op.getBK0())
+      bK0 = t.regs(op.getBK0())[0];
     const Registers &accIn = t.regs(op.getAcc());
     SmallVector<Value> inits(accIn.begin(), accIn.end());
     PtxBuilder ptx = t.ptx(loc);

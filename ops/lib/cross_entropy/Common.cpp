@@ -86,11 +86,11 @@ XentKernelSpec spec_of(const Problem &p, const Blocks &b, KernelKind kind) {
   s.p = p;
   s.kind = kind;
   s.exact = b.exact;
-  if (kind == KernelKind::WPanel || kind == KernelKind::DwPanel || kind == KernelKind::DxRound) {  // copies
+  if (kind == KernelKind::DxRound) {  // a copy
     s.exact = false;
     s.block_b = s.block_v = s.block_k = s.block_d = 0;
     s.num_warps = 4;
-    s.chunk_v = kind == KernelKind::DxRound ? 0 : spec_of(p, b, KernelKind::DLogits).chunk_v;
+    s.chunk_v = 0;
     return s;
   }
   if (kind == KernelKind::Reduce || kind == KernelKind::RowScale) {  // one program, no products

@@ -42,8 +42,6 @@ enum class KernelKind : uint8_t {
   DLogits,   ///< VJP: dlogits of one chunk of V columns, [B, chunk_v], from recomputed logits
   Dx,        ///< VJP: dx (f32 accumulator, then x's dtype) += dlogits chunk @ w chunk^T
   Dw,        ///< VJP: dw's chunk columns = x^T @ dlogits chunk
-  WPanel,    ///< hopper VJP: w's chunk columns copied to a [D, chunk_v] panel (0 past V)
-  DwPanel,   ///< hopper VJP: a [D, chunk_v] panel copied to dw's chunk columns (those < V)
   DxRound,   ///< hopper VJP: the f32 dx accumulator rounded into dx
 };
 

@@ -26,11 +26,11 @@ Blocks blocksOf(const HopperConfig &c) {
           .split_v = c.split_v, .chunk_v = c.chunk_v, .tma = true, .stages = c.stages.value_or(3)};
 }
 
-/// The VJP: the row scales, then per chunk of V columns: dlogits on TMA rings; w's chunk
-/// copied into a [D, chunk] panel; dx_acc (+)= dlogits @ panel^T and then panel = x^T @
-/// dlogits on the hopper matmul (the panel reused once its copy of w is read, in stream
-/// order); the panel copied into dw's chunk columns. Then dx_acc is rounded into dx.
-/// Scratch: the row scales, the dlogits chunk, the panel and the f32 dx_acc.
+/// The VJP: the row scales, then per chunk of V columns: dlogits on TMA rings; dx_acc
+/// (+)= dlogits @ w[:, chunk]^T and dw[:, chunk] = x^T @ dlogits on the hopper matmul,
+/// both reading / writing the chunk's columns of w and dw in place (windowed products:
+/// no copies of them). Then dx_acc is rounded into dx. Scratch: the row scales, the
+/// dlogits chunk and the f32 dx_acc.
 void runVjp(const Problem &p, const Blocks &blocks, std::span<const TensorView> in, std::span<const TensorView> out,
             ops_detail::KernelExecutor &ex) {
   const TensorView &dloss = in[0], &x = in[1], &w = in[2], &labels = in[3], &lse = in[4], &dx = out[0],
@@ -41,28 +41,24 @@ void runVjp(const Problem &p, const Blocks &blocks, std::span<const TensorView> 
   ops_detail::Workspace ws;
   const size_t scaleAt = ws.add(double(p.B) * dtype_size(p.compute)),
                dlogitsAt = ws.add(double(p.B) * C * dtype_size(p.dtype)),
-               panelAt = ws.add(double(p.D) * C * dtype_size(p.dtype)),
                dxAccAt = ws.add(double(p.B) * p.D * dtype_size(p.compute));
   ws.allocate(ex);
   auto view = [&](size_t at, DType dtype, std::vector<int64_t> shape) {
     return TensorView(ws.at(at), dtype, std::move(shape), ex.device());
   };
   const TensorView scale = view(scaleAt, p.compute, {p.B}), dlogits = view(dlogitsAt, p.dtype, {p.B, C}),
-                   panel = view(panelAt, p.dtype, {p.D, C}), dxAcc = view(dxAccAt, p.compute, {p.B, p.D});
+                   dxAcc = view(dxAccAt, p.compute, {p.B, p.D});
   launch(ex, spec_of(p, blocks, KernelKind::RowScale), {dloss, labels, scale});
-  const XentKernelSpec wPanel = spec_of(p, blocks, KernelKind::WPanel),
-                       dwPanel = spec_of(p, blocks, KernelKind::DwPanel);
   for (int64_t c0 = 0; c0 < p.V; c0 += C) {
-    const Arg chunk = Arg::value(double(c0));
-    launch(ex, dlSpec, {x, w, labels, lse, scale, dlogits, chunk});
-    launch(ex, wPanel, {w, panel, chunk});
+    launch(ex, dlSpec, {x, w, labels, lse, scale, dlogits, Arg::value(double(c0))});
+    // dlogits' columns past V are 0 and w's read as 0 there: the last chunk may overhang.
     MatmulSpec dxSpec{p.B, p.D, C, p.dtype, p.compute, /*trans_a=*/false, /*trans_b=*/true};
     dxSpec.accumulate = c0 > 0;
-    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper, dxSpec, dlogits, panel, dxAcc);
-    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper,
-                       MatmulSpec{p.D, C, p.B, p.dtype, p.dtype, /*trans_a=*/true, /*trans_b=*/false}, x, dlogits,
-                       panel);
-    launch(ex, dwPanel, {panel, dw, chunk});
+    dxSpec.b_cols = p.V;
+    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper, dxSpec, dlogits, w, dxAcc, c0);
+    MatmulSpec dwSpec{p.D, C, p.B, p.dtype, p.dtype, /*trans_a=*/true, /*trans_b=*/false};
+    dwSpec.c_cols = p.V;
+    launch_matmul_step(ex, "xent", MatmulKernelKind::Hopper, dwSpec, x, dlogits, dw, c0);
   }
   launch(ex, spec_of(p, blocks, KernelKind::DxRound), {dxAcc, dx});
 }

@@ -40,8 +40,6 @@ const char *kindName(KernelKind kind) {
   case KernelKind::DLogits: return "xent_dlogits";
   case KernelKind::Dx: return "xent_dx";
   case KernelKind::Dw: return "xent_dw";
-  case KernelKind::WPanel: return "xent_w_panel";
-  case KernelKind::DwPanel: return "xent_dw_panel";
   case KernelKind::DxRound: return "xent_dx_round";
   }
   return "xent";
@@ -346,26 +344,6 @@ void dwKernel(Kernel &k, const XentKernelSpec &s) {
   dw.store({d0, c0 + j0}, sum.to(p.dtype));
 }
 
-/// The hopper VJP's panel copies, [64, 128] blocks on 4 warps: w's columns c0 .. c0 +
-/// chunk_v into a [D, chunk_v] panel (WPanel; the load reads 0 past V), or a panel into
-/// dw's columns from c0 (DwPanel; the store drops columns past V).
-void panelKernel(Kernel &k, const XentKernelSpec &s) {
-  const Problem &p = s.p;
-  constexpr int64_t br = 64, bc = 128;
-  const bool gather = s.kind == KernelKind::WPanel;
-  TensorArg src = k.input(gather ? "w" : "panel", p.dtype, {p.D, gather ? p.V : s.chunk_v});
-  TensorArg dst = k.output(gather ? "panel" : "dw", p.dtype, {p.D, gather ? s.chunk_v : p.V});
-  Value c0 = k.scalar("c0", DType::I32);
-  const int64_t gridC = cdiv(s.chunk_v, bc);
-  k.grid(cdiv(p.D, br) * gridC);
-  Value pid = k.program_id(0);
-  Value r0 = pid / Value(gridC) * Value(br), j0 = pid % Value(gridC) * Value(bc);
-  if (gather)
-    dst.store({r0, j0}, src.load({r0, c0 + j0}, {br, bc}));
-  else
-    dst.store({r0, c0 + j0}, src.load({r0, j0}, {br, bc}));
-}
-
 /// dx = the f32 accumulator in x's dtype, [64, 128] blocks on 4 warps.
 void dxRoundKernel(Kernel &k, const XentKernelSpec &s) {
   const Problem &p = s.p;
@@ -419,10 +397,6 @@ Kernel xent_kernel(const XentKernelSpec &s) {
   }
   if (s.kind == KernelKind::Dw) {
     dwKernel(k, s);
-    return k;
-  }
-  if (s.kind == KernelKind::WPanel || s.kind == KernelKind::DwPanel) {
-    panelKernel(k, s);
     return k;
   }
   if (s.kind == KernelKind::DxRound) {

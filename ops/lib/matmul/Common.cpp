@@ -18,6 +18,9 @@ void check_matmul_spec(const MatmulSpec &spec, bool reference) {
   // (The op serves empty products without a kernel; a kernel needs every extent.)
   if (spec.m < 1 || spec.n < 1 || spec.k < 1)
     throw Error(fmt::format("matmul: needs M, N, K >= 1, got {} x {} x {}", spec.m, spec.n, spec.k));
+  if (spec.b_cols < 0 || spec.c_cols < 0)
+    throw Error(fmt::format("matmul: b_cols and c_cols must be >= 0 (0: no window), got {} and {}", spec.b_cols,
+                            spec.c_cols));
   check_matmul_dtypes(spec, reference);
 }
 
@@ -42,7 +45,8 @@ std::string tile_unsupported(const MatmulSpec &spec) {
 }
 
 bool rows_of_16_bytes(const MatmulSpec &spec) {
-  int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
+  int64_t rowA = spec.trans_a ? spec.m : spec.k,
+          rowB = spec.trans_b ? (spec.b_cols > 0 ? spec.b_cols : spec.k) : spec.n;
   int64_t perRow = 16 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));
   return rowA % perRow == 0 && rowB % perRow == 0;
 }
@@ -147,11 +151,14 @@ std::optional<std::string> check_shared_memory(ops_detail::ImplKind kind, const 
 Params declare(Kernel &k, const MatmulSpec &spec, DType scalar) {
   Params p;
   p.a = k.input("a", spec.dtype, spec.trans_a ? std::vector<int64_t>{spec.k, spec.m} : std::vector<int64_t>{spec.m, spec.k});
-  p.b = k.input("b", spec.dtype, spec.trans_b ? std::vector<int64_t>{spec.n, spec.k} : std::vector<int64_t>{spec.k, spec.n});
+  const int64_t bK = spec.b_cols > 0 ? spec.b_cols : spec.k;
+  p.b = k.input("b", spec.dtype, spec.trans_b ? std::vector<int64_t>{spec.n, bK} : std::vector<int64_t>{bK, spec.n});
   if (spec.has_bias)
     p.bias = k.input("bias", spec.out_dtype, {spec.n});
-  p.c = k.output("c", spec.out_dtype, {spec.m, spec.n});
+  p.c = k.output("c", spec.out_dtype, {spec.m, spec.c_cols > 0 ? spec.c_cols : spec.n});
   p.alpha = k.scalar("alpha", scalar);
+  if (spec.windowed())
+    p.window = k.scalar("window", DType::I32);
   return p;
 }
 
@@ -168,18 +175,19 @@ void epilogue(const MatmulSpec &spec, const Params &p, Value acc, Value m0, Valu
   Value out = acc * cast(p.alpha, acc.dtype());
   if (spec.has_bias)
     out = out + cast(p.bias.load({n0}, {bn}), acc.dtype()).expand(0);
+  const Value cn = p.c_column(spec, n0);
   if (spec.accumulate && tma && spec.out_dtype == DType::F32) {
     // TMA's reduce-add: c's tile is never read into registers (one f32 add per element,
     // as the load-add-store below, so the sums are the same bit for bit).
-    p.c.tma_reduce_add({m0, n0}, out);
+    p.c.tma_reduce_add({m0, cn}, out);
     return;
   }
   if (spec.accumulate)
-    out = out + cast(p.c.load({m0, n0}, {acc.shape()[0], bn}), acc.dtype());
+    out = out + cast(p.c.load({m0, cn}, {acc.shape()[0], bn}), acc.dtype());
   if (tma)
-    p.c.tma_store({m0, n0}, cast(out, spec.out_dtype));
+    p.c.tma_store({m0, cn}, cast(out, spec.out_dtype));
   else
-    p.c.store({m0, n0}, cast(out, spec.out_dtype));
+    p.c.store({m0, cn}, cast(out, spec.out_dtype));
 }
 
 } // namespace matmul_impl

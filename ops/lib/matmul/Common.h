@@ -127,6 +127,12 @@ std::optional<std::string> check_shared_memory(ops_detail::ImplKind kind, const 
 struct Params {
   dsl::TensorArg a, b, bias, c;
   dsl::Value alpha;
+  /// The windows' start (MatmulSpec::b_cols / c_cols), or none.
+  std::optional<dsl::Value> window;
+  /// Where c's tile of product columns from n0 lies: n0, plus the window's start.
+  dsl::Value c_column(const MatmulSpec &spec, const dsl::Value &n0) const {
+    return spec.c_cols > 0 ? n0 + *window : n0;
+  }
 };
 Params declare(dsl::Kernel &k, const MatmulSpec &spec, DType scalar);
 dsl::Value cast(const dsl::Value &v, DType dtype);

@@ -26,7 +26,8 @@ std::string hopper_unsupported(const MatmulSpec &spec) {
   if (is_fp8(spec.dtype) && (spec.trans_a || !spec.trans_b))
     return fmt::format("the hopper matmul reads {} operands K-major only: a as [M, K] and b as [N, K] (trans_b)",
                        dtype_name(spec.dtype));
-  int64_t rowA = spec.trans_a ? spec.m : spec.k, rowB = spec.trans_b ? spec.k : spec.n;
+  int64_t rowA = spec.trans_a ? spec.m : spec.k,
+          rowB = spec.trans_b ? (spec.b_cols > 0 ? spec.b_cols : spec.k) : spec.n;
   if (!rows_of_16_bytes(spec))
     return fmt::format("the hopper matmul needs rows of a and b that are multiples of 16 bytes (TMA); a's rows "
                        "have {} elements, b's {}",
@@ -40,7 +41,8 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, dsl::next_power_of_two(spec.n));
   // An f32 c with rows of 16-byte multiples accumulates by TMA reduce-adds (the epilogue);
   // otherwise the epilogue holds c's tile beside the accumulator.
-  const bool reduceAdd = spec.out_dtype == DType::F32 && spec.n * 4 % 16 == 0 && dtype_size(spec.dtype) == 2;
+  const int64_t cRow = spec.c_cols > 0 ? spec.c_cols : spec.n;
+  const bool reduceAdd = spec.out_dtype == DType::F32 && cRow * 4 % 16 == 0 && dtype_size(spec.dtype) == 2;
   if (spec.accumulate && !reduceAdd) {
     config.block_n = std::min<int64_t>(config.block_n, 128);
     config.rebalance_registers = true;  // 168 registers a thread spilled; the consumers get 232
@@ -88,8 +90,9 @@ Kernel tma_ring_kernel(const MatmulSpec &spec, const MatmulConfig &config, bool 
   auto copies = [&](const Value &m0, const Value &n0, const Value &k0, const Value &slot) {
     Value a = spec.trans_a ? p.a.load_tma({k0, m0}, {bk, bm}, aRing, slot, ring.full, slot)
                            : p.a.load_tma({m0, k0}, {bm, bk}, aRing, slot, ring.full, slot);
-    Value b = spec.trans_b ? p.b.load_tma({n0, k0}, {bn, bk}, bRing, slot, ring.full, slot)
-                           : p.b.load_tma({k0, n0}, {bk, bn}, bRing, slot, ring.full, slot);
+    const Value bK = spec.b_cols > 0 ? k0 + *p.window : k0;
+    Value b = spec.trans_b ? p.b.load_tma({n0, bK}, {bn, bk}, bRing, slot, ring.full, slot)
+                           : p.b.load_tma({bK, n0}, {bk, bn}, bRing, slot, ring.full, slot);
     return std::vector<Value>{a, b};
   };
   // A step's a and b as the product reads them (a transposed slot is a view of it).
@@ -155,7 +158,8 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
   // strips beside the ring (1 KiB of slack each); otherwise the threads store.
   const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
-  bool tmaStore = config.tma_store && spec.n * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
+  const int64_t cRow = spec.c_cols > 0 ? spec.c_cols : spec.n;  // c's stored row
+  bool tmaStore = config.tma_store && cRow * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
                   hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
                           hopper_store_strip_bytes(config) <=
                       kHopperSharedLimit;
@@ -169,6 +173,8 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   TmaDotOptions options{.block_k = config.block_k, .stages = config.num_stages, .trans_a = spec.trans_a,
                         .trans_b = spec.trans_b, .warp_specialize = config.warp_specialize,
                         .cluster_m = cluster, .a_in_registers = config.a_in_registers};
+  if (spec.b_cols > 0)
+    options.b_k0 = *p.window;
   Value first = cluster == 1 ? k.program_id(0) : k.program_id(0) / Value(cluster);
   auto tile = [&](Value unit) {
     auto [m0, n0] = grouped_block(unit, gridM, gridN, std::max<int64_t>(1, config.group_m / cluster), bm * cluster, bn);

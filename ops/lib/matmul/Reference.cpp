@@ -14,6 +14,8 @@ using namespace dsl;
 Kernel matmul_reference_kernel(const MatmulSpec &spec) {
   using namespace matmul_impl;
   check_matmul_spec(spec, true);
+  if (spec.windowed())
+    throw NotSupported("matmul: windows of b or c (b_cols / c_cols) need the hopper kernel");
   constexpr int64_t bm = 16, bn = 16, bk = 8;
   DType accType = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
   Kernel k("matmul_reference", {4});

@@ -45,6 +45,8 @@ MatmulConfig default_config(const MatmulSpec &spec) {
 
 Kernel matmul_kernel(const MatmulSpec &spec, const MatmulConfig &config) {
   check_matmul_spec(spec, false);
+  if (spec.windowed())
+    throw NotSupported("matmul: windows of b or c (b_cols / c_cols) need the hopper kernel");
   if (std::string why = tile_unsupported(spec); !why.empty())
     throw NotSupported("matmul: " + why + "; use hopper (sm_90a) or reference");
   int64_t bm = config.block_m, bn = config.block_n, bk = config.block_k;

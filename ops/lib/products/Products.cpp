@@ -118,7 +118,7 @@ std::optional<std::string> check_tma_block_shape(int64_t bk, const char *cols_ke
 }
 
 void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKernelKind kind, const MatmulSpec &spec,
-                        TensorView a, TensorView b, TensorView c) {
+                        TensorView a, TensorView b, TensorView c, int64_t window) {
   static const char *names[] = {"reference", "tile", "hopper"};
   MatmulConfig mc = kind == MatmulKernelKind::Hopper ? default_hopper_config(spec, ex.sm_count())
                     : kind == MatmulKernelKind::Tile ? default_config(spec)
@@ -126,8 +126,8 @@ void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKe
   KernelKey key = ops_detail::specializationKey(
       fmt::format("{}_matmul_{}", op, names[int(kind)]).c_str(),
       {spec.m, spec.n, spec.k, int64_t(spec.dtype), int64_t(spec.out_dtype), spec.trans_a, spec.trans_b,
-       spec.accumulate, mc.block_m, mc.block_n, mc.block_k, mc.group_m, mc.num_warps, mc.num_stages,
-       mc.warp_specialize, mc.cluster_m, mc.tma_store, mc.programs, mc.rebalance_registers});
+       spec.accumulate, spec.b_cols, spec.c_cols, mc.block_m, mc.block_n, mc.block_k, mc.group_m, mc.num_warps,
+       mc.num_stages, mc.warp_specialize, mc.cluster_m, mc.tma_store, mc.programs, mc.rebalance_registers});
   ex.launch(
       key,
       [=] {
@@ -138,7 +138,11 @@ void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKe
         }
         return matmul_reference_kernel(spec);
       },
-      {std::move(a), std::move(b), std::move(c), ops_detail::KernelExecutor::Arg::value(1.0)});
+      spec.windowed() ? std::vector<ops_detail::KernelExecutor::Arg>{std::move(a), std::move(b), std::move(c),
+                                                                     ops_detail::KernelExecutor::Arg::value(1.0),
+                                                                     ops_detail::KernelExecutor::Arg::value(double(window))}
+                      : std::vector<ops_detail::KernelExecutor::Arg>{std::move(a), std::move(b), std::move(c),
+                                                                     ops_detail::KernelExecutor::Arg::value(1.0)});
 }
 
 } // namespace tokamax

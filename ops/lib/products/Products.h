@@ -166,9 +166,10 @@ enum class MatmulKernelKind : uint8_t {
 };
 /// c (+)= op(a) @ op(b) (alpha 1, no bias; spec.accumulate adds to c) on the `kind`
 /// kernel, keyed as "<op>_matmul_<kind>": the dx / dw products of the gated linear unit's
-/// and the cross-entropy's VJPs.
+/// and the cross-entropy's VJPs. A windowed spec (b_cols / c_cols, hopper only) reads b's
+/// or writes c's window from column (or row) `window` of the tensor given.
 void launch_matmul_step(ops_detail::KernelExecutor &ex, const char *op, MatmulKernelKind kind, const MatmulSpec &spec,
-                        TensorView a, TensorView b, TensorView c);
+                        TensorView a, TensorView b, TensorView c, int64_t window = 0);
 
 /// acc + a @ b by exact multiply-adds in acc's dtype (a [bm, bk], b [bk, bn] in it):
 /// the reference kernels' product, no tensor cores.

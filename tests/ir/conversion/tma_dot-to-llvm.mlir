@@ -229,3 +229,22 @@ func.func @in_order_a_in_registers(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c:
   tile.block_store %c[%c0, %c0], %r {dims = array<i64: 64, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<64x128xf32>
   return
 }
+
+// -----
+
+// A window of b (b_k0, an i32 known at run time): b is [128, 1024] while op(a)'s K is 256,
+// and b's slices load from K coordinate k0 + b_k0 while a's load from k0.
+
+// CHECK-LABEL: llvm.func @window
+// CHECK-SAME: %arg3: i32
+// CHECK: %[[BK:.*]] = arith.addi %[[K:.*]], %arg3 : i32
+// CHECK: cp.async.bulk.tensor.2d{{.*}}"r,l,r,r,r" %{{.*}}, %arg4, %[[K]], %{{.*}}, %{{.*}} :
+// CHECK: cp.async.bulk.tensor.2d{{.*}}"r,l,r,r,r" %{{.*}}, %arg5, %[[BK]], %{{.*}}, %{{.*}} :
+func.func @window(%a: !tile.ptr<bf16>, %b: !tile.ptr<bf16>, %c: !tile.ptr<f32>, %off: i32) attributes {tile.kernel, tile.num_warps = 8 : i32, tile.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %z = arith.constant 0.0 : f32
+  %acc = tile.splat %z : f32 -> tensor<128x128xf32>
+  %r = tile.tma_dot %a, %b[%c0, %c0], %acc b_k0 %off {a_dims = array<i64: 128, 256>, b_dims = array<i64: 128, 1024>, block_k = 64 : i64, stages = 2 : i64, trans_a = false, trans_b = true} : !tile.ptr<bf16>, !tile.ptr<bf16>, tensor<128x128xf32>
+  tile.block_store %c[%c0, %c0], %r {dims = array<i64: 128, 128>, strides = array<i64: 128, 1>} : <f32>, tensor<128x128xf32>
+  return
+}

@@ -510,3 +510,72 @@ TEST_CASE("a kernel asking for more shared memory than its target has is refused
   config.num_stages = 4;  // 192 KiB: compiles
   CHECK_NOTHROW(compile(matmul_hopper_kernel(spec, config), options));
 }
+
+TEST_CASE("hopper matmul: windows of b and c (b_cols / c_cols) read and write in place", "[matmul][hopper]") {
+  // The cross-entropy VJP's products: dx (+)= dlogits @ w[:, c0 : c0 + C]^T (b's K window)
+  // and dw[:, c0 : c0 + C] = x^T @ dlogits (c's column window), here with K and N ragged
+  // and windows in the middle, at the start and overhanging the stored extent (K past it
+  // reads 0, columns past it are dropped). c's other columns must stay as they were.
+  const DType dtype = DType::BF16;
+  for (bool transB : {true, false})
+    for (int64_t window : {0, 40, 96}) {
+      // b's K window: op(b) [K = 64, N = 72] from column (trans_b) or row `window` of b,
+      // stored with 136 along K.
+      const int64_t M = 80, N = 72, K = 64, extent = 136;
+      MatmulSpec spec{M, N, K, dtype, DType::F32, false, transB};
+      spec.b_cols = extent;
+      INFO(describe(spec) << " b window from " << window);
+      std::vector<double> a = test::random_values(M * K, dtype, 11, 0.05, 2.0),
+                          wide = test::random_values(extent * N, dtype, 12, 0.05, 2.0);  // [extent, N] logical
+      std::vector<uint8_t> ab = test::to_bytes(a, dtype),
+                           bb = test::to_bytes(transB ? test::stored(wide, extent, N, true) : wide, dtype),
+                           cb = test::to_bytes(std::vector<double>(M * N, std::nan("")), DType::F32);
+      std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size()),
+                                HostArg::tensor(cb.data(), cb.size()), HostArg::value(1.0),
+                                HostArg::value(double(window))};
+      interpret(matmul_hopper_kernel(spec, default_hopper_config(spec)), args);
+      std::vector<double> got = test::from_bytes(cb, DType::F32), ref(M * N);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+          for (int64_t k = 0; k < K && window + k < extent; ++k)
+            ref[i * N + j] += a[i * K + k] * wide[(window + k) * N + j];
+      CHECK(test::rel_error(got, ref) < 1e-6);
+    }
+  for (bool accumulate : {false, true})
+    for (int64_t window : {0, 56, 120}) {
+      // c's column window: op(a) @ b [M = 64, N = 64] into columns from `window` of c
+      // [64, 152] (the last window overhangs by 32 columns).
+      const int64_t M = 64, N = 64, K = 48, extent = 152;
+      MatmulSpec spec{M, N, K, dtype, DType::F32, true, false};
+      spec.c_cols = extent;
+      spec.accumulate = accumulate;
+      INFO(describe(spec) << " c window from " << window << (accumulate ? " accumulating" : ""));
+      std::vector<double> a = test::random_values(M * K, dtype, 21, 0.05, 2.0),
+                          b = test::random_values(K * N, dtype, 22, 0.05, 2.0),
+                          c = test::random_values(M * extent, DType::F32, 23, 0.5, 1.0);
+      std::vector<uint8_t> ab = test::to_bytes(test::stored(a, M, K, true), dtype), bb = test::to_bytes(b, dtype),
+                           cb = test::to_bytes(c, DType::F32);
+      std::vector<HostArg> args{HostArg::tensor(ab.data(), ab.size()), HostArg::tensor(bb.data(), bb.size()),
+                                HostArg::tensor(cb.data(), cb.size()), HostArg::value(1.0),
+                                HostArg::value(double(window))};
+      interpret(matmul_hopper_kernel(spec, default_hopper_config(spec)), args);
+      std::vector<double> got = test::from_bytes(cb, DType::F32), ref = c;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N && window + j < extent; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k)
+            s += a[i * K + k] * b[k * N + j];
+          ref[i * extent + window + j] = (accumulate ? c[i * extent + window + j] : 0.0) + s;
+        }
+      CHECK(test::rel_error(got, ref) < 1e-6);
+      size_t untouched = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < extent; ++j)
+          untouched += (j < window || j >= window + N) && got[i * extent + j] == c[i * extent + j];
+      CHECK(untouched == size_t(M * (extent - std::min<int64_t>(N, extent - window))));
+    }
+  // Only the hopper kernel takes windows.
+  MatmulSpec windowed{64, 64, 64, dtype, DType::F32, false, true};
+  windowed.b_cols = 128;
+  CHECK_THROWS_AS(matmul_kernel(windowed, default_config(windowed)), NotSupported);
+}

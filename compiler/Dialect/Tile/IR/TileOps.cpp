@@ -442,7 +442,8 @@ namespace {
 /// Checks shared by the main-loop dots: kernel tensor operands of one element type,
 /// matching K, a 2-D f32 accumulator, stages in [2, 8], rows of whole 16-byte chunks
 /// (TMA boxes and cp.async chunks both move 16 bytes at a time).
-template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem) {
+/// `windowedB`: op(b)'s K is a window from a run-time start, so b's stored K may differ.
+template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem, bool windowedB = false) {
   if (!isKernelParameter(op.getA()) || !isKernelParameter(op.getB()))
     return op.emitOpError("a and b must be kernel tensor parameters");
   elem = pointee(op.getA().getType());
@@ -451,7 +452,7 @@ template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem) {
   if (op.getADims().size() != 2 || op.getBDims().size() != 2)
     return op.emitOpError("a and b must be 2-D");
   int64_t kb = op.getTransB() ? op.getBDims()[1] : op.getBDims()[0];
-  if (op.getK() != kb)
+  if (op.getK() != kb && !windowedB)
     return op.emitOpError("inner dimensions differ: op(a) has K = ") << op.getK() << ", op(b) has K = " << kb;
   auto acc = op.getAcc().getType();
   if (acc.getRank() != 2 || !acc.getElementType().isF32())
@@ -471,7 +472,7 @@ template <class Op> LogicalResult verifyMainLoopDot(Op op, Type &elem) {
 
 LogicalResult TmaDotOp::verify() {
   Type elem;
-  if (failed(verifyMainLoopDot(*this, elem)))
+  if (failed(verifyMainLoopDot(*this, elem, static_cast<bool>(getBK0()))))
     return failure();
   bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
   if (!elem.isBF16() && !elem.isF16() && !fp8)

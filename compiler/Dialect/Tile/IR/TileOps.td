@@ -484,7 +484,8 @@ class Tile_MainLoopDotOp<string mnemonic, dag extraArgs> :
   let hasVerifier = 1;
 }
 
-def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAttr, "false">:$warp_specialize,
+def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins Optional<I32>:$b_k0,
+                                                     DefaultValuedAttr<BoolAttr, "false">:$warp_specialize,
                                                      DefaultValuedAttr<I64Attr, "1">:$cluster_m,
                                                      DefaultValuedAttr<BoolAttr, "false">:$a_in_registers,
                                                      DefaultValuedAttr<BoolAttr, "false">:$rebalance_registers)> {
@@ -527,6 +528,13 @@ def Tile_TmaDotOp : Tile_MainLoopDotOp<"tma_dot", (ins DefaultValuedAttr<BoolAtt
     of two CTAs that compute vertically adjacent blocks of C: they must pass the same
     `n0` and run the op equally often. Each loads its own slices of a and half of b's,
     which TMA multicasts into both CTAs' rings, halving b's traffic from L2.
+
+    With `b_k0` (an i32 known at run time), op(b)'s K runs from b_k0 over op(a)'s K: a
+    window of a wider b (its stored K may be anything), e.g. a chunk of a weight's
+    columns read in place; K past b's stored extent reads as zero.
+  }];
+  let assemblyFormat = [{
+    $a `,` $b `[` $m0 `,` $n0 `]` `,` $acc (`b_k0` $b_k0^)? attr-dict `:` type($a) `,` type($b) `,` type($acc)
   }];
 }
 

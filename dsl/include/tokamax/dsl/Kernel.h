@@ -161,6 +161,10 @@ struct TOKAMAX_API TmaDotOptions {
   /// producer with 40 registers per thread and the kernel's warps with what that frees
   /// (setmaxnreg). Needs warp_specialize.
   bool rebalance_registers = false;
+  /// op(b)'s K runs from this i32 (known at run time) over op(a)'s K: a window of a
+  /// wider b (e.g. a chunk of a weight's columns, read in place); b's stored K may then
+  /// differ from a's, and K past it reads as zero.
+  std::optional<Value> b_k0;
 };
 
 /// acc + op(a)[m0 : m0 + BM, :] @ op(b)[:, n0 : n0 + BN] summed over all of K, with

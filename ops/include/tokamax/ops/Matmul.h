@@ -37,6 +37,13 @@ struct TOKAMAX_API MatmulSpec {
   /// c += alpha * op(a) @ op(b) (+ bias): c's tile is read before it is written (kernels
   /// that other ops' plans run; the matmul op itself overwrites c)
   bool accumulate = false;
+  /// Windows of wider tensors, from the launch's `window` (an i32 after alpha; the
+  /// hopper kernels only): b_cols > 0 makes b's stored K extent b_cols (b is [N, b_cols]
+  /// with trans_b, else [b_cols, N]) and op(b)'s K the window from `window`; c_cols > 0
+  /// makes c [M, c_cols] and the product's columns those from `window`. E.g. a chunk of a
+  /// weight's columns read, or a gradient's written, in place.
+  int64_t b_cols = 0, c_cols = 0;
+  bool windowed() const { return b_cols > 0 || c_cols > 0; }
 };
 
 struct TOKAMAX_API MatmulConfig {
