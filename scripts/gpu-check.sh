@@ -454,7 +454,8 @@ if wants xent-reduce; then
   if [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ]; then
     old=$(mktemp -d)
     tar -C "$old" -xJf "$TOKAMAX_OLD_PACKAGE"
-    for r in 1 2; do
+    rounds="1 2"; [ -n "${TOKAMAX_QUICK:-}" ] && rounds=1
+    for r in $rounds; do
       for which in old new; do
         b=$bin; [ $which = old ] && b=$old/tokamax/bin
         TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-reduce-$which-$r" "${t[@]}" 90 \
@@ -475,8 +476,8 @@ if wants xent-profile; then
   t=(timeout -k 10)
   for which in new old; do
     b=$bin
-    if [ $which = old ]; then
-      [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ] || continue
+    if [ $which = old ]; then  # (not with TOKAMAX_QUICK)
+      [ -z "${TOKAMAX_QUICK:-}" ] && [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ] || continue
       oldp=$(mktemp -d)
       tar -C "$oldp" -xJf "$TOKAMAX_OLD_PACKAGE"
       b=$oldp/tokamax/bin
