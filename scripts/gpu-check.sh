@@ -101,9 +101,9 @@
 #   python-quick (named only) gpu_check.py (torch and jax) and pytest over tests/python,
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
-#   next        (run it first next time; about 10 minutes: TOKAMAX_QUICK=1 for 7)
-#               heuristics2 and xent-chunks: what was built without a GPU
-#               (performance.md's "Built without a GPU, waiting for one")
+#   next        (run it first next time) what was built without a GPU (performance.md's
+#               "Built without a GPU, waiting for one"); nothing waits now, so `house`:
+#               the GPU tests of the main ops and the hopper attention beside SDPA
 #   heuristics2 (named only) the configs of 2026-12-07's third round A/Bs against
 #               float64: the hopper VJP with stats_ahead at head dim 64 ([stats_ahead]),
 #               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
@@ -136,7 +136,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/heuristics2 xent-chunks}  # what waits for a GPU, in one call
+parts=${parts/next/house}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)

@@ -26,6 +26,7 @@ struct HopperPtx {
   bool no_ldmatrix = true;              ///< every operand from shared memory by descriptor or registers
   size_t tensor_maps = 0;
   std::optional<uint32_t> threads;      ///< the launch's block threads
+  bool injected_wait = false;           ///< ptxas may add a warpgroup.wait (C7517) where measured faster anyway
 };
 
 inline void check_hopper_ptx(const tokamax::CompiledKernel &compiled, const HopperPtx &want, const std::string &ptxas) {
@@ -60,7 +61,8 @@ inline void check_hopper_ptx(const tokamax::CompiledKernel &compiled, const Hopp
   CHECK(count(log, "serialized") == 0);
   // No wait added by ptxas (C7517): it comes where a product in flight meets another
   // path, or its registers are shared.
-  CHECK(count(log, "warpgroup.wait is injected") == 0);
+  if (!want.injected_wait)
+    CHECK(count(log, "warpgroup.wait is injected") == 0);
 }
 
 /// `kernel` lowered to PTX for sm_90a (not assembled).

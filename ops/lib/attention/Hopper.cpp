@@ -206,14 +206,19 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   // registers for them) went further: on the H100 (32, 2048, 16, 64) 439.3 / 439.2
   // against 423.8 / 420.9 with 128-key steps and overlap, one call; causal they lost
   // (323.7 against 326.5), at head dim 128 they pass shared memory.
+  // Where pairs are hidden only at the sequences' ends (lengths, packed sequences),
+  // 128-key steps with overlap too: on the H100 packed S1 / S2 406.1 / 640.3 against
+  // 394.8 / 608.3 without, length-masked 409.1 / 631.6 against 396.6 / 615.8 (one call;
+  // 256-key steps spill with lengths).
   const int64_t dim = std::max(padded_head_dim(p.H), padded_head_dim(p.Hv));
-  const bool hidesNothing = !p.causal && p.left < 0 && p.right < 0 && !p.mask && !p.q_lengths && !p.kv_lengths;
+  const bool edgesOnly = !p.causal && p.left < 0 && p.right < 0 && !p.mask;
+  const bool hidesNothing = edgesOnly && !p.q_lengths && !p.kv_lengths;
   auto blocks = [&](int64_t warps, int64_t keyStep) {
     return HopperForwardConfig{.block_q = 16 * warps,
                                .block_kv = keyStep,
                                .num_warps = warps,
                                .stages = 2,
-                               .overlap = warps == 8 && hidesNothing && keyStep < 256,
+                               .overlap = warps == 8 && edgesOnly && keyStep < 256,
                                .pingpong = warps == 8};
   };
   // Where those blocks pass a block's shared memory, narrower key steps, then 4 warps:
@@ -318,10 +323,15 @@ HopperVjpConfig HopperVjp::heuristic(const Problem &p) {
   int64_t queryStep = 64;
   while (queryStep > 16 && 2 * queryStep + p.H + p.Hv > 384)
     queryStep /= 2;
-  const HopperVjpConfig preferred{.dkdv_query_step = queryStep,
-                                  .dq_key_step = std::min<int64_t>(128, pow2_at_least(p.S, 16)),
-                                  .num_warps = std::max(p.T, p.S) > 64 ? 8 : 4,
-                                  .stages = 2};
+  // On 8 warps where the registers allow (head dim 64), each step's row statistics loaded
+  // by the step before (stats_ahead): on the H100 (32, 2048, 16, 64) 357.3 / 357.2
+  // against 351.7 / 348.3, causal 286.8 / 286.4 against 277.1 / 279.3, alternating in
+  // one call.
+  HopperVjpConfig preferred{.dkdv_query_step = queryStep,
+                            .dq_key_step = std::min<int64_t>(128, pow2_at_least(p.S, 16)),
+                            .num_warps = std::max(p.T, p.S) > 64 ? 8 : 4,
+                            .stages = 2};
+  preferred.stats_ahead = preferred.num_warps == 8 && (p.H + p.Hv) / 2 + 2 * queryStep <= 192;
   // Where those pass a block's shared memory, narrower steps, then 4 warps.
   return firstFitting<HopperVjp>(p, preferred, [&](const HopperVjpConfig &c) -> std::optional<HopperVjpConfig> {
     if (std::max(c.dkdv_query_step, c.dq_key_step) > 16)
