@@ -102,17 +102,20 @@ class HostBackend:
         for name, o, s in zip(output_names, outputs, call.outputs):
             if not isinstance(o, np.ndarray):
                 raise TypeError(f"{name}: expected a numpy array like the other arguments, got {type(o).__name__}")
-            check_output(name, o.dtype, np.dtype(o.dtype) == numpy_dtype(s.dtype), tuple(o.shape), s,
+            check_output(name, o.dtype, np.dtype(o.dtype) == numpy_dtype(s.dtype), tuple(o.shape),
+                         _capi.DTYPE_NAMES.get(s.dtype, s.dtype), tuple(s.shape),
                          o.flags.c_contiguous and o.flags.writeable, "a C-contiguous, writeable numpy array")
         call.run_pointers([a.ctypes.data for a in arrays], [o.ctypes.data for o in outputs])
 
 
-def check_output(name: str, dtype, same_dtype: bool, shape: tuple, spec, in_place_ok: bool, what: str) -> None:
+def check_output(name: str, dtype, same_dtype: bool, shape: tuple, expected_dtype, expected_shape: tuple,
+                 in_place_ok: bool, what: str) -> None:
     """TypeError / ValueError naming a caller's output (written in place) that is not what
-    the call writes: its dtype, its shape, its layout (`in_place_ok`, `what` it must be)."""
+    the call writes (`expected_dtype`, `expected_shape`): its dtype, its shape, its layout
+    (`in_place_ok`, `what` it must be)."""
     if not same_dtype:
-        raise TypeError(f"{name}: expected {_capi.DTYPE_NAMES.get(spec.dtype, spec.dtype)}, got {dtype}")
-    if shape != tuple(spec.shape):
-        raise ValueError(f"{name}: expected shape {tuple(spec.shape)}, got {shape}")
+        raise TypeError(f"{name}: expected {expected_dtype}, got {dtype}")
+    if shape != expected_shape:
+        raise ValueError(f"{name}: expected shape {expected_shape}, got {shape}")
     if not in_place_ok:
         raise ValueError(f"{name}: the call writes it in place, so it must be {what}")

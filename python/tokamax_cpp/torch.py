@@ -459,11 +459,9 @@ class _TorchBackend:
         _device_of(tensors)  # one device for all, or a ValueError naming them
 
         def given(specs):
-            for name, o, spec in zip(output_names, outputs, specs):
-                shape, dtype = spec
-                code = _TO_CODE.get(dtype)
-                check_output(name, o.dtype, o.dtype == dtype, tuple(o.shape), _capi.OutputSpec((code, tuple(shape))),
-                             o.is_contiguous(), "a contiguous tensor")
+            for name, o, (shape, dtype) in zip(output_names, outputs, specs):
+                check_output(name, o.dtype, o.dtype == dtype, tuple(o.shape), dtype, tuple(shape), o.is_contiguous(),
+                             "a contiguous tensor")
             return list(outputs)
 
         _run(op, input_names, list(inputs), _options_text(tuple(options.items())), given=given)

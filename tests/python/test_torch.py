@@ -306,6 +306,10 @@ def test_paged_kv_append_in_place():
     with pytest.raises(ValueError, match="k_pages: the call writes it in place"):
         tokamax.paged_kv_append(k, v, t(table), t(lengths), k_pages.transpose(1, 2).contiguous().transpose(1, 2),
                                 v_pages)
+    with pytest.raises(TypeError, match=r"k_pages: expected torch.bfloat16, got torch.float16"):
+        tokamax.paged_kv_append(k, v, t(table), t(lengths), k_pages.half(), v_pages)
+    with pytest.raises(ValueError, match=r"v_pages: expected shape \(4, 8, 2, 16\), got \(4, 8, 2, 8\)"):
+        tokamax.paged_kv_append(k, v, t(table), t(lengths), k_pages, v_pages[..., :8].contiguous())
     meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in (k, v, t(table), t(lengths), k_pages, v_pages)]
     with pytest.raises(NotImplementedError, match="runs eagerly only"):
         tokamax.paged_kv_append(*meta)
