@@ -102,8 +102,10 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"); nothing waits now, so `house`:
-#               the GPU tests of the main ops and the hopper attention beside SDPA
+#               "Built without a GPU, waiting for one"): ragged-stores
+#   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
+#               ("tma_store": 1): the device test, then the bench shape against the
+#               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)
 #   heuristics2 (named only) the configs of 2026-12-07's third round A/Bs against
 #               float64: the hopper VJP with stats_ahead at head dim 64 ([stats_ahead]),
 #               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
@@ -136,7 +138,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/house}  # what waits for a GPU, in one call
+parts=${parts/next/ragged-stores}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -435,6 +437,27 @@ if wants ragged-sweep; then
            '{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":264}'; do
     TAIL=4 run "ragged-sweep-$(echo "$c" | tr -dc '0-9' | cut -c1-16)" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" \
       --impl hopper --config "$c"
+  done
+fi
+if wants ragged-stores; then
+  t=(timeout -k 10)
+  # ragged_dot's rows kernels with tma_store (whole tiles by TMA stores, a group's partial
+  # tile by masked stores): the device test against float64, then the bench shape at the
+  # heuristic and with tma_store, alternating, twice, beside torch's grouped mm. If it
+  # wins, the heuristic takes it.
+  TAIL=4 run ragged-stores-tests "${t[@]}" 200 "$bin/tokamax-gpu-tests" "[tma_store]" --durations yes
+  rs_peers=()
+  if has_torch; then
+    TAIL=4 run ragged-stores-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" \
+      --json "$out/ragged-stores-peers.json"
+    rs_peers=(--peers "$out/ragged-stores-peers.json")
+  fi
+  heur='{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":-1'
+  for r in 1 2; do
+    TAIL=4 run "ragged-stores-heuristic-$r" "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+      --config "$heur}" "${rs_peers[@]}"
+    TAIL=4 run "ragged-stores-tma-$r" "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+      --config "$heur,\"tma_store\":1}" "${rs_peers[@]}"
   done
 fi
 if wants xent-reduce; then

@@ -49,6 +49,10 @@ struct Blocks {
   /// With tma, the VJP's drhs kernel's whole steps on wgmma (both operands read from its
   /// cp.async ring by descriptors) instead of mma.sync.
   bool drhs_wgmma = false;
+  /// With tma, the rows kernels: a tile whose rows all belong to its group leaves through
+  /// shared memory by TMA stores (the consumers go on while it is written out); a group's
+  /// last, partial tile by masked thread stores.
+  bool tma_store = false;
 };
 
 /// The most groups a persistent rows kernel serves: it holds every group's first row
@@ -122,9 +126,11 @@ struct Tile { TOKAMAX_IMPLEMENTATION_MEMBERS(Impl::Tile, ragged_detail::Problem,
 /// dlhs), an optional persistent grid.
 struct HopperConfig : HopperBlocks {
   std::optional<int64_t> programs;  ///< -1: one per SM, 0 (or absent): one per tile, or a count
+  std::optional<int64_t> tma_store;  ///< 1: the rows kernels' whole tiles leave by TMA stores (Blocks::tma_store)
 
   static constexpr auto keys = std::tuple_cat(
-      HopperBlocks::keys, std::tuple{ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional}});
+      HopperBlocks::keys, std::tuple{ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional},
+                                     ConfigKey{"tma_store", &HopperConfig::tma_store, KeyUse::Optional}});
   bool operator==(const HopperConfig &) const = default;
 };
 

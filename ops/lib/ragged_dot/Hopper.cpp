@@ -2,8 +2,9 @@
 //
 // tile's kernels with the rows kernels always on TMA rings (tile's "tma" configs) and the
 // VJP's drhs on wgmma (both operands from its cp.async ring), so the config holds the
-// blocks and the rings' depth only: block_m, block_n, block_k, num_warps, stages, and
-// programs (the rows kernels on a persistent grid). First in auto's order (sm_90a). At
+// blocks and the rings' depth only: block_m, block_n, block_k, num_warps, stages,
+// programs (the rows kernels on a persistent grid) and tma_store (their whole tiles
+// stored by TMA). First in auto's order (sm_90a). At
 // 8 groups, M 32768, K = N = 4096 bf16 on an H100 the heuristic's persistent [128, 256]
 // tiles took 1.749 ms forward / 6.010 ms forward + backward, against 2.125 / 6.706 at
 // [128, 128] one program a tile and 7.735 with the drhs on mma.sync.
@@ -55,6 +56,7 @@ Blocks hopperBlocks(const Problem &p, const Hopper::Config &c, int64_t sm_count)
   const int64_t programs = c.programs.value_or(0);
   blocks.programs = programs < 0 ? sm_count : programs;
   blocks.drhs_wgmma = true;
+  blocks.tma_store = c.tma_store.value_or(0) != 0;
   return blocks;
 }
 
@@ -66,6 +68,8 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
     return fmt::format("programs (a persistent grid of the rows kernels: -1 one per SM, 0 one per tile, or a count) "
                        "must be >= -1, got {}",
                        programs);
+  if (c.tma_store && *c.tma_store != 0 && *c.tma_store != 1)
+    return fmt::format("tma_store must be 0 or 1, got {}", *c.tma_store);
   if (programs != 0 && p.G > kPersistentMaxGroups)
     return fmt::format("programs: a persistent rows kernel serves at most {} groups, got {}", kPersistentMaxGroups,
                        p.G);
@@ -83,6 +87,10 @@ std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   persistent.programs = -1;
   products_detail::add_new(space, perTile, valid);
   products_detail::add_new(space, persistent, valid);
+  // The heuristic with its rows kernels' whole tiles stored by TMA.
+  Config stores = space.front();
+  stores.tma_store = 1;
+  products_detail::add_new(space, stores, valid);
   return space;
 }
 

@@ -43,7 +43,7 @@ KernelKey RowsKernelSpec::key() const {
   return ops_detail::specializationKey(trans_rhs ? "ragged_dot_dlhs" : "ragged_dot",
                                        {M, R, C, G, int64_t(dtype), int64_t(compute), blocks.exact, blocks.block_m,
                                         blocks.block_n, blocks.block_k, blocks.num_warps, blocks.async_copy,
-                                        blocks.stages, blocks.tma, blocks.programs});
+                                        blocks.stages, blocks.tma, blocks.programs, blocks.tma && blocks.tma_store});
 }
 
 KernelKey GroupsKernelSpec::key() const {
@@ -160,9 +160,19 @@ void checkExtents(const char *what, int64_t a, int64_t b, int64_t c, int64_t g) 
 /// the next group's programs) and columns below C.
 void storeRows(Kernel &k, const RowsKernelSpec &s, const TensorArg &out, const RowTile &tile, const Value &n0,
                const Value &acc) {
-  Value rows = tile.row0 + k.arange(0, s.blocks.block_m), cols = n0 + k.arange(0, s.blocks.block_n);
-  Value mask = (rows < tile.row_end).expand(1) & (cols < Value(s.C)).expand(0);
-  store(out.ptr() + (rows.expand(1) * Value(s.C) + cols.expand(0)), acc.to(s.dtype), mask);
+  const int64_t bm = s.blocks.block_m;
+  auto masked = [&] {
+    Value rows = tile.row0 + k.arange(0, bm), cols = n0 + k.arange(0, s.blocks.block_n);
+    Value mask = (rows < tile.row_end).expand(1) & (cols < Value(s.C)).expand(0);
+    store(out.ptr() + (rows.expand(1) * Value(s.C) + cols.expand(0)), acc.to(s.dtype), mask);
+  };
+  if (!(s.blocks.tma && s.blocks.tma_store))
+    return masked();
+  // TMA drops only what passes the tensor (columns past C, rows past M), so a tile with
+  // rows of the next group (or none left) stores element by element.
+  Value whole = tile.row_end - tile.row0 >= Value(bm);
+  k.when(whole, [&] { out.tma_store({tile.row0, n0}, acc.to(s.dtype)); });
+  k.when(tile.row_end - tile.row0 < Value(bm), masked);
 }
 
 /// The TMA copies of one step of a rows kernel's tile: lhs's block (rows past M where

@@ -149,3 +149,29 @@ TEST_CASE("ragged_dot on the device: hopper's rows kernels on a persistent grid"
         check(checkVjp(c, seed++, onDevice(true)));
       }
 }
+
+TEST_CASE("ragged_dot on the device: hopper's rows kernels store whole tiles by TMA", "[gpu][ragged_dot][tma_store]") {
+  if (!gpu_test::sm90a_or_skip("the hopper implementation"))
+    return;
+  // tma_store: a tile whose rows all belong to its group leaves by TMA stores, a group's
+  // partial last tile (and the zero tail's) by masked stores; persistent and one program a
+  // tile, groups of whole tiles and uneven ones, [128, 128] and [128, 256] tiles.
+  uint64_t seed = 1300;
+  struct Shape {
+    int64_t m, k, n, g;
+  };
+  for (Shape s : {Shape{1000, 512, 1000, 8}, Shape{1554, 256, 512, 16}})
+    for (int64_t bn : {128, 256})
+      for (int64_t programs : {-1, 0}) {
+        Config config{{"block_m", 128}, {"block_n", bn}, {"block_k", 64}, {"num_warps", 8},
+                      {"stages", 3},    {"programs", programs}, {"tma_store", 1}};
+        Case c{s.m, s.k, s.n, randomSizes(s.g, s.m, seed), DType::BF16, "hopper", config};
+        check(checkForward(c, seed++, onDevice(false)));
+        check(checkVjp(c, seed++, onDevice(true)));
+      }
+  Config config{{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"num_warps", 8},
+                {"stages", 3},    {"programs", -1}, {"tma_store", 1}};
+  Case whole{1024, 512, 512, {256, 0, 512, 128, 128}, DType::F16, "hopper", config};
+  check(checkForward(whole, seed++, onDevice(false)));
+  check(checkVjp(whole, seed++, onDevice(true)));
+}

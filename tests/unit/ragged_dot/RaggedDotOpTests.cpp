@@ -227,13 +227,17 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   // The rows kernels persistent at [128, 128] and [128, 256] tiles (8 groups, and the 16
   // whose starts the producer holds at most), and the VJP's drhs on wgmma from its
   // cp.async ring, assemble without spills.
+  // With tma_store the rows kernels' whole tiles leave by TMA stores (a third tensor map).
   const BoundArgs sixteen = forwardArgs(DType::BF16, 32768, 4096, 4096, 16);
   for (int64_t bn : {128, 256})
-    for (const BoundArgs &b : {fwd, vjpArgs(fwd), sixteen, vjpArgs(sixteen)}) {
+    for (const BoundArgs &b : {fwd, vjpArgs(fwd), sixteen, vjpArgs(sixteen)})
+      for (int64_t tmaStore : {0, 1}) {
       const Implementation &impl = find_op(b.op)->implementation("hopper");
       Config c2 = impl.heuristic(b);
       c2.set("block_n", bn);
       c2.set("programs", -1);
+      if (tmaStore)
+        c2.set("tma_store", 1);
       if (bn == 256 && b.op == "ragged_dot_vjp")
         c2.set("stages", 3);  // drhs's cp.async ring: four [64, 128 + 256] slots exceed the shared memory
       INFO(b.op << " block_n " << bn << ": " << impl.check_config(b, c2).value_or("valid"));
@@ -244,8 +248,11 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
         options.assemble = false;
         options.arch = "sm_90a";
         CompiledKernel compiled = compile(kernel, options);
-        INFO(kernel.name() << " block_n " << bn);
+        INFO(kernel.name() << " block_n " << bn << " tma_store " << tmaStore);
         CHECK(test::count(compiled.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16") > 0);
+        if (kernel.name() != "ragged_dot_drhs")
+          CHECK(test::contains(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared") == (tmaStore == 1));
+        CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
         if (ptxas.empty())
           continue;
         auto [status, log] = test::run_ptxas(ptxas, compiled.ptx, "sm_90a");

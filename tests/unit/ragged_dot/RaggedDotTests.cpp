@@ -88,14 +88,26 @@ TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches 
   // program walks several tiles, each tile's rows found from the groups' starts; empty
   // groups, a zero tail (sizes short of M), a last column tile past N, and dlhs steps past
   // N. The VJP's drhs runs on wgmma there (the interpreter runs the same tile IR).
-  for (int64_t programs : {1, 3}) {
-    Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
-                      {"stages", 3},   {"programs", programs}};
-    for (const std::vector<int32_t> &groups : {randomSizes(5, 100, seed), std::vector<int32_t>{0, 40, 0, 30}}) {
-      check(checkForward({100, 64, 136, groups, DType::BF16, "hopper", persistent}, seed++));
-      check(checkVjp({100, 64, 136, groups, DType::F16, "hopper", persistent}, seed++));
+  // With tma_store, whole tiles leave by TMA stores and a group's partial tile (or the
+  // zero tail's) element by element: groups of 64 rows exactly (whole tiles only), uneven
+  // groups, and one tile a program (programs 0).
+  for (int64_t programs : {1, 3})
+    for (int64_t tmaStore : {0, 1}) {
+      Config persistent{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4},
+                        {"stages", 3},   {"programs", programs}};
+      if (tmaStore)
+        persistent.set("tma_store", 1);
+      INFO("tma_store " << tmaStore);
+      for (const std::vector<int32_t> &groups :
+           {randomSizes(5, 100, seed), std::vector<int32_t>{0, 40, 0, 30}, std::vector<int32_t>{64, 0, 64}}) {
+        const int64_t m = groups.back() == 64 ? 128 : 100;
+        check(checkForward({m, 64, 136, groups, DType::BF16, "hopper", persistent}, seed++));
+        check(checkVjp({m, 64, 136, groups, DType::F16, "hopper", persistent}, seed++));
+      }
     }
-  }
+  Config perTile{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}, {"tma_store", 1}};
+  check(checkForward({100, 64, 136, randomSizes(5, 100, seed), DType::BF16, "hopper", perTile}, seed++));
+  check(checkVjp({100, 64, 136, randomSizes(5, 100, seed), DType::F16, "hopper", perTile}, seed++));
 }
 
 TEST_CASE("ragged_dot: one group holding every row, empty groups, short and overlong sizes", "[ragged_dot]") {

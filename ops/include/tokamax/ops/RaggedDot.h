@@ -75,7 +75,9 @@ TOKAMAX_API void ragged_dot_vjp_host(const TensorView &dout, const TensorView &l
 //   ragged_dot_vjp: dout, lhs, rhs, group_sizes | dlhs, drhs
 // Configs: block_m, block_n (each program's output tile), block_k (the reduction step:
 // K for out and, in the VJP, N for dlhs and the group's rows for drhs), num_warps; tile
-// also async_copy (0 / 1) and stages (the ring's slots, 2 to 4).
+// also async_copy (0 / 1) and stages (the ring's slots, 2 to 4); hopper stages, programs
+// (the rows kernels' persistent grid: -1 one program an SM) and tma_store (0 / 1: the rows
+// kernels' tiles whose rows all belong to their group leave by TMA stores).
 
 TOKAMAX_API const Op &ragged_dot_op();
 TOKAMAX_API const Op &ragged_dot_vjp_op();
