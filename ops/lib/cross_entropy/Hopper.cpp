@@ -82,7 +82,9 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   // four-slot ring (each step's x block feeds twice the products of [128, 128] tiles,
   // which reread x's row block from L2 once per 128 columns): at X1 on the H100 the
   // forward 12.93 / 14.61 ms (4 / 3 slots) against 22.58 with [128, 128] tiles and 3
-  // slots, fwd+bwd 59.69 / 60.23 against 75.91, alternating in one call. Where those pass
+  // slots, fwd+bwd 59.69 / 60.23 against 75.91, alternating in one call (52.20 since the
+  // VJP's products read and write w's and dw's chunks in place and sum dx by TMA
+  // reduce-adds; 8192-column chunks beat 16384 and 32768 there). Where those pass
   // the shared memory (small V, f32), [128, 128] tiles through three slots. One such
   // program fits an SM (registers): the forward splits V so that its row blocks x splits
   // fill whole waves of 132 SMs best (B 8192: 64 row blocks in 2 splits, 128 programs,
