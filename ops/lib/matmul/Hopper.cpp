@@ -155,6 +155,14 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   if (config.cluster_m != 1 && config.cluster_m != 2)
     throw Error(fmt::format("matmul: cluster_m must be 1 or 2, got {}", config.cluster_m));
   int64_t bm = config.block_m, bn = config.block_n, cluster = config.cluster_m;
+  // A window's last tile (or K slice) must end at the window's end: past it lie the
+  // wider tensor's other columns, which c's stores would overwrite (and b's would feed).
+  if (spec.c_cols > 0 && spec.n % bn != 0)
+    throw Error(fmt::format("matmul: a window of c (c_cols {}) needs N {} to be a multiple of block_n {}",
+                            spec.c_cols, spec.n, bn));
+  if (spec.b_cols > 0 && spec.k % config.block_k != 0)
+    throw Error(fmt::format("matmul: a window of b (b_cols {}) needs K {} to be a multiple of block_k {}",
+                            spec.b_cols, spec.k, config.block_k));
   // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
   // strips beside the ring (1 KiB of slack each); otherwise the threads store.
   const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));

@@ -578,4 +578,13 @@ TEST_CASE("hopper matmul: windows of b and c (b_cols / c_cols) read and write in
   MatmulSpec windowed{64, 64, 64, dtype, DType::F32, false, true};
   windowed.b_cols = 128;
   CHECK_THROWS_AS(matmul_kernel(windowed, default_config(windowed)), NotSupported);
+  // A window's last tile (or K slice) may not reach past it into the wider tensor.
+  MatmulSpec ragged{64, 72, 64, dtype, DType::F32, false, false};
+  ragged.c_cols = 200;
+  CHECK_THROWS_WITH(matmul_hopper_kernel(ragged, default_hopper_config(ragged)),
+                    Contains("a window of c (c_cols 200) needs N 72 to be a multiple of block_n 128"));
+  MatmulSpec shortK{64, 64, 40, dtype, DType::F32, false, true};
+  shortK.b_cols = 200;
+  CHECK_THROWS_WITH(matmul_hopper_kernel(shortK, default_hopper_config(shortK)),
+                    Contains("a window of b (b_cols 200) needs K 40 to be a multiple of block_k 64"));
 }
