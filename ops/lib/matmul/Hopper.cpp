@@ -39,6 +39,8 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
   MatmulConfig config;
   config.block_m = 128;
   config.block_n = spec.n > 128 ? 256 : std::max<int64_t>(64, dsl::next_power_of_two(spec.n));
+  while (spec.c_cols > 0 && config.block_n > 64 && spec.n % config.block_n != 0)
+    config.block_n /= 2;  // a window of c: its tiles end at its end
   // An f32 c with rows of 16-byte multiples accumulates by TMA reduce-adds (the epilogue);
   // otherwise the epilogue holds c's tile beside the accumulator.
   const int64_t cRow = spec.c_cols > 0 ? spec.c_cols : spec.n;

@@ -147,6 +147,11 @@ TEST_CASE("cross_entropy: hopper at its heuristic, f16, every reduction, matches
                Config{{"block_b", 64}, {"block_v", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
                       {"chunk_v", 64}}};
   check(checkVjp(chunked, seed++));
+  // A chunk of three 128-column tiles (V 296 in one 384-column chunk): dw's window of 384
+  // columns takes 128-wide matmul tiles (256 would reach past the window).
+  check(checkVjp(Case{40, 32, 296, DType::BF16, LossReduction::Sum, Labels::SomeIgnored, "hopper",
+                      Config{{"block_b", 64}, {"block_v", 128}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}}},
+                 seed++));
   // 256-column logit tiles (the search space's wide configs): V over three, the last
   // partial; the forward in two splits, the VJP in chunks of two tiles.
   Config wide{{"block_b", 128}, {"block_v", 256}, {"block_k", 32}, {"num_warps", 8}, {"stages", 3}};
