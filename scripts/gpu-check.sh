@@ -152,6 +152,16 @@ status=0
 last_rc=0
 run() { local name=$1; shift; echo "== $name"; "$@" > "$out/$name.log" 2>&1; local rc=$?; last_rc=$rc; tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1; }
 has_torch() { python3 -c "import torch" 2> /dev/null; }
+# $TOKAMAX_OLD_PACKAGE (the package before a change, for A/Bs) unpacked once, its bin in
+# $old_bin; fails where none is given.
+old_bin=
+old_package() {
+  [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ] || return 1
+  [ -n "$old_bin" ] && return 0
+  local dir
+  dir=$(mktemp -d)
+  tar -C "$dir" -xJf "$TOKAMAX_OLD_PACKAGE" && old_bin=$dir/tokamax/bin
+}
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
 if wants pending; then
@@ -360,18 +370,16 @@ if wants rotation; then
   # ($TOKAMAX_OLD_PACKAGE, alternating, twice), adds unordered and ordered.
   TAIL=6 run rotation-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" \
     "TMA reduce-adds of dot results*,[fused_dq],hopper matmul on the device: configs*" --durations yes
-  if [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ]; then
-    old=$(mktemp -d)
-    tar -C "$old" -xJf "$TOKAMAX_OLD_PACKAGE"
+  if old_package; then
     fused='{"block_q":64,"block_kv":128,"num_warps":4,"stages":2,"fused_dq":1}'
     for r in 1 2; do
       for which in old new; do
-        b=$bin; [ $which = old ] && b=$old/tokamax/bin
+        b=$bin; [ $which = old ] && b=$old_bin
         TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-$which run "rotation-$which-$r" "${t[@]}" 90 "$b/tokamax-attention-bench" \
           --impl hopper --shapes S1 --vjp-config "$fused" --nondeterministic
       done
     done
-    TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-old run rotation-old-ordered "${t[@]}" 90 "$old/tokamax/bin/tokamax-attention-bench" \
+    TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-old run rotation-old-ordered "${t[@]}" 90 "$old_bin/tokamax-attention-bench" \
       --impl hopper --shapes S1 --vjp-config "$fused"
     TAIL=8 TOKAMAX_CACHE_DIR=$work/cache-new run rotation-new-ordered "${t[@]}" 90 "$bin/tokamax-attention-bench" \
       --impl hopper --shapes S1 --vjp-config "$fused"
@@ -474,13 +482,11 @@ if wants xent-reduce; then
       --json "$out/xent-reduce-peers.json"
     xr_peers=(--peers "$out/xent-reduce-peers.json")
   fi
-  if [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ]; then
-    old=$(mktemp -d)
-    tar -C "$old" -xJf "$TOKAMAX_OLD_PACKAGE"
+  if old_package; then
     rounds="1 2"; [ -n "${TOKAMAX_QUICK:-}" ] && rounds=1
     for r in $rounds; do
       for which in old new; do
-        b=$bin; [ $which = old ] && b=$old/tokamax/bin
+        b=$bin; [ $which = old ] && b=$old_bin
         TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-reduce-$which-$r" "${t[@]}" 90 \
           "$b/tokamax-cross-entropy-bench" --impl hopper "${xr_peers[@]}"
       done
@@ -500,10 +506,8 @@ if wants xent-profile; then
   for which in new old; do
     b=$bin
     if [ $which = old ]; then  # (not with TOKAMAX_QUICK)
-      [ -z "${TOKAMAX_QUICK:-}" ] && [ -n "${TOKAMAX_OLD_PACKAGE:-}" ] && [ -f "$TOKAMAX_OLD_PACKAGE" ] || continue
-      oldp=$(mktemp -d)
-      tar -C "$oldp" -xJf "$TOKAMAX_OLD_PACKAGE"
-      b=$oldp/tokamax/bin
+      [ -z "${TOKAMAX_QUICK:-}" ] && old_package || continue
+      b=$old_bin
     fi
     TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-profile-ncu-$which" "${t[@]}" 200 ncu --metrics \
       gpu__time_duration.sum --csv --print-units base -f --log-file "$out/xent-profile-$which.csv" \

@@ -46,7 +46,7 @@ std::string tile_unsupported(const MatmulSpec &spec) {
 
 bool rows_of_16_bytes(const MatmulSpec &spec) {
   int64_t rowA = spec.trans_a ? spec.m : spec.k,
-          rowB = spec.trans_b ? (spec.b_cols > 0 ? spec.b_cols : spec.k) : spec.n;
+          rowB = spec.trans_b ? spec.b_stored_k() : spec.n;
   int64_t perRow = 16 / static_cast<int64_t>(std::max<size_t>(1, dtype_size(spec.dtype)));
   return rowA % perRow == 0 && rowB % perRow == 0;
 }
@@ -151,11 +151,11 @@ std::optional<std::string> check_shared_memory(ops_detail::ImplKind kind, const 
 Params declare(Kernel &k, const MatmulSpec &spec, DType scalar) {
   Params p;
   p.a = k.input("a", spec.dtype, spec.trans_a ? std::vector<int64_t>{spec.k, spec.m} : std::vector<int64_t>{spec.m, spec.k});
-  const int64_t bK = spec.b_cols > 0 ? spec.b_cols : spec.k;
+  const int64_t bK = spec.b_stored_k();
   p.b = k.input("b", spec.dtype, spec.trans_b ? std::vector<int64_t>{spec.n, bK} : std::vector<int64_t>{bK, spec.n});
   if (spec.has_bias)
     p.bias = k.input("bias", spec.out_dtype, {spec.n});
-  p.c = k.output("c", spec.out_dtype, {spec.m, spec.c_cols > 0 ? spec.c_cols : spec.n});
+  p.c = k.output("c", spec.out_dtype, {spec.m, spec.c_stored_n()});
   p.alpha = k.scalar("alpha", scalar);
   if (spec.windowed())
     p.window = k.scalar("window", DType::I32);

@@ -27,7 +27,7 @@ std::string hopper_unsupported(const MatmulSpec &spec) {
     return fmt::format("the hopper matmul reads {} operands K-major only: a as [M, K] and b as [N, K] (trans_b)",
                        dtype_name(spec.dtype));
   int64_t rowA = spec.trans_a ? spec.m : spec.k,
-          rowB = spec.trans_b ? (spec.b_cols > 0 ? spec.b_cols : spec.k) : spec.n;
+          rowB = spec.trans_b ? spec.b_stored_k() : spec.n;
   if (!rows_of_16_bytes(spec))
     return fmt::format("the hopper matmul needs rows of a and b that are multiples of 16 bytes (TMA); a's rows "
                        "have {} elements, b's {}",
@@ -43,8 +43,7 @@ MatmulConfig default_hopper_config(const MatmulSpec &spec, int sm_count) {
     config.block_n /= 2;  // a window of c: its tiles end at its end
   // An f32 c with rows of 16-byte multiples accumulates by TMA reduce-adds (the epilogue);
   // otherwise the epilogue holds c's tile beside the accumulator.
-  const int64_t cRow = spec.c_cols > 0 ? spec.c_cols : spec.n;
-  const bool reduceAdd = spec.out_dtype == DType::F32 && cRow * 4 % 16 == 0 && dtype_size(spec.dtype) == 2;
+  const bool reduceAdd = spec.out_dtype == DType::F32 && spec.c_stored_n() * 4 % 16 == 0 && dtype_size(spec.dtype) == 2;
   if (spec.accumulate && !reduceAdd) {
     config.block_n = std::min<int64_t>(config.block_n, 128);
     config.rebalance_registers = true;  // 168 registers a thread spilled; the consumers get 232
@@ -168,8 +167,7 @@ Kernel matmul_hopper_kernel(const MatmulSpec &spec, const MatmulConfig &config) 
   // TMA stores need rows of c of whole 16-byte chunks and room for two [bm][128-byte]
   // strips beside the ring (1 KiB of slack each); otherwise the threads store.
   const int64_t outBytes = static_cast<int64_t>(dtype_size(spec.out_dtype));
-  const int64_t cRow = spec.c_cols > 0 ? spec.c_cols : spec.n;  // c's stored row
-  bool tmaStore = config.tma_store && cRow * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
+  bool tmaStore = config.tma_store && spec.c_stored_n() * outBytes % 16 == 0 && bn * outBytes % 128 == 0 &&
                   hopper_ring_bytes(config, static_cast<int64_t>(dtype_size(spec.dtype))) +
                           hopper_store_strip_bytes(config) <=
                       kHopperSharedLimit;

@@ -170,9 +170,9 @@ void storeRows(Kernel &k, const RowsKernelSpec &s, const TensorArg &out, const R
     return masked();
   // TMA drops only what passes the tensor (columns past C, rows past M), so a tile with
   // rows of the next group (or none left) stores element by element.
-  Value whole = tile.row_end - tile.row0 >= Value(bm);
-  k.when(whole, [&] { out.tma_store({tile.row0, n0}, acc.to(s.dtype)); });
-  k.when(tile.row_end - tile.row0 < Value(bm), masked);
+  Value rows = tile.row_end - tile.row0;
+  k.when(rows >= Value(bm), [&] { out.tma_store({tile.row0, n0}, acc.to(s.dtype)); });
+  k.when(rows < Value(bm), masked);
 }
 
 /// The TMA copies of one step of a rows kernel's tile: lhs's block (rows past M where

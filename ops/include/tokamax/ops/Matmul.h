@@ -44,6 +44,9 @@ struct TOKAMAX_API MatmulSpec {
   /// weight's columns read, or a gradient's written, in place.
   int64_t b_cols = 0, c_cols = 0;
   bool windowed() const { return b_cols > 0 || c_cols > 0; }
+  /// b's stored K extent and c's stored row (b_cols / c_cols where windowed, else k / n).
+  int64_t b_stored_k() const { return b_cols > 0 ? b_cols : k; }
+  int64_t c_stored_n() const { return c_cols > 0 ? c_cols : n; }
 };
 
 struct TOKAMAX_API MatmulConfig {
