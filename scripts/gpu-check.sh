@@ -102,10 +102,15 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"): ragged-stores
+#               "Built without a GPU, waiting for one"): glu-fused
 #   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
 #               ("tma_store": 1): the device test, then the bench shape against the
 #               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)
+#   glu-fused   (named only) gated_linear_unit's gate kernel (both products of a tile,
+#               then the gate) with its tiles stored by TMA on a persistent grid: the
+#               device test ([glu][persistent]), then G1's forward at the heuristic
+#               (unfused) and at four gate-kernel configs, alternating, twice, beside
+#               cuBLAS's two GEMMs + torch's gate (about 5 minutes)
 #   heuristics2 (named only) the configs of 2026-12-07's third round A/Bs against
 #               float64: the hopper VJP with stats_ahead at head dim 64 ([stats_ahead]),
 #               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
@@ -138,7 +143,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/ragged-stores}  # what waits for a GPU, in one call
+parts=${parts/next/glu-fused}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -198,9 +203,19 @@ if wants pending3; then
 fi
 if wants house; then
   t=(timeout -k 10)
-  TAIL=12 run house-gpu-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[attention],[matmul],[norm]" --durations yes
-  TAIL=12 run house-gpu-tests-products "${t[@]}" 240 "$bin/tokamax-gpu-tests" \
-    "[glu],[ragged_dot],[cross_entropy],[softmax_cross_entropy]" --durations yes
+  # The two sets side by side: one after the other they ran past 540 s on a fresh
+  # machine (cold kernel cache; the float64 references are the host's, on other cores).
+  ( TAIL=12 run house-gpu-tests "${t[@]}" 420 "$bin/tokamax-gpu-tests" "[attention],[matmul],[norm]" --durations yes
+    exit $status ) > "$out/house-gpu-tests.console" 2>&1 &
+  house_a=$!
+  ( TAIL=12 run house-gpu-tests-products "${t[@]}" 420 "$bin/tokamax-gpu-tests" \
+      "[glu],[ragged_dot],[cross_entropy],[softmax_cross_entropy]" --durations yes
+    exit $status ) > "$out/house-gpu-tests-products.console" 2>&1 &
+  house_b=$!
+  wait $house_a || status=1
+  wait $house_b || status=1
+  cat "$out/house-gpu-tests.console" "$out/house-gpu-tests-products.console"
+  rm -f "$out/house-gpu-tests.console" "$out/house-gpu-tests-products.console"
   TAIL=8 run house-dispatch-tests "${t[@]}" 60 "$bin/tokamax-dispatch-tests"
   TAIL=12 run house-dispatch "${t[@]}" 60 "$bin/tokamax-bench" --dispatch
   house_peers=()
@@ -466,6 +481,29 @@ if wants ragged-stores; then
       --config "$heur}" "${rs_peers[@]}"
     TAIL=4 run "ragged-stores-tma-$r" "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
       --config "$heur,\"tma_store\":1}" "${rs_peers[@]}"
+  done
+fi
+if wants glu-fused; then
+  t=(timeout -k 10)
+  TAIL=4 run glu-fused-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
+  gf_peers=()
+  if has_torch; then
+    TAIL=4 run glu-fused-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/glu-fused-peers.json"
+    gf_peers=(--peers "$out/glu-fused-peers.json")
+  fi
+  # The gate kernel's configs carry the forward's keys (the VJP refuses tma_store: its
+  # fwd+bwd rows say so and time nothing).
+  gate='{"block_m":128,"block_n":128,"block_k":64,"group_m":8,"num_warps":8'
+  for r in 1 2; do
+    TAIL=6 run "glu-fused-heuristic-$r" "${t[@]}" 60 "$bin/tokamax-glu-bench" --impl hopper "${gf_peers[@]}"
+    TAIL=6 run "glu-fused-s4-persistent-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
+      --config "$gate,\"stages\":4,\"programs\":-1,\"tma_store\":1}" "${gf_peers[@]}"
+    TAIL=6 run "glu-fused-s4-persistent-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
+      --config "$gate,\"stages\":4,\"programs\":-1}" "${gf_peers[@]}"
+    TAIL=6 run "glu-fused-s4-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
+      --config "$gate,\"stages\":4,\"tma_store\":1}" "${gf_peers[@]}"
+    TAIL=6 run "glu-fused-s3-persistent-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
+      --config "$gate,\"stages\":3,\"programs\":-1,\"tma_store\":1}" "${gf_peers[@]}"
   done
 fi
 if wants xent-reduce; then

@@ -62,6 +62,7 @@ TileConfig HopperConfig::as_tile() const {
   t.group_m = group_m;
   t.programs = programs;
   t.unfused = unfused;
+  t.tma_store = tma_store;
   return t;
 }
 
@@ -80,6 +81,7 @@ GateKernelSpec tensor_core_spec(const Problem &p, const TileConfig &c, int sm_co
   const int64_t programs = c.programs.value_or(0);
   s.programs = s.tma ? (programs < 0 ? sm_count : programs) : 0;
   s.unfused = c.unfused;
+  s.tma_store = s.tma && !p.vjp && c.tma_store.value_or(0) == 1;
   return s;
 }
 
@@ -94,6 +96,10 @@ std::optional<std::string> check_tensor_core_config(const Problem &p, const Tile
                        *c.programs);
   if (auto problem = check_ring_keys(c, async_copy_serves(p), p.K, p.N))
     return problem;
+  if (c.tma_store && (*c.tma_store < 0 || *c.tma_store > 1 || (*c.tma_store == 1 && (!c.tma || p.vjp))))
+    return fmt::format("tma_store (the forward's gated tiles stored by TMA) must be 0 or 1 and needs \"tma\": 1 and "
+                       "the forward, got {}{}",
+                       *c.tma_store, p.vjp ? " in the VJP" : "");
   if (c.wgmma && (!c.async_copy || c.block_m != 16 * c.num_warps))
     return fmt::format("wgmma (products reading the cp.async ring on sm_90a) needs \"async_copy\": 1 and "
                        "block_m = 16 * num_warps (every warp along M), got block_m {} with {} warps",

@@ -55,6 +55,9 @@ struct GateKernelSpec {
   /// With tma: a persistent grid of this many programs walking the tiles (0: one per
   /// tile), so the producer loads a tile's blocks while the consumers gate the last one.
   int64_t programs = 0;
+  /// With tma, forward only: the gated tiles leave through shared memory by TMA stores
+  /// (the consumers go on to the next tile's products while they are written out).
+  bool tma_store = false;
   /// Not the gate kernel's (run's plan): both products x W on the plan's matmul kernel
   /// into the call's scratch ([M, 2N] in x's dtype, as a peer's two GEMMs write them),
   /// then gate_apply_kernel, instead of the gate kernel.
@@ -89,26 +92,31 @@ struct TileConfig : TileBlocks {
   std::optional<int64_t> programs;
   /// Both products on the matmul kernel, then the gate (GateKernelSpec::unfused).
   bool unfused = false;
+  /// With tma, forward only: 1 stores the gated tiles by TMA (GateKernelSpec::tma_store).
+  std::optional<int64_t> tma_store;
 
   static constexpr auto keys = std::tuple_cat(
       TileBlocks::keys, std::tuple{ConfigKey{"group_m", &TileConfig::group_m, KeyUse::Defaulted},
                                    ConfigKey{"wgmma", &TileConfig::wgmma, KeyUse::Optional},
                                    ConfigKey{"programs", &TileConfig::programs, KeyUse::Optional},
-                                   ConfigKey{"unfused", &TileConfig::unfused, KeyUse::Optional}});
+                                   ConfigKey{"unfused", &TileConfig::unfused, KeyUse::Optional},
+                                   ConfigKey{"tma_store", &TileConfig::tma_store, KeyUse::Optional}});
   bool operator==(const TileConfig &) const = default;
 };
 
 /// hopper's: tile's kernel with TMA rings always on (no async_copy, tma or wgmma key).
 struct HopperConfig : HopperBlocks {
   int64_t group_m = 8;
-  std::optional<int64_t> programs;  ///< as tile's
-  bool unfused = false;             ///< as tile's
+  std::optional<int64_t> programs;   ///< as tile's
+  bool unfused = false;              ///< as tile's
+  std::optional<int64_t> tma_store;  ///< as tile's
 
   static constexpr auto keys = std::tuple_cat(
       HopperBlocks::keys,
       std::tuple{ConfigKey{"group_m", &HopperConfig::group_m, KeyUse::Defaulted},
                  ConfigKey{"programs", &HopperConfig::programs, KeyUse::Optional},
-                 ConfigKey{"unfused", &HopperConfig::unfused, KeyUse::Optional}});
+                 ConfigKey{"unfused", &HopperConfig::unfused, KeyUse::Optional},
+                 ConfigKey{"tma_store", &HopperConfig::tma_store, KeyUse::Optional}});
   bool operator==(const HopperConfig &) const = default;
 
   /// The tile config it runs.

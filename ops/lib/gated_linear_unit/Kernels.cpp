@@ -30,7 +30,7 @@ KernelKey GateKernelSpec::key() const {
   return ops_detail::specializationKey(p.vjp ? "glu_gate_vjp" : "glu_gate",
                                        {p.M, p.K, p.N, int64_t(p.dtype), int64_t(p.compute), int64_t(p.activation),
                                         exact, block_m, block_n, block_k, group_m, num_warps, async_copy, stages, wgmma,
-                                        tma, programs});
+                                        tma, programs, tma_store});
 }
 
 namespace {
@@ -145,7 +145,11 @@ void gateEpilogue(const GateKernelSpec &s, const std::optional<TensorArg> &dout,
                   const Value &m0, const Value &n0, const Value &a, const Value &b) {
   const Problem &p = s.p;
   if (!p.vjp) {
-    result.store({m0, n0}, (activate(p.activation, a) * b).to(p.dtype));
+    const Value out = (activate(p.activation, a) * b).to(p.dtype);
+    if (s.tma_store)
+      result.tma_store({m0, n0}, out);
+    else
+      result.store({m0, n0}, out);
     return;
   }
   const int64_t bm = s.block_m, bn = s.block_n;

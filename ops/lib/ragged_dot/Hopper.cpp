@@ -5,9 +5,11 @@
 // blocks and the rings' depth only: block_m, block_n, block_k, num_warps, stages,
 // programs (the rows kernels on a persistent grid) and tma_store (their whole tiles
 // stored by TMA). First in auto's order (sm_90a). At
-// 8 groups, M 32768, K = N = 4096 bf16 on an H100 the heuristic's persistent [128, 256]
-// tiles took 1.749 ms forward / 6.010 ms forward + backward, against 2.125 / 6.706 at
-// [128, 128] one program a tile and 7.735 with the drhs on mma.sync.
+// 8 groups, M 32768, K = N = 4096 bf16 on an H100 the persistent [128, 256] tiles took
+// 1.749 ms forward / 6.010 ms forward + backward, against 2.125 / 6.706 at [128, 128]
+// one program a tile and 7.735 with the drhs on mma.sync; on an H200 their whole tiles
+// stored by TMA took 5.550 / 5.153 ms forward + backward against 6.253 / 6.175 through
+// registers (two alternating runs), so the heuristic stores by TMA.
 //
 //===----------------------------------------------------------------------===//
 #include "ops/lib/ragged_dot/Common.h"
@@ -35,7 +37,8 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   // K steps of 64 (or the largest of 32 and 16 dividing K: the forward's rhs blocks may
   // not reach into the next group) through a ring of three slots (four at [128, 128]),
   // the rows kernels on a persistent grid of one program an SM where the groups are few
-  // enough for its producer to hold their starts (else one program a tile).
+  // enough for its producer to hold their starts (else one program a tile), their whole
+  // tiles stored by TMA where the shared memory holds the staging tile.
   Config c;
   c.block_m = 128;
   c.block_n = p.N >= 256 ? 256 : 128;
@@ -44,6 +47,13 @@ Hopper::Config Hopper::heuristic(const Problem &p) {
   c.stages = c.block_n == 256 ? 3 : 4;
   if (p.G <= kPersistentMaxGroups)
     c.programs = -1;
+  c.tma_store = 1;
+  if (check(p, c)) {
+    Config throughRegisters = c;
+    throughRegisters.tma_store.reset();
+    if (!check(p, throughRegisters))
+      return throughRegisters;
+  }
   return c;
 }
 
@@ -81,13 +91,15 @@ std::optional<std::string> Hopper::check(const Problem &p, const Config &c) {
 std::vector<Hopper::Config> Hopper::search_space(const Problem &p) {
   auto valid = [&](const Config &c) { return !check(p, c); };
   std::vector<Config> space = hopper_search_space(heuristic(p), valid);
-  // The heuristic's blocks with the rows kernels one program a tile, and persistent.
-  Config perTile = space.front(), persistent = space.front();
-  perTile.programs.reset();
-  persistent.programs = -1;
-  products_detail::add_new(space, perTile, valid);
-  products_detail::add_new(space, persistent, valid);
-  // (tma_store joins the space once the device has run it: gpu-check.sh's ragged-stores.)
+  // The heuristic's blocks with the rows kernels one program a tile, and persistent, each
+  // storing by TMA and through registers.
+  for (int64_t programs : {0, -1})
+    for (int64_t tmaStore : {1, 0}) {
+      Config c = space.front();
+      c.programs = programs == 0 ? std::nullopt : std::optional<int64_t>(programs);
+      c.tma_store = tmaStore == 1 ? std::optional<int64_t>(1) : std::nullopt;
+      products_detail::add_new(space, std::move(c), valid);
+    }
   return space;
 }
 

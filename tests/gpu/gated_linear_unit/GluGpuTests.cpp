@@ -196,5 +196,12 @@ TEST_CASE("gated_linear_unit on the device: hopper on persistent grids", "[gpu][
       INFO(forward.to_json() << " " << vjp.to_json());
       check(checkForward(Case{{1000}, 1000, 1000, DType::BF16, "swish", "hopper", forward}, seed++, onDevice(false)));
       check(checkVjp(Case{{1000}, 1000, 1000, DType::BF16, "swish", "hopper", vjp}, seed++, onDevice(true)));
+      // The forward's gated tiles stored by TMA (the edges' partial tiles clipped by the
+      // tensor map: M and N 1000, then N 136 and one row).
+      Config stored = Config(forward).set("tma_store", 1);
+      INFO(stored.to_json());
+      check(checkForward(Case{{1000}, 1000, 1000, DType::BF16, "swish", "hopper", stored}, seed++, onDevice(false)));
+      check(checkForward(Case{{3, 77}, 520, 136, DType::F16, "gelu", "hopper", stored}, seed++, onDevice(false)));
+      check(checkForward(Case{{1}, 64, 1000, DType::BF16, "relu", "hopper", stored}, seed++, onDevice(false)));
     }
 }

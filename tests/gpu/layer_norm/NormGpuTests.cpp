@@ -235,7 +235,7 @@ void checkResult(const Result &r, bool layer, DType d, std::optional<DType> para
 
 } // namespace
 
-TEST_CASE("norms on the device match float64 at odd and large shapes", "[gpu]") {
+TEST_CASE("norms on the device match float64 at odd and large shapes", "[gpu][norm]") {
   Stream stream = Stream::create(Device::get());
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 17}, {1000, 4097}, {1048576, 64}, {16384, 8192}})
     for (DType d : {DType::BF16, DType::F16, DType::F32, DType::F64})
@@ -252,7 +252,7 @@ TEST_CASE("norms on the device match float64 at odd and large shapes", "[gpu]") 
       }
 }
 
-TEST_CASE("norm parameter gradients over a million bf16 rows are accurate and deterministic", "[gpu]") {
+TEST_CASE("norm parameter gradients over a million bf16 rows are accurate and deterministic", "[gpu][norm]") {
   Stream stream = Stream::create(Device::get());
   for (bool layer : {true, false}) {
     INFO((layer ? "layer_norm" : "rms_norm"));
@@ -280,7 +280,7 @@ TEST_CASE("norm parameter gradients over a million bf16 rows are accurate and de
   CHECK(bits[1] == bits[2]);
 }
 
-TEST_CASE("norm implementations and variants on the device", "[gpu]") {
+TEST_CASE("norm implementations and variants on the device", "[gpu][norm]") {
   Stream stream = Stream::create(Device::get());
   struct Variant {
     const char *what;
@@ -324,7 +324,7 @@ TEST_CASE("norm implementations and variants on the device", "[gpu]") {
     }
 }
 
-TEST_CASE("norms over a non-last axis on the device", "[gpu]") {
+TEST_CASE("norms over a non-last axis on the device", "[gpu][norm]") {
   Stream stream = Stream::create(Device::get());
   for (DType d : {DType::BF16, DType::F32, DType::F64}) {
     for (auto [shape, axis] : {std::pair<std::vector<int64_t>, int>{{64, 300, 33}, 1}, {{1000, 8, 16}, 0}, {{2, 3, 4096, 5}, 2}}) {

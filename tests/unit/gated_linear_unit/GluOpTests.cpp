@@ -312,3 +312,30 @@ TEST_CASE("gated_linear_unit: wgmma configs put the ring's products on wgmma for
   INFO(log);
   CHECK(status == 0);
 }
+
+TEST_CASE("gated_linear_unit: hopper's gate kernel stores its tiles by TMA on a persistent grid and assembles",
+          "[glu][ptx][hopper]") {
+  const std::string ptxas = test::ptxas_path();
+  const ArgSpec x{{8192, 4096}, DType::BF16}, w{{4096, 2, 14336}, DType::BF16}, out{{8192, 14336}, DType::BF16};
+  const BoundArgs fwd = bind_gated_linear_unit(x, w, out, GluActivation::Swish);
+  const Implementation &hopper = gated_linear_unit_op().implementation("hopper");
+  // [128, 128] tiles of both products with 64-wide K slices through four slots, one
+  // program an SM: the matmul's [128, 256] ring (229,440 bytes with the store strips).
+  const Config stored{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"group_m", 8}, {"num_warps", 8},
+                      {"stages", 4},   {"programs", -1},  {"tma_store", 1}};
+  REQUIRE_FALSE(hopper.check_config(fwd, stored).has_value());
+  for (int64_t tmaStore : {0, 1}) {
+    const std::vector<dsl::Kernel> kernels = hopper.kernels(fwd, Config(stored).set("tma_store", tmaStore));
+    REQUIRE(kernels.size() == 1u);
+    INFO("tma_store " << tmaStore);
+    const CompiledKernel compiled = test::sm90a_ptx(kernels.front());
+    CHECK(test::contains(compiled.ptx, "cp.async.bulk.tensor.2d.global.shared") == (tmaStore == 1));
+    CHECK(compiled.launch.shared_bytes <= 227u * 1024u);
+    test::check_hopper_ptx(compiled, {.min_copies = 3, .tensor_maps = tmaStore ? 3 : 2, .threads = 384u}, ptxas);
+  }
+  // The VJP's dh has no TMA stores; a value other than 0 or 1 is refused.
+  const BoundArgs back = bind_gated_linear_unit_vjp(out, x, w, x, w, GluActivation::Swish);
+  const Config vjp = Config(stored).set("block_n", 64).set("stages", 2);
+  CHECK_THAT(*find_op(back.op)->implementation("hopper").check_config(back, vjp), Contains("the forward"));
+  CHECK_THAT(*hopper.check_config(fwd, Config(stored).set("tma_store", 2)), Contains("must be 0 or 1"));
+}

@@ -85,7 +85,14 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
                       {"programs", programs}};
     check(checkForward({{200}, 72, 136, DType::BF16, "gelu", "hopper", persistent}, seed++));
     check(checkVjp({{4, 50}, 72, 136, DType::F16, "swish", "hopper", persistent}, seed++));
+    // The gated tiles stored by TMA (partial tiles at M 200 and N 136 clipped).
+    check(checkForward({{200}, 72, 136, DType::F16, "swish", "hopper", Config(persistent).set("tma_store", 1)},
+                       seed++));
   }
+  check(checkForward({{33}, 72, 40, DType::BF16, "gelu_tanh", "hopper",
+                      Config{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
+                             {"tma_store", 1}}},
+                     seed++));
   // unfused: both products on the matmul kernel, then the gate (or its gradient, in
   // place) in an elementwise kernel; odd M and N leave partial blocks in both kernels.
   for (const char *impl : {"tile", "hopper"}) {

@@ -12,6 +12,7 @@
 #include <tokamax/ops/RaggedDot.h>
 #include <tokamax/runtime/Error.h>
 
+#include <algorithm>
 #include <string>
 
 using namespace tokamax;
@@ -165,12 +166,24 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
   const Implementation &hopper = ragged_dot_op().implementation("hopper");
   CHECK(hopper.supported_on("sm_90a"));
   CHECK_FALSE(hopper.supported_on("sm_80"));
-  // Persistent [128, 256] tiles (the fastest at R1 on an H100); [128, 128] where N is
-  // under 256; one program a tile past 16 groups.
+  // Persistent [128, 256] tiles stored by TMA (the fastest at R1 on an H100 and an H200);
+  // [128, 128] where N is under 256; one program a tile past 16 groups.
   CHECK(hopper.heuristic(fwd) == Config{{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"num_warps", 8},
-                                        {"stages", 3}, {"programs", -1}});
+                                        {"stages", 3}, {"programs", -1}, {"tma_store", 1}});
   CHECK(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4096, 128, 8)) ==
-        Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 4}, {"programs", -1}});
+        Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_warps", 8}, {"stages", 4}, {"programs", -1},
+               {"tma_store", 1}});
+  // The search space holds the heuristic's blocks through registers too, persistent and
+  // one program a tile.
+  const std::vector<Config> space = hopper.search_space(fwd);
+  auto inSpace = [&](Config c) { return std::find(space.begin(), space.end(), c) != space.end(); };
+  const Config throughRegisters{{"block_m", 128}, {"block_n", 256}, {"block_k", 64},
+                                {"num_warps", 8}, {"stages", 3}};
+  Config persistentThroughRegisters = throughRegisters;
+  persistentThroughRegisters.set("programs", -1);
+  CHECK(space.front() == hopper.heuristic(fwd));
+  CHECK(inSpace(throughRegisters));
+  CHECK(inSpace(persistentThroughRegisters));
   CHECK_FALSE(hopper.heuristic(forwardArgs(DType::BF16, 1000, 4096, 4096, 17)).has("programs"));
   // The heuristic passes hopper's own check wherever hopper serves the call: narrow and
   // wide K and N (the VJP's dlhs runs over K), K steps of 16 and 32, one group, 16, 17.
@@ -236,8 +249,7 @@ TEST_CASE("ragged_dot: the tma config's rows kernels run on TMA rings and warp r
       Config c2 = impl.heuristic(b);
       c2.set("block_n", bn);
       c2.set("programs", -1);
-      if (tmaStore)
-        c2.set("tma_store", 1);
+      c2.set("tma_store", tmaStore);
       if (bn == 256 && b.op == "ragged_dot_vjp")
         c2.set("stages", 3);  // drhs's cp.async ring: four [64, 128 + 256] slots exceed the shared memory
       INFO(b.op << " block_n " << bn << ": " << impl.check_config(b, c2).value_or("valid"));
