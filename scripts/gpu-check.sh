@@ -109,8 +109,9 @@
 #   glu-fused   (named only) gated_linear_unit's gate kernel (both products of a tile,
 #               then the gate) with its tiles stored by TMA on a persistent grid: the
 #               device test ([glu][persistent]), then G1's forward at the heuristic
-#               (unfused) and at four gate-kernel configs, alternating, twice, beside
-#               cuBLAS's two GEMMs + torch's gate (about 5 minutes)
+#               (unfused) and with the gated tiles stored by TMA on a persistent grid,
+#               alternating, twice, then three more gate-kernel configs, beside
+#               cuBLAS's two GEMMs + torch's gate (about 3 minutes)
 #   heuristics2 (named only) the configs of 2026-12-07's third round A/Bs against
 #               float64: the hopper VJP with stats_ahead at head dim 64 ([stats_ahead]),
 #               the packed forwards with overlap and VJP with stats_ahead ([varlen]), the
@@ -494,17 +495,16 @@ if wants glu-fused; then
   # The gate kernel's configs carry the forward's keys (the VJP refuses tma_store: its
   # fwd+bwd rows say so and time nothing).
   gate='{"block_m":128,"block_n":128,"block_k":64,"group_m":8,"num_warps":8'
+  gf() {  # gf NAME CONFIG: G1 at a gate-kernel config
+    TAIL=6 run "glu-fused-$1" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper --config "$gate,$2}" "${gf_peers[@]}"
+  }
   for r in 1 2; do
     TAIL=6 run "glu-fused-heuristic-$r" "${t[@]}" 60 "$bin/tokamax-glu-bench" --impl hopper "${gf_peers[@]}"
-    TAIL=6 run "glu-fused-s4-persistent-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
-      --config "$gate,\"stages\":4,\"programs\":-1,\"tma_store\":1}" "${gf_peers[@]}"
-    TAIL=6 run "glu-fused-s4-persistent-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
-      --config "$gate,\"stages\":4,\"programs\":-1}" "${gf_peers[@]}"
-    TAIL=6 run "glu-fused-s4-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
-      --config "$gate,\"stages\":4,\"tma_store\":1}" "${gf_peers[@]}"
-    TAIL=6 run "glu-fused-s3-persistent-tma-$r" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper \
-      --config "$gate,\"stages\":3,\"programs\":-1,\"tma_store\":1}" "${gf_peers[@]}"
+    gf "s4-persistent-tma-$r" '"stages":4,"programs":-1,"tma_store":1'
   done
+  gf s4-persistent '"stages":4,"programs":-1'
+  gf s4-tma '"stages":4,"tma_store":1'
+  gf s3-persistent-tma '"stages":3,"programs":-1,"tma_store":1'
 fi
 if wants xent-reduce; then
   t=(timeout -k 10)
