@@ -106,6 +106,8 @@
 #   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
 #               ("tma_store": 1): the device test, then the bench shape against the
 #               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)
+#   profiles    (named only) ncu --set full of the hopper forward at S1 and the paged
+#               decode's split and combine kernels at batch 1, 4096 keys (about 4 minutes)
 #   glu-fused   (named only) gated_linear_unit's gate kernel (both products of a tile,
 #               then the gate) with its tiles stored by TMA on a persistent grid: the
 #               device test ([glu][persistent]), then G1's forward at the heuristic
@@ -498,13 +500,16 @@ if wants glu-fused; then
   gf() {  # gf NAME CONFIG: G1 at a gate-kernel config
     TAIL=6 run "glu-fused-$1" "${t[@]}" 40 "$bin/tokamax-glu-bench" --impl hopper --config "$gate,$2}" "${gf_peers[@]}"
   }
-  for r in 1 2; do
+  for r in 1 2; do  # (TOKAMAX_QUICK: one round, the heuristic against the first config)
     TAIL=6 run "glu-fused-heuristic-$r" "${t[@]}" 60 "$bin/tokamax-glu-bench" --impl hopper "${gf_peers[@]}"
     gf "s4-persistent-tma-$r" '"stages":4,"programs":-1,"tma_store":1'
+    [ -n "${TOKAMAX_QUICK:-}" ] && break
   done
-  gf s4-persistent '"stages":4,"programs":-1'
-  gf s4-tma '"stages":4,"tma_store":1'
-  gf s3-persistent-tma '"stages":3,"programs":-1,"tma_store":1'
+  if [ -z "${TOKAMAX_QUICK:-}" ]; then
+    gf s4-persistent '"stages":4,"programs":-1'
+    gf s4-tma '"stages":4,"tma_store":1'
+    gf s3-persistent-tma '"stages":3,"programs":-1,"tma_store":1'
+  fi
 fi
 if wants xent-reduce; then
   t=(timeout -k 10)
@@ -567,6 +572,20 @@ for k, ms in total.most_common():
 PY
     echo "== xent-profile-$which"; head -20 "$out/xent-profile-$which.txt"
   done
+fi
+if wants profiles; then
+  # ncu --set full of the kernels behind the open misses, the first launch of each: the
+  # hopper forward at S1 (0.92x cuDNN) and the paged decode at batch 1, 4096 keys (split
+  # and combine: 35 % of copy); details as CSV, the reports tarred.
+  t=(timeout -k 10)
+  TAIL=4 run profile-forward-s1 "${t[@]}" 150 ncu --set full --kernel-name "regex:attention_flash_forward_hopper" \
+    --launch-count 1 -f -o "$out/profile-forward-s1" "$bin/tokamax-attention-bench" --impl hopper --shapes S1 --iters 1
+  TAIL=4 run profile-decode-b1 "${t[@]}" 150 ncu --set full --kernel-name "regex:paged_attention_(split|combine)" \
+    --launch-count 2 -f -o "$out/profile-decode-b1" "$bin/tokamax-paged-attention-bench" --quick --iters 1
+  for r in profile-forward-s1 profile-decode-b1; do
+    [ -f "$out/$r.ncu-rep" ] && ncu --import "$out/$r.ncu-rep" --page details --csv > "$out/$r.csv" 2>&1
+  done
+  (cd "$out" && tar czf profiles-misses.tgz profile-*.ncu-rep profile-*.csv 2> /dev/null && rm -f profile-*.ncu-rep)
 fi
 if wants varlen-profile; then
   # ncu of the hopper VJP's dk/dv and dq kernels at S1, dense and packed (the same
