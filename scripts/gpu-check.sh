@@ -102,7 +102,11 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"): glu-fused
+#               "Built without a GPU, waiting for one"): glu-fused, norm-chunks
+#   norm-chunks (named only) the norm VJP in row chunks ("chunk_rows": each chunk's
+#               coefficient and dx kernels back to back, the second read of x and dy from
+#               L2): the variants' device test against float64, then 4096x16384 at the
+#               heuristic and in chunks of 128, 256 and 512 rows, twice (about 2 minutes)
 #   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
 #               ("tma_store": 1): the device test, then the bench shape against the
 #               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)
@@ -146,7 +150,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/glu-fused}  # what waits for a GPU, in one call
+parts=${parts/next/glu-fused norm-chunks}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -485,6 +489,12 @@ if wants ragged-stores; then
     TAIL=4 run "ragged-stores-tma-$r" "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
       --config "$heur,\"tma_store\":1}" "${rs_peers[@]}"
   done
+fi
+if wants norm-chunks; then
+  t=(timeout -k 10)
+  TAIL=4 run norm-chunks-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "norm implementations and variants on the device" \
+    --durations yes
+  TAIL=20 run norm-chunks-timed "${t[@]}" 90 "$bin/tokamax-gpu-tests" "[chunk_rows]"
 fi
 if wants glu-fused; then
   t=(timeout -k 10)

@@ -247,14 +247,22 @@ void run_vjp(const NormProblem &p, const VjpPlan &plan, std::span<const TensorVi
   if (runEmpty(p, out, ex))
     return;
   const bool layer = p.kind == NormKind::Layer;
-  Shapes shapes(p, deviceOf(in));
+  const int device = deviceOf(in);
+  Shapes shapes(p, device);
   // Inputs: dy, x, scale, [mean], rstd; outputs: dx, dscale, [doffset].
-  const TensorView &dy = in[0], &x = in[1], &rstd = in[layer ? 4 : 3];
   const bool wantScale = p.dscale.has_value(), wantOffset = layer && p.doffset.has_value();
   const bool looping = plan.mode == Mode::Looping;  // coefficients in a kernel of their own
-  NormKernelSpec s = baseSpec(p, plan.block_rows, plan.num_warps);
-  s.block_cols = plan.block_cols;
-  const int64_t groups = s.groups();
+  // Looping rows of the last axis in chunks (plan.chunk_rows): each chunk's coefficient
+  // and dx kernels run back to back, so the dx kernel reads the chunk's x and dy from L2;
+  // the chunks after the first add their column sums to the first's partial rows.
+  const int64_t chunkRows =
+      looping && p.inner == 1 && plan.chunk_rows > 0 && plan.chunk_rows < p.outer ? plan.chunk_rows : p.outer;
+  auto chunkOf = [&](int64_t rows) {
+    NormProblem c = p;
+    c.outer = rows;
+    return c;
+  };
+  const int64_t groups = baseSpec(chunkOf(chunkRows), plan.block_rows, plan.num_warps).groups();
   const int64_t programs = (wantScale || wantOffset) ? std::clamp<int64_t>(plan.programs, 1, groups) : groups;
   const size_t elem = dtype_size(p.compute);
   // The coefficient rows (looping) and the partial sums, out of the call's one scratch request.
@@ -264,46 +272,66 @@ void run_vjp(const NormProblem &p, const VjpPlan &plan, std::span<const TensorVi
   const size_t c1At = looping ? ws.add(rowBytes) : 0, c2At = looping && layer ? ws.add(rowBytes) : 0;
   const size_t pdsAt = wantScale ? ws.add(partialBytes) : 0, pdoAt = wantOffset ? ws.add(partialBytes) : 0;
   ws.allocate(ex);
-  const uint64_t c1 = ws.at(c1At), c2 = ws.at(c2At), pds = ws.at(pdsAt), pdo = ws.at(pdoAt);
+  const uint64_t pds = ws.at(pdsAt), pdo = ws.at(pdoAt);
 
-  auto common = [&] {
-    std::vector<Executor::Arg> args{shapes.asMatrix(dy), shapes.asMatrix(x)};
-    if (p.scale)
-      args.push_back(shapes.asParameter(in[2], s));
-    if (layer)
-      args.push_back(shapes.asRow(in[3]));
-    args.push_back(shapes.asRow(rstd));
-    return args;
-  };
-  if (looping) {
-    NormKernelSpec coef = s;
-    coef.kernel = KernelKind::VjpCoef;
-    coef.mode = Mode::Looping;
+  // Rows [r0, r0 + pc.outer) of the call (chunks have inner == 1: rows are contiguous).
+  auto runChunk = [&](const NormProblem &pc, int64_t r0, bool accumulate) {
+    Shapes cs(pc, device);
+    auto rowsFrom = [&](uint64_t data, DType dtype, int64_t perRow) {
+      return data ? data + uint64_t(r0 * perRow) * dtype_size(dtype) : data;
+    };
+    auto matrix = [&](const TensorView &t) {
+      return cs.asMatrix(TensorView(rowsFrom(t.data(), t.dtype(), p.n), t.dtype(), shapes.matrix, device));
+    };
+    auto row = [&](const TensorView &t) {
+      return cs.asRow(TensorView(rowsFrom(t.data(), t.dtype(), 1), t.dtype(), shapes.rowVector, device));
+    };
+    const uint64_t c1 = rowsFrom(ws.at(c1At), p.compute, 1), c2 = rowsFrom(ws.at(c2At), p.compute, 1);
+    NormKernelSpec s = baseSpec(pc, plan.block_rows, plan.num_warps);
+    s.block_cols = plan.block_cols;
+    auto common = [&] {
+      std::vector<Executor::Arg> args{matrix(in[0]), matrix(in[1])};
+      if (p.scale)
+        args.push_back(cs.asParameter(in[2], s));
+      if (layer)
+        args.push_back(row(in[3]));
+      args.push_back(row(in[layer ? 4 : 3]));
+      return args;
+    };
+    if (looping) {
+      NormKernelSpec coef = s;
+      coef.kernel = KernelKind::VjpCoef;
+      coef.mode = Mode::Looping;
+      std::vector<Executor::Arg> args = common();
+      args.push_back(cs.asRow(c1));
+      if (layer)
+        args.push_back(cs.asRow(c2));
+      launch(ex, coef, args);
+    }
+    NormKernelSpec dxSpec = s;
+    dxSpec.kernel = KernelKind::VjpDx;
+    dxSpec.mode = plan.mode;
+    dxSpec.parts = plan.parts;
+    dxSpec.programs = std::min(programs, s.groups());
+    dxSpec.dscale = wantScale ? std::optional<DType>(p.compute) : std::nullopt;
+    dxSpec.doffset = wantOffset ? std::optional<DType>(p.compute) : std::nullopt;
+    dxSpec.accumulate_partials = accumulate && (wantScale || wantOffset);
     std::vector<Executor::Arg> args = common();
-    args.push_back(shapes.asRow(c1));
-    if (layer)
-      args.push_back(shapes.asRow(c2));
-    launch(ex, coef, args);
-  }
-  NormKernelSpec dxSpec = s;
-  dxSpec.kernel = KernelKind::VjpDx;
-  dxSpec.mode = plan.mode;
-  dxSpec.parts = plan.parts;
-  dxSpec.programs = programs;
-  dxSpec.dscale = wantScale ? std::optional<DType>(p.compute) : std::nullopt;
-  dxSpec.doffset = wantOffset ? std::optional<DType>(p.compute) : std::nullopt;
-  std::vector<Executor::Arg> args = common();
-  if (looping) {
-    args.push_back(shapes.asRow(c1));
-    if (layer)
-      args.push_back(shapes.asRow(c2));
-  }
-  args.push_back(shapes.asMatrix(out[0]));
-  if (wantScale)
-    args.push_back(shapes.partials(pds, programs));
-  if (wantOffset)
-    args.push_back(shapes.partials(pdo, programs));
-  launch(ex, dxSpec, args);
+    if (looping) {
+      args.push_back(cs.asRow(c1));
+      if (layer)
+        args.push_back(cs.asRow(c2));
+    }
+    args.push_back(matrix(out[0]));
+    // The kernel's partial rows: the first dxSpec.programs of the call's.
+    if (wantScale)
+      args.push_back(cs.partials(pds, dxSpec.programs));
+    if (wantOffset)
+      args.push_back(cs.partials(pdo, dxSpec.programs));
+    launch(ex, dxSpec, args);
+  };
+  for (int64_t r0 = 0; r0 < p.outer; r0 += chunkRows)
+    runChunk(chunkOf(std::min(chunkRows, p.outer - r0)), r0, r0 > 0);
   if (!wantScale && !wantOffset)
     return;
 

@@ -86,6 +86,10 @@ struct TileConfig {
   /// into shared memory while working on the current one (no coefficient kernel; x and dy
   /// leave DRAM once).
   bool staged = false;
+  /// "chunk_rows": looping VJP (block_cols), the rows in chunks of this many, each
+  /// chunk's coefficient and dx kernels back to back: the dx kernel finds the chunk's x
+  /// and dy in L2, so they leave DRAM once where a chunk fits (opt-in until timed).
+  std::optional<int64_t> chunk_rows;
 
   static constexpr auto keys = std::tuple{
       ConfigKey{"block_rows", &TileConfig::block_rows},
@@ -94,7 +98,8 @@ struct TileConfig {
       ConfigKey{"programs", &TileConfig::programs, KeyUse::Optional},
       ConfigKey{"row_split", &TileConfig::row_split, KeyUse::Optional},
       ConfigKey{"prefetch", &TileConfig::prefetch, KeyUse::Optional},
-      ConfigKey{"staged", &TileConfig::staged, KeyUse::Optional}};
+      ConfigKey{"staged", &TileConfig::staged, KeyUse::Optional},
+      ConfigKey{"chunk_rows", &TileConfig::chunk_rows, KeyUse::Optional}};
   bool operator==(const TileConfig &) const = default;
 };
 
@@ -190,6 +195,7 @@ struct VjpPlan {
   int num_warps = 4;
   int64_t programs = 1;  ///< dx programs, each writing a row of partial sums
   int64_t parts = 1;     ///< Staged: a row's parts on adjacent programs
+  int64_t chunk_rows = 0;  ///< Looping: the rows in chunks of this many (0: one chunk)
 };
 
 /// Throws NotSupported for `whyNot`, Error for `problem` (what is wrong with `config`).

@@ -41,6 +41,8 @@ KernelKey NormKernelSpec::key() const {
   KernelKey key("tokamax.norm.v2");
   for (uint64_t f : fields)
     key.add(f);
+  if (accumulate_partials)  // (absent from every other kernel's key, which stays as it was)
+    key.add(uint64_t(0xacc));
   return key;
 }
 

@@ -78,6 +78,9 @@ struct NormKernelSpec {
   /// the partial sums of) its own 1 / parts of the row's column blocks; the statistics
   /// read the other parts from L2, where the partner programs' copies brought them.
   int64_t parts = 1;
+  /// Looping VjpDx: each program adds its sums to its row of the partials (written by the
+  /// call's first row chunk) instead of storing them.
+  bool accumulate_partials = false;
 
   int64_t rows() const { return outer * inner; }
   bool strided() const { return inner > 1; }

@@ -37,6 +37,7 @@ VjpPlan vjpPlan(const NormProblem &p, const TileConfig &c) {
                c.staged ? c.row_split.value_or(1) : 1};
   plan.mode = fused ? Mode::Fused : split ? Mode::Split : c.staged ? Mode::Staged : Mode::Looping;
   plan.block_cols = fused ? next_pow2(p.n) : split ? next_pow2(p.n) / *c.row_split : *c.block_cols;
+  plan.chunk_rows = c.chunk_rows.value_or(0);
   return plan;
 }
 
@@ -168,6 +169,13 @@ std::optional<std::string> Tile::check(const NormProblem &p, const TileConfig &c
       return fmt::format("row_split {} needs rows of at least {} columns, got {}", split, split, p.n);
     if (rows != 1)
       return fmt::format("row_split takes block_rows = 1, got {}", rows);
+  }
+  if (c.chunk_rows) {
+    if (!p.vjp || !c.block_cols || c.staged || c.row_split)
+      return std::string("chunk_rows (the rows in chunks, each chunk's coefficient and dx kernels back to back) is a "
+                         "config of the looping tile VJP: block_cols, without staged or row_split");
+    if (*c.chunk_rows < 1)
+      return fmt::format("chunk_rows must be positive, got {}", *c.chunk_rows);
   }
   if (c.staged) {
     if (!p.vjp || !c.block_cols || rows != 1)

@@ -164,11 +164,19 @@ Kernel vjpDxKernel(const NormKernelSpec &s) {
       group(g);
       return std::vector<Value>{};
     });
+  // The partial rows, or (a later row chunk) the sums added to them in place: one
+  // program a row, chunks in stream order, so the sums stay deterministic.
+  auto partial = [&](const TensorArg &t, const Value &sum) {
+    Value out = rows.sumToColumns(sum);
+    if (s.accumulate_partials)
+      out = t.load({program, col}, out.shape()) + out;
+    t.store({program, col}, out);
+  };
   size_t i = 0;
   if (pds)
-    pds->store({program, col}, rows.sumToColumns(acc[i++]));
+    partial(*pds, acc[i++]);
   if (pdo)
-    pdo->store({program, col}, rows.sumToColumns(acc[i++]));
+    partial(*pdo, acc[i++]);
   return k;
 }
 

@@ -302,7 +302,15 @@ TEST_CASE("norm implementations and variants on the device", "[gpu][norm]") {
   staged.config = Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 8}, {"staged", 1}, {"programs", 66}};
   stagedHalves.config = Config(*staged.config).set("row_split", 2);
   stagedQuarters.config = Config(*staged.config).set("num_warps", 16).set("row_split", 4);
+  // The looping VJP in row chunks: each chunk's coefficient and dx kernels back to back,
+  // the later chunks adding to the partial rows (1000 rows in chunks of 96: a partial
+  // last chunk of 40 rows, fewer programs than the first's).
+  NormOptions chunked;
+  chunked.implementation = "tile";
+  chunked.config = Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 4}, {"programs", 49}, {"chunk_rows", 96}};
   std::vector<Variant> variants = {
+      {"tile VJP looping in row chunks (16384 columns)", 1000, 16384, DType::BF16, DType::F32, {}, chunked},
+      {"tile VJP looping in row chunks (12000 columns)", 517, 12000, DType::F16, std::nullopt, {}, chunked},
       {"tile VJP staged (16376 columns)", 300, 16376, DType::BF16, DType::F32, {}, staged},
       {"tile VJP staged in halves (12000 columns)", 1000, 12000, DType::BF16, DType::F32, {}, stagedHalves},
       {"tile VJP staged in quarters (16384 columns)", 517, 16384, DType::F16, DType::F32, {}, stagedQuarters},
@@ -391,6 +399,47 @@ TEST_CASE("norms over a non-last axis on the device", "[gpu][norm]") {
 // Timing (hidden: tokamax-gpu-tests "[gpu-bench]"): every config of each op's search space
 // at the benchmark shapes, with the heuristic's time and the best, in GB/s of the bytes a
 // kernel must move (x + y, or dy + x + dx); then the host cost of a cached call.
+TEST_CASE("norm VJP in row chunks timed against the heuristic", "[.][gpu-bench][chunk_rows]") {
+  // 4096x16384 bf16, f32 parameters (the VJP's open miss: 55 % of copy): the heuristic
+  // (looping: x and dy read twice from DRAM) against the same config in row chunks
+  // (the second read from L2), alternating, twice; GB/s counts dy and x read, dx written.
+  Stream stream = Stream::create(Device::get());
+  const int64_t rows = 4096, n = 16384;
+  const DType d = DType::BF16, pd = DType::F32;
+  Tensor x = upload(randomHost(d, {rows, n}, 1)), dy = upload(randomHost(d, {rows, n}, 2));
+  Tensor s = upload(randomHost(pd, {n}, 3, 0.5, 1.5)), b = upload(randomHost(pd, {n}, 4));
+  Tensor y = Tensor::empty({rows, n}, d), dx = Tensor::empty({rows, n}, d);
+  Tensor m = Tensor::empty({rows}, DType::F32), r = Tensor::empty({rows}, DType::F32);
+  Tensor ds = Tensor::empty({n}, pd), db = Tensor::empty({n}, pd);
+  layer_norm(x, &s.view(), &b.view(), y, stream, {}, &m.view(), &r.view());
+  const ArgSpec xs{{rows, n}, d}, ps{{n}, pd}, rs{{rows}, DType::F32};
+  const double bytes = double(rows * n * dtype_size(d)) * 3;
+  for (bool layer : {true, false}) {
+    const BoundArgs args =
+        layer ? bind_layer_norm_vjp(xs, xs, ps, rs, rs, xs, ps, ps, -1) : bind_rms_norm_vjp(xs, xs, ps, rs, xs, ps, -1);
+    const Implementation &tile = find_op(args.op)->implementation("tile");
+    const Config heuristic = tile.heuristic(args);
+    std::vector<Config> configs{heuristic};
+    for (int64_t chunk : {128, 256, 512})
+      configs.push_back(Config(heuristic).set("chunk_rows", chunk));
+    for (int round = 0; round < 2; ++round)
+      for (const Config &c : configs) {
+        NormOptions o;
+        o.implementation = "tile";
+        o.config = c;
+        Timings t = time_on_stream(stream, [&] {
+          if (layer)
+            layer_norm_vjp(dy, x, &s.view(), m, r, dx, &ds.view(), &db.view(), stream, o);
+          else
+            rms_norm_vjp(dy, x, &s.view(), r, dx, &ds.view(), stream, o);
+        }, 3, 20);
+        std::printf("%-13s %lldx%lld %s %.4f ms %.0f GB/s\n", args.op.c_str(), (long long)rows, (long long)n,
+                    c.to_json().c_str(), t.median, bytes / t.median / 1e6);
+        std::fflush(stdout);
+      }
+  }
+}
+
 TEST_CASE("norm timings and config search", "[.][gpu-bench]") {
   Device &device = Device::get();
   Stream stream = Stream::create(device);

@@ -235,6 +235,14 @@ TEST_CASE("norm: persistent and row-split configs are checked with a reason", "[
              Contains("prefetch must be 0 or 1"));
   CHECK_THAT(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"programs", 8}, {"prefetch", 1}}),
              Contains("forward"));
+  // chunk_rows: a config of the looping VJP only.
+  const Config looping{{"block_rows", 1}, {"num_warps", 4}, {"programs", 8}, {"block_cols", 2048}};
+  CHECK(why(tileVjp, vjp, Config(looping).set("chunk_rows", 16)) == "valid");
+  CHECK_THAT(why(tileVjp, vjp, Config(looping).set("chunk_rows", 0)), Contains("chunk_rows must be positive"));
+  CHECK_THAT(why(tileVjp, vjp, Config(looping).set("chunk_rows", 16).set("staged", 1)),
+             Contains("config of the looping tile VJP"));
+  CHECK_THAT(why(tile, fwd, {{"block_rows", 1}, {"num_warps", 8}, {"block_cols", 4096}, {"chunk_rows", 16}}),
+             Contains("config of the looping tile VJP"));
   // The VJP holds 8192 columns a program at most: 16384 need a split or a looping config.
   CHECK_THAT(why(tileVjp, vjp, {{"block_rows", 1}, {"num_warps", 32}, {"programs", 8}}),
              Contains("set block_cols or row_split"));

@@ -5,6 +5,7 @@
 // float64 references written from the formulas, independently of the kernels.
 //
 //===----------------------------------------------------------------------===//
+#include "common/PtxasUtil.h"
 #include "unit/layer_norm/NormTestUtil.h"
 
 TEST_CASE("norm: forward and VJP match float64 for every dtype and shape", "[norm]") {
@@ -222,6 +223,29 @@ TEST_CASE("norm: every kernel variant compiles to PTX", "[norm][ptx]") {
   }
 }
 
+TEST_CASE("norm: the chunked looping VJP's kernels assemble for sm_90a without spills", "[norm][ptx]") {
+  // 4096x16384 bf16 with f32 parameters (the bench shape) in chunks of 256 rows: the
+  // coefficient kernel, the dx kernels storing and adding to the partial rows, the sums.
+  const std::string ptxas = test::ptxas_path();
+  const ArgSpec x{{4096, 16384}, DType::BF16}, p{{16384}, DType::F32}, r{{4096}, DType::F32};
+  for (bool layer : {true, false}) {
+    const BoundArgs args = layer ? bind_layer_norm_vjp(x, x, p, r, r, x, p, p, -1) : bind_rms_norm_vjp(x, x, p, r, x, p, -1);
+    const Implementation &tile = find_op(args.op)->implementation("tile");
+    const Config chunked = Config(tile.heuristic(args)).set("chunk_rows", 256);
+    REQUIRE_FALSE(tile.check_config(args, chunked).has_value());
+    const std::vector<dsl::Kernel> kernels = tile.kernels(args, chunked);
+    REQUIRE(kernels.size() == 4u);  // coefficients, dx storing, dx adding, the sums
+    for (const dsl::Kernel &kernel : kernels) {
+      INFO(args.op << " " << kernel.name());
+      CompileOptions options;
+      options.arch = "sm_90a";
+      options.assemble = false;
+      const CompiledKernel compiled = compile(kernel, options);
+      if (!ptxas.empty())
+        test::check_assembles_without_spills(ptxas, compiled.ptx);
+    }
+  }
+}
 
 namespace {
 
@@ -274,6 +298,26 @@ TEST_CASE("norm: persistent and row-split tile kernels on odd shapes", "[norm][s
               c.fwd_config = Config{{"block_rows", 4}, {"num_warps", 1}, {"programs", 2}, {"prefetch", 1}};
               cases.push_back(c);
             }
+          }
+  for (const Case &c : cases)
+    DYNAMIC_SECTION(describe(c)) { check(c); }
+}
+
+TEST_CASE("norm: the looping VJP in row chunks (chunk_rows) on odd shapes", "[norm][split]") {
+  // Each chunk's coefficient and dx kernels back to back, the later chunks adding their
+  // column sums to the first's partial rows: chunks that divide the rows and a partial
+  // last one (17 rows in chunks of 4 and 5), more programs than a chunk's rows, one
+  // chunk (chunk_rows past the rows), rows past the fused VJP's 8192 columns and short.
+  std::vector<Case> cases;
+  for (bool layer : {true, false})
+    for (DType d : {DType::BF16, DType::F32})
+      for (int64_t rows : {1, 16, 17})
+        for (int64_t cols : {40, 8200})
+          for (int64_t chunk : {4, 5, 64}) {
+            Case c = tileCase(layer, d, rows, cols, /*params=*/chunk != 5);
+            c.vjp_config = Config{{"block_rows", 1}, {"block_cols", cols > 40 ? 2048 : 16}, {"num_warps", cols > 40 ? 4 : 1},
+                                  {"programs", chunk == 4 ? 3 : 8}, {"chunk_rows", chunk}};
+            cases.push_back(c);
           }
   for (const Case &c : cases)
     DYNAMIC_SECTION(describe(c)) { check(c); }
