@@ -201,7 +201,7 @@ if wants pending3; then
   TAIL=12 run pending-ragged "${t[@]}" 360 "$bin/tokamax-gpu-tests" "[ragged_dot]" --durations yes
   pending_peers=()
   if has_torch; then
-    TAIL=10 run pending-ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
+    TAIL=10 run pending-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
     pending_peers=(--peers "$out/ragged-peers.json")
   fi
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
@@ -294,7 +294,7 @@ if wants ragged; then
     --durations yes
   ragged_peers=()
   if has_torch; then
-    TAIL=6 run ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
+    TAIL=6 run ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
     ragged_peers=(--peers "$out/ragged-peers.json")
   fi
   TAIL=8 run ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper "${ragged_peers[@]}"
@@ -428,7 +428,7 @@ if wants heuristics; then
   TAIL=6 run heuristics-glu-bench "${t[@]}" 60 "$bin/tokamax-glu-bench" "${glu_peers[@]}"
   ragged_peers=()
   if has_torch; then
-    TAIL=6 run heuristics-ragged-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" \
+    TAIL=6 run heuristics-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
       --json "$out/heuristics-ragged-peers.json"
     ragged_peers=(--peers "$out/heuristics-ragged-peers.json")
   fi
@@ -478,7 +478,7 @@ if wants ragged-stores; then
   TAIL=4 run ragged-stores-tests "${t[@]}" 200 "$bin/tokamax-gpu-tests" "[tma_store]" --durations yes
   rs_peers=()
   if has_torch; then
-    TAIL=4 run ragged-stores-peers "${t[@]}" 90 python3 "$here/../bench/peers/ragged_dot.py" \
+    TAIL=4 run ragged-stores-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
       --json "$out/ragged-stores-peers.json"
     rs_peers=(--peers "$out/ragged-stores-peers.json")
   fi

@@ -13,6 +13,10 @@ lhs and rhs):
                        kernel; absent from older torch: the row says so)
     torch_loop:        one torch.matmul per group on its rows (what a model without a
                        grouped kernel runs)
+    jax_ragged_dot:    jax.lax.ragged_dot(lhs, rhs, group_sizes) under jax.jit, the
+                       fwd+bwd its jitted jax.vjp (issue 38's target: >= 10x it); timed by
+                       wall clock around five queued runs (jax has no CUDA events here),
+                       median of --iters / 4 such batches; absent jax: the row says so
 
 and a "dense" row: lhs @ rhs[0] at the same FLOPs. Each run is timed with CUDA events
 after a 256 MB buffer is overwritten (so nothing is served from L2); the median of the
@@ -25,13 +29,17 @@ Writes JSON that `tokamax-ragged-dot-bench --peers FILE` reads:
 Usage: python3 bench/peers/ragged_dot.py [--json FILE] [--iters N] [--quick]
 """
 
+import os
+import statistics
+import time
+
 import torch
 
 import common
 
 SHAPES = {"R1": (8, 32768, 4096, 4096)}
 QUICK_SHAPE = {"Q": (8, 4096, 1024, 1024)}
-BACKENDS = ("torch_grouped_mm", "torch_loop")
+BACKENDS = ("torch_grouped_mm", "torch_loop", "jax_ragged_dot")
 
 
 def group_sizes(groups, m):
@@ -44,7 +52,42 @@ def group_sizes(groups, m):
     return [b - a for a, b in zip(cuts, cuts[1:])]
 
 
+def jax_row(name, shape, pass_, iters):
+    """jax.lax.ragged_dot at the shape, jitted (fwd, or the jitted vjp into lhs and rhs)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as e:
+        raise RuntimeError(f"no jax: {e}") from e
+    groups, m, k, n = shape
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(1), 3)
+    lhs = jax.random.normal(k1, (m, k), jnp.bfloat16)
+    rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / k**0.5).astype(jnp.bfloat16)
+    dout = jax.random.normal(k3, (m, n), jnp.bfloat16)
+    sizes = jnp.asarray(group_sizes(groups, m), jnp.int32)
+    fwd = jax.jit(lambda l, r, g: jax.lax.ragged_dot(l, r, g))
+    vjp = jax.jit(lambda l, r, g, d: jax.vjp(lambda l, r: jax.lax.ragged_dot(l, r, g), l, r)[1](d))
+    grad = pass_ == "fwd+bwd"
+    call = (lambda: vjp(lhs, rhs, sizes, dout)) if grad else (lambda: fwd(lhs, rhs, sizes))
+    try:
+        for _ in range(2):
+            jax.block_until_ready(call())
+        times = []
+        for _ in range(max(1, iters // 4)):
+            t0 = time.perf_counter()
+            outs = [call() for _ in range(5)]
+            jax.block_until_ready(outs)
+            times.append((time.perf_counter() - t0) * 1e3 / 5)
+    except Exception as e:  # noqa: BLE001: XLA's errors (out of memory, unsupported) fail the row
+        raise RuntimeError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+    ms = statistics.median(times)
+    return common.ok_row(name, pass_, "jax_ragged_dot", ms, 2.0 * m * k * n * (3 if grad else 1), len(times))
+
+
 def bench_row(name, shape, pass_, backend, iters, flush):
+    if backend == "jax_ragged_dot":
+        return jax_row(name, shape, pass_, iters)
     groups, m, k, n = shape
     gen = torch.Generator(device="cuda").manual_seed(1)
     grad = pass_ == "fwd+bwd"
