@@ -87,7 +87,12 @@ def jax_row(name, shape, pass_, iters):
 
 def bench_row(name, shape, pass_, backend, iters, flush):
     if backend == "jax_ragged_dot":
-        return jax_row(name, shape, pass_, iters)
+        try:
+            return jax_row(name, shape, pass_, iters)
+        except RuntimeError:
+            raise
+        except Exception as e:  # noqa: BLE001: whatever jax raises fails its row, not the script
+            raise RuntimeError(f"jax: {type(e).__name__}: {e}") from e
     groups, m, k, n = shape
     gen = torch.Generator(device="cuda").manual_seed(1)
     grad = pass_ == "fwd+bwd"
