@@ -104,7 +104,10 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"): glu-fused, norm-chunks
+#               "Built without a GPU, waiting for one"): glu-fused, norm-chunks,
+#               ragged-stages
+#   ragged-stages (named only) ragged_dot's forward with four slots against three (the
+#               heuristic's), alternating, twice, beside torch's grouped mm (about 3 minutes)
 #   norm-chunks (named only) the norm VJP in row chunks ("chunk_rows": each chunk's
 #               coefficient and dx kernels back to back, the second read of x and dy from
 #               L2): the variants' device test against float64, then 4096x16384 at the
@@ -152,7 +155,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/glu-fused norm-chunks}  # what waits for a GPU, in one call
+parts=${parts/next/glu-fused norm-chunks ragged-stages}  # what waits for a GPU, in one call
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)
