@@ -111,7 +111,7 @@
 #   norm-chunks (named only) the norm VJP in row chunks ("chunk_rows": each chunk's
 #               coefficient and dx kernels back to back, the second read of x and dy from
 #               L2): the variants' device test against float64, then 4096x16384 at the
-#               heuristic and in chunks of 128, 256 and 512 rows, twice (about 2 minutes)
+#               heuristic and in chunks of 256, 512 and 768 rows, twice (about 2 minutes)
 #   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
 #               ("tma_store": 1): the device test, then the bench shape against the
 #               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)

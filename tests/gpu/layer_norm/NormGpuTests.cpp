@@ -420,7 +420,7 @@ TEST_CASE("norm VJP in row chunks timed against the heuristic", "[.][gpu-bench][
     const Implementation &tile = find_op(args.op)->implementation("tile");
     const Config heuristic = tile.heuristic(args);
     std::vector<Config> configs{heuristic};
-    for (int64_t chunk : {128, 256, 512})
+    for (int64_t chunk : {256, 512, 768})
       configs.push_back(Config(heuristic).set("chunk_rows", chunk));
     for (int round = 0; round < 2; ++round)
       for (const Config &c : configs) {
