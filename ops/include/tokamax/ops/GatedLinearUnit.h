@@ -103,7 +103,9 @@ TOKAMAX_API void gated_linear_unit_vjp_host(const TensorView &dout, const Tensor
 // num_warps, the products read the ring on wgmma on sm_90a; opt-in), unfused (0 / 1,
 // tile and hopper: both products x W on the matmul kernel into the call's scratch, M x 2N
 // in x's dtype, then an elementwise kernel applies the gate or its gradient, instead of
-// the gate kernel); reference: block_m, block_n, block_k, num_warps.
+// the gate kernel), programs (the gate kernel on TMA rings: a persistent grid, -1 one
+// program an SM) and tma_store (0 / 1, the forward's gate kernel on TMA rings: its gated
+// tiles leave by TMA stores); reference: block_m, block_n, block_k, num_warps.
 
 TOKAMAX_API const Op &gated_linear_unit_op();
 TOKAMAX_API const Op &gated_linear_unit_vjp_op();
