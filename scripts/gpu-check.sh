@@ -115,8 +115,9 @@
 #   ragged-stores (named only) ragged_dot's rows kernels with whole tiles stored by TMA
 #               ("tma_store": 1): the device test, then the bench shape against the
 #               heuristic, alternating, twice, beside torch's grouped mm (about 4 minutes)
-#   profiles    (named only) ncu --set full of the hopper forward at S1 and the paged
-#               decode's split and combine kernels at batch 1, 4096 keys (about 4 minutes)
+#   profiles    (named only) ncu --set full of the hopper forward at S1, the paged
+#               decode's split and combine kernels at batch 1, 4096 keys, and the
+#               layer_norm VJP's kernels at 4096x16384 (about 6 minutes)
 #   glu-fused   (named only) gated_linear_unit's gate kernel (both products of a tile,
 #               then the gate) with its tiles stored by TMA on a persistent grid: the
 #               device test ([glu][persistent]), then G1's forward at the heuristic

@@ -44,7 +44,11 @@ if wants profiles; then
     --launch-count 1 -f -o "$out/profile-forward-s1" "$bin/tokamax-attention-bench" --impl hopper --shapes S1 --iters 1
   TAIL=4 run profile-decode-b1 "${t[@]}" 150 ncu --set full --kernel-name "regex:paged_attention_(split|combine)" \
     --launch-count 2 -f -o "$out/profile-decode-b1" "$bin/tokamax-paged-attention-bench" --quick --iters 1
-  for r in profile-forward-s1 profile-decode-b1; do
+  # The layer_norm VJP at 4096x16384 (55 % of copy): its coefficient and dx kernels at
+  # the heuristic, the first of the [chunk_rows] timing test's calls.
+  TAIL=4 run profile-norm-vjp "${t[@]}" 150 ncu --set full --kernel-name "regex:layer_norm_vjp_(coef|dx)" \
+    --launch-count 2 -f -o "$out/profile-norm-vjp" "$bin/tokamax-gpu-tests" "[chunk_rows]"
+  for r in profile-forward-s1 profile-decode-b1 profile-norm-vjp; do
     [ -f "$out/$r.ncu-rep" ] && ncu --import "$out/$r.ncu-rep" --page details --csv > "$out/$r.csv" 2>&1
   done
   (cd "$out" && tar czf profiles-misses.tgz profile-*.ncu-rep profile-*.csv 2> /dev/null && rm -f profile-*.ncu-rep)
