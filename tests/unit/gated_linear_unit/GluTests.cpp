@@ -93,6 +93,13 @@ TEST_CASE("gated_linear_unit: odd shapes on both tile main loops and reference",
                       Config{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2},
                              {"tma_store", 1}}},
                      seed++));
+  // The configs glu-fused times at G1: [128, 128] tiles of both products, 64-wide K steps
+  // through four slots (K 320: five steps, the slots wrap), one program walking every
+  // tile of M 300 x N 200 (partial tiles at both edges), stored by TMA.
+  check(checkForward({{300}, 320, 200, DType::BF16, "swish", "hopper",
+                      Config{{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"group_m", 8}, {"num_warps", 8},
+                             {"stages", 4}, {"programs", 1}, {"tma_store", 1}}},
+                     seed++));
   // unfused: both products on the matmul kernel, then the gate (or its gradient, in
   // place) in an elementwise kernel; odd M and N leave partial blocks in both kernels.
   for (const char *impl : {"tile", "hopper"}) {

@@ -108,6 +108,12 @@ TEST_CASE("ragged_dot: the tma config (TMA rings, a producer warpgroup) matches 
   Config perTile{{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"num_warps", 4}, {"stages", 2}, {"tma_store", 1}};
   check(checkForward({100, 64, 136, randomSizes(5, 100, seed), DType::BF16, "hopper", perTile}, seed++));
   check(checkVjp({100, 64, 136, randomSizes(5, 100, seed), DType::F16, "hopper", perTile}, seed++));
+  // The heuristic's blocks at the bench ([128, 256] tiles stored by TMA, persistent) with
+  // the forward's ring at four slots (gpu-check's ragged-stages times it): K 320 walks
+  // five 64-wide steps, so the slots wrap; a partial last column tile at N 296.
+  Config fourSlots{{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"num_warps", 8},
+                   {"stages", 4},    {"programs", 2},   {"tma_store", 1}};
+  check(checkForward({300, 320, 296, randomSizes(3, 300, seed), DType::BF16, "hopper", fourSlots}, seed++));
 }
 
 TEST_CASE("ragged_dot: one group holding every row, empty groups, short and overlong sizes", "[ragged_dot]") {
