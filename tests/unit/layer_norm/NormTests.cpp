@@ -319,6 +319,13 @@ TEST_CASE("norm: the looping VJP in row chunks (chunk_rows) on odd shapes", "[no
                                   {"programs", chunk == 4 ? 3 : 8}, {"chunk_rows", chunk}};
             cases.push_back(c);
           }
+  // The heuristic's looping config at 16384 columns (49 programs a column block) in
+  // chunks of 128 rows: three chunks, the last of 44 rows with 44 programs.
+  for (bool layer : {true, false}) {
+    Case c = tileCase(layer, DType::BF16, 300, 16384, /*params=*/true);
+    c.vjp_config = Config{{"block_rows", 1}, {"block_cols", 2048}, {"num_warps", 4}, {"programs", 49}, {"chunk_rows", 128}};
+    cases.push_back(c);
+  }
   for (const Case &c : cases)
     DYNAMIC_SECTION(describe(c)) { check(c); }
 }
