@@ -223,32 +223,6 @@ if wants ragged-stores; then
       --config "$heur,\"tma_store\":1}" "${rs_peers[@]}"
   done
 fi
-if wants ragged-stages; then
-  t=(timeout -k 10)
-  # ragged_dot's forward with four slots (229,440 bytes with the store strips, as the
-  # matmul's [128, 256] ring; ptxas: no spills) against the heuristic's three, alternating,
-  # twice, beside torch's grouped mm and our dense matmul (the target: >= 95 % of it). The
-  # VJP refuses four slots (its drhs): those rows say so and time nothing.
-  rg_peers=()
-  if has_torch; then
-    TAIL=4 run ragged-stages-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
-      --json "$out/ragged-stages-peers.json"
-    rg_peers=(--peers "$out/ragged-stages-peers.json")
-  fi
-  heur='{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"programs":-1,"tma_store":1'
-  for r in 1 2; do
-    TAIL=6 run "ragged-stages-3-$r" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
-      --config "$heur,\"stages\":3}" "${rg_peers[@]}"
-    TAIL=6 run "ragged-stages-4-$r" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
-      --config "$heur,\"stages\":4}" "${rg_peers[@]}"
-  done
-fi
-if wants norm-chunks; then
-  t=(timeout -k 10)
-  TAIL=4 run norm-chunks-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "norm implementations and variants on the device" \
-    --durations yes
-  TAIL=20 run norm-chunks-timed "${t[@]}" 90 "$bin/tokamax-gpu-tests" "[chunk_rows]"
-fi
 if wants glu-fused; then
   t=(timeout -k 10)
   TAIL=4 run glu-fused-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
@@ -273,6 +247,32 @@ if wants glu-fused; then
     gf s4-tma '"stages":4,"tma_store":1'
     gf s3-persistent-tma '"stages":3,"programs":-1,"tma_store":1'
   fi
+fi
+if wants norm-chunks; then
+  t=(timeout -k 10)
+  TAIL=4 run norm-chunks-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "norm implementations and variants on the device" \
+    --durations yes
+  TAIL=20 run norm-chunks-timed "${t[@]}" 90 "$bin/tokamax-gpu-tests" "[chunk_rows]"
+fi
+if wants ragged-stages; then
+  t=(timeout -k 10)
+  # ragged_dot's forward with four slots (229,440 bytes with the store strips, as the
+  # matmul's [128, 256] ring; ptxas: no spills) against the heuristic's three, alternating,
+  # twice, beside torch's grouped mm and our dense matmul (the target: >= 95 % of it). The
+  # VJP refuses four slots (its drhs): those rows say so and time nothing.
+  rg_peers=()
+  if has_torch; then
+    TAIL=4 run ragged-stages-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
+      --json "$out/ragged-stages-peers.json"
+    rg_peers=(--peers "$out/ragged-stages-peers.json")
+  fi
+  heur='{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"programs":-1,"tma_store":1'
+  for r in 1 2; do
+    TAIL=6 run "ragged-stages-3-$r" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+      --config "$heur,\"stages\":3}" "${rg_peers[@]}"
+    TAIL=6 run "ragged-stages-4-$r" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
+      --config "$heur,\"stages\":4}" "${rg_peers[@]}"
+  done
 fi
 if wants xent-reduce; then
   t=(timeout -k 10)
