@@ -177,6 +177,18 @@ run() {
   tail -n "${TAIL:-15}" "$out/$name.log"; echo "== $name rc=$rc"; [ $rc -eq 0 ] || status=1
 }
 has_torch() { python3 -c "import torch" 2> /dev/null; }
+# peers VAR FILE NAME COMMAND...: where torch is installed, runs a bench/peers script as
+# `run NAME COMMAND... --json $out/FILE.json` and sets the array VAR to the --peers
+# arguments that hand its rows to a tokamax bench; without torch VAR is empty.
+peers() {
+  local -n peer_args=$1
+  local file="$out/$2.json"
+  shift 2
+  peer_args=()
+  has_torch || return 0
+  run "$@" --json "$file"
+  peer_args=(--peers "$file")
+}
 # $TOKAMAX_OLD_PACKAGE (the package before a change, for A/Bs) unpacked once, its bin in
 # $old_bin; fails where none is given.
 old_bin=

@@ -11,11 +11,7 @@ if wants pending; then
   xent_tma_rc=$last_rc
   # Its timings at X1 beside torch's matmul + cross_entropy: tile, and hopper if its
   # TMA-ring numerics passed.
-  xent_peers=()
-  if has_torch; then
-    TAIL=10 run pending-xent-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py" --json "$out/xent-peers.json"
-    xent_peers=(--peers "$out/xent-peers.json")
-  fi
+  TAIL=10 peers xent_peers xent-peers pending-xent-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py"
   xent_impls=tile
   [ $xent_tma_rc -eq 0 ] && xent_impls=tile,hopper
   TAIL=10 run pending-xent-bench "${t[@]}" 240 "$bin/tokamax-cross-entropy-bench" \
@@ -26,11 +22,7 @@ if wants pending3; then
   # ragged_dot's numerics took more than 100 s for the tma config and hopper's heuristic
   # alone (their float64 references at 1554 x 1024 x 2048, 64 groups, are the host's).
   TAIL=12 run pending-ragged "${t[@]}" 360 "$bin/tokamax-gpu-tests" "[ragged_dot]" --durations yes
-  pending_peers=()
-  if has_torch; then
-    TAIL=10 run pending-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
-    pending_peers=(--peers "$out/ragged-peers.json")
-  fi
+  TAIL=10 peers pending_peers ragged-peers pending-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py"
   TAIL=14 run pending-ragged-bench "${t[@]}" 120 "$bin/tokamax-ragged-dot-bench" --impl hopper,tile "${pending_peers[@]}"
   TAIL=10 run pending-ragged-bench-6slots "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":6}' "${pending_peers[@]}"
@@ -52,12 +44,8 @@ if wants house; then
   rm -f "$out/house-gpu-tests.console" "$out/house-gpu-tests-products.console"
   TAIL=8 run house-dispatch-tests "${t[@]}" 60 "$bin/tokamax-dispatch-tests"
   TAIL=12 run house-dispatch "${t[@]}" 60 "$bin/tokamax-bench" --dispatch
-  house_peers=()
-  if has_torch; then
-    TAIL=12 run house-attention-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
-      --json "$out/house-attention-peers.json"
-    house_peers=(--peers "$out/house-attention-peers.json")
-  fi
+  TAIL=12 peers house_peers house-attention-peers house-attention-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
+    
   TAIL=24 run house-attention-bench "${t[@]}" 150 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     "${house_peers[@]}"
 fi
@@ -69,11 +57,7 @@ if wants pending2; then
   TOKAMAX_NORM_SEARCH_SHAPES=4096x16384 TAIL=8 run pending-norm-search "${t[@]}" 180 "$bin/tokamax-gpu-tests" "[gpu-bench]"
   TAIL=10 run pending-glu-persistent "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
   if [ $last_rc -eq 0 ]; then
-    glu_peers=()
-    if has_torch; then
-      TAIL=10 run pending-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/glu-peers.json"
-      glu_peers=(--peers "$out/glu-peers.json")
-    fi
+    TAIL=10 peers glu_peers glu-peers pending-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py"
     TAIL=10 run pending-glu-bench "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper "${glu_peers[@]}"
     TAIL=10 run pending-glu-bench-6slots "${t[@]}" 90 "$bin/tokamax-glu-bench" --impl hopper \
       --config '{"block_m":128,"block_n":128,"block_k":32,"group_m":8,"num_warps":8,"stages":6}' "${glu_peers[@]}"

@@ -6,12 +6,8 @@
 if wants ahead; then
   t=(timeout -k 10)
   ahead='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2,"stats_ahead":1}'
-  ahead_peers=()
-  if has_torch; then
-    TAIL=8 run ahead-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --backends cudnn \
-      --json "$out/ahead-peers.json"
-    ahead_peers=(--peers "$out/ahead-peers.json")
-  fi
+  TAIL=8 peers ahead_peers ahead-peers ahead-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 --backends cudnn \
+    
   for r in 1 2; do
     TAIL=10 run "ahead-heuristic-$r" "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 "${ahead_peers[@]}"
     TAIL=10 run "ahead-stats-$r" "${t[@]}" 80 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
@@ -25,11 +21,7 @@ if wants ragged; then
   TAIL=6 run tma-window-probe "${t[@]}" 30 python3 "$here/tma-window-probe.py"
   TAIL=12 run ragged-tests "${t[@]}" 300 "$bin/tokamax-gpu-tests" "[persistent][ragged_dot],[tma_ring][ragged_dot]" \
     --durations yes
-  ragged_peers=()
-  if has_torch; then
-    TAIL=6 run ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-peers.json"
-    ragged_peers=(--peers "$out/ragged-peers.json")
-  fi
+  TAIL=6 peers ragged_peers ragged-peers ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py"
   TAIL=8 run ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper "${ragged_peers[@]}"
   TAIL=8 run ragged-bench-persistent "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"stages":4,"programs":-1}' "${ragged_peers[@]}"
@@ -39,12 +31,8 @@ if wants varlen; then
   TAIL=8 run varlen-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
   # Packed beside dense at equal total tokens (B sequences of T), hopper, S1 and S2; cuDNN
   # from the same run.
-  varlen_peers=()
-  if has_torch; then
-    TAIL=6 run varlen-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
-      --backends cudnn --json "$out/varlen-peers.json"
-    varlen_peers=(--peers "$out/varlen-peers.json")
-  fi
+  TAIL=6 peers varlen_peers varlen-peers varlen-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1,S2 \
+    --backends cudnn
   TAIL=10 run varlen-dense-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 \
     "${varlen_peers[@]}"
   TAIL=10 run varlen-packed-bench "${t[@]}" 100 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2 --varlen \
@@ -81,12 +69,8 @@ if wants xent-chunks; then
   # dw products longer K / N and fewer launches, tails and f32 dx round trips, for more
   # memory (32768: about 0.9 GiB, within the target's 10 % of torch's 12 GiB). X1 at
   # each in turn, the first again last, beside torch.
-  xc_peers=()
-  if has_torch; then
-    TAIL=4 run xent-chunks-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
-      --json "$out/xent-chunks-peers.json"
-    xc_peers=(--peers "$out/xent-chunks-peers.json")
-  fi
+  TAIL=4 peers xc_peers xent-chunks-peers xent-chunks-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
+    
   round=0
   for chunk in 8192 16384 32768 8192; do  # the first again last: the machine's drift
     round=$((round + 1))
@@ -102,12 +86,8 @@ if wants ahead128; then
   # steps without and 32-query steps without, alternating, twice, cuDNN from the same
   # call (ptxas for sm_90a: 168 registers, no spills either way; with stats_ahead one
   # injected warpgroup.wait, C7517, unmasked, as at head dim 64 where it won all the same).
-  a128_peers=()
-  if has_torch; then
-    TAIL=4 run ahead128-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S2,S3 \
-      --backends cudnn --json "$out/ahead128-peers.json"
-    a128_peers=(--peers "$out/ahead128-peers.json")
-  fi
+  TAIL=4 peers a128_peers ahead128-peers ahead128-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --shapes S2,S3 \
+    --backends cudnn
   for r in 1 2; do
     TAIL=10 run "ahead128-heuristic-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 \
       "${a128_peers[@]}"
@@ -144,37 +124,21 @@ if wants heuristics; then
   t=(timeout -k 10)
   TAIL=4 run heuristics-attention-tests "${t[@]}" 90 "$bin/tokamax-gpu-tests" "attention hopper's heuristic configs*" \
     --durations yes
-  heur_peers=()
-  if has_torch; then
-    TAIL=6 run heuristics-attention-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1 \
-      --backends cudnn --json "$out/heuristics-attention-peers.json"
-    heur_peers=(--peers "$out/heuristics-attention-peers.json")
-  fi
+  TAIL=6 peers heur_peers heuristics-attention-peers heuristics-attention-peers "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --shapes S1 \
+    --backends cudnn
   TAIL=6 run heuristics-attention-bench "${t[@]}" 40 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
     "${heur_peers[@]}"
   TAIL=12 run heuristics-glu-tests "${t[@]}" 200 "$bin/tokamax-gpu-tests" "[glu]" --durations yes
-  glu_peers=()
-  if has_torch; then
-    TAIL=6 run heuristics-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/heuristics-glu-peers.json"
-    glu_peers=(--peers "$out/heuristics-glu-peers.json")
-  fi
+  TAIL=6 peers glu_peers heuristics-glu-peers heuristics-glu-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py"
   TAIL=6 run heuristics-glu-bench "${t[@]}" 60 "$bin/tokamax-glu-bench" "${glu_peers[@]}"
-  ragged_peers=()
-  if has_torch; then
-    TAIL=6 run heuristics-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
-      --json "$out/heuristics-ragged-peers.json"
-    ragged_peers=(--peers "$out/heuristics-ragged-peers.json")
-  fi
+  TAIL=6 peers ragged_peers heuristics-ragged-peers heuristics-ragged-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
+    
   TAIL=6 run heuristics-ragged-bench "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" "${ragged_peers[@]}"
 fi
 if wants twoblocks; then
   t=(timeout -k 10)
   TAIL=6 run twoblocks-tests "${t[@]}" 120 "$bin/tokamax-gpu-tests" "[blocks_per_sm]" --durations yes
-  two_peers=()
-  if has_torch; then
-    TAIL=6 run twoblocks-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" --json "$out/twoblocks-peers.json"
-    two_peers=(--peers "$out/twoblocks-peers.json")
-  fi
+  TAIL=6 peers two_peers twoblocks-peers twoblocks-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py"
   two_vjp='{"block_q":64,"block_kv":128,"num_warps":8,"stages":2}'
   two() { echo "{\"block_q\":64,\"block_kv\":$1,\"num_warps\":4,\"stages\":2,\"blocks_per_sm\":2,\"overlap\":$2}"; }
   TAIL=14 run twoblocks-heuristic "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper "${two_peers[@]}"
@@ -209,12 +173,8 @@ if wants ragged-stores; then
   # heuristic and with tma_store, alternating, twice, beside torch's grouped mm. If it
   # wins, the heuristic takes it.
   TAIL=4 run ragged-stores-tests "${t[@]}" 200 "$bin/tokamax-gpu-tests" "[tma_store]" --durations yes
-  rs_peers=()
-  if has_torch; then
-    TAIL=4 run ragged-stores-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
-      --json "$out/ragged-stores-peers.json"
-    rs_peers=(--peers "$out/ragged-stores-peers.json")
-  fi
+  TAIL=4 peers rs_peers ragged-stores-peers ragged-stores-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
+    
   heur='{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"stages":3,"programs":-1'
   for r in 1 2; do
     TAIL=4 run "ragged-stores-heuristic-$r" "${t[@]}" 90 "$bin/tokamax-ragged-dot-bench" --impl hopper \
@@ -226,11 +186,7 @@ fi
 if wants glu-fused; then
   t=(timeout -k 10)
   TAIL=4 run glu-fused-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[glu][persistent]" --durations yes
-  gf_peers=()
-  if has_torch; then
-    TAIL=4 run glu-fused-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py" --json "$out/glu-fused-peers.json"
-    gf_peers=(--peers "$out/glu-fused-peers.json")
-  fi
+  TAIL=4 peers gf_peers glu-fused-peers glu-fused-peers "${t[@]}" 90 python3 "$here/../bench/peers/glu.py"
   # The gate kernel's configs carry the forward's keys (the VJP refuses tma_store: its
   # fwd+bwd rows say so and time nothing).
   gate='{"block_m":128,"block_n":128,"block_k":64,"group_m":8,"num_warps":8'
@@ -260,12 +216,8 @@ if wants ragged-stages; then
   # matmul's [128, 256] ring; ptxas: no spills) against the heuristic's three, alternating,
   # twice, beside torch's grouped mm and our dense matmul (the target: >= 95 % of it). The
   # VJP refuses four slots (its drhs): those rows say so and time nothing.
-  rg_peers=()
-  if has_torch; then
-    TAIL=4 run ragged-stages-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
-      --json "$out/ragged-stages-peers.json"
-    rg_peers=(--peers "$out/ragged-stages-peers.json")
-  fi
+  TAIL=4 peers rg_peers ragged-stages-peers ragged-stages-peers "${t[@]}" 150 python3 "$here/../bench/peers/ragged_dot.py" \
+    
   heur='{"block_m":128,"block_n":256,"block_k":64,"num_warps":8,"programs":-1,"tma_store":1'
   for r in 1 2; do
     TAIL=6 run "ragged-stages-3-$r" "${t[@]}" 60 "$bin/tokamax-ragged-dot-bench" --impl hopper \
@@ -282,12 +234,8 @@ if wants xent-reduce; then
   # (the package before, alternating, twice) beside torch, then larger V chunks.
   TAIL=4 run xent-reduce-tests "${t[@]}" 150 "$bin/tokamax-gpu-tests" "cross_entropy on the device: hopper*" \
     --durations yes
-  xr_peers=()
-  if has_torch; then
-    TAIL=4 run xent-reduce-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
-      --json "$out/xent-reduce-peers.json"
-    xr_peers=(--peers "$out/xent-reduce-peers.json")
-  fi
+  TAIL=4 peers xr_peers xent-reduce-peers xent-reduce-peers "${t[@]}" 100 python3 "$here/../bench/peers/cross_entropy.py" \
+    
   if old_package; then
     rounds="1 2"; [ -n "${TOKAMAX_QUICK:-}" ] && rounds=1
     for r in $rounds; do

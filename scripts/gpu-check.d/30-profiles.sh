@@ -76,11 +76,7 @@ if wants xent-hopper; then
     "[tma_ring][cross_entropy]" --durations yes
   xent_impls=tile
   [ $last_rc -eq 0 ] && xent_impls=tile,hopper
-  xent_peers=()
-  if has_torch; then
-    TAIL=6 run xent-hopper-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py" --json "$out/xent-peers.json"
-    xent_peers=(--peers "$out/xent-peers.json")
-  fi
+  TAIL=6 peers xent_peers xent-peers xent-hopper-peers "${t[@]}" 120 python3 "$here/../bench/peers/cross_entropy.py"
   TAIL=10 run xent-hopper-bench "${t[@]}" 200 "$bin/tokamax-cross-entropy-bench" \
     --impl "$xent_impls" "${xent_peers[@]}"
 fi

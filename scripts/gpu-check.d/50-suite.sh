@@ -17,11 +17,7 @@ if wants hopper; then
   t=(timeout -k 10)
   TAIL=30 run gpu-hopper-attention "${t[@]}" 150 "$bin/tokamax-gpu-tests" "[tma_ring][attention]" --durations yes
   if [ $last_rc -ne 124 ] && [ $last_rc -ne 137 ]; then  # no timings of kernels that hang
-    hopper_peers=()
-    if has_torch; then
-      TAIL=12 run attention-peers-hopper "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers-hopper.json"
-      hopper_peers=(--peers "$out/attention-peers-hopper.json")
-    fi
+    TAIL=12 peers hopper_peers attention-peers-hopper attention-peers-hopper "${t[@]}" 90 python3 "$here/../bench/peers/attention.py"
     TAIL=24 run attention-hopper "${t[@]}" 150 "$bin/tokamax-attention-bench" --impl hopper "${hopper_peers[@]}"
     TAIL=24 run attention-hopper-overlap "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper \
       --config '{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1}' \
@@ -70,11 +66,7 @@ if wants sweep || wants tma; then
 fi
 if wants tuned; then
   t=(timeout -k 10)
-  tuned_peers=()
-  if has_torch; then
-    TAIL=12 run attention-peers-tuned "${t[@]}" 90 python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers-tuned.json"
-    tuned_peers=(--peers "$out/attention-peers-tuned.json")
-  fi
+  TAIL=12 peers tuned_peers attention-peers-tuned attention-peers-tuned "${t[@]}" 90 python3 "$here/../bench/peers/attention.py"
   TAIL=30 run attention-hopper-tuned "${t[@]}" 420 "$bin/tokamax-attention-bench" --impl hopper --autotune \
     --json "$out/attention-hopper-tuned.json" "${tuned_peers[@]}"
 fi
@@ -98,11 +90,7 @@ if wants bench; then
   TAIL=24 run matmul-bench "$bin/tokamax-matmul-bench" --impl hopper,ring,ring-inorder,tile --json "$out/matmul.json"
 fi
 if wants attention; then
-  peers=()
-  if has_torch; then
-    TAIL=20 run attention-peers python3 "$here/../bench/peers/attention.py" --json "$out/attention-peers.json"
-    peers=(--peers "$out/attention-peers.json")
-  fi
+  TAIL=20 peers peers attention-peers attention-peers python3 "$here/../bench/peers/attention.py"
   TAIL=40 run attention-bench "$bin/tokamax-attention-bench" --impl tile,hopper,chunked --json "$out/attention.json" "${peers[@]}"
   # The tile kernels with their products on wgmma (opt-in until measured here).
   for config in '{"block_q":128,"block_kv":64,"num_warps":8,"async_copy":1,"wgmma":1}' \
@@ -113,28 +101,16 @@ if wants attention; then
       "${peers[@]}"
   done
   # gated_linear_unit beside cuBLAS's GEMMs + torch's elementwise kernels.
-  glu_peers=()
-  if has_torch; then
-    TAIL=10 run glu-peers python3 "$here/../bench/peers/glu.py" --json "$out/glu-peers.json"
-    glu_peers=(--peers "$out/glu-peers.json")
-  fi
+  TAIL=10 peers glu_peers glu-peers glu-peers python3 "$here/../bench/peers/glu.py"
   TAIL=10 run glu-bench "$bin/tokamax-glu-bench" --json "$out/glu.json" "${glu_peers[@]}"
   # The same on TMA rings with a producer warpgroup (the opt-in tma config).
   TAIL=10 run glu-bench-tma "$bin/tokamax-glu-bench" --impl tile "${glu_peers[@]}" \
     --config '{"block_m":128,"block_n":128,"block_k":64,"num_warps":8,"async_copy":1,"stages":4,"tma":1}'
   # ragged_dot beside torch's grouped mm (or a loop of matmuls).
-  ragged_peers=()
-  if has_torch; then
-    TAIL=10 run ragged-dot-peers python3 "$here/../bench/peers/ragged_dot.py" --json "$out/ragged-dot-peers.json"
-    ragged_peers=(--peers "$out/ragged-dot-peers.json")
-  fi
+  TAIL=10 peers ragged_peers ragged-dot-peers ragged-dot-peers python3 "$here/../bench/peers/ragged_dot.py"
   TAIL=10 run ragged-dot-bench "$bin/tokamax-ragged-dot-bench" --json "$out/ragged-dot.json" "${ragged_peers[@]}"
   # linear_softmax_cross_entropy_loss beside torch's matmul + cross_entropy.
-  xent_peers=()
-  if has_torch; then
-    TAIL=10 run cross-entropy-peers python3 "$here/../bench/peers/cross_entropy.py" --json "$out/cross-entropy-peers.json"
-    xent_peers=(--peers "$out/cross-entropy-peers.json")
-  fi
+  TAIL=10 peers xent_peers cross-entropy-peers cross-entropy-peers python3 "$here/../bench/peers/cross_entropy.py"
   TAIL=10 run cross-entropy-bench "$bin/tokamax-cross-entropy-bench" --json "$out/cross-entropy.json" "${xent_peers[@]}"
 fi
 # Kernels under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) where it is
