@@ -104,8 +104,13 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"): glu-fused, norm-chunks,
-#               ragged-stages
+#               "Built without a GPU, waiting for one"), the first half: fp8, glu-fused
+#               (about 8 minutes)
+#   next2       (run it right after next) the second half: norm-chunks, ragged-stages
+#               (about 5 minutes)
+#   fp8         (named only) attention_fp8 on the device: its GPU tests against float64
+#               (hopper and reference, bitwise reruns), then the fp8 forward at S1-S3
+#               beside our bf16 hopper forward and cuDNN (about 5 minutes)
 #   ragged-stages (named only) ragged_dot's forward with four slots against three (the
 #               heuristic's), alternating, twice, beside torch's grouped mm (about 3 minutes)
 #   norm-chunks (named only) the norm VJP in row chunks ("chunk_rows": each chunk's
@@ -156,7 +161,8 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next/glu-fused norm-chunks ragged-stages}  # what waits for a GPU, in one call
+parts=${parts/next2/norm-chunks ragged-stages}  # what waits for a GPU, in two calls
+parts=${parts/next/fp8 glu-fused}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)

@@ -23,7 +23,7 @@
 // Usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] [--iters N]
 //                                [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE]
 //                                [--quick] [--autotune] [--nondeterministic] [--bnth] [--varlen]
-//                                [--lengths]
+//                                [--lengths] [--fp8]
 //   --config: the config every row's forward and VJP use (e.g. '{"block_q":128,
 //             "block_kv":64,"num_warps":8}'), instead of each implementation's own;
 //   --vjp-config: the VJP's alone ("heuristic": the VJP's own choice, where --config
@@ -40,10 +40,13 @@
 //   --autotune: each row first autotunes its calls (the forward, and the VJP for
 //             fwd+bwd) among the row's implementation's configs, then times the tuned
 //             calls; the row prints the tuning time and the configs chosen
+//   --fp8:    dot_product_attention_fp8 (q, k, v f8e4m3 with descales, out bf16) at the
+//             same shapes and FLOPs: forward rows only (fwd+bwd rows say it has no VJP)
 #include "OpBenchUtil.h"
 
 #include <tokamax/autotune/Autotune.h>
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/AttentionFp8.h>
 #include <tokamax/runtime/Benchmark.h>
 #include <tokamax/runtime/Device.h>
 #include <tokamax/runtime/Error.h>
@@ -91,6 +94,7 @@ constexpr const char *kNondeterministicVariable = "TOKAMAX_ATTENTION_BENCH_NONDE
 constexpr const char *kBnthVariable = "TOKAMAX_ATTENTION_BENCH_BNTH";
 constexpr const char *kVarlenVariable = "TOKAMAX_ATTENTION_BENCH_VARLEN";
 constexpr const char *kLengthsVariable = "TOKAMAX_ATTENTION_BENCH_LENGTHS";
+constexpr const char *kFp8Variable = "TOKAMAX_ATTENTION_BENCH_FP8";
 /// --vjp-config's value for the VJP's own choice (beside a forward-only --config).
 constexpr const char *kVjpHeuristic = "heuristic";
 
@@ -162,27 +166,36 @@ struct Buffers {
   Tensor q, k, v, dout, out, lse, dq, dk, dv;
 };
 
-/// A bf16 tensor holding 1 Mi values of random_host_values (standardize's: magnitudes in
-/// [0.05, 3], random signs, so logits of a few units at the default scale) over and over,
-/// starting `phase` values in: the inputs differ without generating hundreds of millions
-/// of values on the host for every row (timing does not depend on them).
-Tensor patterned(const std::vector<int64_t> &shape, const std::vector<uint16_t> &twice, size_t phase, Device &device) {
-  Tensor t = Tensor::empty(shape, DType::BF16, device);
-  const size_t period = twice.size() / 2;
+/// A tensor of `dtype` holding 1 Mi values of random_host_values (standardize's:
+/// magnitudes in [0.05, 3], random signs, so logits of a few units at the default scale)
+/// over and over, starting `phase` values in: the inputs differ without generating
+/// hundreds of millions of values on the host for every row (timing does not depend on
+/// them). `twice`: the values twice over, as `dtype`'s bytes.
+Tensor patterned(const std::vector<int64_t> &shape, DType dtype, const std::vector<uint8_t> &twice, size_t phase,
+                 Device &device) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  const size_t bytes = dtype_size(dtype), period = twice.size() / bytes / 2;
   for (size_t at = 0; at < size_t(t.numel()); at += period)
-    copy_host_to_device(t.data() + at * 2, twice.data() + phase % period,
-                        std::min(period, size_t(t.numel()) - at) * 2);
+    copy_host_to_device(t.data() + at * bytes, twice.data() + phase % period * bytes,
+                        std::min(period, size_t(t.numel()) - at) * bytes);
   return t;
+}
+
+/// The period of patterned's values, twice over, as `dtype`'s bytes.
+std::vector<uint8_t> patternOf(DType dtype) {
+  const int64_t period = int64_t(1) << 20;
+  const size_t bytes = dtype_size(dtype);
+  std::vector<uint8_t> twice(2 * period * bytes);
+  const std::vector<double> values = random_host_values(TensorSpec{{period}, DType::BF16}, 1);
+  for (int64_t i = 0; i < 2 * period; ++i)
+    store_from_double(dtype, &twice[size_t(i) * bytes], values[i % period]);
+  return twice;
 }
 
 Buffers makeBuffers(const Shape &s, Device &device) {
   const std::vector<int64_t> qShape = qShapeOf(s.b, s.t, s.n, s.h), lseShape = {s.b, s.n, s.t};
-  const int64_t period = int64_t(1) << 20;
-  std::vector<uint16_t> twice(2 * period);
-  const std::vector<double> values = random_host_values(TensorSpec{{period}, DType::BF16}, 1);
-  for (int64_t i = 0; i < 2 * period; ++i)
-    store_from_double(DType::BF16, &twice[i], values[i % period]);
-  auto input = [&](size_t phase) { return patterned(qShape, twice, phase, device); };
+  const std::vector<uint8_t> twice = patternOf(DType::BF16);
+  auto input = [&](size_t phase) { return patterned(qShape, DType::BF16, twice, phase, device); };
   return Buffers{input(0), input(262147), input(524309), input(786433),
                  Tensor::empty(qShape, DType::BF16, device), Tensor::empty(lseShape, DType::F32, device),
                  Tensor::empty(qShape, DType::BF16, device), Tensor::empty(qShape, DType::BF16, device),
@@ -271,10 +284,34 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
     for (AttentionOptions *o : {&options, &vjpOptions})
       o->q_seq_lengths = o->kv_seq_lengths = &lengths->view();
   }
+  // --fp8: q, k, v as f8e4m3 with descales (ones), the forward alone.
+  struct Fp8Inputs {
+    Tensor q, k, v, descale;
+  };
+  std::optional<Fp8Inputs> fp8;
+  if (std::getenv(kFp8Variable)) {
+    if (pass != "fwd") {
+      row.status = "skipped: fp8 attention is forward only";
+      return row;
+    }
+    const std::vector<uint8_t> twice = patternOf(DType::F8E4M3);
+    const std::vector<int64_t> shape = qShapeOf(s.b, s.t, s.n, s.h);
+    fp8.emplace(Fp8Inputs{patterned(shape, DType::F8E4M3, twice, 0, device),
+                          patterned(shape, DType::F8E4M3, twice, 262147, device),
+                          patterned(shape, DType::F8E4M3, twice, 524309, device),
+                          Tensor::empty({s.b, s.n}, DType::F32, device)});
+    const std::vector<float> ones(size_t(s.b * s.n), 1.0f);
+    copy_host_to_device(fp8->descale.data(), ones.data(), ones.size() * 4);
+  }
   std::optional<AutotuningScope> tuned;
   if (std::getenv(kAutotuneVariable))
     tuned.emplace(tuneRow(s, pass, impl, options, vjpOptions, row));
   auto call = [&](Stream &stream) {
+    if (fp8) {
+      const TensorView *d = &fp8->descale.view();
+      dot_product_attention_fp8(fp8->q, fp8->k, fp8->v, buf.out, stream, options, {d, d, d}, &buf.lse.view());
+      return;
+    }
     if (!packed.empty()) {
       const TensorView &q = packed[0], &k = packed[1], &v = packed[2], &dout = packed[3], &out = packed[4];
       dot_product_attention(q, k, v, out, stream, options, &packedLse->view());
@@ -410,16 +447,22 @@ int main(int argc, char **argv) try {
       setenv(kVarlenVariable, "1", 1);
     } else if (arg == "--lengths") {
       setenv(kLengthsVariable, "1", 1);
+    } else if (arg == "--fp8") {
+      setenv(kFp8Variable, "1", 1);
     } else {
       fmt::print(stderr, "usage: tokamax-attention-bench [--shapes S1,S2,S3] [--impl tile,chunked,reference] "
                          "[--iters N] [--config JSON] [--vjp-config JSON] [--json FILE] [--peers FILE] [--quick] "
-                         "[--autotune] [--nondeterministic] [--bnth] [--varlen] [--lengths]\n");
+                         "[--autotune] [--nondeterministic] [--bnth] [--varlen] [--lengths] [--fp8]\n");
       return 2;
     }
   }
   if (std::getenv(kVarlenVariable) && (std::getenv(kBnthVariable) || std::getenv(kAutotuneVariable)))
     throw Error("--varlen: packed sequences are [B T, N, H] (not --bnth), and their calls are not tuned here "
                 "(not --autotune)");
+  if (std::getenv(kFp8Variable) &&
+      (std::getenv(kBnthVariable) || std::getenv(kVarlenVariable) || std::getenv(kAutotuneVariable)))
+    throw Error("--fp8: dot_product_attention_fp8 takes BTNH tensors (not --bnth), no packed sequences (not "
+                "--varlen), and its calls are not tuned here (not --autotune)");
   if (std::getenv(kLengthsVariable) && std::getenv(kVarlenVariable))
     throw Error("--lengths: the dense calls' lengths; packed calls (--varlen) have cu_seqlens instead");
   if (quick) {

@@ -100,8 +100,8 @@ Value TensorArg::load_async(std::vector<Value> offsets, std::vector<int64_t> blo
   while (kept.size() < 2)
     kept.insert(kept.begin(), 1);
   const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
-  if (bytes != 2 && bytes != 4)
-    kb.fail(fmt::format("load_async {}: copies 16- or 32-bit elements, got {}", name_, dtype_name(dtype_)));
+  if (!is_fp8(dtype_) && bytes != 2 && bytes != 4)
+    kb.fail(fmt::format("load_async {}: copies fp8, 16- or 32-bit elements, got {}", name_, dtype_name(dtype_)));
   const int64_t chunk = 16 / bytes;
   if (block.back() % chunk != 0 || shape_.back() % chunk != 0)
     kb.fail(fmt::format("load_async {}: the block's and the tensor's last dims must be multiples of {} (16 bytes), "

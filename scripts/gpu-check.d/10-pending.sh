@@ -17,6 +17,22 @@ if wants pending; then
   TAIL=10 run pending-xent-bench "${t[@]}" 240 "$bin/tokamax-cross-entropy-bench" \
     --impl "$xent_impls" "${xent_peers[@]}"
 fi
+if wants fp8; then
+  t=(timeout -k 10)
+  # attention_fp8's first device run: numerics against float64 (hopper's fp8 wgmma, P
+  # moved into fp8 operands by quad shuffles, V transposed first; reference), bitwise
+  # reruns; then its forward at S1-S3 beside our bf16 hopper forward and cuDNN's bf16
+  # (the target: 1.5x our bf16 forward at S2 / S3).
+  TAIL=12 run fp8-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[fp8]" --durations yes
+  if [ $last_rc -eq 0 ]; then
+    TAIL=8 peers fp8_peers fp8-peers fp8-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" \
+      --shapes S1,S2,S3 --backends cudnn
+    TAIL=10 run fp8-bench "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 --fp8 \
+      "${fp8_peers[@]}"
+    TAIL=14 run fp8-bench-bf16 "${t[@]}" 200 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 \
+      "${fp8_peers[@]}"
+  fi
+fi
 if wants pending3; then
   t=(timeout -k 10)
   # ragged_dot's numerics took more than 100 s for the tma config and hopper's heuristic

@@ -2,7 +2,7 @@
 # scripts/gpu-check.sh without a GPU: every part's command lines printed (its dry run) from
 # a stand-in package. Fails where the driver or a part file does not parse, a run fails,
 # a part the driver's usage names has no `wants` in gpu-check.d/ (or the reverse), or
-# `next` names a part that does not exist.
+# `next` or `next2` names a part that does not exist.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -14,12 +14,12 @@ for f in "$root/scripts/gpu-check.sh" "$root"/scripts/gpu-check.d/*.sh; do
 done
 defined=$(cat "$root"/scripts/gpu-check.d/*.sh | grep -o "wants [a-z0-9-]*" | awk '{print $2}' | sort -u)
 # The usage's part names: "#   NAME  text" lines of the driver's header.
-named=$(sed -n '/^#   [a-z0-9][a-z0-9-]* /p' "$root/scripts/gpu-check.sh" | awk '{print $2}' | grep -v '^next$' | sort -u)
+named=$(sed -n '/^#   [a-z0-9][a-z0-9-]* /p' "$root/scripts/gpu-check.sh" | awk '{print $2}' | grep -v '^next2\?$' | sort -u)
 missing=$(comm -23 <(echo "$named") <(echo "$defined"))
 undocumented=$(comm -13 <(echo "$named") <(echo "$defined"))
 [ -z "$missing" ] || { echo "named in the usage, defined nowhere: $missing"; exit 1; }
 [ -z "$undocumented" ] || { echo "defined, not in the usage: $undocumented"; exit 1; }
-next=$(grep -o 'parts=${parts/next/[^}]*}' "$root/scripts/gpu-check.sh" | sed 's/.*next\///; s/}$//')
+next=$(grep -o 'parts=${parts/next2\?/[^}]*}' "$root/scripts/gpu-check.sh" | sed 's/.*next2\?\///; s/}$//')
 for p in $next; do
   grep -qx "$p" <<< "$defined" || { echo "next names an unknown part: $p"; exit 1; }
 done

@@ -17,9 +17,9 @@
 //   shared tile (tile.async_block_load's, LowerAsyncCopy.cpp) is read the same way,
 //   with nothing to store and no barrier.
 // - The dot itself issues one mma.sync per 16x8 accumulator tile and K step:
-//   m16n8k16 for bf16/f16, m16n8k8 on tf32 (cvt.rna) for f32. K below one instruction is
-//   zero-padded in registers. Other element types (f64, integers, fp8) stay on the CPU
-//   interpreter and are rejected here with a clear error.
+//   m16n8k16 for bf16/f16, m16n8k32 for fp8 (sm_89 on), m16n8k8 on tf32 (cvt.rna) for
+//   f32. K below one instruction is zero-padded in registers. Other element types (f64,
+//   integers) stay on the CPU interpreter and are rejected here with a clear error.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
@@ -35,24 +35,37 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
-namespace {
-
-/// Two 16-bit elements in one 32-bit register (the first in the low half).
-Value packPair(OpBuilder &b, Location loc, Value lo, Value hi) {
-  auto vecType = VectorType::get({2}, lo.getType());
+Value packWord(OpBuilder &b, Location loc, ArrayRef<Value> elems) {
+  auto vecType = VectorType::get({int64_t(elems.size())}, elems[0].getType());
   Value vec = b.create<LLVM::UndefOp>(loc, vecType);
-  vec = b.create<LLVM::InsertElementOp>(loc, vec, lo, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 0));
-  vec = b.create<LLVM::InsertElementOp>(loc, vec, hi, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1));
+  for (size_t i = 0; i < elems.size(); ++i)
+    vec = b.create<LLVM::InsertElementOp>(loc, vec, elems[i],
+                                          b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i)));
   return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), vec);
 }
+
+StringRef mmaTypeName(Type elem) {
+  if (elem.isBF16())
+    return "bf16";
+  if (isa<Float8E4M3FNType>(elem))
+    return "e4m3";
+  if (isa<Float8E5M2Type>(elem))
+    return "e5m2";
+  return "f16";
+}
+
+namespace {
 
 /// The kWidth elements of type `elem` held by one 32-bit register.
 SmallVector<Value> unpackWord(OpBuilder &b, Location loc, Value word, Type elem, unsigned kWidth) {
   if (kWidth == 1)
     return {b.create<LLVM::BitcastOp>(loc, elem, word)};
-  Value vec = b.create<LLVM::BitcastOp>(loc, VectorType::get({2}, elem), word);
-  return {b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 0)),
-          b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), 1))};
+  Value vec = b.create<LLVM::BitcastOp>(loc, VectorType::get({int64_t(kWidth)}, elem), word);
+  SmallVector<Value> elems;
+  for (unsigned i = 0; i < kWidth; ++i)
+    elems.push_back(
+        b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i))));
+  return elems;
 }
 
 /// A convert_layout into a dot-operand layout through a swizzled tile: store() writes
@@ -214,10 +227,77 @@ FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensor
 
 namespace {
 
-/// Whether `op` goes through a swizzled tile (rather than renaming registers or the
-/// generic conversion).
+/// An fp8 product's accumulator-layout tile into the next dot's A operand
+/// (quadShuffleToFp8Operand): thread t of a quad holds columns 2t, 2t + 1 of each 8-wide
+/// accumulator tile and needs columns 4t .. 4t + 3 of each 16-wide half of an
+/// instruction's K. Each thread packs its four bytes of a 16-column group (tiles 0 and 1)
+/// into a word; thread t reads the words of quad threads 2t % 4 and 2t % 4 + 1 and keeps
+/// their low halves (t < 2: tile 0's columns) or their high halves (tile 1's).
+LogicalResult lowerByQuadShuffle(TileLowering &t, ConvertLayoutOp op) {
+  OpBuilder &b = t.builder();
+  Location loc = op.getLoc();
+  auto srcType = cast<RankedTensorType>(op.getSource().getType());
+  auto dstType = cast<RankedTensorType>(op.getResult().getType());
+  compiler::Distribution in = getDistribution(srcType), out = getDistribution(dstType);
+  const auto srcRegs = registersByOffset(in), dstRegs = registersByOffset(out);
+  const Registers &regs = t.regs(op.getSource());
+  Type i32 = b.getI32Type(), elem = t.registerType(srcType.getElementType());
+  I32 m{t, loc};
+  Value lane = t.laneId(), inQuad = m.rem(lane, 4);
+  Value fromA = m.add(m.mul(m.div(lane, 4), 4), m.rem(m.mul(inQuad, 2), 4));
+  Value fromB = m.add(fromA, m.c(1));
+  Value upper = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, inQuad, m.c(2));
+  auto shuffle = [&](Value word, Value from) {
+    return b.create<NVVM::ShflOp>(loc, i32, t.i32(-1), word, from, t.i32(31), NVVM::ShflKind::idx, UnitAttr())
+        .getResult();
+  };
+  auto reg = [&](const std::map<std::vector<int64_t>, int64_t> &map, int64_t row, int64_t col) -> int64_t {
+    auto it = map.find({row, col});
+    return it == map.end() ? -1 : it->second;
+  };
+  Registers result(out.num_registers());
+  const auto &rows = in.dims()[0];
+  Value lowMask = m.c(0xFFFF), highMask = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(int32_t(0xFFFF0000u)));
+  for (int64_t rm = 0; rm < int64_t(rows.repeats); ++rm)
+    for (int64_t half = 0; half < 2; ++half) {
+      const int64_t row = rm * rows.coverage + 8 * half;
+      for (int64_t col = 0; col < srcType.getDimSize(1); col += 16) {
+        SmallVector<Value> own;
+        for (int64_t c : {col, col + 1, col + 8, col + 9}) {
+          int64_t r = reg(srcRegs, row, c);
+          if (r < 0)
+            return op.emitOpError("internal error: no accumulator register at (") << row << ", " << c << ")";
+          own.push_back(regs[r]);
+        }
+        Value word = packWord(b, loc, own);
+        Value x = shuffle(word, fromA), y = shuffle(word, fromB);
+        // Low halves: x's columns 2t', 2t' + 1 of tile 0, then y's; high halves: tile 1's.
+        Value low = b.create<arith::OrIOp>(loc, b.create<arith::AndIOp>(loc, x, lowMask),
+                                           b.create<arith::ShLIOp>(loc, y, m.c(16)));
+        Value high = b.create<arith::OrIOp>(loc, b.create<arith::ShRUIOp>(loc, x, m.c(16)),
+                                            b.create<arith::AndIOp>(loc, y, highMask));
+        Value mine = b.create<arith::SelectOp>(loc, upper, high, low);
+        SmallVector<Value> elems = unpackWord(b, loc, mine, elem, 4);
+        for (int64_t e = 0; e < 4; ++e) {
+          int64_t r = reg(dstRegs, row, col + e);
+          if (r < 0)
+            return op.emitOpError("internal error: no operand register at (") << row << ", " << col + e << ")";
+          result[r] = elems[e];
+        }
+      }
+    }
+  for (const Value &r : result)
+    if (!r)
+      return op.emitOpError("internal error: an operand register the quad shuffle did not fill");
+  t.setRegs(op.getResult(), std::move(result));
+  return success();
+}
+
+/// Whether `op` goes through a swizzled tile (rather than renaming registers, warp
+/// shuffles or the generic conversion).
 bool isStaged(TileLowering &t, ConvertLayoutOp op) {
-  if (stagedDotOperandDim(op) < 0 || t.target().number() < 80)
+  if (stagedDotOperandDim(op) < 0 || t.target().number() < 80 ||
+      quadShuffleToFp8Operand(cast<RankedTensorType>(op.getSource().getType()), cast<RankedTensorType>(op.getResult().getType())))
     return false;
   // An accumulator whose warps own whole rows is already the next dot's A operand
   // (after a cast to 16 bits): the generic lowering renames its registers.
@@ -254,6 +334,10 @@ bool lowersWithDot(TileLowering &t, ConvertLayoutOp op) {
 /// conversion marked tile.scratch_with_previous is staged together with A's. Leaves
 /// `handled` false when the generic conversion must do it.
 LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handled) {
+  if (quadShuffleToFp8Operand(cast<RankedTensorType>(op.getSource().getType()), cast<RankedTensorType>(op.getResult().getType())) && t.target().number() >= 80) {
+    handled = true;
+    return lowerByQuadShuffle(t, op);
+  }
   if (!isStaged(t, op))
     return success();
   int cd = stagedDotOperandDim(op);
@@ -321,9 +405,9 @@ FailureOr<Value> MmaFragments::word(const Registers &regs, const std::map<std::v
       return failure();
     elems.push_back(*v);
   }
-  if (kw == 2)
-    return packPair(t.builder(), op->getLoc(), elems[0], elems[1]);
-  return t.ptx(op->getLoc()).f32ToTf32(elems[0]);
+  if (kw == 1)
+    return t.ptx(op->getLoc()).f32ToTf32(elems[0]);
+  return packWord(t.builder(), op->getLoc(), elems);
 }
 
 FailureOr<SmallVector<Value>> MmaFragments::a(const Registers &regs, unsigned rm, unsigned rk) {
@@ -358,8 +442,8 @@ FailureOr<Registers> emitMmaSync(TileLowering &t, Operation *op, RankedTensorTyp
   Type elem = aType.getElementType();
   MmaFragments fragments(t, op, aType, bType, accType);
   const unsigned kw = fragments.kw, kpi = fragments.kpi;
-  std::string shape = kw == 2 ? "m16n8k16" : "m16n8k8";
-  std::string ab = kw == 1 ? "tf32" : elem.isBF16() ? "bf16" : "f16";
+  std::string shape = kw == 4 ? "m16n8k32" : kw == 2 ? "m16n8k16" : "m16n8k8";
+  std::string ab = kw == 1 ? std::string("tf32") : mmaTypeName(elem).str();
   int64_t kSize = aType.getDimSize(1);
   compiler::Distribution dc = getDistribution(accType);
   auto cRegs = registersByOffset(dc);
@@ -427,10 +511,12 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
       !isa_and_nonnull<DotOperandLayoutAttr>(bType.getEncoding()))
     return op.emitOpError("runs on the CPU interpreter only for ")
            << elem << " operands with " << accType.getElementType()
-           << " accumulation: tensor cores take bf16 and f16 operands (and f32 as tf32) with "
+           << " accumulation: tensor cores take bf16, f16 and fp8 operands (and f32 as tf32) with "
               "f32 accumulation";
   if (t.target().number() < 80)
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem) && t.target().number() < 89)
+    return op.emitOpError("takes fp8 operands on sm_89 or newer, the target is ") << t.arch();
   // Operands whose conversions go with this dot (stored together, one barrier) or that
   // it reads from shared tiles: each K step's fragments are read right before that
   // step's mma.sync.

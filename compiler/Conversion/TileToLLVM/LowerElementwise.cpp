@@ -195,15 +195,21 @@ LogicalResult lowerElementwiseOp(TileLowering &t, Operation *op, bool &handled) 
     return success();
   }
   if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+    // fp8 values live in i8 registers (TileLowering::registerType): their bits.
+    auto scalarConstant = [&](TypedAttr value) -> Value {
+      if (auto f = dyn_cast<FloatAttr>(value); f && isa<Float8E4M3FNType, Float8E5M2Type>(f.getType()))
+        return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(b.getI8Type(), f.getValue().bitcastToAPInt()));
+      return b.create<arith::ConstantOp>(loc, value);
+    };
     auto tensor = dyn_cast<RankedTensorType>(cst.getType());
     if (!tensor) {
-      t.mapScalar(cst, b.create<arith::ConstantOp>(loc, cst.getValue()));
+      t.mapScalar(cst, scalarConstant(cast<TypedAttr>(cst.getValue())));
       return success();
     }
     auto dense = dyn_cast<DenseElementsAttr>(cst.getValue());
     if (!dense || !dense.isSplat())
       return op->emitOpError("only splat tile constants are supported");
-    Value scalar = b.create<arith::ConstantOp>(loc, cast<TypedAttr>(dense.getSplatValue<Attribute>()));
+    Value scalar = scalarConstant(cast<TypedAttr>(dense.getSplatValue<Attribute>()));
     t.setRegs(cst, Registers(getDistribution(tensor).num_registers(), scalar));
     return success();
   }

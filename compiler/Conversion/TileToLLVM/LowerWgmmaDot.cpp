@@ -7,7 +7,7 @@
 // wgmma's descriptors name (Staging: rows of 32, 64 or 128 bytes, longer rows as 128-byte
 // panels, slots 1024-byte aligned), so B is read by the tensor cores straight from the
 // copy, with no ldmatrix and no per-thread B fragments. Each warpgroup's 64-row slab is
-// one wgmma m64nNk16 per K step; A's words are mma.sync's (MmaFragments), which are
+// one wgmma m64nNk16 (m64nNk32 for fp8) per K step; A's words are mma.sync's (MmaFragments), which are
 // wgmma's register A fragments. Registers flow through the fence before the wgmma and
 // the wait after it (tied asm operands), so LLVM orders every write of the inputs before
 // the fence and every read of the result after the wait. The dot waits for its group at
@@ -18,6 +18,7 @@
 // tile's own swizzle and 32-byte K steps inside a row (the next panel every 128 bytes);
 // B stored N-major (p v reads v's rows along N) needs 128-byte rows: 16-row K steps,
 // 64-element panels along N at the leading byte offset, and the transpose immediate.
+// fp8 operands (kWidth 4, k32 steps) are K-major only: wgmma has no transpose for them.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
@@ -36,22 +37,26 @@ std::optional<SharedTileView> sharedOperand(TileLowering &t, Value operand) {
   return sharedTileView(t, convert.getSource());
 }
 
-/// `shared` where wgmma's descriptors can read it: stored K-major (its contiguous
-/// dimension is the operand's K, `kDim`), rows of 32, 64 or 128 bytes swizzled by their
-/// own width in whole groups of `kMajorRows` rows; stored MN-major, 128-byte rows where
-/// `mnMajorFits` (B: N a whole number of 64-element panels).
-std::optional<SharedTileView> wgmmaReadable(std::optional<SharedTileView> shared, int kDim, int64_t kMajorRows,
-                                            bool mnMajorFits) {
+/// `shared` (elements of `bytes` bytes) where wgmma's descriptors can read it: stored
+/// K-major (its contiguous dimension is the operand's K, `kDim`), rows of 32, 64 or 128
+/// bytes swizzled by their own width in whole groups of `kMajorRows` rows; stored
+/// MN-major (16-bit elements only), 128-byte rows where `mnMajorFits` (B: N a whole
+/// number of 64-element panels).
+std::optional<SharedTileView> wgmmaReadable(std::optional<SharedTileView> shared, unsigned bytes, int kDim,
+                                            int64_t kMajorRows, bool mnMajorFits) {
   if (!shared)
     return std::nullopt;
   const SharedTileView &view = *shared;
-  const int64_t rowBytes = view.staging.rowBytes(2);
+  const int64_t rowBytes = view.staging.rowBytes(bytes);
   if (view.cd == kDim)
     return (rowBytes == 32 || rowBytes == 64 || rowBytes == 128) && view.staging.rows % kMajorRows == 0
                ? shared
                : std::nullopt;
-  return rowBytes == 128 && mnMajorFits ? shared : std::nullopt;
+  return rowBytes == 128 && mnMajorFits && bytes == 2 ? shared : std::nullopt;
 }
+
+/// Bytes of one element of a tensor-core operand type (1 for fp8, else 2).
+unsigned operandBytes(Type elem) { return isa<Float8E4M3FNType, Float8E5M2Type>(elem) ? 1 : 2; }
 
 } // namespace
 
@@ -63,32 +68,37 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());
   auto aLayout = dyn_cast_or_null<DotOperandLayoutAttr>(aType.getEncoding());
   Type elem = aType.getElementType();
-  if (!mma || !aLayout || aLayout.getParent() != mma || aLayout.getKWidth() != 2 ||
-      !(elem.isBF16() || elem.isF16()) || !accType.getElementType().isF32())
+  const bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
+  if (!mma || !aLayout || aLayout.getParent() != mma || aLayout.getKWidth() != (fp8 ? 4u : 2u) ||
+      !(elem.isBF16() || elem.isF16() || fp8) || !accType.getElementType().isF32())
     return std::nullopt;
   ArrayRef<unsigned> warps = mma.getWarpsPerCTA();
   const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), k = aType.getDimSize(1);
   if (warps.size() != 2 || warps[1] != 1 || warps[0] % 4 != 0 || m % (16 * int64_t(warps[0])) != 0 ||
-      n % 8 != 0 || n > 256 || k % 16 != 0)
+      n % 8 != 0 || n > 256 || k % (fp8 ? 32 : 16) != 0)
     return std::nullopt;
-  return wgmmaReadable(sharedOperand(t, op.getB()), /*kDim=*/0, /*kMajorRows=*/8, /*mnMajorFits=*/n % 64 == 0);
+  return wgmmaReadable(sharedOperand(t, op.getB()), operandBytes(elem), /*kDim=*/0, /*kMajorRows=*/8,
+                       /*mnMajorFits=*/n % 64 == 0);
 }
 
 std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op) {
   if (!wgmmaSharedB(t, op))
     return std::nullopt;
-  return wgmmaReadable(sharedOperand(t, op.getA()), /*kDim=*/1, /*kMajorRows=*/64, /*mnMajorFits=*/true);
+  return wgmmaReadable(sharedOperand(t, op.getA()), operandBytes(op.getA().getType().getElementType()), /*kDim=*/1,
+                       /*kMajorRows=*/64, /*mnMajorFits=*/true);
 }
 
 namespace {
 
 /// The descriptor of one wgmma operand's K step `kk` read from its shared tile, starting
 /// `mn` (i32, a multiple of 64) rows or columns into M or N. K-major (`kMajor`: stored
-/// rows run along K): 32 bytes of K per step inside a row of the step's panel, `mn`
-/// stored rows down. MN-major: 16 stored rows per step, 64-element panels along M or N
-/// at the leading byte offset, `mn` / 64 panels in.
-Value operandDescriptor(PtxBuilder &ptx, I32 &i32, Value base, const Staging &s, bool kMajor, int64_t kk, Value mn) {
-  const int64_t rowBytes = s.rowBytes(2), panelBytes = s.panelBytes(2);
+/// rows run along K): 32 bytes of K per step (16 16-bit or 32 8-bit elements) inside a
+/// row of the step's panel, `mn` stored rows down. MN-major (16-bit only): 16 stored rows
+/// per step, 64-element panels along M or N at the leading byte offset, `mn` / 64 panels
+/// in.
+Value operandDescriptor(PtxBuilder &ptx, I32 &i32, Value base, const Staging &s, unsigned bytes, bool kMajor,
+                        int64_t kk, Value mn) {
+  const int64_t rowBytes = s.rowBytes(bytes), panelBytes = s.panelBytes(bytes);
   if (kMajor) {
     Value start = i32.add(base, i32.c(kk * 32 / rowBytes * panelBytes + kk * 32 % rowBytes));
     return ptx.wgmmaDescriptor(mn ? i32.add(start, i32.mul(mn, rowBytes)) : start, 16, 8 * rowBytes, rowBytes);
@@ -109,9 +119,10 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
   auto aType = op.getA().getType();
   auto bType = cast<RankedTensorType>(op.getB().getType());
   const int64_t warps = cast<MmaLayoutAttr>(accType.getEncoding()).getWarpsPerCTA()[0];
-  const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), kSteps = aType.getDimSize(1) / 16;
+  const unsigned bytes = operandBytes(aType.getElementType());
+  const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), kSteps = aType.getDimSize(1) * bytes / 32;
   const int64_t slabs = m / (16 * warps), perSlab = n / 2;
-  StringRef ab = aType.getElementType().isBF16() ? "bf16" : "f16";
+  StringRef ab = mmaTypeName(aType.getElementType());
 
   // Accumulator register of wgmma output i of slab r: (row 8 (i % 4 / 2), col 8 (i / 4) +
   // i % 2) of the thread's 16-row block, as the mma layout orders c0..c3.
@@ -170,7 +181,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
                                                                                            loc, b.getBoolAttr(true))));
   for (int64_t kk = 0; kk < kSteps; ++kk) {
     Value scaleD = kk == 0 ? restart : Value();
-    Value descB = operandDescriptor(ptx, i32, base, bView.staging, kMajor, kk, Value());
+    Value descB = operandDescriptor(ptx, i32, base, bView.staging, bytes, kMajor, kk, Value());
     for (int64_t r = 0; r < slabs; ++r) {
       SmallVector<Value> in;
       for (int64_t i = 0; i < perSlab; ++i)
@@ -178,7 +189,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
       SmallVector<Value> out;
       if (aView) {
         const bool aKMajor = aView->cd == 1;
-        Value descA = operandDescriptor(ptx, i32, aBase, aView->staging, aKMajor, kk,
+        Value descA = operandDescriptor(ptx, i32, aBase, aView->staging, bytes, aKMajor, kk,
                                         i32.add(warpgroupRows, i32.c(16 * warps * r)));
         out = ptx.wgmma(static_cast<unsigned>(n), ab, descA, descB, in, /*transA=*/!aKMajor, /*transB=*/!kMajor,
                         scaleD);

@@ -114,6 +114,12 @@ TmaBox tmaCopyBox(AsyncBlockLoadOp op);
 /// at a time on mma.sync, through a descriptor on wgmma).
 bool readsSharedAtDot(ConvertLayoutOp op);
 
+/// One 32-bit register holding `elems` (two 16-bit or four 8-bit values, the first in
+/// the low bits).
+mlir::Value packWord(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<mlir::Value> elems);
+/// The PTX name of a tensor-core operand type: bf16, f16, e4m3 or e5m2.
+llvm::StringRef mmaTypeName(mlir::Type elem);
+
 /// The 32-bit words of mma.sync fragments, from the registers of dot operands in their
 /// dot-operand layouts: A's four at (M repeat, K step) and B's two at (N repeat, K step),
 /// K shorter than one instruction zero-padded. wgmma with A from registers takes the
@@ -142,7 +148,7 @@ private:
 };
 
 /// On sm_90a: the shared tile a tile.dot reads its B operand from when the dot runs on
-/// wgmma (LowerWgmmaDot.cpp): 16-bit operands, every warp of the accumulator along M,
+/// wgmma (LowerWgmmaDot.cpp): 16-bit or fp8 (K-major) operands, every warp of the accumulator along M,
 /// B a shared tile whose storage is a wgmma swizzle atom; nullopt when mma.sync runs it.
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op);
 /// Where wgmmaSharedB applies and A is a shared tile too, read only by the dot (K-major

@@ -34,7 +34,7 @@ int64_t pow2_at_least(int64_t v, int64_t floor) {
 
 bool is_half(DType d) { return d == DType::BF16 || d == DType::F16; }
 
-Product products_of(const Problem &p) { return is_half(p.dtype) ? Product::Mma : Product::Fma; }
+Product products_of(const Problem &p) { return is_half(p.dtype) || p.fp8 ? Product::Mma : Product::Fma; }
 
 std::vector<int64_t> rows_operand_strides(const Problem &p, int64_t rows, int64_t heads, int64_t dim) {
   if (p.heads_major)
@@ -112,13 +112,15 @@ KernelKey KernelSpec::key() const {
     mix(uint64_t(0xe200) + static_cast<uint64_t>(exp2_fma));
   if (blocks_per_sm != 1)  // (likewise)
     mix(uint64_t(0xb100) + static_cast<uint64_t>(blocks_per_sm));
+  if (p.fp8)  // (likewise)
+    mix(uint64_t(0xf800) + uint64_t(p.q_descale) + 2 * uint64_t(p.k_descale) + 4 * uint64_t(p.v_descale));
   return h;
 }
 
 std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
-                                "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce"};
+                                "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce", "v_transpose"};
   return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
                      dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
                      usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "",
@@ -156,6 +158,8 @@ dsl::Kernel build_kernel(const KernelSpec &s) {
     return dq_from_sum_kernel(s);
   case KernelKind::DsinksReduce:
     return dsinks_reduce_kernel(s);
+  case KernelKind::VTranspose:
+    return v_transpose_kernel(s);
   }
   throw Error("attention: unknown kernel kind");
 }
@@ -303,7 +307,7 @@ std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorV
   std::vector<Arg> args{w.q(q), w.k(k), w.v(v)};
   if (rows)
     args = {w.as(q, tma_rows_shape(p, RowSide::Queries, p.N, p.H)), w.as(k, tma_rows_shape(p, RowSide::Keys, p.K, p.H)),
-            w.as(v, tma_rows_shape(p, RowSide::Keys, p.K, p.Hv))};
+            p.fp8 ? w.as(v, p.vt_shape()) : w.as(v, tma_rows_shape(p, RowSide::Keys, p.K, p.Hv))};
   if (p.bias)
     args.push_back(w.broadcast(optional[0], *p.bias));
   if (p.mask)
@@ -312,6 +316,9 @@ std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorV
     args.push_back(w.lengths(optional[2]));
   if (p.kv_lengths)
     args.push_back(w.lengths(optional[3]));
+  for (auto [present, i] : {std::pair{p.q_descale, 5}, std::pair{p.k_descale, 6}, std::pair{p.v_descale, 7}})
+    if (present)
+      args.push_back(w.as(optional[i], {p.B, p.K}));
   return args;
 }
 
@@ -398,7 +405,16 @@ void flashForward(const KernelSpec &base, std::span<const TensorView> in, std::s
                   ops_detail::KernelExecutor &ex) {
   const Problem &p = base.p;
   Views w{p, ex.device()};
-  std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4), base.tma);
+  TensorView v = in[2];
+  if (p.fp8 && base.tma) {  // V transposed first: fp8 wgmma reads B K-major only
+    ops_detail::Workspace ws;
+    const std::vector<int64_t> vt = p.vt_shape();
+    size_t at = ws.add(double(vt[0]) * vt[1] * vt[2] * dtype_size(p.dtype));
+    ws.allocate(ex);
+    v = w.as(ws.at(at), p.dtype, vt);
+    Launcher(base, ex).launch(KernelKind::VTranspose, {w.v(in[2]), v});
+  }
+  std::vector<Arg> args = operand_args(w, in[0], in[1], v, in.subspan(3), base.tma);
   if (p.sinks)
     args.push_back(w.as(in[7], {p.N}));
   args.push_back(w.o(out[0]));
@@ -471,15 +487,17 @@ void flashBackward(const KernelSpec &base, std::span<const TensorView> in, std::
 
 int64_t dq_sum_rows(const Problem &p, int64_t query_step) { return dsl::cdiv(p.T, query_step) * query_step; }
 
+AttentionOrder fp8_attention_order(std::span<const TensorView> in, std::span<const TensorView> out) {
+  const TensorView none;
+  return {{in[0], in[1], in[2], none, none, in[6], in[7], none, in[3], in[4], in[5]}, {out[0], out[1]}};
+}
+
 namespace {
 
 /// A packed call's tensors in attention's argument order (attention_varlen's inputs q, k,
 /// v, cu_seqlens_q, cu_seqlens_kv, sinks | out, lse; the VJP's dout, q, k, v, out, lse,
 /// cu_seqlens_q, cu_seqlens_kv, sinks | dq, dk, dv, dsinks): the cu_seqlens arrays in the
 /// seq-length slots, no bias, mask or dbias.
-struct AttentionOrder {
-  std::vector<TensorView> in, out;
-};
 AttentionOrder attentionOrder(const Problem &p, std::span<const TensorView> in, std::span<const TensorView> out) {
   const TensorView none;
   if (!p.vjp)
@@ -495,8 +513,8 @@ void run_flash(const KernelSpec &base, std::span<const TensorView> in, std::span
   if (zero_without_queries(base.p, out, ex))
     return;
   AttentionOrder packed;
-  if (base.p.varlen) {
-    packed = attentionOrder(base.p, in, out);
+  if (base.p.varlen || base.p.fp8) {
+    packed = base.p.fp8 ? fp8_attention_order(in, out) : attentionOrder(base.p, in, out);
     in = packed.in;
     out = packed.out;
   }

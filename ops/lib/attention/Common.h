@@ -76,8 +76,20 @@ struct Problem {
   /// set), and causal / window masks align each sequence's last query with its last key.
   bool varlen = false;
   int64_t total_q = 0, total_kv = 0;
+  /// fp8 q, k and v (attention_fp8, forward only): `dtype` is f8e4m3 or f8e5m2, out
+  /// bf16 (out_dtype). Optional f32 descales, one per (batch row, kv head): the logits
+  /// are scale q k^T q_descale k_descale, out is softmax V v_descale. The hopper forward
+  /// reads V transposed ([B K, Hv, S rounded up to 16], vt_shape: wgmma takes fp8 B
+  /// operands K-major only), a copy its plan writes first (v_transpose_kernel).
+  bool fp8 = false;
+  bool q_descale = false, k_descale = false, v_descale = false;
 
   int64_t group() const { return N / K; }
+  /// out's dtype: bf16 for fp8 inputs, else the inputs'.
+  DType out_dtype() const { return fp8 ? DType::BF16 : dtype; }
+  /// The hopper fp8 forward's transposed V: [B K, Hv, S rounded up to 16 keys] (TMA
+  /// strides are whole 16-byte chunks); keys from S on are zeros.
+  std::vector<int64_t> vt_shape() const { return {B * K, Hv, (S + 15) / 16 * 16}; }
   /// Bytes of one [B, N, T, S] buffer in the compute dtype.
   double logits_bytes() const;
 };
@@ -141,6 +153,7 @@ enum class KernelKind : uint8_t {
   FusedDkDvDq,   ///< hopper, per KV block: dk, dv, and each step's dS K added into an f32 dq sum
   DqFromSum,     ///< dq = scale * the f32 dq sum (rows padded to block_q)
   DsinksReduce,  ///< dsinks = -(the delta kernel's partial sums, added in a fixed order)
+  VTranspose,    ///< fp8 hopper forward: v [B, S, K, Hv] -> vt [B K, Hv, S padded] (Problem::vt_shape)
 };
 
 /// How a kernel forms its products: tensor cores (tile.dot, bf16/f16) or exact
@@ -223,8 +236,20 @@ int64_t padded_head_dim(int64_t d);
 /// The smallest power-of-two multiple of `floor` (itself one) at least `v`.
 int64_t pow2_at_least(int64_t v, int64_t floor);
 bool is_half(DType d);
-/// Tensor cores for bf16 / f16, exact multiply-adds otherwise.
+/// Tensor cores for bf16 / f16 (and fp8, whose forward only hopper serves on them),
+/// exact multiply-adds otherwise.
 Product products_of(const Problem &p);
+
+/// An fp8 call's tensors (attention_fp8's q, k, v, q_descale?, k_descale?, v_descale?,
+/// q_seq_lengths?, kv_seq_lengths? | out, lse?) in attention's order with the descales
+/// after sinks: q, k, v, bias, mask, q_seq_lengths, kv_seq_lengths, sinks, q_descale,
+/// k_descale, v_descale | out, lse (absent ones empty views).
+struct AttentionOrder {
+  std::vector<TensorView> in, out;
+};
+AttentionOrder fp8_attention_order(std::span<const TensorView> in, std::span<const TensorView> out);
+/// Reads a validated BoundArgs of attention_fp8 (Fp8.cpp).
+Problem fp8_problem_of(const BoundArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Configs the implementations share
@@ -331,8 +356,12 @@ private:
   }
 };
 
-/// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? as the kernels declare them
-/// (with `rows`, q, k and v as [B, rows, heads x dim]: the hopper kernels' TMA views).
+/// q, k, v, bias?, mask?, q_seq_lengths?, kv_seq_lengths? (then, fp8, q_descale?,
+/// k_descale?, v_descale?) as the kernels declare them (with `rows`, q, k and v as [B,
+/// rows, heads x dim]: the hopper kernels' TMA views; an fp8 call's v is then its
+/// transposed copy, passed as vt_shape). `optional` holds bias, mask, q_seq_lengths,
+/// kv_seq_lengths and (fp8 calls) sinks, q_descale, k_descale, v_descale: attention's
+/// inputs after v.
 std::vector<Arg> operand_args(const Views &w, const TensorView &q, const TensorView &k, const TensorView &v,
                               std::span<const TensorView> optional, bool rows = false);
 

@@ -84,6 +84,8 @@ void forward_epilogue(ForwardProgram &f, const SoftmaxState &state) {
   if (pr.p.q_lengths)
     seen = seen & (t0 + pr.k.arange(0, pr.s.block_q) < pr.q_valid);
   Value inv = where(seen, 1.0 / lFinal, 0.0);
+  if (pr.out_descale.valid())
+    inv = inv * pr.out_descale;
   const RowBlock at = query_rows(pr, t0);
   store_rows(pr.s, f.out, at, n, scale_rows(state.acc, inv));
   if (f.lse) {

@@ -90,15 +90,22 @@ bool isStep(int64_t v) { return v >= 16 && v <= 256 && !(v & (v - 1)); }
 std::optional<std::string> whyNot(const Problem &p) {
   if (auto no = grid_why_not(p))
     return no;
-  if (!is_half(p.dtype))
+  if (!is_half(p.dtype) && !p.fp8)
     return fmt::format("hopper serves bf16 and f16 (wgmma), not {}; use tile, chunked or reference",
                        dtype_name(p.dtype));
+  if (p.fp8 && (p.H < 32 || p.Hv < 32))  // fp8 wgmma steps through K 32 at a time
+    return fmt::format("hopper's fp8 forward needs head dims of 32, 64, 128 or 256 (fp8 products take K 32 at a "
+                       "time), got H {} and Hv {}; use reference",
+                       p.H, p.Hv);
   if (!isHeadDimOfOneBox(p.H) || !isHeadDimOfOneBox(p.Hv))
     return fmt::format("hopper needs head dims of 16, 32, 64, 128 or 256 (one TMA box a row block), got H {} and "
                        "Hv {}; use tile",
                        p.H, p.Hv);
   return std::nullopt;
 }
+
+/// The narrowest key step: 32 for fp8 (P V's K, 32 a wgmma), else 16.
+int64_t minKeyStep(const Problem &p) { return p.fp8 ? 32 : 16; }
 
 std::optional<std::string> checkWarps(int64_t w) {
   if (w != 4 && w != 8)
@@ -224,8 +231,10 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   // Where those blocks pass a block's shared memory, narrower key steps, then 4 warps:
   // at head dim 256 the 128 x 64 forward holds Q, the K / V rings and the output staged
   // for its store in 256 KiB, 128 x 32 in 192 KiB.
-  const int64_t widest = dim <= 128 ? (dim == 64 && hidesNothing ? 256 : 128) : 64;
-  const int64_t keyStep = std::min<int64_t>(widest, pow2_at_least(p.S, 16));
+  // (fp8: 128-key steps, as 256 beside P's shuffles into fp8 operands spill at head dim 64.)
+  const int64_t widest = dim <= 128 ? (dim == 64 && hidesNothing && !p.fp8 ? 256 : 128) : 64;
+  const int64_t narrowest = minKeyStep(p);
+  const int64_t keyStep = std::min<int64_t>(widest, pow2_at_least(p.S, narrowest));
   // Under a causal mask at head dim 64, two programs an SM of one consumer warpgroup each
   // (64 queries, 128-key steps, no overlap): one's loads, prologue and epilogue run
   // beside the other's products. On an H200 (32, 2048, 16, 64) 353.2 / 352.6 TFLOP/s
@@ -238,7 +247,7 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   }
   return firstFitting<HopperForward>(p, blocks(p.T > 64 ? 8 : 4, keyStep),
                                      [&](const HopperForwardConfig &c) -> std::optional<HopperForwardConfig> {
-                                       if (c.block_kv > 16)
+                                       if (c.block_kv > narrowest)
                                          return blocks(c.num_warps, c.block_kv / 2);
                                        if (c.num_warps == 8)
                                          return blocks(4, keyStep);
@@ -276,6 +285,9 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
                        w);
   if (auto bad = checkRingKeys(c.block_kv, c.stages))
     return bad;
+  if (c.block_kv < minKeyStep(p))
+    return fmt::format("hopper's fp8 forward takes key steps of 32 or more (P V's K, 32 a product), got block_kv {}",
+                       c.block_kv);
   if (c.exp2_fma < 0 || c.exp2_fma > 8)
     return fmt::format("exp2_fma (eighths of the exponentials on the FMA pipes) must be in [0, 8], got {}",
                        c.exp2_fma);

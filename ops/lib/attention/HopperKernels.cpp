@@ -135,7 +135,13 @@ struct KeySteps {
     return headRows(*pr, t, RowSide::Keys, first(i), kvh, pr->p.K, dim, pr->s.block_kv);
   }
   TmaBlock k(const Value &i) const { return block(pr->in.k, pr->p.H, i); }
-  TmaBlock v(const Value &i) const { return block(pr->in.v, pr->p.Hv, i); }
+  /// V's block; an fp8 call's transposed copy ([Hv, block_kv] of row b K + kvh).
+  TmaBlock v(const Value &i) const {
+    const Problem &p = pr->p;
+    if (p.fp8)
+      return {pr->in.v, pr->b * p.K + kvh, Value(0), first(i), p.Hv, pr->s.block_kv};
+    return block(pr->in.v, p.Hv, i);
+  }
   StepBlocks both() const {
     return [keys = *this](Value i) { return std::vector<TmaBlock>{keys.k(i), keys.v(i)}; };
   }
@@ -189,7 +195,7 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
         Value m = c[0], l = c[1], acc = c[2], prob = c[3];
         takeTurn(k, s, true);
         Value qk = product_nt(s, k, {q}, {kv[0]}, /*async=*/true);
-        Value pv = dsl::dot_async(prob, kv[1], acc);
+        Value pv = dsl::dot_async(prob, p.fp8 ? kv[1].trans() : kv[1], acc);
         takeTurn(k, s, false);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));
@@ -218,6 +224,7 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
   ForwardProgram f = forward_program(k, s, declare_operands(k, p, /*rows=*/true));
   Program &pr = f.pr;
   Value t0 = f.t0, n = f.n;
+  load_descales(pr, f.kvh);
 
   Value q = loadOnce(k, {headRows(pr, pr.in.q, RowSide::Queries, t0, n, p.N, p.H, bq)})[0];
   KeySteps keys = keySteps(pr, key_range(pr, t0, bq, s.block_kv), f.kvh);
@@ -232,6 +239,21 @@ Kernel hopper_forward_kernel(const KernelSpec &s) {
                         .pack();
                   });
   forward_epilogue(f, SoftmaxState::unpack(walked, accSize));
+  return k;
+}
+
+Kernel v_transpose_kernel(const KernelSpec &s) {
+  const Problem &p = s.p;
+  const int64_t keys = 64;  // a program's keys: [64, Hv] in, [Hv, 64] out
+  const std::vector<int64_t> vt = p.vt_shape();
+  Kernel k(s.name(), {.num_warps = 4});
+  TensorArg v = rows_operand(k, p, "v", RowSide::Keys, p.K, p.Hv);
+  TensorArg out = k.output("vt", p.dtype, vt);
+  k.grid(cdiv(vt[2], keys), p.K, p.B);
+  Value j0 = k.program_id(0) * keys, kvh = k.program_id(1), b = k.program_id(2);
+  // Keys from S on read zeros, and are written up to the padded row's end.
+  Value block = v.load({b, j0, kvh, Value(0)}, {1, keys, 1, p.Hv}).reshape({keys, p.Hv});
+  out.store({b * p.K + kvh, Value(0), j0}, block.trans().reshape({1, p.Hv, keys}));
   return k;
 }
 

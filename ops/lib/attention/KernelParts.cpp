@@ -55,9 +55,9 @@ TensorArg rows_operand(Kernel &k, const Problem &p, std::string name, RowSide si
     shape = {1, queries ? p.total_q : p.total_kv, heads, dim};
   const int64_t rows = shape[1];
   if (!p.heads_major)
-    return output ? k.output(std::move(name), p.dtype, shape) : k.input(std::move(name), p.dtype, shape);
+    return output ? k.output(std::move(name), p.out_dtype(), shape) : k.input(std::move(name), p.dtype, shape);
   std::vector<int64_t> strides = rows_operand_strides(p, rows, heads, dim);
-  return output ? k.output(std::move(name), p.dtype, shape, strides)
+  return output ? k.output(std::move(name), p.out_dtype(), shape, strides)
                 : k.input(std::move(name), p.dtype, shape, strides);
 }
 
@@ -66,8 +66,10 @@ Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
     return rows ? k.input(name, p.dtype, tma_rows_shape(p, side, heads, dim))
                 : rows_operand(k, p, name, side, heads, dim);
   };
-  Operands in{operand("q", RowSide::Queries, p.N, p.H), operand("k", RowSide::Keys, p.K, p.H),
-              operand("v", RowSide::Keys, p.K, p.Hv), {}, {}, {}, {}};
+  TensorArg q = operand("q", RowSide::Queries, p.N, p.H), kt = operand("k", RowSide::Keys, p.K, p.H);
+  // The fp8 hopper forward reads V transposed (Problem::vt_shape).
+  TensorArg v = rows && p.fp8 ? k.input("v", p.dtype, p.vt_shape()) : operand("v", RowSide::Keys, p.K, p.Hv);
+  Operands in{q, kt, v};
   auto shape4 = [](const Broadcast &bc) { return std::vector<int64_t>(bc.shape.begin(), bc.shape.end()); };
   if (p.bias)
     in.bias = k.input("bias", p.bias->dtype, shape4(*p.bias));
@@ -82,7 +84,26 @@ Operands declare_operands(Kernel &k, const Problem &p, bool rows) {
     in.q_lengths = k.input("q_seq_lengths", DType::I32, {p.B});
   if (p.kv_lengths)
     in.kv_lengths = k.input("kv_seq_lengths", DType::I32, {p.B});
+  for (auto [present, name, into] : {std::tuple{p.q_descale, "q_descale", &in.q_descale},
+                                     std::tuple{p.k_descale, "k_descale", &in.k_descale},
+                                     std::tuple{p.v_descale, "v_descale", &in.v_descale}})
+    if (present)
+      *into = k.input(name, DType::F32, {p.B, p.K});
   return in;
+}
+
+Value load_descale(const TensorArg &descale, const Value &b, const Value &kvh) {
+  return descale.load({b, kvh}, {1, 1}).reshape({1}).max(0);
+}
+
+void load_descales(Program &pr, const Value &kvh) {
+  const Operands &in = pr.in;
+  if (in.q_descale && in.k_descale)
+    pr.logit_descale = load_descale(*in.q_descale, pr.b, kvh) * load_descale(*in.k_descale, pr.b, kvh);
+  else if (in.q_descale || in.k_descale)
+    pr.logit_descale = load_descale(in.q_descale ? *in.q_descale : *in.k_descale, pr.b, kvh);
+  if (in.v_descale)
+    pr.out_descale = load_descale(*in.v_descale, pr.b, kvh);
 }
 
 PackedRows packed_rows(Kernel &k, const TensorArg &cu_seqlens, const Value &b, int64_t max) {
@@ -183,6 +204,13 @@ Chunks scale_rows(const Chunks &c, const Value &factor) {
   return out;
 }
 
+Chunks scale_all(const Chunks &c, const Value &factor) {
+  Chunks out;
+  for (const Value &chunk : c)
+    out.push_back(chunk * factor);
+  return out;
+}
+
 Chunks scale_all(const Chunks &c, double factor) {
   Chunks out;
   for (const Value &chunk : c)
@@ -205,8 +233,8 @@ Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &
 }
 
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc) {
-  if (s.product == Product::Mma)
-    return {dot(p.to(s.p.dtype), b[0], acc[0])};
+  if (s.product == Product::Mma)  // an fp8 call's V block is transposed (Problem::fp8)
+    return {dot(p.to(s.p.dtype), s.p.fp8 ? b[0].trans() : b[0], acc[0])};
   Chunks out;
   Value pe = p.expand(2);
   for (size_t c = 0; c < b.size(); ++c)
@@ -246,9 +274,10 @@ void store_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n
   dsl::store(rowVectorPointers(k, t, at, n, rows), v.to(t.dtype()), rowsInSequence(k, at, rows, t.shape()[2]));
 }
 
-Scores scores(Program &pr, const Value &qk, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
+Scores scores(Program &pr, const Value &product, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
               const Masking &masking, bool kvMajor, bool natural) {
   const Problem &p = pr.p;
+  const Value qk = pr.logit_descale.valid() ? product * pr.logit_descale : product;
   Scores r;
   r.fma_eighths = pr.s.exp2_fma;
   if (!p.bias && p.softcap == 0 && !natural) {

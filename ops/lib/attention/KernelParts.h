@@ -33,6 +33,8 @@ dsl::KernelOptions kernel_options(const KernelSpec &s);
 struct Operands {
   TensorArg q, k, v;
   std::optional<TensorArg> bias, mask, q_lengths, kv_lengths;
+  /// fp8 calls' descales, f32 [B, K] (Problem::q_descale ...).
+  std::optional<TensorArg> q_descale, k_descale, v_descale;
 };
 /// With `rows`, q, k and v as their TMA views (tma_rows_shape: [B, T, N H], [B, S, K H],
 /// [B, S, K Hv], each batch row's heads as one row, copied a batch row at a time; where
@@ -57,8 +59,16 @@ struct Program {
   /// Packed (Problem::varlen): the sequence's first rows in q and k (cu_seqlens[b]), and
   /// the causal / window diagonal's shift kv_valid - q_valid (query i's diagonal key).
   Value q_first, kv_first, shift;
+  /// fp8 calls (after load_descales): the logits' factor q_descale k_descale and out's
+  /// v_descale (f32 scalars; invalid where the call has none).
+  Value logit_descale, out_descale;
 };
 Program program(Kernel &k, const KernelSpec &s, Operands in, Value b);
+/// Loads the program's descales (batch row pr.b, kv head `kvh`) into logit_descale and
+/// out_descale; scores() and forward_epilogue() apply them.
+void load_descales(Program &pr, const Value &kvh);
+/// One descale, f32 [B, K] at (b, kvh), as an f32 scalar.
+Value load_descale(const TensorArg &descale, const Value &b, const Value &kvh);
 
 /// A packed sequence's first row and valid length (at most `max`) from its cu_seqlens
 /// array [B + 1] (i32 scalars).
@@ -97,6 +107,7 @@ Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
 Chunks scale_rows(const Chunks &c, const Value &factor);
 Chunks scale_all(const Chunks &c, double factor);
+Chunks scale_all(const Chunks &c, const Value &factor);  ///< a scalar factor
 
 /// a @ b^T over the chunked dim: [M, N] in the compute dtype. `async`: on tensor cores,
 /// issued as dsl::dot_async (the caller waits with dsl::dot_wait).
@@ -313,6 +324,9 @@ Chunks dq_step(Program &pr, const Chunks &q, const Chunks &d, const RowStats &st
 // Kernel builders (FlashKernels.cpp, HopperKernels.cpp, Reference.cpp).
 Kernel flash_forward_kernel(const KernelSpec &s);
 Kernel hopper_forward_kernel(const KernelSpec &s);
+/// fp8 hopper forward's first kernel: v [B, S, K, Hv] -> vt [B K, Hv, S padded]
+/// (Problem::vt_shape), zeros past S.
+Kernel v_transpose_kernel(const KernelSpec &s);
 Kernel hopper_dkdv_kernel(const KernelSpec &s);
 Kernel hopper_dq_kernel(const KernelSpec &s);
 Kernel dq_from_sum_kernel(const KernelSpec &s);

@@ -34,24 +34,7 @@ namespace {
 
 
 
-/// The geometry q, k and v agree on.
-struct Geometry {
-  std::vector<int64_t> batch;
-  int64_t B = 1, T, S, N, K, H, Hv;
-  DType dtype;
-  bool headsMajor = false;  ///< BNTH: heads before seq
-
-  /// [batch..., tail...].
-  std::vector<int64_t> withBatch(std::initializer_list<int64_t> tail) const {
-    std::vector<int64_t> s = batch;
-    s.insert(s.end(), tail);
-    return s;
-  }
-  /// [batch..., seq, heads, dim] in the call's layout.
-  std::vector<int64_t> shape(int64_t seq, int64_t heads, int64_t dim) const {
-    return headsMajor ? withBatch({heads, seq, dim}) : withBatch({seq, heads, dim});
-  }
-};
+using Geometry = attention_detail::AttentionGeometry;
 
 bool headsMajor(AttentionLayout layout) { return layout == AttentionLayout::BNTH; }
 
@@ -67,7 +50,11 @@ const char *layoutText(bool headsMajor) {
   return headsMajor ? "[batch..., heads, seq, head_dim] (layout BNTH)" : "[batch..., seq, heads, head_dim]";
 }
 
-Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool bnth) {
+} // namespace
+
+attention_detail::AttentionGeometry attention_detail::attention_geometry(const char *op, const ArgSpec &q,
+                                                                         const ArgSpec &k, const ArgSpec &v, bool bnth,
+                                                                         bool fp8) {
   auto rank = [&](const char *name, const ArgSpec &a) {
     if (a.shape.size() < 3)
       throw Error(fmt::format("{}: {} must be {} (rank >= 3), got {}", op, name, layoutText(bnth),
@@ -76,8 +63,11 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   rank("q", q), rank("k", k), rank("v", v);
   // Negative dims (a hand-built spec) and element counts past int64 are refused up front.
   ops_detail::check_spec(op, "q", q), ops_detail::check_spec(op, "k", k), ops_detail::check_spec(op, "v", v);
-  if (!is_float(q.dtype))
-    throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}", op, dtype_name(q.dtype)));
+  if (fp8 && !is_fp8(q.dtype))
+    throw Error(fmt::format("{}: q must be f8e4m3 or f8e5m2, got {}", op, dtype_name(q.dtype)));
+  if (!fp8 && !is_float(q.dtype))
+    throw Error(fmt::format("{}: q must be bf16, f16, f32 or f64, got {}{}", op, dtype_name(q.dtype),
+                            is_fp8(q.dtype) ? " (fp8 q, k and v: dot_product_attention_fp8)" : ""));
   for (auto [name, a] : {std::pair{"k", &k}, std::pair{"v", &v}})
     if (a->dtype != q.dtype)
       throw Error(fmt::format("{}: {} must have q's dtype {}, got {}", op, name, dtype_name(q.dtype),
@@ -118,6 +108,11 @@ Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgS
   return g;
 }
 
+namespace {
+
+Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool bnth) {
+  return attention_detail::attention_geometry(op, q, k, v, bnth);
+}
 
 /// bias / mask broadcastable to [B..., N, T, S] (batch dims all 1 or all full).
 void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g, bool isMask) {
@@ -151,7 +146,10 @@ void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpe
     throw bad();
 }
 
-void checkLengths(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
+} // namespace
+
+void attention_detail::check_seq_lengths(const char *op, const char *name, const std::optional<ArgSpec> &a,
+                                         const Geometry &g) {
   if (!a)
     return;
   bool shapeOk = a->shape == g.batch || (a->shape.size() == 1 && a->shape[0] == g.B);
@@ -159,6 +157,12 @@ void checkLengths(const char *op, const char *name, const std::optional<ArgSpec>
     throw Error(fmt::format("{}: {} must be int32 {} (one length per batch row), got {} {}", op, name,
                             shape_text(g.batch.empty() ? std::vector<int64_t>{1} : g.batch), dtype_name(a->dtype),
                             shape_text(a->shape)));
+}
+
+namespace {
+
+void checkLengths(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
+  attention_detail::check_seq_lengths(op, name, a, g);
 }
 
 /// sinks / dsinks: f32, one per query head.
@@ -233,6 +237,16 @@ AttentionLayout layoutOf(const BoundArgs &b) {
 }
 
 } // namespace
+
+void attention_detail::add_options(ops_detail::CallKey &key, const AttentionOptions &o) {
+  // Every option joins the key (the tensors are in it already); a new field must join it too.
+  static_assert(sizeof(AttentionOptions) == 272, "AttentionOptions changed: add the new option to the call key");
+  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.deterministic).add(o.local_window.has_value());
+  key.add(o.max_seqlen_q).add(o.max_seqlen_kv);  // (the cu_seqlens tensors are in the key already)
+  key.add(static_cast<int64_t>(o.layout));
+  if (o.local_window)
+    key.add(o.local_window->left).add(o.local_window->right);
+}
 
 /// Options as a bound call records them (for Op::validate's round trip).
 AttentionOptions attention_detail::attention_options_of(const BoundArgs &b) {
@@ -475,13 +489,7 @@ void dispatchHost(const Op &op, const BoundArgs &b, std::span<const TensorView> 
 template <class Bind>
 void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, std::span<const TensorView> out,
                     Stream &stream, const AttentionOptions &o, Bind &&bind) {
-  // Every option joins the key (the tensors are in it already); a new field must join it too.
-  static_assert(sizeof(AttentionOptions) == 272, "AttentionOptions changed: add the new option to the call key");
-  key.add(o.scale).add(o.is_causal).add(o.logits_soft_cap).add(o.deterministic).add(o.local_window.has_value());
-  key.add(o.max_seqlen_q).add(o.max_seqlen_kv);  // (the cu_seqlens tensors are in the key already)
-  key.add(static_cast<int64_t>(o.layout));
-  if (o.local_window)
-    key.add(o.local_window->left).add(o.local_window->right);
+  attention_detail::add_options(key, o);
   ops_detail::run_eager(key, {key.op(), in, out, stream, o.implementation, o.config}, std::forward<Bind>(bind));
 }
 } // namespace

@@ -65,6 +65,9 @@ std::optional<std::string> Reference::check(const Problem &p, const ReferenceCon
 }
 
 void Reference::check_device(const Problem &p, const BoundArgs &args, Device &device) {
+  if (p.fp8 && device.cc_major() * 10 + device.cc_minor() < 89)
+    throw NotSupported(fmt::format("{}: reference reads fp8 through conversions of sm_89 and newer; the device is {}",
+                                   args.op, device.arch()));
   const double bytes = p.logits_bytes() * (p.vjp ? 2 : 1);
   const size_t total = device.total_memory();
   if (bytes > 0.8 * static_cast<double>(total))
@@ -85,7 +88,7 @@ void forward(const KernelSpec &base, std::span<const TensorView> in, std::span<c
   ws.allocate(ex);
   TensorView logitsView = w.square(ws.at(logits));
   TensorView lseView = p.lse_out ? w.rows(out[1]) : w.rows(ws.at(lse));
-  std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3, 4));
+  std::vector<Arg> args = operand_args(w, in[0], in[1], in[2], in.subspan(3));
   args.push_back(logitsView);
   launcher.launch(KernelKind::Logits, args);
   std::vector<Arg> stats{logitsView};
@@ -96,7 +99,11 @@ void forward(const KernelSpec &base, std::span<const TensorView> in, std::span<c
   }
   stats.push_back(lseView);
   launcher.launch(KernelKind::RowStats, stats);
-  launcher.launch(KernelKind::Output, {logitsView, lseView, w.v(in[2]), w.o(out[0])});
+  std::vector<Arg> output{logitsView, lseView, w.v(in[2])};
+  if (p.v_descale)
+    output.push_back(w.as(in[10], {p.B, p.K}));
+  output.push_back(w.o(out[0]));
+  launcher.launch(KernelKind::Output, output);
 }
 
 void backward(const KernelSpec &base, std::span<const TensorView> in, std::span<const TensorView> out,
@@ -129,6 +136,11 @@ void Reference::execute(const Problem &p, const ReferenceConfig &c, std::span<co
   if (zero_without_queries(p, outputs, ex))
     return;
   const KernelSpec base = block_spec(p, Product::Fma, c);
+  if (p.fp8) {  // the descales after attention's inputs (fp8_attention_order)
+    const AttentionOrder order = fp8_attention_order(inputs, outputs);
+    forward(base, order.in, order.out, ex);
+    return;
+  }
   if (p.vjp)
     backward(base, inputs, outputs, ex);
   else
@@ -168,6 +180,7 @@ Kernel logits_kernel(const KernelSpec &s) {
   Program pr = program(k, s, in, k.program_id(2));
   auto [t0, j0] = blockPair(k, p, bt, bs);
   Value n = k.program_id(1), kvh = n / p.group();
+  load_descales(pr, kvh);
   Chunks q = load_rows(s, in.q, pr.b, t0, n, p.H, bt), kb = load_rows(s, in.k, pr.b, j0, kvh, p.H, bs);
   Scores sc = scores(pr, product_nt(s, k, q, kb), n, t0, j0, bt, bs, true, false, true);
   logits.store({pr.b, n, t0, j0}, where(sc.valid, sc.natural, -INFINITY).reshape({1, 1, bt, bs}));
@@ -218,6 +231,9 @@ Kernel output_kernel(const KernelSpec &s) {
   TensorArg logits = k.input("logits", p.compute, squareShape(p));
   TensorArg lse = k.input("lse", p.compute, {p.B, p.N, p.T});
   TensorArg v = rows_operand(k, p, "v", RowSide::Keys, p.K, p.Hv);
+  std::optional<TensorArg> vDescale;
+  if (p.v_descale)
+    vDescale = k.input("v_descale", DType::F32, {p.B, p.K});
   TensorArg out = rows_operand(k, p, "out", RowSide::Queries, p.N, p.Hv, /*output=*/true);
   k.grid(cdiv(p.T, bt), p.N, p.B);
   Value t0 = k.program_id(0) * bt, n = k.program_id(1), b = k.program_id(2), kvh = n / p.group();
@@ -226,6 +242,8 @@ Kernel output_kernel(const KernelSpec &s) {
     Value prob = exp(loadSquare(logits, b, n, t0, j0, bt, bs, -INFINITY) - rowLse);
     return product_nn(s, prob, load_rows(s, v, b, j0, kvh, p.Hv, bs), c);
   });
+  if (vDescale)
+    acc = scale_all(acc, load_descale(*vDescale, b, kvh));
   store_rows(s, out, b, t0, n, acc);
   return k;
 }

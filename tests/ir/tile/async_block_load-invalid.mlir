@@ -57,11 +57,11 @@ func.func @unit_last_dim(%k: !tile.ptr<bf16>) {
 
 // -----
 
-// cp.async copies 16-byte chunks of 16- or 32-bit elements: no 8-bit (fp8, i8) copies.
-func.func @eight_bit(%k: !tile.ptr<f8E4M3FN>) {
+// cp.async copies 16-byte chunks of fp8, 16- or 32-bit elements: no other 8-bit (i8) copies.
+func.func @eight_bit(%k: !tile.ptr<i8>) {
   %c0 = arith.constant 0 : i32
-  // expected-error @+1 {{'tile.async_block_load' op copies 16- or 32-bit elements, got 'f8E4M3FN'}}
-  %t = tile.async_block_load %k[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 2 : i64} : <f8E4M3FN> -> tensor<64x64xf8E4M3FN>
+  // expected-error @+1 {{'tile.async_block_load' op copies fp8, 16- or 32-bit elements, got 'i8'}}
+  %t = tile.async_block_load %k[%c0, %c0] slot %c0 {dims = array<i64: 64, 64>, strides = array<i64: 64, 1>, block = array<i64: 64, 64>, buffer = 0 : i64, slots = 2 : i64} : <i8> -> tensor<64x64xi8>
   return
 }
 

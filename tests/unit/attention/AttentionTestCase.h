@@ -151,17 +151,23 @@ inline CaseData makeData(const Case &c) {
   return data;
 }
 
+/// AttentionOptions with `o`'s scale, causal mask, window and soft cap.
+inline tokamax::AttentionOptions maskOptions(const Options &o) {
+  tokamax::AttentionOptions a;
+  a.scale = o.scale;
+  a.is_causal = o.is_causal;
+  if (o.window)
+    a.local_window = tokamax::LocalWindow{o.window->left, o.window->right};
+  a.logits_soft_cap = o.soft_cap;
+  return a;
+}
+
 /// The case's AttentionOptions around views of its optional tensors (which must outlive it).
 inline tokamax::AttentionOptions apiOptions(const Case &c, const tokamax::TensorView *bias,
                                             const tokamax::TensorView *mask, const tokamax::TensorView *q_lengths,
                                             const tokamax::TensorView *kv_lengths,
                                             const tokamax::TensorView *sinks = nullptr) {
-  tokamax::AttentionOptions o;
-  o.scale = c.options.scale;
-  o.is_causal = c.options.is_causal;
-  if (c.options.window)
-    o.local_window = tokamax::LocalWindow{c.options.window->left, c.options.window->right};
-  o.logits_soft_cap = c.options.soft_cap;
+  tokamax::AttentionOptions o = maskOptions(c.options);
   o.deterministic = c.deterministic;
   o.layout = c.bnth ? tokamax::AttentionLayout::BNTH : tokamax::AttentionLayout::BTNH;
   o.bias = bias, o.mask = mask, o.q_seq_lengths = q_lengths, o.kv_seq_lengths = kv_lengths, o.sinks = sinks;

@@ -211,7 +211,7 @@ TEST_CASE("asynchronous copies check their block, dtype, buffer and slot", "[dsl
                     Contains("load_async odd: the block's and the tensor's last dims must be multiples of 8 "
                              "(16 bytes), got 32 and 30"));
   CHECK_THROWS_WITH(bytes.load_async({0, 0}, {32, 64}, ring, slot),
-                    Contains("load_async bytes: copies 16- or 32-bit elements, got i8"));
+                    Contains("load_async bytes: copies fp8, 16- or 32-bit elements, got i8"));
   CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 32, 64}, dsl::SharedBuffer{}, slot),
                     Contains("load_async x: the buffer does not come from this kernel's shared_buffer()"));
   CHECK_THROWS_WITH(x.load_async({0, 0, 0}, {1, 32, 64}, ring, k.constant(0, DType::F32)),

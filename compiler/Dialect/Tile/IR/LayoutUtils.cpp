@@ -53,6 +53,8 @@ unsigned mmaKWidth(Type elem) {
     return 2;
   if (elem.isF32())
     return 1;
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem))
+    return 4;
   return 0;
 }
 
@@ -179,6 +181,17 @@ std::optional<std::vector<int64_t>> threadLocalRegisters(RankedTensorType source
   return map;
 }
 
+bool quadShuffleToFp8Operand(RankedTensorType source, RankedTensorType result) {
+  auto mma = dyn_cast_or_null<MmaLayoutAttr>(source.getEncoding());
+  auto operand = dyn_cast_or_null<DotOperandLayoutAttr>(result.getEncoding());
+  if (!mma || !operand || operand.getOpIdx() != 0 || operand.getParent() != mma || operand.getKWidth() != 4 ||
+      !isa<Float8E4M3FNType, Float8E5M2Type>(source.getElementType()) || source.getShape() != result.getShape())
+    return false;
+  ArrayRef<unsigned> warps = mma.getWarpsPerCTA();
+  return source.getRank() == 2 && warps.size() == 2 && warps[1] == 1 &&
+         source.getDimSize(0) % (16 * int64_t(warps[0])) == 0 && source.getDimSize(1) % 32 == 0;
+}
+
 int64_t getScratchBytes(Operation *op) {
   if (auto dot = dyn_cast<TmaDotOp>(op))
     return getTmaDotSmem(dot).total;
@@ -208,8 +221,11 @@ int64_t getScratchBytes(Operation *op) {
     if (isSharedTile(op->getOperand(0).getType()))
       return 0;  // read straight from the shared tile
     auto type = cast<RankedTensorType>(op->getResult(0).getType());
-    if (threadLocalRegisters(cast<RankedTensorType>(op->getOperand(0).getType()), type))
+    auto source = cast<RankedTensorType>(op->getOperand(0).getType());
+    if (threadLocalRegisters(source, type))
       return 0;  // registers are renamed (tile-to-llvm)
+    if (isa<ConvertLayoutOp>(op) && quadShuffleToFp8Operand(source, type))
+      return 0;  // exchanged by warp shuffles
     return type.getNumElements() * elementBytes(type.getElementType());
   }
   return 0;

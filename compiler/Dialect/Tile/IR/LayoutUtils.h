@@ -114,6 +114,13 @@ int64_t getTmaStoreBufferBytes(TmaStoreOp op);
 std::optional<std::vector<int64_t>> threadLocalRegisters(mlir::RankedTensorType source,
                                                          mlir::RankedTensorType result);
 
+/// Whether a layout conversion from `source` to `result` moves an fp8 accumulator-layout
+/// tile (an f32 product cast to fp8) into the A operand of the next fp8 dot with the same
+/// accumulator layout, warps along M only, whole 16-row and 32-column instruction tiles:
+/// each thread's four K elements come from two threads of its quad (two shuffles a
+/// word), with no shared memory.
+bool quadShuffleToFp8Operand(mlir::RankedTensorType source, mlir::RankedTensorType result);
+
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
 

@@ -106,7 +106,7 @@ LogicalResult DotOperandLayoutAttr::verify(function_ref<InFlightDiagnostic()> em
     return emitError() << "dot operand index must be 0 (A) or 1 (B), got " << opIdx;
   if (!isa<MmaLayoutAttr>(parent))
     return emitError() << "dot operand parent must be an mma layout";
-  if (kWidth != 1 && kWidth != 2)
-    return emitError() << "dot operand kWidth must be 1 (tf32) or 2 (16-bit), got " << kWidth;
+  if (kWidth != 1 && kWidth != 2 && kWidth != 4)
+    return emitError() << "dot operand kWidth must be 1 (tf32), 2 (16-bit) or 4 (fp8), got " << kWidth;
   return success();
 }

@@ -181,8 +181,9 @@ LogicalResult AsyncBlockLoadOp::verify() {
     return failure();
   unsigned bytes = elementBytes(type.getElementType());
   const int64_t chunk = 16 / std::max(1u, bytes);
-  if (bytes != 2 && bytes != 4)
-    return emitOpError("copies 16- or 32-bit elements, got ") << type.getElementType();
+  const bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(type.getElementType());
+  if (!fp8 && bytes != 2 && bytes != 4)
+    return emitOpError("copies fp8, 16- or 32-bit elements, got ") << type.getElementType();
   if (strides.back() != 1)
     return emitOpError("the last dim must be contiguous (stride 1), got stride ") << strides.back();
   if (block.back() % chunk != 0 || dims.back() % chunk != 0)

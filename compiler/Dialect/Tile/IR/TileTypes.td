@@ -95,7 +95,7 @@ def Tile_DotOperandLayoutAttr : Tile_Attr<"DotOperandLayout", "dot_op"> {
   let summary = "operand A (opIdx 0) or B (opIdx 1) of mma.sync with accumulator layout `parent`";
   let description = [{
     `kWidth` consecutive K elements share a 32-bit register: 2 for bf16/f16 (m16n8k16),
-    1 for f32 read as tf32 (m16n8k8). For kWidth = 2, one instruction's A (16x16) and
+    1 for f32 read as tf32 (m16n8k8), 4 for fp8 (m16n8k32, sm_89 and newer). For kWidth = 2, one instruction's A (16x16) and
     B (16x8), lane l = 4 * g + t:
 
         A (M x K):   k: 0..7                     8..15
@@ -107,7 +107,9 @@ def Tile_DotOperandLayoutAttr : Tile_Attr<"DotOperandLayout", "dot_op"> {
         k 8..15      b2 b3 at (2t + 8 + {0, 1}, g)
 
     For kWidth = 1 (tf32, K = 8 per instruction): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4),
-    a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g).
+    a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g). For kWidth = 4 (fp8, K = 32): a0
+    (g, 4t + {0..3}), a1 (g + 8, ..), a2 (g, 4t + 16 + {0..3}), a3 (g + 8, ..); b0
+    (4t + {0..3}, g), b1 (4t + 16 + {0..3}, g).
 
     A is split over the parent's WM warps along M and replicated over its WN warps; B
     over WN along N, replicated over WM. Instruction tiles repeat along M (N) as in the

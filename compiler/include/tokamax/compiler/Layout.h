@@ -42,7 +42,7 @@ struct TOKAMAX_API MmaLayout {
 
 /// Operand A (op_idx 0, [M, K]) or B (op_idx 1, [K, N]) of the mma.sync instructions whose
 /// accumulator has layout `parent`. k_width elements along K share a 32-bit register: 2
-/// for 16-bit types (m16n8k16), 1 for tf32 (m16n8k8). With t = threadID_in_group,
+/// for 16-bit types (m16n8k16), 1 for tf32 (m16n8k8), 4 for fp8 (m16n8k32). With t = threadID_in_group,
 /// g = groupID and k_width = 2, one instruction's A (16x16) is
 ///   a0,a1 (g, 2t+{0,1})  a2,a3 (g+8, 2t+{0,1})  a4,a5 (g, 2t+8+{0,1})  a6,a7 (g+8, 2t+8+{0,1})
 /// and B (16x8) is b0,b1 (2t+{0,1}, g)  b2,b3 (2t+8+{0,1}, g). Warps along the other
@@ -52,7 +52,7 @@ struct TOKAMAX_API DotOperandLayout {
   MmaLayout parent;
   unsigned k_width = 2;
 
-  /// K extent of one instruction: 16 (k_width 2) or 8 (k_width 1).
+  /// K extent of one instruction: 16 (k_width 2), 8 (k_width 1) or 32 (k_width 4).
   unsigned k_per_instruction() const { return 8 * k_width; }
   std::string to_string() const;
   bool operator==(const DotOperandLayout &) const = default;

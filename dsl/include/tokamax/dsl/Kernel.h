@@ -220,7 +220,7 @@ public:
   /// `buffer`, elements outside the tensor read as zero (cp.async on sm_80+), and
   /// returns it with its unit dims dropped: a 2-D tile held in shared memory. Read it
   /// (as a dot operand, transposed, or anywhere else) only after a Kernel::wait_async
-  /// that covers the copy, and before the next copy into that slot. 16- or 32-bit
+  /// that covers the copy, and before the next copy into that slot. fp8, 16- or 32-bit
   /// dtypes; the last dim contiguous with the block's and the tensor's last dims whole
   /// 16-byte chunks, the last offset a multiple of one, other strides of 16 bytes.
   Value load_async(std::vector<Value> offsets, std::vector<int64_t> block, const SharedBuffer &buffer,
