@@ -9,6 +9,7 @@
 #include "c/lib/CApi.h"
 
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/AttentionFp8.h>
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/GatedLinearUnit.h>
 #include <tokamax/ops/Norm.h>
@@ -238,6 +239,21 @@ BoundArgs bindAttentionVarlen(const Op &op, const Inputs &in, Options &o) {
   return bind_attention_varlen_vjp(s, options);
 }
 
+/// attention_fp8 (q, k, v, q_descale?, k_descale?, v_descale?, q_seq_lengths?,
+/// kv_seq_lengths? | out, lse?): attention's options; out bf16 [B..., T, N, Hv], lse f32
+/// with the option "lse" (forward only: no residuals to keep by default).
+BoundArgs bindAttentionFp8(const Op &, const Inputs &in, Options &o) {
+  AttentionOptions options = attentionOptions(o);
+  AttentionFp8Specs s{in.required(0), in.required(1), in.required(2), in.optional(3), in.optional(4),
+                      in.optional(5), in.optional(6), in.optional(7), {}, {}};
+  s.out = ArgSpec{s.q.shape, DType::BF16};
+  if (!s.out.shape.empty() && !s.v.shape.empty())
+    s.out.shape.back() = s.v.shape.back();
+  if (o.boolean("lse", false))
+    s.lse = attention_lse_spec(s.q, options.layout);
+  return bind_attention_fp8(s, options);
+}
+
 //===--- gated_linear_unit, ragged_dot, the cross-entropies ---===//
 
 BoundArgs bindGlu(const Op &op, const Inputs &in, Options &o) {
@@ -327,6 +343,7 @@ const std::map<std::string, Binder> &binders() {
       {"attention_vjp", bindAttention},
       {"attention_varlen", bindAttentionVarlen},
       {"attention_varlen_vjp", bindAttentionVarlen},
+      {"attention_fp8", bindAttentionFp8},
       {"gated_linear_unit", bindGlu},
       {"gated_linear_unit_vjp", bindGlu},
       {"ragged_dot", bindRaggedDot},

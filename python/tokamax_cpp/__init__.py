@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import _capi, _host
 from ._api import (ALIASES, activation_name, canonical_implementation, dot_product_attention,
-                   dot_product_attention_varlen, gated_linear_unit, layer_norm, linear_softmax_cross_entropy_loss,
+                   dot_product_attention_fp8, dot_product_attention_varlen, gated_linear_unit, layer_norm, linear_softmax_cross_entropy_loss,
                    paged_attention, paged_kv_append, ragged_dot, rms_norm)
 from ._capi import DriverError, InternalError, TokamaxError, WorkspaceTooSmallError
 from .autotuning import AutotuningResult, autotune
@@ -73,7 +73,7 @@ def call(op: str, *inputs, **options) -> list:
 __all__ = [
     "ALIASES", "AutotuningResult", "BenchmarkData", "DISABLE_JAX_EXPORT_CHECKS", "DriverError", "InternalError",
     "TokamaxError", "WorkspaceTooSmallError", "activation_name", "autotune", "benchmarking", "call",
-    "compile_benchmark", "dot_product_attention", "dot_product_attention_varlen", "gated_linear_unit", "layer_norm",
+    "compile_benchmark", "dot_product_attention", "dot_product_attention_fp8", "dot_product_attention_varlen", "gated_linear_unit", "layer_norm",
     "linear_softmax_cross_entropy_loss", "op_args", "op_names", "paged_attention", "paged_kv_append", "ragged_dot",
     "rms_norm", "standardize_function",
 ]

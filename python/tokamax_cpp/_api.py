@@ -249,6 +249,29 @@ def dot_product_attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_kv,
     return apply(_opdefs.ATTENTION_VARLEN, inputs, options, implementation)[0]
 
 
+def dot_product_attention_fp8(query, key, value, *, q_descale=None, k_descale=None, v_descale=None, scale=None,
+                              is_causal: bool = False, query_seq_lengths=None, key_value_seq_lengths=None,
+                              local_window_size=None, logits_soft_cap=None, return_lse: bool = False,
+                              implementation=None):
+    """The attention forward on fp8 q [*B, T, N, H], k [*B, S, K, H], v [*B, S, K, Hv]
+    (float8_e4m3fn or float8_e5m2, one dtype) -> bf16 [*B, T, N, Hv], as FlashAttention-3's
+    fp8 forward takes them: q_descale, k_descale, v_descale (f32 [*B, K], one per batch row
+    and kv head; None = 1) scale the logits by q_descale k_descale and the output by
+    v_descale. With return_lse also lse [*B, N, T] (f32). Forward only (no gradient);
+    the other options as dot_product_attention's (no bias, mask, sinks or BNTH)."""
+    options = _attention_options(scale, is_causal, local_window_size, logits_soft_cap, True)
+    opdef = _opdefs.ATTENTION_FP8
+    if return_lse:
+        options["lse"] = True
+        opdef = _ATTENTION_FP8_WITH_LSE
+    inputs = [query, key, value, q_descale, k_descale, v_descale, query_seq_lengths, key_value_seq_lengths]
+    outs = apply(opdef, inputs, options, implementation)
+    return tuple(outs) if return_lse else outs[0]
+
+
+_ATTENTION_FP8_WITH_LSE = dataclasses.replace(_opdefs.ATTENTION_FP8, returns=(0, 1))
+
+
 def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=None, logits_soft_cap=None,
                     return_lse: bool = False, implementation=None):
     """Decode attention over a paged KV cache (forward only): query [B, Tq, N, H] holds

@@ -44,7 +44,7 @@ class InternalError(TokamaxError):
 
 
 # A message about a dtype makes an invalid argument a TypeError (Python's convention).
-_DTYPE_MESSAGE = re.compile(r"must be (bf16|f16|f32|f64|i32|int32|bool)\b|'s dtype\b|share a dtype|"
+_DTYPE_MESSAGE = re.compile(r"must be (bf16|f16|f32|f64|i32|int32|bool|f8e4m3)\b|'s dtype\b|share a dtype|"
                             r"\bdtype must be\b|tkx_dtype|\bdtype \S+ is not")
 
 

@@ -98,8 +98,12 @@ CROSS_ENTROPY = OpDef(
 PAGED_ATTENTION = OpDef(  # decode over a paged KV cache: forward only; lse when the option "lse" is true
     "paged_attention", ("q", "k_pages", "v_pages", "page_table", "seq_lengths"), ("out", "lse"), (0,))
 
+ATTENTION_FP8 = OpDef(  # fp8 q, k, v with f32 descales [*B, K]: forward only; lse when the option "lse" is true
+    "attention_fp8", ("q", "k", "v", "q_descale", "k_descale", "v_descale", "q_seq_lengths", "kv_seq_lengths"),
+    ("out", "lse"), (0,))
+
 BY_NAME = {d.name: d for d in (LAYER_NORM, RMS_NORM, ATTENTION, ATTENTION_VARLEN, GATED_LINEAR_UNIT, RAGGED_DOT,
-                               CROSS_ENTROPY, PAGED_ATTENTION)}
+                               CROSS_ENTROPY, PAGED_ATTENTION, ATTENTION_FP8)}
 
 
 def plain(name: str, inputs, outputs) -> OpDef:

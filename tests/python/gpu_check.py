@@ -181,8 +181,26 @@ def torch_checks():
         assert all(torch.equal(p, w) for p, w in zip(pages, want)), "pages differ from torch's indexing"
         return "bitwise equal to torch's indexing"
 
+    def fp8():
+        # float8_e4m3fn q, k, v with descales [B, K], GQA 8:2, causal: against SDPA in f32
+        # on the dequantized values; the fp8 rounding of P bounds the error (2^-4 |v|).
+        f8 = torch.float8_e4m3fn
+        q8, k8, v8 = (torch.randn(2, 300, n, 64, device=dev).clamp(-4, 4).to(f8) for n in (8, 2, 2))
+        qd, kd, vd = (torch.rand(2, 2, device=dev) * 0.75 + 0.25 for _ in range(3))
+        out = tokamax.dot_product_attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, is_causal=True)
+        assert out.dtype == torch.bfloat16 and out.shape == (2, 300, 8, 64), (out.dtype, out.shape)
+        def deq(t, d):  # [B, T, heads, H] times its kv head's descale, as [B, N, T, H]
+            return (t.float() * d.repeat_interleave(t.shape[2] // 2, dim=1)[:, None, :, None]).repeat_interleave(
+                8 // t.shape[2], dim=2).transpose(1, 2)
+        ref = F.scaled_dot_product_attention(deq(q8, qd), deq(k8, kd), deq(v8, vd), is_causal=True).transpose(1, 2)
+        worst = float((out.float() - ref).abs().max())
+        bound = 2.0 ** -5 * float(deq(v8, vd).abs().max())
+        assert worst <= bound, f"max abs error {worst} past {bound}"
+        return f"max abs error {worst:.2e} (bound {bound:.2e})"
+
     from tokamax_cpp import torch as tt
     for name, fn in (("torch layer_norm fwd+bwd vs F.layer_norm", layer_norm),
+                     ("torch attention_fp8 (float8_e4m3fn, descales) vs SDPA in f32", fp8),
                      ("torch attention fwd+bwd vs SDPA", attention), ("torch paged_attention vs SDPA", paged),
                      ("torch paged_kv_append (CUDA, in place)", append),
                      ("torch benchmarking", benchmark),
