@@ -277,17 +277,20 @@ void store_row_vector(Kernel &k, const TensorArg &t, const RowBlock &at, Value n
 Scores scores(Program &pr, const Value &product, Value n, Value t0, Value j0, int64_t bq, int64_t bkv,
               const Masking &masking, bool kvMajor, bool natural) {
   const Problem &p = pr.p;
-  const Value qk = pr.logit_descale.valid() ? product * pr.logit_descale : product;
+  const Value &descale = pr.logit_descale;  // (fp8 calls': folded into the factor where there is one)
   Scores r;
   r.fma_eighths = pr.s.exp2_fma;
   if (!p.bias && p.softcap == 0 && !natural) {
-    r.log2 = qk * (p.scale * kLog2e);  // the scale folded into exp2's argument
+    // The scale folded into exp2's argument.
+    r.log2 = descale.valid() ? product * (descale * (p.scale * kLog2e)) : product * (p.scale * kLog2e);
     if (p.scale > 0) {
-      r.raw = qk;
+      r.raw = product;
       r.factor = p.scale * kLog2e;
+      if (descale.valid())
+        r.factor_value = descale * r.factor;
     }
   } else {
-    Value x = qk * p.scale;
+    Value x = (descale.valid() ? product * descale : product) * p.scale;
     if (p.bias)
       x = x + broadcastBlock(pr, *pr.in.bias, *p.bias, n, t0, j0, bq, bkv, kvMajor, 0.0).to(p.compute);
     if (p.softcap != 0)
@@ -325,8 +328,8 @@ Scores scores(Program &pr, const Value &product, Value n, Value t0, Value j0, in
       require(broadcastBlock(pr, *pr.in.mask, *p.mask, n, t0, j0, bq, bkv, kvMajor, 0.0));
     if (!valid.valid())
       valid = j < pr.kv_valid;
-    if (valid.shape() != qk.shape())
-      valid = valid.broadcast_to(qk.shape());
+    if (valid.shape() != product.shape())
+      valid = valid.broadcast_to(product.shape());
     return valid;
   };
   // The values the softmax reads: raw when the factor is folded, else log2.

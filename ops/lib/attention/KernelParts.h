@@ -132,14 +132,19 @@ struct Scores {
   /// exp2(raw * factor - m) is one fma per element instead of a multiply and a subtract.
   Value raw;
   double factor = 0;
+  /// An fp8 call's factor times its logit descale (Program::logit_descale, positive), an
+  /// f32 scalar: what multiplies raw where it is valid.
+  Value factor_value;
   /// Eighths of exp2_minus's registers on the FMA pipes (KernelSpec::exp2_fma).
   int fma_eighths = 0;
 
+  /// x times the factor (factor_value where valid).
+  Value times_factor(const Value &x) const { return factor_value.valid() ? x * factor_value : x * factor; }
   /// Row max along `axis` in log2 units.
-  Value max_log2(int axis) const { return factor > 0 ? raw.max(axis) * factor : log2.max(axis); }
+  Value max_log2(int axis) const { return factor > 0 ? times_factor(raw.max(axis)) : log2.max(axis); }
   /// exp2(log2 - m) with m broadcast along `axis`.
   Value exp2_minus(const Value &m, int axis) const {
-    Value x = factor > 0 ? raw * factor - m.expand(axis) : log2 - m.expand(axis);
+    Value x = factor > 0 ? times_factor(raw) - m.expand(axis) : log2 - m.expand(axis);
     return fma_eighths > 0 ? exp2(x, fma_eighths, 8) : exp2(x);
   }
 };

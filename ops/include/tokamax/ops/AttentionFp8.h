@@ -4,7 +4,7 @@
 // f8e5m2, one dtype for the three) and optional descales, one per (batch row, kv head),
 // as FlashAttention-3's fp8 forward takes them:
 //   q [B..., T, N, H], k [B..., S, K, H], v [B..., S, K, Hv] -> out [B..., T, N, Hv] bf16
-//   q_descale, k_descale, v_descale: f32 [B..., K], each optional (absent = 1)
+//   q_descale, k_descale, v_descale: f32 [B..., K], positive, each optional (absent = 1)
 //   logits = scale * (q k^T) * q_descale[b, g] * k_descale[b, g]   (g = n / (N / K))
 //   out    = softmax(logits) @ v * v_descale[b, g]
 // lse (optional) is f32 [B..., N, T]. From AttentionOptions: scale (default 1 /
@@ -35,7 +35,8 @@
 
 namespace tokamax {
 
-/// The descales of an fp8 call: f32 [B..., K] each; null = 1.
+/// The descales of an fp8 call: f32 [B..., K] each, positive (the kernels fold q's and k's
+/// into the softmax's exponent scale); null = 1.
 struct TOKAMAX_API AttentionFp8Descales {
   const TensorView *q = nullptr, *k = nullptr, *v = nullptr;
 };
