@@ -34,7 +34,8 @@ OnlineSoftmax online_softmax(Program &pr, const Value &m, const Value &qk, Value
   Value mNew = maximum(m, sc.max_log2(1));
   // A row with no visible key so far keeps max -inf: exponentiate against 0 instead.
   Value mUse = where(mNew == -INFINITY, 0.0, mNew);
-  return {mNew, sc.exp2_minus(mUse, 1), exp2(m - mUse)};
+  const Value mExp = pr.p.fp8 ? mUse - kFp8ProbLog2Offset : mUse;  // (P to fp8: kFp8ProbLog2Offset)
+  return {mNew, sc.exp2_minus(mExp, 1), exp2(m - mUse)};
 }
 
 SoftmaxState softmax_step(Program &pr, const SoftmaxState &state, const Value &qk, Value n, Value t0, Value j0,
@@ -90,6 +91,8 @@ void forward_epilogue(ForwardProgram &f, const SoftmaxState &state) {
   store_rows(pr.s, f.out, at, n, scale_rows(state.acc, inv));
   if (f.lse) {
     Value mUse = where(mFinal == -INFINITY, 0.0, mFinal);
+    if (pr.p.fp8)  // l sums 2^kFp8ProbLog2Offset P
+      mUse = mUse - kFp8ProbLog2Offset;
     store_row_vector(pr.k, *f.lse, at, n, where(seen, mUse * kLn2 + log(lFinal), INFINITY));
   }
 }

@@ -24,6 +24,11 @@ using Chunks = std::vector<Value>;
 
 inline constexpr double kLog2e = 1.4426950408889634;
 inline constexpr double kLn2 = 0.6931471805599453;
+/// fp8 calls' P is exp2(x - m + 8) (0 to 256 where the row max is 0 to 1): cast to fp8
+/// for P V, the small weights stay normal numbers (down to 2^-6 / 256 of the max, not
+/// flushed below 2^-9 of it). Out's row sums are P's too, so the factor cancels; lse
+/// takes it back out.
+inline constexpr double kFp8ProbLog2Offset = 8;
 
 /// The spec's warps; tensor-core products put every warp along the rows (each warp owns
 /// whole score rows: softmax statistics stay in the warp and P feeds P @ V in registers).

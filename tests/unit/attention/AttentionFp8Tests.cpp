@@ -132,6 +132,32 @@ TEST_CASE("attention fp8: hopper's configs (two warpgroups, overlap, 32-key step
             DType::F8E4M3, {{2}, 140, 77, 2, 1, 32, 64}, {}, true, {}, {}, 9});
 }
 
+TEST_CASE("attention fp8: many small weights keep their mass through P's fp8 rounding", "[attention][fp8]") {
+  // One query; key 0's logit 7 above the 999 others (scale 1): each other weight is e^-7
+  // (0.0009) of key 0's, together 0.91 of it. Cast to fp8 as they are, they would round
+  // to 0 (below half of e4m3's least subnormal, 2^-9) and out would lose half its mass;
+  // P scaled by 2^8 first keeps them normal numbers.
+  const int64_t S = 1000, H = 32;
+  std::vector<double> q(H, 0.0), k(size_t(S * H), 0.0), v(size_t(S * H), 1.0);
+  q[0] = 7, k[0] = 1;
+  for (int64_t h = 0; h < H; ++h)
+    v[size_t(h)] = 0;  // key 0's value row is zero: out is the small weights' share
+  const double share = 999 * std::exp(-7.0) / (1 + 999 * std::exp(-7.0));
+  HostBuffer qb(DType::F8E4M3, {1, 1, 1, H}, q), kb(DType::F8E4M3, {1, S, 1, H}, k),
+      vb(DType::F8E4M3, {1, S, 1, H}, v), out(DType::BF16, {1, 1, 1, H}), lse(DType::F32, {1, 1, 1});
+  const TensorView qv = qb.view(), kv = kb.view(), vv = vb.view(), ov = out.view(), lv = lse.view();
+  for (const char *impl : {"hopper", "reference"}) {
+    INFO(impl);
+    AttentionOptions o;
+    o.scale = 1.0;
+    o.implementation = impl;
+    dot_product_attention_fp8_host(qv, kv, vv, ov, o, {}, &lv);
+    for (double x : out.values())
+      CHECK(std::abs(x - share) <= 0.02 * share);
+    CHECK(std::abs(lse.values()[0] - (7 + std::log(1 + 999 * std::exp(-7.0)))) <= 1e-4);
+  }
+}
+
 TEST_CASE("attention fp8: hopper's plan transposes V, then runs one forward", "[attention][fp8]") {
   const ArgSpec q = spec({4, 2048, 16, 128}, DType::F8E4M3), d = spec({4, 16}, DType::F32);
   BoundArgs b = bind_attention_fp8({q, q, q, d, d, d, {}, {}, spec({4, 2048, 16, 128}, DType::BF16), {}});
