@@ -2,6 +2,7 @@
 #include <tokamax/ops/Registry.h>
 
 #include <tokamax/ops/Attention.h>
+#include <tokamax/ops/AttentionFp8.h>
 #include <tokamax/ops/CrossEntropy.h>
 #include <tokamax/ops/Elementwise.h>
 #include <tokamax/ops/Function.h>
@@ -142,6 +143,13 @@ std::vector<RegisteredKernel> registered_kernels() {
          bind_attention_varlen_vjp({pq, pq, pq, pq, pq, plse, cu, cu, std::nullopt, pq, pq, pq, std::nullopt}, packed),
          impl);
     }
+  }
+  // attention_fp8 at S2 (4, 4096, 32, 128 f8e4m3 with descales): hopper's V transpose and
+  // forward (its reference needs sm_89's fp8 conversions: not listed for sm_80).
+  {
+    const ArgSpec q8{{4, 4096, 32, 128}, DType::F8E4M3}, d{{4, 32}, DType::F32}, o{{4, 4096, 32, 128}, DType::BF16};
+    op(attention_fp8_op(), bind_attention_fp8({q8, q8, q8, d, d, d, std::nullopt, std::nullopt, o, std::nullopt}),
+       "hopper");
   }
   // gated_linear_unit at the benchmark shape (M 8192, K 4096, N 14336 bf16, swish): the
   // tile forward and VJP.
