@@ -47,7 +47,7 @@ void checkOnDevice(const Fp8Case &c) {
     dot_product_attention_fp8(t[0], t[1], t[2], o[0], stream, fp8Options(c, ql, kvl), ds, &o[1].view());
   });
   INFO("float64 reference " << refSeconds << " s");
-  checkFp8Results(c, data, out.values(), lse.values());
+  checkFp8Results(c, data, out.values(), lse.values(), /*device=*/true);
 }
 
 } // namespace

@@ -118,9 +118,13 @@ inline tokamax::AttentionOptions fp8Options(const Fp8Case &c, const tokamax::Ten
 /// 2^-3 for e5m2) before P V, an error of at most that share of the largest |v| (in
 /// practice far less: the roundings average out over the keys, which the test holds it
 /// to: within half the bound, as a wrong key, head or descale moves out by a share of
-/// |v| itself). lse comes from the f32 P: 1e-4 relative.
+/// |v| itself). lse comes from the f32 P, but Hopper's fp8 tensor cores accumulate the
+/// logits with about 14 bits (DeepSeek-V3's report; the hopper lse differed by up to
+/// 3.4e-4 at 0.92 on an H100): 2e-3 relative there, 1e-4 on the interpreter's exact
+/// products and for reference.
 inline void checkFp8Results(const Fp8Case &c, const Fp8Data &data, const std::vector<double> &out,
-                            const std::vector<double> &lse) {
+                            const std::vector<double> &lse, bool device = false) {
+  const double lseTolerance = device && c.implementation != "reference" ? 2e-3 : 1e-4;
   const Outputs &ref = data.reference;
   const bool hopper = c.implementation != "reference";
   const double pRounding = c.dtype == tokamax::DType::F8E4M3 ? 0x1p-4 : 0x1p-3;
@@ -140,7 +144,7 @@ inline void checkFp8Results(const Fp8Case &c, const Fp8Data &data, const std::ve
       REQUIRE(lse[r] == kInf);
       continue;
     }
-    REQUIRE(std::abs(lse[r] - ref.lse[r]) <= 1e-4 * std::max(1.0, std::abs(ref.lse[r])));
+    REQUIRE(std::abs(lse[r] - ref.lse[r]) <= lseTolerance * std::max(1.0, std::abs(ref.lse[r])));
   }
   INFO("largest error " << worst << " against the bound " << tolerance);
   if (hopper)
