@@ -13,13 +13,11 @@ namespace tokamax::dsl {
 
 namespace {
 
-bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
-
 void checkArithmetic(KernelBuilder &kb, mlir::Value v, const char *op) {
   Type elem = elementType(v);
   if (isa<tile::PointerType>(elem))
     kb.fail(fmt::format("{}: not defined on pointers", op));
-  if (isFp8(elem))
+  if (tile::isFp8(elem))
     kb.fail(fmt::format("{}: fp8 tiles hold data only; cast to f32 with .to() first", op));
 }
 

@@ -44,6 +44,17 @@ Value packWord(OpBuilder &b, Location loc, ArrayRef<Value> elems) {
   return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), vec);
 }
 
+SmallVector<Value> unpackWord(OpBuilder &b, Location loc, Value word, Type elem, unsigned kWidth) {
+  if (kWidth == 1)
+    return {b.create<LLVM::BitcastOp>(loc, elem, word)};
+  Value vec = b.create<LLVM::BitcastOp>(loc, VectorType::get({int64_t(kWidth)}, elem), word);
+  SmallVector<Value> elems;
+  for (unsigned i = 0; i < kWidth; ++i)
+    elems.push_back(
+        b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i))));
+  return elems;
+}
+
 StringRef mmaTypeName(Type elem) {
   if (elem.isBF16())
     return "bf16";
@@ -55,18 +66,6 @@ StringRef mmaTypeName(Type elem) {
 }
 
 namespace {
-
-/// The kWidth elements of type `elem` held by one 32-bit register.
-SmallVector<Value> unpackWord(OpBuilder &b, Location loc, Value word, Type elem, unsigned kWidth) {
-  if (kWidth == 1)
-    return {b.create<LLVM::BitcastOp>(loc, elem, word)};
-  Value vec = b.create<LLVM::BitcastOp>(loc, VectorType::get({int64_t(kWidth)}, elem), word);
-  SmallVector<Value> elems;
-  for (unsigned i = 0; i < kWidth; ++i)
-    elems.push_back(
-        b.create<LLVM::ExtractElementOp>(loc, vec, b.create<LLVM::ConstantOp>(loc, b.getI32Type(), int64_t(i))));
-  return elems;
-}
 
 /// A convert_layout into a dot-operand layout through a swizzled tile: store() writes
 /// this thread's source elements, load() (after a barrier) fills the result registers.
@@ -227,77 +226,16 @@ FailureOr<Registers> readDotOperand(TileLowering &t, Operation *op, RankedTensor
 
 namespace {
 
-/// An fp8 product's accumulator-layout tile into the next dot's A operand
-/// (quadShuffleToFp8Operand): thread t of a quad holds columns 2t, 2t + 1 of each 8-wide
-/// accumulator tile and needs columns 4t .. 4t + 3 of each 16-wide half of an
-/// instruction's K. Each thread packs its four bytes of a 16-column group (tiles 0 and 1)
-/// into a word; thread t reads the words of quad threads 2t % 4 and 2t % 4 + 1 and keeps
-/// their low halves (t < 2: tile 0's columns) or their high halves (tile 1's).
-LogicalResult lowerByQuadShuffle(TileLowering &t, ConvertLayoutOp op) {
-  OpBuilder &b = t.builder();
-  Location loc = op.getLoc();
-  auto srcType = cast<RankedTensorType>(op.getSource().getType());
-  auto dstType = cast<RankedTensorType>(op.getResult().getType());
-  compiler::Distribution in = getDistribution(srcType), out = getDistribution(dstType);
-  const auto srcRegs = registersByOffset(in), dstRegs = registersByOffset(out);
-  const Registers &regs = t.regs(op.getSource());
-  Type i32 = b.getI32Type(), elem = t.registerType(srcType.getElementType());
-  I32 m{t, loc};
-  Value lane = t.laneId(), inQuad = m.rem(lane, 4);
-  Value fromA = m.add(m.mul(m.div(lane, 4), 4), m.rem(m.mul(inQuad, 2), 4));
-  Value fromB = m.add(fromA, m.c(1));
-  Value upper = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, inQuad, m.c(2));
-  auto shuffle = [&](Value word, Value from) {
-    return b.create<NVVM::ShflOp>(loc, i32, t.i32(-1), word, from, t.i32(31), NVVM::ShflKind::idx, UnitAttr())
-        .getResult();
-  };
-  auto reg = [&](const std::map<std::vector<int64_t>, int64_t> &map, int64_t row, int64_t col) -> int64_t {
-    auto it = map.find({row, col});
-    return it == map.end() ? -1 : it->second;
-  };
-  Registers result(out.num_registers());
-  const auto &rows = in.dims()[0];
-  Value lowMask = m.c(0xFFFF), highMask = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(int32_t(0xFFFF0000u)));
-  for (int64_t rm = 0; rm < int64_t(rows.repeats); ++rm)
-    for (int64_t half = 0; half < 2; ++half) {
-      const int64_t row = rm * rows.coverage + 8 * half;
-      for (int64_t col = 0; col < srcType.getDimSize(1); col += 16) {
-        SmallVector<Value> own;
-        for (int64_t c : {col, col + 1, col + 8, col + 9}) {
-          int64_t r = reg(srcRegs, row, c);
-          if (r < 0)
-            return op.emitOpError("internal error: no accumulator register at (") << row << ", " << c << ")";
-          own.push_back(regs[r]);
-        }
-        Value word = packWord(b, loc, own);
-        Value x = shuffle(word, fromA), y = shuffle(word, fromB);
-        // Low halves: x's columns 2t', 2t' + 1 of tile 0, then y's; high halves: tile 1's.
-        Value low = b.create<arith::OrIOp>(loc, b.create<arith::AndIOp>(loc, x, lowMask),
-                                           b.create<arith::ShLIOp>(loc, y, m.c(16)));
-        Value high = b.create<arith::OrIOp>(loc, b.create<arith::ShRUIOp>(loc, x, m.c(16)),
-                                            b.create<arith::AndIOp>(loc, y, highMask));
-        Value mine = b.create<arith::SelectOp>(loc, upper, high, low);
-        SmallVector<Value> elems = unpackWord(b, loc, mine, elem, 4);
-        for (int64_t e = 0; e < 4; ++e) {
-          int64_t r = reg(dstRegs, row, col + e);
-          if (r < 0)
-            return op.emitOpError("internal error: no operand register at (") << row << ", " << col + e << ")";
-          result[r] = elems[e];
-        }
-      }
-    }
-  for (const Value &r : result)
-    if (!r)
-      return op.emitOpError("internal error: an operand register the quad shuffle did not fill");
-  t.setRegs(op.getResult(), std::move(result));
-  return success();
+/// Whether `op` moves an fp8 accumulator into a dot operand by quad shuffles.
+bool isQuadShuffled(ConvertLayoutOp op) {
+  return quadShuffleToFp8Operand(cast<RankedTensorType>(op.getSource().getType()),
+                                 cast<RankedTensorType>(op.getResult().getType()));
 }
 
 /// Whether `op` goes through a swizzled tile (rather than renaming registers, warp
 /// shuffles or the generic conversion).
 bool isStaged(TileLowering &t, ConvertLayoutOp op) {
-  if (stagedDotOperandDim(op) < 0 || t.target().number() < 80 ||
-      quadShuffleToFp8Operand(cast<RankedTensorType>(op.getSource().getType()), cast<RankedTensorType>(op.getResult().getType())))
+  if (stagedDotOperandDim(op) < 0 || t.target().number() < 80 || isQuadShuffled(op))
     return false;
   // An accumulator whose warps own whole rows is already the next dot's A operand
   // (after a cast to 16 bits): the generic lowering renames its registers.
@@ -334,7 +272,7 @@ bool lowersWithDot(TileLowering &t, ConvertLayoutOp op) {
 /// conversion marked tile.scratch_with_previous is staged together with A's. Leaves
 /// `handled` false when the generic conversion must do it.
 LogicalResult lowerToDotOperand(TileLowering &t, ConvertLayoutOp op, bool &handled) {
-  if (quadShuffleToFp8Operand(cast<RankedTensorType>(op.getSource().getType()), cast<RankedTensorType>(op.getResult().getType())) && t.target().number() >= 80) {
+  if (isQuadShuffled(op) && t.target().number() >= 80) {
     handled = true;
     return lowerByQuadShuffle(t, op);
   }
@@ -515,7 +453,7 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
               "f32 accumulation";
   if (t.target().number() < 80)
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
-  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem) && t.target().number() < 89)
+  if (isFp8(elem) && t.target().number() < 89)
     return op.emitOpError("takes fp8 operands on sm_89 or newer, the target is ") << t.arch();
   // Operands whose conversions go with this dot (stored together, one barrier) or that
   // it reads from shared tiles: each K step's fragments are read right before that

@@ -17,7 +17,6 @@ namespace tokamax::tile {
 
 namespace {
 
-bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
 /// erf(x) for f32 from erfc's rational Chebyshev fit (fractional error < 1.2e-7):
 /// erfc(|x|) = t * exp(-x^2 + P(t)), t = 1 / (1 + |x|/2).
@@ -197,7 +196,7 @@ LogicalResult lowerElementwiseOp(TileLowering &t, Operation *op, bool &handled) 
   if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
     // fp8 values live in i8 registers (TileLowering::registerType): their bits.
     auto scalarConstant = [&](TypedAttr value) -> Value {
-      if (auto f = dyn_cast<FloatAttr>(value); f && isa<Float8E4M3FNType, Float8E5M2Type>(f.getType()))
+      if (auto f = dyn_cast<FloatAttr>(value); f && isFp8(f.getType()))
         return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(b.getI8Type(), f.getValue().bitcastToAPInt()));
       return b.create<arith::ConstantOp>(loc, value);
     };

@@ -98,8 +98,7 @@ struct TmaDotLowering {
   Value c32(int64_t v) { return t.i32(v); }
   Type elemType() { return cast<PointerType>(op.getA().getType()).getPointeeType(); }
   StringRef wgmmaType() {
-    Type e = elemType();
-    return e.isBF16() ? "bf16" : e.isF16() ? "f16" : isa<Float8E4M3FNType>(e) ? "e4m3" : "e5m2";
+    return mmaTypeName(elemType());
   }
   Value add(Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y); }
   Value add(Value x, int64_t y) { return y ? add(x, c32(y)) : x; }

@@ -7,8 +7,8 @@
 // wgmma's descriptors name (Staging: rows of 32, 64 or 128 bytes, longer rows as 128-byte
 // panels, slots 1024-byte aligned), so B is read by the tensor cores straight from the
 // copy, with no ldmatrix and no per-thread B fragments. Each warpgroup's 64-row slab is
-// one wgmma m64nNk16 (m64nNk32 for fp8) per K step; A's words are mma.sync's (MmaFragments), which are
-// wgmma's register A fragments. Registers flow through the fence before the wgmma and
+// one wgmma m64nNk16 (m64nNk32 for fp8) per K step; A's words are mma.sync's
+// (MmaFragments), which are wgmma's register A fragments. Registers flow through the fence before the wgmma and
 // the wait after it (tied asm operands), so LLVM orders every write of the inputs before
 // the fence and every read of the result after the wait. The dot waits for its group at
 // once, so it is synchronous like the mma.sync lowering it replaces, unless it is async:
@@ -55,9 +55,6 @@ std::optional<SharedTileView> wgmmaReadable(std::optional<SharedTileView> shared
   return rowBytes == 128 && mnMajorFits && bytes == 2 ? shared : std::nullopt;
 }
 
-/// Bytes of one element of a tensor-core operand type (1 for fp8, else 2).
-unsigned operandBytes(Type elem) { return isa<Float8E4M3FNType, Float8E5M2Type>(elem) ? 1 : 2; }
-
 } // namespace
 
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
@@ -68,7 +65,7 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   auto mma = dyn_cast_or_null<MmaLayoutAttr>(accType.getEncoding());
   auto aLayout = dyn_cast_or_null<DotOperandLayoutAttr>(aType.getEncoding());
   Type elem = aType.getElementType();
-  const bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
+  const bool fp8 = isFp8(elem);
   if (!mma || !aLayout || aLayout.getParent() != mma || aLayout.getKWidth() != (fp8 ? 4u : 2u) ||
       !(elem.isBF16() || elem.isF16() || fp8) || !accType.getElementType().isF32())
     return std::nullopt;
@@ -77,14 +74,14 @@ std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op) {
   if (warps.size() != 2 || warps[1] != 1 || warps[0] % 4 != 0 || m % (16 * int64_t(warps[0])) != 0 ||
       n % 8 != 0 || n > 256 || k % (fp8 ? 32 : 16) != 0)
     return std::nullopt;
-  return wgmmaReadable(sharedOperand(t, op.getB()), operandBytes(elem), /*kDim=*/0, /*kMajorRows=*/8,
+  return wgmmaReadable(sharedOperand(t, op.getB()), elementBytes(elem), /*kDim=*/0, /*kMajorRows=*/8,
                        /*mnMajorFits=*/n % 64 == 0);
 }
 
 std::optional<SharedTileView> wgmmaSharedA(TileLowering &t, DotOp op) {
   if (!wgmmaSharedB(t, op))
     return std::nullopt;
-  return wgmmaReadable(sharedOperand(t, op.getA()), operandBytes(op.getA().getType().getElementType()), /*kDim=*/1,
+  return wgmmaReadable(sharedOperand(t, op.getA()), elementBytes(op.getA().getType().getElementType()), /*kDim=*/1,
                        /*kMajorRows=*/64, /*mnMajorFits=*/true);
 }
 
@@ -119,7 +116,7 @@ FailureOr<Registers> emitWgmma(TileLowering &t, DotOp op, const Registers &a, co
   auto aType = op.getA().getType();
   auto bType = cast<RankedTensorType>(op.getB().getType());
   const int64_t warps = cast<MmaLayoutAttr>(accType.getEncoding()).getWarpsPerCTA()[0];
-  const unsigned bytes = operandBytes(aType.getElementType());
+  const unsigned bytes = elementBytes(aType.getElementType());
   const int64_t m = accType.getDimSize(0), n = accType.getDimSize(1), kSteps = aType.getDimSize(1) * bytes / 32;
   const int64_t slabs = m / (16 * warps), perSlab = n / 2;
   StringRef ab = mmaTypeName(aType.getElementType());

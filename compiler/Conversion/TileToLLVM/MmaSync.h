@@ -117,8 +117,14 @@ bool readsSharedAtDot(ConvertLayoutOp op);
 /// One 32-bit register holding `elems` (two 16-bit or four 8-bit values, the first in
 /// the low bits).
 mlir::Value packWord(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<mlir::Value> elems);
+/// The `kWidth` elements of type `elem` held by one 32-bit register (packWord's inverse).
+llvm::SmallVector<mlir::Value> unpackWord(mlir::OpBuilder &b, mlir::Location loc, mlir::Value word, mlir::Type elem,
+                                          unsigned kWidth);
 /// The PTX name of a tensor-core operand type: bf16, f16, e4m3 or e5m2.
 llvm::StringRef mmaTypeName(mlir::Type elem);
+/// A conversion for which quadShuffleToFp8Operand holds (LowerQuadShuffle.cpp): the fp8
+/// accumulator tile's bytes into the next dot's A registers by warp shuffles.
+mlir::LogicalResult lowerByQuadShuffle(TileLowering &t, ConvertLayoutOp op);
 
 /// The 32-bit words of mma.sync fragments, from the registers of dot operands in their
 /// dot-operand layouts: A's four at (M repeat, K step) and B's two at (N repeat, K step),
@@ -148,8 +154,9 @@ private:
 };
 
 /// On sm_90a: the shared tile a tile.dot reads its B operand from when the dot runs on
-/// wgmma (LowerWgmmaDot.cpp): 16-bit or fp8 (K-major) operands, every warp of the accumulator along M,
-/// B a shared tile whose storage is a wgmma swizzle atom; nullopt when mma.sync runs it.
+/// wgmma (LowerWgmmaDot.cpp): 16-bit or fp8 (K-major) operands, every warp of the
+/// accumulator along M, B a shared tile whose storage is a wgmma swizzle atom; nullopt
+/// when mma.sync runs it.
 std::optional<SharedTileView> wgmmaSharedB(TileLowering &t, DotOp op);
 /// Where wgmmaSharedB applies and A is a shared tile too, read only by the dot (K-major
 /// with rows of 32, 64 or 128 bytes and 64-row multiples, or M-major with 128-byte rows):

@@ -107,7 +107,7 @@ void TileLowering::setRegs(Value value, Registers registers) {
 Type TileLowering::registerType(Type elementType) {
   if (isa<PointerType>(elementType))
     return LLVM::LLVMPointerType::get(b.getContext(), 1);
-  if (isa<Float8E4M3FNType, Float8E5M2Type>(elementType))
+  if (isFp8(elementType))
     return b.getI8Type();
   return elementType;
 }

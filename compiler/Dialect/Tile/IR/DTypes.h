@@ -26,6 +26,9 @@ inline mlir::Type toMlirType(mlir::MLIRContext *ctx, DType dtype) {
   return {};
 }
 
+/// Whether `type` is one of the fp8 element types (e4m3, e5m2).
+inline bool isFp8(mlir::Type type) { return llvm::isa<mlir::Float8E4M3FNType, mlir::Float8E5M2Type>(type); }
+
 inline std::optional<DType> fromMlirType(mlir::Type type) {
   if (type.isBF16()) return DType::BF16;
   if (type.isF16()) return DType::F16;

@@ -53,7 +53,7 @@ unsigned mmaKWidth(Type elem) {
     return 2;
   if (elem.isF32())
     return 1;
-  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem))
+  if (isFp8(elem))
     return 4;
   return 0;
 }
@@ -185,7 +185,7 @@ bool quadShuffleToFp8Operand(RankedTensorType source, RankedTensorType result) {
   auto mma = dyn_cast_or_null<MmaLayoutAttr>(source.getEncoding());
   auto operand = dyn_cast_or_null<DotOperandLayoutAttr>(result.getEncoding());
   if (!mma || !operand || operand.getOpIdx() != 0 || operand.getParent() != mma || operand.getKWidth() != 4 ||
-      !isa<Float8E4M3FNType, Float8E5M2Type>(source.getElementType()) || source.getShape() != result.getShape())
+      !isFp8(source.getElementType()) || source.getShape() != result.getShape())
     return false;
   ArrayRef<unsigned> warps = mma.getWarpsPerCTA();
   return source.getRank() == 2 && warps.size() == 2 && warps[1] == 1 &&

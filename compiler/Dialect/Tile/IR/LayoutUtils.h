@@ -1,6 +1,7 @@
 //===- LayoutUtils.h - Layout attributes <-> layout algebra -------*- C++ -*-===//
 #pragma once
 
+#include "compiler/Dialect/Tile/IR/DTypes.h"
 #include "compiler/Dialect/Tile/IR/TileDialect.h"
 #include <tokamax/compiler/Layout.h>
 

@@ -181,8 +181,7 @@ LogicalResult AsyncBlockLoadOp::verify() {
     return failure();
   unsigned bytes = elementBytes(type.getElementType());
   const int64_t chunk = 16 / std::max(1u, bytes);
-  const bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(type.getElementType());
-  if (!fp8 && bytes != 2 && bytes != 4)
+  if (!isFp8(type.getElementType()) && bytes != 2 && bytes != 4)
     return emitOpError("copies fp8, 16- or 32-bit elements, got ") << type.getElementType();
   if (strides.back() != 1)
     return emitOpError("the last dim must be contiguous (stride 1), got stride ") << strides.back();
@@ -475,7 +474,7 @@ LogicalResult TmaDotOp::verify() {
   Type elem;
   if (failed(verifyMainLoopDot(*this, elem, static_cast<bool>(getBK0()))))
     return failure();
-  bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(elem);
+  bool fp8 = isFp8(elem);
   if (!elem.isBF16() && !elem.isF16() && !fp8)
     return emitOpError("operands must be bf16, f16, f8E4M3FN or f8E5M2, got ") << elem;
   // wgmma reads 8-bit operands K-major only: a as [M, K], b as [N, K].

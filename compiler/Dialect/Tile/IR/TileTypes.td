@@ -95,8 +95,8 @@ def Tile_DotOperandLayoutAttr : Tile_Attr<"DotOperandLayout", "dot_op"> {
   let summary = "operand A (opIdx 0) or B (opIdx 1) of mma.sync with accumulator layout `parent`";
   let description = [{
     `kWidth` consecutive K elements share a 32-bit register: 2 for bf16/f16 (m16n8k16),
-    1 for f32 read as tf32 (m16n8k8), 4 for fp8 (m16n8k32, sm_89 and newer). For kWidth = 2, one instruction's A (16x16) and
-    B (16x8), lane l = 4 * g + t:
+    1 for f32 read as tf32 (m16n8k8), 4 for fp8 (m16n8k32, sm_89 and newer). For
+    kWidth = 2, one instruction's A (16x16) and B (16x8), lane l = 4 * g + t:
 
         A (M x K):   k: 0..7                     8..15
         rows 0..7    a0 a1 at (g, 2t + {0, 1})   a4 a5 at (g, 2t + 8 + {0, 1})

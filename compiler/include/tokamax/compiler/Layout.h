@@ -42,8 +42,8 @@ struct TOKAMAX_API MmaLayout {
 
 /// Operand A (op_idx 0, [M, K]) or B (op_idx 1, [K, N]) of the mma.sync instructions whose
 /// accumulator has layout `parent`. k_width elements along K share a 32-bit register: 2
-/// for 16-bit types (m16n8k16), 1 for tf32 (m16n8k8), 4 for fp8 (m16n8k32). With t = threadID_in_group,
-/// g = groupID and k_width = 2, one instruction's A (16x16) is
+/// for 16-bit types (m16n8k16), 1 for tf32 (m16n8k8), 4 for fp8 (m16n8k32). With
+/// t = threadID_in_group, g = groupID and k_width = 2, one instruction's A (16x16) is
 ///   a0,a1 (g, 2t+{0,1})  a2,a3 (g+8, 2t+{0,1})  a4,a5 (g, 2t+8+{0,1})  a6,a7 (g+8, 2t+8+{0,1})
 /// and B (16x8) is b0,b1 (2t+{0,1}, g)  b2,b3 (2t+8+{0,1}, g). Warps along the other
 /// accumulator dimension (N for A, M for B) hold replicas.
