@@ -260,16 +260,22 @@ def dot_product_attention_fp8(query, key, value, *, q_descale=None, k_descale=No
     v_descale. With return_lse also lse [*B, N, T] (f32). Forward only (no gradient);
     the other options as dot_product_attention's (no bias, mask, sinks or BNTH)."""
     options = _attention_options(scale, is_causal, local_window_size, logits_soft_cap, True)
-    opdef = _opdefs.ATTENTION_FP8
-    if return_lse:
-        options["lse"] = True
-        opdef = _ATTENTION_FP8_WITH_LSE
     inputs = [query, key, value, q_descale, k_descale, v_descale, query_seq_lengths, key_value_seq_lengths]
-    outs = apply(opdef, inputs, options, implementation)
-    return tuple(outs) if return_lse else outs[0]
+    return _apply_with_lse(_opdefs.ATTENTION_FP8, inputs, options, implementation, return_lse)
 
 
-_ATTENTION_FP8_WITH_LSE = dataclasses.replace(_opdefs.ATTENTION_FP8, returns=(0, 1))
+def _apply_with_lse(opdef, inputs, options: dict, implementation, return_lse: bool):
+    """A forward-only op whose lse output comes with the option "lse": out, or (out,
+    lse) where return_lse."""
+    if not return_lse:
+        return apply(opdef, inputs, options, implementation)[0]
+    return tuple(apply(_returning_lse(opdef), inputs, {**options, "lse": True}, implementation))
+
+
+@functools.lru_cache(maxsize=None)
+def _returning_lse(opdef):
+    """`opdef` returning its lse output too (one object per op: the adapters key on it)."""
+    return dataclasses.replace(opdef, returns=(0, 1))
 
 
 def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=None, logits_soft_cap=None,
@@ -282,17 +288,9 @@ def paged_attention(query, k_pages, v_pages, page_table, seq_lengths, *, scale=N
     sits at position seq_len - Tq + i and sees the keys up to it). Returns out
     [B, Tq, N, Hv], and with return_lse also lse [B, N, Tq] (f32). GQA: N a multiple of
     K. paged_kv_append writes the new tokens into the pages before the call."""
-    options = _logit_options(scale, logits_soft_cap)
-    opdef = _opdefs.PAGED_ATTENTION
-    if return_lse:
-        options["lse"] = True
-        opdef = _PAGED_ATTENTION_WITH_LSE
     inputs = [query, k_pages, v_pages, page_table, seq_lengths]
-    outs = apply(opdef, inputs, options, implementation)
-    return tuple(outs) if return_lse else outs[0]
-
-
-_PAGED_ATTENTION_WITH_LSE = dataclasses.replace(_opdefs.PAGED_ATTENTION, returns=(0, 1))
+    return _apply_with_lse(_opdefs.PAGED_ATTENTION, inputs, _logit_options(scale, logits_soft_cap), implementation,
+                           return_lse)
 
 
 def paged_kv_append(k, v, page_table, seq_lengths, k_pages, v_pages, *, implementation=None):

@@ -98,6 +98,9 @@ struct Problem {
 Problem problem_of(const BoundArgs &args);
 /// The same for attention_varlen / attention_varlen_vjp (Varlen.cpp).
 Problem varlen_problem_of(const BoundArgs &args);
+/// Reads q's, k's and v's dims into `p` ([B..., seq, heads, dim], heads before seq where
+/// `heads_major`): batch, B, T, S, N, K, H, Hv.
+void read_dims(const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool heads_major, Problem &p);
 /// Reads those attributes into `p` (and q's dtype and its compute dtype).
 void read_attributes(const BoundArgs &args, DType dtype, Problem &p);
 /// A packed call's specs from the API's tensors: throws Error where the options mix

@@ -19,6 +19,8 @@
 
 #include <fmt/format.h>
 
+#include <array>
+
 namespace tokamax {
 
 using attention_detail::check_exact;
@@ -62,6 +64,13 @@ public:
 };
 
 TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
+
+/// A call's inputs in the op's order (absent ones empty views).
+std::array<TensorView, kInputs> inputsOf(const TensorView &q, const TensorView &k, const TensorView &v,
+                                         const AttentionOptions &o, const AttentionFp8Descales &d) {
+  return {q, k, v, viewOf(d.q), viewOf(d.k), viewOf(d.v), viewOf(o.q_seq_lengths),
+          viewOf(o.kv_seq_lengths)};
+}
 
 AttentionFp8Specs specsOf(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                           const AttentionOptions &o, const AttentionFp8Descales &d, const TensorView *lse) {
@@ -107,13 +116,8 @@ namespace {
 
 Problem attention_detail::fp8_problem_of(const BoundArgs &b) {
   Problem p;
-  const ArgSpec &q = b.arg(0), &k = b.arg(1), &v = b.arg(2);
-  const size_t nb = q.shape.size() - 3;
-  p.batch.assign(q.shape.begin(), q.shape.begin() + nb);
-  for (int64_t d : p.batch)
-    p.B *= d;
-  p.T = q.shape[nb], p.N = q.shape[nb + 1], p.H = q.shape[nb + 2];
-  p.S = k.shape[nb], p.K = k.shape[nb + 1], p.Hv = v.shape[nb + 2];
+  const ArgSpec &q = b.arg(0);
+  read_dims(q, b.arg(1), b.arg(2), /*heads_major=*/false, p);
   read_attributes(b, q.dtype, p);
   p.fp8 = true;
   p.q_descale = b.has(3), p.k_descale = b.has(4), p.v_descale = b.has(5);
@@ -125,7 +129,7 @@ Problem attention_detail::fp8_problem_of(const BoundArgs &b) {
 void dot_product_attention_fp8(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                                Stream &stream, const AttentionOptions &o, const AttentionFp8Descales &d,
                                const TensorView *lse) {
-  TensorView in[] = {q, k, v, viewOf(d.q), viewOf(d.k), viewOf(d.v), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  const std::array<TensorView, kInputs> in = inputsOf(q, k, v, o, d);
   TensorView outs[] = {out, viewOf(lse)};
   ops_detail::CallKey key(attention_fp8_op());
   key.add({&q, &k, &v, d.q, d.k, d.v, o.q_seq_lengths, o.kv_seq_lengths, &out, lse});
@@ -138,7 +142,7 @@ void dot_product_attention_fp8_host(const TensorView &q, const TensorView &k, co
                                     const TensorView &out, const AttentionOptions &o, const AttentionFp8Descales &d,
                                     const TensorView *lse) {
   BoundArgs b = bind_attention_fp8(specsOf(q, k, v, out, o, d, lse), o);
-  TensorView in[] = {q, k, v, viewOf(d.q), viewOf(d.k), viewOf(d.v), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths)};
+  const std::array<TensorView, kInputs> in = inputsOf(q, k, v, o, d);
   TensorView outs[] = {out, viewOf(lse)};
   attention_fp8_op().interpret(b, in, outs, o.implementation, o.config);
 }

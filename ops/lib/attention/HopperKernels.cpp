@@ -195,7 +195,7 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
         Value m = c[0], l = c[1], acc = c[2], prob = c[3];
         takeTurn(k, s, true);
         Value qk = product_nt(s, k, {q}, {kv[0]}, /*async=*/true);
-        Value pv = dsl::dot_async(prob, p.fp8 ? kv[1].trans() : kv[1], acc);
+        Value pv = dsl::dot_async(prob, pv_operand(p, kv[1]), acc);
         takeTurn(k, s, false);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));

@@ -98,10 +98,11 @@ Value load_descale(const TensorArg &descale, const Value &b, const Value &kvh) {
 
 void load_descales(Program &pr, const Value &kvh) {
   const Operands &in = pr.in;
-  if (in.q_descale && in.k_descale)
-    pr.logit_descale = load_descale(*in.q_descale, pr.b, kvh) * load_descale(*in.k_descale, pr.b, kvh);
-  else if (in.q_descale || in.k_descale)
-    pr.logit_descale = load_descale(in.q_descale ? *in.q_descale : *in.k_descale, pr.b, kvh);
+  for (const std::optional<TensorArg> *d : {&in.q_descale, &in.k_descale})
+    if (*d) {
+      Value x = load_descale(**d, pr.b, kvh);
+      pr.logit_descale = pr.logit_descale.valid() ? pr.logit_descale * x : x;
+    }
   if (in.v_descale)
     pr.out_descale = load_descale(*in.v_descale, pr.b, kvh);
 }
@@ -211,13 +212,6 @@ Chunks scale_all(const Chunks &c, const Value &factor) {
   return out;
 }
 
-Chunks scale_all(const Chunks &c, double factor) {
-  Chunks out;
-  for (const Value &chunk : c)
-    out.push_back(chunk * factor);
-  return out;
-}
-
 Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async) {
   int64_t m = a[0].shape()[0], n = b[0].shape()[0];
   if (s.product == Product::Mma) {
@@ -232,9 +226,11 @@ Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &
   return sum;
 }
 
+Value pv_operand(const Problem &p, const Value &v) { return p.fp8 ? v.trans() : v; }
+
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc) {
-  if (s.product == Product::Mma)  // an fp8 call's V block is transposed (Problem::fp8)
-    return {dot(p.to(s.p.dtype), s.p.fp8 ? b[0].trans() : b[0], acc[0])};
+  if (s.product == Product::Mma)
+    return {dot(p.to(s.p.dtype), pv_operand(s.p, b[0]), acc[0])};
   Chunks out;
   Value pe = p.expand(2);
   for (size_t c = 0; c < b.size(); ++c)

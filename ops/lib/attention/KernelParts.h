@@ -111,14 +111,17 @@ void store_rows(const KernelSpec &s, const TensorArg &t, const RowBlock &at, Val
 Chunks zero_rows(const KernelSpec &s, Kernel &k, int64_t rows, int64_t dim);
 /// c * factor[:, None] for every chunk.
 Chunks scale_rows(const Chunks &c, const Value &factor);
-Chunks scale_all(const Chunks &c, double factor);
-Chunks scale_all(const Chunks &c, const Value &factor);  ///< a scalar factor
+/// c * factor for every chunk (a scalar, or a number).
+Chunks scale_all(const Chunks &c, const Value &factor);
 
 /// a @ b^T over the chunked dim: [M, N] in the compute dtype. `async`: on tensor cores,
 /// issued as dsl::dot_async (the caller waits with dsl::dot_wait).
 Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async = false);
 /// acc + p @ b with p [M, Kd] (compute dtype) and b chunked along its columns.
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc);
+/// A key block of V as P V's B operand: the block itself, or (fp8 calls, whose V the
+/// kernels read transposed, [Hv, keys]) its transpose.
+Value pv_operand(const Problem &p, const Value &v);
 
 /// A [rows] vector of a [B, N, T] tensor at (b, n, t0).
 Value load_row_vector(const TensorArg &t, Value b, Value n, Value t0, int64_t rows, double padding);

@@ -110,10 +110,6 @@ attention_detail::AttentionGeometry attention_detail::attention_geometry(const c
 
 namespace {
 
-Geometry geometry(const char *op, const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool bnth) {
-  return attention_detail::attention_geometry(op, q, k, v, bnth);
-}
-
 /// bias / mask broadcastable to [B..., N, T, S] (batch dims all 1 or all full).
 void checkBroadcast(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g, bool isMask) {
   if (!a)
@@ -161,10 +157,6 @@ void attention_detail::check_seq_lengths(const char *op, const char *name, const
 
 namespace {
 
-void checkLengths(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
-  attention_detail::check_seq_lengths(op, name, a, g);
-}
-
 /// sinks / dsinks: f32, one per query head.
 void checkSinks(const char *op, const char *name, const std::optional<ArgSpec> &a, const Geometry &g) {
   if (a && (a->dtype != DType::F32 || a->shape != std::vector<int64_t>{g.N}))
@@ -177,11 +169,11 @@ Geometry checkOperands(const char *op, const ArgSpec &q, const ArgSpec &k, const
                        const std::optional<ArgSpec> &bias, const std::optional<ArgSpec> &mask,
                        const std::optional<ArgSpec> &qLengths, const std::optional<ArgSpec> &kvLengths,
                        const std::optional<ArgSpec> &sinks, AttentionLayout layout) {
-  Geometry g = geometry(op, q, k, v, headsMajor(layout));
+  Geometry g = attention_detail::attention_geometry(op, q, k, v, headsMajor(layout));
   checkBroadcast(op, "bias", bias, g, false);
   checkBroadcast(op, "mask", mask, g, true);
-  checkLengths(op, "q_seq_lengths", qLengths, g);
-  checkLengths(op, "kv_seq_lengths", kvLengths, g);
+  attention_detail::check_seq_lengths(op, "q_seq_lengths", qLengths, g);
+  attention_detail::check_seq_lengths(op, "kv_seq_lengths", kvLengths, g);
   checkSinks(op, "sinks", sinks, g);
   return g;
 }
@@ -351,19 +343,24 @@ void read_attributes(const BoundArgs &b, DType dtype, Problem &p) {
     p.deterministic = b.int_attribute("deterministic") != 0;
 }
 
+void read_dims(const ArgSpec &q, const ArgSpec &k, const ArgSpec &v, bool heads_major, Problem &p) {
+  const size_t nb = q.shape.size() - 3;
+  p.batch.assign(q.shape.begin(), q.shape.begin() + nb);
+  for (int64_t d : p.batch)
+    p.B *= d;
+  p.heads_major = heads_major;
+  const auto [seq, heads] = seqHeadsDims(nb, heads_major);
+  p.T = q.shape[seq], p.N = q.shape[heads], p.H = q.shape[nb + 2];
+  p.S = k.shape[seq], p.K = k.shape[heads], p.Hv = v.shape[nb + 2];
+}
+
 Problem problem_of(const BoundArgs &b) {
   Problem p;
   p.vjp = b.op == "attention_vjp";
   size_t base = p.vjp ? 1 : 0, opt = p.vjp ? 6 : 3;
   const ArgSpec &q = b.arg(base), &k = b.arg(base + 1), &v = b.arg(base + 2);
-  size_t nb = q.shape.size() - 3;
-  p.batch.assign(q.shape.begin(), q.shape.begin() + nb);
-  for (int64_t d : p.batch)
-    p.B *= d;
-  p.heads_major = headsMajor(layoutOf(b));
-  const auto [seq, heads] = seqHeadsDims(nb, p.heads_major);
-  p.T = q.shape[seq], p.N = q.shape[heads], p.H = q.shape[nb + 2];
-  p.S = k.shape[seq], p.K = k.shape[heads], p.Hv = v.shape[nb + 2];
+  const size_t nb = q.shape.size() - 3;
+  read_dims(q, k, v, headsMajor(layoutOf(b)), p);
   read_attributes(b, q.dtype, p);
   auto broadcast = [&](size_t i) -> std::optional<Broadcast> {
     if (!b.has(i))
