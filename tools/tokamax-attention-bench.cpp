@@ -235,6 +235,10 @@ AutotuningResult tuneRow(const Shape &s, const std::string &pass, const std::str
 /// (~10 s a row, 3 at least), and benchmark() times them.
 Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::string &impl, int iters) {
   Row row{{.shape = s.name, .pass = pass, .impl = impl}, causal};
+  if (std::getenv(kFp8Variable) && pass != "fwd") {
+    row.status = "skipped: fp8 attention is forward only";
+    return row;
+  }
   Device &device = Device::get();
   const FreeMemory freeMemory;
   Buffers buf = makeBuffers(s, device);
@@ -290,10 +294,6 @@ Row measureRow(const Shape &s, bool causal, const std::string &pass, const std::
   };
   std::optional<Fp8Inputs> fp8;
   if (std::getenv(kFp8Variable)) {
-    if (pass != "fwd") {
-      row.status = "skipped: fp8 attention is forward only";
-      return row;
-    }
     const std::vector<uint8_t> twice = patternOf(DType::F8E4M3);
     const std::vector<int64_t> shape = qShapeOf(s.b, s.t, s.n, s.h);
     fp8.emplace(Fp8Inputs{patterned(shape, DType::F8E4M3, twice, 0, device),

@@ -184,16 +184,21 @@ AttentionOptions attentionOptions(Options &o) {
   return options;
 }
 
+/// An attention call's out: q's shape with v's head dim (bind checks the ranks).
+ArgSpec attentionOut(const ArgSpec &q, const ArgSpec &v, DType dtype) {
+  ArgSpec out{q.shape, dtype};
+  if (!out.shape.empty() && !v.shape.empty())
+    out.shape.back() = v.shape.back();
+  return out;
+}
+
 BoundArgs bindAttention(const Op &op, const Inputs &in, Options &o) {
   AttentionOptions options = attentionOptions(o);
   if (op.name() == "attention") {
     const bool residuals = o.boolean("residuals", true);
     AttentionSpecs s{in.required(0), in.required(1), in.required(2), in.optional(3), in.optional(4), in.optional(5),
                      in.optional(6), {}, {}, in.optional(7)};
-    // out [B..., T, N, Hv]: q's shape with v's head dim, q's dtype (bind checks ranks).
-    s.out = s.q;
-    if (!s.out.shape.empty() && !s.v.shape.empty())
-      s.out.shape.back() = s.v.shape.back();
+    s.out = attentionOut(s.q, s.v, s.q.dtype);  // [B..., T, N, Hv]
     if (residuals)
       s.lse = attention_lse_spec(s.q, options.layout);
     return bind_attention(s, options);
@@ -221,10 +226,7 @@ BoundArgs bindAttentionVarlen(const Op &op, const Inputs &in, Options &o) {
   if (op.name() == "attention_varlen") {
     AttentionVarlenSpecs s{in.required(0), in.required(1), in.required(2), in.required(3), in.required(4),
                            in.optional(5), {}, {}};
-    // out [total_q, N, Hv]: q's shape with v's head dim (bind checks ranks).
-    s.out = s.q;
-    if (!s.out.shape.empty() && !s.v.shape.empty())
-      s.out.shape.back() = s.v.shape.back();
+    s.out = attentionOut(s.q, s.v, s.q.dtype);  // [total_q, N, Hv]
     if (o.boolean("residuals", true))
       s.lse = attention_varlen_lse_spec(s.q);
     return bind_attention_varlen(s, options);
@@ -246,9 +248,7 @@ BoundArgs bindAttentionFp8(const Op &, const Inputs &in, Options &o) {
   AttentionOptions options = attentionOptions(o);
   AttentionFp8Specs s{in.required(0), in.required(1), in.required(2), in.optional(3), in.optional(4),
                       in.optional(5), in.optional(6), in.optional(7), {}, {}};
-  s.out = ArgSpec{s.q.shape, DType::BF16};
-  if (!s.out.shape.empty() && !s.v.shape.empty())
-    s.out.shape.back() = s.v.shape.back();
+  s.out = attentionOut(s.q, s.v, DType::BF16);
   if (o.boolean("lse", false))
     s.lse = attention_lse_spec(s.q, options.layout);
   return bind_attention_fp8(s, options);
