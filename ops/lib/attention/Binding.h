@@ -28,9 +28,6 @@ inline std::string shape_text(const std::vector<int64_t> &s) { return fmt::forma
 inline bool is_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32 || d == DType::F64; }
 /// lse's dtype and the statistics': f64 for f64 inputs, else f32.
 inline DType compute_of(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
-inline std::optional<ArgSpec> spec_of(const TensorView *t) {
-  return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt;
-}
 
 /// Throws unless `a` is exactly `dtype` `shape`, naming the argument.
 inline void check_exact(const char *op, const char *name, const ArgSpec &a, const std::vector<int64_t> &shape,

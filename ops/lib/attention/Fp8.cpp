@@ -26,7 +26,8 @@ namespace tokamax {
 using attention_detail::check_exact;
 using attention_detail::Problem;
 using attention_detail::shape_text;
-using attention_detail::spec_of;
+using ops_detail::spec_of;
+using ops_detail::view_of;
 
 namespace {
 
@@ -63,13 +64,11 @@ public:
   }
 };
 
-TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
-
 /// A call's inputs in the op's order (absent ones empty views).
 std::array<TensorView, kInputs> inputsOf(const TensorView &q, const TensorView &k, const TensorView &v,
                                          const AttentionOptions &o, const AttentionFp8Descales &d) {
-  return {q, k, v, viewOf(d.q), viewOf(d.k), viewOf(d.v), viewOf(o.q_seq_lengths),
-          viewOf(o.kv_seq_lengths)};
+  return {q, k, v, view_of(d.q), view_of(d.k), view_of(d.v), view_of(o.q_seq_lengths),
+          view_of(o.kv_seq_lengths)};
 }
 
 AttentionFp8Specs specsOf(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
@@ -130,7 +129,7 @@ void dot_product_attention_fp8(const TensorView &q, const TensorView &k, const T
                                Stream &stream, const AttentionOptions &o, const AttentionFp8Descales &d,
                                const TensorView *lse) {
   const std::array<TensorView, kInputs> in = inputsOf(q, k, v, o, d);
-  TensorView outs[] = {out, viewOf(lse)};
+  TensorView outs[] = {out, view_of(lse)};
   ops_detail::CallKey key(attention_fp8_op());
   key.add({&q, &k, &v, d.q, d.k, d.v, o.q_seq_lengths, o.kv_seq_lengths, &out, lse});
   attention_detail::add_options(key, o);
@@ -143,7 +142,7 @@ void dot_product_attention_fp8_host(const TensorView &q, const TensorView &k, co
                                     const TensorView *lse) {
   BoundArgs b = bind_attention_fp8(specsOf(q, k, v, out, o, d, lse), o);
   const std::array<TensorView, kInputs> in = inputsOf(q, k, v, o, d);
-  TensorView outs[] = {out, viewOf(lse)};
+  TensorView outs[] = {out, view_of(lse)};
   attention_fp8_op().interpret(b, in, outs, o.implementation, o.config);
 }
 

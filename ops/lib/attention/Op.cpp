@@ -24,7 +24,8 @@ using attention_detail::check_exact;
 using attention_detail::compute_of;
 using attention_detail::is_float;
 using attention_detail::shape_text;
-using attention_detail::spec_of;
+using ops_detail::spec_of;
+using ops_detail::view_of;
 
 namespace {
 
@@ -438,8 +439,6 @@ private:
   bool vjp_;
 };
 
-TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
-
 AttentionSpecs forwardSpecs(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                             const AttentionOptions &o, const TensorView *lse) {
   return {ArgSpec::of(q),   ArgSpec::of(k),          ArgSpec::of(v),           spec_of(o.bias),
@@ -494,8 +493,8 @@ void dispatchCached(ops_detail::CallKey &key, std::span<const TensorView> in, st
 void dot_product_attention(const TensorView &q, const TensorView &k, const TensorView &v, const TensorView &out,
                            Stream &stream, const AttentionOptions &o, const TensorView *lse) {
   if (o.cu_seqlens_q || o.cu_seqlens_kv) {
-    TensorView in[] = {q, k, v, viewOf(o.cu_seqlens_q), viewOf(o.cu_seqlens_kv), viewOf(o.sinks)};
-    TensorView outs[] = {out, viewOf(lse)};
+    TensorView in[] = {q, k, v, view_of(o.cu_seqlens_q), view_of(o.cu_seqlens_kv), view_of(o.sinks)};
+    TensorView outs[] = {out, view_of(lse)};
     ops_detail::CallKey key(attention_varlen_op());
     key.add({&q, &k, &v, o.cu_seqlens_q, o.cu_seqlens_kv, o.sinks, &out, lse});
     dispatchCached(key, in, outs, stream, o, [&] {
@@ -503,9 +502,9 @@ void dot_product_attention(const TensorView &q, const TensorView &k, const Tenso
     });
     return;
   }
-  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
-                     viewOf(o.sinks)};
-  TensorView outs[] = {out, viewOf(lse)};
+  TensorView in[] = {q, k, v, view_of(o.bias), view_of(o.mask), view_of(o.q_seq_lengths), view_of(o.kv_seq_lengths),
+                     view_of(o.sinks)};
+  TensorView outs[] = {out, view_of(lse)};
   ops_detail::CallKey key(attention_op());
   key.add({&q, &k, &v, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, o.sinks, &out, lse});
   dispatchCached(key, in, outs, stream, o, [&] { return bind_attention(forwardSpecs(q, k, v, out, o, lse), o); });
@@ -517,8 +516,8 @@ void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, cons
                                const TensorView *dbias, const TensorView *dsinks) {
   if (o.cu_seqlens_q || o.cu_seqlens_kv) {
     attention_detail::check_varlen_dbias(dbias);
-    TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.cu_seqlens_q), viewOf(o.cu_seqlens_kv), viewOf(o.sinks)};
-    TensorView outs[] = {dq, dk, dv, viewOf(dsinks)};
+    TensorView in[] = {dout, q, k, v, out, lse, view_of(o.cu_seqlens_q), view_of(o.cu_seqlens_kv), view_of(o.sinks)};
+    TensorView outs[] = {dq, dk, dv, view_of(dsinks)};
     ops_detail::CallKey key(attention_varlen_vjp_op());
     key.add({&dout, &q, &k, &v, &out, &lse, o.cu_seqlens_q, o.cu_seqlens_kv, o.sinks, &dq, &dk, &dv, dsinks});
     dispatchCached(key, in, outs, stream, o, [&] {
@@ -527,9 +526,9 @@ void dot_product_attention_vjp(const TensorView &dout, const TensorView &q, cons
     });
     return;
   }
-  TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
-                     viewOf(o.kv_seq_lengths), viewOf(o.sinks)};
-  TensorView outs[] = {dq, dk, dv, viewOf(dbias), viewOf(dsinks)};
+  TensorView in[] = {dout, q, k, v, out, lse, view_of(o.bias), view_of(o.mask), view_of(o.q_seq_lengths),
+                     view_of(o.kv_seq_lengths), view_of(o.sinks)};
+  TensorView outs[] = {dq, dk, dv, view_of(dbias), view_of(dsinks)};
   ops_detail::CallKey key(attention_vjp_op());
   key.add({&dout, &q, &k, &v, &out, &lse, o.bias, o.mask, o.q_seq_lengths, o.kv_seq_lengths, o.sinks, &dq, &dk, &dv,
            dbias, dsinks});
@@ -542,15 +541,15 @@ void dot_product_attention_host(const TensorView &q, const TensorView &k, const 
                                 const AttentionOptions &o, const TensorView *lse) {
   if (o.cu_seqlens_q || o.cu_seqlens_kv) {
     BoundArgs b = bind_attention_varlen(attention_detail::varlen_specs(q, k, v, out, o, lse), o);
-    TensorView in[] = {q, k, v, *o.cu_seqlens_q, *o.cu_seqlens_kv, viewOf(o.sinks)};
-    TensorView outs[] = {out, viewOf(lse)};
+    TensorView in[] = {q, k, v, *o.cu_seqlens_q, *o.cu_seqlens_kv, view_of(o.sinks)};
+    TensorView outs[] = {out, view_of(lse)};
     dispatchHost(attention_varlen_op(), b, in, outs, o);
     return;
   }
   BoundArgs b = bind_attention(forwardSpecs(q, k, v, out, o, lse), o);
-  TensorView in[] = {q, k, v, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths), viewOf(o.kv_seq_lengths),
-                     viewOf(o.sinks)};
-  TensorView outs[] = {out, viewOf(lse)};
+  TensorView in[] = {q, k, v, view_of(o.bias), view_of(o.mask), view_of(o.q_seq_lengths), view_of(o.kv_seq_lengths),
+                     view_of(o.sinks)};
+  TensorView outs[] = {out, view_of(lse)};
   dispatchHost(attention_op(), b, in, outs, o);
 }
 
@@ -562,15 +561,15 @@ void dot_product_attention_vjp_host(const TensorView &dout, const TensorView &q,
     attention_detail::check_varlen_dbias(dbias);
     BoundArgs b = bind_attention_varlen_vjp(
         attention_detail::varlen_vjp_specs(dout, q, k, v, out, lse, dq, dk, dv, o, dsinks), o);
-    TensorView in[] = {dout, q, k, v, out, lse, *o.cu_seqlens_q, *o.cu_seqlens_kv, viewOf(o.sinks)};
-    TensorView outs[] = {dq, dk, dv, viewOf(dsinks)};
+    TensorView in[] = {dout, q, k, v, out, lse, *o.cu_seqlens_q, *o.cu_seqlens_kv, view_of(o.sinks)};
+    TensorView outs[] = {dq, dk, dv, view_of(dsinks)};
     dispatchHost(attention_varlen_vjp_op(), b, in, outs, o);
     return;
   }
   BoundArgs b = bind_attention_vjp(vjpSpecs(dout, q, k, v, out, lse, dq, dk, dv, o, dbias, dsinks), o);
-  TensorView in[] = {dout, q, k, v, out, lse, viewOf(o.bias), viewOf(o.mask), viewOf(o.q_seq_lengths),
-                     viewOf(o.kv_seq_lengths), viewOf(o.sinks)};
-  TensorView outs[] = {dq, dk, dv, viewOf(dbias), viewOf(dsinks)};
+  TensorView in[] = {dout, q, k, v, out, lse, view_of(o.bias), view_of(o.mask), view_of(o.q_seq_lengths),
+                     view_of(o.kv_seq_lengths), view_of(o.sinks)};
+  TensorView outs[] = {dq, dk, dv, view_of(dbias), view_of(dsinks)};
   dispatchHost(attention_vjp_op(), b, in, outs, o);
 }
 

@@ -25,7 +25,8 @@ using attention_detail::check_exact;
 using attention_detail::compute_of;
 using attention_detail::is_float;
 using attention_detail::shape_text;
-using attention_detail::spec_of;
+using ops_detail::spec_of;
+using ops_detail::view_of;
 
 namespace {
 

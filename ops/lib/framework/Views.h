@@ -11,6 +11,12 @@
 
 namespace tokamax::ops_detail {
 
+/// An optional argument's spec / view: absent (nullopt, an empty view) for a null pointer.
+inline std::optional<ArgSpec> spec_of(const TensorView *t) {
+  return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt;
+}
+inline TensorView view_of(const TensorView *t) { return t ? *t : TensorView(); }
+
 /// The views of a call (inputs then outputs, in `names` order) must match the bound
 /// specs, since a generic Op::run / Op::interpret caller may pass anything: absent where
 /// bound absent, the bound dtype and shape, contiguous, with data (no null pointer for a

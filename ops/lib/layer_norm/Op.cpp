@@ -18,6 +18,9 @@
 
 namespace tokamax {
 
+using ops_detail::spec_of;
+using ops_detail::view_of;
+
 using norm_detail::NormKind;
 
 namespace {
@@ -170,9 +173,6 @@ private:
 // Calls
 //===----------------------------------------------------------------------===//
 
-std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
-TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
-
 /// A device call through the eager call cache: `key` holds the op and its tensors; the
 /// options join it here.
 template <class Bind>
@@ -279,79 +279,79 @@ namespace {
 
 void layer_norm(const TensorView &x, const TensorView *scale, const TensorView *offset, const TensorView &y,
                 Stream &stream, const NormOptions &options, const TensorView *mean_out, const TensorView *rstd_out) {
-  TensorView in[] = {x, viewOf(scale), viewOf(offset)}, out[] = {y, viewOf(mean_out), viewOf(rstd_out)};
+  TensorView in[] = {x, view_of(scale), view_of(offset)}, out[] = {y, view_of(mean_out), view_of(rstd_out)};
   ops_detail::CallKey key(layer_norm_op());
   key.add({&x, scale, offset, &y, mean_out, rstd_out});
   dispatch(key, in, out, stream, options, [&] {
-    return bind_layer_norm(ArgSpec::of(x), specOf(scale), specOf(offset), ArgSpec::of(y), specOf(mean_out),
-                           specOf(rstd_out), options.axis, options.epsilon);
+    return bind_layer_norm(ArgSpec::of(x), spec_of(scale), spec_of(offset), ArgSpec::of(y), spec_of(mean_out),
+                           spec_of(rstd_out), options.axis, options.epsilon);
   });
 }
 
 void layer_norm_vjp(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &mean,
                     const TensorView &rstd, const TensorView &dx, const TensorView *dscale, const TensorView *doffset,
                     Stream &stream, const NormOptions &options) {
-  TensorView in[] = {dy, x, viewOf(scale), mean, rstd}, out[] = {dx, viewOf(dscale), viewOf(doffset)};
+  TensorView in[] = {dy, x, view_of(scale), mean, rstd}, out[] = {dx, view_of(dscale), view_of(doffset)};
   ops_detail::CallKey key(layer_norm_vjp_op());
   key.add({&dy, &x, scale, &mean, &rstd, &dx, dscale, doffset});
   dispatch(key, in, out, stream, options, [&] {
-    return bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(mean), ArgSpec::of(rstd),
-                               ArgSpec::of(dx), specOf(dscale), specOf(doffset), options.axis);
+    return bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), spec_of(scale), ArgSpec::of(mean), ArgSpec::of(rstd),
+                               ArgSpec::of(dx), spec_of(dscale), spec_of(doffset), options.axis);
   });
 }
 
 void rms_norm(const TensorView &x, const TensorView *scale, const TensorView &y, Stream &stream,
               const NormOptions &options, const TensorView *rstd_out) {
-  TensorView in[] = {x, viewOf(scale)}, out[] = {y, viewOf(rstd_out)};
+  TensorView in[] = {x, view_of(scale)}, out[] = {y, view_of(rstd_out)};
   ops_detail::CallKey key(rms_norm_op());
   key.add({&x, scale, &y, rstd_out});
   dispatch(key, in, out, stream, options, [&] {
-    return bind_rms_norm(ArgSpec::of(x), specOf(scale), ArgSpec::of(y), specOf(rstd_out), options.axis,
+    return bind_rms_norm(ArgSpec::of(x), spec_of(scale), ArgSpec::of(y), spec_of(rstd_out), options.axis,
                          options.epsilon);
   });
 }
 
 void rms_norm_vjp(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &rstd,
                   const TensorView &dx, const TensorView *dscale, Stream &stream, const NormOptions &options) {
-  TensorView in[] = {dy, x, viewOf(scale), rstd}, out[] = {dx, viewOf(dscale)};
+  TensorView in[] = {dy, x, view_of(scale), rstd}, out[] = {dx, view_of(dscale)};
   ops_detail::CallKey key(rms_norm_vjp_op());
   key.add({&dy, &x, scale, &rstd, &dx, dscale});
   dispatch(key, in, out, stream, options, [&] {
-    return bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
-                             specOf(dscale), options.axis);
+    return bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), spec_of(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
+                             spec_of(dscale), options.axis);
   });
 }
 
 void layer_norm_host(const TensorView &x, const TensorView *scale, const TensorView *offset, const TensorView &y,
                      const NormOptions &options, const TensorView *mean_out, const TensorView *rstd_out) {
-  BoundArgs b = bind_layer_norm(ArgSpec::of(x), specOf(scale), specOf(offset), ArgSpec::of(y), specOf(mean_out),
-                                specOf(rstd_out), options.axis, options.epsilon);
-  TensorView in[] = {x, viewOf(scale), viewOf(offset)}, out[] = {y, viewOf(mean_out), viewOf(rstd_out)};
+  BoundArgs b = bind_layer_norm(ArgSpec::of(x), spec_of(scale), spec_of(offset), ArgSpec::of(y), spec_of(mean_out),
+                                spec_of(rstd_out), options.axis, options.epsilon);
+  TensorView in[] = {x, view_of(scale), view_of(offset)}, out[] = {y, view_of(mean_out), view_of(rstd_out)};
   dispatchHost(layer_norm_op(), b, in, out, options);
 }
 
 void layer_norm_vjp_host(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &mean,
                          const TensorView &rstd, const TensorView &dx, const TensorView *dscale,
                          const TensorView *doffset, const NormOptions &options) {
-  BoundArgs b = bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(mean),
-                                    ArgSpec::of(rstd), ArgSpec::of(dx), specOf(dscale), specOf(doffset), options.axis);
-  TensorView in[] = {dy, x, viewOf(scale), mean, rstd}, out[] = {dx, viewOf(dscale), viewOf(doffset)};
+  BoundArgs b = bind_layer_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), spec_of(scale), ArgSpec::of(mean),
+                                    ArgSpec::of(rstd), ArgSpec::of(dx), spec_of(dscale), spec_of(doffset), options.axis);
+  TensorView in[] = {dy, x, view_of(scale), mean, rstd}, out[] = {dx, view_of(dscale), view_of(doffset)};
   dispatchHost(layer_norm_vjp_op(), b, in, out, options);
 }
 
 void rms_norm_host(const TensorView &x, const TensorView *scale, const TensorView &y, const NormOptions &options,
                    const TensorView *rstd_out) {
-  BoundArgs b = bind_rms_norm(ArgSpec::of(x), specOf(scale), ArgSpec::of(y), specOf(rstd_out), options.axis,
+  BoundArgs b = bind_rms_norm(ArgSpec::of(x), spec_of(scale), ArgSpec::of(y), spec_of(rstd_out), options.axis,
                               options.epsilon);
-  TensorView in[] = {x, viewOf(scale)}, out[] = {y, viewOf(rstd_out)};
+  TensorView in[] = {x, view_of(scale)}, out[] = {y, view_of(rstd_out)};
   dispatchHost(rms_norm_op(), b, in, out, options);
 }
 
 void rms_norm_vjp_host(const TensorView &dy, const TensorView &x, const TensorView *scale, const TensorView &rstd,
                        const TensorView &dx, const TensorView *dscale, const NormOptions &options) {
-  BoundArgs b = bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), specOf(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
-                                  specOf(dscale), options.axis);
-  TensorView in[] = {dy, x, viewOf(scale), rstd}, out[] = {dx, viewOf(dscale)};
+  BoundArgs b = bind_rms_norm_vjp(ArgSpec::of(dy), ArgSpec::of(x), spec_of(scale), ArgSpec::of(rstd), ArgSpec::of(dx),
+                                  spec_of(dscale), options.axis);
+  TensorView in[] = {dy, x, view_of(scale), rstd}, out[] = {dx, view_of(dscale)};
   dispatchHost(rms_norm_vjp_op(), b, in, out, options);
 }
 

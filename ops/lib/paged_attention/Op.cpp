@@ -25,6 +25,9 @@
 
 namespace tokamax {
 
+using ops_detail::spec_of;
+using ops_detail::view_of;
+
 namespace pad = paged_attention_detail;
 
 namespace {
@@ -244,13 +247,10 @@ namespace {
   return true;
 }();
 
-std::optional<ArgSpec> specOf(const TensorView *t) { return t ? std::optional<ArgSpec>(ArgSpec::of(*t)) : std::nullopt; }
-TensorView viewOf(const TensorView *t) { return t ? *t : TensorView(); }
-
 PagedAttentionSpecs specsOf(const TensorView &q, const TensorView &kp, const TensorView &vp, const TensorView &table,
                             const TensorView &lengths, const TensorView &out, const TensorView *lse) {
   return {ArgSpec::of(q),   ArgSpec::of(kp),  ArgSpec::of(vp), ArgSpec::of(table), ArgSpec::of(lengths),
-          ArgSpec::of(out), specOf(lse)};
+          ArgSpec::of(out), spec_of(lse)};
 }
 
 } // namespace
@@ -258,7 +258,7 @@ PagedAttentionSpecs specsOf(const TensorView &q, const TensorView &kp, const Ten
 void paged_attention(const TensorView &q, const TensorView &k_pages, const TensorView &v_pages,
                      const TensorView &page_table, const TensorView &seq_lengths, const TensorView &out,
                      Stream &stream, const PagedAttentionOptions &o, const TensorView *lse) {
-  TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, viewOf(lse)};
+  TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, view_of(lse)};
   ops_detail::CallKey key(paged_attention_op());
   key.add({&q, &k_pages, &v_pages, &page_table, &seq_lengths, &out, lse});
   // Every option joins the key (the tensors are in it already); a new field must join it too.
@@ -273,7 +273,7 @@ void paged_attention_host(const TensorView &q, const TensorView &k_pages, const 
                           const TensorView &page_table, const TensorView &seq_lengths, const TensorView &out,
                           const PagedAttentionOptions &o, const TensorView *lse) {
   const BoundArgs b = bind_paged_attention(specsOf(q, k_pages, v_pages, page_table, seq_lengths, out, lse), o);
-  TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, viewOf(lse)};
+  TensorView in[] = {q, k_pages, v_pages, page_table, seq_lengths}, outs[] = {out, view_of(lse)};
   // The views here; the values (lengths, page-table entries) in interpret()
   // (PagedAttentionOp::check_host_values).
   ops_detail::check_views(b, paged_attention_op().arg_names(), in, outs, /*host=*/true);
