@@ -206,6 +206,30 @@ old_package() {
   tar -C "$dir" -xJf "$TOKAMAX_OLD_PACKAGE" && old_bin=$dir/tokamax/bin
 }
 wants() { [[ " $parts " == *" $1 "* ]]; }
+# kernel_times NAME LIMIT COMMAND...: every kernel launch of COMMAND under ncu (its duration
+# only; LIMIT seconds at most), summed per kernel name into $out/NAME.txt (the CSV beside it).
+kernel_times() {
+  local name=$1 limit=$2; shift 2
+  TAIL=4 run "$name-ncu" timeout -k 10 "$limit" ncu --metrics gpu__time_duration.sum --csv --print-units base -f \
+    --log-file "$out/$name.csv" "$@"
+  [ -n "${TOKAMAX_GPU_CHECK_DRY:-}" ] && return
+  python3 - "$out/$name.csv" > "$out/$name.txt" 2>&1 <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
+total, count = collections.Counter(), collections.Counter()
+for r in rows[1:]:
+    try:
+        total[r[name][:90]] += float(r[value].replace(",", "")) / 1e6
+        count[r[name][:90]] += 1
+    except ValueError:
+        pass
+for k, ms in total.most_common():
+    print(f"{ms:10.3f} ms {count[k]:5d}x  {k}")
+PY
+  echo "== $name"; head -20 "$out/$name.txt"
+}
 
 # The parts, in file-name order (scripts/gpu-check.d/); each runs where PARTs name it.
 for part_file in "$here"/gpu-check.d/*.sh; do

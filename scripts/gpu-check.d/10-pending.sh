@@ -31,6 +31,9 @@ if wants fp8; then
       "${fp8_peers[@]}"
     TAIL=14 run fp8-bench-bf16 "${t[@]}" 200 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 \
       "${fp8_peers[@]}"
+    # Where an fp8 forward's time goes at S2 and S3 (V's transpose against the forward).
+    kernel_times fp8-kernel-times 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
+      --iters 1
   fi
 fi
 if wants pending3; then

@@ -7,32 +7,14 @@ if wants xent-profile; then
   # Where the cross-entropy VJP's time goes at X1 (hopper, the heuristic): every kernel of
   # one forward + backward under ncu (its duration only), summed per kernel name
   # (xent-profile-new.txt; -old.txt for $TOKAMAX_OLD_PACKAGE where given).
-  t=(timeout -k 10)
   for which in new old; do
     b=$bin
     if [ $which = old ]; then  # (not with TOKAMAX_QUICK)
       [ -z "${TOKAMAX_QUICK:-}" ] && old_package || continue
       b=$old_bin
     fi
-    TAIL=4 TOKAMAX_CACHE_DIR=$work/cache-$which run "xent-profile-ncu-$which" "${t[@]}" 200 ncu --metrics \
-      gpu__time_duration.sum --csv --print-units base -f --log-file "$out/xent-profile-$which.csv" \
+    TOKAMAX_CACHE_DIR=$work/cache-$which kernel_times "xent-profile-$which" 200 \
       "$b/tokamax-cross-entropy-bench" --impl hopper --iters 1
-    python3 - "$out/xent-profile-$which.csv" > "$out/xent-profile-$which.txt" 2>&1 <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head = rows[0]
-name, value = head.index("Kernel Name"), head.index("Metric Value")
-total, count = collections.Counter(), collections.Counter()
-for r in rows[1:]:
-    try:
-        total[r[name][:90]] += float(r[value].replace(",", "")) / 1e6
-        count[r[name][:90]] += 1
-    except ValueError:
-        pass
-for k, ms in total.most_common():
-    print(f"{ms:10.3f} ms {count[k]:5d}x  {k}")
-PY
-    echo "== xent-profile-$which"; head -20 "$out/xent-profile-$which.txt"
   done
 fi
 if wants profiles; then
