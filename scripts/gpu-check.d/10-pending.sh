@@ -31,6 +31,9 @@ if wants fp8; then
       "${fp8_peers[@]}"
     TAIL=14 run fp8-bench-bf16 "${t[@]}" 200 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 \
       "${fp8_peers[@]}"
+    # 256-key steps (ptxas: 48-56 bytes of spills at head dim 128) against the heuristic's 128.
+    TAIL=8 run fp8-bench-256 "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
+      --config '{"block_q":128,"block_kv":256,"num_warps":8,"stages":2,"pingpong":1}'
     # Where an fp8 forward's time goes at S2 and S3 (V's transpose against the forward).
     kernel_times fp8-kernel-times 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
       --iters 1
