@@ -111,6 +111,9 @@
 #   fp8         (named only) attention_fp8 on the device: its GPU tests against float64
 #               (hopper and reference, bitwise reruns), then the fp8 forward at S1-S3
 #               beside our bf16 hopper forward and cuDNN (about 5 minutes)
+#   varlen-steps (named only) packed sequences at head dim 64 on 256-key steps (the
+#               heuristic now): the packed tests against float64, then S1 packed against
+#               the 128-key steps with overlap, alternating, twice, beside dense (about 3 minutes)
 #   ragged-stages (named only) ragged_dot's forward with four slots against three (the
 #               heuristic's), alternating, twice, beside torch's grouped mm (about 3 minutes)
 #   norm-chunks (named only) the norm VJP in row chunks ("chunk_rows": each chunk's
@@ -162,7 +165,7 @@ pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
 parts=${parts/next2/norm-chunks ragged-stages}  # what waits for a GPU, in two calls
-parts=${parts/next/fp8 glu-fused}
+parts=${parts/next/fp8 varlen-steps glu-fused}
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)

@@ -226,6 +226,21 @@ if wants ragged-stages; then
       --config "$heur,\"stages\":4}" "${rg_peers[@]}"
   done
 fi
+if wants varlen-steps; then
+  t=(timeout -k 10)
+  # Packed sequences at head dim 64 on 256-key steps without overlap (the heuristic now, as
+  # the dense forward's; ptxas: no spills) against the 128-key steps with overlap it took
+  # before: the packed tests against float64, then S1 packed, alternating, twice, beside
+  # the dense heuristic (the target: within 5 % of it).
+  TAIL=4 run varlen-steps-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[varlen]" --durations yes
+  before='{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1}'
+  for r in 1 2; do
+    TAIL=4 run "varlen-steps-now-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 --varlen
+    TAIL=4 run "varlen-steps-before-$r" "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
+      --varlen --config "$before" --vjp-config heuristic
+  done
+  TAIL=4 run varlen-steps-dense "${t[@]}" 90 "$bin/tokamax-attention-bench" --impl hopper --shapes S1
+fi
 if wants xent-reduce; then
   t=(timeout -k 10)
   # The cross-entropy VJP's dx sum by TMA reduce-adds (the hopper matmul's accumulating

@@ -232,7 +232,11 @@ HopperForwardConfig HopperForward::heuristic(const Problem &p) {
   // at head dim 256 the 128 x 64 forward holds Q, the K / V rings and the output staged
   // for its store in 256 KiB, 128 x 32 in 192 KiB.
   // (fp8: 128-key steps, as 256 beside P's shuffles into fp8 operands spill at head dim 64.)
-  const int64_t widest = dim <= 128 ? (dim == 64 && hidesNothing && !p.fp8 ? 256 : 128) : 64;
+  // Packed sequences at head dim 64 take the 256-key steps too: their edge masks come from
+  // cu_seqlens at the last step alone, and ptxas assembles those steps without spills
+  // (sm_90a; the kernels masking by q / kv lengths spill 16 bytes there).
+  const bool wideSteps = dim == 64 && !p.fp8 && (hidesNothing || (p.varlen && edgesOnly));
+  const int64_t widest = dim <= 128 ? (wideSteps ? 256 : 128) : 64;
   const int64_t narrowest = minKeyStep(p);
   const int64_t keyStep = std::min<int64_t>(widest, pow2_at_least(p.S, narrowest));
   // Under a causal mask at head dim 64, two programs an SM of one consumer warpgroup each

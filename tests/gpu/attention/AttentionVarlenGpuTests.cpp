@@ -159,13 +159,17 @@ TEST_CASE("attention varlen on the device: packed rows equal the padded call's b
                        {"pingpong", 1}};
   const Config ahead{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}, {"stats_ahead", 1}};
   const Config plainVjp{{"block_q", 64}, {"block_kv", 128}, {"num_warps", 8}, {"stages", 2}};  // (overlap is the forward's)
+  // The packed heuristic at head dim 64 without a causal mask (256-key steps, no overlap),
+  // named so the padded call (whose lengths pick 128-key steps) runs it too; the VJP the
+  // heuristic's (stats_ahead at head dim 64).
+  const Config wide{{"block_q", 128}, {"block_kv", 256}, {"num_warps", 8}, {"stages", 2}, {"pingpong", 1}};
   const std::vector<Shape> shapes = {
       {"tile", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}},
       {"tile", DType::BF16, 64, 64, true, {1000, 0, 37, 1, 513}, {1000, 0, 37, 1, 513}},
       {"tile", DType::F16, 128, 64, true, {129, 700, 64}, {129, 700, 64}},
       {"tile", DType::BF16, 128, 128, false, {2048, 300}, {1500, 2048}},
       {"chunked", DType::F32, 64, 64, true, {77, 200, 3}, {77, 200, 3}},
-      {"hopper", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}},
+      {"hopper", DType::BF16, 64, 64, false, {1000, 0, 37, 1, 513}, {700, 5, 1, 64, 900}, 1, wide, ahead},
       {"hopper", DType::BF16, 128, 128, true, {1000, 0, 37, 1, 513}, {1000, 0, 37, 1, 513}},
       // The padded call's dq in query row 1 of the 700-row sequence (two visible keys,
       // where dP - delta nearly cancels and the rounded out's delta is most of it) came
