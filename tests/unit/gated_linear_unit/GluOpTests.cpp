@@ -239,18 +239,28 @@ TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a, its VJP's pr
     CHECK(hopper.supported_on("sm_90a"));
     CHECK_FALSE(hopper.supported_on("sm_80"));
     const Config heuristic = hopper.heuristic(args);
-    REQUIRE(heuristic.get("unfused") == 1);  // the products on the hopper matmul, then the gate
-    for (const Config &candidate : hopper.search_space(args))
+    const std::vector<Config> space = hopper.search_space(args);
+    for (const Config &candidate : space)
       CHECK_FALSE(hopper.check_config(args, candidate).has_value());
     const bool forward = args.op == fwd.op;
+    // The forward's heuristic: the gate kernel on a persistent grid storing its tiles by
+    // TMA, the unfused plan next in the search space; the VJP's: unfused (the products on
+    // the hopper matmul, then the gate).
+    const Config unfusedPlan = forward ? space.at(1) : heuristic;
+    REQUIRE(unfusedPlan.get("unfused") == 1);
+    if (forward) {
+      REQUIRE_FALSE(heuristic.has("unfused"));
+      CHECK(heuristic.get("tma_store") == 1);
+      CHECK(heuristic.get("programs") == -1);
+    }
     // The gate kernel's config (fused: one kernel, or the VJP's gate kernel and two
-    // products), then the heuristic (unfused: x W on the matmul, the gate kernel over it,
-    // and in the VJP the two products).
-    for (const Config &c : {Config(heuristic).set("unfused", 0), heuristic}) {
+    // products), then the unfused plan (x W on the matmul, the gate kernel over it, and
+    // in the VJP the two products).
+    for (const Config &c : {forward ? heuristic : Config(heuristic).set("unfused", 0), unfusedPlan}) {
       INFO(c.to_json());
       REQUIRE_FALSE(hopper.check_config(args, c).has_value());
       std::vector<dsl::Kernel> kernels = hopper.kernels(args, c);
-      const bool unfused = c.get("unfused") == 1;
+      const bool unfused = c.has("unfused") && c.get("unfused") == 1;
       REQUIRE(kernels.size() == (forward ? 1u : 3u) + (unfused ? 1u : 0u));
       for (const dsl::Kernel &kernel : kernels) {
         INFO(kernel.name());
@@ -260,7 +270,9 @@ TEST_CASE("gated_linear_unit: hopper's kernels assemble for sm_90a, its VJP's pr
         const CompiledKernel compiled = compile(kernel, options);
         if (kernel.name() == "glu_gate" || kernel.name() == "glu_gate_vjp") {
           CHECK_FALSE(unfused);
-          test::check_hopper_ptx(compiled, {.min_copies = 3, .tensor_maps = 2, .threads = 384u}, ptxas);
+          const bool storesByTma = c.has("tma_store") && c.get("tma_store") == 1;  // (out's tensor map too)
+          test::check_hopper_ptx(compiled, {.min_copies = 3, .tensor_maps = storesByTma ? 3u : 2u, .threads = 384u},
+                                 ptxas);
           continue;
         }
         if (kernel.name() == "matmul_hopper") {
