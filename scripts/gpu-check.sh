@@ -104,10 +104,7 @@
 #               without the seed's program, then the jax checks and test_jax.py with the
 #               command-buffer handler (about 3 minutes)
 #   next        (run it first next time) what was built without a GPU (performance.md's
-#               "Built without a GPU, waiting for one"), the first half: fp8, glu-fused
-#               (about 8 minutes)
-#   next2       (run it right after next) the second half: norm-chunks, ragged-stages
-#               (about 5 minutes)
+#               "Built without a GPU, waiting for one"): fp8 (about 5 minutes)
 #   fp8         (named only) attention_fp8 on the device: its GPU tests against float64
 #               (hopper and reference, bitwise reruns), then the fp8 forward at S1-S3
 #               beside our bf16 hopper forward and cuDNN (about 5 minutes)
@@ -164,8 +161,7 @@ set -uo pipefail
 pkg=.gpu/tokamax.tar.xz
 if [ $# -gt 0 ] && [ -f "$1" ]; then pkg=$1; shift; fi
 parts=${*:-pending pending2 pending3 hopper sweep configs tuned tests matmul load unit new bench attention python sanitize}
-parts=${parts/next2/norm-chunks ragged-stages}  # what waits for a GPU, in two calls
-parts=${parts/next/fp8 varlen-steps glu-fused}
+parts=${parts/next/fp8}  # what waits for a GPU
 out=${OUT:-$PWD/gpu-logs}
 mkdir -p "$out"
 work=$(mktemp -d)

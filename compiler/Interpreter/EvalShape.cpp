@@ -1,8 +1,11 @@
 //===- EvalShape.cpp - Reductions, shape manipulation, dot, layout/barrier ops -===//
 #include "compiler/Interpreter/HostTile.h"
 
+#include "compiler/Dialect/Tile/IR/LayoutUtils.h"
+
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace tokamax::interp {
 
@@ -96,11 +99,16 @@ void evalDot(Interpreter &in, tile::DotOp op) {
   const bool fresh = op.getFresh() && in.get(op.getFresh()).truth(0);  // start from zero
   HostTile r = HostTile::of(op.getType());
   int64_t m = a.shape[0], kk = a.shape[1], n = b.shape[1];
+  // a_k_interleaved: K index k reads a's column interleavedColumn(k).
+  std::vector<int64_t> aColumn(static_cast<size_t>(kk));
+  for (int64_t k = 0; k < kk; ++k)
+    aColumn[static_cast<size_t>(k)] = op.getAKInterleaved() ? tile::interleavedColumn(k) : k;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (int64_t k = 0; k < kk; ++k)
-        s += a.asDouble(static_cast<size_t>(i * kk + k)) * b.asDouble(static_cast<size_t>(k * n + j));
+        s += a.asDouble(static_cast<size_t>(i * kk + aColumn[static_cast<size_t>(k)])) *
+             b.asDouble(static_cast<size_t>(k * n + j));
       size_t out = static_cast<size_t>(i * n + j);
       r.f[out] = castFloat(r.elem, (fresh ? 0.0 : acc.f[out]) + s);
     }

@@ -334,7 +334,8 @@ Value where(const Value &cond, const Value &a, const Value &b) {
 
 namespace {
 
-Value buildDot(const Value &a, const Value &b, const Value &acc, bool async, const Value *fresh = nullptr) {
+Value buildDot(const Value &a, const Value &b, const Value &acc, bool async, const Value *fresh = nullptr,
+               bool aKInterleaved = false) {
   KernelBuilder &kb = builderOf(async ? "dot_async" : "dot", {&a, &b, &acc});
   mlir::Value x = kb.materialize(a, {}), y = kb.materialize(b, {});
   auto ta = dyn_cast<RankedTensorType>(x.getType()), tb = dyn_cast<RankedTensorType>(y.getType());
@@ -356,13 +357,22 @@ Value buildDot(const Value &a, const Value &b, const Value &acc, bool async, con
       kb.fail("dot_async: fresh must be a bool scalar, got " + typeString(restart.getType()) + " " +
               shapeString(restart.getType()));
   }
+  if (aKInterleaved && ta.getDimSize(1) % 16 != 0)
+    kb.fail(fmt::format("dot: a_k_interleaved permutes K within 16-wide groups: K must be a multiple of 16, got {}",
+                        ta.getDimSize(1)));
   auto op = kb.b().create<tile::DotOp>(kb.loc(), x, y, c, restart);
   if (async)
     op.setAsync(true);
+  if (aKInterleaved)
+    op.setAKInterleaved(true);
   return kb.wrap(op);
 }
 
 } // namespace
+
+Value dot(const Value &a, const Value &b, const Value &acc, const DotOptions &options) {
+  return buildDot(a, b, acc, options.async, nullptr, options.a_k_interleaved);
+}
 
 Value dot(const Value &a, const Value &b, const Value &acc) { return buildDot(a, b, acc, false); }
 

@@ -34,9 +34,10 @@ if wants fp8; then
     # 256-key steps (ptxas: 48-56 bytes of spills at head dim 128) against the heuristic's 128.
     TAIL=8 run fp8-bench-256 "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
       --config '{"block_q":128,"block_kv":256,"num_warps":8,"stages":2,"pingpong":1}'
-    # Where an fp8 forward's time goes at S2 and S3 (V's transpose against the forward).
-    kernel_times fp8-kernel-times 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
-      --iters 1
+    # Where an fp8 forward's time goes at S2 (V's transpose against the forward): one row
+    # in this process (--row; the bench runs each row in a child process otherwise).
+    kernel_times fp8-kernel-times 120 env TOKAMAX_ATTENTION_BENCH_FP8=1 "$bin/tokamax-attention-bench" \
+      --row S2 0 fwd hopper 1
   fi
 fi
 if wants pending3; then

@@ -455,6 +455,13 @@ LogicalResult lowerDot(TileLowering &t, DotOp op) {
     return op.emitOpError("needs tensor cores (mma.sync, sm_80 or newer), the target is ") << t.arch();
   if (isFp8(elem) && t.target().number() < 89)
     return op.emitOpError("takes fp8 operands on sm_89 or newer, the target is ") << t.arch();
+  // a_k_interleaved holds only where a's registers were renamed from an fp8 accumulator.
+  if (op.getAKInterleaved()) {
+    auto convert = op.getA().getDefiningOp<ConvertLayoutOp>();
+    if (!convert || !isQuadShuffled(convert))
+      return op.emitOpError("a_k_interleaved needs its a operand to be an fp8 tile in the accumulator layout of a "
+                            "product like it (its registers renamed into the A operand)");
+  }
   // Operands whose conversions go with this dot (stored together, one barrier) or that
   // it reads from shared tiles: each K step's fragments are read right before that
   // step's mma.sync.

@@ -6,7 +6,9 @@
 // an instruction's K. Each thread packs its four bytes of a 16-column group (tiles 0 and
 // 1) into a word; thread t reads the words of quad threads 2t % 4 and 2t % 4 + 1 and
 // keeps their low halves (t < 2: tile 0's columns) or their high halves (tile 1's). No
-// shared memory and no barrier, so it runs inside warp-specialized loops.
+// shared memory and no barrier, so it runs inside warp-specialized loops. Read by dots
+// with a_k_interleaved (b's rows stored in the accumulator's column order), the same
+// conversion renames registers instead.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Conversion/TileToLLVM/MmaSync.h"
@@ -17,7 +19,53 @@ using namespace mlir;
 
 namespace tokamax::tile {
 
+namespace {
+
+/// Whether `op`'s users read it as a_k_interleaved dots' A (then its registers are
+/// renamed, in the order interleavedColumn gives); every user must agree.
+FailureOr<bool> readInterleaved(ConvertLayoutOp op) {
+  unsigned interleaved = 0, plain = 0;
+  for (Operation *user : op->getUsers()) {
+    auto dot = dyn_cast<DotOp>(user);
+    (dot && dot.getA() == op.getResult() && dot.getAKInterleaved() ? interleaved : plain) += 1;
+  }
+  if (interleaved && plain)
+    return op.emitOpError("internal error: an fp8 operand read both with and without a_k_interleaved");
+  return interleaved > 0;
+}
+
+/// The interleaved conversion: thread t's accumulator bytes at columns 2t, 2t + 1,
+/// 2t + 8, 2t + 9 of a 16-column group are its operand bytes at K 4t .. 4t + 3, as they
+/// are (interleavedColumn), so the registers are renamed.
+LogicalResult lowerByRename(TileLowering &t, ConvertLayoutOp op) {
+  auto srcType = cast<RankedTensorType>(op.getSource().getType());
+  auto dstType = cast<RankedTensorType>(op.getResult().getType());
+  compiler::Distribution in = getDistribution(srcType), out = getDistribution(dstType);
+  const auto srcRegs = registersByOffset(in), dstRegs = registersByOffset(out);
+  const Registers &regs = t.regs(op.getSource());
+  Registers result(out.num_registers());
+  for (const auto &[offset, r] : dstRegs) {
+    auto from = srcRegs.find({offset[0], interleavedColumn(offset[1])});
+    if (from == srcRegs.end())
+      return op.emitOpError("internal error: no accumulator register at (")
+             << offset[0] << ", " << interleavedColumn(offset[1]) << ")";
+    result[r] = regs[from->second];
+  }
+  for (const Value &r : result)
+    if (!r)
+      return op.emitOpError("internal error: an operand register the renaming did not fill");
+  t.setRegs(op.getResult(), std::move(result));
+  return success();
+}
+
+} // namespace
+
 LogicalResult lowerByQuadShuffle(TileLowering &t, ConvertLayoutOp op) {
+  FailureOr<bool> interleaved = readInterleaved(op);
+  if (failed(interleaved))
+    return failure();
+  if (*interleaved)
+    return lowerByRename(t, op);
   OpBuilder &b = t.builder();
   Location loc = op.getLoc();
   auto srcType = cast<RankedTensorType>(op.getSource().getType());

@@ -14,6 +14,7 @@
 #include "unit/attention/AttentionFp8TestCase.h"
 
 #include <tokamax/dsl/Kernel.h>
+#include <tokamax/ops/Attention.h>
 #include <tokamax/ops/AttentionFp8.h>
 #include <tokamax/runtime/Error.h>
 
@@ -195,6 +196,13 @@ TEST_CASE("attention fp8: the hopper forward assembles on fp8 wgmma without spil
     CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") == test::count(ptx, ".f32.e4m3.e4m3"));
     CHECK(test::count(ptx, ".f32.e4m3.e4m3") > 0);
     CHECK(test::count(ptx, "cvt.rn.satfinite.e4m3x2.f32") > 0);  // P to fp8, two at a time
+    // P's fp8 registers are P V's A operand as they are (V's keys stored in their order):
+    // no more shuffles than the bf16 forward at the same config (its row reductions').
+    const BoundArgs bf16 = bind_attention({spec({4, 2048, 16, h}, DType::BF16), spec({4, 2048, 16, h}, DType::BF16),
+                                           spec({4, 2048, 16, h}, DType::BF16), {}, {}, {}, {}, spec({4, 2048, 16, h},
+                                           DType::BF16), {}, {}}, o);
+    const std::vector<dsl::Kernel> bf16Kernels = attention_op().implementation("hopper").kernels(bf16, c);
+    CHECK(test::count(ptx, "shfl.sync") <= test::count(test::sm90a_ptx(bf16Kernels.back()).ptx, "shfl.sync"));
     const int64_t warps = c.get("num_warps");
     const bool twoPrograms = c.has("blocks_per_sm") && c.get("blocks_per_sm") == 2;
     test::check_hopper_ptx(compiled,

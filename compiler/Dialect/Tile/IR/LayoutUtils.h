@@ -122,6 +122,16 @@ std::optional<std::vector<int64_t>> threadLocalRegisters(mlir::RankedTensorType 
 /// word), with no shared memory.
 bool quadShuffleToFp8Operand(mlir::RankedTensorType source, mlir::RankedTensorType result);
 
+/// The column of a 16-wide group that K index `k` of a tile.dot with `a_k_interleaved`
+/// reads: the order in which an mma accumulator's quad thread t holds its columns (2t,
+/// 2t + 1, 2t + 8, 2t + 9), which is the order the A operand's thread t holds K indices
+/// 4t .. 4t + 3 (fp8, kWidth 4). Such a conversion renames registers instead of
+/// shuffling them (lowerByRename).
+inline int64_t interleavedColumn(int64_t k) {
+  const int64_t group = k / 16 * 16, i = k % 16;
+  return group + 2 * (i / 4) + i % 2 + 8 * (i % 4 / 2);
+}
+
 /// Shared-memory scratch bytes `op` needs while it runs (0 when it needs none).
 int64_t getScratchBytes(mlir::Operation *op);
 

@@ -435,6 +435,9 @@ LogicalResult DotOp::verify() {
            << acc.getElementType();
   if (getResult().getType() != acc)
     return emitOpError("result type must equal the accumulator type");
+  if (getAKInterleaved() && a.getDimSize(1) % 16 != 0)
+    return emitOpError("a_k_interleaved permutes K within 16-wide groups: K must be a multiple of 16, got ")
+           << a.getDimSize(1);
   return success();
 }
 

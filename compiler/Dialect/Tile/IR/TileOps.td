@@ -438,9 +438,15 @@ def Tile_DotOp : Tile_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
     read: a loop over several products' steps (a persistent kernel's tiles) restarts
     its accumulator without a select on registers that may be in flight (on wgmma the
     first step's scale-d is 0).
+
+    With `a_k_interleaved`, a's columns are read in the order an mma accumulator holds
+    them: K index k of each 16-wide group reads a's column 2 (k / 4) + k % 2 + 8 ((k % 4)
+    / 2) of the group (b's rows must be in that order: the caller stored them so). An fp8
+    accumulator-layout a then becomes the product's A operand by renaming registers
+    (no shuffles); K must be a multiple of 16.
   }];
   let arguments = (ins Tile_ScalarTensor:$a, Tile_ScalarTensor:$b, Tile_ScalarTensor:$acc, Optional<I1>:$fresh,
-                       UnitAttr:$async);
+                       UnitAttr:$async, UnitAttr:$a_k_interleaved);
   let results = (outs Tile_ScalarTensor:$result);
   let assemblyFormat = "$a `,` $b `,` $acc (`fresh` $fresh^)? attr-dict `:` type($a) `,` type($b) `->` type($acc)";
   let hasVerifier = 1;

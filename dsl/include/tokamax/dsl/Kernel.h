@@ -116,6 +116,15 @@ TOKAMAX_API Value dot_async(const Value &a, const Value &b, const Value &acc);
 /// dot_async starting from zero where `fresh` (a bool scalar) holds, from acc elsewhere:
 /// a loop restarts an accumulator that may still be in flight without touching it.
 TOKAMAX_API Value dot_async(const Value &a, const Value &b, const Value &acc, const Value &fresh);
+/// How a dot reads its operands.
+struct TOKAMAX_API DotOptions {
+  bool async = false;  ///< as dot_async
+  /// K index k of each 16-wide group reads a's column 2 (k / 4) + k % 2 + 8 ((k % 4) / 2)
+  /// of the group, so b's rows must be stored in that order: an fp8 tile cast from a
+  /// product's f32 result then feeds the next product with no exchange between threads.
+  bool a_k_interleaved = false;
+};
+TOKAMAX_API Value dot(const Value &a, const Value &b, const Value &acc, const DotOptions &options);
 /// The result of a dot_async once at most `pending` (0-7) async dots issued after it
 /// are still running (0: all have completed).
 TOKAMAX_API Value dot_wait(const Value &value, int pending = 0);
