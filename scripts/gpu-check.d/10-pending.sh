@@ -19,25 +19,31 @@ if wants pending; then
 fi
 if wants fp8; then
   t=(timeout -k 10)
-  # attention_fp8's first device run: numerics against float64 (hopper's fp8 wgmma, P
-  # moved into fp8 operands by quad shuffles, V transposed first; reference), bitwise
-  # reruns; then its forward at S1-S3 beside our bf16 hopper forward and cuDNN's bf16
-  # (the target: 1.5x our bf16 forward at S2 / S3).
+  # attention_fp8 on the device: numerics against float64 (hopper's fp8 wgmma, P moved
+  # into fp8 operands by quad shuffles or, with interleave_v, renamed; V transposed
+  # first; reference), bitwise reruns; then the forward at S1-S3 beside our bf16 hopper
+  # forward and cuDNN's bf16 (the target: 1.5x our bf16 forward at S2 / S3).
   TAIL=12 run fp8-tests "${t[@]}" 240 "$bin/tokamax-gpu-tests" "[fp8]" --durations yes
   if [ $last_rc -eq 0 ]; then
     TAIL=8 peers fp8_peers fp8-peers fp8-peers "${t[@]}" 120 python3 "$here/../bench/peers/attention.py" \
       --shapes S1,S2,S3 --backends cudnn
-    TAIL=10 run fp8-bench "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 --fp8 \
-      "${fp8_peers[@]}"
     TAIL=14 run fp8-bench-bf16 "${t[@]}" 200 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 \
       "${fp8_peers[@]}"
-    # 256-key steps (ptxas: 48-56 bytes of spills at head dim 128) against the heuristic's 128.
-    TAIL=8 run fp8-bench-256 "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S2,S3 --fp8 \
-      --config '{"block_q":128,"block_kv":256,"num_warps":8,"stages":2,"pingpong":1}'
-    # Where an fp8 forward's time goes at S2 (V's transpose against the forward): one row
-    # in this process (--row; the bench runs each row in a child process otherwise).
-    kernel_times fp8-kernel-times 120 env TOKAMAX_ATTENTION_BENCH_FP8=1 "$bin/tokamax-attention-bench" \
-      --row S2 0 fwd hopper 1
+    # interleave_v (V's keys in the accumulator's column order: no shuffles for P) against
+    # the same config without it, alternating, twice; then the heuristic's own rows.
+    base='{"block_q":128,"block_kv":128,"num_warps":8,"stages":2,"overlap":1,"pingpong":1'
+    for r in 1 2; do
+      TAIL=8 run "fp8-bench-shuffled-$r" "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper \
+        --shapes S1,S2,S3 --fp8 --config "$base}"
+      TAIL=8 run "fp8-bench-interleaved-$r" "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper \
+        --shapes S1,S2,S3 --fp8 --config "$base,\"interleave_v\":1}"
+    done
+    TAIL=10 run fp8-bench "${t[@]}" 120 "$bin/tokamax-attention-bench" --impl hopper --shapes S1,S2,S3 --fp8 \
+      "${fp8_peers[@]}"
+    # Where the interleaved forward's time goes at S2 (V's transpose against the forward):
+    # one row in this process (--row; the bench runs each row in a child process otherwise).
+    kernel_times fp8-kernel-times 120 env TOKAMAX_ATTENTION_BENCH_FP8=1 \
+      TOKAMAX_ATTENTION_BENCH_CONFIG="$base,\"interleave_v\":1}" "$bin/tokamax-attention-bench" --row S2 0 fwd hopper 1
   fi
 fi
 if wants pending3; then

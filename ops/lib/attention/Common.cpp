@@ -114,6 +114,8 @@ KernelKey KernelSpec::key() const {
     mix(uint64_t(0xb100) + static_cast<uint64_t>(blocks_per_sm));
   if (p.fp8)  // (likewise)
     mix(uint64_t(0xf800) + uint64_t(p.q_descale) + 2 * uint64_t(p.k_descale) + 4 * uint64_t(p.v_descale));
+  if (interleave_v)  // (likewise)
+    mix(uint64_t(0x1e7));
   return h;
 }
 
@@ -121,12 +123,12 @@ std::string KernelSpec::name() const {
   static const char *names[] = {"flash_forward", "delta",    "flash_dkdv",  "flash_dq",     "dbias_reduce",
                                 "logits",        "row_stats", "output",      "ref_ds",       "ref_dq",
                                 "ref_dkdv",      "dkdv_dq",   "dq_from_sum", "dsinks_reduce", "v_transpose"};
-  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}{}", names[static_cast<int>(kind)], tma ? "_hopper" : "",
-                     dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
+  return fmt::format("attention_{}{}_{}_h{}_{}x{}{}{}{}{}{}{}{}{}", names[static_cast<int>(kind)],
+                     tma ? "_hopper" : "", dtype_name(p.dtype), p.H, block_q, block_kv, carriesStats() ? "_ahead" : "",
                      usesSinks() ? "_sink" : "", ordersDq() ? "_ordered" : "", p.heads_major ? "_bnth" : "",
                      p.varlen ? "_varlen" : "",
                      exp2_fma != 0 ? fmt::format("_fma{}", exp2_fma) : "",
-                     blocks_per_sm != 1 ? fmt::format("_x{}", blocks_per_sm) : "");
+                     blocks_per_sm != 1 ? fmt::format("_x{}", blocks_per_sm) : "", interleave_v ? "_il" : "");
 }
 
 dsl::Kernel build_kernel(const KernelSpec &s) {

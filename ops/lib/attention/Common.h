@@ -206,6 +206,10 @@ struct KernelSpec {
   /// (dsl::exp2 with a share; config "exp2_fma"): where the unit bounds the step, the
   /// hopper forward at head dim 64. In the key and name only where nonzero.
   int exp2_fma = 0;
+  /// fp8: V's transpose stores each 16 keys in the order a product's accumulator holds
+  /// P's columns and P V reads P's registers as they are (tile.dot's a_k_interleaved;
+  /// the hopper forward's config "interleave_v"). In the key and name only where set.
+  bool interleave_v = false;
   /// stats_ahead where it applies (the hopper dk/dv kernels): in their key and name.
   bool carriesStats() const {
     return stats_ahead && tma && (kind == KernelKind::FlashDkDv || kind == KernelKind::FusedDkDvDq);

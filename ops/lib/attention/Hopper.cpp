@@ -36,6 +36,10 @@ struct HopperForwardConfig {
   /// "blocks_per_sm": programs meant to share an SM (1 or 2; KernelSpec::blocks_per_sm):
   /// one's loads, prologue and epilogue overlap the other's products
   int64_t blocks_per_sm = 1;
+  /// "interleave_v" (fp8, opt-in until timed on a GPU): V's transpose stores each 16 keys
+  /// in the order the accumulator holds P's columns, so P V reads P's registers as they are
+  /// (KernelSpec::interleave_v)
+  bool interleave_v = false;
 
   static constexpr auto keys = std::tuple{ConfigKey{"block_q", &HopperForwardConfig::block_q},
                                           ConfigKey{"block_kv", &HopperForwardConfig::block_kv},
@@ -45,6 +49,8 @@ struct HopperForwardConfig {
                                           ConfigKey{"pingpong", &HopperForwardConfig::pingpong, KeyUse::Optional},
                                           ConfigKey{"exp2_fma", &HopperForwardConfig::exp2_fma, KeyUse::Optional},
                                           ConfigKey{"blocks_per_sm", &HopperForwardConfig::blocks_per_sm,
+                                                    KeyUse::Optional},
+                                          ConfigKey{"interleave_v", &HopperForwardConfig::interleave_v,
                                                     KeyUse::Optional}};
   static std::optional<std::string> refused_key(const std::string &key) {
     return fmt::format("unknown key \"{}\" for hopper", key);
@@ -171,6 +177,7 @@ KernelSpec forwardSpec(const Problem &p, const HopperForwardConfig &c) {
   s.ping_pong = c.pingpong;
   s.exp2_fma = static_cast<int>(c.exp2_fma);
   s.blocks_per_sm = static_cast<int>(c.blocks_per_sm);
+  s.interleave_v = c.interleave_v;
   return s;
 }
 
@@ -292,6 +299,8 @@ std::optional<std::string> HopperForward::check(const Problem &p, const HopperFo
   if (c.block_kv < minKeyStep(p))
     return fmt::format("hopper's fp8 forward takes key steps of 32 or more (P V's K, 32 a product), got block_kv {}",
                        c.block_kv);
+  if (c.interleave_v && !p.fp8)
+    return std::string("interleave_v orders the keys of fp8 calls' transposed V; this call is not fp8");
   if (c.exp2_fma < 0 || c.exp2_fma > 8)
     return fmt::format("exp2_fma (eighths of the exponentials on the FMA pipes) must be in [0, 8], got {}",
                        c.exp2_fma);

@@ -195,7 +195,7 @@ Carried overlappedKeyLoop(Program &pr, const KeySteps &keys, const Value &q, Val
         Value m = c[0], l = c[1], acc = c[2], prob = c[3];
         takeTurn(k, s, true);
         Value qk = product_nt(s, k, {q}, {kv[0]}, /*async=*/true);
-        Value pv = pv_product(p, prob, kv[1], acc, /*async=*/true);
+        Value pv = pv_product(s, prob, kv[1], acc, /*async=*/true);
         takeTurn(k, s, false);
         qk = dsl::dot_wait(qk, 1);  // P V stays in flight through the softmax
         Value j0 = where(i < blocks, keys.first(i), Value(p.S));
@@ -251,16 +251,15 @@ Kernel v_transpose_kernel(const KernelSpec &s) {
   TensorArg out = k.output("vt", p.dtype, vt);
   k.grid(cdiv(vt[2], keys), p.K, p.B);
   Value j0 = k.program_id(0) * keys, kvh = k.program_id(1), b = k.program_id(2);
-  // Column c of each 16 holds key 2 (c / 4) + c % 2 + 8 ((c % 4) / 2) of the 16: the
-  // order in which a product's accumulator holds P's columns, which P V reads as they
-  // are (pv_product). Keys from S on read zeros, and are written up to the padded row's end.
-  Value c = k.arange(0, keys);
-  Value i = c % 16;
-  Value key = j0 + (c - i) + (i / 4) * 2 + i % 2 + (i % 4 / 2) * 8;
-  Value rows = ((b * p.S + key).to(DType::I64) * p.K + kvh.to(DType::I64)) * p.Hv;  // v [B, S, K, Hv]
-  Value offsets = rows.expand(1) + k.arange(0, p.Hv).to(DType::I64).expand(0);
-  Value block = load(v.ptr() + offsets, (key < p.S).expand(1).broadcast_to({keys, p.Hv}), Value(0.0));
-  out.store({b * p.K + kvh, Value(0), j0}, block.trans().reshape({1, p.Hv, keys}));
+  // Keys from S on read zeros, and are written up to the padded row's end.
+  Value block = v.load({b, j0, kvh, Value(0)}, {1, keys, 1, p.Hv}).reshape({keys, p.Hv});
+  Value transposed = block.trans();
+  // interleave_v: column 16 g + 4 a + 2 b + c holds key 16 g + 8 b + 2 a + c, the order
+  // in which a product's accumulator holds P's columns, which P V then reads as they are
+  // (pv_product). Each thread's 16 bytes of a row move among themselves.
+  if (s.interleave_v)
+    transposed = transposed.reshape({p.Hv, keys / 16, 2, 4, 2}).trans({0, 1, 3, 2, 4}).reshape({p.Hv, keys});
+  out.store({b * p.K + kvh, Value(0), j0}, transposed.reshape({1, p.Hv, keys}));
   return k;
 }
 

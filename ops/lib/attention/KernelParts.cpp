@@ -226,15 +226,15 @@ Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &
   return sum;
 }
 
-Value pv_product(const Problem &p, const Value &prob, const Value &v, const Value &acc, bool async) {
-  if (!p.fp8)
+Value pv_product(const KernelSpec &s, const Value &prob, const Value &v, const Value &acc, bool async) {
+  if (!s.p.fp8)
     return dsl::dot(prob, v, acc, {.async = async});
-  return dsl::dot(prob, v.trans(), acc, {.async = async, .a_k_interleaved = true});
+  return dsl::dot(prob, v.trans(), acc, {.async = async, .a_k_interleaved = s.interleave_v});
 }
 
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc) {
   if (s.product == Product::Mma)
-    return {pv_product(s.p, p.to(s.p.dtype), b[0], acc[0])};
+    return {pv_product(s, p.to(s.p.dtype), b[0], acc[0])};
   Chunks out;
   Value pe = p.expand(2);
   for (size_t c = 0; c < b.size(); ++c)

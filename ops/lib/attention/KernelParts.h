@@ -119,10 +119,10 @@ Chunks scale_all(const Chunks &c, const Value &factor);
 Value product_nt(const KernelSpec &s, Kernel &k, const Chunks &a, const Chunks &b, bool async = false);
 /// acc + p @ b with p [M, Kd] (compute dtype) and b chunked along its columns.
 Chunks product_nn(const KernelSpec &s, const Value &p, const Chunks &b, const Chunks &acc);
-/// acc + P V (async: dsl::dot_async's). fp8 calls read V transposed ([Hv, keys]) with
-/// each 16 keys in the order an accumulator holds P's columns (v_transpose_kernel), so
-/// P's fp8 registers are the product's A operand as they are (a_k_interleaved).
-Value pv_product(const Problem &p, const Value &prob, const Value &v, const Value &acc, bool async = false);
+/// acc + P V (async: dsl::dot_async's). fp8 calls read V transposed ([Hv, keys]); with
+/// the spec's interleave_v its keys come in the order an accumulator holds P's columns
+/// (v_transpose_kernel), so P's fp8 registers are the product's A operand as they are.
+Value pv_product(const KernelSpec &s, const Value &prob, const Value &v, const Value &acc, bool async = false);
 
 /// A [rows] vector of a [B, N, T] tensor at (b, n, t0).
 Value load_row_vector(const TensorArg &t, Value b, Value n, Value t0, int64_t rows, double padding);

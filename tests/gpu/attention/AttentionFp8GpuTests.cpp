@@ -72,6 +72,15 @@ TEST_CASE("attention fp8 on the device: hopper and reference match float64 and r
        DType::F8E4M3, {{1}, 600, 1100, 4, 2, 64, 64}, {}, true, {}, {}, 9},
       {"hopper", Config().set("block_q", 128).set("block_kv", 128).set("num_warps", 8).set("overlap", 1),
        DType::F8E4M3, {{2}, 260, 513, 2, 1, 128, 64}, {}, true, {}, {}, 10},
+      // interleave_v: V's keys in the accumulator's column order, P's registers renamed.
+      {"hopper", Config().set("block_q", 128).set("block_kv", 128).set("num_warps", 8).set("overlap", 1)
+                     .set("pingpong", 1).set("interleave_v", 1),
+       DType::F8E4M3, {{2}, 1000, 1500, 8, 2, 128, 128}, {}, true, {}, {}, 13},
+      {"hopper", Config().set("block_q", 128).set("block_kv", 128).set("num_warps", 8).set("pingpong", 1)
+                     .set("interleave_v", 1),
+       DType::F8E5M2, {{1}, 700, 900, 4, 2, 64, 64}, {.is_causal = true}, true, {}, {}, 14},
+      {"hopper", Config().set("block_q", 64).set("block_kv", 32).set("num_warps", 4).set("interleave_v", 1),
+       DType::F8E4M3, {{2}, 333, 517, 2, 1, 128, 64}, {.window = Window{100, 20}}, true, {333, 100}, {517, 250}, 15},
       {"reference", {}, DType::F8E4M3, {{2}, 100, 150, 4, 2, 128, 128}, {.is_causal = true}, true, {}, {}, 11},
       {"reference", {}, DType::F8E5M2, {{1}, 33, 70, 2, 1, 64, 64}, {}, true, {40}, {9}, 12},
   };

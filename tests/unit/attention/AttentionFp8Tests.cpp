@@ -31,6 +31,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+/// `c` without `key`.
+Config without(Config c, const std::string &key) {
+  c.values.erase(key);
+  return c;
+}
+
 ArgSpec spec(std::vector<int64_t> shape, DType d) { return ArgSpec{std::move(shape), d}; }
 
 /// q [2, 17, 4, 32] attending k / v [2, 40, 2, 32] (GQA 2:1), every descale.
@@ -131,6 +137,20 @@ TEST_CASE("attention fp8: hopper's configs (two warpgroups, overlap, 32-key step
             DType::F8E4M3, {{1}, 70, 97, 2, 2, 128, 128}, {.is_causal = true}, true, {}, {}, 8});
   checkFp8({"hopper", Config().set("block_q", 128).set("block_kv", 64).set("num_warps", 8).set("overlap", 1),
             DType::F8E4M3, {{2}, 140, 77, 2, 1, 32, 64}, {}, true, {}, {}, 9});
+  // interleave_v: V's keys stored in the accumulator's column order, P V reading P's
+  // registers as they are; the transposer and the product must agree on that order.
+  const Config interleaved = Config()
+                                 .set("block_q", 128)
+                                 .set("block_kv", 128)
+                                 .set("num_warps", 8)
+                                 .set("overlap", 1)
+                                 .set("pingpong", 1)
+                                 .set("interleave_v", 1);
+  checkFp8({"hopper", interleaved, DType::F8E4M3, {{1}, 130, 300, 2, 1, 64, 64}, {}, true, {}, {}, 10});
+  checkFp8({"hopper", without(interleaved, "overlap"), DType::F8E5M2, {{2}, 77, 200, 4, 2, 128, 128},
+            {.is_causal = true}, true, {}, {}, 11});
+  checkFp8({"hopper", Config().set("block_q", 64).set("block_kv", 32).set("num_warps", 4).set("interleave_v", 1),
+            DType::F8E4M3, {{1}, 33, 97, 2, 1, 128, 64}, {}, true, {}, {}, 12});
 }
 
 TEST_CASE("attention fp8: many small weights keep their mass through P's fp8 rounding", "[attention][fp8]") {
@@ -187,34 +207,48 @@ TEST_CASE("attention fp8: the hopper forward assembles on fp8 wgmma without spil
     o.is_causal = causal;
     BoundArgs b = bind_attention_fp8({q, q, q, d, d, d, {}, {}, spec({4, 2048, 16, h}, DType::BF16), {}}, o);
     const Implementation &hopper = attention_fp8_op().implementation("hopper");
-    const Config c = hopper.heuristic(b);
-    std::vector<dsl::Kernel> kernels = hopper.kernels(b, c);
-    REQUIRE(kernels.size() == 2u);
-    INFO("H " << h << (causal ? " causal " : " ") << c.to_json());
-    const tokamax::CompiledKernel compiled = test::sm90a_ptx(kernels[1]);
-    const std::string &ptx = compiled.ptx;
-    CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") == test::count(ptx, ".f32.e4m3.e4m3"));
-    CHECK(test::count(ptx, ".f32.e4m3.e4m3") > 0);
-    CHECK(test::count(ptx, "cvt.rn.satfinite.e4m3x2.f32") > 0);  // P to fp8, two at a time
-    // P's fp8 registers are P V's A operand as they are (V's keys stored in their order):
-    // no more shuffles than the bf16 forward at the same config (its row reductions').
-    const BoundArgs bf16 = bind_attention({spec({4, 2048, 16, h}, DType::BF16), spec({4, 2048, 16, h}, DType::BF16),
-                                           spec({4, 2048, 16, h}, DType::BF16), {}, {}, {}, {}, spec({4, 2048, 16, h},
-                                           DType::BF16), {}, {}}, o);
-    const std::vector<dsl::Kernel> bf16Kernels = attention_op().implementation("hopper").kernels(bf16, c);
-    CHECK(test::count(ptx, "shfl.sync") <= test::count(test::sm90a_ptx(bf16Kernels.back()).ptx, "shfl.sync"));
-    const int64_t warps = c.get("num_warps");
-    const bool twoPrograms = c.has("blocks_per_sm") && c.get("blocks_per_sm") == 2;
-    test::check_hopper_ptx(compiled,
-                           {.min_copies = 3, .producer = warps == 8 || twoPrograms, .tensor_maps = 3,
-                            .threads = uint32_t(32 * (warps + 4))},
-                           ptxas);
-    // The transpose kernel assembles too.
-    CompileOptions options;
-    options.assemble = false;
-    options.arch = "sm_90a";
-    if (!ptxas.empty())
-      test::check_assembles_without_spills(ptxas, compile(kernels[0], options).ptx, "sm_90a");
+    const Config heuristic = hopper.heuristic(b);
+    for (const Config &c : {heuristic, Config(heuristic).set("interleave_v", 1)}) {
+      const bool interleaved = c.has("interleave_v");
+      std::vector<dsl::Kernel> kernels = hopper.kernels(b, c);
+      REQUIRE(kernels.size() == 2u);
+      INFO("H " << h << (causal ? " causal " : " ") << c.to_json());
+      const tokamax::CompiledKernel compiled = test::sm90a_ptx(kernels[1]);
+      const std::string &ptx = compiled.ptx;
+      CHECK(test::count(ptx, "wgmma.mma_async.sync.aligned.m64n") == test::count(ptx, ".f32.e4m3.e4m3"));
+      CHECK(test::count(ptx, ".f32.e4m3.e4m3") > 0);
+      CHECK(test::count(ptx, "cvt.rn.satfinite.e4m3x2.f32") > 0);  // P to fp8, two at a time
+      // interleave_v: P's fp8 registers are P V's A operand as they are (V's keys stored in
+      // their order), so no more shuffles than the bf16 forward at the same config (its row
+      // reductions'); without it, P moves by quad shuffles.
+      const ArgSpec x = spec({4, 2048, 16, h}, DType::BF16);
+      const BoundArgs bf16 = bind_attention({x, x, x, {}, {}, {}, {}, x, {}, {}}, o);
+      const std::vector<dsl::Kernel> bf16Kernels =
+          attention_op().implementation("hopper").kernels(bf16, without(c, "interleave_v"));
+      const int64_t bf16Shuffles = test::count(test::sm90a_ptx(bf16Kernels.back()).ptx, "shfl.sync");
+      if (interleaved)
+        CHECK(test::count(ptx, "shfl.sync") <= bf16Shuffles);
+      else
+        CHECK(test::count(ptx, "shfl.sync") > bf16Shuffles);
+      const int64_t warps = c.get("num_warps");
+      const bool twoPrograms = c.has("blocks_per_sm") && c.get("blocks_per_sm") == 2;
+      test::check_hopper_ptx(compiled,
+                             {.min_copies = 3, .producer = warps == 8 || twoPrograms, .tensor_maps = 3,
+                              .threads = uint32_t(32 * (warps + 4))},
+                             ptxas);
+      // The transpose kernel assembles too, and moves V in 16-byte vectors: interleave_v's
+      // key order is set inside each thread's bytes (a gather by pointers read V a byte at
+      // a time and took 0.6 ms at S2 on an H100, a third of the forward).
+      CompileOptions options;
+      options.assemble = false;
+      options.arch = "sm_90a";
+      const std::string transposePtx = compile(kernels[0], options).ptx;
+      CHECK(test::count(transposePtx, "ld.global.u8") == 0);
+      CHECK(test::count(transposePtx, "ld.global.v4.b32") > 0);
+      CHECK(test::count(transposePtx, "st.global.v4.b32") > 0);
+      if (!ptxas.empty())
+        test::check_assembles_without_spills(ptxas, transposePtx, "sm_90a");
+    }
   }
   if (ptxas.empty())
     WARN("ptxas not found: the kernels were lowered but not assembled");
