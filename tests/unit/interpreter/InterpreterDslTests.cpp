@@ -4,6 +4,10 @@
 #include "common/AsyncRingKernel.h"
 #include "common/BlockAtomicKernel.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 namespace dsl = tokamax::dsl;
 
 TEST_CASE("interpreter: DSL row scale with block loads (the Kernel.h example)", "[interpreter]") {
@@ -209,6 +213,55 @@ TEST_CASE("interpreter: DSL dot with a transposed operand, argmax and reshape", 
     }
     REQUIRE(amb.geti(i) == arg);
   }
+}
+
+TEST_CASE("interpreter: DSL dot with a_k_interleaved reads a's columns in the accumulator's order",
+          "[interpreter]") {
+  // K index 16 g + 4 q + i reads a's column 16 g + 2 q + i % 2 + 8 (i / 2): with b's
+  // rows stored in that order the product equals the plain one; with b as it is, it
+  // differs (the order matters).
+  std::mt19937 rng(26);
+  const int64_t m = 16, kk = 32, n = 16;
+  auto column = [](int64_t k) { return k / 16 * 16 + 2 * (k % 16 / 4) + k % 2 + 8 * (k % 4 / 2); };
+  std::vector<int64_t> seen(kk, 0);
+  for (int64_t k = 0; k < kk; ++k)
+    ++seen[column(k)];
+  REQUIRE(std::count(seen.begin(), seen.end(), 1) == kk);  // a permutation
+  dsl::Kernel k("interleaved");
+  auto a = k.input("a", DType::F32, {m, kk});
+  auto b = k.input("b", DType::F32, {kk, n});
+  auto c = k.output("c", DType::F32, {m, n});
+  c.store({0, 0}, dsl::dot(a.load({0, 0}, {m, kk}), b.load({0, 0}, {kk, n}), k.full({m, n}, 0.0, DType::F32),
+                           {.a_k_interleaved = true}));
+  Buf ab(DType::F32, m * kk), bb(DType::F32, kk * n), permuted(DType::F32, kk * n), cb(DType::F32, m * n);
+  fill(ab, rng, -1, 1);
+  fill(bb, rng, -1, 1);
+  for (int64_t q = 0; q < kk; ++q)  // row q holds b's row column(q)
+    for (int64_t j = 0; j < n; ++j)
+      permuted.set(q * n + j, bb.get(column(q) * n + j));
+  for (bool storedInOrder : {true, false}) {
+    std::vector<HostArg> args{ab.arg(), (storedInOrder ? permuted : bb).arg(), cb.arg()};
+    interpret(k, args);
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < kk; ++q)
+          s += ab.get(i * kk + q) * bb.get(q * n + j);
+        worst = std::max(worst, std::abs(cb.get(i * n + j) - s));
+      }
+    if (storedInOrder)
+      CHECK(worst < 1e-5);
+    else
+      CHECK(worst > 1e-2);
+  }
+  // K must be whole 16-wide groups.
+  dsl::Kernel bad("interleaved_k8");
+  auto x = bad.input("x", DType::F32, {16, 8});
+  auto y = bad.input("y", DType::F32, {8, 16});
+  REQUIRE_THROWS_WITH(dsl::dot(x.load({0, 0}, {16, 8}), y.load({0, 0}, {8, 16}), bad.full({16, 16}, 0.0, DType::F32),
+                               {.a_k_interleaved = true}),
+                      Catch::Contains("multiple of 16"));
 }
 
 TEST_CASE("interpreter: DSL kernels report bad arguments by parameter name", "[interpreter]") {

@@ -122,6 +122,7 @@ struct TOKAMAX_API DotOptions {
   /// K index k of each 16-wide group reads a's column 2 (k / 4) + k % 2 + 8 ((k % 4) / 2)
   /// of the group, so b's rows must be stored in that order: an fp8 tile cast from a
   /// product's f32 result then feeds the next product with no exchange between threads.
+  /// On the GPU only for such an a (the lowering refuses the rest); any a on the interpreter.
   bool a_k_interleaved = false;
 };
 TOKAMAX_API Value dot(const Value &a, const Value &b, const Value &acc, const DotOptions &options);
