@@ -208,6 +208,12 @@ TEST_CASE("attention fp8: the hopper forward assembles on fp8 wgmma without spil
     BoundArgs b = bind_attention_fp8({q, q, q, d, d, d, {}, {}, spec({4, 2048, 16, h}, DType::BF16), {}}, o);
     const Implementation &hopper = attention_fp8_op().implementation("hopper");
     const Config heuristic = hopper.heuristic(b);
+    // The bf16 forward at the same config: its shuffles are the row reductions'.
+    const ArgSpec x = spec({4, 2048, 16, h}, DType::BF16);
+    const BoundArgs bf16 = bind_attention({x, x, x, {}, {}, {}, {}, x, {}, {}}, o);
+    const int64_t bf16Shuffles =
+        test::count(test::sm90a_ptx(attention_op().implementation("hopper").kernels(bf16, heuristic).back()).ptx,
+                    "shfl.sync");
     for (const Config &c : {heuristic, Config(heuristic).set("interleave_v", 1)}) {
       const bool interleaved = c.has("interleave_v");
       std::vector<dsl::Kernel> kernels = hopper.kernels(b, c);
@@ -221,11 +227,6 @@ TEST_CASE("attention fp8: the hopper forward assembles on fp8 wgmma without spil
       // interleave_v: P's fp8 registers are P V's A operand as they are (V's keys stored in
       // their order), so no more shuffles than the bf16 forward at the same config (its row
       // reductions'); without it, P moves by quad shuffles.
-      const ArgSpec x = spec({4, 2048, 16, h}, DType::BF16);
-      const BoundArgs bf16 = bind_attention({x, x, x, {}, {}, {}, {}, x, {}, {}}, o);
-      const std::vector<dsl::Kernel> bf16Kernels =
-          attention_op().implementation("hopper").kernels(bf16, without(c, "interleave_v"));
-      const int64_t bf16Shuffles = test::count(test::sm90a_ptx(bf16Kernels.back()).ptx, "shfl.sync");
       if (interleaved)
         CHECK(test::count(ptx, "shfl.sync") <= bf16Shuffles);
       else
