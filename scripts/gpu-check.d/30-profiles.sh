@@ -22,8 +22,10 @@ if wants profiles; then
   # hopper forward at S1 (0.92x cuDNN) and the paged decode at batch 1, 4096 keys (split
   # and combine: 35 % of copy); details as CSV, the reports tarred.
   t=(timeout -k 10)
+  # (The attention bench's rows run in-process only with --row: under ncu its child
+  # processes showed no kernels, in the seventh round of 2026-12-07.)
   TAIL=4 run profile-forward-s1 "${t[@]}" 150 ncu --set full --kernel-name "regex:attention_flash_forward_hopper" \
-    --launch-count 1 -f -o "$out/profile-forward-s1" "$bin/tokamax-attention-bench" --impl hopper --shapes S1 --iters 1
+    --launch-count 1 -f -o "$out/profile-forward-s1" "$bin/tokamax-attention-bench" --row S1 0 fwd hopper 1
   TAIL=4 run profile-decode-b1 "${t[@]}" 150 ncu --set full --kernel-name "regex:paged_attention_(split|combine)" \
     --launch-count 2 -f -o "$out/profile-decode-b1" "$bin/tokamax-paged-attention-bench" --quick --iters 1
   # The layer_norm VJP at 4096x16384 (55 % of copy): its coefficient and dx kernels at
@@ -41,12 +43,12 @@ if wants varlen-profile; then
   # as CSV beside them.
   t=(timeout -k 10)
   for mode in dense packed; do
-    flag=()
-    [ "$mode" = packed ] && flag=(--varlen)
+    packed=()  # (--varlen's variable: the bench's rows run in-process only with --row)
+    [ "$mode" = packed ] && packed=(TOKAMAX_ATTENTION_BENCH_VARLEN=1)
     for kern in dkdv dq; do
-      TAIL=4 run "profile-$mode-$kern" "${t[@]}" 120 ncu --set full --kernel-name "regex:attention_flash_${kern}_hopper" \
-        --launch-count 1 -f -o "$out/profile-$mode-$kern" "$bin/tokamax-attention-bench" --impl hopper --shapes S1 \
-        --iters 1 "${flag[@]}"
+      TAIL=4 run "profile-$mode-$kern" "${t[@]}" 120 env "${packed[@]}" ncu --set full \
+        --kernel-name "regex:attention_flash_${kern}_hopper" --launch-count 1 -f -o "$out/profile-$mode-$kern" \
+        "$bin/tokamax-attention-bench" --row S1 0 fwd+bwd hopper 1
       ncu --import "$out/profile-$mode-$kern.ncu-rep" --page details --csv > "$out/profile-$mode-$kern.csv" 2>&1
     done
   done
